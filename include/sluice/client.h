@@ -1,0 +1,96 @@
+/*
+ * sluice_client: the connection to one Redis server, attached to the caller's
+ * libevent event_base. Every primitive (semaphore, limiter, delay queue) is
+ * created on a client and shares its connections:
+ *  - one command connection carrying all nonblocking scripts, pipelined;
+ *  - one blocking connection, opened on first use, on which a single BRPOP
+ *    waits for every wake-up list the client's primitives listen to.
+ *
+ * Connection loss: pending operations complete with SLUICE_ECONNECTION and the
+ * client reconnects with exponential backoff and jitter. Operations started
+ * before the first connection is up wait for it (up to their deadline);
+ * operations started after the connection was lost fail at once with
+ * SLUICE_ECONNECTION (from the loop), so callers never wait out a reconnect.
+ */
+#ifndef SLUICE_CLIENT_H
+#define SLUICE_CLIENT_H
+
+#include <stdint.h>
+#include <sluice/sluice.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct event_base;
+typedef struct sluice_client sluice_client;
+
+typedef struct sluice_client_options {
+  /* "redis://[[user]:password@]host[:port][/db]" or "unix:///path/to/sock[?db=N]".
+   * When set it overrides host, port, unix_path, username, password and db. */
+  const char *url;
+  const char *host;           /* default "127.0.0.1" */
+  int port;                   /* default 6379 */
+  const char *unix_path;      /* a unix socket instead of TCP */
+  const char *username;       /* ACL user (Redis 6+); NULL for AUTH password */
+  const char *password;       /* NULL: no AUTH */
+  int db;                     /* SELECT on every (re)connect when non-zero */
+  const char *key_prefix;     /* prepended to every key; default "sluice:" */
+  unsigned connect_timeout_ms;  /* default 2000 */
+  unsigned op_timeout_ms;       /* default deadline of each operation; 5000 */
+  unsigned reconnect_min_ms;    /* first reconnect delay; default 50 */
+  unsigned reconnect_max_ms;    /* backoff cap; default 2000 */
+} sluice_client_options;
+
+/* Fill *opts with the defaults. */
+SLUICE_EXPORT void sluice_client_options_init(sluice_client_options *opts);
+
+/* Create a client on base and start connecting. opts may be NULL (defaults).
+ * Returns SLUICE_EINVAL for a bad URL/option, SLUICE_ENOMEM. */
+SLUICE_EXPORT int sluice_client_new(struct event_base *base,
+                                    const sluice_client_options *opts,
+                                    sluice_client **out);
+
+/* Called from the loop when the command connection comes up (connected = 1,
+ * status 0) or goes down (connected = 0, status < 0 says why). */
+typedef void sluice_client_state_cb(sluice_client *client, int connected,
+                                    int status, void *userdata);
+SLUICE_EXPORT void sluice_client_set_state_cb(sluice_client *client,
+                                              sluice_client_state_cb *cb,
+                                              void *userdata);
+
+/* 1 when the command connection is up. */
+SLUICE_EXPORT int sluice_client_is_connected(const sluice_client *client);
+
+/* The last connection error text ("" if none); valid until the next loop turn. */
+SLUICE_EXPORT const char *sluice_client_last_error(const sluice_client *client);
+
+typedef struct sluice_client_stats {
+  uint64_t ops_started;       /* scripts and commands sent */
+  uint64_t ops_timed_out;
+  uint64_t reconnects;        /* successful connections after the first */
+  uint64_t noscript_reloads;  /* NOSCRIPT answers recovered with EVAL */
+  unsigned ops_in_flight;
+} sluice_client_stats;
+SLUICE_EXPORT void sluice_client_get_stats(const sluice_client *client,
+                                           sluice_client_stats *out);
+
+typedef void sluice_close_cb(void *userdata);
+
+/* Close the client. Pending operations of the client and of every object
+ * created on it complete with SLUICE_ECANCELED, from the loop; then close_cb
+ * (may be NULL) runs and the client's memory is released once every object
+ * created on it has been freed. Objects still alive answer SLUICE_ECLOSED.
+ * Keep running the loop until close_cb: the loop exits by itself when nothing
+ * else is pending. NULL is a no-op; closing twice is a no-op. */
+SLUICE_EXPORT void sluice_client_close(sluice_client *client,
+                                       sluice_close_cb *close_cb,
+                                       void *userdata);
+/* sluice_client_close(client, NULL, NULL). */
+SLUICE_EXPORT void sluice_client_free(sluice_client *client);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SLUICE_CLIENT_H */

@@ -1,0 +1,4 @@
+#ifndef SLUICE_LIMITER_H
+#define SLUICE_LIMITER_H
+#include <sluice/sluice.h>
+#endif

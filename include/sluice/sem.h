@@ -1,0 +1,137 @@
+/*
+ * Distributed counting semaphores (a mutex is permits = 1).
+ *
+ * Each grant is a permit with a lease: a unique id held in Redis with an
+ * expiry on Redis's clock. While held, the permit is renewed by a libevent
+ * timer, extend-only-if-still-mine: a renewal never re-creates a permit that
+ * already expired. If Redis says the permit is gone the lost callback fires
+ * with SLUICE_LOST_DEFINITE; if the lease runs out locally without a confirmed
+ * renewal (Redis unreachable or slow) it fires with SLUICE_LOST_UNCERTAIN.
+ * After either, assume you no longer hold the permit.
+ *
+ * Blocking acquire waits on BRPOP (the client's one blocking connection, shared
+ * by all waiters), woken by releases; every wait is also bounded by the
+ * earliest holder's lease expiry, so a crashed holder still lets waiters in.
+ * Fair semaphores grant blocking acquirers in FIFO order of arrival across all
+ * processes; a waiter that stops heart-beating is evicted from the queue.
+ */
+#ifndef SLUICE_SEM_H
+#define SLUICE_SEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sluice/sluice.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sluice_client sluice_client;
+typedef struct sluice_sem sluice_sem;
+typedef struct sluice_permit sluice_permit;
+typedef struct sluice_acquire sluice_acquire;
+
+typedef struct sluice_sem_options {
+  unsigned permits;        /* >= 1; default 1 */
+  unsigned ttl_ms;         /* lease length, >= 10; default 30000 */
+  unsigned renew_ms;       /* renewal period, < ttl_ms; 0 = ttl_ms / 3 */
+  int fair;                /* 1: FIFO-fair blocking acquire; default 0 */
+  int auto_renew;          /* 1: renew while held (default); 0: lease just expires */
+  unsigned heartbeat_ms;   /* a waiter silent this long is evicted; default 3000 */
+  unsigned op_timeout_ms;  /* deadline of each Redis step; 0 = client default */
+} sluice_sem_options;
+
+SLUICE_EXPORT void sluice_sem_options_init(sluice_sem_options *opts);
+
+/* Create a handle on the semaphore NAME (1..SLUICE_NAME_MAX bytes). Several
+ * handles, in one process or many, may name the same semaphore; they should
+ * agree on permits. SLUICE_EINVAL for bad options (zero permits or TTL,
+ * renew_ms >= ttl_ms), SLUICE_ECLOSED when the client is closed. */
+SLUICE_EXPORT int sluice_sem_new(sluice_client *client, const char *name,
+                                 const sluice_sem_options *opts,
+                                 sluice_sem **out);
+
+/* Free the handle. Pending acquires complete with SLUICE_ECANCELED from the
+ * loop (the only callbacks that may still fire); permits still held through
+ * it are released in Redis and their handles become invalid. NULL is a no-op. */
+SLUICE_EXPORT void sluice_sem_free(sluice_sem *sem);
+
+SLUICE_EXPORT const char *sluice_sem_name(const sluice_sem *sem);
+
+/* status: SLUICE_OK with a permit you now own (release it with
+ * sluice_permit_release), SLUICE_EBUSY (try_acquire: none free),
+ * SLUICE_ETIMEDOUT, SLUICE_ECANCELED, SLUICE_ECONNECTION, ...; permit is NULL
+ * unless status is SLUICE_OK. */
+typedef void sluice_acquire_cb(sluice_sem *sem, int status,
+                               sluice_permit *permit, void *userdata);
+
+/* Take a permit if one is free now; never waits for one. On a fair semaphore
+ * it is refused (SLUICE_EBUSY) while blocking acquirers wait. */
+SLUICE_EXPORT int sluice_sem_try_acquire(sluice_sem *sem, sluice_acquire_cb *cb,
+                                         void *userdata);
+
+/* Wait up to timeout_ms for a permit (0 = no limit). *handle (if non-NULL)
+ * receives a handle for sluice_acquire_cancel, valid until cb runs. */
+SLUICE_EXPORT int sluice_sem_acquire(sluice_sem *sem, unsigned timeout_ms,
+                                     sluice_acquire_cb *cb, void *userdata,
+                                     sluice_acquire **handle);
+
+/* Cancel a pending acquire: its callback runs with SLUICE_ECANCELED from the
+ * loop (a permit granted in the meantime is released). SLUICE_EINVAL if NULL. */
+SLUICE_EXPORT int sluice_acquire_cancel(sluice_acquire *acquire);
+
+enum sluice_lost_reason {
+  SLUICE_LOST_DEFINITE = 1,  /* Redis says the permit is no longer ours */
+  SLUICE_LOST_UNCERTAIN = 2  /* lease ran out locally without confirmation */
+};
+typedef void sluice_lost_cb(sluice_permit *permit, int reason, void *userdata);
+
+/* Called at most once per permit. Set it from the acquire callback. */
+SLUICE_EXPORT void sluice_permit_set_lost_cb(sluice_permit *permit,
+                                             sluice_lost_cb *cb, void *userdata);
+
+SLUICE_EXPORT sluice_sem *sluice_permit_sem(const sluice_permit *permit);
+/* Unique id of this grant (32 hex characters). */
+SLUICE_EXPORT const char *sluice_permit_id(const sluice_permit *permit);
+/* Fencing token: strictly increases with every grant of the semaphore. */
+SLUICE_EXPORT uint64_t sluice_permit_fence(const sluice_permit *permit);
+/* Local estimate of the lease time left (conservative); 0 once lost. */
+SLUICE_EXPORT int64_t sluice_permit_remaining_ms(const sluice_permit *permit);
+/* 0 while held, else the sluice_lost_reason. */
+SLUICE_EXPORT int sluice_permit_lost(const sluice_permit *permit);
+
+/* status: SLUICE_OK released; SLUICE_ENOTFOUND it had already expired or been
+ * taken away; or a transport error (the lease then simply expires). */
+typedef void sluice_release_cb(sluice_sem *sem, int status, void *userdata);
+
+/* Release the permit and free its handle (invalid after this call). cb may be
+ * NULL. Releasing frees only this permit, never another holder's. */
+SLUICE_EXPORT int sluice_permit_release(sluice_permit *permit,
+                                        sluice_release_cb *cb, void *userdata);
+
+typedef struct sluice_holder_info {
+  const char *id;
+  int64_t remaining_ms;  /* lease left on Redis's clock */
+} sluice_holder_info;
+
+typedef struct sluice_sem_info {
+  unsigned permits;        /* as last declared by an acquirer; 0 if unknown */
+  size_t nholders;
+  const sluice_holder_info *holders;
+  size_t nwaiters;         /* blocking acquirers queued, in arrival order */
+  const char *const *waiters;
+  uint64_t last_fence;
+} sluice_sem_info;
+
+typedef void sluice_sem_info_cb(sluice_sem *sem, int status,
+                                const sluice_sem_info *info, void *userdata);
+
+/* Read holders (with remaining lease), waiters and permits. */
+SLUICE_EXPORT int sluice_sem_inspect(sluice_sem *sem, sluice_sem_info_cb *cb,
+                                  void *userdata);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SLUICE_SEM_H */

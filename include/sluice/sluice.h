@@ -1,0 +1,78 @@
+/*
+ * sluice — distributed semaphores, rate limiters and delay queues on Redis
+ * for programs built around a libevent loop.
+ *
+ * Conventions shared by every header:
+ *  - Functions return 0 (SLUICE_OK) or a negative sluice_status.
+ *  - If a function that takes a callback returns an error, that callback is
+ *    never called and the caller keeps ownership of its userdata.
+ *  - Callbacks always run from the event loop, exactly once per operation, and
+ *    never inside the call that started the operation.
+ *  - Pointers handed to a callback are borrowed: valid only during the call.
+ *  - Every object may be freed from inside its own callbacks.
+ *  - One thread: call everything from the thread that runs the event_base.
+ */
+#ifndef SLUICE_SLUICE_H
+#define SLUICE_SLUICE_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(SLUICE_BUILDING) && defined(__GNUC__)
+#define SLUICE_EXPORT __attribute__((visibility("default")))
+#else
+#define SLUICE_EXPORT
+#endif
+
+#define SLUICE_VERSION_MAJOR 0
+#define SLUICE_VERSION_MINOR 1
+#define SLUICE_VERSION_PATCH 0
+#define SLUICE_VERSION_STRING "0.1.0"
+
+/* Longest name (semaphore, limiter, limiter key, queue) in bytes. */
+#define SLUICE_NAME_MAX 512
+
+/* X(name, value, message): the one table of status codes. */
+#define SLUICE_STATUS_MAP(X)                                                  \
+  X(OK, 0, "success")                                                         \
+  X(EINVAL, -1, "invalid argument")                                           \
+  X(ENOMEM, -2, "out of memory")                                              \
+  X(ETIMEDOUT, -3, "operation timed out")                                     \
+  X(ECONNECTION, -4, "not connected to Redis")                                \
+  X(EREDIS, -5, "Redis returned an error")                                    \
+  X(EPROTOCOL, -6, "unexpected reply from Redis")                             \
+  X(ECANCELED, -7, "operation cancelled")                                     \
+  X(ECLOSED, -8, "object is closed")                                          \
+  X(EBUSY, -9, "no permit available")                                         \
+  X(ELOST, -10, "permit lost")                                                \
+  X(EDENIED, -11, "rate limit exceeded")                                      \
+  X(EFULL, -12, "queue is full")                                              \
+  X(ENOTFOUND, -13, "no such item")                                           \
+  X(ETOOBIG, -14, "value too large")                                          \
+  X(ELATE, -15, "deadline already passed")                                    \
+  X(EEXIST, -16, "item already exists")
+
+typedef enum sluice_status {
+#define SLUICE_STATUS_ENUM_(name, value, msg) SLUICE_##name = value,
+  SLUICE_STATUS_MAP(SLUICE_STATUS_ENUM_)
+#undef SLUICE_STATUS_ENUM_
+} sluice_status;
+
+/* Human-readable message for a status; never NULL. */
+SLUICE_EXPORT const char *sluice_strerror(int status);
+/* The status's name ("SLUICE_ETIMEDOUT"); never NULL. */
+SLUICE_EXPORT const char *sluice_err_name(int status);
+/* Library version as "MAJOR.MINOR.PATCH". */
+SLUICE_EXPORT const char *sluice_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#include <sluice/client.h>
+#include <sluice/sem.h>
+#include <sluice/limiter.h>
+#include <sluice/dq.h>
+
+#endif /* SLUICE_SLUICE_H */

@@ -1,0 +1,41 @@
+/* The client's layout, shared by client.c and blocker.c only. */
+#ifndef SLUICE_CLIENT_PRIVATE_H
+#define SLUICE_CLIENT_PRIVATE_H
+
+#include <sluice/client.h>
+
+#include "conn.h"
+#include "sluice-internal.h"
+#include "url.h"
+
+typedef struct sluice__blocker sluice__blocker;
+
+struct sluice_client {
+  struct event_base *base;
+  sluice_client_options opts;     /* strings below are owned copies */
+  sluice__endpoint endpoint;
+  char *key_prefix;
+  char id[33];                    /* random id of this client instance */
+
+  sluice__conn cmd;               /* the command connection */
+  sluice__op *ops;                /* operations not yet completed */
+  sluice__child *children;
+  sluice__blocker *blocker;       /* created on first listen */
+
+  sluice_client_state_cb *state_cb;
+  void *state_ud;
+  sluice_close_cb *close_cb;
+  void *close_ud;
+  struct event *reaper;           /* runs the close sequence from the loop */
+  int closing;                    /* close requested */
+  int reaped;                     /* close sequence done */
+  sluice_client_stats stats;
+};
+
+sluice__blocker *sluice__blocker_new(sluice_client *c);
+void sluice__blocker_free(sluice__blocker *b);
+
+/* The client's memory goes once it is reaped and has no children. */
+void sluice__client_maybe_release(sluice_client *c);
+
+#endif

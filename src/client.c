@@ -1,0 +1,401 @@
+/*
+ * The client: options, the command connection, and operations — one Redis
+ * step each, with a deadline on a libevent timer (hiredis 0.14 has none), a
+ * NOSCRIPT fallback, and completion exactly once from the loop.
+ *
+ * An operation's memory is referenced by two parties: hiredis (until it calls
+ * our reply callback, possibly with NULL during teardown) and the caller
+ * (until the op completes or is detached). It is freed when both are done, so
+ * a deadline can complete an op while its late reply is still on the way.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <event2/event_struct.h>
+
+#include "client-private.h"
+
+struct sluice__op {
+  sluice_client *c;
+  sluice__op *prev, *next;        /* in c->ops while not done */
+  sluice__reply_fn *fn;
+  void *ud;
+  struct event timer;             /* deadline, or deferred completion */
+  int deferred_status;            /* status to report when timer fires early */
+  unsigned in_hiredis : 1;        /* hiredis will still call reply_cb */
+  unsigned done : 1;              /* fn called, or detached */
+  unsigned retried : 1;           /* EVAL fallback already sent */
+  const sluice__script *script;   /* NULL for plain commands */
+  int argc;                       /* sent argv: "EVALSHA" sha nkeys ... */
+  const char **argv;
+  size_t *lens;
+};
+
+/* ---- operations ---------------------------------------------------------- */
+
+static void op_release_if_unused(sluice__op *op) {
+  if (op->done && !op->in_hiredis && !evtimer_pending(&op->timer, NULL)) {
+    sluice__free(op);
+  }
+}
+
+static void op_unlink(sluice__op *op) {
+  sluice_client *c = op->c;
+  if (op->prev) op->prev->next = op->next;
+  else if (c->ops == op) c->ops = op->next;
+  if (op->next) op->next->prev = op->prev;
+  op->prev = op->next = NULL;
+  c->stats.ops_in_flight--;
+}
+
+/* Report status to the owner now (from the loop) and mark the op done. */
+static void op_complete(sluice__op *op, int status, const redisReply *reply) {
+  if (op->done) return;
+  op->done = 1;
+  evtimer_del(&op->timer);
+  op_unlink(op);
+  op->fn(op->ud, status, reply);
+}
+
+static void op_timer_cb(evutil_socket_t fd, short what, void *arg) {
+  sluice__op *op = arg;
+  int status = op->deferred_status ? op->deferred_status : SLUICE_ETIMEDOUT;
+  if (status == SLUICE_ETIMEDOUT) op->c->stats.ops_timed_out++;
+  op_complete(op, status, NULL);
+  op_release_if_unused(op);
+}
+
+/* Complete with status on the next loop turn, never inside the caller. */
+static void op_defer(sluice__op *op, int status) {
+  op->deferred_status = status;
+  evtimer_del(&op->timer);
+  sluice__timer_in(&op->timer, 0);
+}
+
+static int op_send(sluice__op *op);
+
+static int is_noscript(const redisReply *r) {
+  return r->type == REDIS_REPLY_ERROR && r->len >= 8 && memcmp(r->str, "NOSCRIPT", 8) == 0;
+}
+
+static void op_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
+  sluice__op *op = privdata;
+  redisReply *reply = r;
+  op->in_hiredis = 0;
+  if (op->done) {
+    op_release_if_unused(op);
+    return;
+  }
+  if (!reply) {
+    /* Connection lost or context freed: possibly inside redisAsyncFree, so
+     * report from our own timer, outside hiredis. */
+    op_defer(op, op->c->closing ? SLUICE_ECANCELED : SLUICE_ECONNECTION);
+    return;
+  }
+  if (op->script && !op->retried && is_noscript(reply)) {
+    /* Redis restarted or SCRIPT FLUSH: send the body once (EVAL loads it). */
+    op->retried = 1;
+    op->c->stats.noscript_reloads++;
+    op->argv[0] = "EVAL";
+    op->argv[1] = op->script->body;
+    op->lens[0] = 4;
+    op->lens[1] = op->script->len;
+    if (op_send(op) != 0) op_defer(op, SLUICE_ECONNECTION);
+    return;
+  }
+  op_complete(op, reply->type == REDIS_REPLY_ERROR ? SLUICE_EREDIS : SLUICE_OK, reply);
+  op_release_if_unused(op);
+}
+
+static int op_send(sluice__op *op) {
+  if (sluice__conn_send(&op->c->cmd, op_reply_cb, op, op->argc, op->argv, op->lens) != REDIS_OK)
+    return SLUICE_ECONNECTION;
+  op->in_hiredis = 1;
+  return SLUICE_OK;
+}
+
+/* Build an op whose argv is head[0..nhead) followed by args[0..nargs), all
+ * copied into one allocation: the caller's buffers may go at once. */
+static sluice__op *op_new(sluice_client *c, int nhead, const char *const *head,
+                          const size_t *headlens, int nargs, const char *const *args,
+                          const size_t *lens) {
+  size_t bytes = 0;
+  int argc = nhead + nargs;
+  for (int i = 0; i < nhead; i++) bytes += headlens[i] + 1;
+  for (int i = 0; i < nargs; i++) bytes += (lens ? lens[i] : strlen(args[i])) + 1;
+  size_t fixed = sizeof(sluice__op) + (size_t)argc * (sizeof(char *) + sizeof(size_t));
+  sluice__op *op = sluice__calloc(1, fixed + bytes);
+  if (!op) return NULL;
+  op->c = c;
+  op->argc = argc;
+  op->argv = (const char **)(op + 1);
+  op->lens = (size_t *)(op->argv + argc);
+  char *p = (char *)(op->lens + argc);
+  for (int i = 0; i < argc; i++) {
+    const char *src = i < nhead ? head[i] : args[i - nhead];
+    size_t n = i < nhead ? headlens[i] : lens ? lens[i - nhead] : strlen(src);
+    memcpy(p, src, n);
+    p[n] = '\0';
+    op->argv[i] = p;
+    op->lens[i] = n;
+    p += n + 1;
+  }
+  evtimer_assign(&op->timer, c->base, op_timer_cb, op);
+  return op;
+}
+
+static int op_start(sluice_client *c, sluice__op *op, unsigned timeout_ms,
+                    sluice__reply_fn *fn, void *ud, sluice__op **out) {
+  op->fn = fn;
+  op->ud = ud;
+  op->next = c->ops;
+  if (c->ops) c->ops->prev = op;
+  c->ops = op;
+  c->stats.ops_in_flight++;
+  c->stats.ops_started++;
+  if (out) *out = op;
+  /* Fail fast once the connection was lost: callers never wait out a
+   * reconnect. Before the first connection, ops queue behind the handshake. */
+  if (c->cmd.state != SLUICE_CONN_UP && c->cmd.failed) {
+    op_defer(op, SLUICE_ECONNECTION);
+    return SLUICE_OK;
+  }
+  if (op_send(op) != 0) {
+    op_defer(op, SLUICE_ECONNECTION);
+    return SLUICE_OK;
+  }
+  sluice__timer_in(&op->timer, timeout_ms ? timeout_ms : c->opts.op_timeout_ms);
+  return SLUICE_OK;
+}
+
+int sluice__eval(sluice_client *c, const sluice__script *s, int nkeys, int argc,
+                 const char *const *argv, const size_t *lens, unsigned timeout_ms,
+                 sluice__reply_fn *fn, void *ud, sluice__op **out) {
+  if (!c || !s || !fn || nkeys < 0 || argc < nkeys || (argc && !argv)) return SLUICE_EINVAL;
+  if (c->closing) return SLUICE_ECLOSED;
+  if (nkeys > 255) return SLUICE_EINVAL;
+  char nk[8];
+  const char *head[3] = {"EVALSHA", s->sha, nk};
+  size_t headlens[3] = {7, 40, sluice__fmt_u64(nk, (uint64_t)nkeys)};
+  sluice__op *op = op_new(c, 3, head, headlens, argc, argv, lens);
+  if (!op) return SLUICE_ENOMEM;
+  op->script = s;
+  return op_start(c, op, timeout_ms, fn, ud, out);
+}
+
+int sluice__command(sluice_client *c, int argc, const char *const *argv,
+                    const size_t *lens, unsigned timeout_ms, sluice__reply_fn *fn,
+                    void *ud, sluice__op **out) {
+  if (!c || !fn || argc < 1 || !argv) return SLUICE_EINVAL;
+  if (c->closing) return SLUICE_ECLOSED;
+  sluice__op *op = op_new(c, 0, NULL, NULL, argc, argv, lens);
+  if (!op) return SLUICE_ENOMEM;
+  return op_start(c, op, timeout_ms, fn, ud, out);
+}
+
+void sluice__op_detach(sluice__op *op) {
+  if (!op || op->done) return;
+  op->done = 1;
+  evtimer_del(&op->timer);
+  op_unlink(op);
+  op_release_if_unused(op);
+}
+
+/* ---- connection events --------------------------------------------------- */
+
+static void cmd_up(sluice__conn *conn, void *ud) {
+  sluice_client *c = ud;
+  if (conn->ups > 1) c->stats.reconnects++;
+  if (c->state_cb) c->state_cb(c, 1, SLUICE_OK, c->state_ud);
+}
+
+static void cmd_down(sluice__conn *conn, int status, void *ud) {
+  sluice_client *c = ud;
+  if (c->state_cb && !c->closing) c->state_cb(c, 0, status, c->state_ud);
+}
+
+/* ---- public API ---------------------------------------------------------- */
+
+void sluice_client_options_init(sluice_client_options *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->host = "127.0.0.1";
+  o->port = 6379;
+  o->key_prefix = "sluice:";
+  o->connect_timeout_ms = 2000;
+  o->op_timeout_ms = 5000;
+  o->reconnect_min_ms = 50;
+  o->reconnect_max_ms = 2000;
+}
+
+static int dup_opt(char **dst, const char *src) {
+  *dst = NULL;
+  if (!src) return SLUICE_OK;
+  *dst = strdup(src);
+  return *dst ? SLUICE_OK : SLUICE_ENOMEM;
+}
+
+static int build_endpoint(sluice_client *c, const sluice_client_options *o) {
+  if (o->url) return sluice__parse_url(o->url, &c->endpoint);
+  sluice__endpoint *ep = &c->endpoint;
+  if (!o->unix_path && (o->port <= 0 || o->port > 65535)) return SLUICE_EINVAL;
+  if (o->db < 0) return SLUICE_EINVAL;
+  ep->port = o->port;
+  ep->db = o->db;
+  if (dup_opt(&ep->host, o->host ? o->host : "127.0.0.1") || dup_opt(&ep->unix_path, o->unix_path) ||
+      dup_opt(&ep->username, o->username) || dup_opt(&ep->password, o->password)) {
+    sluice__endpoint_clear(ep);
+    return SLUICE_ENOMEM;
+  }
+  return SLUICE_OK;
+}
+
+static void client_destroy(sluice_client *c) {
+  sluice__endpoint_clear(&c->endpoint);
+  free(c->key_prefix);
+  if (c->reaper) event_free(c->reaper);
+  sluice__free(c);
+}
+
+static void reaper_cb(evutil_socket_t fd, short what, void *arg);
+
+int sluice_client_new(struct event_base *base, const sluice_client_options *opts,
+                      sluice_client **out) {
+  sluice_client_options defaults;
+  int rc;
+  if (out) *out = NULL;
+  if (!base || !out) return SLUICE_EINVAL;
+  if (!opts) {
+    sluice_client_options_init(&defaults);
+    opts = &defaults;
+  }
+  sluice_client *c = sluice__calloc(1, sizeof *c);
+  if (!c) return SLUICE_ENOMEM;
+  c->base = base;
+  c->opts = *opts;
+  if (!c->opts.connect_timeout_ms) c->opts.connect_timeout_ms = 2000;
+  if (!c->opts.op_timeout_ms) c->opts.op_timeout_ms = 5000;
+  if (!c->opts.reconnect_min_ms) c->opts.reconnect_min_ms = 50;
+  if (c->opts.reconnect_max_ms < c->opts.reconnect_min_ms)
+    c->opts.reconnect_max_ms = c->opts.reconnect_min_ms > 2000 ? c->opts.reconnect_min_ms : 2000;
+  rc = build_endpoint(c, opts);
+  if (rc) {
+    sluice__free(c);
+    return rc;
+  }
+  c->opts.url = c->opts.host = c->opts.unix_path = NULL;
+  c->opts.username = c->opts.password = NULL;
+  c->key_prefix = strdup(opts->key_prefix ? opts->key_prefix : "sluice:");
+  c->opts.key_prefix = c->key_prefix;
+  c->reaper = event_new(base, -1, 0, reaper_cb, c);
+  sluice__random_hex(c->id);
+  sluice__conn_config cfg = {&c->endpoint, c->opts.connect_timeout_ms,
+                             c->opts.reconnect_min_ms, c->opts.reconnect_max_ms,
+                             cmd_up, cmd_down, c};
+  if (!c->key_prefix || !c->reaper || sluice__conn_init(&c->cmd, base, &cfg) != 0) {
+    client_destroy(c);
+    return SLUICE_ENOMEM;
+  }
+  sluice__conn_start(&c->cmd);
+  *out = c;
+  return SLUICE_OK;
+}
+
+void sluice_client_set_state_cb(sluice_client *c, sluice_client_state_cb *cb, void *ud) {
+  if (!c) return;
+  c->state_cb = cb;
+  c->state_ud = ud;
+}
+
+int sluice_client_is_connected(const sluice_client *c) {
+  return c && !c->closing && c->cmd.state == SLUICE_CONN_UP;
+}
+
+const char *sluice_client_last_error(const sluice_client *c) {
+  return c ? c->cmd.errstr : "";
+}
+
+void sluice_client_get_stats(const sluice_client *c, sluice_client_stats *out) {
+  if (!c || !out) return;
+  *out = c->stats;
+}
+
+/* The close sequence, from the loop: children cancel their user operations,
+ * remaining ops complete with ECANCELED, connections go, close_cb runs. */
+static void reaper_cb(evutil_socket_t fd, short what, void *arg) {
+  sluice_client *c = arg;
+  for (sluice__child *ch = c->children; ch;) {
+    sluice__child *next = ch->next; /* on_close may detach ch */
+    if (ch->on_close) ch->on_close(ch);
+    ch = next;
+  }
+  while (c->ops) {
+    sluice__op *op = c->ops;
+    op_complete(op, SLUICE_ECANCELED, NULL);
+    op_release_if_unused(op);
+  }
+  if (c->blocker) {
+    sluice__blocker_free(c->blocker);
+    c->blocker = NULL;
+  }
+  sluice__conn_shutdown(&c->cmd);
+  c->reaped = 1;
+  if (c->close_cb) c->close_cb(c->close_ud);
+  sluice__client_maybe_release(c);
+}
+
+void sluice_client_close(sluice_client *c, sluice_close_cb *cb, void *ud) {
+  if (!c || c->closing) return;
+  c->closing = 1;
+  c->close_cb = cb;
+  c->close_ud = ud;
+  event_active(c->reaper, 0, 0);
+}
+
+void sluice_client_free(sluice_client *c) { sluice_client_close(c, NULL, NULL); }
+
+void sluice__client_maybe_release(sluice_client *c) {
+  if (c->reaped && !c->children) client_destroy(c);
+}
+
+/* ---- for primitives ------------------------------------------------------ */
+
+void sluice__client_attach(sluice_client *c, sluice__child *ch) {
+  ch->prev = NULL;
+  ch->next = c->children;
+  if (c->children) c->children->prev = ch;
+  c->children = ch;
+}
+
+void sluice__client_detach(sluice_client *c, sluice__child *ch) {
+  if (ch->prev) ch->prev->next = ch->next;
+  else if (c->children == ch) c->children = ch->next;
+  if (ch->next) ch->next->prev = ch->prev;
+  ch->prev = ch->next = NULL;
+  sluice__client_maybe_release(c);
+}
+
+int sluice__client_closing(const sluice_client *c) { return c->closing; }
+struct event_base *sluice__client_base(const sluice_client *c) { return c->base; }
+unsigned sluice__client_op_timeout(const sluice_client *c) { return c->opts.op_timeout_ms; }
+
+char *sluice__key(const sluice_client *c, const char *kind, const char *name, const char *part) {
+  size_t plen = strlen(c->key_prefix), klen = strlen(kind), nlen = strlen(name);
+  size_t tlen = part ? strlen(part) + 1 : 0;
+  char *k = malloc(plen + klen + nlen + tlen + 5);
+  if (!k) return NULL;
+  char *p = k;
+  memcpy(p, c->key_prefix, plen), p += plen;
+  memcpy(p, kind, klen), p += klen;
+  *p++ = ':';
+  *p++ = '{';
+  memcpy(p, name, nlen), p += nlen;
+  *p++ = '}';
+  if (part) {
+    *p++ = ':';
+    memcpy(p, part, tlen - 1), p += tlen - 1;
+  }
+  *p = '\0';
+  return k;
+}

@@ -1,0 +1,192 @@
+/* Connection life cycle; see conn.h. */
+#include <stdio.h>
+#include <string.h>
+
+#include <hiredis/adapters/libevent.h>
+
+#include <sluice/sluice.h>
+
+#include "conn.h"
+#include "sluice-internal.h"
+
+static void conn_drop(sluice__conn *conn, const char *reason);
+
+static void set_err(sluice__conn *conn, const char *what, const char *detail) {
+  snprintf(conn->errstr, sizeof conn->errstr, "%.60s%s%.127s", what, detail ? ": " : "",
+           detail ? detail : "");
+}
+
+/* Full jitter: a delay uniform in [d/2, d) of the exponential step d. */
+static unsigned backoff_ms(sluice__conn *conn) {
+  uint64_t d = conn->cfg.reconnect_min_ms ? conn->cfg.reconnect_min_ms : 1;
+  for (unsigned i = 1; i < conn->attempts && d < conn->cfg.reconnect_max_ms; i++) d *= 2;
+  if (d > conn->cfg.reconnect_max_ms) d = conn->cfg.reconnect_max_ms;
+  return (unsigned)(d / 2 + sluice__random_below((uint32_t)(d - d / 2)));
+}
+
+static void schedule_retry(sluice__conn *conn) {
+  conn->state = SLUICE_CONN_WAITING;
+  conn->attempts++;
+  sluice__timer_in(conn->timer, backoff_ms(conn));
+}
+
+static void handshake_cb(redisAsyncContext *ac, void *r, void *privdata) {
+  sluice__conn *conn = ac->data;
+  redisReply *reply = r;
+  const char *step = privdata;
+  if (!conn || conn->ac != ac || !reply) return; /* dropped meanwhile */
+  if (reply->type == REDIS_REPLY_ERROR) {
+    set_err(conn, step, reply->str);
+    sluice__conn_fail(conn, NULL);
+    return;
+  }
+  if (strcmp(step, "PING") != 0) return;
+  evtimer_del(conn->timer);
+  conn->state = SLUICE_CONN_UP;
+  conn->failed = 0;
+  conn->attempts = 0;
+  conn->ups++;
+  conn->errstr[0] = '\0';
+  if (conn->cfg.on_up) conn->cfg.on_up(conn, conn->cfg.userdata);
+}
+
+static void connect_cb(const redisAsyncContext *ac, int status) {
+  sluice__conn *conn = ac->data;
+  if (!conn || conn->ac != ac) return;
+  if (status != REDIS_OK) {
+    /* hiredis frees the context after this returns (0.14: ac->err may be 0,
+     * the text is in errstr). */
+    set_err(conn, "connect failed", ac->errstr[0] ? ac->errstr : ac->c.errstr);
+    conn->ac = NULL;
+    conn->failed = 1;
+    evtimer_del(conn->timer);
+    schedule_retry(conn);
+    if (conn->cfg.on_down) conn->cfg.on_down(conn, SLUICE_ECONNECTION, conn->cfg.userdata);
+  }
+}
+
+static void disconnect_cb(const redisAsyncContext *ac, int status) {
+  sluice__conn *conn = ac->data;
+  if (!conn || conn->ac != ac) return; /* our own conn_drop: already handled */
+  set_err(conn, "connection lost", ac->errstr[0] ? ac->errstr : NULL);
+  conn->ac = NULL; /* hiredis frees it after we return */
+  conn->failed = 1;
+  evtimer_del(conn->timer);
+  schedule_retry(conn);
+  if (conn->cfg.on_down) conn->cfg.on_down(conn, SLUICE_ECONNECTION, conn->cfg.userdata);
+}
+
+static void send_handshake(sluice__conn *conn) {
+  const sluice__endpoint *ep = conn->cfg.endpoint;
+  if (ep->password) {
+    const char *argv[3] = {"AUTH", ep->username ? ep->username : ep->password, ep->password};
+    int argc = ep->username ? 3 : 2;
+    sluice__conn_send(conn, handshake_cb, (void *)"AUTH", argc, argv, NULL);
+  }
+  if (ep->db) {
+    char db[24];
+    sluice__fmt_i64(db, ep->db);
+    const char *argv[2] = {"SELECT", db};
+    sluice__conn_send(conn, handshake_cb, (void *)"SELECT", 2, argv, NULL);
+  }
+  const char *ping[1] = {"PING"};
+  sluice__conn_send(conn, handshake_cb, (void *)"PING", 1, ping, NULL);
+}
+
+static void timer_cb(evutil_socket_t fd, short what, void *arg) {
+  sluice__conn *conn = arg;
+  if (conn->state == SLUICE_CONN_CONNECTING) {
+    set_err(conn, "connect timed out", NULL);
+    conn_drop(conn, NULL);
+  } else if (conn->state == SLUICE_CONN_WAITING) {
+    sluice__conn_start(conn);
+  }
+}
+
+static void drop_cb(evutil_socket_t fd, short what, void *arg) {
+  sluice__conn *conn = arg;
+  if (conn->ac) conn_drop(conn, NULL);
+}
+
+int sluice__conn_init(sluice__conn *conn, struct event_base *base,
+                      const sluice__conn_config *cfg) {
+  memset(conn, 0, sizeof *conn);
+  conn->cfg = *cfg;
+  conn->base = base;
+  conn->timer = evtimer_new(base, timer_cb, conn);
+  conn->drop_ev = event_new(base, -1, 0, drop_cb, conn);
+  if (!conn->timer || !conn->drop_ev) {
+    if (conn->timer) event_free(conn->timer);
+    if (conn->drop_ev) event_free(conn->drop_ev);
+    return SLUICE_ENOMEM;
+  }
+  return SLUICE_OK;
+}
+
+void sluice__conn_start(sluice__conn *conn) {
+  const sluice__endpoint *ep = conn->cfg.endpoint;
+  redisAsyncContext *ac;
+  if (conn->state != SLUICE_CONN_IDLE && conn->state != SLUICE_CONN_WAITING) return;
+  evtimer_del(conn->timer);
+  ac = ep->unix_path ? redisAsyncConnectUnix(ep->unix_path)
+                     : redisAsyncConnect(ep->host, ep->port);
+  if (!ac || ac->err) {
+    set_err(conn, "connect failed", ac ? ac->errstr : "out of memory");
+    if (ac) redisAsyncFree(ac);
+    conn->failed = 1;
+    schedule_retry(conn);
+    return;
+  }
+  ac->data = conn;
+  /* Order matters: attach the loop before setting callbacks (STYLE 5.2.13). */
+  if (redisLibeventAttach(ac, conn->base) != REDIS_OK) {
+    set_err(conn, "connect failed", "cannot attach to event loop");
+    redisAsyncFree(ac);
+    conn->failed = 1;
+    schedule_retry(conn);
+    return;
+  }
+  redisAsyncSetConnectCallback(ac, connect_cb);
+  redisAsyncSetDisconnectCallback(ac, disconnect_cb);
+  conn->ac = ac;
+  conn->state = SLUICE_CONN_CONNECTING;
+  sluice__timer_in(conn->timer, conn->cfg.connect_timeout_ms);
+  send_handshake(conn);
+}
+
+/* Free the context now; only from outside hiredis callbacks. */
+static void conn_drop(sluice__conn *conn, const char *reason) {
+  redisAsyncContext *ac = conn->ac;
+  if (reason) set_err(conn, reason, NULL);
+  conn->ac = NULL;
+  conn->failed = 1;
+  evtimer_del(conn->timer);
+  schedule_retry(conn);
+  /* Pending callbacks run inside with NULL replies; disconnect_cb ignores
+   * it because conn->ac no longer matches. */
+  if (ac) redisAsyncFree(ac);
+  if (conn->cfg.on_down) conn->cfg.on_down(conn, SLUICE_ECONNECTION, conn->cfg.userdata);
+}
+
+void sluice__conn_fail(sluice__conn *conn, const char *reason) {
+  if (reason) set_err(conn, reason, NULL);
+  if (conn->ac) event_active(conn->drop_ev, 0, 0);
+}
+
+void sluice__conn_shutdown(sluice__conn *conn) {
+  redisAsyncContext *ac = conn->ac;
+  conn->ac = NULL;
+  conn->state = SLUICE_CONN_IDLE;
+  conn->cfg.on_up = NULL;
+  conn->cfg.on_down = NULL;
+  if (conn->timer) event_free(conn->timer);
+  if (conn->drop_ev) event_free(conn->drop_ev);
+  conn->timer = conn->drop_ev = NULL;
+  if (ac) redisAsyncFree(ac);
+}
+
+int sluice__conn_send(sluice__conn *conn, redisCallbackFn *fn, void *privdata,
+                      int argc, const char **argv, const size_t *lens) {
+  if (!conn->ac) return REDIS_ERR;
+  return redisAsyncCommandArgv(conn->ac, fn, privdata, argc, argv, lens);
+}

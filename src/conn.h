@@ -1,0 +1,68 @@
+/*
+ * One Redis connection with its own life cycle: connect (TCP or unix), the
+ * AUTH/SELECT handshake, connect timeout, and reconnect with exponential
+ * backoff and full jitter after any failure. Used for the command connection
+ * (client.c) and the blocking connection (blocker.c).
+ *
+ * hiredis 0.14 rules this file keeps (see STYLE.md section 5): never free or
+ * disconnect a context from inside a hiredis callback (we defer to our own
+ * event), forget the context as soon as hiredis says it is gone, and tolerate
+ * callbacks that run synchronously inside redisAsyncFree.
+ */
+#ifndef SLUICE_CONN_H
+#define SLUICE_CONN_H
+
+#include <event2/event.h>
+#include <hiredis/async.h>
+
+#include "url.h"
+
+enum sluice__conn_state {
+  SLUICE_CONN_IDLE,        /* not started, or shut down */
+  SLUICE_CONN_CONNECTING,  /* TCP/unix connect or handshake in progress */
+  SLUICE_CONN_UP,          /* handshake done: commands flow */
+  SLUICE_CONN_WAITING      /* lost; a reconnect is scheduled */
+};
+
+typedef struct sluice__conn sluice__conn;
+
+typedef struct sluice__conn_config {
+  const sluice__endpoint *endpoint;  /* borrowed; outlives the conn */
+  unsigned connect_timeout_ms;
+  unsigned reconnect_min_ms;
+  unsigned reconnect_max_ms;
+  /* Called from the loop when the handshake completes / the connection is
+   * lost or an attempt failed (status < 0). */
+  void (*on_up)(sluice__conn *conn, void *userdata);
+  void (*on_down)(sluice__conn *conn, int status, void *userdata);
+  void *userdata;
+} sluice__conn_config;
+
+struct sluice__conn {
+  sluice__conn_config cfg;
+  struct event_base *base;
+  redisAsyncContext *ac;          /* NULL when no context exists */
+  enum sluice__conn_state state;
+  int failed;                     /* lost or failed since last UP */
+  unsigned attempts;              /* consecutive failed attempts */
+  unsigned long ups;              /* handshakes completed */
+  struct event *timer;            /* connect timeout, or reconnect delay */
+  struct event *drop_ev;          /* deferred drop out of hiredis frames */
+  char errstr[192];
+};
+
+int sluice__conn_init(sluice__conn *conn, struct event_base *base,
+                      const sluice__conn_config *cfg);
+/* Start connecting now (no-op unless IDLE or WAITING). */
+void sluice__conn_start(sluice__conn *conn);
+/* Drop the connection from the loop (safe inside hiredis callbacks) and
+ * reconnect after backoff; reason goes to errstr. */
+void sluice__conn_fail(sluice__conn *conn, const char *reason);
+/* Free the context and timers; no callbacks of this conn run afterwards
+ * (pending hiredis callbacks still run, with NULL, inside this call). */
+void sluice__conn_shutdown(sluice__conn *conn);
+/* Send a command on the context (UP or CONNECTING). REDIS_OK/REDIS_ERR. */
+int sluice__conn_send(sluice__conn *conn, redisCallbackFn *fn, void *privdata,
+                      int argc, const char **argv, const size_t *lens);
+
+#endif

@@ -1,0 +1,3 @@
+-- Round-trip probe used by tests and benchmarks: returns Redis's time in ms.
+local t = redis.call('TIME')
+return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -1,0 +1,115 @@
+/*
+ * Private interface between the client (connections, scripts, blocking
+ * waits) and the primitives built on it. Never installed.
+ *
+ * Data flows one way: a primitive runs a script through sluice__eval(), the
+ * client sends it, and the reply comes back through the primitive's
+ * sluice__reply_fn from the loop. Primitives never touch hiredis contexts.
+ */
+#ifndef SLUICE_INTERNAL_H
+#define SLUICE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hiredis/hiredis.h>
+#include <sluice/sluice.h>
+
+#include "lua_scripts.h"
+
+struct event_base;
+
+/* ---- operations ---------------------------------------------------------- */
+
+typedef struct sluice__op sluice__op;
+
+/* Completion of one Redis step, called once from the loop.
+ *  status == SLUICE_OK:      reply is the (non-error) reply, borrowed.
+ *  status == SLUICE_EREDIS:  reply is the error reply (reply->str says why).
+ *  otherwise (ETIMEDOUT, ECONNECTION, ECANCELED, ...): reply is NULL. */
+typedef void sluice__reply_fn(void *userdata, int status, const redisReply *reply);
+
+/* Run script s with nkeys KEYS followed by ARGV (argc strings in all) by
+ * EVALSHA, falling back to EVAL on NOSCRIPT. timeout_ms 0 = client default.
+ * Returns 0 (fn will be called exactly once, never before this returns) or
+ * SLUICE_EINVAL / SLUICE_ENOMEM / SLUICE_ECLOSED (fn will not be called).
+ * *op (optional) lets the caller detach from the operation later. */
+int sluice__eval(sluice_client *c, const sluice__script *s, int nkeys, int argc,
+                 const char *const *argv, const size_t *lens, unsigned timeout_ms,
+                 sluice__reply_fn *fn, void *userdata, sluice__op **op);
+
+/* Send one plain command, same contract as sluice__eval. */
+int sluice__command(sluice_client *c, int argc, const char *const *argv,
+                    const size_t *lens, unsigned timeout_ms,
+                    sluice__reply_fn *fn, void *userdata, sluice__op **op);
+
+/* Forget an operation: its fn will never be called. Safe at any time before
+ * fn ran; the late reply, if any, is dropped. */
+void sluice__op_detach(sluice__op *op);
+
+/* ---- blocking waits ------------------------------------------------------ */
+
+typedef struct sluice__listener sluice__listener;
+
+/* An element popped from the listened list (data/len), or data == NULL after
+ * the blocking connection was re-established, when wake-ups may have been
+ * missed and the listener should re-check its state. */
+typedef void sluice__wake_fn(void *userdata, const char *data, size_t len);
+
+/* Wait (BRPOP, on the client's one blocking connection) for elements pushed
+ * to the list key. Several listeners may share a key: each element goes to
+ * the oldest listener of that key. */
+int sluice__listen(sluice_client *c, const char *key, sluice__wake_fn *fn,
+                   void *userdata, sluice__listener **out);
+void sluice__unlisten(sluice__listener *l);
+
+/* ---- client lifetime ----------------------------------------------------- */
+
+/* A primitive created on a client registers as a child: the client outlives
+ * its children, and on close every child's on_close runs (from the loop) so
+ * it can cancel pending user operations with SLUICE_ECANCELED. */
+typedef struct sluice__child {
+  struct sluice__child *prev, *next;
+  void (*on_close)(struct sluice__child *child);
+} sluice__child;
+
+void sluice__client_attach(sluice_client *c, sluice__child *child);
+void sluice__client_detach(sluice_client *c, sluice__child *child);
+int sluice__client_closing(const sluice_client *c);
+struct event_base *sluice__client_base(const sluice_client *c);
+unsigned sluice__client_op_timeout(const sluice_client *c);
+
+/* "<prefix><kind>:{<name>}:<part>" (part may be NULL: no trailing ":part"),
+ * malloc'd; NULL on OOM. The hash tag keeps one primitive in one slot. */
+char *sluice__key(const sluice_client *c, const char *kind, const char *name,
+                  const char *part);
+
+/* ---- utilities (util.c) -------------------------------------------------- */
+
+/* Monotonic clock in milliseconds / microseconds. */
+uint64_t sluice__mono_ms(void);
+uint64_t sluice__mono_us(void);
+/* 32 lowercase hex characters of fresh randomness + NUL. */
+void sluice__random_hex(char out[33]);
+/* Uniform in [0, n). */
+uint32_t sluice__random_below(uint32_t n);
+/* 1 if name is a valid primitive name (1..SLUICE_NAME_MAX bytes). */
+int sluice__valid_name(const char *name);
+/* Decimal text of v into buf (>= 24 bytes); returns the length. */
+size_t sluice__fmt_i64(char *buf, int64_t v);
+size_t sluice__fmt_u64(char *buf, uint64_t v);
+/* Integer value of an integer reply, or of a string reply holding one.
+ * Returns 0 on success, SLUICE_EPROTOCOL otherwise. */
+int sluice__reply_i64(const redisReply *r, int64_t *out);
+/* Element i of an array reply, or NULL if r is not an array that long. */
+const redisReply *sluice__reply_at(const redisReply *r, size_t i);
+/* Arm/schedule a one-shot timer in ms (0: next loop turn). */
+struct event;
+void sluice__timer_in(struct event *ev, uint64_t ms);
+
+/* Live internal objects (ops, handles), for leak checks in tests. */
+extern long sluice__live_objects;
+void *sluice__calloc(size_t n, size_t size);
+void sluice__free(void *p);
+
+#endif /* SLUICE_INTERNAL_H */

@@ -1,0 +1,294 @@
+/* Test harness; see harness.h. */
+#include "harness.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "sluice-internal.h"
+
+th_redis th_server;
+static const char *const *server_extra;
+static pid_t harness_pid;
+
+uint64_t th_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void th_fail(const char *file, int line, const char *fmt, ...) {
+  va_list ap;
+  fprintf(stderr, "# %s:%d: ", file, line);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\n");
+  fflush(stderr);
+  _exit(1);
+}
+
+static const char *find_redis_server(void) {
+  static char path[512];
+  const char *env = getenv("REDIS_SERVER");
+  if (env && *env) return env;
+  const char *p = getenv("PATH");
+  if (!p) p = "/usr/bin:/bin";
+  while (*p) {
+    const char *e = strchr(p, ':');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    snprintf(path, sizeof path, "%.*s/redis-server", (int)n, p);
+    if (access(path, X_OK) == 0) return path;
+    p += n + (e ? 1 : 0);
+  }
+  return NULL;
+}
+
+static int wait_ready(th_redis *r) {
+  for (int i = 0; i < 500; i++) { /* up to 5 s, checking every 10 ms */
+    redisContext *c = th_redis_connect(r);
+    if (c && !c->err) {
+      redisReply *rep = redisCommand(c, "PING");
+      int ok = rep && rep->type == REDIS_REPLY_STATUS;
+      if (rep) freeReplyObject(rep);
+      redisFree(c);
+      if (ok) return 0;
+    } else if (c) {
+      redisFree(c);
+    }
+    int st;
+    if (waitpid(r->pid, &st, WNOHANG) == r->pid) return -1;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return -1;
+}
+
+static int spawn(th_redis *r, const char *const *extra) {
+  const char *bin = find_redis_server();
+  if (!bin) return -2;
+  char port[16];
+  snprintf(port, sizeof port, "%d", r->port);
+  const char *argv[64];
+  int n = 0;
+  argv[n++] = bin;
+  argv[n++] = "--port"; argv[n++] = port;
+  argv[n++] = "--bind"; argv[n++] = "127.0.0.1";
+  argv[n++] = "--unixsocket"; argv[n++] = r->sock;
+  argv[n++] = "--unixsocketperm"; argv[n++] = "700";
+  argv[n++] = "--save"; argv[n++] = "";
+  argv[n++] = "--appendonly"; argv[n++] = "no";
+  argv[n++] = "--dir"; argv[n++] = r->dir;
+  argv[n++] = "--daemonize"; argv[n++] = "no";
+  argv[n++] = "--loglevel"; argv[n++] = "warning";
+  argv[n++] = "--logfile"; argv[n++] = "redis.log";
+  for (int i = 0; extra && extra[i] && n < 62; i++) argv[n++] = extra[i];
+  argv[n] = NULL;
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    setpgid(0, 0);
+    int devnull = open("/dev/null", O_RDWR);
+    if (devnull >= 0) { dup2(devnull, 0); dup2(devnull, 1); }
+    execv(bin, (char *const *)argv);
+    _exit(127);
+  }
+  r->pid = pid;
+  return wait_ready(r);
+}
+
+int th_redis_start(th_redis *r, int tcp_port, const char *const *extra) {
+  memset(r, 0, sizeof *r);
+  const char *tmp = getenv("TMPDIR");
+  snprintf(r->dir, sizeof r->dir, "%s/sluice-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(r->dir)) return -1;
+  snprintf(r->sock, sizeof r->sock, "%s/redis.sock", r->dir);
+  snprintf(r->url, sizeof r->url, "unix://%s", r->sock);
+  r->port = tcp_port;
+  server_extra = extra;
+  return spawn(r, extra);
+}
+
+static void kill_wait(th_redis *r) {
+  if (r->pid > 0) {
+    kill(r->pid, SIGCONT);
+    kill(r->pid, SIGKILL);
+    waitpid(r->pid, NULL, 0);
+    r->pid = 0;
+  }
+}
+
+void th_redis_stop(th_redis *r) {
+  char path[300];
+  kill_wait(r);
+  unlink(r->sock);
+  snprintf(path, sizeof path, "%s/redis.log", r->dir);
+  unlink(path);
+  rmdir(r->dir);
+}
+
+void th_redis_restart(th_redis *r) {
+  kill_wait(r);
+  unlink(r->sock);
+  if (spawn(r, server_extra) != 0) th_fail(__FILE__, __LINE__, "redis-server restart failed");
+}
+
+void th_redis_pause(th_redis *r) { kill(r->pid, SIGSTOP); }
+void th_redis_resume(th_redis *r) { kill(r->pid, SIGCONT); }
+
+redisContext *th_redis_connect(const th_redis *r) {
+  struct timeval tv = {2, 0};
+  return redisConnectUnixWithTimeout(r->sock, tv);
+}
+
+long long th_redis_int(const th_redis *r, const char *fmt, ...) {
+  va_list ap;
+  redisContext *c = th_redis_connect(r);
+  if (!c || c->err) th_fail(__FILE__, __LINE__, "cannot connect to test redis");
+  va_start(ap, fmt);
+  redisReply *rep = redisvCommand(c, fmt, ap);
+  va_end(ap);
+  long long v = 0;
+  if (!rep) th_fail(__FILE__, __LINE__, "command failed: %s", c->errstr);
+  if (rep->type == REDIS_REPLY_INTEGER) v = rep->integer;
+  else if (rep->type == REDIS_REPLY_STRING) v = strtoll(rep->str, NULL, 10);
+  else if (rep->type == REDIS_REPLY_NIL) v = 0;
+  else if (rep->type == REDIS_REPLY_STATUS) v = 0;
+  else th_fail(__FILE__, __LINE__, "unexpected reply type %d (%s)", rep->type,
+               rep->type == REDIS_REPLY_ERROR ? rep->str : "");
+  freeReplyObject(rep);
+  redisFree(c);
+  return v;
+}
+
+void th_redis_reset(void) {
+  th_redis_int(&th_server, "FLUSHALL");
+  th_redis_int(&th_server, "SCRIPT FLUSH");
+}
+
+static void flag_timeout_cb(evutil_socket_t fd, short what, void *arg) { *(int *)arg = 1; }
+
+int th_loop_until(struct event_base *base, const int *flag, unsigned timeout_ms) {
+  int expired = 0;
+  struct event *t = evtimer_new(base, flag_timeout_cb, &expired);
+  struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+  evtimer_add(t, &tv);
+  while (!*flag && !expired) event_base_loop(base, EVLOOP_ONCE);
+  event_free(t);
+  return *flag != 0;
+}
+
+int th_loop_drain(struct event_base *base, unsigned timeout_ms) {
+  uint64_t end = th_now_ms() + timeout_ms;
+  while (th_now_ms() < end) {
+    /* EVLOOP_NONBLOCK returns 1 when no events are pending at all. */
+    if (event_base_loop(base, EVLOOP_NONBLOCK) == 1) return 1;
+    int dummy = 0;
+    struct event *t = evtimer_new(base, flag_timeout_cb, &dummy);
+    struct timeval tv = {0, 1000};
+    evtimer_add(t, &tv);
+    event_base_loop(base, EVLOOP_ONCE);
+    event_free(t);
+  }
+  return 0;
+}
+
+void th_loop_for(struct event_base *base, unsigned ms) {
+  int never = 0;
+  th_loop_until(base, &never, ms);
+}
+
+static void cleanup(void) {
+  if (getpid() == harness_pid) th_redis_stop(&th_server);
+}
+
+static void on_signal(int sig) {
+  cleanup();
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+static int run_case(const th_case *tc) {
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    alarm(tc->timeout_s ? tc->timeout_s : 60);
+    signal(SIGALRM, SIG_DFL);
+    th_redis_reset();
+    tc->fn();
+    if (sluice__live_objects != 0)
+      th_fail(__FILE__, __LINE__, "%ld sluice objects still alive after the case",
+              sluice__live_objects);
+    fflush(stdout);
+    _exit(0);
+  }
+  int st;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+  if (WIFSIGNALED(st)) {
+    fprintf(stderr, "# case died with signal %d%s\n", WTERMSIG(st),
+            WTERMSIG(st) == SIGALRM ? " (time limit)" : "");
+    return 1;
+  }
+  /* The case may have stopped or killed the server: bring it back. */
+  if (kill(th_server.pid, 0) != 0 || waitpid(th_server.pid, NULL, WNOHANG) == th_server.pid) {
+    th_server.pid = 0;
+    th_redis_restart(&th_server);
+  }
+  th_redis_resume(&th_server);
+  return WEXITSTATUS(st);
+}
+
+static int selected(int argc, char **argv, const char *name) {
+  if (argc < 2) return 1;
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], name) == 0) return 1;
+  return 0;
+}
+
+int th_main(int argc, char **argv, const th_case *cases) {
+  int total = 0, failed = 0, n = 0;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  signal(SIGPIPE, SIG_IGN);
+  harness_pid = getpid();
+  int rc = th_redis_start(&th_server, 0, NULL);
+  if (rc == -2) {
+    const char *ci = getenv("CI");
+    if (ci && strcmp(ci, "true") == 0) {
+      printf("Bail out! redis-server not found (required under CI)\n");
+      return 1;
+    }
+    printf("1..0 # SKIP redis-server not found\n");
+    return 77;
+  }
+  if (rc != 0) {
+    printf("Bail out! cannot start redis-server\n");
+    th_redis_stop(&th_server);
+    return 1;
+  }
+  atexit(cleanup);
+  signal(SIGTERM, on_signal);
+  signal(SIGINT, on_signal);
+  for (const th_case *tc = cases; tc->name; tc++)
+    if (selected(argc, argv, tc->name)) total++;
+  printf("1..%d\n", total);
+  for (const th_case *tc = cases; tc->name; tc++) {
+    if (!selected(argc, argv, tc->name)) continue;
+    n++;
+    uint64_t t0 = th_now_ms();
+    int bad = run_case(tc) != 0;
+    failed += bad;
+    printf("%sok %d - %s # %llu ms\n", bad ? "not " : "", n, tc->name,
+           (unsigned long long)(th_now_ms() - t0));
+  }
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,279 @@
+/* The client: connecting, scripts, deadlines, reconnect, NOSCRIPT, close. */
+#include <string.h>
+
+#include <event2/event.h>
+#include <sluice/sluice.h>
+
+#include "harness.h"
+#include "sluice-internal.h"
+#include "url.h"
+
+typedef struct result {
+  int done;
+  int status;
+  long long value;
+  char err[128];
+} result;
+
+static void on_reply(void *ud, int status, const redisReply *reply) {
+  result *r = ud;
+  r->done++;
+  r->status = status;
+  int64_t v;
+  if (status == SLUICE_OK && sluice__reply_i64(reply, &v) == 0) r->value = v;
+  if (status == SLUICE_EREDIS) snprintf(r->err, sizeof r->err, "%s", reply->str);
+}
+
+static sluice_client *new_client(struct event_base *base, unsigned op_timeout) {
+  sluice_client_options o;
+  sluice_client_options_init(&o);
+  o.url = th_server.url;
+  o.op_timeout_ms = op_timeout;
+  o.reconnect_min_ms = 20;
+  o.reconnect_max_ms = 200;
+  sluice_client *c = NULL;
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  return c;
+}
+
+static void close_and_drain(struct event_base *base, sluice_client *c) {
+  sluice_client_free(c);
+  TH_ASSERT(th_loop_drain(base, 5000));
+  event_base_free(base);
+}
+
+static void ping(sluice_client *c, result *r, unsigned timeout) {
+  memset(r, 0, sizeof *r);
+  TH_ASSERT_EQ(sluice__eval(c, &sluice__lua_ping, 0, 0, NULL, NULL, timeout, on_reply, r, NULL), 0);
+}
+
+static void test_script_runs(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = new_client(base, 2000);
+  result r;
+  ping(c, &r, 0);
+  TH_ASSERT_EQ(r.done, 0); /* never inside the call that started it */
+  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  TH_ASSERT_EQ(r.status, SLUICE_OK);
+  TH_ASSERT_CMP(r.value, >, 1600000000000LL);
+  TH_ASSERT(sluice_client_is_connected(c));
+  close_and_drain(base, c);
+}
+
+static void test_pipelined(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = new_client(base, 2000);
+  enum { N = 2000 };
+  static result rs[N];
+  int done = 0;
+  for (int i = 0; i < N; i++) ping(c, &rs[i], 0);
+  uint64_t end = th_now_ms() + 5000;
+  while (th_now_ms() < end) {
+    done = 0;
+    for (int i = 0; i < N; i++) done += rs[i].done;
+    if (done == N) break;
+    event_base_loop(base, EVLOOP_ONCE);
+  }
+  TH_ASSERT_EQ(done, N);
+  for (int i = 0; i < N; i++) TH_ASSERT_EQ(rs[i].status, SLUICE_OK);
+  close_and_drain(base, c);
+}
+
+static void test_noscript_recovery(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = new_client(base, 2000);
+  result r;
+  ping(c, &r, 0);
+  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  th_redis_int(&th_server, "SCRIPT FLUSH");
+  ping(c, &r, 0);
+  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  TH_ASSERT_EQ(r.status, SLUICE_OK);
+  sluice_client_stats st;
+  sluice_client_get_stats(c, &st);
+  TH_ASSERT_CMP(st.noscript_reloads, >=, 1);
+  close_and_drain(base, c);
+}
+
+static void test_redis_error(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = new_client(base, 2000);
+  result r = {0};
+  const char *argv[] = {"NOSUCHCOMMAND"};
+  TH_ASSERT_EQ(sluice__command(c, 1, argv, NULL, 0, on_reply, &r, NULL), 0);
+  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  TH_ASSERT_EQ(r.status, SLUICE_EREDIS);
+  TH_ASSERT(strstr(r.err, "unknown command") != NULL);
+  close_and_drain(base, c);
+}
+
+static void test_deadline(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = new_client(base, 2000);
+  result r;
+  ping(c, &r, 0);
+  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  th_redis_pause(&th_server);
+  uint64_t t0 = th_now_ms();
+  ping(c, &r, 150);
+  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  TH_ASSERT_EQ(r.status, SLUICE_ETIMEDOUT);
+  TH_ASSERT_CMP(th_now_ms() - t0, <, 1000);
+  th_redis_resume(&th_server);
+  /* The late reply is dropped; the connection keeps working. */
+  th_loop_for(base, 100);
+  TH_ASSERT_EQ(r.done, 1);
+  ping(c, &r, 0);
+  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  TH_ASSERT_EQ(r.status, SLUICE_OK);
+  close_and_drain(base, c);
+}
+
+static int state_ups, state_downs;
+static void on_state(sluice_client *c, int connected, int status, void *ud) {
+  if (connected) state_ups++;
+  else state_downs++;
+}
+
+static void test_reconnect_after_client_kill(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = new_client(base, 2000);
+  sluice_client_set_state_cb(c, on_state, NULL);
+  result r;
+  ping(c, &r, 0);
+  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  th_redis_int(&th_server, "CLIENT KILL TYPE normal SKIPME yes");
+  int one = 0;
+  while (!state_downs && th_loop_until(base, &one, 50) == 0 && !state_downs) {}
+  TH_ASSERT_CMP(state_downs, >=, 1);
+  /* While down, operations fail at once rather than wait. */
+  if (!sluice_client_is_connected(c)) {
+    ping(c, &r, 0);
+    TH_ASSERT(th_loop_until(base, &r.done, 3000));
+    TH_ASSERT_EQ(r.status, SLUICE_ECONNECTION);
+  }
+  /* ...and the client comes back by itself. */
+  uint64_t end = th_now_ms() + 3000;
+  while (!sluice_client_is_connected(c) && th_now_ms() < end) event_base_loop(base, EVLOOP_ONCE);
+  TH_ASSERT(sluice_client_is_connected(c));
+  ping(c, &r, 0);
+  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  TH_ASSERT_EQ(r.status, SLUICE_OK);
+  close_and_drain(base, c);
+}
+
+static void test_reconnect_after_restart(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = new_client(base, 2000);
+  result r;
+  ping(c, &r, 0);
+  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  th_redis_restart(&th_server); /* scripts are gone too: NOSCRIPT path */
+  uint64_t end = th_now_ms() + 5000;
+  int ok = 0;
+  while (!ok && th_now_ms() < end) {
+    ping(c, &r, 500);
+    TH_ASSERT(th_loop_until(base, &r.done, 3000));
+    ok = r.status == SLUICE_OK;
+    if (!ok) th_loop_for(base, 20);
+  }
+  TH_ASSERT(ok);
+  close_and_drain(base, c);
+}
+
+static void test_close_cancels_pending(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = new_client(base, 2000);
+  result r;
+  ping(c, &r, 0);
+  sluice_client_free(c);
+  TH_ASSERT_EQ(r.done, 0);
+  TH_ASSERT(th_loop_drain(base, 3000));
+  TH_ASSERT_EQ(r.done, 1);
+  TH_ASSERT_EQ(r.status, SLUICE_ECANCELED);
+  event_base_free(base);
+}
+
+static void test_connect_refused_fails_within_deadline(void) {
+  struct event_base *base = event_base_new();
+  sluice_client_options o;
+  sluice_client_options_init(&o);
+  o.url = "unix:///nonexistent/sluice.sock";
+  o.reconnect_min_ms = 20;
+  sluice_client *c = NULL;
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), 0);
+  result r;
+  ping(c, &r, 300);
+  TH_ASSERT(th_loop_until(base, &r.done, 2000));
+  TH_ASSERT_EQ(r.status, SLUICE_ECONNECTION);
+  TH_ASSERT(strlen(sluice_client_last_error(c)) > 0);
+  close_and_drain(base, c);
+}
+
+static void test_url_parsing(void) {
+  sluice__endpoint ep;
+  TH_ASSERT_EQ(sluice__parse_url("redis://u:p%40ss@example:6380/3", &ep), 0);
+  TH_ASSERT_STR_EQ(ep.host, "example");
+  TH_ASSERT_EQ(ep.port, 6380);
+  TH_ASSERT_STR_EQ(ep.username, "u");
+  TH_ASSERT_STR_EQ(ep.password, "p@ss");
+  TH_ASSERT_EQ(ep.db, 3);
+  sluice__endpoint_clear(&ep);
+  TH_ASSERT_EQ(sluice__parse_url("redis://:secret@[::1]", &ep), 0);
+  TH_ASSERT_STR_EQ(ep.host, "::1");
+  TH_ASSERT(ep.username == NULL);
+  TH_ASSERT_STR_EQ(ep.password, "secret");
+  TH_ASSERT_EQ(ep.port, 6379);
+  sluice__endpoint_clear(&ep);
+  TH_ASSERT_EQ(sluice__parse_url("unix:///tmp/r.sock?db=2", &ep), 0);
+  TH_ASSERT_STR_EQ(ep.unix_path, "/tmp/r.sock");
+  TH_ASSERT_EQ(ep.db, 2);
+  sluice__endpoint_clear(&ep);
+  TH_ASSERT_EQ(sluice__parse_url("http://x", &ep), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice__parse_url("redis://h:99999", &ep), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice__parse_url("redis://h/x", &ep), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice__parse_url("", &ep), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice__parse_url(NULL, &ep), SLUICE_EINVAL);
+}
+
+static void test_bad_input(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = NULL;
+  TH_ASSERT_EQ(sluice_client_new(NULL, NULL, &c), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_client_new(base, NULL, NULL), SLUICE_EINVAL);
+  sluice_client_options o;
+  sluice_client_options_init(&o);
+  o.url = "bogus";
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_EINVAL);
+  TH_ASSERT(c == NULL);
+  sluice_client_free(NULL);
+  TH_ASSERT_STR_EQ(sluice_strerror(SLUICE_ETIMEDOUT), "operation timed out");
+  TH_ASSERT_STR_EQ(sluice_err_name(SLUICE_EBUSY), "SLUICE_EBUSY");
+  TH_ASSERT_STR_EQ(sluice_strerror(12345), "unknown status");
+  event_base_free(base);
+}
+
+static void test_script_embedding(void) {
+  for (const sluice__script *const *s = sluice__lua_all; *s; s++) {
+    TH_ASSERT_EQ(strlen((*s)->body), (*s)->len);
+    TH_ASSERT_EQ(strlen((*s)->sha), 40);
+  }
+}
+
+int main(int argc, char **argv) {
+  static const th_case cases[] = {
+      {"script_runs", test_script_runs, 0},
+      {"pipelined", test_pipelined, 0},
+      {"noscript_recovery", test_noscript_recovery, 0},
+      {"redis_error", test_redis_error, 0},
+      {"deadline", test_deadline, 0},
+      {"reconnect_after_client_kill", test_reconnect_after_client_kill, 0},
+      {"reconnect_after_restart", test_reconnect_after_restart, 0},
+      {"close_cancels_pending", test_close_cancels_pending, 0},
+      {"connect_refused", test_connect_refused_fails_within_deadline, 0},
+      {"url_parsing", test_url_parsing, 0},
+      {"bad_input", test_bad_input, 0},
+      {"script_embedding", test_script_embedding, 0},
+      {NULL, NULL, 0}};
+  return th_main(argc, argv, cases);
+}
