@@ -1,0 +1,51 @@
+/* `sluice`: semaphores, rate limits and delay queues from the shell. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *out) {
+  fputs(
+      "usage: sluice [--version] [--help] COMMAND ...\n"
+      "\n"
+      "  sluice sem run NAME -n PERMITS --ttl MS [--wait MS | --no-wait] [--fair] -- CMD [ARGS]\n"
+      "  sluice sem status NAME\n"
+      "  sluice rl check NAME KEY --algo fixed|sliding-log|sliding-counter|gcra\n"
+      "                 --limit N --period MS [--burst N] [--cost N]\n"
+      "  sluice rl wait  NAME KEY ... [--timeout MS]\n"
+      "  sluice dq push QUEUE [--delay MS | --at UNIX_MS] [--id ID] [PAYLOAD | -]\n"
+      "  sluice dq consume QUEUE [--batch N] [--visibility MS] [--max-attempts N] -- CMD [ARGS]\n"
+      "  sluice dq status QUEUE\n"
+      "\n"
+      "Every command takes --redis URL (redis://[user:pass@]host:port/db or\n"
+      "unix:///path; default $SLUICE_REDIS or " CLI_DEFAULT_REDIS ")\n"
+      "and --prefix PREFIX (key prefix, default \"sluice:\"). `sluice COMMAND --help`\n"
+      "describes each command.\n"
+      "\n"
+      "Exit status: 0 success (sem run: CMD's own status); 1 rate-limited (rl check);\n"
+      "64 bad arguments; 69 Redis unreachable or failing; 70 internal error;\n"
+      "75 no permit / not allowed within --wait / --timeout; 76 sem run: permit lost\n"
+      "while CMD ran (CMD got SIGTERM).\n",
+      out);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return CLI_EXIT_USAGE;
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+    usage(stdout);
+    return CLI_EXIT_OK;
+  }
+  if (strcmp(cmd, "--version") == 0) {
+    printf("sluice %s\n", sluice_version());
+    return CLI_EXIT_OK;
+  }
+  if (strcmp(cmd, "sem") == 0) return cli_sem_main(argc - 1, argv + 1);
+  if (strcmp(cmd, "rl") == 0) return cli_rl_main(argc - 1, argv + 1);
+  if (strcmp(cmd, "dq") == 0) return cli_dq_main(argc - 1, argv + 1);
+  cli_error("unknown command '%s' (try: sluice --help)", cmd);
+  return CLI_EXIT_USAGE;
+}
