@@ -3,6 +3,10 @@
 
 usage: embed_lua.py OUT.c OUT.h script1.lua [script2.lua ...]
 
+A line `--@include _NAME.lua` is replaced by that file (same folder), so
+scripts share helpers without Redis-side state. Files whose name starts with
+`_` are such helpers and are not emitted as scripts themselves.
+
 Each script `src/lua/NAME.lua` becomes `const sluice__script sluice__lua_NAME`
 holding the body (NUL-terminated, as decimal bytes so no quoting can break the C),
 its length and its SHA1 hex digest (what EVALSHA needs).
@@ -12,6 +16,22 @@ import os
 import sys
 
 
+def expand(path, seen=()):
+    """The script's bytes with --@include lines replaced, recursively."""
+    out = []
+    with open(path, 'rb') as f:
+        for line in f.read().split(b'\n'):
+            if line.startswith(b'--@include '):
+                name = line[len(b'--@include '):].strip().decode()
+                inc = os.path.join(os.path.dirname(path), name)
+                if inc in seen:
+                    sys.exit('%s: include cycle via %s' % (path, name))
+                out.append(expand(inc, seen + (path,)).rstrip(b'\n'))
+            else:
+                out.append(line)
+    return b'\n'.join(out)
+
+
 def main():
     out_c, out_h, scripts = sys.argv[1], sys.argv[2], sys.argv[3:]
     names = []
@@ -19,8 +39,9 @@ def main():
               '#include "lua_scripts.h"', '']
     for path in scripts:
         name = os.path.splitext(os.path.basename(path))[0]
-        with open(path, 'rb') as f:
-            data = f.read()
+        if name.startswith('_'):
+            continue
+        data = expand(path)
         if b'\0' in data:
             sys.exit('%s: NUL byte in script' % path)
         sha = hashlib.sha1(data).hexdigest()

@@ -51,9 +51,12 @@ SLUICE_EXPORT int sluice_sem_new(sluice_client *client, const char *name,
                                  const sluice_sem_options *opts,
                                  sluice_sem **out);
 
-/* Free the handle. Pending acquires complete with SLUICE_ECANCELED from the
- * loop (the only callbacks that may still fire); permits still held through
- * it are released in Redis and their handles become invalid. NULL is a no-op. */
+/* Free the handle. Pending acquires, releases and inspections complete with
+ * SLUICE_ECANCELED inside this call (the handle is still valid during those
+ * callbacks; calls on it answer SLUICE_ECLOSED); no callback of it fires
+ * afterwards. Permits still held through it are released in Redis and their
+ * handles become invalid. May be called from the handle's own callbacks.
+ * NULL is a no-op. */
 SLUICE_EXPORT void sluice_sem_free(sluice_sem *sem);
 
 SLUICE_EXPORT const char *sluice_sem_name(const sluice_sem *sem);
@@ -104,8 +107,10 @@ SLUICE_EXPORT int sluice_permit_lost(const sluice_permit *permit);
  * taken away; or a transport error (the lease then simply expires). */
 typedef void sluice_release_cb(sluice_sem *sem, int status, void *userdata);
 
-/* Release the permit and free its handle (invalid after this call). cb may be
- * NULL. Releasing frees only this permit, never another holder's. */
+/* Release the permit and free its handle (invalid after this call, even when
+ * an error is returned). cb may be NULL. Releasing frees only this permit,
+ * never another holder's; releasing a lost permit is harmless. After the
+ * client was closed it returns SLUICE_ECLOSED and the lease simply expires. */
 SLUICE_EXPORT int sluice_permit_release(sluice_permit *permit,
                                         sluice_release_cb *cb, void *userdata);
 
