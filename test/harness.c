@@ -92,6 +92,7 @@ static int spawn(th_redis *r, const char *const *extra) {
   argv[n++] = "--daemonize"; argv[n++] = "no";
   argv[n++] = "--loglevel"; argv[n++] = "warning";
   argv[n++] = "--logfile"; argv[n++] = "redis.log";
+  argv[n++] = "--pidfile"; argv[n++] = "redis.pid"; /* see adopt_restarted() */
   for (int i = 0; extra && extra[i] && n < 62; i++) argv[n++] = extra[i];
   argv[n] = NULL;
   pid_t pid = fork();
@@ -133,6 +134,8 @@ void th_redis_stop(th_redis *r) {
   kill_wait(r);
   unlink(r->sock);
   snprintf(path, sizeof path, "%s/redis.log", r->dir);
+  unlink(path);
+  snprintf(path, sizeof path, "%s/redis.pid", r->dir);
   unlink(path);
   rmdir(r->dir);
 }
@@ -218,6 +221,25 @@ static void on_signal(int sig) {
   raise(sig);
 }
 
+/* A case that called th_redis_restart left its own server running (its child,
+ * orphaned when the case exited): adopt it so it is reused and stopped at the
+ * end instead of leaked. */
+static void adopt_restarted(th_redis *r) {
+  char path[300];
+  long pid = 0;
+  snprintf(path, sizeof path, "%s/redis.pid", r->dir);
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  if (fscanf(f, "%ld", &pid) != 1) pid = 0;
+  fclose(f);
+  if (pid <= 0 || (pid_t)pid == r->pid || kill((pid_t)pid, 0) != 0) return;
+  if (r->pid > 0) {
+    kill(r->pid, SIGKILL);
+    waitpid(r->pid, NULL, 0);
+  }
+  r->pid = (pid_t)pid;
+}
+
 static int run_case(const th_case *tc) {
   pid_t pid = fork();
   if (pid < 0) return -1;
@@ -239,6 +261,7 @@ static int run_case(const th_case *tc) {
             WTERMSIG(st) == SIGALRM ? " (time limit)" : "");
     return 1;
   }
+  adopt_restarted(&th_server);
   /* The case may have stopped or killed the server: bring it back. */
   if (kill(th_server.pid, 0) != 0 || waitpid(th_server.pid, NULL, WNOHANG) == th_server.pid) {
     th_server.pid = 0;
