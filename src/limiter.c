@@ -1,1 +1,541 @@
-/* placeholder, replaced by the limiter module */
+/*
+ * Rate limiters: build KEYS/ARGV, run one of the rl_* scripts, decode its
+ * reply, apply the Redis-down policy, and keep the local wait queues.
+ *
+ * Every user operation is a request (struct sluice_rl_waiter, also the
+ * public wait handle) linked in lim->reqs until its callback has run. A
+ * request's one timer does whatever must happen later from the loop: deliver
+ * a deferred completion, apply the down policy, retry a wait, or end it at
+ * its deadline. Freeing the limiter or closing the client turns every
+ * pending request into a deferred SLUICE_ECANCELED; the limiter's memory
+ * lives until the last of those has run.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <event2/event_struct.h>
+
+#include "limiter-internal.h"
+#include "sluice-internal.h"
+
+#define WAIT_QUEUE_DEFAULT 128
+/* Lua numbers are doubles: keep GCRA's bucket span (us) exact. */
+#define GCRA_SPAN_MAX (INT64_C(1) << 52)
+
+typedef enum { RQ_CHECK, RQ_PEEK, RQ_WAIT } rq_kind;
+
+/* What a request's timer does when it fires. */
+typedef enum {
+  RT_NONE,
+  RT_DOWN,     /* Redis could not be asked: apply the down policy */
+  RT_FINISH,   /* complete with rq->status (and rq->res if have_res) */
+  RT_ATTEMPT,  /* wait at the head of its queue: ask (again) now */
+  RT_DEADLINE  /* wait: the timeout passed */
+} rq_action;
+
+typedef struct rl_queue {
+  sluice__rl_entry e;
+  struct sluice_rl_waiter *head, *tail;
+  unsigned count;
+  char key[];
+} rl_queue;
+
+struct sluice_rl_waiter {
+  sluice_limiter *lim;
+  struct sluice_rl_waiter *prev, *next;  /* lim->reqs */
+  struct sluice_rl_waiter *qnext;        /* FIFO of its key's queue */
+  rl_queue *queue;                       /* waits, while queued */
+  rq_kind kind;
+  unsigned cost;
+  sluice_limiter_cb *cb;
+  void *ud;
+  sluice__op *op;                        /* script in flight */
+  struct event timer;
+  rq_action action;
+  int status;
+  int have_res;
+  sluice_rl_result res;                  /* deferred result / last denial */
+  uint64_t deadline_ms;                  /* waits: monotonic; 0 = none */
+  char *rkey;                            /* the Redis key (malloc) */
+  char key[];
+};
+typedef struct sluice_rl_waiter rl_req;
+
+struct sluice_limiter {
+  sluice__child child;                   /* first: on_close gets &child */
+  sluice_client *c;                      /* NULL once freed */
+  struct event_base *base;
+  char *name;
+  sluice_limiter_options opts;
+  sluice__rl_params params;
+  const sluice__script *script;
+  const char *suffix;                    /* last part of every key */
+  char limit_s[24], period_s[24], burst_s[24];
+  sluice__rl_local *local;
+  sluice__rl_map queues;                 /* key -> rl_queue */
+  rl_req *reqs;
+  unsigned in_cb;                        /* user callbacks on the stack */
+  unsigned seen_up : 1;                  /* the client was connected once */
+  unsigned closed : 1;                   /* the client is closing */
+  unsigned freed : 1;
+};
+
+static void rq_finish(rl_req *rq, int status, const sluice_rl_result *res);
+static void rq_attempt(rl_req *rq);
+
+/* ---- names --------------------------------------------------------------- */
+
+static const char *const algo_names[] = {NULL, "fixed", "sliding-log", "sliding-counter", "gcra"};
+static const char *const algo_suffix[] = {NULL, "fw", "log", "swc", "gcra"};
+
+const char *sluice_rl_algo_name(sluice_rl_algo algo) {
+  return algo >= SLUICE_RL_FIXED && algo <= SLUICE_RL_GCRA ? algo_names[algo] : NULL;
+}
+
+int sluice_rl_algo_parse(const char *name, sluice_rl_algo *out) {
+  if (!name || !out) return SLUICE_EINVAL;
+  for (int a = SLUICE_RL_FIXED; a <= SLUICE_RL_GCRA; a++) {
+    if (strcmp(name, algo_names[a]) == 0) {
+      *out = (sluice_rl_algo)a;
+      return SLUICE_OK;
+    }
+  }
+  return SLUICE_EINVAL;
+}
+
+const char *sluice_rl_source_name(sluice_rl_source source) {
+  switch (source) {
+  case SLUICE_RL_REDIS: return "redis";
+  case SLUICE_RL_LOCAL: return "local";
+  case SLUICE_RL_UNCHECKED: return "unchecked";
+  }
+  return NULL;
+}
+
+static const sluice__script *algo_script(sluice_rl_algo algo) {
+  switch (algo) {
+  case SLUICE_RL_FIXED: return &sluice__lua_rl_fixed;
+  case SLUICE_RL_SLIDING_LOG: return &sluice__lua_rl_sliding_log;
+  case SLUICE_RL_SLIDING_COUNTER: return &sluice__lua_rl_sliding_counter;
+  default: return &sluice__lua_rl_gcra;
+  }
+}
+
+/* ---- request plumbing ---------------------------------------------------- */
+
+static int64_t capacity(const sluice_limiter *lim) { return lim->params.burst; }
+
+static void rq_arm(rl_req *rq, rq_action action, uint64_t ms) {
+  rq->action = action;
+  evtimer_del(&rq->timer);
+  sluice__timer_in(&rq->timer, ms);
+}
+
+/* Complete (or act) on the next loop turn, never inside the caller. */
+static void rq_defer(rl_req *rq, rq_action action, int status) {
+  rq->status = status;
+  rq_arm(rq, action, 0);
+}
+
+static void rq_detach_op(rl_req *rq) {
+  if (rq->op) sluice__op_detach(rq->op);
+  rq->op = NULL;
+}
+
+static void queue_free(sluice_limiter *lim, rl_queue *q) {
+  sluice__rl_map_remove(&lim->queues, &q->e);
+  sluice__free(q);
+}
+
+/* Take rq out of its key's FIFO; a new head starts at once (from the loop). */
+static void queue_remove(rl_req *rq) {
+  rl_queue *q = rq->queue;
+  if (!q) return;
+  rl_req **p = &q->head, *prev = NULL;
+  while (*p != rq) prev = *p, p = &(*p)->qnext;
+  int was_head = q->head == rq;
+  *p = rq->qnext;
+  if (q->tail == rq) q->tail = prev;
+  rq->qnext = NULL;
+  rq->queue = NULL;
+  if (--q->count == 0) queue_free(rq->lim, q);
+  else if (was_head && !rq->lim->closed && !rq->lim->freed) rq_defer(q->head, RT_ATTEMPT, SLUICE_OK);
+}
+
+static int queue_add(sluice_limiter *lim, rl_req *rq, rl_queue **out) {
+  size_t klen = strlen(rq->key);
+  rl_queue *q = (rl_queue *)sluice__rl_map_find(&lim->queues, rq->key, klen);
+  if (!q) {
+    q = sluice__calloc(1, sizeof *q + klen + 1);
+    if (!q) return SLUICE_ENOMEM;
+    memcpy(q->key, rq->key, klen + 1);
+    q->e.key = q->key;
+    q->e.klen = klen;
+    if (sluice__rl_map_insert(&lim->queues, &q->e) != 0) {
+      sluice__free(q);
+      return SLUICE_ENOMEM;
+    }
+  }
+  *out = q;
+  if (q->count >= lim->opts.wait_queue_max) return SLUICE_EFULL;
+  if (q->tail) q->tail->qnext = rq;
+  else q->head = rq;
+  q->tail = rq;
+  q->count++;
+  rq->queue = q;
+  return SLUICE_OK;
+}
+
+static void rq_unlink(rl_req *rq) {
+  sluice_limiter *lim = rq->lim;
+  if (rq->prev) rq->prev->next = rq->next;
+  else lim->reqs = rq->next;
+  if (rq->next) rq->next->prev = rq->prev;
+  rq->prev = rq->next = NULL;
+}
+
+static void rq_free(rl_req *rq) {
+  evtimer_del(&rq->timer);
+  free(rq->rkey);
+  sluice__free(rq);
+}
+
+static void lim_maybe_destroy(sluice_limiter *lim) {
+  if (!lim->freed || lim->reqs || lim->in_cb) return;
+  free(lim->name);
+  sluice__free(lim);
+}
+
+static void rq_timer_cb(evutil_socket_t fd, short what, void *arg);
+
+static int rq_new(sluice_limiter *lim, rq_kind kind, const char *key, unsigned cost,
+                  sluice_limiter_cb *cb, void *ud, rl_req **out) {
+  size_t klen = strlen(key);
+  rl_req *rq = sluice__calloc(1, sizeof *rq + klen + 1);
+  if (!rq) return SLUICE_ENOMEM;
+  memcpy(rq->key, key, klen + 1);
+  rq->lim = lim;
+  rq->kind = kind;
+  rq->cost = cost;
+  rq->cb = cb;
+  rq->ud = ud;
+  rq->rkey = sluice__rl_redis_key(lim, key);
+  if (!rq->rkey) {
+    sluice__free(rq);
+    return SLUICE_ENOMEM;
+  }
+  evtimer_assign(&rq->timer, lim->base, rq_timer_cb, rq);
+  rq->next = lim->reqs;
+  if (lim->reqs) lim->reqs->prev = rq;
+  lim->reqs = rq;
+  *out = rq;
+  return SLUICE_OK;
+}
+
+/* Forget rq without calling back (its start failed inside the API call). */
+static void rq_drop(rl_req *rq) {
+  queue_remove(rq);
+  rq_unlink(rq);
+  rq_free(rq);
+}
+
+/* Run the user's callback once, then release rq (and maybe the limiter). */
+static void rq_finish(rl_req *rq, int status, const sluice_rl_result *res) {
+  sluice_limiter *lim = rq->lim;
+  sluice_rl_result copy;
+  if (res) copy = *res; /* res may live in rq */
+  rq_detach_op(rq);
+  queue_remove(rq);
+  rq_unlink(rq);
+  sluice_limiter_cb *cb = rq->cb;
+  void *ud = rq->ud;
+  rq_free(rq);
+  lim->in_cb++;
+  cb(lim, status, res ? &copy : NULL, ud);
+  lim->in_cb--;
+  lim_maybe_destroy(lim);
+}
+
+/* ---- Redis --------------------------------------------------------------- */
+
+static int parse_reply(const sluice_limiter *lim, const redisReply *r, sluice_rl_result *res) {
+  int64_t v[4];
+  if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 4) return SLUICE_EPROTOCOL;
+  for (size_t i = 0; i < 4; i++)
+    if (sluice__reply_i64(sluice__reply_at(r, i), &v[i]) != 0) return SLUICE_EPROTOCOL;
+  res->allowed = v[0] != 0;
+  res->source = SLUICE_RL_REDIS;
+  res->limit = capacity(lim);
+  res->remaining = v[1];
+  res->retry_after_ms = v[0] ? 0 : v[2];
+  res->reset_after_ms = v[3];
+  return SLUICE_OK;
+}
+
+/* A decision was made (by Redis or locally): done, unless a wait was denied. */
+static void rq_decided(rl_req *rq, const sluice_rl_result *res) {
+  if (rq->kind != RQ_WAIT || res->allowed) {
+    rq_finish(rq, SLUICE_OK, res);
+    return;
+  }
+  uint64_t now = sluice__mono_ms();
+  uint64_t retry = res->retry_after_ms > 0 ? (uint64_t)res->retry_after_ms : 1;
+  rq->res = *res;
+  rq->have_res = 1;
+  /* Capacity only comes back with time: past the deadline it cannot pass. */
+  if (res->retry_after_ms < 0 || (rq->deadline_ms && now + retry > rq->deadline_ms)) {
+    rq_finish(rq, SLUICE_ETIMEDOUT, res);
+    return;
+  }
+  rq_arm(rq, RT_ATTEMPT, retry);
+}
+
+/* Redis could not be asked (status ECONNECTION or ETIMEDOUT). */
+static void rq_down(rl_req *rq, int status) {
+  sluice_limiter *lim = rq->lim;
+  sluice_rl_result res = {1, SLUICE_RL_UNCHECKED, capacity(lim), -1, 0, 0};
+  switch (lim->opts.on_redis_down) {
+  case SLUICE_RL_FAIL_OPEN:
+    rq_finish(rq, SLUICE_OK, &res);
+    return;
+  case SLUICE_RL_FAIL_LOCAL:
+    status = sluice__rl_local_check(lim->local, rq->key, rq->cost, rq->kind == RQ_PEEK,
+                                    sluice__mono_us(), &res);
+    if (status == SLUICE_OK) {
+      rq_decided(rq, &res);
+      return;
+    }
+    break;
+  default:
+    break;
+  }
+  rq_finish(rq, status, NULL);
+}
+
+static void on_reply(void *ud, int status, const redisReply *reply) {
+  rl_req *rq = ud;
+  sluice_rl_result res;
+  rq->op = NULL;
+  if (status == SLUICE_OK || status == SLUICE_EREDIS) rq->lim->seen_up = 1;
+  if (status == SLUICE_OK) status = parse_reply(rq->lim, reply, &res);
+  if (status == SLUICE_OK) rq_decided(rq, &res);
+  else if (status == SLUICE_ECONNECTION || status == SLUICE_ETIMEDOUT) rq_down(rq, status);
+  else rq_finish(rq, status, NULL);
+}
+
+/* Ask Redis; once the connection was lost, answer from the down policy at
+ * once (next loop turn) instead of building an op that fails anyway. */
+static int rq_send(rl_req *rq) {
+  sluice_limiter *lim = rq->lim;
+  if (sluice_client_is_connected(lim->c)) {
+    lim->seen_up = 1;
+  } else if (lim->seen_up) {
+    rq_defer(rq, RT_DOWN, SLUICE_ECONNECTION);
+    return SLUICE_OK;
+  }
+  char cost[24];
+  const char *argv[6] = {rq->rkey, lim->limit_s, lim->period_s, cost,
+                         rq->kind == RQ_PEEK ? "1" : "0", lim->burst_s};
+  size_t lens[6] = {strlen(rq->rkey), strlen(lim->limit_s), strlen(lim->period_s),
+                    sluice__fmt_u64(cost, rq->cost), 1, strlen(lim->burst_s)};
+  return sluice__eval(lim->c, lim->script, 1, 6, argv, lens, lim->opts.op_timeout_ms,
+                      on_reply, rq, &rq->op);
+}
+
+/* A wait at the head of its queue asks again (or gives up at its deadline). */
+static void rq_attempt(rl_req *rq) {
+  uint64_t now = sluice__mono_ms();
+  if (rq->deadline_ms && now >= rq->deadline_ms) {
+    rq_finish(rq, SLUICE_ETIMEDOUT, rq->have_res ? &rq->res : NULL);
+    return;
+  }
+  int rc = rq_send(rq);
+  if (rc != SLUICE_OK) {
+    rq_finish(rq, rc, NULL);
+    return;
+  }
+  if (rq->op && rq->deadline_ms) rq_arm(rq, RT_DEADLINE, rq->deadline_ms - now);
+}
+
+static void rq_timer_cb(evutil_socket_t fd, short what, void *arg) {
+  rl_req *rq = arg;
+  switch (rq->action) {
+  case RT_DOWN: rq_down(rq, rq->status); break;
+  case RT_FINISH: rq_finish(rq, rq->status, rq->have_res ? &rq->res : NULL); break;
+  case RT_ATTEMPT: rq_attempt(rq); break;
+  case RT_DEADLINE: rq_finish(rq, SLUICE_ETIMEDOUT, rq->have_res ? &rq->res : NULL); break;
+  case RT_NONE: break;
+  }
+}
+
+/* Every pending request completes with SLUICE_ECANCELED from the loop. */
+static void cancel_all(sluice_limiter *lim) {
+  for (rl_req *rq = lim->reqs; rq; rq = rq->next) {
+    rq_detach_op(rq);
+    queue_remove(rq); /* no new heads: closed or freed is already set */
+    if (rq->action == RT_FINISH) continue;
+    rq->have_res = 0;
+    rq_defer(rq, RT_FINISH, SLUICE_ECANCELED);
+  }
+}
+
+static void on_client_close(sluice__child *child) {
+  sluice_limiter *lim = (sluice_limiter *)child;
+  lim->closed = 1;
+  cancel_all(lim);
+}
+
+/* ---- public API ---------------------------------------------------------- */
+
+void sluice_limiter_options_init(sluice_limiter_options *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->algo = SLUICE_RL_FIXED;
+  o->on_redis_down = SLUICE_RL_FAIL_CLOSED;
+  o->wait_queue_max = WAIT_QUEUE_DEFAULT;
+}
+
+static int check_options(const sluice_limiter_options *o) {
+  if (!sluice_rl_algo_name(o->algo)) return SLUICE_EINVAL;
+  if (o->limit < 1 || o->limit > SLUICE_RL_LIMIT_MAX) return SLUICE_EINVAL;
+  if (o->period_ms < 1 || o->period_ms > SLUICE_RL_PERIOD_MAX) return SLUICE_EINVAL;
+  if (o->burst > SLUICE_RL_LIMIT_MAX) return SLUICE_EINVAL;
+  if (o->on_redis_down != SLUICE_RL_FAIL_CLOSED && o->on_redis_down != SLUICE_RL_FAIL_OPEN &&
+      o->on_redis_down != SLUICE_RL_FAIL_LOCAL)
+    return SLUICE_EINVAL;
+  if (o->algo == SLUICE_RL_GCRA) {
+    int64_t t = ((int64_t)o->period_ms * 1000 + o->limit - 1) / o->limit;
+    int64_t burst = o->burst ? o->burst : o->limit;
+    if (burst > GCRA_SPAN_MAX / t) return SLUICE_EINVAL;
+  }
+  return SLUICE_OK;
+}
+
+static void set_params(sluice_limiter *lim) {
+  const sluice_limiter_options *o = &lim->opts;
+  lim->params.algo = o->algo;
+  lim->params.limit = o->limit;
+  lim->params.period_ms = o->period_ms;
+  lim->params.burst = o->algo == SLUICE_RL_GCRA && o->burst ? o->burst : o->limit;
+  lim->script = algo_script(o->algo);
+  lim->suffix = algo_suffix[o->algo];
+  sluice__fmt_u64(lim->limit_s, o->limit);
+  sluice__fmt_u64(lim->period_s, o->period_ms);
+  sluice__fmt_u64(lim->burst_s, (uint64_t)lim->params.burst);
+}
+
+int sluice_limiter_new(sluice_client *c, const char *name, const sluice_limiter_options *opts,
+                       sluice_limiter **out) {
+  if (out) *out = NULL;
+  if (!c || !opts || !out || !sluice__valid_name(name)) return SLUICE_EINVAL;
+  int rc = check_options(opts);
+  if (rc) return rc;
+  if (sluice__client_closing(c)) return SLUICE_ECLOSED;
+  sluice_limiter *lim = sluice__calloc(1, sizeof *lim);
+  if (!lim) return SLUICE_ENOMEM;
+  lim->c = c;
+  lim->base = sluice__client_base(c);
+  lim->opts = *opts;
+  if (!lim->opts.wait_queue_max) lim->opts.wait_queue_max = WAIT_QUEUE_DEFAULT;
+  set_params(lim);
+  lim->name = strdup(name);
+  if (opts->on_redis_down == SLUICE_RL_FAIL_LOCAL) lim->local = sluice__rl_local_new(&lim->params);
+  if (!lim->name || (opts->on_redis_down == SLUICE_RL_FAIL_LOCAL && !lim->local)) {
+    sluice__rl_local_free(lim->local);
+    free(lim->name);
+    sluice__free(lim);
+    return SLUICE_ENOMEM;
+  }
+  lim->child.on_close = on_client_close;
+  sluice__client_attach(c, &lim->child);
+  *out = lim;
+  return SLUICE_OK;
+}
+
+void sluice_limiter_free(sluice_limiter *lim) {
+  if (!lim || lim->freed) return;
+  lim->freed = 1;
+  cancel_all(lim);
+  sluice__rl_map_clear(&lim->queues);
+  sluice__rl_local_free(lim->local);
+  lim->local = NULL;
+  sluice__client_detach(lim->c, &lim->child); /* may release a closed client */
+  lim->c = NULL;
+  lim_maybe_destroy(lim);
+}
+
+const char *sluice_limiter_name(const sluice_limiter *lim) { return lim ? lim->name : NULL; }
+
+static int check_call(const sluice_limiter *lim, const char *key, unsigned cost,
+                      sluice_limiter_cb *cb) {
+  if (!lim || !cb || lim->freed || !sluice__valid_name(key)) return SLUICE_EINVAL;
+  if (cost < 1 || cost > capacity(lim)) return SLUICE_EINVAL;
+  if (lim->closed || sluice__client_closing(lim->c)) return SLUICE_ECLOSED;
+  return SLUICE_OK;
+}
+
+static int start_now(sluice_limiter *lim, rq_kind kind, const char *key, unsigned cost,
+                     sluice_limiter_cb *cb, void *ud) {
+  rl_req *rq;
+  int rc = check_call(lim, key, cost, cb);
+  if (rc == SLUICE_OK) rc = rq_new(lim, kind, key, cost, cb, ud, &rq);
+  if (rc == SLUICE_OK && (rc = rq_send(rq)) != SLUICE_OK) rq_drop(rq);
+  return rc;
+}
+
+int sluice_limiter_check(sluice_limiter *lim, const char *key, unsigned cost,
+                         sluice_limiter_cb *cb, void *ud) {
+  return start_now(lim, RQ_CHECK, key, cost, cb, ud);
+}
+
+int sluice_limiter_peek(sluice_limiter *lim, const char *key, unsigned cost,
+                        sluice_limiter_cb *cb, void *ud) {
+  return start_now(lim, RQ_PEEK, key, cost, cb, ud);
+}
+
+int sluice_limiter_wait(sluice_limiter *lim, const char *key, unsigned cost, unsigned timeout_ms,
+                        sluice_limiter_cb *cb, void *ud, sluice_rl_waiter **handle) {
+  rl_req *rq;
+  rl_queue *q = NULL;
+  int rc = check_call(lim, key, cost, cb);
+  if (rc == SLUICE_OK) rc = rq_new(lim, RQ_WAIT, key, cost, cb, ud, &rq);
+  if (rc != SLUICE_OK) return rc;
+  if (timeout_ms) rq->deadline_ms = sluice__mono_ms() + timeout_ms;
+  rc = queue_add(lim, rq, &q);
+  if (rc == SLUICE_ENOMEM) {
+    rq_drop(rq);
+    return rc;
+  }
+  if (rc == SLUICE_EFULL) rq_defer(rq, RT_FINISH, SLUICE_EFULL);
+  else if (q->head == rq) rq_defer(rq, RT_ATTEMPT, SLUICE_OK);
+  else if (timeout_ms) rq_arm(rq, RT_DEADLINE, timeout_ms);
+  if (handle) *handle = rq;
+  return SLUICE_OK;
+}
+
+int sluice_limiter_wait_cancel(sluice_rl_waiter *rq) {
+  if (!rq) return SLUICE_EINVAL;
+  if (rq->action == RT_FINISH) return SLUICE_OK; /* already completing */
+  rq_detach_op(rq);
+  queue_remove(rq);
+  rq->have_res = 0;
+  rq_defer(rq, RT_FINISH, SLUICE_ECANCELED);
+  return SLUICE_OK;
+}
+
+char *sluice__rl_redis_key(const sluice_limiter *lim, const char *key) {
+  char len[24];
+  size_t nl = sluice__fmt_u64(len, strlen(lim->name));
+  size_t n = strlen(lim->name), k = strlen(key);
+  char *tag = malloc(nl + n + k + 3);
+  if (!tag) return NULL;
+  memcpy(tag, len, nl);
+  tag[nl] = ':';
+  memcpy(tag + nl + 1, lim->name, n);
+  tag[nl + 1 + n] = ':';
+  memcpy(tag + nl + n + 2, key, k + 1);
+  char *rkey = sluice__key(lim->c, "rl", tag, lim->suffix);
+  free(tag);
+  return rkey;
+}

@@ -1,4 +1,178 @@
+/*
+ * Distributed rate limiters.
+ *
+ * A limiter has a name, an algorithm, a limit per period (and, for GCRA, a
+ * burst). A check asks whether `cost` units may pass now for one key (a user,
+ * an IP address, ...). Every decision is one atomic Lua script on Redis's own
+ * clock (TIME), never the client's, and every key expires once it is idle.
+ *
+ * Algorithms:
+ *  - SLUICE_RL_FIXED: at most `limit` units per window of `period_ms`, windows
+ *    aligned to server time (window n covers [n*period, (n+1)*period)). Cheap
+ *    and exact per window, but up to 2*limit may pass around a boundary.
+ *  - SLUICE_RL_SLIDING_LOG: exact — never more than `limit` units in ANY span
+ *    of `period_ms`. Keeps one sorted-set entry per admitted unit, so memory
+ *    is O(limit) per key (see README for measured bytes). Denied requests are
+ *    not recorded.
+ *  - SLUICE_RL_SLIDING_COUNTER: two fixed-window counters weighted by how far
+ *    the current window has run (estimate = prev * (1 - elapsed/period) + cur).
+ *    O(1) memory; an approximation that assumes the previous window's traffic
+ *    was spread evenly, so it can admit somewhat more or less than an exact
+ *    sliding window would.
+ *  - SLUICE_RL_GCRA: a token bucket (equivalently a leaky bucket used as a
+ *    meter) of `burst` units refilled at limit/period, in one key holding one
+ *    timestamp. It is a rate, not a window count. Worked example: limit 17,
+ *    period 30000, burst 17 admits 17 requests at once, then one every
+ *    30000/17 = 1765 ms. Starting full, a 30 s span can therefore see up to
+ *    17 + 17 = 34 units. For "never more than 17 in any 30 s" use the sliding
+ *    log; with GCRA pick burst = 1 to space requests evenly. Over any run
+ *    that starts with an idle key, the admitted units are at most
+ *    burst + elapsed * limit / period (+1 at the edges). The emission
+ *    interval period/limit is kept in whole microseconds, rounded up.
+ *
+ * Results are in milliseconds and rounded so they can be trusted: a request
+ * sent retry_after_ms after a denial is admitted unless others took the
+ * capacity in between.
+ *
+ * A cost larger than the capacity (limit; for GCRA, burst) can never pass:
+ * check, peek and wait refuse it with SLUICE_EINVAL.
+ *
+ * Every limiter keeps its keys at
+ *   <prefix>rl:{<strlen(name)>:<name>:<key>}:<fw|log|swc|gcra>
+ * so names and keys cannot collide, each key has its own hash tag (one
+ * slot), and two algorithms never share a key. Limiters (in one process or
+ * many) that use the same name and algorithm share state and should agree on
+ * limit, period and burst.
+ */
 #ifndef SLUICE_LIMITER_H
 #define SLUICE_LIMITER_H
+
+#include <stdint.h>
 #include <sluice/sluice.h>
+
+#ifdef __cplusplus
+extern "C" {
 #endif
+
+typedef struct sluice_client sluice_client;
+typedef struct sluice_limiter sluice_limiter;
+typedef struct sluice_rl_waiter sluice_rl_waiter;
+
+typedef enum sluice_rl_algo {
+  SLUICE_RL_FIXED = 1,
+  SLUICE_RL_SLIDING_LOG = 2,
+  SLUICE_RL_SLIDING_COUNTER = 3,
+  SLUICE_RL_GCRA = 4
+} sluice_rl_algo;
+
+/* What a limiter does when Redis cannot be asked (not connected, or the step
+ * timed out). Server errors (SLUICE_EREDIS) are always reported as such. */
+typedef enum sluice_rl_down_policy {
+  SLUICE_RL_FAIL_CLOSED = 0,  /* the callback gets the error status */
+  SLUICE_RL_FAIL_OPEN = 1,    /* allowed, with source SLUICE_RL_UNCHECKED */
+  SLUICE_RL_FAIL_LOCAL = 2    /* decided by an in-process limiter of the same
+                                 algorithm (each process then enforces the
+                                 limit on its own) */
+} sluice_rl_down_policy;
+
+/* Who made the decision. */
+typedef enum sluice_rl_source {
+  SLUICE_RL_REDIS = 0,
+  SLUICE_RL_LOCAL = 1,
+  SLUICE_RL_UNCHECKED = 2  /* Redis was down and the policy is fail-open */
+} sluice_rl_source;
+
+typedef struct sluice_rl_result {
+  int allowed;              /* 1: the units were taken (peek: would be) */
+  sluice_rl_source source;
+  int64_t limit;            /* capacity: limit, or burst for GCRA */
+  int64_t remaining;        /* units that could still pass now; -1 unchecked */
+  int64_t retry_after_ms;   /* 0 when allowed; else when this request could
+                               pass, rounded up */
+  int64_t reset_after_ms;   /* until the key is back to full capacity */
+} sluice_rl_result;
+
+/* Largest accepted limit/burst and period. */
+#define SLUICE_RL_LIMIT_MAX 1000000000u
+#define SLUICE_RL_PERIOD_MAX 2000000000u
+
+typedef struct sluice_limiter_options {
+  sluice_rl_algo algo;          /* default SLUICE_RL_FIXED */
+  unsigned limit;               /* units per period, 1..SLUICE_RL_LIMIT_MAX; required */
+  unsigned period_ms;           /* 1..SLUICE_RL_PERIOD_MAX; required */
+  unsigned burst;               /* GCRA bucket size; 0 = limit. Others ignore it */
+  sluice_rl_down_policy on_redis_down;  /* default SLUICE_RL_FAIL_CLOSED */
+  unsigned wait_queue_max;      /* waiters queued per key; default 128 */
+  unsigned op_timeout_ms;       /* deadline of each Redis step; 0 = client default */
+} sluice_limiter_options;
+
+/* Fill *opts with the defaults (limit and period are 0: set them). */
+SLUICE_EXPORT void sluice_limiter_options_init(sluice_limiter_options *opts);
+
+/* Create limiter NAME (1..SLUICE_NAME_MAX bytes, copied) on client.
+ * Returns SLUICE_EINVAL for a bad name or options (zero limit or period,
+ * unknown algorithm or policy, values above the maxima), SLUICE_ECLOSED when
+ * the client is closing, SLUICE_ENOMEM. *out must later be released with
+ * sluice_limiter_free(). */
+SLUICE_EXPORT int sluice_limiter_new(sluice_client *client, const char *name,
+                                     const sluice_limiter_options *opts,
+                                     sluice_limiter **out);
+
+/* Free the limiter. Pending checks and waits complete with SLUICE_ECANCELED
+ * from the loop; no other callback fires after this call. Safe inside the
+ * limiter's own callbacks. NULL is a no-op. */
+SLUICE_EXPORT void sluice_limiter_free(sluice_limiter *lim);
+
+SLUICE_EXPORT const char *sluice_limiter_name(const sluice_limiter *lim);
+
+/* status SLUICE_OK: a decision was made and res says which (a denial is not
+ * an error). Otherwise res is NULL, except for a wait that ends with
+ * SLUICE_ETIMEDOUT, where res is the last denial. Other statuses:
+ * SLUICE_ECONNECTION / SLUICE_ETIMEDOUT (Redis down, fail-closed),
+ * SLUICE_EREDIS, SLUICE_EPROTOCOL, SLUICE_ECANCELED (freed, cancelled or
+ * client closed), SLUICE_EFULL (wait queue of the key full). res is borrowed:
+ * valid only during the call. */
+typedef void sluice_limiter_cb(sluice_limiter *lim, int status,
+                               const sluice_rl_result *res, void *userdata);
+
+/* Take cost units (>= 1, <= capacity) for key (1..SLUICE_NAME_MAX bytes,
+ * copied) if they are available now. Never waits.
+ * Returns 0, or SLUICE_EINVAL / SLUICE_ECLOSED / SLUICE_ENOMEM (cb not run). */
+SLUICE_EXPORT int sluice_limiter_check(sluice_limiter *lim, const char *key,
+                                       unsigned cost, sluice_limiter_cb *cb,
+                                       void *userdata);
+
+/* Like check, but consumes nothing: res says what a check would answer now. */
+SLUICE_EXPORT int sluice_limiter_peek(sluice_limiter *lim, const char *key,
+                                      unsigned cost, sluice_limiter_cb *cb,
+                                      void *userdata);
+
+/* Take cost units for key, waiting for them if needed: a denied request is
+ * queued in this process and retried on a timer at its retry_after, until it
+ * is allowed or timeout_ms (0 = no limit) passes. Waiters of one key are
+ * served first-in first-out. It ends with SLUICE_ETIMEDOUT as soon as Redis's
+ * answer shows the units cannot come before the deadline. When the key
+ * already has wait_queue_max waiters, cb gets SLUICE_EFULL from the loop.
+ * *handle (optional) is valid until cb runs. */
+SLUICE_EXPORT int sluice_limiter_wait(sluice_limiter *lim, const char *key,
+                                      unsigned cost, unsigned timeout_ms,
+                                      sluice_limiter_cb *cb, void *userdata,
+                                      sluice_rl_waiter **handle);
+
+/* Cancel a pending wait: its callback runs with SLUICE_ECANCELED from the
+ * loop (units granted by a reply already in flight are given up). Returns
+ * SLUICE_EINVAL for NULL. */
+SLUICE_EXPORT int sluice_limiter_wait_cancel(sluice_rl_waiter *handle);
+
+/* "fixed", "sliding-log", "sliding-counter", "gcra"; NULL if unknown. */
+SLUICE_EXPORT const char *sluice_rl_algo_name(sluice_rl_algo algo);
+/* The reverse of sluice_rl_algo_name. 0 or SLUICE_EINVAL. */
+SLUICE_EXPORT int sluice_rl_algo_parse(const char *name, sluice_rl_algo *out);
+/* "redis", "local", "unchecked"; NULL if unknown. */
+SLUICE_EXPORT const char *sluice_rl_source_name(sluice_rl_source source);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SLUICE_LIMITER_H */
