@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Install what sluice needs to build and test, when it is missing.
+#
+#   scripts/deps.sh [--bench]
+#
+# Debian/Ubuntu: installs the missing packages with apt-get (running
+# "apt-get update" once first); quiet when everything is present.
+# --bench also installs Node.js and npm for the Node peer benchmarks.
+# It never starts or relies on the system redis service: tests and demos
+# start their own private redis-server.
+# Elsewhere it checks the tools and names what is missing.
+set -euo pipefail
+
+bench=0
+for arg in "$@"; do
+  case $arg in
+    --bench) bench=1 ;;
+    -h | --help) sed -n '2,11s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    *) echo "deps.sh: unknown argument: $arg" >&2; exit 2 ;;
+  esac
+done
+
+# Debian packages (taskset comes with util-linux, which is essential).
+packages=(meson ninja-build pkg-config gcc libc6-dev clang libhiredis-dev libevent-dev
+          redis-server redis-tools valgrind python3 binutils)
+# Node may come from elsewhere (nodesource's nodejs ships npm and conflicts
+# with Debian's npm), so for it the commands are what count.
+if [ "$bench" = 1 ]; then
+  command -v node >/dev/null 2>&1 || packages+=(nodejs)
+  command -v npm >/dev/null 2>&1 || packages+=(npm)
+fi
+
+have_pkg() {
+  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+}
+
+if command -v apt-get >/dev/null 2>&1 && command -v dpkg-query >/dev/null 2>&1; then
+  missing=()
+  for p in "${packages[@]}"; do
+    have_pkg "$p" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && exit 0
+
+  sudo=()
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+      sudo=(sudo)
+    else
+      echo "deps.sh: missing packages (${missing[*]}) and not root; install them first" >&2
+      exit 1
+    fi
+  fi
+  echo "deps.sh: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update -qq
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  for p in "${missing[@]}"; do
+    have_pkg "$p" || { echo "deps.sh: $p did not install" >&2; exit 1; }
+  done
+  exit 0
+fi
+
+# Not Debian: check by command and pkg-config module.
+missing=()
+for c in meson ninja pkg-config cc clang redis-server redis-cli redis-benchmark valgrind python3 readelf; do
+  command -v "$c" >/dev/null 2>&1 || missing+=("$c")
+done
+if command -v pkg-config >/dev/null 2>&1; then
+  for m in hiredis libevent_core; do
+    pkg-config --exists "$m" || missing+=("$m (pkg-config)")
+  done
+fi
+if [ "$bench" = 1 ]; then
+  for c in node npm; do command -v "$c" >/dev/null 2>&1 || missing+=("$c"); done
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "deps.sh: no apt-get here; please install: ${missing[*]}" >&2
+  exit 1
+fi

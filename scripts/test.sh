@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Run the whole sluice test suite, installing what is missing first.
+#
+#   scripts/test.sh [--valgrind | --no-valgrind]
+#
+# Passes, each in its own build directory (all warnings are errors):
+#   gcc       build-ci         meson test, every suite
+#   asan      build-ci-asan    meson test under AddressSanitizer + UBSan
+#   clang     build-ci-clang   compile only, to stay warning-free on clang
+#   valgrind  build-ci         meson test --setup valgrind
+# The valgrind pass runs with --valgrind; under CI=true it runs by default
+# when the time spent so far leaves room for it (SLUICE_TEST_BUDGET_S,
+# default 2400 s for the whole script); --no-valgrind turns it off.
+#
+# Test binaries print TAP; scripts/count_tap.py counts their cases from
+# meson's test logs (a binary that dies part-way counts as failed). A build
+# that fails counts as one failed case; the clang build counts as one case.
+# The last line is "N passed, N failed"; the exit status is 1 if any failed.
+set -uo pipefail
+
+cd "$(dirname "$0")/.." || exit 1
+root=$(pwd)
+
+valgrind=no
+[ "${CI:-}" = true ] && valgrind=auto
+for arg in "$@"; do
+  case $arg in
+    --valgrind) valgrind=yes ;;
+    --no-valgrind) valgrind=no ;;
+    -h | --help) sed -n '2,18s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    *) echo "test.sh: unknown argument: $arg" >&2; exit 2 ;;
+  esac
+done
+budget=${SLUICE_TEST_BUDGET_S:-2400}
+
+scripts/deps.sh || { echo "test.sh: installing dependencies failed"; echo "0 passed, 1 failed"; exit 1; }
+
+logs=$root/build-ci-logs
+rm -rf "$logs"
+mkdir -p "$logs"
+state=$logs/tally.jsonl
+count() { python3 "$root/scripts/count_tap.py" --state "$state" "$@"; }
+
+start=$SECONDS
+timings=()
+declare -A took
+
+banner() { printf '\n==== %s ====\n' "$*"; }
+
+# build LABEL DIR [meson setup options...]: configure (or reconfigure) and
+# build; output goes to build-ci-logs/LABEL-build.log, shown on failure.
+build() {
+  local label=$1 dir=$2
+  shift 2
+  local log=$logs/$label-build.log
+  {
+    if [ -f "$dir/meson-private/coredata.dat" ]; then
+      meson setup --reconfigure "$dir" --werror "$@"
+    else
+      rm -rf "$dir"
+      meson setup "$dir" --werror "$@"
+    fi && ninja -C "$dir"
+  } >"$log" 2>&1
+  local rc=$?
+  if [ $rc -ne 0 ]; then
+    echo "  [$label] build FAILED; last lines of $log:"
+    tail -n 60 "$log" | sed 's/^/    /'
+  else
+    echo "  [$label] built $dir"
+  fi
+  return $rc
+}
+
+# run_tests LABEL DIR [meson test options...]
+run_tests() {
+  local label=$1 dir=$2
+  shift 2
+  local json=$dir/meson-logs/testlog.json
+  if [ "${1:-}" = --setup ]; then json=$dir/meson-logs/testlog-$2.json; fi
+  rm -f "$json"
+  meson test -C "$dir" --no-rebuild --print-errorlogs "$@" 2>&1 | tee "$logs/$label-test.log"
+  count --label "$label" --log "$json"
+}
+
+pass_done() { took[$1]=$((SECONDS - $2)); timings+=("$1"); }
+
+banner "gcc: build-ci (--werror)"
+t=$SECONDS
+gcc_ok=0
+if build gcc build-ci -Dbuildtype=debugoptimized; then
+  gcc_ok=1
+  run_tests gcc build-ci
+else
+  count --label gcc --step "configure + build" --failed
+fi
+pass_done gcc $t
+
+banner "asan: build-ci-asan (-Db_sanitize=address,undefined, --werror)"
+t=$SECONDS
+if build asan build-ci-asan -Dbuildtype=debugoptimized -Db_sanitize=address,undefined; then
+  run_tests asan build-ci-asan --timeout-multiplier 3
+else
+  count --label asan --step "configure + build" --failed
+fi
+pass_done asan $t
+
+banner "clang: build-ci-clang (compile only, --werror)"
+t=$SECONDS
+if CC=clang build clang build-ci-clang -Dbuildtype=debugoptimized; then
+  count --label clang --step "clang --werror build" --ok
+else
+  count --label clang --step "clang --werror build" --failed
+fi
+pass_done clang $t
+
+if [ "$valgrind" = auto ]; then
+  # A valgrind pass costs about 4x the gcc pass here (most tests wait on
+  # timers and Redis rather than burn CPU); run it if that still fits.
+  estimate=$((4 * ${took[gcc]} + 60))
+  if [ $gcc_ok = 1 ] && [ $((SECONDS - start + estimate)) -le "$budget" ]; then
+    valgrind=yes
+  else
+    echo
+    echo "valgrind pass skipped: ~${estimate}s more would pass the ${budget}s budget"
+    valgrind=no
+  fi
+fi
+if [ "$valgrind" = yes ]; then
+  banner "valgrind: build-ci (meson test --setup valgrind)"
+  t=$SECONDS
+  if [ $gcc_ok = 1 ]; then
+    run_tests valgrind build-ci --setup valgrind
+  else
+    count --label valgrind --step "needs the gcc build" --failed
+  fi
+  pass_done valgrind $t
+fi
+
+banner "results"
+for p in "${timings[@]}"; do
+  printf '  %-10s %5ds\n' "$p" "${took[$p]}"
+done
+printf '  %-10s %5ds\n' total $((SECONDS - start))
+count --final
