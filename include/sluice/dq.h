@@ -1,4 +1,249 @@
+/*
+ * Delay queue: messages delivered at (or soon after) a due time, at least
+ * once, to consumers running on the caller's event_base.
+ *
+ * A producer (sluice_dq) pushes binary-safe payloads with a delay or an
+ * absolute due time on Redis's clock. A consumer (sluice_dq_consumer) takes
+ * due messages in batches; each delivered message is "in flight" until the
+ * handler acknowledges it (sluice_dq_ack) or asks for another try later
+ * (sluice_dq_retry) — both may happen long after the handler returned. A
+ * message not settled within the visibility timeout is delivered again (to
+ * any consumer) with its attempt number increased; after max_attempts it
+ * moves to the queue's dead letters, which can be listed and requeued.
+ *
+ * Messages with the same due time are delivered in push order. A consumer
+ * arms a libevent timer for the next due time and is woken early through
+ * Redis (BRPOP on the client's shared blocking connection) when a push makes
+ * a new earliest message, so it never busy-polls: an idle consumer costs
+ * Redis one cheap script call per max_poll_ms plus the blocking call.
+ *
+ * Ids and de-duplication: every message has an id, random (32 hex
+ * characters) unless the producer gives one. A push whose id is still in the
+ * queue (delayed, in flight or dead) is refused with SLUICE_EEXIST and leaves
+ * the existing message untouched; once a message is acknowledged or
+ * cancelled its id may be used again.
+ *
+ * Keys: every key of a queue expires RETENTION after the latest due time or
+ * visibility deadline it holds (plus up to an eighth of RETENTION), so an
+ * abandoned queue vanishes while pending messages are never dropped.
+ */
 #ifndef SLUICE_DQ_H
 #define SLUICE_DQ_H
+
+#include <stddef.h>
+#include <stdint.h>
 #include <sluice/sluice.h>
+
+#ifdef __cplusplus
+extern "C" {
 #endif
+
+typedef struct sluice_client sluice_client;
+typedef struct sluice_dq sluice_dq;
+typedef struct sluice_dq_consumer sluice_dq_consumer;
+typedef struct sluice_dq_msg sluice_dq_msg;
+
+/* Largest payload in bytes (SLUICE_ETOOBIG beyond). */
+#define SLUICE_DQ_PAYLOAD_MAX (1024u * 1024u)
+/* Longest caller-given message id in bytes. */
+#define SLUICE_DQ_ID_MAX 128
+/* Most messages in one sluice_dq_push_batch call. */
+#define SLUICE_DQ_BATCH_MAX 10000
+/* Largest delay, and largest absolute due time (unix ms): about year 2248. */
+#define SLUICE_DQ_TIME_MAX ((int64_t)1 << 42)
+
+typedef struct sluice_dq_options {
+  unsigned op_timeout_ms;  /* deadline of each Redis step; 0 = client default */
+  uint64_t retention_ms;   /* keep an idle queue this long; default 7 days */
+} sluice_dq_options;
+
+SLUICE_EXPORT void sluice_dq_options_init(sluice_dq_options *opts);
+
+/* Create a handle on queue NAME (1..SLUICE_NAME_MAX bytes) for pushing,
+ * cancelling and inspecting. opts may be NULL. SLUICE_EINVAL for a bad name,
+ * SLUICE_ECLOSED when the client is closed. */
+SLUICE_EXPORT int sluice_dq_new(sluice_client *client, const char *name,
+                                const sluice_dq_options *opts, sluice_dq **out);
+
+/* Free the handle. Pending operations complete with SLUICE_ECANCELED from the
+ * loop (what they did in Redis may still happen). NULL is a no-op. */
+SLUICE_EXPORT void sluice_dq_free(sluice_dq *dq);
+
+SLUICE_EXPORT const char *sluice_dq_name(const sluice_dq *dq);
+
+/* One message to push. Zero-initialise, then set what you need. */
+typedef struct sluice_dq_item {
+  const void *payload;  /* any bytes, NUL included; may be NULL when len is 0 */
+  size_t len;           /* <= SLUICE_DQ_PAYLOAD_MAX */
+  int64_t delay_ms;     /* due this long after Redis's "now"; 0..SLUICE_DQ_TIME_MAX */
+  int64_t at_ms;        /* > 0: absolute due time, unix ms on Redis's clock
+                           (a past time means due now); overrides delay_ms */
+  const char *id;       /* NULL: a random id; else 1..SLUICE_DQ_ID_MAX bytes */
+} sluice_dq_item;
+
+/* status: SLUICE_OK (queued, due at due_ms on Redis's clock), SLUICE_EEXIST
+ * (a message with this id is already queued; nothing changed, due_ms is -1),
+ * or a transport error. id is borrowed (the given or generated id). */
+typedef void sluice_dq_push_cb(sluice_dq *dq, int status, const char *id,
+                               int64_t due_ms, void *userdata);
+
+/* Push one message. cb may be NULL. The payload and id are copied.
+ * SLUICE_EINVAL (bad id, negative or too large delay), SLUICE_ETOOBIG. */
+SLUICE_EXPORT int sluice_dq_push(sluice_dq *dq, const sluice_dq_item *item,
+                                 sluice_dq_push_cb *cb, void *userdata);
+
+typedef struct sluice_dq_push_result {
+  const char *id;
+  int status;      /* SLUICE_OK or SLUICE_EEXIST */
+  int64_t due_ms;  /* -1 unless status is SLUICE_OK */
+} sluice_dq_push_result;
+
+/* status is SLUICE_OK when Redis ran the batch; then results[i] says what
+ * happened to items[i]. Otherwise results is NULL and nothing (or, for
+ * SLUICE_ETIMEDOUT, possibly everything) was queued. */
+typedef void sluice_dq_batch_cb(sluice_dq *dq, int status,
+                                const sluice_dq_push_result *results, size_t n,
+                                void *userdata);
+
+/* Push 1..SLUICE_DQ_BATCH_MAX messages atomically in one Redis call. If any
+ * item is invalid, nothing is sent and its error is returned. */
+SLUICE_EXPORT int sluice_dq_push_batch(sluice_dq *dq, const sluice_dq_item *items,
+                                       size_t n, sluice_dq_batch_cb *cb,
+                                       void *userdata);
+
+/* status: SLUICE_OK (removed wherever it was: delayed, in flight — whose
+ * consumer's ack will then get SLUICE_ENOTFOUND — or dead), SLUICE_ENOTFOUND,
+ * or a transport error. */
+typedef void sluice_dq_status_cb(sluice_dq *dq, int status, void *userdata);
+
+/* Remove message ID. cb may be NULL. */
+SLUICE_EXPORT int sluice_dq_cancel(sluice_dq *dq, const char *id,
+                                   sluice_dq_status_cb *cb, void *userdata);
+
+typedef struct sluice_dq_info {
+  int64_t now_ms;       /* Redis's clock when counted */
+  uint64_t delayed;     /* waiting for their due time, or due but not taken */
+  uint64_t ready;       /* of those, already due */
+  uint64_t in_flight;   /* taken, not yet acknowledged */
+  uint64_t expired;     /* of those, past their visibility deadline */
+  uint64_t dead;        /* dead letters */
+  const char *next_id;  /* the earliest delayed message, or NULL if none */
+  int64_t next_due_ms;  /* its due time, -1 if none */
+} sluice_dq_info;
+
+typedef void sluice_dq_info_cb(sluice_dq *dq, int status,
+                               const sluice_dq_info *info, void *userdata);
+
+/* Count messages by state and peek at the next due one. */
+SLUICE_EXPORT int sluice_dq_inspect(sluice_dq *dq, sluice_dq_info_cb *cb,
+                                    void *userdata);
+
+typedef struct sluice_dq_dead_entry {
+  const char *id;
+  int64_t died_ms;    /* when it was dead-lettered, Redis's clock */
+  unsigned attempts;  /* deliveries it had */
+  const void *payload;
+  size_t len;
+} sluice_dq_dead_entry;
+
+/* total is the number of dead letters; entries are the requested slice,
+ * oldest first. */
+typedef void sluice_dq_dead_cb(sluice_dq *dq, int status, size_t total,
+                               const sluice_dq_dead_entry *entries, size_t n,
+                               void *userdata);
+
+/* List up to limit (1..1000) dead letters starting at offset. */
+SLUICE_EXPORT int sluice_dq_dead_list(sluice_dq *dq, size_t offset, size_t limit,
+                                      sluice_dq_dead_cb *cb, void *userdata);
+
+/* count: messages moved back to the queue (due now, attempt count reset). */
+typedef void sluice_dq_count_cb(sluice_dq *dq, int status, uint64_t count,
+                                void *userdata);
+
+/* Requeue dead letter ID, or when id is NULL the oldest up to 1000 of them
+ * (call again while count is 1000). A missing id gives count 0. */
+SLUICE_EXPORT int sluice_dq_dead_requeue(sluice_dq *dq, const char *id,
+                                         sluice_dq_count_cb *cb, void *userdata);
+
+/* ---- consuming ----------------------------------------------------------- */
+
+typedef struct sluice_dq_consumer_options {
+  unsigned batch;          /* most messages per take; 1..1000, default 16 */
+  unsigned visibility_ms;  /* time to settle a message; >= 10, default 30000 */
+  unsigned max_in_flight;  /* unsettled messages held at once; default 256 */
+  unsigned max_attempts;   /* deliveries before dead-lettering; 0 = no limit;
+                              default 5 */
+  unsigned max_poll_ms;    /* longest sleep between takes; >= 10, default 5000 */
+  unsigned op_timeout_ms;  /* deadline of each Redis step; 0 = client default */
+  uint64_t retention_ms;   /* as in sluice_dq_options; default 7 days */
+} sluice_dq_consumer_options;
+
+SLUICE_EXPORT void sluice_dq_consumer_options_init(sluice_dq_consumer_options *opts);
+
+/* A delivered message. Settle it exactly once, with sluice_dq_ack or
+ * sluice_dq_retry, from the handler or any time later; the handle is valid
+ * until then (even after the consumer was freed). */
+typedef void sluice_dq_handler(sluice_dq_consumer *consumer, sluice_dq_msg *msg,
+                               void *userdata);
+
+/* Start consuming queue NAME: the handler runs from the loop for each message.
+ * SLUICE_EINVAL for a bad name, options or NULL handler. */
+SLUICE_EXPORT int sluice_dq_consumer_new(sluice_client *client, const char *name,
+                                         const sluice_dq_consumer_options *opts,
+                                         sluice_dq_handler *handler, void *userdata,
+                                         sluice_dq_consumer **out);
+
+/* Stop consuming and free the handle; safe inside the handler. No handler
+ * runs afterwards; messages taken but not yet handed to the handler are put
+ * back at once. Handles of messages already delivered stay valid: settle
+ * them as usual. NULL is a no-op. */
+SLUICE_EXPORT void sluice_dq_consumer_free(sluice_dq_consumer *consumer);
+
+/* Called (from the loop) when a take fails, e.g. while Redis is unreachable;
+ * the consumer keeps retrying with backoff. Informational only. */
+typedef void sluice_dq_error_cb(sluice_dq_consumer *consumer, int status,
+                                void *userdata);
+SLUICE_EXPORT void sluice_dq_consumer_set_error_cb(sluice_dq_consumer *consumer,
+                                                   sluice_dq_error_cb *cb,
+                                                   void *userdata);
+
+/* Messages delivered and not yet settled by this consumer. */
+SLUICE_EXPORT unsigned sluice_dq_consumer_in_flight(const sluice_dq_consumer *consumer);
+
+SLUICE_EXPORT const char *sluice_dq_msg_id(const sluice_dq_msg *msg);
+/* The payload (borrowed, valid until the message is settled); *len its size.
+ * A NUL byte always follows it, for convenience with text. */
+SLUICE_EXPORT const void *sluice_dq_msg_payload(const sluice_dq_msg *msg, size_t *len);
+/* 1 on first delivery, 2 on the first redelivery, ... */
+SLUICE_EXPORT unsigned sluice_dq_msg_attempt(const sluice_dq_msg *msg);
+/* The due time it was delivered for (unix ms, Redis's clock). */
+SLUICE_EXPORT int64_t sluice_dq_msg_due_ms(const sluice_dq_msg *msg);
+/* Local estimate of the visibility time left (0 once passed). */
+SLUICE_EXPORT int64_t sluice_dq_msg_remaining_ms(const sluice_dq_msg *msg);
+
+/* status: SLUICE_OK; SLUICE_ELATE (the visibility deadline had passed: the
+ * message was or will be delivered again, so this settle did not count);
+ * SLUICE_ENOTFOUND (the message is gone: cancelled, or acknowledged by
+ * whoever got it after the deadline); or a transport error, after which the
+ * message is redelivered when its deadline passes. id is borrowed. */
+typedef void sluice_dq_settle_cb(sluice_dq_consumer *consumer, int status,
+                                 const char *id, void *userdata);
+
+/* Acknowledge: the message is done and removed. Releases msg (invalid after
+ * the call, whatever it returns; cb runs only if it returns 0). cb may be
+ * NULL. Settlements made in one loop turn share one Redis call. */
+SLUICE_EXPORT int sluice_dq_ack(sluice_dq_msg *msg, sluice_dq_settle_cb *cb,
+                                void *userdata);
+
+/* Deliver again no earlier than delay_ms (0..SLUICE_DQ_TIME_MAX) from now,
+ * as a new attempt; if this was attempt max_attempts the message goes to the
+ * dead letters instead (status still SLUICE_OK). Releases msg like
+ * sluice_dq_ack. */
+SLUICE_EXPORT int sluice_dq_retry(sluice_dq_msg *msg, int64_t delay_ms,
+                                  sluice_dq_settle_cb *cb, void *userdata);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SLUICE_DQ_H */

@@ -1,1 +1,64 @@
-return 0
+-- Settle in-flight messages: acknowledge, retry later, or release (put back
+-- uncounted). KEYS: z f d h w as in dq_push.lua.
+-- ARGV: retention ms, max attempts (0 = no limit), then per message: id,
+-- attempt it was delivered as, 'a' | 'r' | 'x', delay ms (for 'r').
+-- Returns per message: 1 done, 2 dead-lettered (retry past max attempts),
+-- -1 late (deadline passed or delivered again since), -2 not found.
+local z, f, d, h, w = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ret, maxa = tonumber(ARGV[1]), tonumber(ARGV[2])
+local out, old, mindue, maxdue, wrote = {}, false, nil, now, {}
+
+local function requeue(id, due)
+  if old == false then old = tonumber(redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')[2]) end
+  local s = string.format('%012x', redis.call('HINCRBY', h, '#seq', 1))
+  redis.call('HSET', h, 's' .. id, s)
+  redis.call('ZADD', z, due, s .. id)
+  wrote[z] = true
+  if not mindue or due < mindue then mindue = due end
+  if due > maxdue then maxdue = due end
+end
+
+for i = 3, #ARGV, 4 do
+  local id, op = ARGV[i], ARGV[i + 2]
+  local dl = redis.call('ZSCORE', f, id)
+  local code = 1
+  if not dl then
+    code = redis.call('HEXISTS', h, 'p' .. id) == 1 and -1 or -2
+  elseif tonumber(dl) < now or redis.call('HGET', h, 'a' .. id) ~= ARGV[i + 1] then
+    code = -1
+  else
+    redis.call('ZREM', f, id)
+    if op == 'a' then
+      redis.call('HDEL', h, 'p' .. id, 'a' .. id, 's' .. id)
+    elseif op == 'x' then
+      redis.call('HINCRBY', h, 'a' .. id, -1)
+      requeue(id, now)
+    elseif maxa > 0 and tonumber(ARGV[i + 1]) >= maxa then
+      redis.call('ZADD', d, now, id)
+      wrote[d] = true
+      code = 2
+    else
+      requeue(id, now + tonumber(ARGV[i + 3]))
+    end
+  end
+  out[#out + 1] = code
+end
+
+if mindue and (not old or mindue < old) and redis.call('LLEN', w) < 4 then
+  redis.call('LPUSH', w, mindue)
+  redis.call('PEXPIRE', w, 60000)
+end
+if next(wrote) then
+  local need = maxdue + ret
+  local exp = tonumber(redis.call('HGET', h, '#exp') or '0')
+  if need > exp then
+    exp = need + math.floor(ret / 8)
+    redis.call('HSET', h, '#exp', exp)
+    for k = 1, 4 do redis.call('PEXPIREAT', KEYS[k], exp) end
+  else
+    for k in pairs(wrote) do redis.call('PEXPIREAT', k, exp) end
+  end
+end
+return out

@@ -1,1 +1,80 @@
-return 0
+-- Take up to ARGV[2] due messages into the in-flight set with a visibility
+-- deadline, after requeueing (or dead-lettering) in-flight messages whose
+-- deadline passed. KEYS: z f d h w as in dq_push.lua.
+-- ARGV: retention ms, batch, visibility ms, max attempts (0 = no limit).
+-- Returns {now us, next wake-up ms or -1, count, then per message: id,
+-- attempt, due ms, payload}. The next wake-up is the earliest of the next
+-- due time and the next in-flight deadline (+1 ms: expiry is deadline < now).
+local z, f, d, h = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(now_us / 1000)
+local ret, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
+local vis, maxa = tonumber(ARGV[3]), tonumber(ARGV[4])
+local wrote = {}
+
+local late = redis.call('ZRANGEBYSCORE', f, '-inf', '(' .. now, 'LIMIT', 0, 100)
+if #late > 0 then
+  local seq = redis.call('HINCRBY', h, '#seq', #late) - #late
+  for _, id in ipairs(late) do
+    local a = tonumber(redis.call('HGET', h, 'a' .. id) or '0')
+    if maxa > 0 and a >= maxa then
+      redis.call('ZADD', d, now, id)
+      wrote[d] = true
+    else
+      seq = seq + 1
+      local s = string.format('%012x', seq)
+      redis.call('HSET', h, 's' .. id, s)
+      redis.call('ZADD', z, now, s .. id)
+      wrote[z] = true
+    end
+  end
+  redis.call('ZREM', f, unpack(late))
+end
+
+local out = {now_us, -1, 0}
+local cand = redis.call('ZRANGE', z, 0, batch, 'WITHSCORES')
+local n = 0
+while n < batch and cand[2 * n + 2] and tonumber(cand[2 * n + 2]) <= now do n = n + 1 end
+local nextdue = tonumber(cand[2 * n + 2])
+if n > 0 then
+  redis.call('ZREMRANGEBYRANK', z, 0, n - 1)
+  local fields = {}
+  for i = 1, n do fields[i] = 'p' .. string.sub(cand[2 * i - 1], 13) end
+  local ps = redis.call('HMGET', h, unpack(fields))
+  local deadline, zargs, count = now + vis, {}, 0
+  for i = 1, n do
+    if ps[i] then
+      local id = string.sub(cand[2 * i - 1], 13)
+      local a = redis.call('HINCRBY', h, 'a' .. id, 1)
+      zargs[#zargs + 1] = deadline
+      zargs[#zargs + 1] = id
+      out[#out + 1] = id
+      out[#out + 1] = a
+      out[#out + 1] = tonumber(cand[2 * i])
+      out[#out + 1] = ps[i]
+      count = count + 1
+    end
+  end
+  if count > 0 then
+    redis.call('ZADD', f, unpack(zargs))
+    wrote[f] = true
+  end
+  out[3] = count
+end
+local fh = redis.call('ZRANGE', f, 0, 0, 'WITHSCORES')
+if fh[2] and (not nextdue or tonumber(fh[2]) + 1 < nextdue) then nextdue = tonumber(fh[2]) + 1 end
+if nextdue then out[2] = nextdue end
+
+if next(wrote) then
+  local need = now + vis + ret
+  local exp = tonumber(redis.call('HGET', h, '#exp') or '0')
+  if need > exp then
+    exp = need + math.floor(ret / 8)
+    redis.call('HSET', h, '#exp', exp)
+    for i = 1, 4 do redis.call('PEXPIREAT', KEYS[i], exp) end
+  else
+    for k in pairs(wrote) do redis.call('PEXPIREAT', k, exp) end
+  end
+end
+return out

@@ -1,0 +1,20 @@
+/* Shared by dq.c (producer, inspection) and dq_consumer.c. */
+#ifndef SLUICE_DQ_INTERNAL_H
+#define SLUICE_DQ_INTERNAL_H
+
+#include <sluice/dq.h>
+
+#include "sluice-internal.h"
+
+/* Every dq script takes the queue's five keys, in this order. */
+enum { DQ_KEY_DELAYED, DQ_KEY_FLIGHT, DQ_KEY_DEAD, DQ_KEY_HASH, DQ_KEY_WAKE, DQ_NKEYS };
+
+#define DQ_DEFAULT_RETENTION_MS (7ull * 24 * 3600 * 1000)
+
+/* Build the keys of queue name; 0, or SLUICE_ENOMEM (nothing to free). */
+int sluice__dq_keys(const sluice_client *c, const char *name, char *keys[DQ_NKEYS]);
+void sluice__dq_keys_free(char *keys[DQ_NKEYS]);
+/* 1 if id is a valid caller-given message id. */
+int sluice__dq_valid_id(const char *id);
+
+#endif

@@ -1,0 +1,509 @@
+/*
+ * Delay queue, consumer side.
+ *
+ * The consumer runs dq_take (a batch of due messages into the in-flight set)
+ * whenever something may be due: when its timer fires — armed for the next
+ * due time or in-flight deadline the script returned, capped by max_poll_ms —
+ * when a push made a new earliest message (a token on the wake list, popped
+ * by the client's shared BRPOP), or after the blocking connection came back.
+ * Precise times are libevent timers; BRPOP only tells "look again now".
+ *
+ * Settlements (ack, retry, and "release" of messages taken after the
+ * consumer was freed) queue up and go to Redis as one dq_ack call per loop
+ * turn.
+ *
+ * Lifetime: the struct lives until the user freed it AND nothing refers to
+ * it any more — delivered messages not yet settled, a take or settle call in
+ * flight, queued settlements, or the delivery loop itself.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "dq-internal.h"
+
+#define DQ_SETTLE_MAX 1000   /* settlements per dq_ack call */
+#define DQ_BACKOFF_MIN_MS 50 /* first retry after a failed take */
+
+typedef struct settle settle;
+struct settle {
+  settle *next;
+  sluice_dq_settle_cb *cb;
+  void *ud;
+  unsigned attempt;
+  char op;         /* 'a' ack, 'r' retry, 'x' release */
+  int64_t delay_ms;
+  char id[];
+};
+
+typedef struct settle_batch {
+  sluice_dq_consumer *con;
+  settle *list;
+} settle_batch;
+
+struct sluice_dq_msg {
+  sluice_dq_consumer *con;
+  unsigned attempt;
+  int64_t due_ms;
+  uint64_t deadline_ms;  /* monotonic, conservative */
+  size_t len;
+  char *id;              /* points after the payload */
+  char payload[];        /* len bytes + NUL, then the id + NUL */
+};
+
+struct sluice_dq_consumer {
+  sluice__child child;  /* on_close gets this pointer */
+  sluice_client *c;
+  char *keys[DQ_NKEYS];
+  sluice_dq_consumer_options o;
+  sluice_dq_handler *handler;
+  void *ud;
+  sluice_dq_error_cb *err_cb;
+  void *err_ud;
+  struct event *timer;  /* next take */
+  struct event *kick;   /* take on the next loop turn */
+  struct event *flush;  /* send queued settlements */
+  sluice__listener *listener;
+  settle *q_head, *q_tail;
+  unsigned nq;           /* queued settlements */
+  unsigned in_flight;    /* delivered, not settled */
+  unsigned batches;      /* settle calls in flight */
+  unsigned dispatching;  /* inside the delivery loop */
+  unsigned asked;        /* batch size of the take in flight */
+  unsigned backoff_ms;
+  uint64_t take_sent_ms;
+  int taking, again, starved, freed, closed;
+};
+
+static void take(sluice_dq_consumer *con);
+
+/* ---- lifetime -------------------------------------------------------------- */
+
+static void destroy(sluice_dq_consumer *con) {
+  sluice_client *c = con->c;
+  sluice__unlisten(con->listener);
+  event_free(con->timer);
+  event_free(con->kick);
+  event_free(con->flush);
+  sluice__dq_keys_free(con->keys);
+  sluice__client_detach(c, &con->child); /* may release the client */
+  sluice__free(con);
+}
+
+static void maybe_destroy(sluice_dq_consumer *con) {
+  if (con->freed && !con->in_flight && !con->batches && !con->taking && !con->nq &&
+      !con->dispatching)
+    destroy(con);
+}
+
+static void on_wake(void *ud, const char *data, size_t len) { take(ud); }
+
+/* Listen for wake tokens only while a take could use them: a consumer at
+ * max_in_flight would swallow a token another consumer needs. */
+static void update_listen(sluice_dq_consumer *con) {
+  int want = !con->freed && !con->closed && con->in_flight < con->o.max_in_flight;
+  if (want && !con->listener) {
+    if (sluice__listen(con->c, con->keys[DQ_KEY_WAKE], on_wake, con, &con->listener) != 0)
+      con->listener = NULL; /* the poll timer still finds due messages */
+  } else if (!want && con->listener) {
+    sluice__unlisten(con->listener);
+    con->listener = NULL;
+  }
+}
+
+static void timer_in_us(struct event *ev, uint64_t us) {
+  struct timeval tv = {(time_t)(us / 1000000), (suseconds_t)(us % 1000000)};
+  evtimer_add(ev, &tv);
+}
+
+/* ---- settling -------------------------------------------------------------- */
+
+static int settle_code(const redisReply *reply, size_t i) {
+  int64_t v;
+  if (sluice__reply_i64(sluice__reply_at(reply, i), &v) != 0) return SLUICE_EPROTOCOL;
+  return v > 0 ? SLUICE_OK : v == -1 ? SLUICE_ELATE : SLUICE_ENOTFOUND;
+}
+
+static void settle_done(void *ud, int status, const redisReply *reply) {
+  settle_batch *b = ud;
+  sluice_dq_consumer *con = b->con;
+  size_t i = 0;
+  for (settle *s = b->list, *next; s; s = next, i++) {
+    next = s->next;
+    if (s->cb) s->cb(con, status == SLUICE_OK ? settle_code(reply, i) : status, s->id, s->ud);
+    sluice__free(s);
+  }
+  sluice__free(b);
+  con->batches--;
+  maybe_destroy(con);
+}
+
+static void fail_list(sluice_dq_consumer *con, settle *list, int status) {
+  for (settle *s = list, *next; s; s = next) {
+    next = s->next;
+    if (s->cb) s->cb(con, status, s->id, s->ud);
+    sluice__free(s);
+  }
+}
+
+/* Detach up to DQ_SETTLE_MAX queued settlements into a list; *n their count. */
+static settle *dequeue(sluice_dq_consumer *con, unsigned *n) {
+  settle *list = con->q_head, *last = NULL;
+  for (*n = 0; *n < DQ_SETTLE_MAX && con->q_head; (*n)++) {
+    last = con->q_head;
+    con->q_head = last->next;
+  }
+  if (last) last->next = NULL;
+  if (!con->q_head) con->q_tail = NULL;
+  con->nq -= *n;
+  return list;
+}
+
+static int send_batch(sluice_dq_consumer *con, settle *list, unsigned n) {
+  int nargs = DQ_NKEYS + 2 + 4 * (int)n, rc = SLUICE_ENOMEM, i = 0;
+  const char **argv = malloc((size_t)nargs * sizeof *argv);
+  char *nums = malloc(((size_t)n * 2 + 2) * 24);
+  settle_batch *b = sluice__calloc(1, sizeof *b);
+  if (argv && nums && b) {
+    for (; i < DQ_NKEYS; i++) argv[i] = con->keys[i];
+    sluice__fmt_u64(nums, con->o.retention_ms), argv[i++] = nums;
+    sluice__fmt_u64(nums + 24, con->o.max_attempts), argv[i++] = nums + 24;
+    char *num = nums + 48;
+    for (settle *s = list; s; s = s->next, num += 48) {
+      sluice__fmt_u64(num, s->attempt);
+      sluice__fmt_i64(num + 24, s->delay_ms);
+      argv[i++] = s->id, argv[i++] = num, argv[i++] = s->op == 'a' ? "a" : s->op == 'r' ? "r" : "x";
+      argv[i++] = num + 24;
+    }
+    b->con = con;
+    b->list = list;
+    rc = sluice__eval(con->c, &sluice__lua_dq_ack, DQ_NKEYS, nargs, argv, NULL,
+                      con->o.op_timeout_ms, settle_done, b, NULL);
+  }
+  if (rc == SLUICE_OK) con->batches++;
+  else sluice__free(b);
+  free(argv);
+  free(nums);
+  return rc;
+}
+
+static void flush_cb(evutil_socket_t fd, short what, void *arg) {
+  sluice_dq_consumer *con = arg;
+  con->batches++; /* hold the consumer while callbacks run */
+  while (con->q_head) {
+    unsigned n;
+    settle *list = dequeue(con, &n);
+    int rc = send_batch(con, list, n);
+    /* Accepted before the client began closing: cancelled, not refused. */
+    if (rc == SLUICE_ECLOSED) rc = SLUICE_ECANCELED;
+    if (rc != SLUICE_OK) fail_list(con, list, rc);
+  }
+  con->batches--;
+  maybe_destroy(con);
+}
+
+static void enqueue(sluice_dq_consumer *con, settle *s) {
+  if (con->q_tail) con->q_tail->next = s;
+  else con->q_head = s;
+  con->q_tail = s;
+  if (con->nq++ == 0) event_active(con->flush, 0, 0);
+}
+
+static settle *settle_new(const char *id, unsigned attempt, char op, int64_t delay,
+                          sluice_dq_settle_cb *cb, void *ud) {
+  size_t len = strlen(id);
+  settle *s = sluice__calloc(1, sizeof *s + len + 1);
+  if (!s) return NULL;
+  memcpy(s->id, id, len + 1);
+  s->attempt = attempt;
+  s->op = op;
+  s->delay_ms = delay;
+  s->cb = cb;
+  s->ud = ud;
+  return s;
+}
+
+/* A delivered message left the consumer's hands: capacity is back. */
+static void msg_release(sluice_dq_msg *msg) {
+  sluice_dq_consumer *con = msg->con;
+  sluice__free(msg);
+  con->in_flight--;
+  if (con->starved && !con->freed && !con->closed) {
+    con->starved = 0;
+    event_active(con->kick, 0, 0);
+  }
+  update_listen(con);
+  maybe_destroy(con);
+}
+
+static int settle_msg(sluice_dq_msg *msg, char op, int64_t delay, sluice_dq_settle_cb *cb,
+                      void *ud) {
+  if (!msg) return SLUICE_EINVAL;
+  sluice_dq_consumer *con = msg->con;
+  int rc = SLUICE_OK;
+  if (delay < 0 || delay > SLUICE_DQ_TIME_MAX) rc = SLUICE_EINVAL;
+  else if (con->closed || sluice__client_closing(con->c)) rc = SLUICE_ECLOSED;
+  if (rc == SLUICE_OK) {
+    settle *s = settle_new(msg->id, msg->attempt, op, delay, cb, ud);
+    if (s) enqueue(con, s);
+    else rc = SLUICE_ENOMEM;
+  }
+  msg_release(msg);
+  return rc;
+}
+
+int sluice_dq_ack(sluice_dq_msg *msg, sluice_dq_settle_cb *cb, void *ud) {
+  return settle_msg(msg, 'a', 0, cb, ud);
+}
+
+int sluice_dq_retry(sluice_dq_msg *msg, int64_t delay_ms, sluice_dq_settle_cb *cb, void *ud) {
+  return settle_msg(msg, 'r', delay_ms, cb, ud);
+}
+
+/* ---- taking ---------------------------------------------------------------- */
+
+static void take_failed(sluice_dq_consumer *con, int status) {
+  if (con->freed || con->closed || status == SLUICE_ECANCELED) return;
+  unsigned cap = con->o.max_poll_ms;
+  con->backoff_ms = con->backoff_ms ? con->backoff_ms * 2 : DQ_BACKOFF_MIN_MS;
+  if (con->backoff_ms > cap) con->backoff_ms = cap;
+  sluice__timer_in(con->timer, con->backoff_ms);
+  if (con->err_cb) con->err_cb(con, status, con->err_ud);
+}
+
+/* One message of a take reply (elements i..i+3), or NULL on a bad reply
+ * (*bad set) or out of memory. */
+static sluice_dq_msg *msg_from_reply(sluice_dq_consumer *con, const redisReply *r, size_t i,
+                                     int *bad) {
+  const redisReply *id = sluice__reply_at(r, i), *p = sluice__reply_at(r, i + 3);
+  int64_t attempt, due;
+  if (!id || !p || id->type != REDIS_REPLY_STRING || p->type != REDIS_REPLY_STRING ||
+      sluice__reply_i64(sluice__reply_at(r, i + 1), &attempt) ||
+      sluice__reply_i64(sluice__reply_at(r, i + 2), &due)) {
+    *bad = 1;
+    return NULL;
+  }
+  sluice_dq_msg *m = sluice__calloc(1, sizeof *m + p->len + id->len + 2);
+  if (!m) return NULL;
+  m->con = con;
+  m->attempt = (unsigned)attempt;
+  m->due_ms = due;
+  m->deadline_ms = con->take_sent_ms + con->o.visibility_ms;
+  m->len = p->len;
+  memcpy(m->payload, p->str, p->len);
+  m->id = m->payload + p->len + 1;
+  memcpy(m->id, id->str, id->len);
+  return m;
+}
+
+/* Hand count messages to the handler; once the consumer is freed (possibly
+ * by the handler) the rest go back to the queue at once. */
+static void deliver(sluice_dq_consumer *con, const redisReply *reply, size_t count) {
+  con->dispatching++;
+  for (size_t k = 0; k < count; k++) {
+    int bad = 0;
+    sluice_dq_msg *m = msg_from_reply(con, reply, 3 + 4 * k, &bad);
+    if (!m) continue; /* left in flight: redelivered after the deadline */
+    con->in_flight++;
+    if (!con->freed && !con->closed) {
+      con->handler(con, m, con->ud);
+      continue;
+    }
+    if (!con->closed && !sluice__client_closing(con->c)) {
+      settle *s = settle_new(m->id, m->attempt, 'x', 0, NULL, NULL);
+      if (s) enqueue(con, s);
+    }
+    msg_release(m);
+  }
+  con->dispatching--;
+}
+
+/* After a take: go again at once if more may be due, else sleep until the
+ * next due time or deadline (µs from Redis's clock), capped by max_poll_ms. */
+static void schedule(sluice_dq_consumer *con, int64_t now_us, int64_t next_ms, size_t count) {
+  uint64_t cap_us = (uint64_t)con->o.max_poll_ms * 1000;
+  update_listen(con);
+  if (con->again || count >= con->asked) {
+    event_active(con->kick, 0, 0);
+    return;
+  }
+  if (next_ms < 0) {
+    timer_in_us(con->timer, cap_us);
+    return;
+  }
+  int64_t wait_us = next_ms * 1000 - now_us;
+  if (wait_us <= 0) event_active(con->kick, 0, 0);
+  else timer_in_us(con->timer, (uint64_t)wait_us < cap_us ? (uint64_t)wait_us : cap_us);
+}
+
+static void take_done(void *ud, int status, const redisReply *reply) {
+  sluice_dq_consumer *con = ud;
+  int64_t now_us = 0, next_ms = -1, count = 0;
+  con->taking = 0;
+  if (status == SLUICE_OK &&
+      (sluice__reply_i64(sluice__reply_at(reply, 0), &now_us) ||
+       sluice__reply_i64(sluice__reply_at(reply, 1), &next_ms) ||
+       sluice__reply_i64(sluice__reply_at(reply, 2), &count) || count < 0 ||
+       reply->elements != 3 + 4 * (size_t)count))
+    status = SLUICE_EPROTOCOL;
+  if (status != SLUICE_OK) {
+    take_failed(con, status);
+    maybe_destroy(con);
+    return;
+  }
+  con->backoff_ms = 0;
+  deliver(con, reply, (size_t)count);
+  if (con->freed || con->closed) {
+    maybe_destroy(con);
+    return;
+  }
+  schedule(con, now_us, next_ms, (size_t)count);
+}
+
+static void take(sluice_dq_consumer *con) {
+  char ret[24], n[24], vis[24], maxa[24];
+  if (con->freed || con->closed) return;
+  if (con->taking) {
+    con->again = 1;
+    return;
+  }
+  unsigned cap = con->o.max_in_flight > con->in_flight ? con->o.max_in_flight - con->in_flight : 0;
+  if (cap == 0) {
+    con->starved = 1;
+    return;
+  }
+  con->asked = cap < con->o.batch ? cap : con->o.batch;
+  sluice__fmt_u64(ret, con->o.retention_ms);
+  sluice__fmt_u64(n, con->asked);
+  sluice__fmt_u64(vis, con->o.visibility_ms);
+  sluice__fmt_u64(maxa, con->o.max_attempts);
+  const char *argv[DQ_NKEYS + 4] = {con->keys[0], con->keys[1], con->keys[2], con->keys[3],
+                                    con->keys[4], ret, n, vis, maxa};
+  evtimer_del(con->timer);
+  con->take_sent_ms = sluice__mono_ms();
+  int rc = sluice__eval(con->c, &sluice__lua_dq_take, DQ_NKEYS, DQ_NKEYS + 4, argv, NULL,
+                        con->o.op_timeout_ms, take_done, con, NULL);
+  if (rc != SLUICE_OK) {
+    if (rc == SLUICE_ECLOSED) return; /* on_close follows */
+    take_failed(con, rc);
+    return;
+  }
+  con->taking = 1;
+  con->again = 0;
+}
+
+static void take_cb(evutil_socket_t fd, short what, void *arg) { take(arg); }
+
+/* ---- public API ------------------------------------------------------------ */
+
+void sluice_dq_consumer_options_init(sluice_dq_consumer_options *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->batch = 16;
+  o->visibility_ms = 30000;
+  o->max_in_flight = 256;
+  o->max_attempts = 5;
+  o->max_poll_ms = 5000;
+  o->retention_ms = DQ_DEFAULT_RETENTION_MS;
+}
+
+/* Client close: stop everything; the client cancels our calls in flight. */
+static void on_client_close(sluice__child *child) {
+  sluice_dq_consumer *con = (sluice_dq_consumer *)child;
+  con->closed = 1;
+  evtimer_del(con->timer);
+  event_del(con->kick);
+  update_listen(con);
+  event_del(con->flush);
+  unsigned n;
+  con->batches++;
+  while (con->q_head) fail_list(con, dequeue(con, &n), SLUICE_ECANCELED);
+  con->batches--;
+  maybe_destroy(con);
+}
+
+static int check_options(const sluice_dq_consumer_options *o) {
+  if (o->batch < 1 || o->batch > 1000 || o->visibility_ms < 10 || o->max_in_flight < 1 ||
+      o->max_poll_ms < 10 || o->retention_ms < 1 ||
+      o->retention_ms > (uint64_t)SLUICE_DQ_TIME_MAX)
+    return SLUICE_EINVAL;
+  return SLUICE_OK;
+}
+
+static int consumer_init(sluice_dq_consumer *con, sluice_client *c, const char *name) {
+  struct event_base *base = sluice__client_base(c);
+  con->timer = evtimer_new(base, take_cb, con);
+  con->kick = event_new(base, -1, 0, take_cb, con);
+  con->flush = event_new(base, -1, 0, flush_cb, con);
+  if (!con->timer || !con->kick || !con->flush || sluice__dq_keys(c, name, con->keys) != 0) {
+    if (con->timer) event_free(con->timer);
+    if (con->kick) event_free(con->kick);
+    if (con->flush) event_free(con->flush);
+    return SLUICE_ENOMEM;
+  }
+  return SLUICE_OK;
+}
+
+int sluice_dq_consumer_new(sluice_client *c, const char *name,
+                           const sluice_dq_consumer_options *opts, sluice_dq_handler *handler,
+                           void *ud, sluice_dq_consumer **out) {
+  sluice_dq_consumer_options o;
+  if (out) *out = NULL;
+  if (!c || !out || !handler || !sluice__valid_name(name)) return SLUICE_EINVAL;
+  if (opts) o = *opts;
+  else sluice_dq_consumer_options_init(&o);
+  if (check_options(&o) != 0) return SLUICE_EINVAL;
+  if (sluice__client_closing(c)) return SLUICE_ECLOSED;
+  sluice_dq_consumer *con = sluice__calloc(1, sizeof *con);
+  if (!con) return SLUICE_ENOMEM;
+  con->c = c;
+  con->o = o;
+  con->handler = handler;
+  con->ud = ud;
+  if (consumer_init(con, c, name) != 0) {
+    sluice__free(con);
+    return SLUICE_ENOMEM;
+  }
+  con->child.on_close = on_client_close;
+  sluice__client_attach(c, &con->child);
+  update_listen(con);
+  event_active(con->kick, 0, 0); /* first take from the loop */
+  *out = con;
+  return SLUICE_OK;
+}
+
+void sluice_dq_consumer_free(sluice_dq_consumer *con) {
+  if (!con || con->freed) return;
+  con->freed = 1;
+  evtimer_del(con->timer);
+  event_del(con->kick);
+  update_listen(con);
+  maybe_destroy(con);
+}
+
+void sluice_dq_consumer_set_error_cb(sluice_dq_consumer *con, sluice_dq_error_cb *cb,
+                                     void *ud) {
+  if (!con) return;
+  con->err_cb = cb;
+  con->err_ud = ud;
+}
+
+unsigned sluice_dq_consumer_in_flight(const sluice_dq_consumer *con) {
+  return con ? con->in_flight : 0;
+}
+
+const char *sluice_dq_msg_id(const sluice_dq_msg *m) { return m ? m->id : NULL; }
+
+const void *sluice_dq_msg_payload(const sluice_dq_msg *m, size_t *len) {
+  if (len) *len = m ? m->len : 0;
+  return m ? m->payload : NULL;
+}
+
+unsigned sluice_dq_msg_attempt(const sluice_dq_msg *m) { return m ? m->attempt : 0; }
+int64_t sluice_dq_msg_due_ms(const sluice_dq_msg *m) { return m ? m->due_ms : -1; }
+
+int64_t sluice_dq_msg_remaining_ms(const sluice_dq_msg *m) {
+  uint64_t now = sluice__mono_ms();
+  return m && m->deadline_ms > now ? (int64_t)(m->deadline_ms - now) : 0;
+}

@@ -1,0 +1,95 @@
+/* Helpers shared by the delay-queue tests. */
+#ifndef SLUICE_TEST_DQ_UTIL_H
+#define SLUICE_TEST_DQ_UTIL_H
+
+#include <string.h>
+
+#include <event2/event.h>
+#include <sluice/sluice.h>
+
+#include "harness.h"
+
+static inline sluice_client *dqt_client(struct event_base *base) {
+  sluice_client_options o;
+  sluice_client_options_init(&o);
+  o.url = th_server.url;
+  o.op_timeout_ms = 3000;
+  o.reconnect_min_ms = 20;
+  o.reconnect_max_ms = 200;
+  sluice_client *c = NULL;
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  return c;
+}
+
+static inline sluice_dq *dqt_queue(sluice_client *c, const char *name) {
+  sluice_dq *dq = NULL;
+  TH_ASSERT_EQ(sluice_dq_new(c, name, NULL, &dq), SLUICE_OK);
+  return dq;
+}
+
+/* Close the client and run the loop until everything is released. */
+static inline void dqt_finish(struct event_base *base, sluice_client *c) {
+  sluice_client_free(c);
+  TH_ASSERT(th_loop_drain(base, 5000));
+  event_base_free(base);
+}
+
+typedef struct dqt_push {
+  int done;
+  int status;
+  int64_t due;
+  char id[SLUICE_DQ_ID_MAX + 1];
+} dqt_push;
+
+static inline void dqt_on_push(sluice_dq *dq, int status, const char *id, int64_t due, void *ud) {
+  dqt_push *p = ud;
+  p->done++;
+  p->status = status;
+  p->due = due;
+  snprintf(p->id, sizeof p->id, "%s", id);
+}
+
+/* Push synchronously (runs the loop); returns the status, id into p. */
+static inline int dqt_push_wait(struct event_base *base, sluice_dq *dq, const char *id,
+                                const char *payload, int64_t delay, dqt_push *p) {
+  sluice_dq_item it = {payload, payload ? strlen(payload) : 0, delay, 0, id};
+  memset(p, 0, sizeof *p);
+  TH_ASSERT_EQ(sluice_dq_push(dq, &it, dqt_on_push, p), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &p->done, 5000));
+  return p->status;
+}
+
+typedef struct dqt_info {
+  int done;
+  int status;
+  sluice_dq_info info;
+  char next_id[SLUICE_DQ_ID_MAX + 1];
+} dqt_info;
+
+static inline void dqt_on_info(sluice_dq *dq, int status, const sluice_dq_info *info, void *ud) {
+  dqt_info *r = ud;
+  r->done++;
+  r->status = status;
+  if (info) {
+    r->info = *info;
+    snprintf(r->next_id, sizeof r->next_id, "%s", info->next_id ? info->next_id : "");
+    r->info.next_id = r->next_id;
+  }
+}
+
+static inline sluice_dq_info dqt_inspect(struct event_base *base, sluice_dq *dq, dqt_info *r) {
+  memset(r, 0, sizeof *r);
+  TH_ASSERT_EQ(sluice_dq_inspect(dq, dqt_on_info, r), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &r->done, 5000));
+  TH_ASSERT_EQ(r->status, SLUICE_OK);
+  return r->info;
+}
+
+/* Wall clock in ms: Redis runs on this machine, so it matches its TIME. */
+static inline int64_t dqt_unix_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+#endif

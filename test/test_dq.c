@@ -1,0 +1,761 @@
+/* Delay queue: ordering, batches, cancel, de-duplication, settling, dead
+ * letters, bad input, lifetime, key expiry, wake-ups and idle cost. */
+#include <string.h>
+
+#include <event2/event.h>
+#include <sluice/sluice.h>
+
+#include "dq_util.h"
+#include "harness.h"
+
+enum { REC_MAX = 256 };
+
+/* A consumer handler that records what it gets; acks at once if auto_ack,
+ * else keeps the handles in held[] for the test to settle. */
+typedef struct rec {
+  int n, target, reached, auto_ack;
+  char ids[REC_MAX][SLUICE_DQ_ID_MAX + 1];
+  unsigned attempts[REC_MAX];
+  size_t lens[REC_MAX];
+  char payloads[REC_MAX][64];
+  int64_t late_ms[REC_MAX];
+  uint64_t at_ms[REC_MAX];
+  sluice_dq_msg *held[REC_MAX];
+  unsigned in_flight_seen[REC_MAX];
+  int settled, settle_status[REC_MAX];
+} rec;
+
+static void on_settled(sluice_dq_consumer *con, int status, const char *id, void *ud) {
+  rec *r = ud;
+  if (r->settled < REC_MAX) r->settle_status[r->settled] = status;
+  r->settled++;
+}
+
+static void record(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
+  rec *r = ud;
+  int i = r->n++;
+  TH_ASSERT(i < REC_MAX);
+  size_t len;
+  const char *p = sluice_dq_msg_payload(m, &len);
+  snprintf(r->ids[i], sizeof r->ids[i], "%s", sluice_dq_msg_id(m));
+  r->attempts[i] = sluice_dq_msg_attempt(m);
+  r->lens[i] = len;
+  memcpy(r->payloads[i], p, len < 64 ? len : 64);
+  r->late_ms[i] = dqt_unix_ms() - sluice_dq_msg_due_ms(m);
+  r->at_ms[i] = th_now_ms();
+  r->in_flight_seen[i] = sluice_dq_consumer_in_flight(con);
+  if (r->auto_ack) TH_ASSERT_EQ(sluice_dq_ack(m, on_settled, r), SLUICE_OK);
+  else r->held[i] = m;
+  if (r->n >= r->target) r->reached = 1;
+}
+
+/* Run the loop until *v >= n (up to 5 s). */
+static void wait_n(struct event_base *base, const int *v, int n) {
+  uint64_t end = th_now_ms() + 5000;
+  while (*v < n && th_now_ms() < end) th_loop_for(base, 2);
+  TH_ASSERT_CMP(*v, >=, n);
+}
+
+static sluice_dq_consumer *consumer(sluice_client *c, const char *name,
+                                    const sluice_dq_consumer_options *o, rec *r) {
+  sluice_dq_consumer *con = NULL;
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, name, o, record, r, &con), SLUICE_OK);
+  return con;
+}
+
+static sluice_dq_consumer_options opts(unsigned batch, unsigned vis, unsigned maxa) {
+  sluice_dq_consumer_options o;
+  sluice_dq_consumer_options_init(&o);
+  o.batch = batch;
+  o.visibility_ms = vis;
+  o.max_attempts = maxa;
+  return o;
+}
+
+/* ---- ordering, batches, payloads ------------------------------------------- */
+
+static void test_order_by_due_then_push(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = dqt_client(base);
+  sluice_dq *dq = dqt_queue(c, "order");
+  dqt_info in;
+  int64_t at = dqt_inspect(base, dq, &in).now_ms + 300;
+  /* e1..e20 share one due time and must keep push order; a and b differ. */
+  sluice_dq_item items[22] = {{0}};
+  char ids[22][8];
+  for (int i = 0; i < 20; i++) {
+    snprintf(ids[i], sizeof ids[i], "e%02d", i + 1);
+    items[i] = (sluice_dq_item){ids[i], 3, 0, at, ids[i]};
+  }
+  items[20] = (sluice_dq_item){"late", 4, 0, at + 100, "b"};
+  items[21] = (sluice_dq_item){"early", 5, 0, at - 100, "a"};
+  TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, 22, NULL, NULL), SLUICE_OK);
+  rec r = {.target = 22, .auto_ack = 1};
+  sluice_dq_consumer_options o = opts(4, 30000, 5);
+  sluice_dq_consumer *con = consumer(c, "order", &o, &r);
+  TH_ASSERT(th_loop_until(base, &r.reached, 5000));
+  TH_ASSERT_STR_EQ(r.ids[0], "a");
+  for (int i = 0; i < 20; i++) TH_ASSERT_STR_EQ(r.ids[1 + i], ids[i]);
+  TH_ASSERT_STR_EQ(r.ids[21], "b");
+  for (int i = 0; i < 22; i++) {
+    TH_ASSERT_EQ(r.attempts[i], 1);
+    TH_ASSERT_CMP(r.late_ms[i], >=, -2); /* never early (clock read granularity) */
+  }
+  wait_n(base, &r.settled, 22);
+  for (int i = 0; i < 22; i++) TH_ASSERT_EQ(r.settle_status[i], SLUICE_OK);
+  TH_ASSERT_EQ(dqt_inspect(base, dq, &in).in_flight, 0);
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  dqt_finish(base, c);
+}
+
+static void test_batch_and_max_in_flight(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = dqt_client(base);
+  sluice_dq *dq = dqt_queue(c, "batch");
+  sluice_dq_item items[50];
+  for (int i = 0; i < 50; i++) items[i] = (sluice_dq_item){"x", 1, 0, 0, NULL};
+  TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, 50, NULL, NULL), SLUICE_OK);
+  rec r = {.target = 10};
+  sluice_dq_consumer_options o = opts(4, 30000, 5);
+  o.max_in_flight = 10;
+  sluice_dq_consumer *con = consumer(c, "batch", &o, &r);
+  TH_ASSERT(th_loop_until(base, &r.reached, 5000));
+  th_loop_for(base, 200);
+  TH_ASSERT_EQ(r.n, 10); /* capped by max_in_flight */
+  TH_ASSERT_EQ(sluice_dq_consumer_in_flight(con), 10);
+  /* Deliveries came in takes of at most 4: the first take's handler calls
+   * saw in-flight 1..4, then the second take started from 4. */
+  TH_ASSERT_EQ(r.in_flight_seen[3], 4);
+  TH_ASSERT_EQ(r.in_flight_seen[4], 5);
+  dqt_info in;
+  TH_ASSERT_EQ(dqt_inspect(base, dq, &in).in_flight, 10);
+  TH_ASSERT_EQ(in.info.delayed, 40);
+  for (int i = 0; i < 10; i++) TH_ASSERT_EQ(sluice_dq_ack(r.held[i], on_settled, &r), SLUICE_OK);
+  r.auto_ack = 1;
+  r.target = 50;
+  r.reached = 0;
+  TH_ASSERT(th_loop_until(base, &r.reached, 5000));
+  wait_n(base, &r.settled, 50);
+  TH_ASSERT_EQ(dqt_inspect(base, dq, &in).in_flight, 0);
+  TH_ASSERT_EQ(in.info.delayed, 0);
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  dqt_finish(base, c);
+}
+
+static void test_binary_payload(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = dqt_client(base);
+  sluice_dq *dq = dqt_queue(c, "bin");
+  static const char bin[] = {'a', 0, 'b', 0, 0, '\xff', '\n'};
+  sluice_dq_item items[2] = {{bin, sizeof bin, 0, 0, "bin"}, {NULL, 0, 0, 0, "empty"}};
+  TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, 2, NULL, NULL), SLUICE_OK);
+  rec r = {.target = 2, .auto_ack = 1};
+  sluice_dq_consumer_options o = opts(16, 30000, 5);
+  sluice_dq_consumer *con = consumer(c, "bin", &o, &r);
+  TH_ASSERT(th_loop_until(base, &r.reached, 5000));
+  TH_ASSERT_STR_EQ(r.ids[0], "bin");
+  TH_ASSERT_EQ(r.lens[0], sizeof bin);
+  TH_ASSERT(memcmp(r.payloads[0], bin, sizeof bin) == 0);
+  TH_ASSERT_EQ(r.lens[1], 0);
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  dqt_finish(base, c);
+}
+
+/* ---- cancel, de-duplication ------------------------------------------------ */
+
+typedef struct status_res {
+  int done, status;
+} status_res;
+
+static void on_status(sluice_dq *dq, int status, void *ud) {
+  status_res *s = ud;
+  s->done++;
+  s->status = status;
+}
+
+static int cancel_wait(struct event_base *base, sluice_dq *dq, const char *id) {
+  status_res s = {0};
+  TH_ASSERT_EQ(sluice_dq_cancel(dq, id, on_status, &s), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &s.done, 5000));
+  return s.status;
+}
+
+static void test_cancel(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = dqt_client(base);
+  sluice_dq *dq = dqt_queue(c, "cancel");
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, NULL, "one", 150, &p), SLUICE_OK);
+  TH_ASSERT_EQ(strlen(p.id), 32); /* random id */
+  char id1[40];
+  snprintf(id1, sizeof id1, "%s", p.id);
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, "two", "two", 150, &p), SLUICE_OK);
+  TH_ASSERT_EQ(cancel_wait(base, dq, id1), SLUICE_OK);
+  TH_ASSERT_EQ(cancel_wait(base, dq, id1), SLUICE_ENOTFOUND);
+  rec r = {.target = 1};
+  sluice_dq_consumer_options o = opts(16, 30000, 5);
+  sluice_dq_consumer *con = consumer(c, "cancel", &o, &r);
+  TH_ASSERT(th_loop_until(base, &r.reached, 5000));
+  th_loop_for(base, 200);
+  TH_ASSERT_EQ(r.n, 1);
+  TH_ASSERT_STR_EQ(r.ids[0], "two");
+  /* Cancel while in flight: the consumer's ack then finds nothing. */
+  TH_ASSERT_EQ(cancel_wait(base, dq, "two"), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_ack(r.held[0], on_settled, &r), SLUICE_OK);
+  TH_ASSERT_EQ(r.settled, 0);
+  while (!r.settled) TH_ASSERT(th_loop_until(base, &r.settled, 5000));
+  TH_ASSERT_EQ(r.settle_status[0], SLUICE_ENOTFOUND);
+  dqt_info in;
+  sluice_dq_info info = dqt_inspect(base, dq, &in);
+  TH_ASSERT_EQ(info.delayed + info.in_flight + info.dead, 0);
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  dqt_finish(base, c);
+}
+
+typedef struct batch_res {
+  int done, status;
+  size_t n;
+  int st[8];
+  char ids[8][40];
+} batch_res;
+
+static void on_batch(sluice_dq *dq, int status, const sluice_dq_push_result *res, size_t n,
+                     void *ud) {
+  batch_res *b = ud;
+  b->done++;
+  b->status = status;
+  b->n = n;
+  for (size_t i = 0; i < n && i < 8; i++) {
+    b->st[i] = res[i].status;
+    snprintf(b->ids[i], sizeof b->ids[i], "%s", res[i].id);
+  }
+}
+
+static void test_dedup(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = dqt_client(base);
+  sluice_dq *dq = dqt_queue(c, "dedup");
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, "job-1", "first", 0, &p), SLUICE_OK);
+  TH_ASSERT_CMP(p.due, >, 1600000000000LL);
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, "job-1", "second", 0, &p), SLUICE_EEXIST);
+  TH_ASSERT_STR_EQ(p.id, "job-1");
+  TH_ASSERT_EQ(p.due, -1);
+  /* Duplicates inside one batch, and against the queue. */
+  sluice_dq_item items[3] = {{"a", 1, 0, 0, "job-2"}, {"b", 1, 0, 0, "job-2"}, {"c", 1, 0, 0, "job-1"}};
+  batch_res b = {0};
+  TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, 3, on_batch, &b), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &b.done, 5000));
+  TH_ASSERT_EQ(b.status, SLUICE_OK);
+  TH_ASSERT_EQ(b.n, 3);
+  TH_ASSERT_EQ(b.st[0], SLUICE_OK);
+  TH_ASSERT_EQ(b.st[1], SLUICE_EEXIST);
+  TH_ASSERT_EQ(b.st[2], SLUICE_EEXIST);
+  rec r = {.target = 2, .auto_ack = 1};
+  sluice_dq_consumer_options o = opts(16, 30000, 5);
+  sluice_dq_consumer *con = consumer(c, "dedup", &o, &r);
+  TH_ASSERT(th_loop_until(base, &r.reached, 5000));
+  TH_ASSERT_STR_EQ(r.payloads[0], "first");
+  TH_ASSERT_STR_EQ(r.payloads[1], "a");
+  wait_n(base, &r.settled, 2);
+  /* Once acknowledged the id may be used again. */
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, "job-1", "again", 0, &p), SLUICE_OK);
+  r.target = 3;
+  r.reached = 0;
+  TH_ASSERT(th_loop_until(base, &r.reached, 5000));
+  TH_ASSERT_STR_EQ(r.payloads[2], "again");
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  dqt_finish(base, c);
+}
+
+/* ---- settling: late acks, retry, dead letters ------------------------------ */
+
+static void test_late_ack_reported(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = dqt_client(base);
+  sluice_dq *dq = dqt_queue(c, "late");
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, "m", "m", 0, &p), SLUICE_OK);
+  rec r = {.target = 2};
+  sluice_dq_consumer_options o = opts(16, 100, 5);
+  sluice_dq_consumer *con = consumer(c, "late", &o, &r);
+  /* Held past its 100 ms deadline, it comes back as attempt 2. */
+  TH_ASSERT(th_loop_until(base, &r.reached, 3000));
+  TH_ASSERT_STR_EQ(r.ids[1], "m");
+  TH_ASSERT_EQ(r.attempts[0], 1);
+  TH_ASSERT_EQ(r.attempts[1], 2);
+  TH_ASSERT_CMP(r.at_ms[1] - r.at_ms[0], >=, 95);
+  TH_ASSERT_CMP(sluice_dq_msg_remaining_ms(r.held[0]), ==, 0);
+  TH_ASSERT_EQ(sluice_dq_ack(r.held[0], on_settled, &r), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_ack(r.held[1], on_settled, &r), SLUICE_OK);
+  wait_n(base, &r.settled, 2);
+  TH_ASSERT_EQ(r.settle_status[0], SLUICE_ELATE);
+  TH_ASSERT_EQ(r.settle_status[1], SLUICE_OK);
+  dqt_info in;
+  TH_ASSERT_EQ(dqt_inspect(base, dq, &in).in_flight + in.info.delayed, 0);
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  dqt_finish(base, c);
+}
+
+typedef struct dead_res {
+  int done, status;
+  size_t total, n;
+  char id[40];
+  unsigned attempts;
+  char payload[16];
+  uint64_t count;
+} dead_res;
+
+static void on_dead(sluice_dq *dq, int status, size_t total, const sluice_dq_dead_entry *e,
+                    size_t n, void *ud) {
+  dead_res *d = ud;
+  d->done++;
+  d->status = status;
+  d->total = total;
+  d->n = n;
+  if (n) {
+    snprintf(d->id, sizeof d->id, "%s", e[0].id);
+    d->attempts = e[0].attempts;
+    snprintf(d->payload, sizeof d->payload, "%.*s", (int)e[0].len, (const char *)e[0].payload);
+  }
+}
+
+static void on_count(sluice_dq *dq, int status, uint64_t count, void *ud) {
+  dead_res *d = ud;
+  d->done++;
+  d->status = status;
+  d->count = count;
+}
+
+static void retrying(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
+  rec *r = ud;
+  int i = r->n++;
+  r->attempts[i] = sluice_dq_msg_attempt(m);
+  r->at_ms[i] = th_now_ms();
+  if (r->auto_ack) TH_ASSERT_EQ(sluice_dq_ack(m, on_settled, r), SLUICE_OK);
+  else TH_ASSERT_EQ(sluice_dq_retry(m, 50, on_settled, r), SLUICE_OK);
+  if (r->n >= r->target) r->reached = 1;
+}
+
+static void test_retry_dead_letter_requeue(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = dqt_client(base);
+  sluice_dq *dq = dqt_queue(c, "dead");
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, "poison", "pill", 0, &p), SLUICE_OK);
+  rec r = {.target = 3};
+  sluice_dq_consumer_options o = opts(16, 30000, 3);
+  sluice_dq_consumer *con = NULL;
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "dead", &o, retrying, &r, &con), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &r.reached, 3000));
+  wait_n(base, &r.settled, 3);
+  for (int i = 0; i < 3; i++) {
+    TH_ASSERT_EQ(r.attempts[i], (unsigned)i + 1);
+    TH_ASSERT_EQ(r.settle_status[i], SLUICE_OK);
+  }
+  TH_ASSERT_CMP(r.at_ms[1] - r.at_ms[0], >=, 45); /* retry delay honoured */
+  th_loop_for(base, 150);
+  TH_ASSERT_EQ(r.n, 3); /* third retry dead-lettered it */
+  dqt_info in;
+  TH_ASSERT_EQ(dqt_inspect(base, dq, &in).dead, 1);
+  dead_res d = {0};
+  TH_ASSERT_EQ(sluice_dq_dead_list(dq, 0, 10, on_dead, &d), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &d.done, 3000));
+  TH_ASSERT_EQ(d.status, SLUICE_OK);
+  TH_ASSERT_EQ(d.total, 1);
+  TH_ASSERT_STR_EQ(d.id, "poison");
+  TH_ASSERT_EQ(d.attempts, 3);
+  TH_ASSERT_STR_EQ(d.payload, "pill");
+  /* Requeue: delivered again from attempt 1. */
+  r.auto_ack = 1;
+  r.target = 4;
+  r.reached = 0;
+  memset(&d, 0, sizeof d);
+  TH_ASSERT_EQ(sluice_dq_dead_requeue(dq, "nope", on_count, &d), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &d.done, 3000));
+  TH_ASSERT_EQ(d.count, 0);
+  memset(&d, 0, sizeof d);
+  TH_ASSERT_EQ(sluice_dq_dead_requeue(dq, NULL, on_count, &d), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &d.done, 3000));
+  TH_ASSERT_EQ(d.count, 1);
+  TH_ASSERT(th_loop_until(base, &r.reached, 3000));
+  TH_ASSERT_EQ(r.attempts[3], 1);
+  wait_n(base, &r.settled, 4);
+  sluice_dq_info info = dqt_inspect(base, dq, &in);
+  TH_ASSERT_EQ(info.dead + info.delayed + info.in_flight, 0);
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  dqt_finish(base, c);
+}
+
+/* Messages held past their deadline with max_attempts reached go dead. */
+static void test_expired_dead_letter(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = dqt_client(base);
+  sluice_dq *dq = dqt_queue(c, "expdead");
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, "slow", "s", 0, &p), SLUICE_OK);
+  rec r = {.target = 2};
+  sluice_dq_consumer_options o = opts(16, 60, 2);
+  sluice_dq_consumer *con = consumer(c, "expdead", &o, &r);
+  TH_ASSERT(th_loop_until(base, &r.reached, 3000));
+  dqt_info in;
+  uint64_t end = th_now_ms() + 2000;
+  while (dqt_inspect(base, dq, &in).dead == 0 && th_now_ms() < end) th_loop_for(base, 20);
+  TH_ASSERT_EQ(in.info.dead, 1);
+  TH_ASSERT_EQ(r.n, 2);
+  for (int i = 0; i < 2; i++) TH_ASSERT_EQ(sluice_dq_ack(r.held[i], on_settled, &r), SLUICE_OK);
+  wait_n(base, &r.settled, 2);
+  TH_ASSERT_EQ(r.settle_status[0], SLUICE_ELATE);
+  TH_ASSERT_EQ(r.settle_status[1], SLUICE_ELATE);
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  dqt_finish(base, c);
+}
+
+/* ---- bad input --------------------------------------------------------------- */
+
+static void noop_handler(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
+  sluice_dq_ack(m, NULL, NULL);
+}
+
+static void test_bad_input(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = dqt_client(base);
+  sluice_dq *dq = NULL;
+  sluice_dq_consumer *con = NULL;
+  static char big_name[SLUICE_NAME_MAX + 2];
+  memset(big_name, 'n', SLUICE_NAME_MAX + 1);
+  TH_ASSERT_EQ(sluice_dq_new(c, NULL, NULL, &dq), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_new(c, "", NULL, &dq), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_new(c, big_name, NULL, &dq), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_new(NULL, "q", NULL, &dq), SLUICE_EINVAL);
+  TH_ASSERT(dq == NULL);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, NULL, NULL, noop_handler, NULL, &con), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "", NULL, noop_handler, NULL, &con), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, big_name, NULL, noop_handler, NULL, &con), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "q", NULL, NULL, NULL, &con), SLUICE_EINVAL);
+  sluice_dq_consumer_options o = opts(0, 30000, 5);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "q", &o, noop_handler, NULL, &con), SLUICE_EINVAL);
+  o = opts(16, 5, 5);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "q", &o, noop_handler, NULL, &con), SLUICE_EINVAL);
+  TH_ASSERT(con == NULL);
+  /* A name of exactly SLUICE_NAME_MAX bytes is fine. */
+  big_name[SLUICE_NAME_MAX] = '\0';
+  TH_ASSERT_EQ(sluice_dq_new(c, big_name, NULL, &dq), SLUICE_OK);
+  sluice_dq_free(dq);
+  dq = dqt_queue(c, "bad");
+  static char big[SLUICE_DQ_PAYLOAD_MAX + 1];
+  static char long_id[SLUICE_DQ_ID_MAX + 2];
+  memset(long_id, 'i', SLUICE_DQ_ID_MAX + 1);
+  sluice_dq_item it = {big, sizeof big, 0, 0, NULL};
+  TH_ASSERT_EQ(sluice_dq_push(dq, &it, NULL, NULL), SLUICE_ETOOBIG);
+  it = (sluice_dq_item){"x", 1, -1, 0, NULL};
+  TH_ASSERT_EQ(sluice_dq_push(dq, &it, NULL, NULL), SLUICE_EINVAL);
+  it = (sluice_dq_item){"x", 1, SLUICE_DQ_TIME_MAX + 1, 0, NULL};
+  TH_ASSERT_EQ(sluice_dq_push(dq, &it, NULL, NULL), SLUICE_EINVAL);
+  it = (sluice_dq_item){"x", 1, 0, -5, NULL};
+  TH_ASSERT_EQ(sluice_dq_push(dq, &it, NULL, NULL), SLUICE_EINVAL);
+  it = (sluice_dq_item){"x", 1, 0, 0, ""};
+  TH_ASSERT_EQ(sluice_dq_push(dq, &it, NULL, NULL), SLUICE_EINVAL);
+  it = (sluice_dq_item){"x", 1, 0, 0, long_id};
+  TH_ASSERT_EQ(sluice_dq_push(dq, &it, NULL, NULL), SLUICE_EINVAL);
+  it = (sluice_dq_item){NULL, 3, 0, 0, NULL};
+  TH_ASSERT_EQ(sluice_dq_push(dq, &it, NULL, NULL), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_push(dq, NULL, NULL, NULL), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_push(NULL, &it, NULL, NULL), SLUICE_EINVAL);
+  sluice_dq_item two[2] = {{"ok", 2, 0, 0, NULL}, {big, sizeof big, 0, 0, NULL}};
+  TH_ASSERT_EQ(sluice_dq_push_batch(dq, two, 2, NULL, NULL), SLUICE_ETOOBIG);
+  TH_ASSERT_EQ(sluice_dq_push_batch(dq, two, 0, NULL, NULL), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_cancel(dq, NULL, NULL, NULL), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_cancel(dq, "", NULL, NULL), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_inspect(dq, NULL, NULL), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_dead_list(dq, 0, 0, on_dead, NULL), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_ack(NULL, NULL, NULL), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_retry(NULL, 0, NULL, NULL), SLUICE_EINVAL);
+  /* Unknown id: cancel says so. */
+  TH_ASSERT_EQ(cancel_wait(base, dq, "never-pushed"), SLUICE_ENOTFOUND);
+  /* A payload of exactly the limit goes through. */
+  dqt_push p = {0};
+  it = (sluice_dq_item){big, SLUICE_DQ_PAYLOAD_MAX, 1000, 0, "big"};
+  TH_ASSERT_EQ(sluice_dq_push(dq, &it, dqt_on_push, &p), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &p.done, 5000));
+  TH_ASSERT_EQ(p.status, SLUICE_OK);
+  /* A retry with a bad delay is refused but still releases the handle. */
+  TH_ASSERT_EQ(cancel_wait(base, dq, "big"), SLUICE_OK);
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, "r", "r", 0, &p), SLUICE_OK);
+  rec r = {.target = 1};
+  o = opts(16, 30000, 5);
+  con = consumer(c, "bad", &o, &r);
+  TH_ASSERT(th_loop_until(base, &r.reached, 3000));
+  TH_ASSERT_EQ(sluice_dq_retry(r.held[0], -1, on_settled, &r), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_consumer_in_flight(con), 0);
+  th_loop_for(base, 50);
+  TH_ASSERT_EQ(r.settled, 0);
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  dqt_finish(base, c);
+}
+
+/* ---- lifetime ---------------------------------------------------------------- */
+
+typedef struct free_ctx {
+  sluice_dq_consumer *con;
+  sluice_dq *dq;
+  int n, acked, ack_status;
+} free_ctx;
+
+static void on_free_ack(sluice_dq_consumer *con, int status, const char *id, void *ud) {
+  free_ctx *f = ud;
+  f->acked++;
+  f->ack_status = status;
+}
+
+/* Frees its own consumer on the first message of a batch of 5, then acks. */
+static void freeing_handler(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
+  free_ctx *f = ud;
+  f->n++;
+  sluice_dq_consumer_free(con);
+  TH_ASSERT_EQ(sluice_dq_ack(m, on_free_ack, f), SLUICE_OK);
+}
+
+static void free_dq_in_cb(sluice_dq *dq, int status, const char *id, int64_t due, void *ud) {
+  free_ctx *f = ud;
+  f->n++;
+  sluice_dq_free(dq);
+}
+
+static void test_free_inside_callbacks(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = dqt_client(base);
+  sluice_dq *dq = dqt_queue(c, "selffree");
+  sluice_dq_item items[5];
+  for (int i = 0; i < 5; i++) items[i] = (sluice_dq_item){"m", 1, 0, 0, NULL};
+  TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, 5, NULL, NULL), SLUICE_OK);
+  free_ctx f = {0};
+  sluice_dq_consumer_options o = opts(16, 30000, 5);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "selffree", &o, freeing_handler, &f, &f.con), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &f.acked, 3000));
+  TH_ASSERT_EQ(f.n, 1);
+  TH_ASSERT_EQ(f.ack_status, SLUICE_OK);
+  /* The other four went straight back to the queue, uncounted. */
+  dqt_info in;
+  uint64_t end = th_now_ms() + 2000;
+  while (dqt_inspect(base, dq, &in).in_flight && th_now_ms() < end) th_loop_for(base, 10);
+  TH_ASSERT_EQ(in.info.in_flight, 0);
+  TH_ASSERT_EQ(in.info.delayed, 4);
+  rec r = {.target = 4, .auto_ack = 1};
+  sluice_dq_consumer *con = consumer(c, "selffree", &o, &r);
+  TH_ASSERT(th_loop_until(base, &r.reached, 3000));
+  for (int i = 0; i < 4; i++) TH_ASSERT_EQ(r.attempts[i], 1);
+  sluice_dq_consumer_free(con);
+  /* A producer freed in its own push callback. */
+  free_ctx g = {0};
+  sluice_dq_item it = {"x", 1, 0, 0, NULL};
+  TH_ASSERT_EQ(sluice_dq_push(dq, &it, free_dq_in_cb, &g), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &g.n, 3000));
+  dqt_finish(base, c);
+}
+
+static void test_close_cancels_pending(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = dqt_client(base);
+  sluice_dq *dq = dqt_queue(c, "close");
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, "m", "m", 0, &p), SLUICE_OK);
+  rec r = {.target = 1};
+  sluice_dq_consumer_options o = opts(16, 30000, 5);
+  sluice_dq_consumer *con = consumer(c, "close", &o, &r);
+  TH_ASSERT(th_loop_until(base, &r.reached, 3000));
+  /* An ack queued, a push and an inspect in flight, then close. */
+  TH_ASSERT_EQ(sluice_dq_ack(r.held[0], on_settled, &r), SLUICE_OK);
+  sluice_dq_item it = {"y", 1, 0, 0, NULL};
+  memset(&p, 0, sizeof p);
+  TH_ASSERT_EQ(sluice_dq_push(dq, &it, dqt_on_push, &p), SLUICE_OK);
+  sluice_client_close(c, NULL, NULL);
+  TH_ASSERT_EQ(r.settled, 0);
+  TH_ASSERT(th_loop_until(base, &p.done, 3000));
+  TH_ASSERT_EQ(p.status, SLUICE_ECANCELED);
+  while (!r.settled) TH_ASSERT(th_loop_until(base, &r.settled, 3000));
+  TH_ASSERT_EQ(r.settle_status[0], SLUICE_ECANCELED);
+  TH_ASSERT_EQ(sluice_dq_push(dq, &it, NULL, NULL), SLUICE_ECLOSED);
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  TH_ASSERT(th_loop_drain(base, 3000));
+  event_base_free(base);
+}
+
+static void test_free_cancels_pending(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = dqt_client(base);
+  sluice_dq *dq = dqt_queue(c, "dqfree");
+  dqt_push p = {0};
+  sluice_dq_item it = {"y", 1, 0, 0, NULL};
+  TH_ASSERT_EQ(sluice_dq_push(dq, &it, dqt_on_push, &p), SLUICE_OK);
+  sluice_dq_free(dq);
+  TH_ASSERT_EQ(p.done, 0);
+  TH_ASSERT(th_loop_until(base, &p.done, 3000));
+  TH_ASSERT_EQ(p.status, SLUICE_ECANCELED);
+  dqt_finish(base, c);
+}
+
+/* ---- keys expire with the queue, never before its messages ------------------ */
+
+static void test_keys_expire(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = dqt_client(base);
+  sluice_dq_options qo;
+  sluice_dq_options_init(&qo);
+  qo.retention_ms = 300;
+  sluice_dq *dq = NULL;
+  TH_ASSERT_EQ(sluice_dq_new(c, "exp", &qo, &dq), SLUICE_OK);
+  dqt_push p;
+  sluice_dq_item it = {"x", 1, 3000, 0, "far"};
+  memset(&p, 0, sizeof p);
+  TH_ASSERT_EQ(sluice_dq_push(dq, &it, dqt_on_push, &p), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &p.done, 3000));
+  it = (sluice_dq_item){"x", 1, 0, 0, "near"};
+  memset(&p, 0, sizeof p);
+  TH_ASSERT_EQ(sluice_dq_push(dq, &it, dqt_on_push, &p), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &p.done, 3000));
+  /* The later push did not shorten the life of the earlier one. */
+  TH_ASSERT_CMP(th_redis_int(&th_server, "PTTL sluice:dq:{exp}:z"), >, 3000);
+  TH_ASSERT_CMP(th_redis_int(&th_server, "PTTL sluice:dq:{exp}:h"), >, 3000);
+  sluice_dq_consumer_options o = opts(16, 200, 5);
+  o.retention_ms = 300;
+  rec r = {.target = 2, .auto_ack = 1};
+  sluice_dq_consumer *con = consumer(c, "exp", &o, &r);
+  TH_ASSERT(th_loop_until(base, &r.reached, 6000));
+  TH_ASSERT_CMP(th_redis_int(&th_server, "PTTL sluice:dq:{exp}:f"), >, 0);
+  sluice_dq_consumer_free(con);
+  wait_n(base, &r.settled, 2);
+  /* Idle now: everything is gone within retention + 1/8 of it. */
+  th_loop_for(base, 700);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "DBSIZE"), 0);
+  sluice_dq_free(dq);
+  dqt_finish(base, c);
+}
+
+/* ---- wake-ups, timing, idle cost -------------------------------------------- */
+
+static void test_early_push_wakes_consumer(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = dqt_client(base);
+  sluice_dq *dq = dqt_queue(c, "wake");
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, "later", "l", 2000, &p), SLUICE_OK);
+  rec r = {.target = 1, .auto_ack = 1};
+  sluice_dq_consumer_options o = opts(16, 30000, 5);
+  o.max_poll_ms = 10000;
+  sluice_dq_consumer *con = consumer(c, "wake", &o, &r);
+  th_loop_for(base, 200); /* consumer's timer now armed for "later" */
+  TH_ASSERT_EQ(r.n, 0);
+  /* From another client, as another process would. */
+  struct event_base *base2 = event_base_new();
+  sluice_client *c2 = dqt_client(base2);
+  sluice_dq *dq2 = dqt_queue(c2, "wake");
+  TH_ASSERT_EQ(dqt_push_wait(base2, dq2, "sooner", "s", 100, &p), SLUICE_OK);
+  sluice_dq_free(dq2);
+  dqt_finish(base2, c2);
+  TH_ASSERT(th_loop_until(base, &r.reached, 1500));
+  TH_ASSERT_STR_EQ(r.ids[0], "sooner");
+  printf("# early-inserted message delivered %lld ms late\n", (long long)r.late_ms[0]);
+  TH_ASSERT_CMP(r.late_ms[0], >=, -2);
+  TH_ASSERT_CMP(r.late_ms[0], <, 50);
+  /* A due-now push wakes an idle consumer at once too. */
+  r.target = 2;
+  r.reached = 0;
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, "now", "n", 0, &p), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &r.reached, 1500));
+  TH_ASSERT_STR_EQ(r.ids[1], "now");
+  TH_ASSERT_CMP(r.late_ms[1], <, 50);
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  dqt_finish(base, c);
+}
+
+static long long total_commands(void) {
+  redisContext *rc = th_redis_connect(&th_server);
+  TH_ASSERT(rc && !rc->err);
+  redisReply *rep = redisCommand(rc, "INFO stats");
+  TH_ASSERT(rep && rep->type == REDIS_REPLY_STRING);
+  const char *p = strstr(rep->str, "total_commands_processed:");
+  TH_ASSERT(p != NULL);
+  long long v = strtoll(p + strlen("total_commands_processed:"), NULL, 10);
+  freeReplyObject(rep);
+  redisFree(rc);
+  return v;
+}
+
+static void test_idle_cost(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = dqt_client(base);
+  sluice_dq *dq = dqt_queue(c, "idle");
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, "far", "f", 600000, &p), SLUICE_OK);
+  rec r = {.target = 1, .auto_ack = 1};
+  sluice_dq_consumer_options o = opts(16, 30000, 5);
+  sluice_dq_consumer *con = consumer(c, "idle", &o, &r);
+  th_loop_for(base, 300);
+  long long before = total_commands();
+  th_loop_for(base, 4000);
+  long long used = total_commands() - before - 1; /* the INFO itself */
+  printf("# idle consumer: %lld Redis commands in 4 s\n", used);
+  /* Default max_poll 5 s, BRPOP blocks 5 s: at most a few per interval. */
+  TH_ASSERT_CMP(used, <=, 4);
+  TH_ASSERT_EQ(r.n, 0);
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  dqt_finish(base, c);
+}
+
+static void test_inspect_counts(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = dqt_client(base);
+  sluice_dq *dq = dqt_queue(c, "counts");
+  dqt_info in;
+  sluice_dq_info info = dqt_inspect(base, dq, &in);
+  TH_ASSERT_EQ(info.delayed + info.in_flight + info.dead, 0);
+  TH_ASSERT(info.next_id == NULL || info.next_id[0] == '\0');
+  TH_ASSERT_EQ(info.next_due_ms, -1);
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, "b", "b", 60000, &p), SLUICE_OK);
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, "a", "a", 0, &p), SLUICE_OK);
+  int64_t due_a = p.due;
+  info = dqt_inspect(base, dq, &in);
+  TH_ASSERT_EQ(info.delayed, 2);
+  TH_ASSERT_EQ(info.ready, 1);
+  TH_ASSERT_STR_EQ(info.next_id, "a");
+  TH_ASSERT_EQ(info.next_due_ms, due_a);
+  sluice_dq_free(dq);
+  dqt_finish(base, c);
+}
+
+int main(int argc, char **argv) {
+  static const th_case cases[] = {
+      {"order_by_due_then_push", test_order_by_due_then_push, 30},
+      {"batch_and_max_in_flight", test_batch_and_max_in_flight, 30},
+      {"binary_payload", test_binary_payload, 30},
+      {"cancel", test_cancel, 30},
+      {"dedup", test_dedup, 30},
+      {"late_ack_reported", test_late_ack_reported, 30},
+      {"retry_dead_letter_requeue", test_retry_dead_letter_requeue, 30},
+      {"expired_dead_letter", test_expired_dead_letter, 30},
+      {"bad_input", test_bad_input, 30},
+      {"free_inside_callbacks", test_free_inside_callbacks, 30},
+      {"close_cancels_pending", test_close_cancels_pending, 30},
+      {"free_cancels_pending", test_free_cancels_pending, 30},
+      {"keys_expire", test_keys_expire, 30},
+      {"early_push_wakes_consumer", test_early_push_wakes_consumer, 30},
+      {"idle_cost", test_idle_cost, 30},
+      {"inspect_counts", test_inspect_counts, 30},
+      {NULL, NULL, 0},
+  };
+  return th_main(argc, argv, cases);
+}
