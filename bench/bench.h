@@ -1,0 +1,115 @@
+/*
+ * Shared helpers for sluice benchmarks (bench/bench_*.c).
+ *
+ * Method (see bench/README.md): redis-server runs pinned to CPU 0 and the
+ * client (this process, and redis-benchmark) to CPU 1 when the machine has
+ * two or more CPUs and taskset exists; compare numbers only as ratios taken
+ * in the same run.
+ *
+ * A benchmark binary calls bench_redis_start(), which starts a private
+ * redis-server on a free TCP port of 127.0.0.1 — unless SLUICE_BENCH_REDIS
+ * ("host:port", set by bench/run.sh) names a server to share, which it then
+ * uses and never stops.
+ */
+#ifndef SLUICE_BENCH_H
+#define SLUICE_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "lua_scripts.h"
+
+/* CPU for redis-server and CPU for the client side. */
+#define BENCH_CPU_SERVER 0
+#define BENCH_CPU_CLIENT 1
+
+typedef struct bench_redis {
+  pid_t pid;         /* 0 when the server is shared (not ours to stop) */
+  char host[64];
+  int port;
+  char url[96];      /* "redis://host:port", for sluice_client_new */
+  char dir[128];     /* private temp dir of a server we started */
+} bench_redis;
+
+/* Number of online CPUs (at least 1). */
+int bench_ncpus(void);
+/* Whether pinning applies: 2+ CPUs and taskset on PATH. */
+int bench_can_pin(void);
+/* Pin the calling process to one CPU. Returns 0, or -1 (errno set). */
+int bench_pin_self(int cpu);
+
+/* Start (or attach to, see above) a redis-server and wait until it answers
+ * PING. Returns 0, or -1 with a message on stderr. */
+int bench_redis_start(bench_redis *r);
+/* Stop a server bench_redis_start started (no-op for a shared one). */
+void bench_redis_stop(bench_redis *r);
+/* FLUSHALL on r; returns 0 or -1. */
+int bench_redis_flush(const bench_redis *r);
+
+/* SCRIPT LOAD one embedded script (e.g. &sluice__lua_sem_acquire) into r and
+ * copy its SHA1 into sha (41 bytes). Returns 0, or -1 when the server refuses
+ * it or the returned SHA differs from the one computed at build time. */
+int bench_script_load(const bench_redis *r, const sluice__script *script, char sha[41]);
+
+typedef struct bench_rb_opts {
+  int clients;     /* -c, 0: 50 */
+  int requests;    /* -n, 0: 100000 */
+  int pipeline;    /* -P, 0: 1 */
+  int keyspace;    /* -r: replace __rand_int__ in keys/args; 0: off */
+} bench_rb_opts;
+
+typedef struct bench_rb_result {
+  double rps;
+  double avg_ms, p50_ms, p99_ms, max_ms;
+} bench_rb_result;
+
+/* Whether redis-benchmark is on PATH. */
+int bench_have_redis_benchmark(void);
+/* Run redis-benchmark against r (pinned to BENCH_CPU_CLIENT when possible)
+ * with the command argv[0..argc-1], e.g. {"EVALSHA", sha, "1", "k", "5"},
+ * and parse its --csv line. Returns 0, or -1 if it failed (e.g. NOSCRIPT)
+ * with its output on stderr. */
+int bench_redis_benchmark(const bench_redis *r, const bench_rb_opts *opts, int argc,
+                          const char *const *argv, bench_rb_result *out);
+/* The same for "EVALSHA <sha> <numkeys> <keys_and_args...>". */
+int bench_evalsha(const bench_redis *r, const bench_rb_opts *opts, const char *sha,
+                  int numkeys, int nargs, const char *const *keys_and_args,
+                  bench_rb_result *out);
+
+/* Latency recorder: samples in microseconds. */
+typedef struct bench_lat bench_lat;
+/* Returns a recorder to free with bench_lat_free(), or NULL on ENOMEM. */
+bench_lat *bench_lat_new(void);
+void bench_lat_free(bench_lat *l);
+/* Returns 0, or -1 on ENOMEM (the sample is dropped). */
+int bench_lat_add(bench_lat *l, double us);
+size_t bench_lat_count(const bench_lat *l);
+/* Percentile p in [0, 100] (nearest rank); 0 when empty. */
+double bench_lat_pct(bench_lat *l, double p);
+double bench_lat_max(bench_lat *l);
+double bench_lat_mean(const bench_lat *l);
+void bench_lat_reset(bench_lat *l);
+
+/* Monotonic clock in microseconds. */
+uint64_t bench_now_us(void);
+
+/* Tiny table printer: columns are right-aligned except the first. */
+typedef struct bench_table bench_table;
+/* cols is a NULL-terminated list of headers (copied). NULL on ENOMEM. */
+bench_table *bench_table_new(const char *title, const char *const *cols);
+/* Add a row; cells are separated by '|' in the formatted string, e.g.
+ * bench_table_row(t, "%s|%.0f|%.2f", name, rps, ratio). */
+void bench_table_row(bench_table *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void bench_table_print(const bench_table *t, FILE *out);
+void bench_table_free(bench_table *t);
+
+/* Whether the Node peer benchmarks can run: node on PATH and
+ * bench/node/node_modules installed (bench/run.sh does that). */
+int bench_node_available(void);
+/* Absolute path of bench/node in the source tree. */
+const char *bench_node_dir(void);
+
+#endif

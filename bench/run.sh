@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Build every benchmark (release, build-bench/) and run them one after the
+# other against one private redis-server, printing their tables.
+#
+#   bench/run.sh [--no-node] [--redis HOST:PORT] [bench_NAME...]
+#
+# The server is pinned to the first CPU, and each benchmark pins itself to
+# the second (see bench/README.md). With node and npm on PATH the Node peer
+# libraries of bench/node/package.json are installed first (--no-node skips
+# them; scripts/deps.sh --bench installs Node.js). --redis shares a
+# scratch server of yours instead (benchmarks write keys to it; only the
+# private server is flushed between benchmarks). Names select benchmarks;
+# by default every executable build-bench/bench/bench_* runs.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+node=1
+shared=
+only=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --no-node) node=0; shift ;;
+    --redis)
+      [ $# -ge 2 ] || { echo "run.sh: --redis needs HOST:PORT" >&2; exit 2; }
+      shared=$2
+      shift 2 ;;
+    -h | --help) sed -n '2,13s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -*) echo "run.sh: unknown argument: $1" >&2; exit 2 ;;
+    *) only+=("$1"); shift ;;
+  esac
+done
+
+scripts/deps.sh
+
+if [ "$node" = 1 ] && command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+  echo "run.sh: installing Node peers (npm install --prefix bench/node)"
+  npm install --prefix bench/node --no-audit --no-fund --no-package-lock --silent ||
+    echo "run.sh: npm install failed; Node peer benchmarks will be skipped" >&2
+fi
+
+build=build-bench
+log=$(mktemp)
+if [ -f "$build/meson-private/coredata.dat" ]; then
+  ok=1; ninja -C "$build" >"$log" 2>&1 || ok=0
+else
+  rm -rf "$build"
+  ok=1
+  { meson setup "$build" -Dbuildtype=release -Dtests=false && ninja -C "$build"; } >"$log" 2>&1 || ok=0
+fi
+if [ "$ok" = 0 ]; then
+  cat "$log" >&2
+  rm -f "$log"
+  echo "run.sh: build failed" >&2
+  exit 1
+fi
+rm -f "$log"
+
+benches=()
+for f in "$build"/bench/bench_*; do
+  [ -f "$f" ] && [ -x "$f" ] || continue
+  name=$(basename "$f")
+  if [ ${#only[@]} -gt 0 ]; then
+    printf '%s\n' "${only[@]}" | grep -qx "$name" || continue
+  fi
+  benches+=("$f")
+done
+if [ ${#benches[@]} -eq 0 ]; then
+  echo "run.sh: no benchmark selected" >&2
+  exit 1
+fi
+
+# The CPUs we may use (a container may not start at 0).
+read -r cpu0 cpu1 < <(python3 -c 'import os; c = sorted(os.sched_getaffinity(0)); print(c[0], c[1] if len(c) > 1 else "")')
+
+server_pid=
+tmp=
+cleanup() {
+  if [ -n "$server_pid" ]; then
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
+  [ -n "$tmp" ] && rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if [ -z "$shared" ]; then
+  tmp=$(mktemp -d "${TMPDIR:-/tmp}/sluice-bench-XXXXXX")
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  pin=()
+  [ -n "$cpu1" ] && command -v taskset >/dev/null 2>&1 && pin=(taskset -c "$cpu0")
+  "${pin[@]}" redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$tmp" --logfile "$tmp/redis.log" --daemonize no </dev/null >/dev/null 2>&1 &
+  server_pid=$!
+  for _ in $(seq 500); do
+    [ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ] && break
+    kill -0 "$server_pid" 2>/dev/null || { cat "$tmp/redis.log" >&2; server_pid=; exit 1; }
+    sleep 0.01
+  done
+  shared=127.0.0.1:$port
+  echo "run.sh: private redis-server at $shared${pin:+ on CPU $cpu0}; $(redis-server --version | cut -d' ' -f3)"
+fi
+export SLUICE_BENCH_REDIS=$shared
+host=${shared%:*}
+port=${shared##*:}
+
+failed=0
+for b in "${benches[@]}"; do
+  printf '\n===== %s =====\n' "$(basename "$b")"
+  [ -n "$server_pid" ] && redis-cli -h "$host" -p "$port" flushall >/dev/null
+  t=$SECONDS
+  if "$b"; then
+    echo "($(basename "$b"): $((SECONDS - t)) s)"
+  else
+    echo "($(basename "$b") FAILED after $((SECONDS - t)) s)"
+    failed=$((failed + 1))
+  fi
+done
+[ "$failed" = 0 ] || { echo "run.sh: $failed benchmark(s) failed" >&2; exit 1; }
