@@ -310,6 +310,9 @@ static void rq_down(rl_req *rq, int status) {
   default:
     break;
   }
+  /* A wait's ETIMEDOUT means "not allowed in time"; a step timing out is
+   * Redis being unreachable. */
+  if (rq->kind == RQ_WAIT && status == SLUICE_ETIMEDOUT) status = SLUICE_ECONNECTION;
   rq_finish(rq, status, NULL);
 }
 

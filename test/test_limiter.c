@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -417,7 +418,15 @@ typedef struct worker_cfg {
 
 typedef struct worker_out {
   long allowed, denied, errors;
+  int64_t first_admit_us;  /* wall clock (Redis's TIME is on the same host) */
+  int64_t last_send_us;
 } worker_out;
+
+static int64_t wall_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
 
 typedef struct worker {
   sluice_limiter *lim;
@@ -433,8 +442,8 @@ static void w_done(sluice_limiter *lim, int status, const sluice_rl_result *res,
   worker *w = ud;
   w->in_flight--;
   if (status != SLUICE_OK) w->out.errors++;
-  else if (res->allowed) w->out.allowed++;
-  else w->out.denied++;
+  else if (!res->allowed) w->out.denied++;
+  else if (w->out.allowed++ == 0) w->out.first_admit_us = wall_us();
   w_fill(w);
   if (w->in_flight == 0) w->finished = 1;
 }
@@ -451,6 +460,7 @@ static void w_fill(worker *w) {
     }
     w->in_flight++;
     w->sent++;
+    w->out.last_send_us = wall_us();
   }
 }
 
@@ -506,13 +516,15 @@ static worker_out run_workers(const worker_cfg *cfg, int nproc, int64_t *t0, int
   }
   *t1 = server_us();
   if (during) during(arg);
-  worker_out sum = {0, 0, 0};
+  worker_out sum = {0, 0, 0, INT64_MAX, 0};
   for (int i = 0; i < nproc; i++) {
     worker_out o;
     TH_ASSERT(read(out[0], &o, sizeof o) == (ssize_t)sizeof o);
     sum.allowed += o.allowed;
     sum.denied += o.denied;
     sum.errors += o.errors;
+    if (o.allowed && o.first_admit_us < sum.first_admit_us) sum.first_admit_us = o.first_admit_us;
+    if (o.last_send_us > sum.last_send_us) sum.last_send_us = o.last_send_us;
   }
   close(ready[0]), close(ready[1]), close(go[0]), close(go[1]), close(out[0]), close(out[1]);
   return sum;
@@ -557,6 +569,8 @@ typedef struct log_snap {
  * and we look every ~20 ms. */
 static void snap_log(void *arg) {
   log_snap *s = arg;
+  if (!s->rc) s->rc = th_redis_connect(&th_server); /* after the workers forked */
+  TH_ASSERT(s->rc && !s->rc->err);
   redisReply *r = redisCommand(s->rc, "ZRANGE %s 0 -1 WITHSCORES", s->key);
   TH_ASSERT(r && r->type == REDIS_REPLY_ARRAY);
   for (size_t i = 0; i + 1 < r->elements; i += 2) {
@@ -586,8 +600,6 @@ static void test_concurrent_sliding_log_windows(void) {
   log_snap s = {0};
   /* The key name, without a client: same layout as sluice__rl_redis_key. */
   s.key = "sluice:rl:{4:conc:shared}:log";
-  s.rc = th_redis_connect(&th_server);
-  TH_ASSERT(s.rc && !s.rc->err);
   int64_t t0, t1;
   worker_out w = run_workers(&cfg, 4, &t0, &t1, snap_log, &s);
   redisFree(s.rc);
@@ -609,21 +621,25 @@ static void test_concurrent_sliding_log_windows(void) {
   free(s.e);
 }
 
-/* GCRA under load: admitted = burst + elapsed / T (documented), checked on
- * Redis's clock; the stored TAT accounts for every admitted unit. */
+/* GCRA under load: admitted = burst + elapsed / T (documented). Never more
+ * over [t0, t1] (Redis's clock around the whole run); and, over the span
+ * where requests certainly kept coming (first admission seen .. last send),
+ * not much less. The stored TAT accounts for every admitted unit. */
 static void test_concurrent_gcra_rate(void) {
   worker_cfg cfg = {SLUICE_RL_GCRA, 100, 1000, 20, 50, 0, 1500};
   int64_t t0, t1;
   worker_out w = run_workers(&cfg, 4, &t0, &t1, NULL, NULL);
   TH_ASSERT_EQ(w.errors, 0);
   int64_t T = 10000; /* us: 1000 ms / 100 */
-  double expected = cfg.burst + (double)(t1 - t0) / (double)T;
+  double most = cfg.burst + (double)(t1 - t0) / (double)T;
+  double busy = cfg.burst + (double)(w.last_send_us - w.first_admit_us) / (double)T;
   long long tat = th_redis_int(&th_server, "GET sluice:rl:{4:conc:shared}:gcra");
-  printf("# gcra: %ld admitted in %.0f ms, burst + rate x time = %.1f; TAT - n*T - t0 = %.1f ms\n",
-         w.allowed, (double)(t1 - t0) / 1000, expected,
+  printf("# gcra: %ld admitted; burst + rate x time = %.1f over the run (%.0f ms), "
+         "%.1f while loaded; TAT - n*T - t0 = %.1f ms\n",
+         w.allowed, most, (double)(t1 - t0) / 1000, busy,
          (double)(tat - w.allowed * T - t0) / 1000);
-  TH_ASSERT_CMP(w.allowed, <=, (long)expected + 1);  /* never more */
-  TH_ASSERT_CMP(w.allowed, >=, (long)(expected * 0.8)); /* and close to it */
+  TH_ASSERT_CMP(w.allowed, <=, (long)most + 1);        /* never more */
+  TH_ASSERT_CMP(w.allowed, >=, (long)(busy * 0.9) - 2); /* and close to it */
   /* TAT = first admission + n*T + idle gaps, and the first came after t0. */
   TH_ASSERT_CMP(tat - w.allowed * T, >=, t0);
 }
@@ -637,10 +653,10 @@ static void test_wait_fifo(void) {
   int order[8], norder = 0;
   rcv r[6];
   memset(r, 0, sizeof r);
+  uint64_t t0 = th_now_ms(); /* before the bucket is emptied */
   TH_ASSERT_EQ(check_ok(base, lim, "k", 1).res.allowed, 1);
   sluice_client_stats st0, st1;
   sluice_client_get_stats(c, &st0);
-  uint64_t t0 = th_now_ms();
   for (int i = 0; i < 5; i++) {
     r[i].order = order, r[i].norder = &norder, r[i].id = i;
     TH_ASSERT_EQ(sluice_limiter_wait(lim, "k", 1, 5000, on_res, &r[i], NULL), SLUICE_OK);
@@ -657,7 +673,7 @@ static void test_wait_fifo(void) {
     TH_ASSERT_EQ(r[i].status, SLUICE_OK);
     TH_ASSERT_EQ(r[i].res.allowed, 1);
     /* one per 100 ms */
-    TH_ASSERT_CMP(r[i].at_ms - t0, >=, 100 * (uint64_t)i + 90);
+    TH_ASSERT_CMP(r[i].at_ms - t0, >=, 100 * (uint64_t)i + 99);
   }
   /* No busy loop: about one script per waiter and retry. */
   sluice_client_get_stats(c, &st1);

@@ -128,7 +128,9 @@ SLUICE_EXPORT const char *sluice_limiter_name(const sluice_limiter *lim);
 /* status SLUICE_OK: a decision was made and res says which (a denial is not
  * an error). Otherwise res is NULL, except for a wait that ends with
  * SLUICE_ETIMEDOUT, where res is the last denial. Other statuses:
- * SLUICE_ECONNECTION / SLUICE_ETIMEDOUT (Redis down, fail-closed),
+ * SLUICE_ECONNECTION / SLUICE_ETIMEDOUT (Redis down or too slow, fail-closed;
+ * for a wait, SLUICE_ETIMEDOUT only ever means its own timeout passed and a
+ * Redis step timing out is reported as SLUICE_ECONNECTION),
  * SLUICE_EREDIS, SLUICE_EPROTOCOL, SLUICE_ECANCELED (freed, cancelled or
  * client closed), SLUICE_EFULL (wait queue of the key full). res is borrowed:
  * valid only during the call. */
@@ -160,8 +162,9 @@ SLUICE_EXPORT int sluice_limiter_wait(sluice_limiter *lim, const char *key,
                                       sluice_rl_waiter **handle);
 
 /* Cancel a pending wait: its callback runs with SLUICE_ECANCELED from the
- * loop (units granted by a reply already in flight are given up). Returns
- * SLUICE_EINVAL for NULL. */
+ * loop. A script already in flight may still take the units in Redis; they
+ * are then lost (a limiter cannot hand units back). Cancelling again before
+ * the callback ran is a no-op. Returns SLUICE_EINVAL for NULL. */
 SLUICE_EXPORT int sluice_limiter_wait_cancel(sluice_rl_waiter *handle);
 
 /* "fixed", "sliding-log", "sliding-counter", "gcra"; NULL if unknown. */

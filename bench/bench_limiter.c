@@ -1,0 +1,249 @@
+/*
+ * Rate limiters: decisions per second and latency (p50/p99) of each
+ * algorithm at 1, 50 and 500 checks in flight on one sluice client, beside
+ * redis-benchmark sending the same script (EVALSHA of the same embedded
+ * rl_*.lua, same KEYS/ARGV) in the same run; and, when node and the peer
+ * packages are installed, beside rate-limiter-flexible's RateLimiterRedis
+ * (ioredis) doing the same fixed-window job.
+ *
+ * Workload: every check takes 1 unit for a random key of KEYSPACE
+ * ("%012u", the same names redis-benchmark's -r __rand_int__ produces);
+ * limit LIMIT per PERIOD_MS, so most checks pass and write.
+ * redis-benchmark's concurrency for in-flight N: -c 1 for 1, -c 50 for 50,
+ * -c 50 -P 10 for 500 (sluice pipelines all N on one connection).
+ */
+#include "bench.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <sluice/sluice.h>
+
+#include "limiter-internal.h"
+
+#define KEYSPACE 10000
+#define LIMIT 1000
+#define PERIOD_MS 10000
+
+typedef struct level {
+  int in_flight, requests;
+  int rb_clients, rb_pipeline;
+} level;
+
+static const level levels[] = {{1, 20000, 1, 1}, {50, 100000, 50, 1}, {500, 100000, 50, 10}};
+static const sluice_rl_algo algos[] = {SLUICE_RL_FIXED, SLUICE_RL_SLIDING_LOG,
+                                       SLUICE_RL_SLIDING_COUNTER, SLUICE_RL_GCRA};
+
+typedef struct result {
+  double rps, p50_ms, p99_ms;
+  long allowed, denied, errors;
+} result;
+
+typedef struct runner runner;
+typedef struct slot {
+  runner *r;
+  uint64_t t0;
+} slot;
+
+struct runner {
+  sluice_limiter *lim;
+  int total, sent, done;
+  uint32_t rng;
+  bench_lat *lat;
+  result res;
+};
+
+static uint32_t next_rand(uint32_t *s) { /* xorshift32 */
+  *s ^= *s << 13;
+  *s ^= *s >> 17;
+  *s ^= *s << 5;
+  return *s;
+}
+
+static void send_one(slot *s);
+
+static void on_done(sluice_limiter *lim, int status, const sluice_rl_result *res, void *ud) {
+  slot *s = ud;
+  runner *r = s->r;
+  bench_lat_add(r->lat, (double)(bench_now_us() - s->t0));
+  r->done++;
+  if (status != SLUICE_OK) r->res.errors++;
+  else if (res->allowed) r->res.allowed++;
+  else r->res.denied++;
+  if (r->sent < r->total) send_one(s);
+}
+
+static void send_one(slot *s) {
+  runner *r = s->r;
+  char key[16];
+  snprintf(key, sizeof key, "%012u", next_rand(&r->rng) % KEYSPACE);
+  s->t0 = bench_now_us();
+  r->sent++;
+  if (sluice_limiter_check(r->lim, key, 1, on_done, s) != SLUICE_OK) {
+    r->done++;
+    r->res.errors++;
+  }
+}
+
+/* total checks with in_flight outstanding; returns 0 or -1. */
+static int run_sluice(struct event_base *base, sluice_limiter *lim, int in_flight, int total,
+                      result *out) {
+  runner r = {lim, total, 0, 0, 2463534242u, bench_lat_new(), {0, 0, 0, 0, 0, 0}};
+  slot *slots = calloc((size_t)in_flight, sizeof *slots);
+  if (!r.lat || !slots) return -1;
+  uint64_t t0 = bench_now_us();
+  for (int i = 0; i < in_flight && r.sent < total; i++) {
+    slots[i].r = &r;
+    send_one(&slots[i]);
+  }
+  while (r.done < total) event_base_loop(base, EVLOOP_ONCE);
+  double secs = (double)(bench_now_us() - t0) / 1e6;
+  r.res.rps = total / secs;
+  r.res.p50_ms = bench_lat_pct(r.lat, 50) / 1000;
+  r.res.p99_ms = bench_lat_pct(r.lat, 99) / 1000;
+  *out = r.res;
+  bench_lat_free(r.lat);
+  free(slots);
+  return r.res.errors ? -1 : 0;
+}
+
+static sluice_limiter *make_limiter(sluice_client *c, sluice_rl_algo algo, const char *name) {
+  sluice_limiter_options o;
+  sluice_limiter *lim = NULL;
+  sluice_limiter_options_init(&o);
+  o.algo = algo;
+  o.limit = LIMIT;
+  o.period_ms = PERIOD_MS;
+  if (sluice_limiter_new(c, name, &o, &lim) != SLUICE_OK) return NULL;
+  return lim;
+}
+
+static const sluice__script *script_of(sluice_rl_algo algo) {
+  switch (algo) {
+  case SLUICE_RL_FIXED: return &sluice__lua_rl_fixed;
+  case SLUICE_RL_SLIDING_LOG: return &sluice__lua_rl_sliding_log;
+  case SLUICE_RL_SLIDING_COUNTER: return &sluice__lua_rl_sliding_counter;
+  default: return &sluice__lua_rl_gcra;
+  }
+}
+
+/* The same script with the same KEYS/ARGV, from redis-benchmark. */
+static int run_rb(const bench_redis *rs, sluice_client *c, sluice_rl_algo algo, const char *name,
+                  const level *lv, result *out) {
+  char sha[41], limit[16], period[16];
+  if (bench_script_load(rs, script_of(algo), sha) != 0) return -1;
+  sluice_limiter *lim = make_limiter(c, algo, name);
+  char *key = lim ? sluice__rl_redis_key(lim, "__rand_int__") : NULL;
+  sluice_limiter_free(lim);
+  if (!key) return -1;
+  snprintf(limit, sizeof limit, "%d", LIMIT);
+  snprintf(period, sizeof period, "%d", PERIOD_MS);
+  const char *args[] = {key, limit, period, "1", "0", limit};
+  bench_rb_opts o = {lv->rb_clients, lv->requests, lv->rb_pipeline, KEYSPACE};
+  bench_rb_result rb;
+  int rc = bench_evalsha(rs, &o, sha, 1, 6, args, &rb);
+  free(key);
+  if (rc == 0) *out = (result){rb.rps, rb.p50_ms, rb.p99_ms, 0, 0, 0};
+  return rc;
+}
+
+static int run_node(const bench_redis *rs, const level *lv, result *out) {
+  char cmd[1024], line[512];
+  snprintf(cmd, sizeof cmd, "node '%s/limiter.js' %s %d %d %d %d %d %d", bench_node_dir(),
+           rs->host, rs->port, lv->in_flight, lv->requests, KEYSPACE, LIMIT, PERIOD_MS);
+  FILE *p = popen(cmd, "r");
+  if (!p) return -1;
+  int got = fgets(line, sizeof line, p) != NULL;
+  if (pclose(p) != 0 || !got) return -1;
+  memset(out, 0, sizeof *out);
+  const char *rps = strstr(line, "\"rps\":"), *p50 = strstr(line, "\"p50_ms\":"),
+             *p99 = strstr(line, "\"p99_ms\":");
+  if (!rps || !p50 || !p99) return -1;
+  out->rps = atof(rps + 6);
+  out->p50_ms = atof(p50 + 9);
+  out->p99_ms = atof(p99 + 9);
+  return 0;
+}
+
+static int wait_connected(struct event_base *base, sluice_client *c) {
+  uint64_t end = bench_now_us() + 3000000;
+  while (!sluice_client_is_connected(c) && bench_now_us() < end) event_base_loop(base, EVLOOP_ONCE);
+  return sluice_client_is_connected(c) ? 0 : -1;
+}
+
+/* One algorithm at one level: sluice, then redis-benchmark, fresh keys each. */
+static int bench_pair(const bench_redis *rs, struct event_base *base, sluice_client *c,
+                      size_t ai, size_t li, bench_table *t, result *ours) {
+  char name[32];
+  result rb = {0, 0, 0, 0, 0, 0};
+  snprintf(name, sizeof name, "s%zu%zu", ai, li);
+  sluice_limiter *lim = make_limiter(c, algos[ai], name);
+  if (!lim) return -1;
+  result warm;
+  int rc = run_sluice(base, lim, 50, 2000, &warm); /* script cached, buffers grown */
+  if (rc == 0) rc = run_sluice(base, lim, levels[li].in_flight, levels[li].requests, ours);
+  sluice_limiter_free(lim);
+  if (rc != 0) return -1;
+  snprintf(name, sizeof name, "r%zu%zu", ai, li);
+  int have_rb = bench_have_redis_benchmark() && run_rb(rs, c, algos[ai], name, &levels[li], &rb) == 0;
+  bench_table_row(t, "%s|%d|%.0f|%.3f|%.3f|%.1f%%|%s%.0f|%.3f|%.3f|%.2f",
+                  sluice_rl_algo_name(algos[ai]), levels[li].in_flight, ours->rps, ours->p50_ms,
+                  ours->p99_ms, 100.0 * (double)ours->allowed / levels[li].requests,
+                  have_rb ? "" : "n/a ", rb.rps, rb.p50_ms, rb.p99_ms,
+                  have_rb ? ours->rps / rb.rps : 0.0);
+  return 0;
+}
+
+static void node_table(const bench_redis *rs, const result fixed[3]) {
+  const char *cols[] = {"in flight", "sluice/s", "p50 ms", "p99 ms", "rlflex/s", "p50 ms",
+                        "p99 ms", "sluice/rlflex", NULL};
+  bench_table *t = bench_table_new(
+      "fixed window: sluice vs rate-limiter-flexible RateLimiterRedis (ioredis), same server", cols);
+  for (size_t li = 0; li < 3; li++) {
+    result n;
+    if (run_node(rs, &levels[li], &n) != 0) {
+      fprintf(stderr, "bench_limiter: node peer failed at %d in flight\n", levels[li].in_flight);
+      continue;
+    }
+    bench_table_row(t, "%d|%.0f|%.3f|%.3f|%.0f|%.3f|%.3f|%.2f", levels[li].in_flight, fixed[li].rps,
+                    fixed[li].p50_ms, fixed[li].p99_ms, n.rps, n.p50_ms, n.p99_ms,
+                    fixed[li].rps / n.rps);
+  }
+  bench_table_print(t, stdout);
+  bench_table_free(t);
+}
+
+int main(void) {
+  bench_redis rs;
+  if (bench_redis_start(&rs) != 0) return 1;
+  if (bench_can_pin()) bench_pin_self(BENCH_CPU_CLIENT);
+  printf("limiter: Redis at %s, %d CPUs, pinning %s; %d keys, limit %d per %d ms\n", rs.url,
+         bench_ncpus(), bench_can_pin() ? "on (server CPU 0, client CPU 1)" : "off", KEYSPACE,
+         LIMIT, PERIOD_MS);
+  struct event_base *base = event_base_new();
+  sluice_client_options o;
+  sluice_client_options_init(&o);
+  o.url = rs.url;
+  sluice_client *c = NULL;
+  int rc = base && sluice_client_new(base, &o, &c) == SLUICE_OK ? wait_connected(base, c) : -1;
+  const char *cols[] = {"algorithm", "in flight", "sluice/s", "p50 ms", "p99 ms", "allowed",
+                        "redis-bench/s", "p50 ms", "p99 ms", "ratio", NULL};
+  bench_table *t = bench_table_new("rate limiters: sluice vs redis-benchmark (same script, KEYS, ARGV)", cols);
+  result fixed[3];
+  for (size_t ai = 0; ai < 4 && rc == 0; ai++)
+    for (size_t li = 0; li < 3 && rc == 0; li++)
+      rc = bench_pair(&rs, base, c, ai, li, t, ai == 0 ? &fixed[li] : &(result){0, 0, 0, 0, 0, 0});
+  if (rc == 0) bench_table_print(t, stdout);
+  bench_table_free(t);
+  if (rc == 0 && bench_node_available()) node_table(&rs, fixed);
+  else if (rc == 0) printf("limiter: node peer skipped (node or bench/node/node_modules missing)\n");
+  if (c) sluice_client_free(c);
+  if (base) {
+    event_base_dispatch(base);
+    event_base_free(base);
+  }
+  bench_redis_stop(&rs);
+  if (rc != 0) fprintf(stderr, "bench_limiter: failed\n");
+  return rc == 0 ? 0 : 1;
+}
