@@ -726,7 +726,12 @@ static void test_inspect_counts(void) {
   TH_ASSERT_EQ(info.next_due_ms, -1);
   dqt_push p;
   TH_ASSERT_EQ(dqt_push_wait(base, dq, "b", "b", 60000, &p), SLUICE_OK);
-  TH_ASSERT_EQ(dqt_push_wait(base, dq, "a", "a", 0, &p), SLUICE_OK);
+  /* An absolute time in the past: due at once, and reported as given. */
+  sluice_dq_item it = {"a", 1, 0, 1000, "a"};
+  memset(&p, 0, sizeof p);
+  TH_ASSERT_EQ(sluice_dq_push(dq, &it, dqt_on_push, &p), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &p.done, 3000));
+  TH_ASSERT_EQ(p.due, 1000);
   int64_t due_a = p.due;
   info = dqt_inspect(base, dq, &in);
   TH_ASSERT_EQ(info.delayed, 2);

@@ -7,6 +7,7 @@
 local z, f, d, h, w = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local later = tonumber(t[1]) * 1000 + math.ceil(tonumber(t[2]) / 1000)
 local ret, maxa = tonumber(ARGV[1]), tonumber(ARGV[2])
 local out, old, mindue, maxdue, wrote = {}, false, nil, now, {}
 
@@ -40,7 +41,7 @@ for i = 3, #ARGV, 4 do
       wrote[d] = true
       code = 2
     else
-      requeue(id, now + tonumber(ARGV[i + 3]))
+      requeue(id, later + tonumber(ARGV[i + 3]))
     end
   end
   out[#out + 1] = code

@@ -4,8 +4,9 @@
 -- ARGV: retention ms, then per message: id, 'd' (delay) | 'a' (at), ms, payload.
 -- Returns per message its due ms, or -1 if the id is already queued.
 local z, h, w = KEYS[1], KEYS[4], KEYS[5]
+-- Delays count from the next whole ms, so nothing is ever due early.
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(t[1]) * 1000 + math.ceil(tonumber(t[2]) / 1000)
 local ret = tonumber(ARGV[1])
 local n = (#ARGV - 1) / 4
 local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
