@@ -169,7 +169,7 @@ sluice__blocker *sluice__blocker_new(sluice_client *c) {
   b->kick = event_new(c->base, -1, 0, kick_cb, b);
   sluice__conn_config cfg = {&c->endpoint, c->opts.connect_timeout_ms,
                              c->opts.reconnect_min_ms, c->opts.reconnect_max_ms,
-                             blk_up, blk_down, b};
+                             NULL, blk_up, blk_down, b};
   if (!b->ctl_key || !b->watchdog || !b->kick || sluice__conn_init(&b->conn, c->base, &cfg)) {
     free(b->ctl_key);
     if (b->watchdog) event_free(b->watchdog);

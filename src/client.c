@@ -292,7 +292,7 @@ int sluice_client_new(struct event_base *base, const sluice_client_options *opts
   sluice__random_hex(c->id);
   sluice__conn_config cfg = {&c->endpoint, c->opts.connect_timeout_ms,
                              c->opts.reconnect_min_ms, c->opts.reconnect_max_ms,
-                             cmd_up, cmd_down, c};
+                             sluice__lua_all, cmd_up, cmd_down, c};
   if (!c->key_prefix || !c->reaper || sluice__conn_init(&c->cmd, base, &cfg) != 0) {
     client_destroy(c);
     return SLUICE_ENOMEM;

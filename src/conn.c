@@ -89,6 +89,11 @@ static void send_handshake(sluice__conn *conn) {
     const char *argv[2] = {"SELECT", db};
     sluice__conn_send(conn, handshake_cb, (void *)"SELECT", 2, argv, NULL);
   }
+  for (const struct sluice__script *const *sc = conn->cfg.scripts; sc && *sc; sc++) {
+    const char *argv[3] = {"SCRIPT", "LOAD", (*sc)->body};
+    size_t lens[3] = {6, 4, (*sc)->len};
+    sluice__conn_send(conn, handshake_cb, (void *)"SCRIPT LOAD", 3, argv, lens);
+  }
   const char *ping[1] = {"PING"};
   sluice__conn_send(conn, handshake_cb, (void *)"PING", 1, ping, NULL);
 }

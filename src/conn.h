@@ -31,6 +31,11 @@ typedef struct sluice__conn_config {
   unsigned connect_timeout_ms;
   unsigned reconnect_min_ms;
   unsigned reconnect_max_ms;
+  /* Scripts to SCRIPT LOAD in the handshake (NULL-terminated, or NULL), so
+   * that EVALSHA never meets NOSCRIPT on a fresh connection: a NOSCRIPT
+   * fallback re-sends the script later than commands pipelined after it,
+   * which would break the in-order guarantee callers rely on. */
+  const struct sluice__script *const *scripts;
   /* Called from the loop when the handshake completes / the connection is
    * lost or an attempt failed (status < 0). */
   void (*on_up)(sluice__conn *conn, void *userdata);

@@ -1,0 +1,67 @@
+/* Small fixtures shared by the semaphore tests. */
+#ifndef SLUICE_TEST_SEM_UTIL_H
+#define SLUICE_TEST_SEM_UTIL_H
+
+#include <string.h>
+
+#include <event2/event.h>
+#include <sluice/sluice.h>
+
+#include "harness.h"
+
+/* Outcome of one acquire. */
+typedef struct acq_result {
+  int done;
+  int status;
+  sluice_permit *permit;
+  uint64_t at_ms;
+} acq_result;
+
+static inline void acq_cb(sluice_sem *sem, int status, sluice_permit *permit, void *ud) {
+  acq_result *r = ud;
+  r->done++;
+  r->status = status;
+  r->permit = permit;
+  r->at_ms = th_now_ms();
+}
+
+static inline sluice_client *sem_test_client(struct event_base *base) {
+  sluice_client_options o;
+  sluice_client_options_init(&o);
+  o.url = th_server.url;
+  o.reconnect_min_ms = 20;
+  o.reconnect_max_ms = 200;
+  o.op_timeout_ms = 2000;
+  sluice_client *c = NULL;
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  return c;
+}
+
+static inline sluice_sem *sem_test_new(sluice_client *c, const char *name, unsigned permits,
+                                       unsigned ttl, int fair) {
+  sluice_sem_options o;
+  sluice_sem_options_init(&o);
+  o.permits = permits;
+  o.ttl_ms = ttl;
+  o.fair = fair;
+  sluice_sem *s = NULL;
+  TH_ASSERT_EQ(sluice_sem_new(c, name, &o, &s), SLUICE_OK);
+  return s;
+}
+
+/* try_acquire and wait for its answer. */
+static inline acq_result sem_try(struct event_base *base, sluice_sem *s) {
+  acq_result r = {0};
+  TH_ASSERT_EQ(sluice_sem_try_acquire(s, acq_cb, &r), SLUICE_OK);
+  TH_ASSERT_EQ(r.done, 0);
+  TH_ASSERT(th_loop_until(base, &r.done, 5000));
+  TH_ASSERT_EQ(r.done, 1);
+  return r;
+}
+
+static inline void client_close_drain(struct event_base *base, sluice_client *c) {
+  sluice_client_free(c);
+  TH_ASSERT(th_loop_drain(base, 5000));
+}
+
+#endif

@@ -1,0 +1,521 @@
+/* Semaphores in one process: grants, waits, wake-ups, renewal, loss, fairness,
+ * fencing, inspection, teardown and bad input. Multi-process invariants are
+ * in test_sem_procs.c. */
+#include "sem_util.h"
+
+static void test_try_acquire_counts_permits(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = sem_test_client(base);
+  sluice_sem *s = sem_test_new(c, "t", 2, 5000, 0);
+  acq_result a = sem_try(base, s), b = sem_try(base, s), d = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  TH_ASSERT_EQ(b.status, SLUICE_OK);
+  TH_ASSERT_EQ(d.status, SLUICE_EBUSY);
+  TH_ASSERT(d.permit == NULL);
+  TH_ASSERT(strcmp(sluice_permit_id(a.permit), sluice_permit_id(b.permit)) != 0);
+  TH_ASSERT_EQ(strlen(sluice_permit_id(a.permit)), 32);
+  TH_ASSERT_CMP(sluice_permit_remaining_ms(a.permit), >, 4000);
+  TH_ASSERT_EQ(sluice_permit_lost(a.permit), 0);
+  TH_ASSERT(sluice_permit_sem(a.permit) == s);
+  TH_ASSERT_EQ(sluice_permit_release(a.permit, NULL, NULL), SLUICE_OK);
+  acq_result e = sem_try(base, s);
+  TH_ASSERT_EQ(e.status, SLUICE_OK);
+  sluice_permit_release(b.permit, NULL, NULL);
+  sluice_permit_release(e.permit, NULL, NULL);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
+typedef struct rel_result {
+  int done, status;
+} rel_result;
+static void rel_cb(sluice_sem *s, int status, void *ud) {
+  rel_result *r = ud;
+  r->done++;
+  r->status = status;
+}
+
+static void test_release_only_own_and_idempotent(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = sem_test_client(base);
+  sluice_sem *s = sem_test_new(c, "t", 1, 5000, 0);
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  char id[33];
+  strcpy(id, sluice_permit_id(a.permit));
+  rel_result r1 = {0};
+  TH_ASSERT_EQ(sluice_permit_release(a.permit, rel_cb, &r1), SLUICE_OK);
+  TH_ASSERT_EQ(r1.done, 0);
+  TH_ASSERT(th_loop_until(base, &r1.done, 3000));
+  TH_ASSERT_EQ(r1.status, SLUICE_OK);
+  /* Someone else now holds it; releasing our old id again frees nothing. */
+  acq_result b = sem_try(base, s);
+  TH_ASSERT_EQ(b.status, SLUICE_OK);
+  long long removed = th_redis_int(&th_server, "EVAL %s 1 %s %s",
+                                   "return redis.call('ZREM', KEYS[1], ARGV[1])",
+                                   "sluice:sem:{t}:holders", id);
+  TH_ASSERT_EQ(removed, 0);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{t}:holders"), 1);
+  acq_result d = sem_try(base, s);
+  TH_ASSERT_EQ(d.status, SLUICE_EBUSY);
+  sluice_permit_release(b.permit, NULL, NULL);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
+static void test_blocking_acquire_woken_by_release(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = sem_test_client(base);
+  sluice_sem *s = sem_test_new(c, "t", 1, 10000, 0);
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result w = {0};
+  sluice_acquire *h = NULL;
+  TH_ASSERT_EQ(sluice_sem_acquire(s, 5000, acq_cb, &w, &h), SLUICE_OK);
+  TH_ASSERT(h != NULL);
+  th_loop_for(base, 200); /* the waiter queues and blocks */
+  TH_ASSERT_EQ(w.done, 0);
+  uint64_t t0 = th_now_ms();
+  sluice_permit_release(a.permit, NULL, NULL);
+  TH_ASSERT(th_loop_until(base, &w.done, 3000));
+  TH_ASSERT_EQ(w.status, SLUICE_OK);
+  /* Woken by the release, not by a poll: well under the heartbeat (1 s). */
+  TH_ASSERT_CMP(w.at_ms - t0, <, 100);
+  sluice_permit_release(w.permit, NULL, NULL);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
+static void test_blocking_acquire_times_out(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = sem_test_client(base);
+  sluice_sem *s = sem_test_new(c, "t", 1, 10000, 0);
+  acq_result a = sem_try(base, s);
+  acq_result w = {0};
+  uint64_t t0 = th_now_ms();
+  TH_ASSERT_EQ(sluice_sem_acquire(s, 300, acq_cb, &w, NULL), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &w.done, 3000));
+  TH_ASSERT_EQ(w.status, SLUICE_ETIMEDOUT);
+  TH_ASSERT_CMP(w.at_ms - t0, >=, 299);
+  TH_ASSERT_CMP(w.at_ms - t0, <, 600);
+  th_loop_for(base, 100); /* the leave script runs */
+  TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{t}:queue"), 0);
+  TH_ASSERT_EQ(w.done, 1);
+  sluice_permit_release(a.permit, NULL, NULL);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
+static void test_cancel(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = sem_test_client(base);
+  sluice_sem *s = sem_test_new(c, "t", 1, 10000, 0);
+  acq_result a = sem_try(base, s);
+  acq_result w = {0};
+  sluice_acquire *h = NULL;
+  TH_ASSERT_EQ(sluice_sem_acquire(s, 0, acq_cb, &w, &h), SLUICE_OK);
+  th_loop_for(base, 50);
+  TH_ASSERT_EQ(sluice_acquire_cancel(h), SLUICE_OK);
+  TH_ASSERT_EQ(w.done, 0); /* never inside the call */
+  TH_ASSERT(th_loop_until(base, &w.done, 1000));
+  TH_ASSERT_EQ(w.status, SLUICE_ECANCELED);
+  TH_ASSERT_EQ(sluice_acquire_cancel(NULL), SLUICE_EINVAL);
+  th_loop_for(base, 100);
+  TH_ASSERT_EQ(w.done, 1);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{t}:queue"), 0);
+  sluice_permit_release(a.permit, NULL, NULL);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
+/* A holder whose process is gone (client closed without releasing) still
+ * lets the waiter in once its lease ends, without any release. */
+static void test_crashed_holder_expires(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c1 = sem_test_client(base), *c2 = sem_test_client(base);
+  sluice_sem *s1 = sem_test_new(c1, "t", 1, 400, 0);
+  sluice_sem *s2 = sem_test_new(c2, "t", 1, 400, 0);
+  acq_result a = sem_try(base, s1);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  uint64_t t0 = th_now_ms();
+  sluice_client_free(c1); /* stops renewing; nobody releases */
+  acq_result w = {0};
+  TH_ASSERT_EQ(sluice_sem_acquire(s2, 5000, acq_cb, &w, NULL), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &w.done, 5000));
+  TH_ASSERT_EQ(w.status, SLUICE_OK);
+  TH_ASSERT_CMP(w.at_ms - t0, >=, 300);
+  TH_ASSERT_CMP(w.at_ms - t0, <, 1200); /* at the lease expiry, not a heartbeat later */
+  sluice_permit_release(a.permit, NULL, NULL); /* after close: just frees */
+  sluice_permit_release(w.permit, NULL, NULL);
+  sluice_sem_free(s1);
+  sluice_sem_free(s2);
+  client_close_drain(base, c2);
+  event_base_free(base);
+}
+
+typedef struct lost_result {
+  int done, reason;
+  uint64_t at_ms;
+} lost_result;
+static void lost_cb(sluice_permit *p, int reason, void *ud) {
+  lost_result *l = ud;
+  l->done++;
+  l->reason = reason;
+  l->at_ms = th_now_ms();
+}
+
+static void test_renewal_keeps_permit(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = sem_test_client(base);
+  sluice_sem *s = sem_test_new(c, "t", 1, 200, 0);
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  lost_result l = {0};
+  sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
+  th_loop_for(base, 1200); /* six TTLs */
+  TH_ASSERT_EQ(l.done, 0);
+  TH_ASSERT_EQ(sluice_permit_lost(a.permit), 0);
+  acq_result b = sem_try(base, s);
+  TH_ASSERT_EQ(b.status, SLUICE_EBUSY);
+  TH_ASSERT_CMP(th_redis_int(&th_server, "PTTL sluice:sem:{t}:holders"), >, 0);
+  sluice_permit_release(a.permit, NULL, NULL);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
+static void test_lost_definite(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = sem_test_client(base);
+  sluice_sem *s = sem_test_new(c, "t", 1, 300, 0);
+  acq_result a = sem_try(base, s);
+  lost_result l = {0};
+  sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
+  th_redis_int(&th_server, "DEL sluice:sem:{t}:holders");
+  TH_ASSERT(th_loop_until(base, &l.done, 2000));
+  TH_ASSERT_EQ(l.reason, SLUICE_LOST_DEFINITE);
+  TH_ASSERT_EQ(sluice_permit_lost(a.permit), SLUICE_LOST_DEFINITE);
+  TH_ASSERT_EQ(sluice_permit_remaining_ms(a.permit), 0);
+  /* The renewal did not re-create it. */
+  TH_ASSERT_EQ(th_redis_int(&th_server, "EXISTS sluice:sem:{t}:holders"), 0);
+  th_loop_for(base, 300);
+  TH_ASSERT_EQ(l.done, 1);
+  sluice_permit_release(a.permit, NULL, NULL);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
+/* Redis stopped (SIGSTOP): renewals go unanswered and the permit is reported
+ * UNCERTAIN before its lease could have ended in Redis. */
+static void test_lost_uncertain(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = sem_test_client(base);
+  sluice_sem *s = sem_test_new(c, "t", 1, 400, 0);
+  acq_result a = sem_try(base, s);
+  lost_result l = {0};
+  sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
+  uint64_t t0 = th_now_ms();
+  th_redis_pause(&th_server);
+  TH_ASSERT(th_loop_until(base, &l.done, 3000));
+  th_redis_resume(&th_server);
+  TH_ASSERT_EQ(l.reason, SLUICE_LOST_UNCERTAIN);
+  TH_ASSERT_CMP(l.at_ms - t0, <=, 400);
+  th_loop_for(base, 200);
+  TH_ASSERT_EQ(l.done, 1); /* once */
+  sluice_permit_release(a.permit, NULL, NULL);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
+static void test_restart_loses_permits(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = sem_test_client(base);
+  sluice_sem *s = sem_test_new(c, "t", 1, 1500, 0);
+  acq_result a = sem_try(base, s);
+  lost_result l = {0};
+  sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
+  th_redis_restart(&th_server); /* no persistence: the holders are gone */
+  TH_ASSERT(th_loop_until(base, &l.done, 3000));
+  TH_ASSERT_EQ(l.reason, SLUICE_LOST_DEFINITE);
+  /* ...and the semaphore works again. */
+  acq_result b = {0};
+  uint64_t end = th_now_ms() + 3000;
+  do {
+    b = sem_try(base, s);
+  } while (b.status == SLUICE_ECONNECTION && th_now_ms() < end);
+  TH_ASSERT_EQ(b.status, SLUICE_OK);
+  TH_ASSERT_CMP(sluice_permit_fence(b.permit), >, sluice_permit_fence(a.permit));
+  sluice_permit_release(a.permit, NULL, NULL);
+  sluice_permit_release(b.permit, NULL, NULL);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
+static void test_fencing_increases(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = sem_test_client(base);
+  sluice_sem *s = sem_test_new(c, "t", 3, 5000, 0);
+  uint64_t last = 0;
+  for (int i = 0; i < 20; i++) {
+    acq_result a = sem_try(base, s);
+    TH_ASSERT_EQ(a.status, SLUICE_OK);
+    TH_ASSERT_CMP(sluice_permit_fence(a.permit), >, last);
+    last = sluice_permit_fence(a.permit);
+    sluice_permit_release(a.permit, NULL, NULL);
+  }
+  /* Still increasing after the meta key vanished (abandoned semaphore). */
+  th_redis_int(&th_server, "DEL sluice:sem:{t}:meta");
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_CMP(sluice_permit_fence(a.permit), >, last);
+  sluice_permit_release(a.permit, NULL, NULL);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
+static int order_log[8], order_n;
+static void order_cb(sluice_sem *s, int status, sluice_permit *p, void *ud) {
+  TH_ASSERT_EQ(status, SLUICE_OK);
+  order_log[order_n++] = (int)(intptr_t)ud;
+  sluice_permit_release(p, NULL, NULL); /* hand over to the next */
+}
+
+static void test_fair_fifo_and_try_refused(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = sem_test_client(base);
+  sluice_sem *s = sem_test_new(c, "t", 1, 5000, 1);
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  for (int i = 0; i < 4; i++) {
+    TH_ASSERT_EQ(sluice_sem_acquire(s, 5000, order_cb, (void *)(intptr_t)i, NULL), SLUICE_OK);
+    th_loop_for(base, 30); /* arrival order is queue order */
+  }
+  th_loop_for(base, 100);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{t}:queue"), 4);
+  sluice_permit_release(a.permit, NULL, NULL);
+  /* While they wait, try_acquire is refused even in a free moment. */
+  acq_result t = sem_try(base, s);
+  if (t.status == SLUICE_OK) sluice_permit_release(t.permit, NULL, NULL);
+  TH_ASSERT_EQ(t.status, SLUICE_EBUSY);
+  uint64_t end = th_now_ms() + 3000;
+  while (order_n < 4 && th_now_ms() < end) event_base_loop(base, EVLOOP_ONCE);
+  TH_ASSERT_EQ(order_n, 4);
+  for (int i = 0; i < 4; i++) TH_ASSERT_EQ(order_log[i], i);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
+/* A queued waiter that dies (its client vanishes without leaving) is evicted
+ * after the heartbeat timeout, so it cannot block a fair queue. */
+static void test_fair_dead_waiter_evicted(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c1 = sem_test_client(base), *c2 = sem_test_client(base);
+  sluice_sem_options o;
+  sluice_sem_options_init(&o);
+  o.fair = 1;
+  o.ttl_ms = 5000;
+  o.heartbeat_ms = 300;
+  sluice_sem *s1, *s2;
+  TH_ASSERT_EQ(sluice_sem_new(c1, "t", &o, &s1), 0);
+  TH_ASSERT_EQ(sluice_sem_new(c2, "t", &o, &s2), 0);
+  acq_result holder = sem_try(base, s2);
+  acq_result dead = {0}, live = {0};
+  TH_ASSERT_EQ(sluice_sem_acquire(s1, 0, acq_cb, &dead, NULL), 0);
+  th_loop_for(base, 50);
+  TH_ASSERT_EQ(sluice_sem_acquire(s2, 5000, acq_cb, &live, NULL), 0);
+  th_loop_for(base, 50);
+  sluice_client_free(c1); /* the first waiter's process "dies" */
+  th_loop_for(base, 20);
+  TH_ASSERT_EQ(dead.status, SLUICE_ECANCELED);
+  sluice_permit_release(holder.permit, NULL, NULL);
+  uint64_t t0 = th_now_ms();
+  TH_ASSERT(th_loop_until(base, &live.done, 3000));
+  TH_ASSERT_EQ(live.status, SLUICE_OK);
+  TH_ASSERT_CMP(th_now_ms() - t0, <, 1500);
+  sluice_permit_release(live.permit, NULL, NULL);
+  sluice_sem_free(s1);
+  sluice_sem_free(s2);
+  client_close_drain(base, c2);
+  event_base_free(base);
+}
+
+typedef struct info_result {
+  int done, status;
+  unsigned permits;
+  size_t nholders, nwaiters;
+  int64_t left0;
+} info_result;
+static void info_cb(sluice_sem *s, int status, const sluice_sem_info *info, void *ud) {
+  info_result *r = ud;
+  r->done++;
+  r->status = status;
+  if (info) {
+    r->permits = info->permits;
+    r->nholders = info->nholders;
+    r->nwaiters = info->nwaiters;
+    r->left0 = info->nholders ? info->holders[0].remaining_ms : -1;
+  }
+}
+
+static void test_inspect(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = sem_test_client(base);
+  sluice_sem *s = sem_test_new(c, "t", 2, 5000, 0);
+  acq_result a = sem_try(base, s), b = sem_try(base, s);
+  acq_result w = {0};
+  TH_ASSERT_EQ(sluice_sem_acquire(s, 5000, acq_cb, &w, NULL), 0);
+  th_loop_for(base, 100);
+  info_result r = {0};
+  TH_ASSERT_EQ(sluice_sem_inspect(s, info_cb, &r), 0);
+  TH_ASSERT(th_loop_until(base, &r.done, 2000));
+  TH_ASSERT_EQ(r.status, SLUICE_OK);
+  TH_ASSERT_EQ(r.permits, 2);
+  TH_ASSERT_EQ(r.nholders, 2);
+  TH_ASSERT_EQ(r.nwaiters, 1);
+  TH_ASSERT_CMP(r.left0, >, 4000);
+  TH_ASSERT_CMP(r.left0, <=, 5000);
+  /* Every key of the semaphore expires when abandoned. */
+  TH_ASSERT_CMP(th_redis_int(&th_server, "PTTL sluice:sem:{t}:holders"), >, 0);
+  TH_ASSERT_CMP(th_redis_int(&th_server, "PTTL sluice:sem:{t}:queue"), >, 0);
+  TH_ASSERT_CMP(th_redis_int(&th_server, "PTTL sluice:sem:{t}:beats"), >, 0);
+  TH_ASSERT_CMP(th_redis_int(&th_server, "PTTL sluice:sem:{t}:meta"), >, 0);
+  sluice_permit_release(a.permit, NULL, NULL);
+  TH_ASSERT(th_loop_until(base, &w.done, 2000));
+  sluice_permit_release(b.permit, NULL, NULL);
+  sluice_permit_release(w.permit, NULL, NULL);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
+static sluice_sem *freed_in_cb;
+static void free_in_cb(sluice_sem *s, int status, sluice_permit *p, void *ud) {
+  int *done = ud;
+  (*done)++;
+  sluice_sem_free(s); /* also releases p */
+  freed_in_cb = s;
+}
+
+static void test_free_inside_callback_and_close_cancels(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = sem_test_client(base);
+  sluice_sem *s = sem_test_new(c, "t", 1, 5000, 0);
+  int done = 0;
+  TH_ASSERT_EQ(sluice_sem_try_acquire(s, free_in_cb, &done), 0);
+  TH_ASSERT(th_loop_until(base, &done, 2000));
+  th_loop_for(base, 50);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{t}:holders"), 0);
+  /* Client close cancels pending acquires, from the loop. */
+  sluice_sem *s2 = sem_test_new(c, "u", 1, 5000, 0);
+  acq_result a = sem_try(base, s2);
+  acq_result w = {0}, t = {0};
+  TH_ASSERT_EQ(sluice_sem_acquire(s2, 0, acq_cb, &w, NULL), 0);
+  TH_ASSERT_EQ(sluice_sem_try_acquire(s2, acq_cb, &t), 0);
+  sluice_client_free(c);
+  TH_ASSERT_EQ(w.done + t.done, 0);
+  TH_ASSERT(th_loop_drain(base, 3000));
+  TH_ASSERT_EQ(w.status, SLUICE_ECANCELED);
+  TH_ASSERT_EQ(t.status, SLUICE_ECANCELED);
+  /* Use after close: a clear status. */
+  acq_result z = {0};
+  TH_ASSERT_EQ(sluice_sem_try_acquire(s2, acq_cb, &z), SLUICE_ECLOSED);
+  TH_ASSERT_EQ(sluice_sem_acquire(s2, 10, acq_cb, &z, NULL), SLUICE_ECLOSED);
+  TH_ASSERT_EQ(sluice_permit_release(a.permit, NULL, NULL), SLUICE_ECLOSED);
+  sluice_sem *s3 = NULL;
+  TH_ASSERT_EQ(sluice_sem_new(c, "v", NULL, &s3), SLUICE_ECLOSED);
+  sluice_sem_free(s2);
+  event_base_free(base);
+}
+
+static void test_bad_input(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = sem_test_client(base);
+  sluice_sem_options o;
+  sluice_sem *s = NULL;
+  char big[SLUICE_NAME_MAX + 2];
+  memset(big, 'x', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  sluice_sem_options_init(&o);
+  TH_ASSERT_EQ(sluice_sem_new(NULL, "a", &o, &s), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_sem_new(c, NULL, &o, &s), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_sem_new(c, "", &o, &s), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_sem_new(c, big, &o, &s), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_sem_new(c, "a", &o, NULL), SLUICE_EINVAL);
+  o.permits = 0;
+  TH_ASSERT_EQ(sluice_sem_new(c, "a", &o, &s), SLUICE_EINVAL);
+  sluice_sem_options_init(&o);
+  o.ttl_ms = 0;
+  TH_ASSERT_EQ(sluice_sem_new(c, "a", &o, &s), SLUICE_EINVAL);
+  sluice_sem_options_init(&o);
+  o.ttl_ms = 1000;
+  o.renew_ms = 1000;
+  TH_ASSERT_EQ(sluice_sem_new(c, "a", &o, &s), SLUICE_EINVAL);
+  TH_ASSERT(s == NULL);
+  /* Names are binary-tolerant text: braces and colons are fine. */
+  sluice_sem_options_init(&o);
+  TH_ASSERT_EQ(sluice_sem_new(c, "a}{:b", &o, &s), SLUICE_OK);
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  TH_ASSERT_EQ(sluice_sem_try_acquire(s, NULL, NULL), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_sem_try_acquire(NULL, acq_cb, NULL), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_sem_inspect(s, NULL, NULL), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_permit_release(NULL, NULL, NULL), SLUICE_EINVAL);
+  TH_ASSERT(sluice_permit_id(NULL) == NULL);
+  sluice_permit_release(a.permit, NULL, NULL);
+  sluice_sem_free(s);
+  sluice_sem_free(NULL);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
+/* A waiter keeps waiting through a Redis outage shorter than its timeout,
+ * and gets a permit once Redis is back. */
+static void test_wait_survives_restart(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = sem_test_client(base);
+  sluice_sem *s = sem_test_new(c, "t", 1, 5000, 0);
+  acq_result a = sem_try(base, s);
+  acq_result w = {0};
+  TH_ASSERT_EQ(sluice_sem_acquire(s, 8000, acq_cb, &w, NULL), 0);
+  th_loop_for(base, 100);
+  th_redis_restart(&th_server); /* holder gone with the data */
+  TH_ASSERT(th_loop_until(base, &w.done, 6000));
+  TH_ASSERT_EQ(w.status, SLUICE_OK);
+  sluice_permit_release(a.permit, NULL, NULL);
+  sluice_permit_release(w.permit, NULL, NULL);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
+int main(int argc, char **argv) {
+  static const th_case cases[] = {
+      {"try_acquire_counts_permits", test_try_acquire_counts_permits, 0},
+      {"release_only_own_and_idempotent", test_release_only_own_and_idempotent, 0},
+      {"blocking_acquire_woken_by_release", test_blocking_acquire_woken_by_release, 0},
+      {"blocking_acquire_times_out", test_blocking_acquire_times_out, 0},
+      {"cancel", test_cancel, 0},
+      {"crashed_holder_expires", test_crashed_holder_expires, 0},
+      {"renewal_keeps_permit", test_renewal_keeps_permit, 0},
+      {"lost_definite", test_lost_definite, 0},
+      {"lost_uncertain", test_lost_uncertain, 0},
+      {"restart_loses_permits", test_restart_loses_permits, 0},
+      {"fencing_increases", test_fencing_increases, 0},
+      {"fair_fifo_and_try_refused", test_fair_fifo_and_try_refused, 0},
+      {"fair_dead_waiter_evicted", test_fair_dead_waiter_evicted, 0},
+      {"inspect", test_inspect, 0},
+      {"free_inside_callback_and_close_cancels", test_free_inside_callback_and_close_cancels, 0},
+      {"bad_input", test_bad_input, 0},
+      {"wait_survives_restart", test_wait_survives_restart, 0},
+      {NULL, NULL, 0}};
+  return th_main(argc, argv, cases);
+}
