@@ -273,6 +273,28 @@ static void test_dedup(void) {
   dqt_finish(base, c);
 }
 
+/* The largest batch goes in one call (the script slices its writes). */
+static void test_largest_batch(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = dqt_client(base);
+  sluice_dq *dq = dqt_queue(c, "big");
+  static sluice_dq_item items[SLUICE_DQ_BATCH_MAX];
+  for (int i = 0; i < SLUICE_DQ_BATCH_MAX; i++) items[i] = (sluice_dq_item){"p", 1, 60000, 0, NULL};
+  items[SLUICE_DQ_BATCH_MAX - 1].delay_ms = 0;
+  batch_res b = {0};
+  TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, SLUICE_DQ_BATCH_MAX + 1, on_batch, &b), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, SLUICE_DQ_BATCH_MAX, on_batch, &b), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &b.done, 10000));
+  TH_ASSERT_EQ(b.status, SLUICE_OK);
+  TH_ASSERT_EQ(b.n, SLUICE_DQ_BATCH_MAX);
+  dqt_info in;
+  sluice_dq_info info = dqt_inspect(base, dq, &in);
+  TH_ASSERT_EQ(info.delayed, SLUICE_DQ_BATCH_MAX);
+  TH_ASSERT_EQ(info.ready, 1);
+  sluice_dq_free(dq);
+  dqt_finish(base, c);
+}
+
 /* ---- settling: late acks, retry, dead letters ------------------------------ */
 
 static void test_late_ack_reported(void) {
@@ -749,6 +771,7 @@ int main(int argc, char **argv) {
       {"binary_payload", test_binary_payload, 30},
       {"cancel", test_cancel, 30},
       {"dedup", test_dedup, 30},
+      {"largest_batch", test_largest_batch, 60},
       {"late_ack_reported", test_late_ack_reported, 30},
       {"retry_dead_letter_requeue", test_retry_dead_letter_requeue, 30},
       {"expired_dead_letter", test_expired_dead_letter, 30},

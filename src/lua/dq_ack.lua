@@ -21,18 +21,28 @@ local function requeue(id, due)
   if due > maxdue then maxdue = due end
 end
 
+-- Deadlines one by one, attempt counts in one HMGET; removals batched.
+local afields, dls = {}, {}
 for i = 3, #ARGV, 4 do
-  local id, op = ARGV[i], ARGV[i + 2]
-  local dl = redis.call('ZSCORE', f, id)
+  afields[#afields + 1] = 'a' .. ARGV[i]
+  dls[#dls + 1] = redis.call('ZSCORE', f, ARGV[i])
+end
+local atts = redis.call('HMGET', h, unpack(afields))
+local gone, hdel = {}, {}
+for k = 1, #dls do
+  local i = 4 * k - 1
+  local id, op, dl = ARGV[i], ARGV[i + 2], dls[k]
   local code = 1
   if not dl then
     code = redis.call('HEXISTS', h, 'p' .. id) == 1 and -1 or -2
-  elseif tonumber(dl) < now or redis.call('HGET', h, 'a' .. id) ~= ARGV[i + 1] then
+  elseif tonumber(dl) < now or atts[k] ~= ARGV[i + 1] then
     code = -1
   else
-    redis.call('ZREM', f, id)
+    gone[#gone + 1] = id
     if op == 'a' then
-      redis.call('HDEL', h, 'p' .. id, 'a' .. id, 's' .. id)
+      hdel[#hdel + 1] = 'p' .. id
+      hdel[#hdel + 1] = 'a' .. id
+      hdel[#hdel + 1] = 's' .. id
     elseif op == 'x' then
       redis.call('HINCRBY', h, 'a' .. id, -1)
       requeue(id, now)
@@ -44,8 +54,10 @@ for i = 3, #ARGV, 4 do
       requeue(id, later + tonumber(ARGV[i + 3]))
     end
   end
-  out[#out + 1] = code
+  out[k] = code
 end
+if #gone > 0 then redis.call('ZREM', f, unpack(gone)) end
+if #hdel > 0 then redis.call('HDEL', h, unpack(hdel)) end
 
 if mindue and (not old or mindue < old) and redis.call('LLEN', w) < 4 then
   redis.call('LPUSH', w, mindue)

@@ -12,15 +12,17 @@ local n = (#ARGV - 1) / 4
 local head = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
 local old = tonumber(head[2])
 local seq = redis.call('HINCRBY', h, '#seq', n) - n
-local out, maxdue, mindue = {}, 0, nil
+local out, maxdue, mindue, zargs, hargs = {}, 0, nil, {}, {}
 for i = 0, n - 1 do
   local id, v = ARGV[2 + 4 * i], tonumber(ARGV[4 + 4 * i])
   local due = ARGV[3 + 4 * i] == 'a' and v or now + v
   if redis.call('HSETNX', h, 'p' .. id, ARGV[5 + 4 * i]) == 1 then
     seq = seq + 1
     local s = string.format('%012x', seq)
-    redis.call('HSET', h, 's' .. id, s)
-    redis.call('ZADD', z, due, s .. id)
+    hargs[#hargs + 1] = 's' .. id
+    hargs[#hargs + 1] = s
+    zargs[#zargs + 1] = due
+    zargs[#zargs + 1] = s .. id
     if due > maxdue then maxdue = due end
     if not mindue or due < mindue then mindue = due end
     out[i + 1] = due
@@ -29,6 +31,12 @@ for i = 0, n - 1 do
   end
 end
 if not mindue then return out end
+-- In slices: Lua's unpack is limited to a few thousand values.
+for i = 1, #zargs, 2000 do
+  local j = math.min(i + 1999, #zargs)
+  redis.call('HSET', h, unpack(hargs, i, j))
+  redis.call('ZADD', z, unpack(zargs, i, j))
+end
 -- Wake idle consumers only when the earliest due time moved earlier: their
 -- timers are armed for the old head. At most 4 tokens wait in the list.
 if (not old or mindue < old) and redis.call('LLEN', w) < 4 then

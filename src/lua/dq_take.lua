@@ -39,25 +39,31 @@ while n < batch and cand[2 * n + 2] and tonumber(cand[2 * n + 2]) <= now do n = 
 local nextdue = tonumber(cand[2 * n + 2])
 if n > 0 then
   redis.call('ZREMRANGEBYRANK', z, 0, n - 1)
+  -- Payloads and attempt counts in one HMGET, new counts in one HSET.
   local fields = {}
-  for i = 1, n do fields[i] = 'p' .. string.sub(cand[2 * i - 1], 13) end
-  local ps = redis.call('HMGET', h, unpack(fields))
-  local deadline, zargs, count = now + vis, {}, 0
   for i = 1, n do
-    if ps[i] then
-      local id = string.sub(cand[2 * i - 1], 13)
-      local a = redis.call('HINCRBY', h, 'a' .. id, 1)
+    local id = string.sub(cand[2 * i - 1], 13)
+    fields[i], fields[n + i] = 'p' .. id, 'a' .. id
+  end
+  local v = redis.call('HMGET', h, unpack(fields))
+  local deadline, zargs, hargs, count = now + vis, {}, {}, 0
+  for i = 1, n do
+    if v[i] then
+      local id, a = string.sub(fields[i], 2), (tonumber(v[n + i]) or 0) + 1
       zargs[#zargs + 1] = deadline
       zargs[#zargs + 1] = id
+      hargs[#hargs + 1] = fields[n + i]
+      hargs[#hargs + 1] = a
       out[#out + 1] = id
       out[#out + 1] = a
       out[#out + 1] = tonumber(cand[2 * i])
-      out[#out + 1] = ps[i]
+      out[#out + 1] = v[i]
       count = count + 1
     end
   end
   if count > 0 then
     redis.call('ZADD', f, unpack(zargs))
+    redis.call('HSET', h, unpack(hargs))
     wrote[f] = true
   end
   out[3] = count
