@@ -259,6 +259,7 @@ static void client_destroy(sluice_client *c) {
 }
 
 static void reaper_cb(evutil_socket_t fd, short what, void *arg);
+static void cmd_drained(sluice__conn *conn, void *ud);
 
 int sluice_client_new(struct event_base *base, const sluice_client_options *opts,
                       sluice_client **out) {
@@ -339,6 +340,13 @@ static void reaper_cb(evutil_socket_t fd, short what, void *arg) {
     sluice__blocker_free(c->blocker);
     c->blocker = NULL;
   }
+  /* Let steps already sent (releases, leaves) reach Redis before we go. */
+  unsigned grace = c->opts.op_timeout_ms < 2000 ? c->opts.op_timeout_ms : 2000;
+  sluice__conn_drain(&c->cmd, grace, cmd_drained);
+}
+
+static void cmd_drained(sluice__conn *conn, void *ud) {
+  sluice_client *c = ud;
   sluice__conn_shutdown(&c->cmd);
   c->reaped = 1;
   if (c->close_cb) c->close_cb(c->close_ud);

@@ -34,7 +34,7 @@ static void handshake_cb(redisAsyncContext *ac, void *r, void *privdata) {
   sluice__conn *conn = ac->data;
   redisReply *reply = r;
   const char *step = privdata;
-  if (!conn || conn->ac != ac || !reply) return; /* dropped meanwhile */
+  if (!conn || conn->ac != ac || !reply || conn->draining) return; /* dropped meanwhile */
   if (reply->type == REDIS_REPLY_ERROR) {
     set_err(conn, step, reply->str);
     sluice__conn_fail(conn, NULL);
@@ -68,6 +68,11 @@ static void connect_cb(const redisAsyncContext *ac, int status) {
 static void disconnect_cb(const redisAsyncContext *ac, int status) {
   sluice__conn *conn = ac->data;
   if (!conn || conn->ac != ac) return; /* our own conn_drop: already handled */
+  if (conn->draining) {
+    conn->ac = NULL; /* hiredis frees it after we return */
+    event_active(conn->drop_ev, 0, 0); /* report from outside hiredis */
+    return;
+  }
   set_err(conn, "connection lost", ac->errstr[0] ? ac->errstr : NULL);
   conn->ac = NULL; /* hiredis frees it after we return */
   conn->failed = 1;
@@ -98,9 +103,21 @@ static void send_handshake(sluice__conn *conn) {
   sluice__conn_send(conn, handshake_cb, (void *)"PING", 1, ping, NULL);
 }
 
+static void finish_drain(sluice__conn *conn) {
+  redisAsyncContext *ac = conn->ac;
+  void (*drained)(sluice__conn *, void *) = conn->drained;
+  conn->ac = NULL;
+  conn->drained = NULL;
+  evtimer_del(conn->timer);
+  if (ac) redisAsyncFree(ac); /* timed out: pending callbacks get NULL */
+  if (drained) drained(conn, conn->cfg.userdata);
+}
+
 static void timer_cb(evutil_socket_t fd, short what, void *arg) {
   sluice__conn *conn = arg;
-  if (conn->state == SLUICE_CONN_CONNECTING) {
+  if (conn->draining) {
+    finish_drain(conn);
+  } else if (conn->state == SLUICE_CONN_CONNECTING) {
     set_err(conn, "connect timed out", NULL);
     conn_drop(conn, NULL);
   } else if (conn->state == SLUICE_CONN_WAITING) {
@@ -110,7 +127,25 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
 
 static void drop_cb(evutil_socket_t fd, short what, void *arg) {
   sluice__conn *conn = arg;
-  if (conn->ac) conn_drop(conn, NULL);
+  if (conn->draining) finish_drain(conn);
+  else if (conn->ac) conn_drop(conn, NULL);
+}
+
+void sluice__conn_drain(sluice__conn *conn, unsigned timeout_ms,
+                        void (*drained)(sluice__conn *conn, void *userdata)) {
+  conn->draining = 1;
+  conn->drained = drained;
+  conn->cfg.on_up = NULL;
+  conn->cfg.on_down = NULL;
+  evtimer_del(conn->timer);
+  if (!conn->ac || conn->state != SLUICE_CONN_UP) {
+    event_active(conn->drop_ev, 0, 0);
+    return;
+  }
+  sluice__timer_in(conn->timer, timeout_ms);
+  /* Waits for the replies still due, then disconnects (and may call
+   * disconnect_cb right here when none are due). */
+  redisAsyncDisconnect(conn->ac);
 }
 
 int sluice__conn_init(sluice__conn *conn, struct event_base *base,

@@ -49,6 +49,8 @@ struct sluice__conn {
   redisAsyncContext *ac;          /* NULL when no context exists */
   enum sluice__conn_state state;
   int failed;                     /* lost or failed since last UP */
+  int draining;                   /* graceful close in progress */
+  void (*drained)(sluice__conn *conn, void *userdata);
   unsigned attempts;              /* consecutive failed attempts */
   unsigned long ups;              /* handshakes completed */
   struct event *timer;            /* connect timeout, or reconnect delay */
@@ -63,6 +65,12 @@ void sluice__conn_start(sluice__conn *conn);
 /* Drop the connection from the loop (safe inside hiredis callbacks) and
  * reconnect after backoff; reason goes to errstr. */
 void sluice__conn_fail(sluice__conn *conn, const char *reason);
+/* Close gracefully: stop reconnecting, let hiredis write what is buffered
+ * and read the replies still due (so fire-and-forget steps such as releases
+ * reach Redis), then call drained from the loop. After timeout_ms, or at
+ * once when not connected, the context is dropped instead. */
+void sluice__conn_drain(sluice__conn *conn, unsigned timeout_ms,
+                        void (*drained)(sluice__conn *conn, void *userdata));
 /* Free the context and timers; no callbacks of this conn run afterwards
  * (pending hiredis callbacks still run, with NULL, inside this call). */
 void sluice__conn_shutdown(sluice__conn *conn);

@@ -3,6 +3,7 @@
 -- arrival seq), B beats (zset waiter -> heartbeat deadline ms).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local function n2s(x) return string.format('%.0f', x) end
 
 -- Drop expired leases and waiters that stopped heart-beating.

@@ -37,10 +37,11 @@ if mine or (free > 0 and (not fair or pos < free)) then
     redis.call('ZREM', Q, waiter)
     redis.call('ZREM', B, waiter)
   end
-  -- Fencing token: strictly increasing, and seeded from server time so it
-  -- keeps increasing even after the meta key expired or Redis restarted.
+  -- Fencing token: strictly increasing, and never below the server's clock
+  -- in microseconds, so it keeps increasing even after the meta key expired
+  -- or Redis restarted empty (no two grants run within one microsecond).
   local fence = tonumber(redis.call('HGET', M, 'fence') or '0') + 1
-  if fence < now * 1000 then fence = now * 1000 end
+  if fence < now_us then fence = now_us end
   redis.call('HSET', M, 'fence', n2s(fence), 'permits', permits)
   touch(H)
   touch(M)
