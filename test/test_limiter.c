@@ -887,9 +887,32 @@ static rcv timed(struct event_base *base, sluice_limiter *lim, const char *key, 
   return r;
 }
 
+/* A paused server: a check's step times out (SLUICE_ETIMEDOUT); a wait
+ * reports it as SLUICE_ECONNECTION, keeping ETIMEDOUT for its own timeout. */
+static void paused_fail_closed(struct event_base *base, sluice_client *c) {
+  sluice_limiter_options o;
+  sluice_limiter_options_init(&o);
+  o.limit = 3, o.period_ms = 60000, o.op_timeout_ms = 150;
+  sluice_limiter *lim;
+  TH_ASSERT_EQ(sluice_limiter_new(c, "dcp", &o, &lim), SLUICE_OK);
+  check_ok(base, lim, "k", 1);
+  th_redis_pause(&th_server);
+  rcv r = {0}, w = {0};
+  TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 1, on_res, &r), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_limiter_wait(lim, "k", 1, 5000, on_res, &w, NULL), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  TH_ASSERT(th_loop_until(base, &w.done, 3000));
+  th_redis_resume(&th_server);
+  TH_ASSERT_EQ(r.status, SLUICE_ETIMEDOUT);
+  TH_ASSERT_EQ(w.status, SLUICE_ECONNECTION);
+  TH_ASSERT_CMP(w.at_ms - r.at_ms, <, 1000); /* not the wait's 5 s */
+  sluice_limiter_free(lim);
+}
+
 static void test_down_fail_closed(void) {
   struct event_base *base = event_base_new();
   sluice_client *c = new_client(base, 2000);
+  paused_fail_closed(base, c);
   sluice_limiter *lim = new_lim_p(c, "dc", SLUICE_RL_FIXED, 3, 60000, 0, SLUICE_RL_FAIL_CLOSED);
   check_ok(base, lim, "k", 1);
   /* A check in flight when the server dies. */
