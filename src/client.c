@@ -348,8 +348,8 @@ static void reaper_cb(evutil_socket_t fd, short what, void *arg) {
 static void cmd_drained(sluice__conn *conn, void *ud) {
   sluice_client *c = ud;
   sluice__conn_shutdown(&c->cmd);
+  if (c->close_cb) c->close_cb(c->close_ud); /* may free the client's objects */
   c->reaped = 1;
-  if (c->close_cb) c->close_cb(c->close_ud);
   sluice__client_maybe_release(c);
 }
 
