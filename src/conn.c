@@ -127,8 +127,14 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
 
 static void drop_cb(evutil_socket_t fd, short what, void *arg) {
   sluice__conn *conn = arg;
-  if (conn->draining) finish_drain(conn);
-  else if (conn->ac) conn_drop(conn, NULL);
+  if (conn->draining) {
+    finish_drain(conn);
+  } else if (conn->ac) {
+    conn_drop(conn, NULL);
+  } else if (conn->down_pending) {
+    conn->down_pending = 0;
+    if (conn->cfg.on_down) conn->cfg.on_down(conn, SLUICE_ECONNECTION, conn->cfg.userdata);
+  }
 }
 
 void sluice__conn_drain(sluice__conn *conn, unsigned timeout_ms,
@@ -163,6 +169,15 @@ int sluice__conn_init(sluice__conn *conn, struct event_base *base,
   return SLUICE_OK;
 }
 
+/* A connect that failed at once (e.g. no such socket): retry later, and
+ * report it from the loop, since we may be inside sluice_client_new. */
+static void start_failed(sluice__conn *conn) {
+  conn->failed = 1;
+  conn->down_pending = 1;
+  schedule_retry(conn);
+  event_active(conn->drop_ev, 0, 0);
+}
+
 void sluice__conn_start(sluice__conn *conn) {
   const sluice__endpoint *ep = conn->cfg.endpoint;
   redisAsyncContext *ac;
@@ -173,8 +188,7 @@ void sluice__conn_start(sluice__conn *conn) {
   if (!ac || ac->err) {
     set_err(conn, "connect failed", ac ? ac->errstr : "out of memory");
     if (ac) redisAsyncFree(ac);
-    conn->failed = 1;
-    schedule_retry(conn);
+    start_failed(conn);
     return;
   }
   ac->data = conn;
@@ -182,8 +196,7 @@ void sluice__conn_start(sluice__conn *conn) {
   if (redisLibeventAttach(ac, conn->base) != REDIS_OK) {
     set_err(conn, "connect failed", "cannot attach to event loop");
     redisAsyncFree(ac);
-    conn->failed = 1;
-    schedule_retry(conn);
+    start_failed(conn);
     return;
   }
   redisAsyncSetConnectCallback(ac, connect_cb);

@@ -50,6 +50,7 @@ struct sluice__conn {
   enum sluice__conn_state state;
   int failed;                     /* lost or failed since last UP */
   int draining;                   /* graceful close in progress */
+  int down_pending;               /* report a failed start from the loop */
   void (*drained)(sluice__conn *conn, void *userdata);
   unsigned attempts;              /* consecutive failed attempts */
   unsigned long ups;              /* handshakes completed */
