@@ -232,7 +232,16 @@ static void adopt_restarted(th_redis *r) {
   if (!f) return;
   if (fscanf(f, "%ld", &pid) != 1) pid = 0;
   fclose(f);
-  if (pid <= 0 || (pid_t)pid == r->pid || kill((pid_t)pid, 0) != 0) return;
+  if (pid <= 0 || (pid_t)pid == r->pid) return;
+  /* kill(pid, 0) also succeeds for a dead server init has not reaped yet:
+   * adopt only one that answers (SIGCONT first: the case may have paused it). */
+  kill((pid_t)pid, SIGCONT);
+  redisContext *c = th_redis_connect(r);
+  redisReply *rep = c && !c->err ? redisCommand(c, "PING") : NULL;
+  int alive = rep && rep->type == REDIS_REPLY_STATUS;
+  if (rep) freeReplyObject(rep);
+  if (c) redisFree(c);
+  if (!alive) return;
   if (r->pid > 0) {
     kill(r->pid, SIGKILL);
     waitpid(r->pid, NULL, 0);
