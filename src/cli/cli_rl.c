@@ -90,6 +90,9 @@ static int parse_args(cli_ctx *ctx, rl_args *a, int argc, char **argv) {
   }
   unsigned cap = a->opts.algo == SLUICE_RL_GCRA && a->opts.burst ? a->opts.burst : a->opts.limit;
   if (npos != 2) cli_error("rl %s needs NAME and KEY", a->wait ? "wait" : "check");
+  else if (!*a->name || !*a->key || strlen(a->name) > SLUICE_NAME_MAX ||
+           strlen(a->key) > SLUICE_NAME_MAX)
+    cli_error("NAME and KEY must be 1..%d bytes", SLUICE_NAME_MAX);
   else if (!algo_set) cli_error("--algo is required");
   else if (!a->opts.limit || !a->opts.period_ms) cli_error("--limit and --period are required and > 0");
   else if (a->cost < 1 || a->cost > cap)
@@ -142,8 +145,7 @@ static int run(cli_ctx *ctx, const rl_args *a) {
                  : sluice_limiter_check(lim, a->key, a->cost, on_decision, &o);
   }
   if (rc != SLUICE_OK) {
-    cli_error("%s (limits: name and key 1..%d bytes, cost 1..capacity)", sluice_strerror(rc),
-              SLUICE_NAME_MAX);
+    cli_error("rate limiter '%s': %s", a->name, sluice_strerror(rc));
     sluice_limiter_free(lim);
     return rc == SLUICE_EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_FAILURE;
   }

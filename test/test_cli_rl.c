@@ -1,0 +1,142 @@
+/* The `sluice rl` tool, run as a separate process against the test server:
+ * its output and every exit status it documents. */
+#include <stdarg.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+typedef struct run_out {
+  int status;       /* exit status */
+  char out[1024];   /* stdout */
+} run_out;
+
+/* Run `sluice rl ARGS...` (NULL-terminated); --redis is added unless the
+ * first argument is "-" (then it is dropped and ARGS must carry their own). */
+static run_out rl(const char *first, ...) {
+  const char *argv[40];
+  int n = 0, own_redis = strcmp(first, "-") == 0;
+  const char *bin = getenv("SLUICE_BIN");
+  if (!bin) th_fail(__FILE__, __LINE__, "SLUICE_BIN not set");
+  argv[n++] = bin;
+  argv[n++] = "rl";
+  if (!own_redis) argv[n++] = first;
+  va_list ap;
+  va_start(ap, first);
+  const char *a;
+  while ((a = va_arg(ap, const char *)) && n < 36) argv[n++] = a;
+  va_end(ap);
+  if (!own_redis) argv[n++] = "--redis", argv[n++] = th_server.url;
+  argv[n] = NULL;
+  int fds[2];
+  TH_ASSERT(pipe(fds) == 0);
+  pid_t pid = fork();
+  TH_ASSERT(pid >= 0);
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    execv(argv[0], (char *const *)argv);
+    _exit(99);
+  }
+  close(fds[1]);
+  run_out r = {0, ""};
+  size_t len = 0;
+  ssize_t got;
+  while ((got = read(fds[0], r.out + len, sizeof r.out - 1 - len)) > 0) len += (size_t)got;
+  r.out[len] = '\0';
+  close(fds[0]);
+  int st;
+  TH_ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  TH_ASSERT(WIFEXITED(st));
+  r.status = WEXITSTATUS(st);
+  return r;
+}
+
+static long long field(const run_out *r, const char *name) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "%s=", name);
+  const char *p = strstr(r->out, pat);
+  if (!p) th_fail(__FILE__, __LINE__, "no %s in output: %s", name, r->out);
+  return strtoll(p + strlen(pat), NULL, 10);
+}
+
+static void test_check(void) {
+  run_out r = rl("check", "api", "1.2.3.4", "--algo", "sliding-log", "--limit", "2", "--period",
+                 "60000", NULL);
+  TH_ASSERT_EQ(r.status, 0);
+  TH_ASSERT_EQ(field(&r, "allowed"), 1);
+  TH_ASSERT_EQ(field(&r, "limit"), 2);
+  TH_ASSERT_EQ(field(&r, "remaining"), 1);
+  TH_ASSERT_EQ(field(&r, "retry_after_ms"), 0);
+  TH_ASSERT_EQ(field(&r, "reset_after_ms"), 60000);
+  r = rl("check", "api", "1.2.3.4", "--algo", "sliding-log", "--limit", "2", "--period", "60000",
+         "--cost", "1", NULL);
+  TH_ASSERT_EQ(r.status, 0);
+  r = rl("check", "api", "1.2.3.4", "--algo", "sliding-log", "--limit", "2", "--period", "60000", NULL);
+  TH_ASSERT_EQ(r.status, 1); /* rate-limited */
+  TH_ASSERT_EQ(field(&r, "allowed"), 0);
+  TH_ASSERT_CMP(field(&r, "retry_after_ms"), >, 59000);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:rl:{3:api:1.2.3.4}:log"), 2);
+  /* GCRA with a burst; --prefix moves the key. */
+  r = rl("check", "g", "k", "--algo", "gcra", "--limit", "1", "--period", "60000", "--burst", "3",
+         "--cost", "3", "--prefix", "other:", NULL);
+  TH_ASSERT_EQ(r.status, 0);
+  TH_ASSERT_EQ(field(&r, "limit"), 3);
+  TH_ASSERT_EQ(field(&r, "remaining"), 0);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "EXISTS other:rl:{1:g:k}:gcra"), 1);
+}
+
+static void test_wait(void) {
+  const char *common[] = {"--algo", "gcra", "--limit", "1", "--period", "300", "--burst", "1"};
+  run_out r = rl("check", "w", "k", common[0], common[1], common[2], common[3], common[4],
+                 common[5], common[6], common[7], NULL);
+  TH_ASSERT_EQ(r.status, 0);
+  uint64_t t0 = th_now_ms();
+  r = rl("wait", "w", "k", common[0], common[1], common[2], common[3], common[4], common[5],
+         common[6], common[7], "--timeout", "3000", NULL);
+  TH_ASSERT_EQ(r.status, 0);
+  TH_ASSERT_EQ(field(&r, "allowed"), 1);
+  TH_ASSERT_CMP(th_now_ms() - t0, >=, 200);
+  /* Cannot pass within the timeout: 75, with the last denial printed. */
+  r = rl("wait", "w2", "k", "--algo", "fixed", "--limit", "1", "--period", "600000", NULL);
+  TH_ASSERT_EQ(r.status, 0);
+  r = rl("wait", "w2", "k", "--algo", "fixed", "--limit", "1", "--period", "600000", "--timeout",
+         "100", NULL);
+  TH_ASSERT_EQ(r.status, 75);
+  TH_ASSERT_EQ(field(&r, "allowed"), 0);
+}
+
+static void test_usage_and_unreachable(void) {
+  TH_ASSERT_EQ(rl("--help", NULL).status, 0);
+  TH_ASSERT_EQ(rl("check", "--help", NULL).status, 0);
+  TH_ASSERT(strstr(rl("check", "--help", NULL).out, "sliding-log") != NULL);
+  TH_ASSERT_EQ(rl("frob", NULL).status, 64);
+  TH_ASSERT_EQ(rl("check", "n", "--algo", "fixed", "--limit", "1", "--period", "1", NULL).status, 64);
+  TH_ASSERT_EQ(rl("check", "n", "k", "--limit", "1", "--period", "1", NULL).status, 64);
+  TH_ASSERT_EQ(rl("check", "n", "k", "--algo", "leaky", "--limit", "1", "--period", "1", NULL).status, 64);
+  TH_ASSERT_EQ(rl("check", "n", "k", "--algo", "fixed", "--limit", "0", "--period", "1", NULL).status, 64);
+  TH_ASSERT_EQ(rl("check", "n", "k", "--algo", "fixed", "--limit", "x", "--period", "1", NULL).status, 64);
+  TH_ASSERT_EQ(rl("check", "n", "k", "--algo", "fixed", "--limit", "2", "--period", "1", "--cost",
+                  "3", NULL).status, 64);
+  TH_ASSERT_EQ(rl("check", "n", "k", "--algo", "fixed", "--limit", "2", "--period", "1", "--bogus",
+                  NULL).status, 64);
+  TH_ASSERT_EQ(rl("check", "n", "", "--algo", "fixed", "--limit", "2", "--period", "1", NULL).status, 64);
+  /* No server there. */
+  char url[300];
+  snprintf(url, sizeof url, "unix://%s/nothing.sock", th_server.dir);
+  TH_ASSERT_EQ(rl("-", "check", "n", "k", "--algo", "fixed", "--limit", "2", "--period", "1",
+                  "--redis", url, NULL).status, 69);
+  TH_ASSERT_EQ(rl("-", "wait", "n", "k", "--algo", "fixed", "--limit", "2", "--period", "1",
+                  "--redis", url, NULL).status, 69);
+}
+
+int main(int argc, char **argv) {
+  static const th_case cases[] = {
+      {"check", test_check, 0},
+      {"wait", test_wait, 0},
+      {"usage_and_unreachable", test_usage_and_unreachable, 0},
+      {NULL, NULL, 0},
+  };
+  return th_main(argc, argv, cases);
+}
