@@ -57,7 +57,7 @@ cleanup() {
     kill "$server_pid" 2>/dev/null || true
     wait "$server_pid" 2>/dev/null || true
   fi
-  [ -n "$tmp" ] && rm -rf "$tmp"
+  if [ -n "$tmp" ]; then rm -rf "$tmp"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT
