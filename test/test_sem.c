@@ -172,12 +172,12 @@ static void lost_cb(sluice_permit *p, int reason, void *ud) {
 static void test_renewal_keeps_permit(void) {
   struct event_base *base = event_base_new();
   sluice_client *c = sem_test_client(base);
-  sluice_sem *s = sem_test_new(c, "t", 1, 200, 0);
+  sluice_sem *s = sem_test_new(c, "t", 1, 500, 0);
   acq_result a = sem_try(base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
   lost_result l = {0};
   sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
-  th_loop_for(base, 1200); /* six TTLs */
+  th_loop_for(base, 2750); /* five and a half TTLs */
   TH_ASSERT_EQ(l.done, 0);
   TH_ASSERT_EQ(sluice_permit_lost(a.permit), 0);
   acq_result b = sem_try(base, s);
