@@ -59,7 +59,9 @@ static int wait_ready(th_redis *r) {
     redisContext *c = th_redis_connect(r);
     if (c && !c->err) {
       redisReply *rep = redisCommand(c, "PING");
-      int ok = rep && rep->type == REDIS_REPLY_STATUS;
+      /* A NOAUTH error also means the server is up (requirepass). */
+      int ok = rep && (rep->type == REDIS_REPLY_STATUS ||
+                       (rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOAUTH", 6) == 0));
       if (rep) freeReplyObject(rep);
       redisFree(c);
       if (ok) return 0;
@@ -116,8 +118,10 @@ int th_redis_start(th_redis *r, int tcp_port, const char *const *extra) {
   snprintf(r->sock, sizeof r->sock, "%s/redis.sock", r->dir);
   snprintf(r->url, sizeof r->url, "unix://%s", r->sock);
   r->port = tcp_port;
-  server_extra = extra;
-  return spawn(r, extra);
+  if (r == &th_server) server_extra = extra; /* for th_redis_restart */
+  int rc = spawn(r, extra);
+  if (rc != 0) th_redis_stop(r);
+  return rc;
 }
 
 static void kill_wait(th_redis *r) {

@@ -1,4 +1,5 @@
 /* The client: connecting, scripts, deadlines, reconnect, NOSCRIPT, close. */
+#include <stdlib.h>
 #include <string.h>
 
 #include <event2/event.h>
@@ -253,6 +254,87 @@ static void test_bad_input(void) {
   event_base_free(base);
 }
 
+/* AUTH (password and ACL user) and SELECT run on every (re)connect. */
+static void test_auth_and_select(void) {
+  static const char *const extra[] = {"--requirepass", "sekret", "--user", "alice", "on",
+                                      ">pw", "~*", "&*", "+@all", NULL};
+  th_redis r;
+  TH_ASSERT_EQ(th_redis_start(&r, 0, extra), 0);
+  struct event_base *base = event_base_new();
+  for (int variant = 0; variant < 3; variant++) {
+    sluice_client_options o;
+    sluice_client_options_init(&o);
+    o.unix_path = r.sock;
+    o.db = 3;
+    o.reconnect_min_ms = 20;
+    if (variant == 0) o.password = "sekret";
+    if (variant == 1) {
+      o.username = "alice";
+      o.password = "pw";
+    }
+    if (variant == 2) o.password = "wrong";
+    sluice_client *c = NULL;
+    TH_ASSERT_EQ(sluice_client_new(base, &o, &c), 0);
+    result res = {0};
+    const char *argv[] = {"SET", "k", "v"};
+    TH_ASSERT_EQ(sluice__command(c, 3, argv, NULL, 1000, on_reply, &res, NULL), 0);
+    TH_ASSERT(th_loop_until(base, &res.done, 3000));
+    if (variant == 2) {
+      TH_ASSERT(res.status != SLUICE_OK);
+      th_loop_for(base, 50);
+      TH_ASSERT(strstr(sluice_client_last_error(c), "AUTH") != NULL);
+      TH_ASSERT(!sluice_client_is_connected(c));
+    } else {
+      TH_ASSERT_EQ(res.status, SLUICE_OK);
+      /* After a reconnect, AUTH and SELECT run again. */
+      redisContext *sc = th_redis_connect(&r);
+      redisReply *rep = redisCommand(sc, "AUTH sekret");
+      freeReplyObject(rep);
+      rep = redisCommand(sc, "CLIENT KILL TYPE normal SKIPME yes");
+      freeReplyObject(rep);
+      uint64_t end = th_now_ms() + 3000;
+      do {
+        memset(&res, 0, sizeof res);
+        const char *incr[] = {"INCR", "n"};
+        TH_ASSERT_EQ(sluice__command(c, 2, incr, NULL, 1000, on_reply, &res, NULL), 0);
+        TH_ASSERT(th_loop_until(base, &res.done, 3000));
+        if (res.status != SLUICE_OK) th_loop_for(base, 20);
+      } while (res.status != SLUICE_OK && th_now_ms() < end);
+      TH_ASSERT_EQ(res.status, SLUICE_OK);
+      rep = redisCommand(sc, "SELECT 3");
+      freeReplyObject(rep);
+      rep = redisCommand(sc, "EXISTS k");
+      TH_ASSERT_EQ(rep->integer, 1);
+      freeReplyObject(rep);
+      rep = redisCommand(sc, "FLUSHALL");
+      freeReplyObject(rep);
+      redisFree(sc);
+    }
+    sluice_client_free(c);
+    TH_ASSERT(th_loop_drain(base, 3000));
+  }
+  event_base_free(base);
+  th_redis_stop(&r);
+}
+
+/* The key prefix option names every key. */
+static void test_key_prefix(void) {
+  struct event_base *base = event_base_new();
+  sluice_client_options o;
+  sluice_client_options_init(&o);
+  o.url = th_server.url;
+  o.key_prefix = "myapp:";
+  sluice_client *c = NULL;
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), 0);
+  char *k = sluice__key(c, "sem", "a", "holders");
+  TH_ASSERT_STR_EQ(k, "myapp:sem:{a}:holders");
+  free(k);
+  k = sluice__key(c, "dq", "q", NULL);
+  TH_ASSERT_STR_EQ(k, "myapp:dq:{q}");
+  free(k);
+  close_and_drain(base, c);
+}
+
 static void test_script_embedding(void) {
   for (const sluice__script *const *s = sluice__lua_all; *s; s++) {
     TH_ASSERT_EQ(strlen((*s)->body), (*s)->len);
@@ -274,6 +356,8 @@ int main(int argc, char **argv) {
       {"url_parsing", test_url_parsing, 0},
       {"bad_input", test_bad_input, 0},
       {"script_embedding", test_script_embedding, 0},
+      {"auth_and_select", test_auth_and_select, 0},
+      {"key_prefix", test_key_prefix, 0},
       {NULL, NULL, 0}};
   return th_main(argc, argv, cases);
 }
