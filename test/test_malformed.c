@@ -1,0 +1,213 @@
+/* Unexpected replies from a fake server: every primitive step must answer
+ * SLUICE_EPROTOCOL (or a connection error for bytes that are not RESP at
+ * all), never crash, hang or leak. The fake server speaks just enough RESP:
+ * the handshake (PING, SCRIPT LOAD) gets proper answers, every other command
+ * gets the reply under test. */
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "sem_util.h"
+
+typedef struct fake {
+  pid_t pid;
+  char path[200];
+} fake;
+
+/* Length of one complete RESP command at buf, or 0 if incomplete. Sets
+ * *first to the first argument's start/length. */
+static size_t parse_command(const char *buf, size_t len, const char **first, size_t *flen) {
+  const char *p = buf, *end = buf + len;
+  if (len < 4 || *p != '*') return 0;
+  int n = atoi(p + 1);
+  p = memchr(p, '\n', (size_t)(end - p));
+  if (!p) return 0;
+  p++;
+  for (int i = 0; i < n; i++) {
+    if (p >= end || *p != '$') return 0;
+    int l = atoi(p + 1);
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    if (!nl || nl + 1 + l + 2 > end) return 0;
+    if (i == 0) {
+      *first = nl + 1;
+      *flen = (size_t)l;
+    }
+    p = nl + 1 + l + 2;
+  }
+  return (size_t)(p - buf);
+}
+
+static void serve(int lfd, const char *reply) {
+  struct pollfd fds[9];
+  char bufs[8][65536];
+  size_t used[8] = {0};
+  int n = 1;
+  fds[0].fd = lfd;
+  fds[0].events = POLLIN;
+  for (;;) {
+    if (poll(fds, (nfds_t)n, -1) < 0) continue;
+    if ((fds[0].revents & POLLIN) && n < 9) {
+      fds[n].fd = accept(lfd, NULL, NULL);
+      fds[n].events = POLLIN;
+      used[n - 1] = 0;
+      n++;
+    }
+    for (int i = 1; i < n; i++) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP))) continue;
+      char *b = bufs[i - 1];
+      ssize_t r = read(fds[i].fd, b + used[i - 1], sizeof bufs[0] - used[i - 1]);
+      if (r <= 0) {
+        close(fds[i].fd);
+        fds[i] = fds[n - 1];
+        memcpy(bufs[i - 1], bufs[n - 2], used[n - 2]);
+        used[i - 1] = used[n - 2];
+        n--;
+        i--;
+        continue;
+      }
+      used[i - 1] += (size_t)r;
+      const char *first = NULL;
+      size_t flen = 0, clen;
+      while ((clen = parse_command(b, used[i - 1], &first, &flen)) > 0) {
+        const char *out = reply;
+        if (flen == 4 && strncasecmp(first, "PING", 4) == 0) out = "+PONG\r\n";
+        else if (flen == 6 && strncasecmp(first, "SCRIPT", 6) == 0)
+          out = "$40\r\n0000000000000000000000000000000000000000\r\n";
+        if (write(fds[i].fd, out, strlen(out)) < 0) break;
+        memmove(b, b + clen, used[i - 1] - clen);
+        used[i - 1] -= clen;
+      }
+    }
+  }
+}
+
+static void fake_start(fake *f, const char *reply) {
+  snprintf(f->path, sizeof f->path, "%s/fake.sock", th_server.dir);
+  unlink(f->path);
+  int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un sa = {0};
+  sa.sun_family = AF_UNIX;
+  TH_ASSERT(strlen(f->path) < sizeof sa.sun_path);
+  memcpy(sa.sun_path, f->path, strlen(f->path) + 1);
+  TH_ASSERT_EQ(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+  TH_ASSERT_EQ(listen(lfd, 8), 0);
+  f->pid = fork();
+  TH_ASSERT(f->pid >= 0);
+  if (f->pid == 0) {
+    serve(lfd, reply);
+    _exit(0);
+  }
+  close(lfd);
+}
+
+static void fake_stop(fake *f) {
+  kill(f->pid, SIGKILL);
+  waitpid(f->pid, NULL, 0);
+  unlink(f->path);
+}
+
+static sluice_client *fake_client(struct event_base *base, const fake *f) {
+  sluice_client_options o;
+  sluice_client_options_init(&o);
+  o.unix_path = f->path;
+  o.op_timeout_ms = 1000;
+  sluice_client *c = NULL;
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), 0);
+  return c;
+}
+
+typedef struct info_r {
+  int done, status;
+} info_r;
+static void info_cb(sluice_sem *s, int status, const sluice_sem_info *info, void *ud) {
+  info_r *r = ud;
+  r->done++;
+  r->status = status;
+  TH_ASSERT((info != NULL) == (status == SLUICE_OK));
+}
+
+/* Every semaphore step against a server answering `reply`. */
+static void sem_steps_answer(const char *reply, int expected) {
+  fake f;
+  fake_start(&f, reply);
+  struct event_base *base = event_base_new();
+  sluice_client *c = fake_client(base, &f);
+  sluice_sem *s = sem_test_new(c, "m", 1, 1000, 0);
+  acq_result t = sem_try(base, s);
+  TH_ASSERT_EQ(t.status, expected);
+  acq_result w = {0};
+  TH_ASSERT_EQ(sluice_sem_acquire(s, 3000, acq_cb, &w, NULL), 0);
+  TH_ASSERT(th_loop_until(base, &w.done, 2500)); /* fails, does not wait */
+  TH_ASSERT_EQ(w.status, expected);
+  info_r ir = {0};
+  TH_ASSERT_EQ(sluice_sem_inspect(s, info_cb, &ir), 0);
+  TH_ASSERT(th_loop_until(base, &ir.done, 2000));
+  TH_ASSERT_EQ(ir.status, expected);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+  fake_stop(&f);
+}
+
+static void test_integer_instead_of_array(void) { sem_steps_answer(":7\r\n", SLUICE_EPROTOCOL); }
+static void test_array_of_wrong_shape(void) { sem_steps_answer("*1\r\n+x\r\n", SLUICE_EPROTOCOL); }
+static void test_nil(void) { sem_steps_answer("$-1\r\n", SLUICE_EPROTOCOL); }
+static void test_error_reply(void) { sem_steps_answer("-ERR boom\r\n", SLUICE_EREDIS); }
+
+/* Bytes that are not RESP: hiredis drops the connection; the operation
+ * fails with a connection error and nothing crashes. */
+static void test_garbage_bytes(void) {
+  fake f;
+  fake_start(&f, "!!not resp!!\r\n");
+  struct event_base *base = event_base_new();
+  sluice_client *c = fake_client(base, &f);
+  sluice_sem *s = sem_test_new(c, "m", 1, 1000, 0);
+  acq_result t = sem_try(base, s);
+  TH_ASSERT_EQ(t.status, SLUICE_ECONNECTION);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+  fake_stop(&f);
+}
+
+/* A granted permit whose renewal gets nonsense: the permit is not renewed,
+ * and is reported lost (UNCERTAIN) at its deadline rather than kept. */
+static void lost_cb(sluice_permit *p, int reason, void *ud) { *(int *)ud = reason; }
+
+static void test_renewal_nonsense(void) {
+  /* Grant reply for the acquire, then "+OK" for everything after. */
+  fake f;
+  fake_start(&f, "*3\r\n:1\r\n:42\r\n:300\r\n");
+  struct event_base *base = event_base_new();
+  sluice_client *c = fake_client(base, &f);
+  sluice_sem *s = sem_test_new(c, "m", 1, 300, 0);
+  acq_result t = sem_try(base, s);
+  TH_ASSERT_EQ(t.status, SLUICE_OK);
+  TH_ASSERT_EQ(sluice_permit_fence(t.permit), 42);
+  int reason = 0;
+  sluice_permit_set_lost_cb(t.permit, lost_cb, &reason);
+  TH_ASSERT(th_loop_until(base, &reason, 2000));
+  TH_ASSERT_EQ(reason, SLUICE_LOST_UNCERTAIN);
+  sluice_permit_release(t.permit, NULL, NULL);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+  fake_stop(&f);
+}
+
+int main(int argc, char **argv) {
+  static const th_case cases[] = {
+      {"integer_instead_of_array", test_integer_instead_of_array, 0},
+      {"array_of_wrong_shape", test_array_of_wrong_shape, 0},
+      {"nil", test_nil, 0},
+      {"error_reply", test_error_reply, 0},
+      {"garbage_bytes", test_garbage_bytes, 0},
+      {"renewal_nonsense", test_renewal_nonsense, 0},
+      {NULL, NULL, 0}};
+  return th_main(argc, argv, cases);
+}
