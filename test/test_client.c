@@ -317,6 +317,40 @@ static void test_auth_and_select(void) {
   th_redis_stop(&r);
 }
 
+/* TCP, by host/port options and by URL. */
+static void test_tcp_connect(void) {
+  th_redis r;
+  int port = 0, rc = -1;
+  for (int attempt = 0; attempt < 20 && rc != 0; attempt++) {
+    port = 20000 + (int)(sluice__random_below(30000));
+    rc = th_redis_start(&r, port, NULL);
+  }
+  TH_ASSERT_EQ(rc, 0);
+  struct event_base *base = event_base_new();
+  for (int by_url = 0; by_url < 2; by_url++) {
+    sluice_client_options o;
+    char url[64];
+    sluice_client_options_init(&o);
+    if (by_url) {
+      snprintf(url, sizeof url, "redis://127.0.0.1:%d/2", port);
+      o.url = url;
+    } else {
+      o.host = "127.0.0.1";
+      o.port = port;
+    }
+    sluice_client *c = NULL;
+    TH_ASSERT_EQ(sluice_client_new(base, &o, &c), 0);
+    result res;
+    ping(c, &res, 0);
+    TH_ASSERT(th_loop_until(base, &res.done, 3000));
+    TH_ASSERT_EQ(res.status, SLUICE_OK);
+    sluice_client_free(c);
+    TH_ASSERT(th_loop_drain(base, 3000));
+  }
+  event_base_free(base);
+  th_redis_stop(&r);
+}
+
 /* The key prefix option names every key. */
 static void test_key_prefix(void) {
   struct event_base *base = event_base_new();
@@ -358,6 +392,7 @@ int main(int argc, char **argv) {
       {"script_embedding", test_script_embedding, 0},
       {"auth_and_select", test_auth_and_select, 0},
       {"key_prefix", test_key_prefix, 0},
+      {"tcp_connect", test_tcp_connect, 0},
       {NULL, NULL, 0}};
   return th_main(argc, argv, cases);
 }

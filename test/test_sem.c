@@ -497,6 +497,48 @@ static void test_wait_survives_restart(void) {
   event_base_free(base);
 }
 
+/* Many local waiters share the client's one blocking connection: a client
+ * never holds more than two connections, and all waiters get through. */
+static int granted_count;
+static void count_and_release(sluice_sem *s, int status, sluice_permit *p, void *ud) {
+  TH_ASSERT_EQ(status, SLUICE_OK);
+  granted_count++;
+  sluice_permit_release(p, NULL, NULL);
+}
+
+static void test_waiters_share_one_connection(void) {
+  enum { WAITERS = 50 };
+  struct event_base *base = event_base_new();
+  sluice_client *c = sem_test_client(base);
+  sluice_sem *s = sem_test_new(c, "t", 1, 5000, 0);
+  sluice_sem *s2 = sem_test_new(c, "t2", 1, 5000, 0);
+  acq_result a = sem_try(base, s), b = sem_try(base, s2);
+  for (int i = 0; i < WAITERS; i++) {
+    TH_ASSERT_EQ(sluice_sem_acquire(i % 2 ? s : s2, 10000, count_and_release, NULL, NULL), 0);
+  }
+  th_loop_for(base, 200);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{t}:queue") +
+                   th_redis_int(&th_server, "ZCARD sluice:sem:{t2}:queue"),
+               WAITERS);
+  /* This process's connections: the command one and one blocking one. */
+  redisContext *rc = th_redis_connect(&th_server);
+  redisReply *rep = redisCommand(rc, "CLIENT LIST");
+  int conns = 0;
+  for (const char *p = rep->str; (p = strstr(p, "cmd=")); p++) conns++;
+  freeReplyObject(rep);
+  redisFree(rc);
+  TH_ASSERT_EQ(conns, 2 + 1); /* + this checking connection */
+  sluice_permit_release(a.permit, NULL, NULL);
+  sluice_permit_release(b.permit, NULL, NULL);
+  uint64_t end = th_now_ms() + 8000;
+  while (granted_count < WAITERS && th_now_ms() < end) event_base_loop(base, EVLOOP_ONCE);
+  TH_ASSERT_EQ(granted_count, WAITERS);
+  sluice_sem_free(s);
+  sluice_sem_free(s2);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"try_acquire_counts_permits", test_try_acquire_counts_permits, 0},
@@ -516,6 +558,7 @@ int main(int argc, char **argv) {
       {"free_inside_callback_and_close_cancels", test_free_inside_callback_and_close_cancels, 0},
       {"bad_input", test_bad_input, 0},
       {"wait_survives_restart", test_wait_survives_restart, 0},
+      {"waiters_share_one_connection", test_waiters_share_one_connection, 0},
       {NULL, NULL, 0}};
   return th_main(argc, argv, cases);
 }
