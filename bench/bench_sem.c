@@ -1,0 +1,515 @@
+/*
+ * Semaphore benchmark (not a pass/fail test). At 1, 50 and 500 operations in
+ * flight on one sluice client (one pipelined connection):
+ *  - try_acquire alone (acquires/s, latency), beside redis-benchmark running
+ *    the same acquire script (EVALSHA of the embedded sem_acquire.lua with the
+ *    KEYS/ARGV the library sends) in the same run, and the ratio;
+ *  - release alone, beside redis-benchmark running the release script;
+ *  - try_acquire -> release pairs per second and acquire latency, beside the
+ *    two redis-benchmark runs combined (one acquire plus one release), and,
+ *    when node is installed, beside redis-semaphore's Semaphore (ioredis)
+ *    doing the same acquire -> release loop (bench/node/sem.js);
+ *  - blocking wake-up latency: a waiter blocked in sluice_sem_acquire on its
+ *    own client, woken by another client's release (release called -> waiter
+ *    granted), beside redis-semaphore's acquire(), which polls every 10 ms.
+ *
+ * Fairness of the redis-benchmark reference (see bench/README.md):
+ *  - The semaphore has PERMITS permits, so every acquire is a grant; the
+ *    permit id argument is "00000000000000000000__rand_int__" with -r 10^8,
+ *    32 characters like the library's ids, so each call grants a new id (a
+ *    repeated id would take the idempotent "already mine" path). Both sides
+ *    start from empty keys and end holding the same number of permits.
+ *  - "N in flight" for redis-benchmark is -c 1 -P N (one connection, N
+ *    pipelined: the closest to sluice's one connection) and, for 50 and 500,
+ *    also -c N -P 1 (N connections, one each).
+ *  - redis-benchmark's release names random ids, which are almost never held:
+ *    the script then skips one ZREM, so the release and pair references are
+ *    slightly optimistic, against sluice.
+ *
+ * Each sluice phase is followed at once by its redis-benchmark reference,
+ * REPS times, keeping the best run of each (a neighbour's burst on a shared
+ * 2-core machine can halve any single run).
+ */
+#include "bench.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <hiredis/hiredis.h>
+#include <sluice/sluice.h>
+
+#include "sem-internal.h"
+
+#define PERMITS 1000000
+#define REPS 2
+#define RB_KEYSPACE 100000000
+#define WAKE_ITERS 150
+#define WAKE_WARMUP 5
+
+typedef struct level {
+  int in_flight, ops;
+} level;
+
+static const level levels[] = {{1, 3000}, {50, 20000}, {500, 20000}};
+#define NLEVELS (sizeof levels / sizeof levels[0])
+
+static bench_redis rs;
+static struct event_base *base;
+
+typedef struct result {
+  double rps, p50_ms, p99_ms;
+} result;
+
+static void keep_best(result *best, const result *r) {
+  if (r->rps > best->rps) *best = *r;
+}
+
+static uint32_t next_rand(uint32_t *s) { /* xorshift32 */
+  *s ^= *s << 13;
+  *s ^= *s >> 17;
+  *s ^= *s << 5;
+  return *s;
+}
+
+static int wait_connected(sluice_client *c) {
+  uint64_t end = bench_now_us() + 3000000;
+  while (!sluice_client_is_connected(c) && bench_now_us() < end) event_base_loop(base, EVLOOP_ONCE);
+  return sluice_client_is_connected(c) ? 0 : -1;
+}
+
+static sluice_client *new_client(void) {
+  sluice_client_options o;
+  sluice_client *c = NULL;
+  sluice_client_options_init(&o);
+  o.url = rs.url;
+  if (sluice_client_new(base, &o, &c) != SLUICE_OK || wait_connected(c) != 0) {
+    fprintf(stderr, "bench_sem: cannot connect to %s\n", rs.url);
+    exit(1);
+  }
+  return c;
+}
+
+static sluice_sem *new_sem(sluice_client *c, const char *name, unsigned permits) {
+  sluice_sem_options o;
+  sluice_sem *sem = NULL;
+  sluice_sem_options_init(&o); /* defaults: ttl 30 s, auto-renew, not fair */
+  o.permits = permits;
+  if (sluice_sem_new(c, name, &o, &sem) != SLUICE_OK) {
+    fprintf(stderr, "bench_sem: sluice_sem_new failed\n");
+    exit(1);
+  }
+  return sem;
+}
+
+/* ---- sluice: N loops on one client --------------------------------------- */
+
+enum mode { ACQUIRE, RELEASE, PAIR };
+
+typedef struct runner runner;
+typedef struct slot {
+  runner *r;
+  uint64_t t0;
+} slot;
+
+struct runner {
+  sluice_sem *sem;
+  enum mode mode;
+  int total, started, done, errors;
+  sluice_permit **held;  /* ACQUIRE fills it, RELEASE empties it */
+  bench_lat *lat;        /* acquire latency (release latency in RELEASE) */
+};
+
+static void start_one(slot *s);
+
+static void next_or_done(slot *s) {
+  runner *r = s->r;
+  r->done++;
+  if (r->started < r->total) start_one(s);
+}
+
+static void on_release(sluice_sem *sem, int status, void *ud) {
+  slot *s = ud;
+  runner *r = s->r;
+  if (status != SLUICE_OK) r->errors++;
+  if (r->mode == RELEASE) bench_lat_add(r->lat, (double)(bench_now_us() - s->t0));
+  next_or_done(s);
+}
+
+static void on_acquire(sluice_sem *sem, int status, sluice_permit *p, void *ud) {
+  slot *s = ud;
+  runner *r = s->r;
+  bench_lat_add(r->lat, (double)(bench_now_us() - s->t0));
+  if (status != SLUICE_OK) {
+    r->errors++;
+    next_or_done(s);
+  } else if (r->mode == PAIR) {
+    if (sluice_permit_release(p, on_release, s) != SLUICE_OK) {
+      r->errors++;
+      next_or_done(s);
+    }
+  } else {
+    r->held[r->done] = p;
+    next_or_done(s);
+  }
+}
+
+static void start_one(slot *s) {
+  runner *r = s->r;
+  int i = r->started++;
+  s->t0 = bench_now_us();
+  int rc = r->mode == RELEASE ? sluice_permit_release(r->held[i], on_release, s)
+                              : sluice_sem_try_acquire(r->sem, on_acquire, s);
+  if (rc != SLUICE_OK) {
+    r->errors++;
+    r->done++;
+  }
+}
+
+/* total operations (pairs in PAIR mode) with in_flight outstanding. */
+static int run_sluice(sluice_sem *sem, enum mode mode, int in_flight, int total,
+                      sluice_permit **held, result *out) {
+  runner r = {sem, mode, total, 0, 0, 0, held, bench_lat_new()};
+  slot *slots = calloc((size_t)in_flight, sizeof *slots);
+  if (!r.lat || !slots) exit(1);
+  uint64_t t0 = bench_now_us();
+  for (int i = 0; i < in_flight && r.started < total; i++) {
+    slots[i].r = &r;
+    start_one(&slots[i]);
+  }
+  while (r.done < total) event_base_loop(base, EVLOOP_ONCE);
+  out->rps = total / ((double)(bench_now_us() - t0) / 1e6);
+  out->p50_ms = bench_lat_pct(r.lat, 50) / 1000;
+  out->p99_ms = bench_lat_pct(r.lat, 99) / 1000;
+  bench_lat_free(r.lat);
+  free(slots);
+  if (r.errors) fprintf(stderr, "bench_sem: %d operations failed\n", r.errors);
+  return r.errors ? -1 : 0;
+}
+
+/* ---- redis-benchmark: the same scripts, same KEYS/ARGV ------------------- */
+
+typedef struct rb_args {
+  char acq_sha[41], rel_sha[41];
+  const char *acq[12]; /* holders queue beats meta permits ttl id waiter hb fair wake keep */
+  const char *rel[7];  /* holders queue beats id permits wake hb */
+} rb_args;
+
+/* Arguments as attempt_send()/send_release() build them for sem (whose name
+ * has the length of the sluice side's), with a __rand_int__ permit id. */
+static int rb_prepare(sluice_sem *sem, rb_args *a) {
+  static const char id[] = "00000000000000000000__rand_int__";
+  if (bench_script_load(&rs, &sluice__lua_sem_acquire, a->acq_sha) != 0 ||
+      bench_script_load(&rs, &sluice__lua_sem_release, a->rel_sha) != 0)
+    return -1;
+  const char *acq[12] = {sem->keys[SEM_KEY_HOLDERS], sem->keys[SEM_KEY_QUEUE],
+                         sem->keys[SEM_KEY_BEATS],   sem->keys[SEM_KEY_META],
+                         sem->permits_s,             sem->ttl_s,
+                         id,                         "",
+                         sem->hb_s,                  sem->o.fair ? "1" : "0",
+                         sem->wake_base,             sem->keep_s};
+  const char *rel[7] = {sem->keys[SEM_KEY_HOLDERS], sem->keys[SEM_KEY_QUEUE],
+                        sem->keys[SEM_KEY_BEATS],   id,
+                        sem->permits_s,             sem->wake_base,
+                        sem->hb_s};
+  memcpy(a->acq, acq, sizeof acq);
+  memcpy(a->rel, rel, sizeof rel);
+  return 0;
+}
+
+static int run_rb(const rb_args *a, int release, int clients, int pipeline, int total,
+                  result *out) {
+  bench_rb_opts o = {clients, total, pipeline, RB_KEYSPACE};
+  bench_rb_result rb;
+  int rc = release ? bench_evalsha(&rs, &o, a->rel_sha, 3, 7, a->rel, &rb)
+                   : bench_evalsha(&rs, &o, a->acq_sha, 4, 12, a->acq, &rb);
+  if (rc == 0) *out = (result){rb.rps, rb.p50_ms, rb.p99_ms};
+  return rc;
+}
+
+/* ---- throughput at one level ---------------------------------------------- */
+
+typedef struct cell {
+  result acq, rel, pair;             /* sluice */
+  result rb_acq, rb_acq_conns, rb_rel; /* redis-benchmark: -c 1 -P N; -c N -P 1; release */
+  int have_rb;
+} cell;
+
+/* DEL the keys of sem (redis-benchmark's side) so its run starts empty. */
+static void del_keys(const sluice_sem *sem) {
+  struct timeval tv = {2, 0};
+  redisContext *rc = redisConnectWithTimeout(rs.host, rs.port, tv);
+  redisReply *rep = rc && !rc->err ? redisCommand(rc, "DEL %s %s %s %s", sem->keys[0], sem->keys[1],
+                                                  sem->keys[2], sem->keys[3])
+                                   : NULL;
+  if (rep) freeReplyObject(rep);
+  if (rc) redisFree(rc);
+}
+
+/* Each sluice phase is followed at once by its redis-benchmark reference, so
+ * the two see the same neighbours. */
+static int bench_level(sluice_client *c, const level *lv, cell *out) {
+  char name[16];
+  snprintf(name, sizeof name, "s%d", lv->in_flight);
+  sluice_sem *sem = new_sem(c, name, PERMITS);
+  snprintf(name, sizeof name, "r%d", lv->in_flight);
+  sluice_sem *rbsem = new_sem(c, name, PERMITS);
+  sluice_permit **held = calloc((size_t)lv->ops, sizeof *held);
+  rb_args a;
+  result one;
+  memset(out, 0, sizeof *out);
+  int rb = bench_have_redis_benchmark() && rb_prepare(rbsem, &a) == 0;
+  int rc = held ? 0 : -1;
+  for (int rep = 0; rep < REPS && rc == 0; rep++) {
+    rc = run_sluice(sem, ACQUIRE, lv->in_flight, lv->ops, held, &one);
+    keep_best(&out->acq, &one);
+    if (rb) del_keys(rbsem);
+    if (rb && (rb = run_rb(&a, 0, 1, lv->in_flight, lv->ops, &one) == 0)) keep_best(&out->rb_acq, &one);
+    if (rc == 0) rc = run_sluice(sem, RELEASE, lv->in_flight, lv->ops, held, &one);
+    keep_best(&out->rel, &one);
+    if (rb && (rb = run_rb(&a, 1, 1, lv->in_flight, lv->ops, &one) == 0)) keep_best(&out->rb_rel, &one);
+    if (rc == 0) rc = run_sluice(sem, PAIR, lv->in_flight, lv->ops, NULL, &one);
+    keep_best(&out->pair, &one);
+    if (rb && lv->in_flight > 1) {
+      del_keys(rbsem);
+      if ((rb = run_rb(&a, 0, lv->in_flight, 1, lv->ops, &one) == 0)) keep_best(&out->rb_acq_conns, &one);
+    }
+  }
+  out->have_rb = rb;
+  if (lv->in_flight == 1) out->rb_acq_conns = out->rb_acq;
+  free(held);
+  sluice_sem_free(rbsem);
+  sluice_sem_free(sem);
+  bench_redis_flush(&rs);
+  return rc;
+}
+
+/* ---- wake-up latency ------------------------------------------------------- */
+
+typedef struct waker {
+  sluice_permit *held, *granted;
+  int status, acquired, released;
+  uint64_t granted_us;
+} waker;
+
+static void on_holder(sluice_sem *sem, int status, sluice_permit *p, void *ud) {
+  waker *w = ud;
+  w->status = status;
+  w->held = p;
+  w->acquired = 1;
+}
+
+static void on_waiter(sluice_sem *sem, int status, sluice_permit *p, void *ud) {
+  waker *w = ud;
+  w->granted_us = bench_now_us();
+  w->status = status;
+  w->granted = p;
+}
+
+static void on_wake_release(sluice_sem *sem, int status, void *ud) { ((waker *)ud)->released = 1; }
+
+static void run_for_ms(unsigned ms) {
+  struct timeval tv = {ms / 1000, (long)(ms % 1000) * 1000};
+  event_base_loopexit(base, &tv);
+  event_base_dispatch(base);
+}
+
+/* A holder client and a waiter client on the 1-permit semaphore "wake". */
+static int wake_run(bench_lat *lat) {
+  sluice_client *hc = new_client(), *wc = new_client();
+  sluice_sem *hs = new_sem(hc, "wake", 1), *ws = new_sem(wc, "wake", 1);
+  uint32_t rng = 88172645u;
+  int rc = 0;
+  for (int i = 0; i < WAKE_ITERS + WAKE_WARMUP && rc == 0; i++) {
+    waker w = {NULL, NULL, -1, 0, 0, 0};
+    if (sluice_sem_try_acquire(hs, on_holder, &w) != SLUICE_OK) rc = -1;
+    while (rc == 0 && !w.acquired) event_base_loop(base, EVLOOP_ONCE);
+    if (rc != 0 || w.status != SLUICE_OK) {
+      rc = -1;
+      break;
+    }
+    w.status = -1;
+    if (sluice_sem_acquire(ws, 5000, on_waiter, &w, NULL) != SLUICE_OK) rc = -1;
+    /* Let its first attempt be refused and its BRPOP settle; a random delay
+     * so a polling peer is caught at every phase of its poll. */
+    run_for_ms(2 + next_rand(&rng) % 21);
+    if (rc != 0 || w.status != -1) {
+      rc = -1;
+      break;
+    }
+    uint64_t t0 = bench_now_us();
+    if (sluice_permit_release(w.held, NULL, NULL) != SLUICE_OK) rc = -1;
+    while (rc == 0 && w.status == -1) event_base_loop(base, EVLOOP_ONCE);
+    if (rc != 0 || w.status != SLUICE_OK) {
+      rc = -1;
+      break;
+    }
+    if (i >= WAKE_WARMUP) bench_lat_add(lat, (double)(w.granted_us - t0));
+    sluice_permit_release(w.granted, on_wake_release, &w);
+    while (!w.released) event_base_loop(base, EVLOOP_ONCE);
+  }
+  if (rc != 0) fprintf(stderr, "bench_sem: wake-up run failed\n");
+  sluice_sem_free(hs);
+  sluice_sem_free(ws);
+  sluice_client_free(hc);
+  sluice_client_free(wc);
+  event_base_loop(base, EVLOOP_NONBLOCK);
+  return rc;
+}
+
+/* ---- redis-semaphore (bench/node/sem.js) ----------------------------------- */
+
+static double json_num(const char *line, const char *key) {
+  char k[64];
+  snprintf(k, sizeof k, "\"%s\":", key);
+  const char *at = strstr(line, k);
+  return at ? strtod(at + strlen(k), NULL) : -1;
+}
+
+/* Runs node (inheriting our CPU pinning); reads up to n JSON lines. */
+static int node_lines(const char *args, char lines[][512], int n) {
+  char cmd[768];
+  snprintf(cmd, sizeof cmd, "node '%s/sem.js' %s", bench_node_dir(), args);
+  fflush(NULL);
+  FILE *p = popen(cmd, "r");
+  if (!p) return -1;
+  int got = 0;
+  while (got < n && fgets(lines[got], 512, p))
+    if (lines[got][0] == '{') got++;
+  int st = pclose(p);
+  if (st != 0 || got != n) {
+    fprintf(stderr, "bench_sem: node sem.js %s failed\n", args);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- main ------------------------------------------------------------------- */
+
+int main(void) {
+  if (bench_redis_start(&rs) != 0) return 1;
+  if (bench_can_pin()) bench_pin_self(BENCH_CPU_CLIENT);
+  struct event_config *cfg = event_config_new();
+  event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+  base = event_base_new_with_config(cfg);
+  event_config_free(cfg);
+  int node = bench_node_available();
+  printf("semaphore: Redis at %s, %d CPUs, pinning %s; %d permits, ttl 30 s, auto-renew on\n",
+         rs.url, bench_ncpus(), bench_can_pin() ? "on (server CPU 0, client CPU 1)" : "off",
+         PERMITS);
+
+  sluice_client *c = new_client();
+  { /* warm up: scripts cached, buffers grown */
+    sluice_sem *w = new_sem(c, "warm", PERMITS);
+    result one;
+    run_sluice(w, PAIR, 50, 5000, NULL, &one);
+    sluice_sem_free(w);
+  }
+  cell cells[NLEVELS];
+  int rc = 0;
+  for (size_t i = 0; i < NLEVELS && rc == 0; i++) rc = bench_level(c, &levels[i], &cells[i]);
+  sluice_client_free(c);
+  event_base_loop(base, EVLOOP_NONBLOCK);
+  bench_redis_flush(&rs);
+  if (rc != 0) {
+    fprintf(stderr, "bench_sem: failed\n");
+    bench_redis_stop(&rs);
+    return 1;
+  }
+
+  char lines[NLEVELS][512], args[512];
+  int n = snprintf(args, sizeof args, "pairs %s %d %d", rs.host, rs.port, PERMITS);
+  for (size_t i = 0; i < NLEVELS; i++)
+    n += snprintf(args + n, sizeof args - (size_t)n, " %d:%d", levels[i].in_flight, levels[i].ops);
+  int have_node = node && node_lines(args, lines, NLEVELS) == 0;
+  result nres[NLEVELS];
+  for (size_t i = 0; have_node && i < NLEVELS; i++)
+    nres[i] = (result){json_num(lines[i], "pairs_per_s"), json_num(lines[i], "p50_ms"),
+                       json_num(lines[i], "p99_ms")};
+  bench_redis_flush(&rs);
+
+  static const char *const acols[] = {"in flight", "sluice/s", "p50 ms", "p99 ms",
+                                      "rb -c1 -PN/s", "p50 ms", "p99 ms", "ratio",
+                                      "rb -cN/s", "ratio", NULL};
+  bench_table *t = bench_table_new(
+      "acquire (grant): sluice try_acquire vs redis-benchmark EVALSHA sem_acquire, same KEYS/ARGV",
+      acols);
+  for (size_t i = 0; i < NLEVELS; i++) {
+    const cell *x = &cells[i];
+    if (x->have_rb)
+      bench_table_row(t, "%d|%.0f|%.3f|%.3f|%.0f|%.3f|%.3f|%.2f|%.0f|%.2f", levels[i].in_flight,
+                      x->acq.rps, x->acq.p50_ms, x->acq.p99_ms, x->rb_acq.rps, x->rb_acq.p50_ms,
+                      x->rb_acq.p99_ms, x->acq.rps / x->rb_acq.rps, x->rb_acq_conns.rps,
+                      x->acq.rps / x->rb_acq_conns.rps);
+    else
+      bench_table_row(t, "%d|%.0f|%.3f|%.3f|-|-|-|-|-|-", levels[i].in_flight, x->acq.rps,
+                      x->acq.p50_ms, x->acq.p99_ms);
+  }
+  bench_table_print(t, stdout);
+  bench_table_free(t);
+
+  static const char *const rcols[] = {"in flight", "sluice/s", "p50 ms", "p99 ms",
+                                      "rb -c1 -PN/s", "ratio", NULL};
+  t = bench_table_new("release: sluice_permit_release vs redis-benchmark EVALSHA sem_release", rcols);
+  for (size_t i = 0; i < NLEVELS; i++) {
+    const cell *x = &cells[i];
+    if (x->have_rb)
+      bench_table_row(t, "%d|%.0f|%.3f|%.3f|%.0f|%.2f", levels[i].in_flight, x->rel.rps,
+                      x->rel.p50_ms, x->rel.p99_ms, x->rb_rel.rps, x->rel.rps / x->rb_rel.rps);
+    else
+      bench_table_row(t, "%d|%.0f|%.3f|%.3f|-|-", levels[i].in_flight, x->rel.rps, x->rel.p50_ms,
+                      x->rel.p99_ms);
+  }
+  bench_table_print(t, stdout);
+  bench_table_free(t);
+
+  static const char *const pcols[] = {"in flight", "sluice pairs/s", "acq p50", "acq p99",
+                                      "rb pairs/s", "ratio", "redis-sem pairs/s", "acq p50",
+                                      "acq p99", "sluice/redis-sem", NULL};
+  t = bench_table_new("try_acquire -> release pairs (ms): sluice vs redis-benchmark (acquire + "
+                      "release) vs redis-semaphore",
+                      pcols);
+  for (size_t i = 0; i < NLEVELS; i++) {
+    const cell *x = &cells[i];
+    char rb[64] = "-|-", nd[96] = "-|-|-|-";
+    if (x->have_rb) {
+      double pair = 1.0 / (1.0 / x->rb_acq.rps + 1.0 / x->rb_rel.rps);
+      snprintf(rb, sizeof rb, "%.0f|%.2f", pair, x->pair.rps / pair);
+    }
+    if (have_node)
+      snprintf(nd, sizeof nd, "%.0f|%.3f|%.3f|%.2f", nres[i].rps, nres[i].p50_ms, nres[i].p99_ms,
+               x->pair.rps / nres[i].rps);
+    bench_table_row(t, "%d|%.0f|%.3f|%.3f|%s|%s", levels[i].in_flight, x->pair.rps, x->pair.p50_ms,
+                    x->pair.p99_ms, rb, nd);
+  }
+  bench_table_print(t, stdout);
+  bench_table_free(t);
+  fflush(stdout);
+
+  bench_lat *lat = bench_lat_new();
+  rc = lat ? wake_run(lat) : -1;
+  bench_redis_flush(&rs);
+  char wline[1][512];
+  snprintf(args, sizeof args, "wake %s %d %d", rs.host, rs.port, WAKE_ITERS);
+  int have_nwake = rc == 0 && node && node_lines(args, wline, 1) == 0;
+  if (rc == 0) {
+    static const char *const wcols[] = {"wake-up (ms)", "p50", "p99", "max", NULL};
+    t = bench_table_new("blocking wake-up: release called -> waiter granted, 1-permit semaphore",
+                        wcols);
+    bench_table_row(t, "sluice (BRPOP wake list)|%.3f|%.3f|%.3f", bench_lat_pct(lat, 50) / 1000,
+                    bench_lat_pct(lat, 99) / 1000, bench_lat_max(lat) / 1000);
+    if (have_nwake)
+      bench_table_row(t, "redis-semaphore (polls every 10 ms)|%.3f|%.3f|%.3f",
+                      json_num(wline[0], "p50_ms"), json_num(wline[0], "p99_ms"),
+                      json_num(wline[0], "max_ms"));
+    bench_table_print(t, stdout);
+    bench_table_free(t);
+  }
+  bench_lat_free(lat);
+  if (!node) printf("semaphore: redis-semaphore skipped (node or bench/node/node_modules missing)\n");
+  printf("%d iterations of wake-up; throughput cells best of %d interleaved runs\n", WAKE_ITERS,
+         REPS);
+  event_base_free(base);
+  bench_redis_stop(&rs);
+  return rc == 0 ? 0 : 1;
+}
