@@ -377,8 +377,7 @@ static void cancel_all(sluice_limiter *lim) {
   for (rl_req *rq = lim->reqs; rq; rq = rq->next) {
     rq_detach_op(rq);
     queue_remove(rq); /* no new heads: closed or freed is already set */
-    if (rq->action == RT_FINISH) continue;
-    rq->have_res = 0;
+    rq->have_res = 0;   /* even a pending SLUICE_EFULL becomes ECANCELED */
     rq_defer(rq, RT_FINISH, SLUICE_ECANCELED);
   }
 }
