@@ -49,7 +49,7 @@ typedef struct sluice_dq_msg sluice_dq_msg;
 #define SLUICE_DQ_ID_MAX 128
 /* Most messages in one sluice_dq_push_batch call. */
 #define SLUICE_DQ_BATCH_MAX 10000
-/* Largest delay, and largest absolute due time (unix ms): about year 2248. */
+/* Largest delay, and largest absolute due time (unix ms): about year 2109. */
 #define SLUICE_DQ_TIME_MAX ((int64_t)1 << 42)
 
 typedef struct sluice_dq_options {
