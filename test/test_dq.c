@@ -49,9 +49,9 @@ static void record(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
   if (r->n >= r->target) r->reached = 1;
 }
 
-/* Run the loop until *v >= n (up to 5 s). */
+/* Run the loop until *v >= n (up to 15 s: generous for valgrind on a busy box). */
 static void wait_n(struct event_base *base, const int *v, int n) {
-  uint64_t end = th_now_ms() + 5000;
+  uint64_t end = th_now_ms() + 15000;
   while (*v < n && th_now_ms() < end) th_loop_for(base, 2);
   TH_ASSERT_CMP(*v, >=, n);
 }
@@ -93,7 +93,7 @@ static void test_order_by_due_then_push(void) {
   rec r = {.target = 22, .auto_ack = 1};
   sluice_dq_consumer_options o = opts(4, 30000, 5);
   sluice_dq_consumer *con = consumer(c, "order", &o, &r);
-  TH_ASSERT(th_loop_until(base, &r.reached, 5000));
+  TH_ASSERT(th_loop_until(base, &r.reached, 15000));
   TH_ASSERT_STR_EQ(r.ids[0], "a");
   for (int i = 0; i < 20; i++) TH_ASSERT_STR_EQ(r.ids[1 + i], ids[i]);
   TH_ASSERT_STR_EQ(r.ids[21], "b");
@@ -120,7 +120,7 @@ static void test_batch_and_max_in_flight(void) {
   sluice_dq_consumer_options o = opts(4, 30000, 5);
   o.max_in_flight = 10;
   sluice_dq_consumer *con = consumer(c, "batch", &o, &r);
-  TH_ASSERT(th_loop_until(base, &r.reached, 5000));
+  TH_ASSERT(th_loop_until(base, &r.reached, 15000));
   th_loop_for(base, 200);
   TH_ASSERT_EQ(r.n, 10); /* capped by max_in_flight */
   TH_ASSERT_EQ(sluice_dq_consumer_in_flight(con), 10);
@@ -135,7 +135,7 @@ static void test_batch_and_max_in_flight(void) {
   r.auto_ack = 1;
   r.target = 50;
   r.reached = 0;
-  TH_ASSERT(th_loop_until(base, &r.reached, 5000));
+  TH_ASSERT(th_loop_until(base, &r.reached, 15000));
   wait_n(base, &r.settled, 50);
   TH_ASSERT_EQ(dqt_inspect(base, dq, &in).in_flight, 0);
   TH_ASSERT_EQ(in.info.delayed, 0);
@@ -154,7 +154,7 @@ static void test_binary_payload(void) {
   rec r = {.target = 2, .auto_ack = 1};
   sluice_dq_consumer_options o = opts(16, 30000, 5);
   sluice_dq_consumer *con = consumer(c, "bin", &o, &r);
-  TH_ASSERT(th_loop_until(base, &r.reached, 5000));
+  TH_ASSERT(th_loop_until(base, &r.reached, 15000));
   TH_ASSERT_STR_EQ(r.ids[0], "bin");
   TH_ASSERT_EQ(r.lens[0], sizeof bin);
   TH_ASSERT(memcmp(r.payloads[0], bin, sizeof bin) == 0);
@@ -198,7 +198,7 @@ static void test_cancel(void) {
   rec r = {.target = 1};
   sluice_dq_consumer_options o = opts(16, 30000, 5);
   sluice_dq_consumer *con = consumer(c, "cancel", &o, &r);
-  TH_ASSERT(th_loop_until(base, &r.reached, 5000));
+  TH_ASSERT(th_loop_until(base, &r.reached, 15000));
   th_loop_for(base, 200);
   TH_ASSERT_EQ(r.n, 1);
   TH_ASSERT_STR_EQ(r.ids[0], "two");
@@ -258,7 +258,7 @@ static void test_dedup(void) {
   rec r = {.target = 2, .auto_ack = 1};
   sluice_dq_consumer_options o = opts(16, 30000, 5);
   sluice_dq_consumer *con = consumer(c, "dedup", &o, &r);
-  TH_ASSERT(th_loop_until(base, &r.reached, 5000));
+  TH_ASSERT(th_loop_until(base, &r.reached, 15000));
   TH_ASSERT_STR_EQ(r.payloads[0], "first");
   TH_ASSERT_STR_EQ(r.payloads[1], "a");
   wait_n(base, &r.settled, 2);
@@ -266,7 +266,7 @@ static void test_dedup(void) {
   TH_ASSERT_EQ(dqt_push_wait(base, dq, "job-1", "again", 0, &p), SLUICE_OK);
   r.target = 3;
   r.reached = 0;
-  TH_ASSERT(th_loop_until(base, &r.reached, 5000));
+  TH_ASSERT(th_loop_until(base, &r.reached, 15000));
   TH_ASSERT_STR_EQ(r.payloads[2], "again");
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
@@ -311,7 +311,9 @@ static void test_late_ack_reported(void) {
   TH_ASSERT_STR_EQ(r.ids[1], "m");
   TH_ASSERT_EQ(r.attempts[0], 1);
   TH_ASSERT_EQ(r.attempts[1], 2);
-  TH_ASSERT_CMP(r.at_ms[1] - r.at_ms[0], >=, 95);
+  /* Not redelivered early: 100 ms after the server's take, and the first
+   * handler call may itself run a little after that take (valgrind). */
+  TH_ASSERT_CMP(r.at_ms[1] - r.at_ms[0], >=, 60);
   TH_ASSERT_CMP(sluice_dq_msg_remaining_ms(r.held[0]), ==, 0);
   TH_ASSERT_EQ(sluice_dq_ack(r.held[0], on_settled, &r), SLUICE_OK);
   TH_ASSERT_EQ(sluice_dq_ack(r.held[1], on_settled, &r), SLUICE_OK);
