@@ -123,11 +123,6 @@ void sluice__permit_drop(sluice_permit *p) {
   sluice__free(p);
 }
 
-void sluice__permit_release_quiet(sluice_permit *p) {
-  sluice__sem_release_id(p->sem, p->id);
-  sluice__permit_drop(p);
-}
-
 void sluice__permit_client_closed(sluice_permit *p) { stop_renewing(p); }
 
 void sluice_permit_set_lost_cb(sluice_permit *p, sluice_lost_cb *cb, void *ud) {
@@ -150,13 +145,8 @@ int sluice_permit_release(sluice_permit *p, sluice_release_cb *cb, void *ud) {
   if (!p) return SLUICE_EINVAL;
   sluice_sem *sem = p->sem;
   int rc = SLUICE_OK;
-  if (sem->closed) {
-    rc = SLUICE_ECLOSED; /* the lease will simply expire */
-  } else if (cb) {
-    rc = sluice__sem_release_tracked(sem, p->id, cb, ud);
-  } else {
-    sluice__sem_release_id(sem, p->id);
-  }
+  if (sem->closed) rc = SLUICE_ECLOSED; /* the lease will simply expire */
+  else rc = sluice__release_queue(sem, p->id, cb, ud);
   sluice__permit_drop(p);
   return rc;
 }

@@ -1,4 +1,5 @@
-/* Private layout of semaphores and permits, shared by sem.c and permit.c. */
+/* Private layout of semaphores, shared by sem.c (handles, wake-ups,
+ * inspection, teardown), sem_acquire.c, sem_release.c and permit.c. */
 #ifndef SLUICE_SEM_INTERNAL_H
 #define SLUICE_SEM_INTERNAL_H
 
@@ -9,7 +10,12 @@
 
 enum { SEM_KEY_HOLDERS, SEM_KEY_QUEUE, SEM_KEY_BEATS, SEM_KEY_META, SEM_NKEYS };
 
-typedef struct sem_release_req sem_release_req;
+/* Most requests sent in one script call. */
+#define SEM_BATCH_MAX 256
+
+typedef struct acq_batch acq_batch;
+typedef struct rel_req rel_req;
+typedef struct rel_batch rel_batch;
 typedef struct sem_inspect_req sem_inspect_req;
 
 struct sluice_sem {
@@ -23,12 +29,21 @@ struct sluice_sem {
   char handle_id[33];
   char permits_s[24], ttl_s[24], hb_s[24], keep_s[24];
   sluice__listener *listener;     /* while blocking acquires wait */
-  sluice_acquire *acquires;       /* pending try/blocking acquires */
+  unsigned nblocking;             /* blocking acquires the user waits for */
+
+  sluice_acquire *acquires;       /* every live acquire */
+  sluice_acquire *pend_head, *pend_tail; /* attempts ready to send, in order */
+  acq_batch *acq_batches;         /* attempt batches in flight */
+  rel_req *rel_head, *rel_tail;   /* releases ready to send, in order */
+  rel_batch *rel_batches;         /* release batches in flight */
+  struct event *flush_ev;         /* sends what is ready, once per loop turn */
+  int flush_scheduled;
+
   sluice_permit *permits;         /* held permits */
-  sem_release_req *releases;      /* releases awaiting their reply */
   sem_inspect_req *inspects;
   int closed;                     /* client closed: calls get ECLOSED */
-  int freeing;                    /* inside sluice_sem_free */
+  int freeing;                    /* sluice_sem_free was called */
+  unsigned dispatching;           /* inside a batch's callbacks */
 };
 
 struct sluice_permit {
@@ -46,23 +61,40 @@ struct sluice_permit {
   int lost;                       /* 0 or a sluice_lost_reason */
 };
 
+/* sem.c */
+void sluice__sem_ignore_reply(void *ud, int status, const redisReply *reply);
+/* Arrange for sluice__sem_flush to run this loop turn. */
+void sluice__sem_schedule_flush(sluice_sem *sem);
+/* Register / drop interest in wake-ups (counts blocking acquires). */
+void sluice__sem_blocking_changed(sluice_sem *sem, int delta);
+/* A batch's callbacks are done: finish a sluice_sem_free deferred meanwhile. */
+void sluice__sem_dispatch_done(sluice_sem *sem);
+/* Wake-up for waiter id (32 hex), or NULL for everyone. */
+void sluice__sem_wake(sluice_sem *sem, const char *waiter_id);
+
+/* sem_acquire.c */
+void sluice__acquire_flush(sluice_sem *sem);
+/* Cancel every acquire with ECANCELED (close or free). */
+void sluice__acquire_cancel_all(sluice_sem *sem);
+void sluice__acquire_poke(sluice_acquire *a);
+void sluice__acquire_poke_all(sluice_sem *sem);
+sluice_acquire *sluice__acquire_find(sluice_sem *sem, const char *waiter_id);
+
+/* sem_release.c */
+/* Queue a release of permit id; cb may be NULL. */
+int sluice__release_queue(sluice_sem *sem, const char *id, sluice_release_cb *cb, void *ud);
+void sluice__release_flush(sluice_sem *sem);
+/* Send queued releases now; in-flight ones report ECANCELED (free/close). */
+void sluice__release_cancel_all(sluice_sem *sem);
+
 /* permit.c */
 sluice_permit *sluice__permit_new(sluice_sem *sem, const char *id, uint64_t fence,
                                   uint64_t granted_at_ms);
 /* Forget a permit without telling Redis (its lease simply expires). */
 void sluice__permit_drop(sluice_permit *p);
-/* Release a permit in Redis without a callback and free the handle. */
-void sluice__permit_release_quiet(sluice_permit *p);
 /* Client closed: stop renewing (the lease can no longer be confirmed). */
 void sluice__permit_client_closed(sluice_permit *p);
-/* Fire-and-forget release of permit id (e.g. granted after the caller gave up). */
-void sluice__sem_release_id(sluice_sem *sem, const char *id);
 /* Margin subtracted from the local lease deadline. */
 uint64_t sluice__sem_margin_ms(const sluice_sem *sem);
-
-/* sem.c */
-void sluice__sem_ignore_reply(void *ud, int status, const redisReply *reply);
-/* Release permit id; cb (required) gets OK, ENOTFOUND or a transport error. */
-int sluice__sem_release_tracked(sluice_sem *sem, const char *id, sluice_release_cb *cb, void *ud);
 
 #endif

@@ -1,13 +1,8 @@
 /*
- * Semaphore handles and acquisition: try_acquire (one attempt) and blocking
- * acquire (attempts until granted, woken by releases through the client's
- * shared blocking connection, and by local timers at the earliest lease
- * expiry and at each heartbeat). Permits and renewal live in permit.c.
- *
- * An acquire's outcome reaches the user exactly once. If the outcome is
- * decided while an attempt is still in flight (deadline, cancel), the user is
- * told at once and the acquire lingers, detached from the user, until the
- * attempt's reply shows whether Redis granted a permit that must be released.
+ * Semaphore handles: options, keys, the wake-up listener, the per-turn flush
+ * that sends ready attempts and releases in batches, inspection, and
+ * teardown. Acquisition is in sem_acquire.c, releases in sem_release.c,
+ * held permits and renewal in permit.c.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -16,34 +11,7 @@
 
 #include "sem-internal.h"
 
-#define RETRY_MIN_MS 25
-#define RETRY_MAX_MS 1000
-
-struct sluice_acquire {
-  sluice_sem *sem;
-  sluice_acquire *prev, *next;    /* in sem->acquires */
-  sluice_acquire_cb *cb;          /* NULL once the user was told */
-  void *ud;
-  int blocking;
-  char waiter_id[33];
-  char member[68];                /* "<handle id>:<waiter id>" in the queue */
-  char permit_id[33];             /* id the next attempt asks for */
-  sluice__op *op;                 /* attempt in flight */
-  struct event *timer;            /* next attempt, or deferred completion */
-  struct event *deadline;
-  uint64_t sent_ms;               /* when the attempt in flight was sent */
-  int wake_pending;               /* woken while an attempt was in flight */
-  int last_error;                 /* last transport failure of an attempt */
-  int final_status;               /* decided; reported from the timer */
-  unsigned retry_ms;              /* backoff after transport failures */
-};
-
 void sluice__sem_ignore_reply(void *ud, int status, const redisReply *reply) {}
-
-static void attempt_send(sluice_acquire *a);
-static void acquire_free(sluice_acquire *a);
-
-/* ---- options and handles ------------------------------------------------- */
 
 void sluice_sem_options_init(sluice_sem_options *o) {
   if (!o) return;
@@ -68,8 +36,10 @@ uint64_t sluice__sem_margin_ms(const sluice_sem *sem) {
 }
 
 static void sem_on_client_close(sluice__child *child);
+static void flush_cb(evutil_socket_t fd, short what, void *arg);
 
 static void sem_destroy(sluice_sem *sem) {
+  if (sem->flush_ev) event_free(sem->flush_ev);
   for (int i = 0; i < SEM_NKEYS; i++) free(sem->keys[i]);
   free(sem->wake_base);
   free(sem->wake_key);
@@ -102,6 +72,7 @@ int sluice_sem_new(sluice_client *c, const char *name, const sluice_sem_options 
   for (int i = 0; i < SEM_NKEYS && ok; i++) ok = (sem->keys[i] = sluice__key(c, "sem", name, parts[i])) != NULL;
   if (ok) ok = (sem->wake_base = sluice__key(c, "sem", name, "wake:")) != NULL;
   if (ok) ok = (sem->wake_key = malloc(strlen(sem->wake_base) + 33)) != NULL;
+  if (ok) ok = (sem->flush_ev = event_new(sluice__client_base(c), -1, 0, flush_cb, sem)) != NULL;
   if (!ok) {
     sem_destroy(sem);
     return SLUICE_ENOMEM;
@@ -121,38 +92,39 @@ int sluice_sem_new(sluice_client *c, const char *name, const sluice_sem_options 
 
 const char *sluice_sem_name(const sluice_sem *sem) { return sem ? sem->name : NULL; }
 
-/* ---- the wake-up listener ------------------------------------------------ */
+/* ---- flushing and wake-ups ---------------------------------------------- */
 
-static void poke(sluice_acquire *a) {
-  if (!a->cb || a->final_status) return;
-  if (a->op) {
-    a->wake_pending = 1;
+/* Releases first: they may free permits for the attempts sent after them. */
+static void flush_cb(evutil_socket_t fd, short what, void *arg) {
+  sluice_sem *sem = arg;
+  sem->flush_scheduled = 0;
+  sluice__release_flush(sem);
+  sluice__acquire_flush(sem);
+}
+
+void sluice__sem_schedule_flush(sluice_sem *sem) {
+  if (sem->flush_scheduled) return;
+  sem->flush_scheduled = 1;
+  event_active(sem->flush_ev, 0, 0);
+}
+
+void sluice__sem_wake(sluice_sem *sem, const char *waiter_id) {
+  if (waiter_id) {
+    sluice_acquire *a = sluice__acquire_find(sem, waiter_id);
+    if (a) sluice__acquire_poke(a);
     return;
   }
-  evtimer_del(a->timer);
-  attempt_send(a);
+  sluice__acquire_poke_all(sem);
 }
 
 static void on_wake(void *ud, const char *data, size_t len) {
-  sluice_sem *sem = ud;
-  for (sluice_acquire *a = sem->acquires; a; a = a->next) {
-    if (!a->blocking) continue;
-    /* NULL: the blocking connection came back; wake-ups may be lost. */
-    if (!data || (len == 32 && memcmp(a->waiter_id, data, 32) == 0)) {
-      poke(a);
-      if (data) return;
-    }
-  }
+  /* NULL: the blocking connection came back; wake-ups may have been lost. */
+  if (!data || len == 32) sluice__sem_wake(ud, data);
 }
 
-static int blocking_count(const sluice_sem *sem) {
-  int n = 0;
-  for (const sluice_acquire *a = sem->acquires; a; a = a->next) n += a->blocking && a->cb;
-  return n;
-}
-
-static void update_listener(sluice_sem *sem) {
-  int want = !sem->closed && blocking_count(sem) > 0;
+void sluice__sem_blocking_changed(sluice_sem *sem, int delta) {
+  sem->nblocking = (unsigned)((int)sem->nblocking + delta);
+  int want = !sem->closed && !sem->freeing && sem->nblocking > 0;
   if (want && !sem->listener) {
     /* On failure waiters still progress on their heartbeat timers. */
     sluice__listen(sem->c, sem->wake_key, on_wake, sem, &sem->listener);
@@ -160,292 +132,6 @@ static void update_listener(sluice_sem *sem) {
     sluice__unlisten(sem->listener);
     sem->listener = NULL;
   }
-}
-
-/* ---- acquires ------------------------------------------------------------ */
-
-static void unlink_acquire(sluice_acquire *a) {
-  sluice_sem *sem = a->sem;
-  if (a->prev) a->prev->next = a->next;
-  else if (sem->acquires == a) sem->acquires = a->next;
-  if (a->next) a->next->prev = a->prev;
-  a->prev = a->next = NULL;
-}
-
-static void acquire_free(sluice_acquire *a) {
-  unlink_acquire(a);
-  if (a->timer) event_free(a->timer);
-  if (a->deadline) event_free(a->deadline);
-  sluice__free(a);
-}
-
-static void send_leave(sluice_acquire *a) {
-  sluice_sem *sem = a->sem;
-  if (!a->blocking || sem->closed) return;
-  const char *argv[] = {sem->keys[SEM_KEY_HOLDERS], sem->keys[SEM_KEY_QUEUE],
-                        sem->keys[SEM_KEY_BEATS], a->member, sem->permits_s,
-                        sem->wake_base, sem->hb_s};
-  sluice__eval(sem->c, &sluice__lua_sem_leave, 3, 7, argv, NULL, 0,
-               sluice__sem_ignore_reply, NULL, NULL);
-}
-
-/* Tell the user (once). The acquire must already be out of the way: the
- * callback may free the semaphore. */
-static void notify(sluice_sem *sem, sluice_acquire_cb *cb, void *ud, int status,
-                   sluice_permit *permit) {
-  cb(sem, status, permit, ud);
-}
-
-/* The outcome is decided and the user told: clean up now, or once the
- * attempt in flight has answered. */
-static void retire(sluice_acquire *a, int granted) {
-  sluice_sem *sem = a->sem;
-  a->cb = NULL;
-  evtimer_del(a->timer);
-  evtimer_del(a->deadline);
-  if (!a->op) {
-    if (!granted) send_leave(a); /* a grant already left the queue */
-    acquire_free(a);
-  }
-  update_listener(sem);
-}
-
-/* Report status now (we are in a loop callback) and retire. */
-static void finish(sluice_acquire *a, int status, sluice_permit *permit) {
-  sluice_sem *sem = a->sem;
-  sluice_acquire_cb *cb = a->cb;
-  void *ud = a->ud;
-  if (!cb) return;
-  retire(a, permit != NULL);
-  notify(sem, cb, ud, status, permit);
-}
-
-/* Decide status now but report it from the loop (never inside the caller). */
-static void finish_later(sluice_acquire *a, int status) {
-  if (a->final_status) return;
-  a->final_status = status;
-  evtimer_del(a->timer);
-  sluice__timer_in(a->timer, 0);
-}
-
-static void schedule_attempt(sluice_acquire *a, uint64_t ms) {
-  evtimer_del(a->timer);
-  sluice__timer_in(a->timer, ms);
-}
-
-static int parse_grant(const redisReply *r, int64_t *granted, int64_t *v1) {
-  const redisReply *e0 = sluice__reply_at(r, 0), *e1 = sluice__reply_at(r, 1);
-  if (!e0 || !e1 || sluice__reply_i64(e0, granted) || sluice__reply_i64(e1, v1)) return SLUICE_EPROTOCOL;
-  return SLUICE_OK;
-}
-
-static void on_attempt_failed(sluice_acquire *a, int status) {
-  if (status == SLUICE_ETIMEDOUT) {
-    /* The attempt may still run in Redis: release that id after it (same
-     * connection, so in order) and ask under a fresh id next time. */
-    sluice__sem_release_id(a->sem, a->permit_id);
-    sluice__random_hex(a->permit_id);
-  }
-  if (!a->blocking || (status != SLUICE_ETIMEDOUT && status != SLUICE_ECONNECTION)) {
-    finish(a, status, NULL);
-    return;
-  }
-  a->last_error = status;
-  schedule_attempt(a, a->retry_ms);
-  a->retry_ms = a->retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : a->retry_ms * 2;
-}
-
-static void on_attempt(void *ud, int status, const redisReply *reply) {
-  sluice_acquire *a = ud;
-  sluice_sem *sem = a->sem;
-  int64_t granted = 0, v1 = 0;
-  a->op = NULL;
-  if (status == SLUICE_OK && parse_grant(reply, &granted, &v1) != 0) status = SLUICE_EPROTOCOL;
-  if (!a->cb) { /* the user already has an answer */
-    if (status == SLUICE_OK && granted) sluice__sem_release_id(sem, a->permit_id);
-    send_leave(a);
-    acquire_free(a);
-    return;
-  }
-  if (a->final_status) { /* cancelled meanwhile; the timer reports it */
-    if (status == SLUICE_OK && granted) sluice__sem_release_id(sem, a->permit_id);
-    return;
-  }
-  if (status != SLUICE_OK) {
-    on_attempt_failed(a, status);
-    return;
-  }
-  a->last_error = 0;
-  a->retry_ms = RETRY_MIN_MS;
-  if (granted) {
-    sluice_permit *p = sluice__permit_new(sem, a->permit_id, (uint64_t)v1, a->sent_ms);
-    if (!p) {
-      sluice__sem_release_id(sem, a->permit_id);
-      finish(a, SLUICE_ENOMEM, NULL);
-      return;
-    }
-    finish(a, SLUICE_OK, p);
-    return;
-  }
-  if (!a->blocking) {
-    finish(a, SLUICE_EBUSY, NULL);
-    return;
-  }
-  /* Wait for a wake-up, bounded by the earliest lease expiry (a crashed
-   * holder) and by our heartbeat (which keeps our place in the queue). */
-  uint64_t next = sem->o.heartbeat_ms / 3;
-  if (v1 >= 0 && (uint64_t)v1 + 1 < next) next = (uint64_t)v1 + 1;
-  if (a->wake_pending) next = 0;
-  a->wake_pending = 0;
-  schedule_attempt(a, next);
-}
-
-static void attempt_send(sluice_acquire *a) {
-  sluice_sem *sem = a->sem;
-  const char *argv[] = {sem->keys[SEM_KEY_HOLDERS], sem->keys[SEM_KEY_QUEUE],
-                        sem->keys[SEM_KEY_BEATS], sem->keys[SEM_KEY_META],
-                        sem->permits_s, sem->ttl_s, a->permit_id,
-                        a->blocking ? a->member : "", sem->hb_s, sem->o.fair ? "1" : "0",
-                        sem->wake_base, sem->keep_s};
-  a->sent_ms = sluice__mono_ms();
-  int rc = sluice__eval(sem->c, &sluice__lua_sem_acquire, SEM_NKEYS, 12, argv, NULL,
-                        sem->o.op_timeout_ms, on_attempt, a, &a->op);
-  if (rc) finish_later(a, rc);
-}
-
-static void acquire_timer_cb(evutil_socket_t fd, short what, void *arg) {
-  sluice_acquire *a = arg;
-  if (a->final_status) {
-    if (a->op) {
-      sluice__op_detach(a->op);
-      a->op = NULL;
-      /* Whatever that attempt did, its permit id must not stay granted. */
-      sluice__sem_release_id(a->sem, a->permit_id);
-    }
-    finish(a, a->final_status, NULL);
-    return;
-  }
-  attempt_send(a);
-}
-
-static void acquire_deadline_cb(evutil_socket_t fd, short what, void *arg) {
-  sluice_acquire *a = arg;
-  if (a->final_status) return;
-  finish(a, a->last_error ? a->last_error : SLUICE_ETIMEDOUT, NULL);
-}
-
-static int start_acquire(sluice_sem *sem, int blocking, unsigned timeout_ms,
-                         sluice_acquire_cb *cb, void *ud, sluice_acquire **handle) {
-  if (!sem || !cb) return SLUICE_EINVAL;
-  if (sem->closed || sem->freeing) return SLUICE_ECLOSED;
-  struct event_base *base = sluice__client_base(sem->c);
-  sluice_acquire *a = sluice__calloc(1, sizeof *a);
-  if (!a) return SLUICE_ENOMEM;
-  a->sem = sem;
-  a->cb = cb;
-  a->ud = ud;
-  a->blocking = blocking;
-  a->retry_ms = RETRY_MIN_MS;
-  a->timer = evtimer_new(base, acquire_timer_cb, a);
-  a->deadline = evtimer_new(base, acquire_deadline_cb, a);
-  if (!a->timer || !a->deadline) {
-    if (a->timer) event_free(a->timer);
-    if (a->deadline) event_free(a->deadline);
-    sluice__free(a);
-    return SLUICE_ENOMEM;
-  }
-  sluice__random_hex(a->waiter_id);
-  sluice__random_hex(a->permit_id);
-  memcpy(a->member, sem->handle_id, 32);
-  a->member[32] = ':';
-  memcpy(a->member + 33, a->waiter_id, 33);
-  a->next = sem->acquires;
-  if (sem->acquires) sem->acquires->prev = a;
-  sem->acquires = a;
-  if (blocking) {
-    update_listener(sem);
-    if (timeout_ms) sluice__timer_in(a->deadline, timeout_ms);
-  }
-  if (handle) *handle = a;
-  attempt_send(a);
-  return SLUICE_OK;
-}
-
-int sluice_sem_try_acquire(sluice_sem *sem, sluice_acquire_cb *cb, void *ud) {
-  return start_acquire(sem, 0, 0, cb, ud, NULL);
-}
-
-int sluice_sem_acquire(sluice_sem *sem, unsigned timeout_ms, sluice_acquire_cb *cb, void *ud,
-                       sluice_acquire **handle) {
-  return start_acquire(sem, 1, timeout_ms, cb, ud, handle);
-}
-
-int sluice_acquire_cancel(sluice_acquire *a) {
-  if (!a || !a->cb) return SLUICE_EINVAL;
-  finish_later(a, SLUICE_ECANCELED);
-  return SLUICE_OK;
-}
-
-/* ---- release requests and inspection ------------------------------------- */
-
-struct sem_release_req {
-  sluice_sem *sem;
-  sem_release_req *next;
-  sluice_release_cb *cb;
-  void *ud;
-  sluice__op *op;
-};
-
-static void unlink_release(sem_release_req *r) {
-  for (sem_release_req **pp = &r->sem->releases; *pp; pp = &(*pp)->next)
-    if (*pp == r) {
-      *pp = r->next;
-      return;
-    }
-}
-
-static void on_release(void *ud, int status, const redisReply *reply) {
-  sem_release_req *r = ud;
-  sluice_sem *sem = r->sem;
-  int64_t held = 0;
-  if (status == SLUICE_OK)
-    status = sluice__reply_i64(reply, &held) ? SLUICE_EPROTOCOL : held ? SLUICE_OK : SLUICE_ENOTFOUND;
-  unlink_release(r);
-  sluice_release_cb *cb = r->cb;
-  void *cbud = r->ud;
-  sluice__free(r);
-  cb(sem, status, cbud);
-}
-
-/* Send the release script; with cb, report through a tracked request. */
-static int send_release(sluice_sem *sem, const char *id, sluice_release_cb *cb, void *ud) {
-  const char *argv[] = {sem->keys[SEM_KEY_HOLDERS], sem->keys[SEM_KEY_QUEUE],
-                        sem->keys[SEM_KEY_BEATS], id, sem->permits_s, sem->wake_base, sem->hb_s};
-  if (!cb)
-    return sluice__eval(sem->c, &sluice__lua_sem_release, 3, 7, argv, NULL, 0,
-                        sluice__sem_ignore_reply, NULL, NULL);
-  sem_release_req *r = sluice__calloc(1, sizeof *r);
-  if (!r) return SLUICE_ENOMEM;
-  r->sem = sem;
-  r->cb = cb;
-  r->ud = ud;
-  int rc = sluice__eval(sem->c, &sluice__lua_sem_release, 3, 7, argv, NULL, 0, on_release, r, &r->op);
-  if (rc) {
-    sluice__free(r);
-    return rc;
-  }
-  r->next = sem->releases;
-  sem->releases = r;
-  return SLUICE_OK;
-}
-
-void sluice__sem_release_id(sluice_sem *sem, const char *id) {
-  if (!sem->closed) send_release(sem, id, NULL, NULL);
-}
-
-int sluice__sem_release_tracked(sluice_sem *sem, const char *id, sluice_release_cb *cb, void *ud) {
-  if (sem->closed || sem->freeing) return SLUICE_ECLOSED;
-  return send_release(sem, id, cb, ud);
 }
 
 struct sem_inspect_req {
@@ -535,32 +221,7 @@ int sluice_sem_inspect(sluice_sem *sem, sluice_sem_info_cb *cb, void *ud) {
 
 /* ---- teardown ------------------------------------------------------------ */
 
-/* Complete every pending user operation with ECANCELED (now: we are either
- * in the client's close sequence or in sluice_sem_free). */
-static void cancel_pending(sluice_sem *sem) {
-  while (sem->acquires) {
-    sluice_acquire *a = sem->acquires;
-    sluice_acquire_cb *cb = a->cb;
-    void *ud = a->ud;
-    if (a->op) {
-      sluice__op_detach(a->op);
-      if (!sem->closed) sluice__sem_release_id(sem, a->permit_id);
-      a->op = NULL;
-    }
-    a->cb = NULL;
-    send_leave(a);
-    acquire_free(a);
-    if (cb) notify(sem, cb, ud, SLUICE_ECANCELED, NULL);
-  }
-  while (sem->releases) {
-    sem_release_req *r = sem->releases;
-    sem->releases = r->next;
-    sluice__op_detach(r->op);
-    sluice_release_cb *cb = r->cb;
-    void *ud = r->ud;
-    sluice__free(r);
-    cb(sem, SLUICE_ECANCELED, ud);
-  }
+static void cancel_inspects(sluice_sem *sem) {
   while (sem->inspects) {
     sem_inspect_req *r = sem->inspects;
     sem->inspects = r->next;
@@ -570,28 +231,53 @@ static void cancel_pending(sluice_sem *sem) {
     sluice__free(r);
     cb(sem, SLUICE_ECANCELED, NULL, ud);
   }
-  update_listener(sem);
+}
+
+/* Complete every pending user operation with ECANCELED (now: we are in the
+ * client's close sequence or in sluice_sem_free). Callbacks may call
+ * sluice_sem_free: `dispatching` keeps the memory until we are done. */
+static void cancel_pending(sluice_sem *sem) {
+  sem->dispatching++;
+  sluice__acquire_cancel_all(sem);
+  cancel_inspects(sem);
+  sluice__release_cancel_all(sem);
+  sluice__sem_blocking_changed(sem, 0);
+  sem->dispatching--;
 }
 
 static void sem_on_client_close(sluice__child *child) {
   sluice_sem *sem = (sluice_sem *)child;
   sem->closed = 1;
+  sem->dispatching++;
   cancel_pending(sem);
   for (sluice_permit *p = sem->permits; p; p = p->next) sluice__permit_client_closed(p);
+  sem->dispatching--;
+  sluice__sem_dispatch_done(sem);
 }
 
-void sluice_sem_free(sluice_sem *sem) {
-  if (!sem || sem->freeing) return;
-  sem->freeing = 1;
-  cancel_pending(sem);
-  while (sem->permits) {
-    if (sem->closed) sluice__permit_drop(sem->permits);
-    else sluice__permit_release_quiet(sem->permits);
-  }
+void sluice__sem_dispatch_done(sluice_sem *sem) {
+  if (!sem->freeing || sem->dispatching) return;
+  /* Releases queued by the callbacks (late grants) still go out. */
+  sem->dispatching++;
+  sluice__release_cancel_all(sem);
+  sem->dispatching--;
   if (sem->listener) {
     sluice__unlisten(sem->listener);
     sem->listener = NULL;
   }
   sluice__client_detach(sem->c, &sem->child);
   sem_destroy(sem);
+}
+
+void sluice_sem_free(sluice_sem *sem) {
+  if (!sem || sem->freeing) return;
+  sem->freeing = 1;
+  sem->dispatching++;
+  cancel_pending(sem);
+  while (sem->permits) {
+    sluice__release_queue(sem, sem->permits->id, NULL, NULL); /* no-op once closed */
+    sluice__permit_drop(sem->permits);
+  }
+  sem->dispatching--;
+  sluice__sem_dispatch_done(sem);
 }

@@ -5,6 +5,7 @@
  * gets the reply under test. */
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -99,6 +100,7 @@ static void fake_start(fake *f, const char *reply) {
   f->pid = fork();
   TH_ASSERT(f->pid >= 0);
   if (f->pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a failed case */
     serve(lfd, reply);
     _exit(0);
   }
@@ -180,9 +182,9 @@ static void test_garbage_bytes(void) {
 static void lost_cb(sluice_permit *p, int reason, void *ud) { *(int *)ud = reason; }
 
 static void test_renewal_nonsense(void) {
-  /* Grant reply for the acquire, then "+OK" for everything after. */
+  /* Every command gets a grant-shaped reply: nonsense for a renewal. */
   fake f;
-  fake_start(&f, "*3\r\n:1\r\n:42\r\n:300\r\n");
+  fake_start(&f, "*3\r\n:-1\r\n:1\r\n:42\r\n"); /* {wait, granted, fence} */
   struct event_base *base = event_base_new();
   sluice_client *c = fake_client(base, &f);
   sluice_sem *s = sem_test_new(c, "m", 1, 300, 0);

@@ -348,6 +348,39 @@ static void test_fair_dead_waiter_evicted(void) {
   event_base_free(base);
 }
 
+/* Non-fair: a queued waiter whose process died is skipped by wake-ups once
+ * it missed a heartbeat, so the live waiter behind it is woken at once. */
+static void test_dead_waiter_skipped_by_wakeups(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c1 = sem_test_client(base), *c2 = sem_test_client(base);
+  sluice_sem_options o;
+  sluice_sem_options_init(&o);
+  o.ttl_ms = 10000;
+  o.heartbeat_ms = 3000; /* live waiters re-check only once a second */
+  sluice_sem *s1, *s2;
+  TH_ASSERT_EQ(sluice_sem_new(c1, "t", &o, &s1), 0);
+  TH_ASSERT_EQ(sluice_sem_new(c2, "t", &o, &s2), 0);
+  acq_result holder = sem_try(base, s2);
+  acq_result dead = {0}, live = {0};
+  TH_ASSERT_EQ(sluice_sem_acquire(s1, 0, acq_cb, &dead, NULL), 0);
+  th_loop_for(base, 50);
+  TH_ASSERT_EQ(sluice_sem_acquire(s2, 10000, acq_cb, &live, NULL), 0);
+  th_loop_for(base, 50);
+  sluice_client_free(c1); /* the head waiter's process "dies" */
+  th_loop_for(base, 1700); /* it misses its heartbeats */
+  TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{t}:queue"), 2);
+  uint64_t t0 = th_now_ms();
+  sluice_permit_release(holder.permit, NULL, NULL);
+  TH_ASSERT(th_loop_until(base, &live.done, 3000));
+  TH_ASSERT_EQ(live.status, SLUICE_OK);
+  TH_ASSERT_CMP(live.at_ms - t0, <, 150);
+  sluice_permit_release(live.permit, NULL, NULL);
+  sluice_sem_free(s1);
+  sluice_sem_free(s2);
+  client_close_drain(base, c2);
+  event_base_free(base);
+}
+
 typedef struct info_result {
   int done, status;
   unsigned permits;
@@ -554,6 +587,7 @@ int main(int argc, char **argv) {
       {"fencing_increases", test_fencing_increases, 0},
       {"fair_fifo_and_try_refused", test_fair_fifo_and_try_refused, 0},
       {"fair_dead_waiter_evicted", test_fair_dead_waiter_evicted, 0},
+      {"dead_waiter_skipped_by_wakeups", test_dead_waiter_skipped_by_wakeups, 0},
       {"inspect", test_inspect, 0},
       {"free_inside_callback_and_close_cancels", test_free_inside_callback_and_close_cancels, 0},
       {"bad_input", test_bad_input, 0},

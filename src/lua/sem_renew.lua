@@ -11,5 +11,5 @@ if tonumber(score) <= now then
   return 0
 end
 redis.call('ZADD', H, 'XX', n2s(now + ttl), id)
-if redis.call('PTTL', H) < keep then redis.call('PEXPIRE', H, keep) end
+touch(H, keep)
 return ttl
