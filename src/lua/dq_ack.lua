@@ -4,6 +4,7 @@
 -- attempt it was delivered as, 'a' | 'r' | 'x', delay ms (for 'r').
 -- Returns per message: 1 done, 2 dead-lettered (retry past max attempts),
 -- -1 late (deadline passed or delivered again since), -2 not found.
+--@include _dq_common.lua
 local z, f, d, h, w = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -59,19 +60,6 @@ end
 if #gone > 0 then redis.call('ZREM', f, unpack(gone)) end
 if #hdel > 0 then redis.call('HDEL', h, unpack(hdel)) end
 
-if mindue and (not old or mindue < old) and redis.call('LLEN', w) < 4 then
-  redis.call('LPUSH', w, mindue)
-  redis.call('PEXPIRE', w, 60000)
-end
-if next(wrote) then
-  local need = maxdue + ret
-  local exp = tonumber(redis.call('HGET', h, '#exp') or '0')
-  if need > exp then
-    exp = need + math.floor(ret / 8)
-    redis.call('HSET', h, '#exp', exp)
-    for k = 1, 4 do redis.call('PEXPIREAT', KEYS[k], exp) end
-  else
-    for k in pairs(wrote) do redis.call('PEXPIREAT', k, exp) end
-  end
-end
+if mindue then dq_wake(w, mindue, old) end
+if next(wrote) then dq_expire(h, maxdue + ret, ret, wrote) end
 return out

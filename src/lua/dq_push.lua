@@ -3,6 +3,7 @@
 -- attempts, s<id> sequence; #seq counter, #exp key horizon), w (wake list).
 -- ARGV: retention ms, then per message: id, 'd' (delay) | 'a' (at), ms, payload.
 -- Returns per message its due ms, or -1 if the id is already queued.
+--@include _dq_common.lua
 local z, h, w = KEYS[1], KEYS[4], KEYS[5]
 -- Delays count from the next whole ms, so nothing is ever due early.
 local t = redis.call('TIME')
@@ -37,21 +38,6 @@ for i = 1, #zargs, 2000 do
   redis.call('HSET', h, unpack(hargs, i, j))
   redis.call('ZADD', z, unpack(zargs, i, j))
 end
--- Wake idle consumers only when the earliest due time moved earlier: their
--- timers are armed for the old head. At most 4 tokens wait in the list.
-if (not old or mindue < old) and redis.call('LLEN', w) < 4 then
-  redis.call('LPUSH', w, mindue)
-  redis.call('PEXPIRE', w, 60000)
-end
--- Keys live RETENTION past the latest due time; the horizon only grows.
-local need = math.max(maxdue, now) + ret
-local exp = tonumber(redis.call('HGET', h, '#exp') or '0')
-if need > exp then
-  exp = need + math.floor(ret / 8)
-  redis.call('HSET', h, '#exp', exp)
-  for i = 1, 4 do redis.call('PEXPIREAT', KEYS[i], exp) end
-else
-  redis.call('PEXPIREAT', z, exp)
-  redis.call('PEXPIREAT', h, exp)
-end
+dq_wake(w, mindue, old)
+dq_expire(h, math.max(maxdue, now) + ret, ret, {[z] = true, [h] = true})
 return out

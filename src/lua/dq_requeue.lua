@@ -1,6 +1,7 @@
 -- Move dead letters back to the queue, due now, attempt count reset.
 -- KEYS: z f d h w as in dq_push.lua. ARGV: retention ms, id ('' = the
 -- oldest, up to ARGV[3]), limit. Returns how many were moved.
+--@include _dq_common.lua
 local z, d, h, w = KEYS[1], KEYS[3], KEYS[4], KEYS[5]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -21,17 +22,6 @@ for _, id in ipairs(ids) do
   redis.call('ZADD', z, now, s .. id)
 end
 redis.call('ZREM', d, unpack(ids))
-if (not old or now < old) and redis.call('LLEN', w) < 4 then
-  redis.call('LPUSH', w, now)
-  redis.call('PEXPIRE', w, 60000)
-end
-local need = now + ret
-local exp = tonumber(redis.call('HGET', h, '#exp') or '0')
-if need > exp then
-  exp = need + math.floor(ret / 8)
-  redis.call('HSET', h, '#exp', exp)
-  for k = 1, 4 do redis.call('PEXPIREAT', KEYS[k], exp) end
-else
-  redis.call('PEXPIREAT', z, exp)
-end
+dq_wake(w, now, old)
+dq_expire(h, now + ret, ret, {[z] = true})
 return #ids

@@ -5,6 +5,7 @@
 -- Returns {now us, next wake-up ms or -1, count, then per message: id,
 -- attempt, due ms, payload}. The next wake-up is the earliest of the next
 -- due time and the next in-flight deadline (+1 ms: expiry is deadline < now).
+--@include _dq_common.lua
 local z, f, d, h = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -72,15 +73,5 @@ local fh = redis.call('ZRANGE', f, 0, 0, 'WITHSCORES')
 if fh[2] and (not nextdue or tonumber(fh[2]) + 1 < nextdue) then nextdue = tonumber(fh[2]) + 1 end
 if nextdue then out[2] = nextdue end
 
-if next(wrote) then
-  local need = now + vis + ret
-  local exp = tonumber(redis.call('HGET', h, '#exp') or '0')
-  if need > exp then
-    exp = need + math.floor(ret / 8)
-    redis.call('HSET', h, '#exp', exp)
-    for i = 1, 4 do redis.call('PEXPIREAT', KEYS[i], exp) end
-  else
-    for k in pairs(wrote) do redis.call('PEXPIREAT', k, exp) end
-  end
-end
+if next(wrote) then dq_expire(h, now + vis + ret, ret, wrote) end
 return out
