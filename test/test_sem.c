@@ -469,6 +469,30 @@ static void test_free_inside_callback_and_close_cancels(void) {
   event_base_free(base);
 }
 
+/* close_cb may free the client's last object (the client's memory goes
+ * with it): no use after free. */
+typedef struct close_ctx {
+  sluice_sem *sem;
+  int closed;
+} close_ctx;
+static void free_sem_on_close(void *ud) {
+  close_ctx *cc = ud;
+  sluice_sem_free(cc->sem);
+  cc->closed = 1;
+}
+
+static void test_close_cb_frees_last_object(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = sem_test_client(base);
+  close_ctx cc = {sem_test_new(c, "t", 1, 5000, 0), 0};
+  acq_result a = sem_try(base, cc.sem);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  sluice_client_close(c, free_sem_on_close, &cc);
+  TH_ASSERT(th_loop_drain(base, 3000));
+  TH_ASSERT_EQ(cc.closed, 1);
+  event_base_free(base);
+}
+
 static void test_bad_input(void) {
   struct event_base *base = event_base_new();
   sluice_client *c = sem_test_client(base);
@@ -590,6 +614,7 @@ int main(int argc, char **argv) {
       {"dead_waiter_skipped_by_wakeups", test_dead_waiter_skipped_by_wakeups, 0},
       {"inspect", test_inspect, 0},
       {"free_inside_callback_and_close_cancels", test_free_inside_callback_and_close_cancels, 0},
+      {"close_cb_frees_last_object", test_close_cb_frees_last_object, 0},
       {"bad_input", test_bad_input, 0},
       {"wait_survives_restart", test_wait_survives_restart, 0},
       {"waiters_share_one_connection", test_waiters_share_one_connection, 0},
