@@ -766,8 +766,43 @@ static void test_inspect_counts(void) {
   dqt_finish(base, c);
 }
 
+/* A take that cannot reach Redis in time is reported to the error callback
+ * (informational), and the consumer carries on once Redis answers again. */
+static void on_consumer_error(sluice_dq_consumer *con, int status, void *ud) {
+  int *last = ud;
+  *last = status;
+}
+
+static void test_error_callback_and_names(void) {
+  struct event_base *base = event_base_new();
+  sluice_client_options co;
+  sluice_client_options_init(&co);
+  co.url = th_server.url;
+  co.op_timeout_ms = 200;
+  sluice_client *c = NULL;
+  TH_ASSERT_EQ(sluice_client_new(base, &co, &c), SLUICE_OK);
+  sluice_dq *dq = dqt_queue(c, "errq");
+  TH_ASSERT_STR_EQ(sluice_dq_name(dq), "errq");
+  TH_ASSERT(strlen(sluice_version()) > 0);
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, NULL, "x", 0, &p), SLUICE_OK); /* connected */
+  th_redis_pause(&th_server);
+  int last_error = 0;
+  sluice_dq_consumer *con = NULL;
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "errq", NULL, noop_handler, NULL, &con), SLUICE_OK);
+  sluice_dq_consumer_set_error_cb(con, on_consumer_error, &last_error);
+  int reported = th_loop_until(base, &last_error, 3000);
+  th_redis_resume(&th_server);
+  TH_ASSERT(reported);
+  TH_ASSERT_EQ(last_error, SLUICE_ETIMEDOUT);
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  dqt_finish(base, c);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
+      {"error_callback_and_names", test_error_callback_and_names, 30},
       {"order_by_due_then_push", test_order_by_due_then_push, 30},
       {"batch_and_max_in_flight", test_batch_and_max_in_flight, 30},
       {"binary_payload", test_binary_payload, 30},

@@ -17,6 +17,7 @@ static void test_try_acquire_counts_permits(void) {
   TH_ASSERT_CMP(sluice_permit_remaining_ms(a.permit), >, 4000);
   TH_ASSERT_EQ(sluice_permit_lost(a.permit), 0);
   TH_ASSERT(sluice_permit_sem(a.permit) == s);
+  TH_ASSERT_STR_EQ(sluice_sem_name(s), "t");
   TH_ASSERT_EQ(sluice_permit_release(a.permit, NULL, NULL), SLUICE_OK);
   acq_result e = sem_try(base, s);
   TH_ASSERT_EQ(e.status, SLUICE_OK);
