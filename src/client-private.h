@@ -18,6 +18,7 @@ struct sluice_client {
   char id[33];                    /* random id of this client instance */
 
   sluice__conn cmd;               /* the command connection */
+  uint64_t last_reply_ms;         /* monotonic: last reply on it */
   sluice__op *ops;                /* operations not yet completed */
   sluice__child *children;
   sluice__blocker *blocker;       /* created on first listen */

@@ -58,10 +58,23 @@ static void op_complete(sluice__op *op, int status, const redisReply *reply) {
   op->fn(op->ud, status, reply);
 }
 
+/* An operation timed out. If nothing at all came back for a whole default
+ * operation timeout, the connection is presumed dead (a host gone without a
+ * reset never closes it): replace it, so callers see ECONNECTION and fail
+ * fast instead of timing out one by one, and reconnect with backoff. */
+static void check_connection_alive(sluice_client *c) {
+  if (c->cmd.state != SLUICE_CONN_UP) return;
+  if (sluice__mono_ms() - c->last_reply_ms < c->opts.op_timeout_ms) return;
+  sluice__conn_fail(&c->cmd, "no reply within the operation timeout: connection presumed dead");
+}
+
 static void op_timer_cb(evutil_socket_t fd, short what, void *arg) {
   sluice__op *op = arg;
   int status = op->deferred_status ? op->deferred_status : SLUICE_ETIMEDOUT;
-  if (status == SLUICE_ETIMEDOUT) op->c->stats.ops_timed_out++;
+  if (status == SLUICE_ETIMEDOUT) {
+    op->c->stats.ops_timed_out++;
+    check_connection_alive(op->c);
+  }
   op_complete(op, status, NULL);
   op_release_if_unused(op);
 }
@@ -83,6 +96,7 @@ static void op_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
   sluice__op *op = privdata;
   redisReply *reply = r;
   op->in_hiredis = 0;
+  if (reply) op->c->last_reply_ms = sluice__mono_ms();
   if (op->done) {
     op_release_if_unused(op);
     return;
@@ -206,6 +220,7 @@ void sluice__op_detach(sluice__op *op) {
 
 static void cmd_up(sluice__conn *conn, void *ud) {
   sluice_client *c = ud;
+  c->last_reply_ms = sluice__mono_ms();
   if (conn->ups > 1) c->stats.reconnects++;
   if (c->state_cb) c->state_cb(c, 1, SLUICE_OK, c->state_ud);
 }

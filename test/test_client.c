@@ -163,6 +163,39 @@ static void test_reconnect_after_client_kill(void) {
   close_and_drain(base, c);
 }
 
+/* Redis stops answering (SIGSTOP, like a host gone without a reset): once
+ * nothing came back for a whole operation timeout the connection is
+ * replaced, later operations fail fast, and the client recovers when Redis
+ * answers again. */
+static void test_dead_connection_replaced(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = new_client(base, 300);
+  sluice_client_set_state_cb(c, on_state, NULL);
+  result r;
+  ping(c, &r, 0);
+  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  th_redis_pause(&th_server);
+  ping(c, &r, 0);
+  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  TH_ASSERT_EQ(r.status, SLUICE_ETIMEDOUT);
+  th_loop_for(base, 50);
+  TH_ASSERT_CMP(state_downs, >=, 1);
+  TH_ASSERT(!sluice_client_is_connected(c));
+  uint64_t t0 = th_now_ms();
+  ping(c, &r, 0);
+  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  TH_ASSERT_EQ(r.status, SLUICE_ECONNECTION); /* at once, not after 300 ms */
+  TH_ASSERT_CMP(th_now_ms() - t0, <, 100);
+  th_redis_resume(&th_server);
+  uint64_t end = th_now_ms() + 5000;
+  while (!sluice_client_is_connected(c) && th_now_ms() < end) event_base_loop(base, EVLOOP_ONCE);
+  TH_ASSERT(sluice_client_is_connected(c));
+  ping(c, &r, 0);
+  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  TH_ASSERT_EQ(r.status, SLUICE_OK);
+  close_and_drain(base, c);
+}
+
 static void test_reconnect_after_restart(void) {
   struct event_base *base = event_base_new();
   sluice_client *c = new_client(base, 2000);
@@ -385,6 +418,7 @@ int main(int argc, char **argv) {
       {"deadline", test_deadline, 0},
       {"reconnect_after_client_kill", test_reconnect_after_client_kill, 0},
       {"reconnect_after_restart", test_reconnect_after_restart, 0},
+      {"dead_connection_replaced", test_dead_connection_replaced, 0},
       {"close_cancels_pending", test_close_cancels_pending, 0},
       {"connect_refused", test_connect_refused_fails_within_deadline, 0},
       {"url_parsing", test_url_parsing, 0},

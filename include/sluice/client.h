@@ -7,7 +7,10 @@
  *    waits for every wake-up list the client's primitives listen to.
  *
  * Connection loss: pending operations complete with SLUICE_ECONNECTION and the
- * client reconnects with exponential backoff and jitter. Operations started
+ * client reconnects with exponential backoff and jitter. A connection that
+ * has returned nothing for a whole op_timeout_ms while an operation timed
+ * out is presumed dead (a host gone without a reset) and replaced the same
+ * way; TCP connections also use keepalive. Operations started
  * before the first connection is up wait for it (up to their deadline);
  * operations started after the connection was lost fail at once with
  * SLUICE_ECONNECTION (from the loop), so callers never wait out a reconnect.
