@@ -25,16 +25,14 @@ static void permit_unlink(sluice_permit *p) {
 static void stop_renewing(sluice_permit *p) {
   evtimer_del(p->renew_timer);
   evtimer_del(p->lost_timer);
-  if (p->renew_op) {
-    sluice__op_detach(p->renew_op);
-    p->renew_op = NULL;
-  }
+  sluice__renew_forget(p);
 }
 
-static uint64_t ms_left(const sluice_permit *p) {
+uint64_t sluice__permit_ms_left(const sluice_permit *p) {
   uint64_t now = sluice__mono_ms();
   return p->deadline_ms > now ? p->deadline_ms - now : 0;
 }
+
 
 /* Lost: tell the holder once, last (the callback may release the permit). */
 static void fire_lost(sluice_permit *p, int reason) {
@@ -52,26 +50,22 @@ static void arm_deadline(sluice_permit *p, uint64_t sent_ms) {
   const sluice_sem *sem = p->sem;
   p->deadline_ms = sent_ms + sem->o.ttl_ms - sluice__sem_margin_ms(sem);
   evtimer_del(p->lost_timer);
-  sluice__timer_in(p->lost_timer, ms_left(p));
+  sluice__timer_in(p->lost_timer, sluice__permit_ms_left(p));
 }
 
-static void on_renew(void *ud, int status, const redisReply *reply) {
-  sluice_permit *p = ud;
-  int64_t ttl = 0;
-  p->renew_op = NULL;
+void sluice__permit_renewed(sluice_permit *p, int status, int64_t ttl, uint64_t sent_ms) {
   if (p->lost) return;
-  if (status == SLUICE_OK && sluice__reply_i64(reply, &ttl) != 0) status = SLUICE_EPROTOCOL;
   if (status == SLUICE_OK && ttl == 0) {
     fire_lost(p, SLUICE_LOST_DEFINITE);
     return;
   }
   if (status == SLUICE_OK) {
-    arm_deadline(p, p->renew_sent_ms);
+    arm_deadline(p, sent_ms);
     sluice__timer_in(p->renew_timer, p->sem->o.renew_ms);
     return;
   }
   /* Redis unreachable or slow: try again soon, well before the deadline. */
-  uint64_t again = ms_left(p) / 4;
+  uint64_t again = sluice__permit_ms_left(p) / 4;
   if (again > p->sem->o.renew_ms) again = p->sem->o.renew_ms;
   if (again < RENEW_RETRY_MIN_MS) again = RENEW_RETRY_MIN_MS;
   sluice__timer_in(p->renew_timer, again);
@@ -79,16 +73,7 @@ static void on_renew(void *ud, int status, const redisReply *reply) {
 
 static void renew_timer_cb(evutil_socket_t fd, short what, void *arg) {
   sluice_permit *p = arg;
-  sluice_sem *sem = p->sem;
-  if (p->lost || p->renew_op) return;
-  const char *argv[] = {sem->keys[SEM_KEY_HOLDERS], p->id, sem->ttl_s, sem->keep_s};
-  uint64_t left = ms_left(p);
-  /* Waiting for an answer past the deadline is pointless. */
-  unsigned timeout = left > 0 && left < sluice__client_op_timeout(sem->c) ? (unsigned)left : 0;
-  p->renew_sent_ms = sluice__mono_ms();
-  if (sluice__eval(sem->c, &sluice__lua_sem_renew, 1, 4, argv, NULL, timeout ? timeout : 0,
-                   on_renew, p, &p->renew_op) != 0)
-    sluice__timer_in(p->renew_timer, RENEW_RETRY_MIN_MS * 10);
+  if (!p->lost) sluice__renew_queue(p);
 }
 
 sluice_permit *sluice__permit_new(sluice_sem *sem, const char *id, uint64_t fence,
@@ -138,7 +123,7 @@ int sluice_permit_lost(const sluice_permit *p) { return p ? p->lost : SLUICE_LOS
 
 int64_t sluice_permit_remaining_ms(const sluice_permit *p) {
   if (!p || p->lost) return 0;
-  return (int64_t)ms_left(p);
+  return (int64_t)sluice__permit_ms_left(p);
 }
 
 int sluice_permit_release(sluice_permit *p, sluice_release_cb *cb, void *ud) {

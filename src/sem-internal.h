@@ -16,6 +16,7 @@ enum { SEM_KEY_HOLDERS, SEM_KEY_QUEUE, SEM_KEY_BEATS, SEM_KEY_META, SEM_NKEYS };
 typedef struct acq_batch acq_batch;
 typedef struct rel_req rel_req;
 typedef struct rel_batch rel_batch;
+typedef struct renew_batch renew_batch;
 typedef struct sem_inspect_req sem_inspect_req;
 
 struct sluice_sem {
@@ -36,6 +37,8 @@ struct sluice_sem {
   acq_batch *acq_batches;         /* attempt batches in flight */
   rel_req *rel_head, *rel_tail;   /* releases ready to send, in order */
   rel_batch *rel_batches;         /* release batches in flight */
+  sluice_permit *renew_head, *renew_tail; /* renewals due, in order */
+  renew_batch *renew_batches;     /* renewal batches in flight */
   struct event *flush_ev;         /* sends what is ready, once per loop turn */
   int flush_scheduled;
 
@@ -54,8 +57,10 @@ struct sluice_permit {
   uint64_t deadline_ms;           /* monotonic: lease surely valid until */
   struct event *renew_timer;
   struct event *lost_timer;
-  sluice__op *renew_op;
-  uint64_t renew_sent_ms;
+  sluice_permit *rprev, *rnext;   /* in sem's renewals-due list */
+  int renew_queued;               /* in that list */
+  renew_batch *rbatch;            /* renewal in flight, in slot rslot */
+  size_t rslot;
   sluice_lost_cb *lost_cb;
   void *lost_ud;
   int lost;                       /* 0 or a sluice_lost_reason */
@@ -87,7 +92,18 @@ void sluice__release_flush(sluice_sem *sem);
 /* Send queued releases now; in-flight ones report ECANCELED (free/close). */
 void sluice__release_cancel_all(sluice_sem *sem);
 
+/* sem_renew.c */
+void sluice__renew_queue(sluice_permit *p);
+/* The permit goes or stops renewing: leave the queue or its batch. */
+void sluice__renew_forget(sluice_permit *p);
+void sluice__renew_flush(sluice_sem *sem);
+void sluice__renew_cancel_all(sluice_sem *sem);
+
 /* permit.c */
+/* A renewal's answer: ttl > 0 extended, 0 gone; sent_ms when it was sent. */
+void sluice__permit_renewed(sluice_permit *p, int status, int64_t ttl, uint64_t sent_ms);
+/* Local lease time left (conservative). */
+uint64_t sluice__permit_ms_left(const sluice_permit *p);
 sluice_permit *sluice__permit_new(sluice_sem *sem, const char *id, uint64_t fence,
                                   uint64_t granted_at_ms);
 /* Forget a permit without telling Redis (its lease simply expires). */

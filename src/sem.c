@@ -94,11 +94,13 @@ const char *sluice_sem_name(const sluice_sem *sem) { return sem ? sem->name : NU
 
 /* ---- flushing and wake-ups ---------------------------------------------- */
 
-/* Releases first: they may free permits for the attempts sent after them. */
+/* Releases first: they may free permits for the attempts sent after them.
+ * Renewals before attempts: a lease about to run out matters more. */
 static void flush_cb(evutil_socket_t fd, short what, void *arg) {
   sluice_sem *sem = arg;
   sem->flush_scheduled = 0;
   sluice__release_flush(sem);
+  sluice__renew_flush(sem);
   sluice__acquire_flush(sem);
 }
 
@@ -239,6 +241,7 @@ static void cancel_inspects(sluice_sem *sem) {
 static void cancel_pending(sluice_sem *sem) {
   sem->dispatching++;
   sluice__acquire_cancel_all(sem);
+  sluice__renew_cancel_all(sem);
   cancel_inspects(sem);
   sluice__release_cancel_all(sem);
   sluice__sem_blocking_changed(sem, 0);

@@ -190,6 +190,50 @@ static void test_renewal_keeps_permit(void) {
   event_base_free(base);
 }
 
+static long long evalsha_calls(void) {
+  redisContext *rc = th_redis_connect(&th_server);
+  redisReply *rep = redisCommand(rc, "INFO commandstats");
+  const char *p = rep && rep->str ? strstr(rep->str, "cmdstat_evalsha:calls=") : NULL;
+  long long n = p ? atoll(p + strlen("cmdstat_evalsha:calls=")) : 0;
+  if (rep) freeReplyObject(rep);
+  redisFree(rc);
+  return n;
+}
+
+/* Fifty permits granted together renew together: a handful of script calls
+ * per renewal round, not fifty, and every lease stays alive. */
+static void test_renewals_batched(void) {
+  enum { N = 50 };
+  struct event_base *base = event_base_new();
+  sluice_client *c = sem_test_client(base);
+  sluice_sem *s = sem_test_new(c, "t", N, 600, 0); /* renewed every 200 ms */
+  static acq_result r[N];
+  memset(r, 0, sizeof r);
+  for (int i = 0; i < N; i++) TH_ASSERT_EQ(sluice_sem_try_acquire(s, acq_cb, &r[i]), 0);
+  uint64_t end = th_now_ms() + 3000;
+  int done = 0;
+  while (done < N && th_now_ms() < end) {
+    event_base_loop(base, EVLOOP_ONCE);
+    done = 0;
+    for (int i = 0; i < N; i++) done += r[i].done;
+  }
+  TH_ASSERT_EQ(done, N);
+  long long before = evalsha_calls();
+  th_loop_for(base, 1300); /* about six renewal rounds */
+  long long calls = evalsha_calls() - before;
+  printf("# %d permits, %lld renewal script calls in 1.3 s\n", N, calls);
+  TH_ASSERT_CMP(calls, >=, 4);
+  TH_ASSERT_CMP(calls, <=, 30); /* unbatched: ~300 */
+  for (int i = 0; i < N; i++) {
+    TH_ASSERT_EQ(r[i].status, SLUICE_OK);
+    TH_ASSERT_EQ(sluice_permit_lost(r[i].permit), 0);
+    sluice_permit_release(r[i].permit, NULL, NULL);
+  }
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
 static void test_lost_definite(void) {
   struct event_base *base = event_base_new();
   sluice_client *c = sem_test_client(base);
@@ -606,6 +650,7 @@ int main(int argc, char **argv) {
       {"cancel", test_cancel, 0},
       {"crashed_holder_expires", test_crashed_holder_expires, 0},
       {"renewal_keeps_permit", test_renewal_keeps_permit, 0},
+      {"renewals_batched", test_renewals_batched, 0},
       {"lost_definite", test_lost_definite, 0},
       {"lost_uncertain", test_lost_uncertain, 0},
       {"restart_loses_permits", test_restart_loses_permits, 0},

@@ -1,15 +1,24 @@
--- Extend a lease only if it is still ours and not yet expired: a renewal
--- must never re-create a permit that lapsed (it may be someone else's now).
--- KEYS: 1 holders; ARGV: 1 permit id, 2 ttl_ms, 3 keep_ms
--- Returns ttl_ms when extended, 0 when the permit is gone.
+-- Extend leases, each only if it is still ours and not yet expired: a
+-- renewal must never re-create a permit that lapsed (it may be someone
+-- else's now). Renewals due in the same loop turn come in one call.
+-- KEYS: 1 holders; ARGV: 1 ttl_ms, 2 keep_ms, then permit ids
+-- Returns {r1, r2, ...}: ttl_ms when that lease was extended, 0 when gone.
 --@include _sem_common.lua
-local H, id, ttl, keep = KEYS[1], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local score = redis.call('ZSCORE', H, id)
-if not score then return 0 end
-if tonumber(score) <= now then
-  redis.call('ZREM', H, id)
-  return 0
+local H, ttl, keep = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2])
+local out, extended = {}, false
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  local score = redis.call('ZSCORE', H, id)
+  if not score then
+    out[#out + 1] = 0
+  elseif tonumber(score) <= now then
+    redis.call('ZREM', H, id)
+    out[#out + 1] = 0
+  else
+    redis.call('ZADD', H, 'XX', n2s(now + ttl), id)
+    out[#out + 1] = ttl
+    extended = true
+  end
 end
-redis.call('ZADD', H, 'XX', n2s(now + ttl), id)
-touch(H, keep)
-return ttl
+if extended then touch(H, keep) end
+return out
