@@ -28,7 +28,7 @@
 
 struct sluice__listener {
   sluice__blocker *b;            /* NULL once the blocker is gone */
-  sluice__listener *prev, *next; /* all listeners, oldest first */
+  sluice__link link;             /* in b->listeners, oldest first */
   char *key;
   sluice__wake_fn *fn;
   void *ud;
@@ -38,7 +38,7 @@ struct sluice__listener {
 struct sluice__blocker {
   sluice_client *c;
   sluice__conn conn;
-  sluice__listener *head, *tail;
+  sluice__list listeners;
   char *ctl_key;
   struct event *watchdog;
   struct event *kick;            /* (re)issue BRPOP from the loop */
@@ -70,8 +70,10 @@ static void key_set_changed(sluice__blocker *b) {
 }
 
 static sluice__listener *first_listener(sluice__blocker *b, const char *key, size_t len) {
-  for (sluice__listener *l = b->head; l; l = l->next)
+  for (sluice__link *k = b->listeners.head; k; k = k->next) {
+    sluice__listener *l = sluice__container_of(k, sluice__listener, link);
     if (strlen(l->key) == len && memcmp(l->key, key, len) == 0) return l;
+  }
   return NULL;
 }
 
@@ -102,7 +104,7 @@ static void brpop_cb(redisAsyncContext *ac, void *r, void *privdata) {
 static void issue(sluice__blocker *b) {
   size_t n = 0, cap = 2;
   if (b->waiting || b->conn.state != SLUICE_CONN_UP) return;
-  for (sluice__listener *l = b->head; l; l = l->next) cap++;
+  for (sluice__link *k = b->listeners.head; k; k = k->next) cap++;
   if (cap == 2) return; /* nobody listens: stay idle */
   const char **argv = malloc((cap + 1) * sizeof *argv);
   if (!argv) {
@@ -110,8 +112,10 @@ static void issue(sluice__blocker *b) {
     return;
   }
   argv[n++] = "BRPOP";
-  for (sluice__listener *l = b->head; l; l = l->next)
+  for (sluice__link *k = b->listeners.head; k; k = k->next) {
+    sluice__listener *l = sluice__container_of(k, sluice__listener, link);
     if (first_listener(b, l->key, strlen(l->key)) == l) argv[n++] = l->key;
+  }
   argv[n++] = b->ctl_key;
   argv[n++] = BLOCK_SECONDS_TEXT;
   if (sluice__conn_send(&b->conn, brpop_cb, b, (int)n, argv, NULL) == REDIS_OK) {
@@ -140,8 +144,11 @@ static void watchdog_cb(evutil_socket_t fd, short what, void *arg) {
 static void notify_all(sluice__blocker *b) {
   unsigned gen = ++b->notify_gen;
   for (;;) {
-    sluice__listener *l = b->head;
-    while (l && l->notify_gen == gen) l = l->next;
+    sluice__listener *l = NULL;
+    for (sluice__link *k = b->listeners.head; k && !l; k = k->next) {
+      sluice__listener *x = sluice__container_of(k, sluice__listener, link);
+      if (x->notify_gen != gen) l = x;
+    }
     if (!l) break;
     l->notify_gen = gen;
     l->fn(l->ud, NULL, 0);
@@ -183,7 +190,8 @@ sluice__blocker *sluice__blocker_new(sluice_client *c) {
 
 void sluice__blocker_free(sluice__blocker *b) {
   if (!b) return;
-  for (sluice__listener *l = b->head; l; l = l->next) l->b = NULL; /* orphaned */
+  for (sluice__link *k = b->listeners.head; k; k = k->next) /* orphaned */
+    sluice__container_of(k, sluice__listener, link)->b = NULL;
   sluice__conn_shutdown(&b->conn);
   event_free(b->watchdog);
   event_free(b->kick);
@@ -207,10 +215,7 @@ int sluice__listen(sluice_client *c, const char *key, sluice__wake_fn *fn, void 
   l->fn = fn;
   l->ud = ud;
   l->notify_gen = b->notify_gen;
-  l->prev = b->tail;
-  if (b->tail) b->tail->next = l;
-  else b->head = l;
-  b->tail = l;
+  sluice__list_append(&b->listeners, &l->link);
   if (new_key) key_set_changed(b);
   *out = l;
   return SLUICE_OK;
@@ -220,10 +225,7 @@ void sluice__unlisten(sluice__listener *l) {
   if (!l) return;
   sluice__blocker *b = l->b;
   if (b) {
-    if (l->prev) l->prev->next = l->next;
-    else b->head = l->next;
-    if (l->next) l->next->prev = l->prev;
-    else b->tail = l->prev;
+    sluice__list_remove(&b->listeners, &l->link);
     if (!first_listener(b, l->key, strlen(l->key))) key_set_changed(b);
   }
   free(l->key);

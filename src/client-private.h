@@ -19,8 +19,8 @@ struct sluice_client {
 
   sluice__conn cmd;               /* the command connection */
   uint64_t last_reply_ms;         /* monotonic: last reply on it */
-  sluice__op *ops;                /* operations not yet completed */
-  sluice__child *children;
+  sluice__list ops;               /* operations not yet completed */
+  sluice__list children;
   sluice__blocker *blocker;       /* created on first listen */
 
   sluice_client_state_cb *state_cb;

@@ -18,7 +18,7 @@
 
 struct sluice__op {
   sluice_client *c;
-  sluice__op *prev, *next;        /* in c->ops while not done */
+  sluice__link link;              /* in c->ops while not done */
   sluice__reply_fn *fn;
   void *ud;
   struct event timer;             /* deadline, or deferred completion */
@@ -42,10 +42,7 @@ static void op_release_if_unused(sluice__op *op) {
 
 static void op_unlink(sluice__op *op) {
   sluice_client *c = op->c;
-  if (op->prev) op->prev->next = op->next;
-  else if (c->ops == op) c->ops = op->next;
-  if (op->next) op->next->prev = op->prev;
-  op->prev = op->next = NULL;
+  sluice__list_remove(&c->ops, &op->link);
   c->stats.ops_in_flight--;
 }
 
@@ -163,9 +160,7 @@ static int op_start(sluice_client *c, sluice__op *op, unsigned timeout_ms,
                     sluice__reply_fn *fn, void *ud, sluice__op **out) {
   op->fn = fn;
   op->ud = ud;
-  op->next = c->ops;
-  if (c->ops) c->ops->prev = op;
-  c->ops = op;
+  sluice__list_append(&c->ops, &op->link);
   c->stats.ops_in_flight++;
   c->stats.ops_started++;
   if (out) *out = op;
@@ -341,13 +336,20 @@ void sluice_client_get_stats(const sluice_client *c, sluice_client_stats *out) {
  * remaining ops complete with ECANCELED, connections go, close_cb runs. */
 static void reaper_cb(evutil_socket_t fd, short what, void *arg) {
   sluice_client *c = arg;
-  for (sluice__child *ch = c->children; ch;) {
-    sluice__child *next = ch->next; /* on_close may detach ch */
+  /* on_close may free any child (a cancellation callback may free other
+   * objects), so start again from the head after each. */
+  for (;;) {
+    sluice__child *ch = NULL;
+    for (sluice__link *l = c->children.head; l && !ch; l = l->next) {
+      sluice__child *x = sluice__container_of(l, sluice__child, link);
+      if (!x->closed) ch = x;
+    }
+    if (!ch) break;
+    ch->closed = 1;
     if (ch->on_close) ch->on_close(ch);
-    ch = next;
   }
-  while (c->ops) {
-    sluice__op *op = c->ops;
+  while (c->ops.head) {
+    sluice__op *op = sluice__container_of(c->ops.head, sluice__op, link);
     op_complete(op, SLUICE_ECANCELED, NULL);
     op_release_if_unused(op);
   }
@@ -379,23 +381,18 @@ void sluice_client_close(sluice_client *c, sluice_close_cb *cb, void *ud) {
 void sluice_client_free(sluice_client *c) { sluice_client_close(c, NULL, NULL); }
 
 void sluice__client_maybe_release(sluice_client *c) {
-  if (c->reaped && !c->children) client_destroy(c);
+  if (c->reaped && !c->children.head) client_destroy(c);
 }
 
 /* ---- for primitives ------------------------------------------------------ */
 
 void sluice__client_attach(sluice_client *c, sluice__child *ch) {
-  ch->prev = NULL;
-  ch->next = c->children;
-  if (c->children) c->children->prev = ch;
-  c->children = ch;
+  ch->closed = 0;
+  sluice__list_append(&c->children, &ch->link);
 }
 
 void sluice__client_detach(sluice_client *c, sluice__child *ch) {
-  if (ch->prev) ch->prev->next = ch->next;
-  else if (c->children == ch) c->children = ch->next;
-  if (ch->next) ch->next->prev = ch->prev;
-  ch->prev = ch->next = NULL;
+  sluice__list_remove(&c->children, &ch->link);
   sluice__client_maybe_release(c);
 }
 

@@ -14,14 +14,6 @@
 
 #define RENEW_RETRY_MIN_MS 10
 
-static void permit_unlink(sluice_permit *p) {
-  sluice_sem *sem = p->sem;
-  if (p->prev) p->prev->next = p->next;
-  else if (sem->permits == p) sem->permits = p->next;
-  if (p->next) p->next->prev = p->prev;
-  p->prev = p->next = NULL;
-}
-
 static void stop_renewing(sluice_permit *p) {
   evtimer_del(p->renew_timer);
   evtimer_del(p->lost_timer);
@@ -92,9 +84,7 @@ sluice_permit *sluice__permit_new(sluice_sem *sem, const char *id, uint64_t fenc
     sluice__free(p);
     return NULL;
   }
-  p->next = sem->permits;
-  if (sem->permits) sem->permits->prev = p;
-  sem->permits = p;
+  sluice__list_append(&sem->permits, &p->link);
   arm_deadline(p, granted_at_ms);
   if (sem->o.auto_renew) sluice__timer_in(p->renew_timer, sem->o.renew_ms);
   return p;
@@ -102,7 +92,7 @@ sluice_permit *sluice__permit_new(sluice_sem *sem, const char *id, uint64_t fenc
 
 void sluice__permit_drop(sluice_permit *p) {
   stop_renewing(p);
-  permit_unlink(p);
+  sluice__list_remove(&p->sem->permits, &p->link);
   event_free(p->renew_timer);
   event_free(p->lost_timer);
   sluice__free(p);

@@ -6,6 +6,7 @@
 #include <event2/event.h>
 #include <sluice/sem.h>
 
+#include "list.h"
 #include "sluice-internal.h"
 
 enum { SEM_KEY_HOLDERS, SEM_KEY_QUEUE, SEM_KEY_BEATS, SEM_KEY_META, SEM_NKEYS };
@@ -32,17 +33,17 @@ struct sluice_sem {
   sluice__listener *listener;     /* while blocking acquires wait */
   unsigned nblocking;             /* blocking acquires the user waits for */
 
-  sluice_acquire *acquires;       /* every live acquire */
-  sluice_acquire *pend_head, *pend_tail; /* attempts ready to send, in order */
-  acq_batch *acq_batches;         /* attempt batches in flight */
-  rel_req *rel_head, *rel_tail;   /* releases ready to send, in order */
-  rel_batch *rel_batches;         /* release batches in flight */
-  sluice_permit *renew_head, *renew_tail; /* renewals due, in order */
-  renew_batch *renew_batches;     /* renewal batches in flight */
+  sluice__list acquires;          /* every live acquire */
+  sluice__list pending;           /* attempts ready to send, in order */
+  sluice__list acq_batches;       /* attempt batches in flight */
+  sluice__list rel_queue;         /* releases ready to send, in order */
+  sluice__list rel_batches;       /* release batches in flight */
+  sluice__list renew_queue;       /* renewals due, in order */
+  sluice__list renew_batches;     /* renewal batches in flight */
   struct event *flush_ev;         /* sends what is ready, once per loop turn */
   int flush_scheduled;
 
-  sluice_permit *permits;         /* held permits */
+  sluice__list permits;           /* held permits */
   sem_inspect_req *inspects;
   int closed;                     /* client closed: calls get ECLOSED */
   int freeing;                    /* sluice_sem_free was called */
@@ -51,13 +52,13 @@ struct sluice_sem {
 
 struct sluice_permit {
   sluice_sem *sem;
-  sluice_permit *prev, *next;     /* in sem->permits */
+  sluice__link link;              /* in sem->permits */
   char id[33];
   uint64_t fence;
   uint64_t deadline_ms;           /* monotonic: lease surely valid until */
   struct event *renew_timer;
   struct event *lost_timer;
-  sluice_permit *rprev, *rnext;   /* in sem's renewals-due list */
+  sluice__link rlink;             /* in sem->renew_queue */
   int renew_queued;               /* in that list */
   renew_batch *rbatch;            /* renewal in flight, in slot rslot */
   size_t rslot;

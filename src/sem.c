@@ -253,7 +253,8 @@ static void sem_on_client_close(sluice__child *child) {
   sem->closed = 1;
   sem->dispatching++;
   cancel_pending(sem);
-  for (sluice_permit *p = sem->permits; p; p = p->next) sluice__permit_client_closed(p);
+  for (sluice__link *l = sem->permits.head; l; l = l->next)
+    sluice__permit_client_closed(sluice__container_of(l, sluice_permit, link));
   sem->dispatching--;
   sluice__sem_dispatch_done(sem);
 }
@@ -277,9 +278,10 @@ void sluice_sem_free(sluice_sem *sem) {
   sem->freeing = 1;
   sem->dispatching++;
   cancel_pending(sem);
-  while (sem->permits) {
-    sluice__release_queue(sem, sem->permits->id, NULL, NULL); /* no-op once closed */
-    sluice__permit_drop(sem->permits);
+  while (sem->permits.head) {
+    sluice_permit *p = sluice__container_of(sem->permits.head, sluice_permit, link);
+    sluice__release_queue(sem, p->id, NULL, NULL); /* no-op once closed */
+    sluice__permit_drop(p);
   }
   sem->dispatching--;
   sluice__sem_dispatch_done(sem);

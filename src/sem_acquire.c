@@ -20,8 +20,8 @@
 
 struct sluice_acquire {
   sluice_sem *sem;
-  sluice_acquire *prev, *next;    /* in sem->acquires */
-  sluice_acquire *pprev, *pnext;  /* in the ready-to-send list */
+  sluice__link link;              /* in sem->acquires */
+  sluice__link plink;             /* in sem->pending */
   int pending;                    /* in that list */
   acq_batch *batch;               /* attempt in flight, in slot `slot` */
   size_t slot;
@@ -42,7 +42,7 @@ struct sluice_acquire {
 
 struct acq_batch {
   sluice_sem *sem;
-  acq_batch *prev, *next;         /* in sem->acq_batches */
+  sluice__link link;              /* in sem->acq_batches */
   sluice__op *op;
   uint64_t sent_ms;
   size_t n;
@@ -58,31 +58,15 @@ static void pend_add(sluice_acquire *a) {
   sluice_sem *sem = a->sem;
   if (a->pending) return;
   a->pending = 1;
-  a->pnext = NULL;
-  a->pprev = sem->pend_tail;
-  if (sem->pend_tail) sem->pend_tail->pnext = a;
-  else sem->pend_head = a;
-  sem->pend_tail = a;
+  sluice__list_append(&sem->pending, &a->plink);
   sluice__sem_schedule_flush(sem);
 }
 
 static void pend_remove(sluice_acquire *a) {
   sluice_sem *sem = a->sem;
   if (!a->pending) return;
-  if (a->pprev) a->pprev->pnext = a->pnext;
-  else sem->pend_head = a->pnext;
-  if (a->pnext) a->pnext->pprev = a->pprev;
-  else sem->pend_tail = a->pprev;
-  a->pprev = a->pnext = NULL;
+  sluice__list_remove(&sem->pending, &a->plink);
   a->pending = 0;
-}
-
-static void batch_unlink(acq_batch *b) {
-  sluice_sem *sem = b->sem;
-  if (b->prev) b->prev->next = b->next;
-  else if (sem->acq_batches == b) sem->acq_batches = b->next;
-  if (b->next) b->next->prev = b->prev;
-  b->prev = b->next = NULL;
 }
 
 /* Leave the batch in flight, returning the permit it may have been granted. */
@@ -108,9 +92,7 @@ static void send_leave(sluice_acquire *a) {
 static void acquire_free(sluice_acquire *a) {
   sluice_sem *sem = a->sem;
   pend_remove(a);
-  if (a->prev) a->prev->next = a->next;
-  else if (sem->acquires == a) sem->acquires = a->next;
-  if (a->next) a->next->prev = a->prev;
+  sluice__list_remove(&sem->acquires, &a->link);
   event_free(a->timer);
   event_free(a->deadline);
   sluice__free(a);
@@ -243,14 +225,14 @@ static void batch_complete(acq_batch *b, int status, const redisReply *reply) {
 
 static void on_batch_reply(void *ud, int status, const redisReply *reply) {
   acq_batch *b = ud;
-  batch_unlink(b);
+  sluice__list_remove(&b->sem->acq_batches, &b->link);
   batch_complete(b, status, reply);
 }
 
 void sluice__acquire_flush(sluice_sem *sem) {
-  while (sem->pend_head) {
+  while (sem->pending.head) {
     size_t n = 0;
-    for (sluice_acquire *a = sem->pend_head; a && n < SEM_BATCH_MAX; a = a->pnext) n++;
+    for (sluice__link *l = sem->pending.head; l && n < SEM_BATCH_MAX; l = l->next) n++;
     acq_batch *b = sluice__calloc(1, sizeof *b + n * sizeof b->slots[0]);
     const char **argv = malloc((10 + 3 * n) * sizeof *argv);
     if (!b || !argv) {
@@ -269,7 +251,7 @@ void sluice__acquire_flush(sluice_sem *sem) {
                             sem->wake_base,             sem->keep_s};
     memcpy(argv, head, sizeof head);
     for (size_t i = 0; i < n; i++) {
-      sluice_acquire *a = sem->pend_head;
+      sluice_acquire *a = sluice__container_of(sem->pending.head, sluice_acquire, plink);
       pend_remove(a);
       a->batch = b;
       a->slot = i;
@@ -290,9 +272,7 @@ void sluice__acquire_flush(sluice_sem *sem) {
       sluice__free(b);
       continue;
     }
-    b->next = sem->acq_batches;
-    if (sem->acq_batches) sem->acq_batches->prev = b;
-    sem->acq_batches = b;
+    sluice__list_append(&sem->acq_batches, &b->link);
   }
 }
 
@@ -309,13 +289,17 @@ void sluice__acquire_poke(sluice_acquire *a) {
 }
 
 void sluice__acquire_poke_all(sluice_sem *sem) {
-  for (sluice_acquire *a = sem->acquires; a; a = a->next)
+  for (sluice__link *l = sem->acquires.head; l; l = l->next) {
+    sluice_acquire *a = sluice__container_of(l, sluice_acquire, link);
     if (a->blocking) sluice__acquire_poke(a);
+  }
 }
 
 sluice_acquire *sluice__acquire_find(sluice_sem *sem, const char *waiter_id) {
-  for (sluice_acquire *a = sem->acquires; a; a = a->next)
+  for (sluice__link *l = sem->acquires.head; l; l = l->next) {
+    sluice_acquire *a = sluice__container_of(l, sluice_acquire, link);
     if (a->blocking && memcmp(a->waiter_id, waiter_id, 32) == 0) return a;
+  }
   return NULL;
 }
 
@@ -358,9 +342,7 @@ static int start_acquire(sluice_sem *sem, int blocking, unsigned timeout_ms,
   memcpy(a->member, sem->handle_id, 32);
   a->member[32] = ':';
   memcpy(a->member + 33, a->waiter_id, 33);
-  a->next = sem->acquires;
-  if (sem->acquires) sem->acquires->prev = a;
-  sem->acquires = a;
+  sluice__list_append(&sem->acquires, &a->link);
   if (blocking) {
     sluice__sem_blocking_changed(sem, +1);
     if (timeout_ms) sluice__timer_in(a->deadline, timeout_ms);
@@ -388,9 +370,9 @@ int sluice_acquire_cancel(sluice_acquire *a) {
 void sluice__acquire_cancel_all(sluice_sem *sem) {
   /* Batches in flight: stop listening, and return whatever they were
    * granted (the releases queue behind them on the same connection). */
-  while (sem->acq_batches) {
-    acq_batch *b = sem->acq_batches;
-    batch_unlink(b);
+  while (sem->acq_batches.head) {
+    acq_batch *b = sluice__container_of(sem->acq_batches.head, acq_batch, link);
+    sluice__list_remove(&sem->acq_batches, &b->link);
     sluice__op_detach(b->op);
     for (size_t i = 0; i < b->n; i++) {
       if (b->slots[i].a) b->slots[i].a->batch = NULL;
@@ -398,5 +380,6 @@ void sluice__acquire_cancel_all(sluice_sem *sem) {
     }
     sluice__free(b);
   }
-  while (sem->acquires) finish(sem->acquires, SLUICE_ECANCELED, NULL);
+  while (sem->acquires.head)
+    finish(sluice__container_of(sem->acquires.head, sluice_acquire, link), SLUICE_ECANCELED, NULL);
 }

@@ -11,7 +11,7 @@
 #include "sem-internal.h"
 
 struct rel_req {
-  rel_req *next;
+  sluice__link link;              /* in sem->rel_queue */
   char id[33];
   sluice_release_cb *cb;          /* NULL: nobody waits for the answer */
   void *ud;
@@ -19,7 +19,7 @@ struct rel_req {
 
 struct rel_batch {
   sluice_sem *sem;
-  rel_batch *prev, *next;         /* in sem->rel_batches */
+  sluice__link link;              /* in sem->rel_batches */
   sluice__op *op;
   size_t n;
   rel_req *reqs[];
@@ -32,19 +32,9 @@ int sluice__release_queue(sluice_sem *sem, const char *id, sluice_release_cb *cb
   memcpy(r->id, id, 32);
   r->cb = cb;
   r->ud = ud;
-  if (sem->rel_tail) sem->rel_tail->next = r;
-  else sem->rel_head = r;
-  sem->rel_tail = r;
+  sluice__list_append(&sem->rel_queue, &r->link);
   sluice__sem_schedule_flush(sem);
   return SLUICE_OK;
-}
-
-static void batch_unlink(rel_batch *b) {
-  sluice_sem *sem = b->sem;
-  if (b->prev) b->prev->next = b->next;
-  else if (sem->rel_batches == b) sem->rel_batches = b->next;
-  if (b->next) b->next->prev = b->prev;
-  b->prev = b->next = NULL;
 }
 
 /* Answer each request of b (ECANCELED once the handle is being freed: no
@@ -72,14 +62,14 @@ static void batch_complete(rel_batch *b, int status, const redisReply *reply) {
 
 static void on_batch_reply(void *ud, int status, const redisReply *reply) {
   rel_batch *b = ud;
-  batch_unlink(b);
+  sluice__list_remove(&b->sem->rel_batches, &b->link);
   batch_complete(b, status, reply);
 }
 
 void sluice__release_flush(sluice_sem *sem) {
-  while (sem->rel_head && !sem->closed) {
+  while (sem->rel_queue.head && !sem->closed) {
     size_t n = 0;
-    for (rel_req *r = sem->rel_head; r && n < SEM_BATCH_MAX; r = r->next) n++;
+    for (sluice__link *l = sem->rel_queue.head; l && n < SEM_BATCH_MAX; l = l->next) n++;
     rel_batch *b = sluice__calloc(1, sizeof *b + n * sizeof(rel_req *));
     const char **argv = malloc((7 + n) * sizeof *argv);
     if (!b || !argv) {
@@ -98,13 +88,11 @@ void sluice__release_flush(sluice_sem *sem) {
     argv[5] = sem->hb_s;
     argv[6] = sem->o.fair ? "1" : "0";
     for (size_t i = 0; i < n; i++) {
-      rel_req *r = sem->rel_head;
-      sem->rel_head = r->next;
-      r->next = NULL;
+      rel_req *r = sluice__container_of(sem->rel_queue.head, rel_req, link);
+      sluice__list_remove(&sem->rel_queue, &r->link);
       b->reqs[i] = r;
       argv[7 + i] = r->id;
     }
-    if (!sem->rel_head) sem->rel_tail = NULL;
     int rc = sluice__eval(sem->c, &sluice__lua_sem_release, 3, (int)(7 + n), argv, NULL,
                           sem->o.op_timeout_ms, on_batch_reply, b, &b->op);
     free(argv);
@@ -112,24 +100,21 @@ void sluice__release_flush(sluice_sem *sem) {
       batch_complete(b, rc, NULL);
       continue;
     }
-    b->next = sem->rel_batches;
-    if (sem->rel_batches) sem->rel_batches->prev = b;
-    sem->rel_batches = b;
+    sluice__list_append(&sem->rel_batches, &b->link);
   }
 }
 
 void sluice__release_cancel_all(sluice_sem *sem) {
   sluice__release_flush(sem); /* still send what is queued, if we can */
-  while (sem->rel_head) {     /* client closed: nothing can be sent */
-    rel_req *r = sem->rel_head;
-    sem->rel_head = r->next;
-    if (!sem->rel_head) sem->rel_tail = NULL;
+  while (sem->rel_queue.head) { /* client closed: nothing can be sent */
+    rel_req *r = sluice__container_of(sem->rel_queue.head, rel_req, link);
+    sluice__list_remove(&sem->rel_queue, &r->link);
     if (r->cb) r->cb(sem, SLUICE_ECANCELED, r->ud);
     sluice__free(r);
   }
-  while (sem->rel_batches) {
-    rel_batch *b = sem->rel_batches;
-    batch_unlink(b);
+  while (sem->rel_batches.head) {
+    rel_batch *b = sluice__container_of(sem->rel_batches.head, rel_batch, link);
+    sluice__list_remove(&sem->rel_batches, &b->link);
     sluice__op_detach(b->op);
     batch_complete(b, SLUICE_ECANCELED, NULL);
   }

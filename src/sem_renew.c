@@ -12,7 +12,7 @@
 
 struct renew_batch {
   sluice_sem *sem;
-  renew_batch *prev, *next;       /* in sem->renew_batches */
+  sluice__link link;              /* in sem->renew_batches */
   sluice__op *op;
   uint64_t sent_ms;
   size_t n;
@@ -22,11 +22,7 @@ struct renew_batch {
 static void queue_remove(sluice_permit *p) {
   sluice_sem *sem = p->sem;
   if (!p->renew_queued) return;
-  if (p->rprev) p->rprev->rnext = p->rnext;
-  else sem->renew_head = p->rnext;
-  if (p->rnext) p->rnext->rprev = p->rprev;
-  else sem->renew_tail = p->rprev;
-  p->rprev = p->rnext = NULL;
+  sluice__list_remove(&sem->renew_queue, &p->rlink);
   p->renew_queued = 0;
 }
 
@@ -34,11 +30,7 @@ void sluice__renew_queue(sluice_permit *p) {
   sluice_sem *sem = p->sem;
   if (p->renew_queued || p->rbatch) return;
   p->renew_queued = 1;
-  p->rnext = NULL;
-  p->rprev = sem->renew_tail;
-  if (sem->renew_tail) sem->renew_tail->rnext = p;
-  else sem->renew_head = p;
-  sem->renew_tail = p;
+  sluice__list_append(&sem->renew_queue, &p->rlink);
   sluice__sem_schedule_flush(sem);
 }
 
@@ -50,20 +42,12 @@ void sluice__renew_forget(sluice_permit *p) {
   }
 }
 
-static void batch_unlink(renew_batch *b) {
-  sluice_sem *sem = b->sem;
-  if (b->prev) b->prev->next = b->next;
-  else if (sem->renew_batches == b) sem->renew_batches = b->next;
-  if (b->next) b->next->prev = b->prev;
-  b->prev = b->next = NULL;
-}
-
 /* Lost callbacks may release other permits of this batch (their slots go
  * NULL) or free the semaphore (destruction waits for us). */
 static void on_batch_reply(void *ud, int status, const redisReply *reply) {
   renew_batch *b = ud;
   sluice_sem *sem = b->sem;
-  batch_unlink(b);
+  sluice__list_remove(&sem->renew_batches, &b->link);
   if (status == SLUICE_OK && (reply->type != REDIS_REPLY_ARRAY || reply->elements != b->n))
     status = SLUICE_EPROTOCOL;
   sem->dispatching++;
@@ -83,13 +67,13 @@ static void on_batch_reply(void *ud, int status, const redisReply *reply) {
 }
 
 void sluice__renew_flush(sluice_sem *sem) {
-  while (sem->renew_head && !sem->closed) {
+  while (sem->renew_queue.head && !sem->closed) {
     size_t n = 0;
     uint64_t timeout = sluice__client_op_timeout(sem->c);
     if (sem->o.op_timeout_ms) timeout = sem->o.op_timeout_ms;
-    for (sluice_permit *p = sem->renew_head; p && n < SEM_BATCH_MAX; p = p->rnext) {
+    for (sluice__link *l = sem->renew_queue.head; l && n < SEM_BATCH_MAX; l = l->next) {
       /* Waiting for an answer past a lease's deadline is pointless. */
-      uint64_t left = sluice__permit_ms_left(p);
+      uint64_t left = sluice__permit_ms_left(sluice__container_of(l, sluice_permit, rlink));
       if (left < timeout) timeout = left;
       n++;
     }
@@ -109,7 +93,7 @@ void sluice__renew_flush(sluice_sem *sem) {
     argv[1] = sem->ttl_s;
     argv[2] = sem->keep_s;
     for (size_t i = 0; i < n; i++) {
-      sluice_permit *p = sem->renew_head;
+      sluice_permit *p = sluice__container_of(sem->renew_queue.head, sluice_permit, rlink);
       queue_remove(p);
       p->rbatch = b;
       p->rslot = i;
@@ -123,17 +107,16 @@ void sluice__renew_flush(sluice_sem *sem) {
       on_batch_reply(b, rc, NULL);
       continue;
     }
-    b->next = sem->renew_batches;
-    if (sem->renew_batches) sem->renew_batches->prev = b;
-    sem->renew_batches = b;
+    sluice__list_append(&sem->renew_batches, &b->link);
   }
 }
 
 void sluice__renew_cancel_all(sluice_sem *sem) {
-  while (sem->renew_head) queue_remove(sem->renew_head);
-  while (sem->renew_batches) {
-    renew_batch *b = sem->renew_batches;
-    batch_unlink(b);
+  while (sem->renew_queue.head)
+    queue_remove(sluice__container_of(sem->renew_queue.head, sluice_permit, rlink));
+  while (sem->renew_batches.head) {
+    renew_batch *b = sluice__container_of(sem->renew_batches.head, renew_batch, link);
+    sluice__list_remove(&sem->renew_batches, &b->link);
     sluice__op_detach(b->op);
     for (size_t i = 0; i < b->n; i++)
       if (b->slots[i]) b->slots[i]->rbatch = NULL;

@@ -15,6 +15,7 @@
 #include <hiredis/hiredis.h>
 #include <sluice/sluice.h>
 
+#include "list.h"
 #include "lua_scripts.h"
 
 struct event_base;
@@ -69,7 +70,8 @@ void sluice__unlisten(sluice__listener *l);
  * its children, and on close every child's on_close runs (from the loop) so
  * it can cancel pending user operations with SLUICE_ECANCELED. */
 typedef struct sluice__child {
-  struct sluice__child *prev, *next;
+  sluice__link link;             /* in the client's list of children */
+  int closed;                    /* on_close already ran */
   void (*on_close)(struct sluice__child *child);
 } sluice__child;
 
