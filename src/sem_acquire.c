@@ -234,11 +234,9 @@ void sluice__acquire_flush(sluice_sem *sem) {
     size_t n = 0;
     for (sluice__link *l = sem->pending.head; l && n < SEM_BATCH_MAX; l = l->next) n++;
     acq_batch *b = sluice__calloc(1, sizeof *b + n * sizeof b->slots[0]);
-    const char **argv = malloc((10 + 3 * n) * sizeof *argv);
-    if (!b || !argv) {
-      sluice__free(b);
-      free(argv);
-      sluice__sem_schedule_flush(sem);
+    const char *argv[10 + 3 * SEM_BATCH_MAX];
+    if (!b) {
+      sluice__sem_schedule_flush(sem); /* try again next turn */
       return;
     }
     b->sem = sem;
@@ -263,7 +261,6 @@ void sluice__acquire_flush(sluice_sem *sem) {
     }
     int rc = sluice__eval(sem->c, &sluice__lua_sem_acquire, SEM_NKEYS, (int)(10 + 3 * n), argv,
                           NULL, sem->o.op_timeout_ms, on_batch_reply, b, &b->op);
-    free(argv);
     if (rc) {
       for (size_t i = 0; i < n; i++) {
         b->slots[i].a->batch = NULL;

@@ -71,10 +71,8 @@ void sluice__release_flush(sluice_sem *sem) {
     size_t n = 0;
     for (sluice__link *l = sem->rel_queue.head; l && n < SEM_BATCH_MAX; l = l->next) n++;
     rel_batch *b = sluice__calloc(1, sizeof *b + n * sizeof(rel_req *));
-    const char **argv = malloc((7 + n) * sizeof *argv);
-    if (!b || !argv) {
-      sluice__free(b);
-      free(argv);
+    const char *argv[7 + SEM_BATCH_MAX];
+    if (!b) {
       sluice__sem_schedule_flush(sem); /* try again next turn */
       return;
     }
@@ -95,7 +93,6 @@ void sluice__release_flush(sluice_sem *sem) {
     }
     int rc = sluice__eval(sem->c, &sluice__lua_sem_release, 3, (int)(7 + n), argv, NULL,
                           sem->o.op_timeout_ms, on_batch_reply, b, &b->op);
-    free(argv);
     if (rc) {
       batch_complete(b, rc, NULL);
       continue;

@@ -79,11 +79,9 @@ void sluice__renew_flush(sluice_sem *sem) {
     }
     if (timeout < RENEW_TIMEOUT_MIN_MS) timeout = RENEW_TIMEOUT_MIN_MS;
     renew_batch *b = sluice__calloc(1, sizeof *b + n * sizeof(sluice_permit *));
-    const char **argv = malloc((3 + n) * sizeof *argv);
-    if (!b || !argv) {
-      sluice__free(b);
-      free(argv);
-      sluice__sem_schedule_flush(sem);
+    const char *argv[3 + SEM_BATCH_MAX];
+    if (!b) {
+      sluice__sem_schedule_flush(sem); /* try again next turn */
       return;
     }
     b->sem = sem;
@@ -102,7 +100,6 @@ void sluice__renew_flush(sluice_sem *sem) {
     }
     int rc = sluice__eval(sem->c, &sluice__lua_sem_renew, 1, (int)(3 + n), argv, NULL,
                           (unsigned)timeout, on_batch_reply, b, &b->op);
-    free(argv);
     if (rc) {
       on_batch_reply(b, rc, NULL);
       continue;
