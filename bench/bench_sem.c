@@ -201,43 +201,36 @@ static int run_sluice(sluice_sem *sem, enum mode mode, int in_flight, int total,
 
 typedef struct rb_args {
   char acq_sha[41], rel_sha[41];
-  /* holders queue beats meta permits ttl hb fair wake keep, then one request:
-   * id waiter maybe-granted */
-  const char *acq[13];
-  const char *rel[8]; /* holders queue beats permits wake hb fair id */
+  sluice__args acq, rel;
 } rb_args;
 
-/* Arguments as sluice__acquire_flush()/sluice__release_flush() build them
- * for a batch of one request on sem (whose name has the length of the
- * sluice side's), with a __rand_int__ permit id. */
+/* The arguments the library sends for a call of one request on sem (whose
+ * name has the length of the sluice side's), built by the same functions,
+ * with a __rand_int__ permit id. */
 static int rb_prepare(sluice_sem *sem, rb_args *a) {
   static const char id[] = "00000000000000000000__rand_int__";
+  memset(a, 0, sizeof *a);
   if (bench_script_load(&rs, &sluice__lua_sem_acquire, a->acq_sha) != 0 ||
-      bench_script_load(&rs, &sluice__lua_sem_release, a->rel_sha) != 0)
+      bench_script_load(&rs, &sluice__lua_sem_release, a->rel_sha) != 0 ||
+      sluice__args_init(&a->acq, SEM_ACQUIRE_ARGS_HEAD + SEM_ACQUIRE_ARGS_PER,
+                        SEM_ACQUIRE_NUMS_HEAD + SEM_ACQUIRE_NUMS_PER) != 0 ||
+      sluice__args_init(&a->rel, SEM_RELEASE_ARGS_HEAD + SEM_RELEASE_ARGS_PER,
+                        SEM_RELEASE_NUMS_HEAD + SEM_RELEASE_NUMS_PER) != 0)
     return -1;
-  const char *fair = sem->o.fair ? "1" : "0";
-  const char *acq[13] = {sem->keys[SEM_KEY_HOLDERS], sem->keys[SEM_KEY_QUEUE],
-                         sem->keys[SEM_KEY_BEATS],   sem->keys[SEM_KEY_META],
-                         sem->permits_s,             sem->ttl_s,
-                         sem->hb_s,                  fair,
-                         sem->wake_base,             sem->keep_s,
-                         id,                         "",
-                         "0"};
-  const char *rel[8] = {sem->keys[SEM_KEY_HOLDERS], sem->keys[SEM_KEY_QUEUE],
-                        sem->keys[SEM_KEY_BEATS],   sem->permits_s,
-                        sem->wake_base,             sem->hb_s,
-                        fair,                       id};
-  memcpy(a->acq, acq, sizeof acq);
-  memcpy(a->rel, rel, sizeof rel);
-  return 0;
+  sluice__sem_acquire_head(&a->acq, &sem->call);
+  sluice__sem_acquire_item(&a->acq, id, "", 0);
+  sluice__sem_release_head(&a->rel, &sem->call);
+  sluice__sem_release_item(&a->rel, id);
+  return a->acq.failed || a->rel.failed ? -1 : 0;
 }
 
 static int run_rb(const rb_args *a, int release, int clients, int pipeline, int total,
                   result *out) {
   bench_rb_opts o = {clients, total, pipeline, RB_KEYSPACE};
   bench_rb_result rb;
-  int rc = release ? bench_evalsha(&rs, &o, a->rel_sha, 3, 8, a->rel, &rb)
-                   : bench_evalsha(&rs, &o, a->acq_sha, 4, 13, a->acq, &rb);
+  const sluice__args *x = release ? &a->rel : &a->acq;
+  int rc = bench_evalsha(&rs, &o, release ? a->rel_sha : a->acq_sha, x->nkeys, x->argc, x->argv,
+                         &rb);
   if (rc == 0) *out = (result){rb.rps, rb.p50_ms, rb.p99_ms};
   return rc;
 }
@@ -272,6 +265,7 @@ static int bench_level(sluice_client *c, const level *lv, cell *out) {
   sluice_permit **held = calloc((size_t)lv->ops, sizeof *held);
   rb_args a;
   result one;
+  memset(&a, 0, sizeof a);
   memset(out, 0, sizeof *out);
   int rb = bench_have_redis_benchmark() && rb_prepare(rbsem, &a) == 0;
   int rc = held ? 0 : -1;
@@ -294,6 +288,8 @@ static int bench_level(sluice_client *c, const level *lv, cell *out) {
   }
   out->have_rb = rb;
   if (lv->in_flight == 1) out->rb_acq_conns = out->rb_acq;
+  sluice__args_clear(&a.acq);
+  sluice__args_clear(&a.rel);
   free(held);
   sluice_sem_free(rbsem);
   sluice_sem_free(sem);

@@ -5,6 +5,7 @@
 #include <sluice/client.h>
 
 #include "conn.h"
+#include "guard.h"
 #include "sluice-internal.h"
 #include "url.h"
 
@@ -20,7 +21,7 @@ struct sluice_client {
   sluice__conn cmd;               /* the command connection */
   uint64_t last_reply_ms;         /* monotonic: last reply on it */
   sluice__list ops;               /* operations not yet completed */
-  sluice__list children;
+  sluice__guard_home home;        /* every object created on the client */
   sluice__blocker *blocker;       /* created on first listen */
 
   sluice_client_state_cb *state_cb;
@@ -28,7 +29,8 @@ struct sluice_client {
   sluice_close_cb *close_cb;
   void *close_ud;
   struct event *reaper;           /* runs the close sequence from the loop */
-  int closing;                    /* close requested */
+  int closing;                    /* close requested: public calls refused */
+  int sealed;                     /* objects cancelled: no new operations */
   int reaped;                     /* close sequence done */
   sluice_client_stats stats;
 };
@@ -36,7 +38,5 @@ struct sluice_client {
 sluice__blocker *sluice__blocker_new(sluice_client *c);
 void sluice__blocker_free(sluice__blocker *b);
 
-/* The client's memory goes once it is reaped and has no children. */
-void sluice__client_maybe_release(sluice_client *c);
 
 #endif

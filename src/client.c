@@ -182,7 +182,7 @@ int sluice__eval(sluice_client *c, const sluice__script *s, int nkeys, int argc,
                  const char *const *argv, const size_t *lens, unsigned timeout_ms,
                  sluice__reply_fn *fn, void *ud, sluice__op **out) {
   if (!c || !s || !fn || nkeys < 0 || argc < nkeys || (argc && !argv)) return SLUICE_EINVAL;
-  if (c->closing) return SLUICE_ECLOSED;
+  if (c->sealed) return SLUICE_ECLOSED;
   if (nkeys > 255) return SLUICE_EINVAL;
   char nk[8];
   const char *head[3] = {"EVALSHA", s->sha, nk};
@@ -197,7 +197,7 @@ int sluice__command(sluice_client *c, int argc, const char *const *argv,
                     const size_t *lens, unsigned timeout_ms, sluice__reply_fn *fn,
                     void *ud, sluice__op **out) {
   if (!c || !fn || argc < 1 || !argv) return SLUICE_EINVAL;
-  if (c->closing) return SLUICE_ECLOSED;
+  if (c->sealed) return SLUICE_ECLOSED;
   sluice__op *op = op_new(c, 0, NULL, NULL, argc, argv, lens);
   if (!op) return SLUICE_ENOMEM;
   return op_start(c, op, timeout_ms, fn, ud, out);
@@ -265,7 +265,17 @@ static void client_destroy(sluice_client *c) {
   sluice__endpoint_clear(&c->endpoint);
   free(c->key_prefix);
   if (c->reaper) event_free(c->reaper);
+  sluice__guard_home_clear(&c->home);
   sluice__free(c);
+}
+
+/* The client's memory goes once it is reaped and every object is gone. */
+static void maybe_release(sluice_client *c) {
+  if (c->reaped && !c->home.guards.head) client_destroy(c);
+}
+
+static void home_empty(sluice__guard_home *h) {
+  maybe_release(sluice__container_of(h, sluice_client, home));
 }
 
 static void reaper_cb(evutil_socket_t fd, short what, void *arg);
@@ -304,7 +314,8 @@ int sluice_client_new(struct event_base *base, const sluice_client_options *opts
   sluice__conn_config cfg = {&c->endpoint, c->opts.connect_timeout_ms,
                              c->opts.reconnect_min_ms, c->opts.reconnect_max_ms,
                              sluice__lua_all, cmd_up, cmd_down, c};
-  if (!c->key_prefix || !c->reaper || sluice__conn_init(&c->cmd, base, &cfg) != 0) {
+  if (!c->key_prefix || !c->reaper || sluice__guard_home_init(&c->home, base, home_empty) != 0 ||
+      sluice__conn_init(&c->cmd, base, &cfg) != 0) {
     client_destroy(c);
     return SLUICE_ENOMEM;
   }
@@ -332,22 +343,13 @@ void sluice_client_get_stats(const sluice_client *c, sluice_client_stats *out) {
   *out = c->stats;
 }
 
-/* The close sequence, from the loop: children cancel their user operations,
- * remaining ops complete with ECANCELED, connections go, close_cb runs. */
+/* The close sequence, from the loop: every object cancels its pending
+ * operations (releases they queue still go out), remaining ops complete
+ * with ECANCELED, connections go, close_cb runs. */
 static void reaper_cb(evutil_socket_t fd, short what, void *arg) {
   sluice_client *c = arg;
-  /* on_close may free any child (a cancellation callback may free other
-   * objects), so start again from the head after each. */
-  for (;;) {
-    sluice__child *ch = NULL;
-    for (sluice__link *l = c->children.head; l && !ch; l = l->next) {
-      sluice__child *x = sluice__container_of(l, sluice__child, link);
-      if (!x->closed) ch = x;
-    }
-    if (!ch) break;
-    ch->closed = 1;
-    if (ch->on_close) ch->on_close(ch);
-  }
+  sluice__guard_home_close(&c->home);
+  c->sealed = 1;
   while (c->ops.head) {
     sluice__op *op = sluice__container_of(c->ops.head, sluice__op, link);
     op_complete(op, SLUICE_ECANCELED, NULL);
@@ -367,7 +369,7 @@ static void cmd_drained(sluice__conn *conn, void *ud) {
   sluice__conn_shutdown(&c->cmd);
   if (c->close_cb) c->close_cb(c->close_ud); /* may free the client's objects */
   c->reaped = 1;
-  sluice__client_maybe_release(c);
+  maybe_release(c);
 }
 
 void sluice_client_close(sluice_client *c, sluice_close_cb *cb, void *ud) {
@@ -380,21 +382,9 @@ void sluice_client_close(sluice_client *c, sluice_close_cb *cb, void *ud) {
 
 void sluice_client_free(sluice_client *c) { sluice_client_close(c, NULL, NULL); }
 
-void sluice__client_maybe_release(sluice_client *c) {
-  if (c->reaped && !c->children.head) client_destroy(c);
-}
+struct sluice__guard_home *sluice__client_home(sluice_client *c) { return &c->home; }
 
-/* ---- for primitives ------------------------------------------------------ */
-
-void sluice__client_attach(sluice_client *c, sluice__child *ch) {
-  ch->closed = 0;
-  sluice__list_append(&c->children, &ch->link);
-}
-
-void sluice__client_detach(sluice_client *c, sluice__child *ch) {
-  sluice__list_remove(&c->children, &ch->link);
-  sluice__client_maybe_release(c);
-}
+unsigned sluice__client_route(const sluice_client *c, const char *key) { return 0; }
 
 int sluice__client_closing(const sluice_client *c) { return c->closing; }
 struct event_base *sluice__client_base(const sluice_client *c) { return c->base; }

@@ -4,10 +4,9 @@
 
 #include <sluice/dq.h>
 
+#include "guard.h"
+#include "script_args.h" /* the queue's five keys (every dq script takes them) */
 #include "sluice-internal.h"
-
-/* Every dq script takes the queue's five keys, in this order. */
-enum { DQ_KEY_DELAYED, DQ_KEY_FLIGHT, DQ_KEY_DEAD, DQ_KEY_HASH, DQ_KEY_WAKE, DQ_NKEYS };
 
 #define DQ_DEFAULT_RETENTION_MS (7ull * 24 * 3600 * 1000)
 

@@ -17,28 +17,36 @@
 
 enum req_kind { REQ_PUSH, REQ_BATCH, REQ_CANCEL, REQ_INSPECT, REQ_DEAD, REQ_REQUEUE };
 
+/* The user's callback; the request's kind says which member is set. */
+typedef union dq_cb {
+  sluice_dq_push_cb *push;
+  sluice_dq_batch_cb *batch;
+  sluice_dq_status_cb *cancel;
+  sluice_dq_info_cb *inspect;
+  sluice_dq_dead_cb *dead;
+  sluice_dq_count_cb *requeue;
+} dq_cb;
+
 typedef struct dq_req dq_req;
 struct dq_req {
   sluice_dq *dq;
-  dq_req *prev, *next;
+  sluice__link link;     /* in dq->reqs */
   sluice__op *op;
   enum req_kind kind;
-  void (*cb)(void);  /* the user callback, cast back by kind */
+  dq_cb cb;
   void *ud;
-  size_t n;          /* ids below (push, batch) */
+  size_t n;              /* ids below (push, batch) */
   char **ids;
 };
 
 struct sluice_dq {
-  sluice__child child;  /* first: on_close gets this pointer */
+  sluice__guard guard;   /* how the handle dies (guard.h) */
   sluice_client *c;
   char *name;
   char *keys[DQ_NKEYS];
   unsigned op_timeout_ms;
   uint64_t retention_ms;
-  dq_req *reqs;          /* pending, newest first */
-  struct event *reaper;  /* after free: cancels reqs from the loop */
-  int freed;
+  sluice__list reqs;     /* pending */
 };
 
 /* ---- shared with dq_consumer.c -------------------------------------------- */
@@ -69,8 +77,7 @@ int sluice__dq_valid_id(const char *id) {
 
 /* ---- requests -------------------------------------------------------------- */
 
-static dq_req *req_new(sluice_dq *dq, enum req_kind kind, void (*cb)(void), void *ud,
-                       size_t nids) {
+static dq_req *req_new(sluice_dq *dq, enum req_kind kind, dq_cb cb, void *ud, size_t nids) {
   dq_req *r = sluice__calloc(1, sizeof *r + nids * (sizeof(char *) + SLUICE_DQ_ID_MAX + 1));
   if (!r) return NULL;
   r->dq = dq;
@@ -84,26 +91,10 @@ static dq_req *req_new(sluice_dq *dq, enum req_kind kind, void (*cb)(void), void
   return r;
 }
 
-static void req_link(dq_req *r) {
-  sluice_dq *dq = r->dq;
-  r->next = dq->reqs;
-  if (dq->reqs) dq->reqs->prev = r;
-  dq->reqs = r;
-}
-
-static void req_unlink(dq_req *r) {
-  sluice_dq *dq = r->dq;
-  if (r->prev) r->prev->next = r->next;
-  else dq->reqs = r->next;
-  if (r->next) r->next->prev = r->prev;
-}
-
-static void dq_destroy(sluice_dq *dq) {
-  sluice_client *c = dq->c;
-  if (dq->reaper) event_free(dq->reaper);
+static void dq_destroy(sluice__guard *g) {
+  sluice_dq *dq = sluice__container_of(g, sluice_dq, guard);
   sluice__dq_keys_free(dq->keys);
   free(dq->name);
-  sluice__client_detach(c, &dq->child); /* may release the client */
   sluice__free(dq);
 }
 
@@ -116,7 +107,7 @@ static int64_t int_at(const redisReply *r, size_t i, int *err) {
 }
 
 static void finish_push(dq_req *r, int status, const redisReply *reply) {
-  sluice_dq_push_cb *cb = (sluice_dq_push_cb *)r->cb;
+  sluice_dq_push_cb *cb = r->cb.push;
   int64_t due = -1;
   int err = 0;
   if (status == SLUICE_OK) {
@@ -128,7 +119,7 @@ static void finish_push(dq_req *r, int status, const redisReply *reply) {
 }
 
 static void finish_batch(dq_req *r, int status, const redisReply *reply) {
-  sluice_dq_batch_cb *cb = (sluice_dq_batch_cb *)r->cb;
+  sluice_dq_batch_cb *cb = r->cb.batch;
   sluice_dq_push_result *res = NULL;
   int err = 0;
   if (!cb) return;
@@ -149,7 +140,7 @@ static void finish_batch(dq_req *r, int status, const redisReply *reply) {
 }
 
 static void finish_cancel(dq_req *r, int status, const redisReply *reply) {
-  sluice_dq_status_cb *cb = (sluice_dq_status_cb *)r->cb;
+  sluice_dq_status_cb *cb = r->cb.cancel;
   int64_t v = 0;
   if (status == SLUICE_OK)
     status = sluice__reply_i64(reply, &v) ? SLUICE_EPROTOCOL : v ? SLUICE_OK : SLUICE_ENOTFOUND;
@@ -157,7 +148,7 @@ static void finish_cancel(dq_req *r, int status, const redisReply *reply) {
 }
 
 static void finish_inspect(dq_req *r, int status, const redisReply *reply) {
-  sluice_dq_info_cb *cb = (sluice_dq_info_cb *)r->cb;
+  sluice_dq_info_cb *cb = r->cb.inspect;
   sluice_dq_info info = {0};
   char next_id[SLUICE_DQ_ID_MAX + 1];
   int err = 0;
@@ -202,7 +193,7 @@ static int parse_dead(const redisReply *reply, size_t *total, sluice_dq_dead_ent
 }
 
 static void finish_dead(dq_req *r, int status, const redisReply *reply) {
-  sluice_dq_dead_cb *cb = (sluice_dq_dead_cb *)r->cb;
+  sluice_dq_dead_cb *cb = r->cb.dead;
   sluice_dq_dead_entry *entries = NULL;
   size_t total = 0, n = 0;
   if (status == SLUICE_OK) status = parse_dead(reply, &total, &entries, &n);
@@ -212,13 +203,17 @@ static void finish_dead(dq_req *r, int status, const redisReply *reply) {
 }
 
 static void finish_requeue(dq_req *r, int status, const redisReply *reply) {
-  sluice_dq_count_cb *cb = (sluice_dq_count_cb *)r->cb;
+  sluice_dq_count_cb *cb = r->cb.requeue;
   int64_t v = 0;
   if (status == SLUICE_OK && sluice__reply_i64(reply, &v) != 0) status = SLUICE_EPROTOCOL;
   if (cb) cb(r->dq, status, status == SLUICE_OK ? (uint64_t)v : 0, r->ud);
 }
 
+/* Answer the user, then free r (its ids are borrowed until then). */
 static void req_finish(dq_req *r, int status, const redisReply *reply) {
+  sluice_dq *dq = r->dq;
+  sluice__list_remove(&dq->reqs, &r->link);
+  sluice__guard_enter(&dq->guard);
   switch (r->kind) {
   case REQ_PUSH: finish_push(r, status, reply); break;
   case REQ_BATCH: finish_batch(r, status, reply); break;
@@ -227,15 +222,15 @@ static void req_finish(dq_req *r, int status, const redisReply *reply) {
   case REQ_DEAD: finish_dead(r, status, reply); break;
   case REQ_REQUEUE: finish_requeue(r, status, reply); break;
   }
+  sluice__free(r);
+  sluice__guard_leave(&dq->guard);
 }
 
 static void on_reply(void *ud, int status, const redisReply *reply) {
   dq_req *r = ud;
   if (status == SLUICE_EREDIS) reply = NULL;
   if (status == SLUICE_OK && (!reply || reply->type == REDIS_REPLY_NIL)) status = SLUICE_EPROTOCOL;
-  req_unlink(r);
   req_finish(r, status, reply);
-  sluice__free(r);
 }
 
 /* Send script s for r with the queue's keys followed by args; on error r is
@@ -259,7 +254,7 @@ static int req_send(dq_req *r, const sluice__script *s, int nargs, const char *c
     sluice__free(r);
     return rc;
   }
-  req_link(r);
+  sluice__list_append(&dq->reqs, &r->link);
   return SLUICE_OK;
 }
 
@@ -271,20 +266,31 @@ void sluice_dq_options_init(sluice_dq_options *o) {
   o->retention_ms = DQ_DEFAULT_RETENTION_MS;
 }
 
-static void on_client_close(sluice__child *child) {
-  /* Nothing to do: the client completes our ops with SLUICE_ECANCELED. */
+/* Client closed or handle freed: everything pending is cancelled. */
+/* Freed with requests pending: their replies are dropped from now on. */
+static void dq_quiesce(sluice__guard *g) {
+  sluice_dq *dq = sluice__container_of(g, sluice_dq, guard);
+  for (sluice__link *l = dq->reqs.head; l; l = l->next) {
+    dq_req *r = sluice__container_of(l, dq_req, link);
+    sluice__op_detach(r->op);
+    r->op = NULL;
+  }
 }
 
-static void reaper_cb(evutil_socket_t fd, short what, void *arg) {
-  sluice_dq *dq = arg;
-  while (dq->reqs) {
-    dq_req *r = dq->reqs;
-    req_unlink(r);
+static void dq_cancel(sluice__guard *g) {
+  sluice_dq *dq = sluice__container_of(g, sluice_dq, guard);
+  while (dq->reqs.head) {
+    dq_req *r = sluice__container_of(dq->reqs.head, dq_req, link);
+    sluice__op_detach(r->op);
     req_finish(r, SLUICE_ECANCELED, NULL);
-    sluice__free(r);
   }
-  dq_destroy(dq);
 }
+
+static int dq_idle(const sluice__guard *g) {
+  return !sluice__container_of(g, sluice_dq, guard)->reqs.head;
+}
+
+static const sluice__guard_ops dq_guard_ops = {dq_quiesce, dq_cancel, dq_idle, dq_destroy};
 
 int sluice_dq_new(sluice_client *c, const char *name, const sluice_dq_options *opts,
                   sluice_dq **out) {
@@ -301,28 +307,17 @@ int sluice_dq_new(sluice_client *c, const char *name, const sluice_dq_options *o
   dq->op_timeout_ms = opts->op_timeout_ms;
   dq->retention_ms = opts->retention_ms;
   dq->name = strdup(name);
-  dq->reaper = event_new(sluice__client_base(c), -1, 0, reaper_cb, dq);
-  if (!dq->name || !dq->reaper || sluice__dq_keys(c, name, dq->keys) != 0) {
-    free(dq->name);
-    if (dq->reaper) event_free(dq->reaper);
-    sluice__free(dq);
+  if (!dq->name || sluice__dq_keys(c, name, dq->keys) != 0) {
+    dq_destroy(&dq->guard);
     return SLUICE_ENOMEM;
   }
-  dq->child.on_close = on_client_close;
-  sluice__client_attach(c, &dq->child);
+  sluice__guard_attach(&dq->guard, sluice__client_home(c), &dq_guard_ops);
   *out = dq;
   return SLUICE_OK;
 }
 
 void sluice_dq_free(sluice_dq *dq) {
-  if (!dq || dq->freed) return;
-  dq->freed = 1;
-  if (!dq->reqs) {
-    dq_destroy(dq);
-    return;
-  }
-  for (dq_req *r = dq->reqs; r; r = r->next) sluice__op_detach(r->op);
-  event_active(dq->reaper, 0, 0);
+  if (dq) sluice__guard_free(&dq->guard);
 }
 
 const char *sluice_dq_name(const sluice_dq *dq) { return dq ? dq->name : NULL; }
@@ -339,8 +334,9 @@ static int check_item(const sluice_dq_item *it) {
 }
 
 static int usable(const sluice_dq *dq) {
-  if (!dq || dq->freed) return SLUICE_EINVAL;
-  return sluice__client_closing(dq->c) ? SLUICE_ECLOSED : SLUICE_OK;
+  if (!dq || dq->guard.freeing) return SLUICE_EINVAL;
+  return sluice__guard_live(&dq->guard) && !sluice__client_closing(dq->c) ? SLUICE_OK
+                                                                         : SLUICE_ECLOSED;
 }
 
 /* Validate items, then send them as one dq_push call for r. */
@@ -378,7 +374,7 @@ int sluice_dq_push(sluice_dq *dq, const sluice_dq_item *item, sluice_dq_push_cb 
   int rc = usable(dq);
   if (rc == SLUICE_OK) rc = check_item(item);
   if (rc != SLUICE_OK) return rc;
-  dq_req *r = req_new(dq, REQ_PUSH, (void (*)(void))cb, ud, 1);
+  dq_req *r = req_new(dq, REQ_PUSH, (dq_cb){.push = cb}, ud, 1);
   if (!r) return SLUICE_ENOMEM;
   return push_items(r, item, 1);
 }
@@ -390,7 +386,7 @@ int sluice_dq_push_batch(sluice_dq *dq, const sluice_dq_item *items, size_t n,
   if (!items || n < 1 || n > SLUICE_DQ_BATCH_MAX) return SLUICE_EINVAL;
   for (size_t i = 0; i < n; i++)
     if ((rc = check_item(&items[i])) != SLUICE_OK) return rc;
-  dq_req *r = req_new(dq, REQ_BATCH, (void (*)(void))cb, ud, n);
+  dq_req *r = req_new(dq, REQ_BATCH, (dq_cb){.batch = cb}, ud, n);
   if (!r) return SLUICE_ENOMEM;
   return push_items(r, items, n);
 }
@@ -401,7 +397,7 @@ int sluice_dq_cancel(sluice_dq *dq, const char *id, sluice_dq_status_cb *cb, voi
   int rc = usable(dq);
   if (rc != SLUICE_OK) return rc;
   if (!sluice__dq_valid_id(id)) return SLUICE_EINVAL;
-  dq_req *r = req_new(dq, REQ_CANCEL, (void (*)(void))cb, ud, 0);
+  dq_req *r = req_new(dq, REQ_CANCEL, (dq_cb){.cancel = cb}, ud, 0);
   if (!r) return SLUICE_ENOMEM;
   return req_send(r, &sluice__lua_dq_cancel, 1, &id, NULL);
 }
@@ -410,7 +406,7 @@ int sluice_dq_inspect(sluice_dq *dq, sluice_dq_info_cb *cb, void *ud) {
   int rc = usable(dq);
   if (rc != SLUICE_OK) return rc;
   if (!cb) return SLUICE_EINVAL;
-  dq_req *r = req_new(dq, REQ_INSPECT, (void (*)(void))cb, ud, 0);
+  dq_req *r = req_new(dq, REQ_INSPECT, (dq_cb){.inspect = cb}, ud, 0);
   if (!r) return SLUICE_ENOMEM;
   return req_send(r, &sluice__lua_dq_status, 0, NULL, NULL);
 }
@@ -424,7 +420,7 @@ int sluice_dq_dead_list(sluice_dq *dq, size_t offset, size_t limit, sluice_dq_de
   sluice__fmt_u64(off, offset);
   sluice__fmt_u64(lim, limit);
   const char *args[2] = {off, lim};
-  dq_req *r = req_new(dq, REQ_DEAD, (void (*)(void))cb, ud, 0);
+  dq_req *r = req_new(dq, REQ_DEAD, (dq_cb){.dead = cb}, ud, 0);
   if (!r) return SLUICE_ENOMEM;
   return req_send(r, &sluice__lua_dq_dead, 2, args, NULL);
 }
@@ -436,7 +432,7 @@ int sluice_dq_dead_requeue(sluice_dq *dq, const char *id, sluice_dq_count_cb *cb
   if (id && !sluice__dq_valid_id(id)) return SLUICE_EINVAL;
   sluice__fmt_u64(ret, dq->retention_ms);
   const char *args[3] = {ret, id ? id : "", "1000"};
-  dq_req *r = req_new(dq, REQ_REQUEUE, (void (*)(void))cb, ud, 0);
+  dq_req *r = req_new(dq, REQ_REQUEUE, (dq_cb){.requeue = cb}, ud, 0);
   if (!r) return SLUICE_ENOMEM;
   return req_send(r, &sluice__lua_dq_requeue, 3, args, NULL);
 }

@@ -9,38 +9,32 @@
  * Precise times are libevent timers; BRPOP only tells "look again now".
  *
  * Settlements (ack, retry, and "release" of messages taken after the
- * consumer was freed) queue up and go to Redis as one dq_ack call per loop
- * turn.
+ * consumer was freed) go through the batcher: one dq_ack call per loop turn.
  *
- * Lifetime: the struct lives until the user freed it AND nothing refers to
- * it any more — delivered messages not yet settled, a take or settle call in
- * flight, queued settlements, or the delivery loop itself.
+ * Lifetime (guard.h): freeing stops taking; messages already delivered stay
+ * valid and are settled as usual, so the memory goes once every delivered
+ * message is settled and nothing is in flight.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include <event2/event.h>
 
+#include "batcher.h"
 #include "dq-internal.h"
 
 #define DQ_SETTLE_MAX 1000   /* settlements per dq_ack call */
 #define DQ_BACKOFF_MIN_MS 50 /* first retry after a failed take */
 
-typedef struct settle settle;
-struct settle {
-  settle *next;
+typedef struct settle {
+  sluice__breq req;          /* in con->settles */
   sluice_dq_settle_cb *cb;
   void *ud;
   unsigned attempt;
-  char op;         /* 'a' ack, 'r' retry, 'x' release */
+  char op;                   /* 'a' ack, 'r' retry, 'x' release */
   int64_t delay_ms;
   char id[];
-};
-
-typedef struct settle_batch {
-  sluice_dq_consumer *con;
-  settle *list;
-} settle_batch;
+} settle;
 
 struct sluice_dq_msg {
   sluice_dq_consumer *con;
@@ -53,7 +47,7 @@ struct sluice_dq_msg {
 };
 
 struct sluice_dq_consumer {
-  sluice__child child;  /* on_close gets this pointer */
+  sluice__guard guard;   /* how the consumer dies (guard.h) */
   sluice_client *c;
   char *keys[DQ_NKEYS];
   sluice_dq_consumer_options o;
@@ -61,48 +55,29 @@ struct sluice_dq_consumer {
   void *ud;
   sluice_dq_error_cb *err_cb;
   void *err_ud;
-  struct event *timer;  /* next take */
-  struct event *kick;   /* take on the next loop turn */
-  struct event *flush;  /* send queued settlements */
+  struct event *timer;   /* next take */
+  struct event *kick;    /* take on the next loop turn */
+  sluice__flusher flusher;
+  sluice__batcher settles;
   sluice__listener *listener;
-  settle *q_head, *q_tail;
-  unsigned nq;           /* queued settlements */
+  unsigned route;
   unsigned in_flight;    /* delivered, not settled */
-  unsigned batches;      /* settle calls in flight */
-  unsigned dispatching;  /* inside the delivery loop */
   unsigned asked;        /* batch size of the take in flight */
   unsigned backoff_ms;
   uint64_t take_sent_ms;
-  int taking, again, starved, freed, closed;
+  int taking, again, starved;
 };
 
 static void take(sluice_dq_consumer *con);
 
-/* ---- lifetime -------------------------------------------------------------- */
-
-static void destroy(sluice_dq_consumer *con) {
-  sluice_client *c = con->c;
-  sluice__unlisten(con->listener);
-  event_free(con->timer);
-  event_free(con->kick);
-  event_free(con->flush);
-  sluice__dq_keys_free(con->keys);
-  sluice__client_detach(c, &con->child); /* may release the client */
-  sluice__free(con);
-}
-
-static void maybe_destroy(sluice_dq_consumer *con) {
-  if (con->freed && !con->in_flight && !con->batches && !con->taking && !con->nq &&
-      !con->dispatching)
-    destroy(con);
-}
+static int taking_allowed(const sluice_dq_consumer *con) { return sluice__guard_live(&con->guard); }
 
 static void on_wake(void *ud, const char *data, size_t len) { take(ud); }
 
 /* Listen for wake tokens only while a take could use them: a consumer at
  * max_in_flight would swallow a token another consumer needs. */
 static void update_listen(sluice_dq_consumer *con) {
-  int want = !con->freed && !con->closed && con->in_flight < con->o.max_in_flight;
+  int want = taking_allowed(con) && con->in_flight < con->o.max_in_flight;
   if (want && !con->listener) {
     if (sluice__listen(con->c, con->keys[DQ_KEY_WAKE], on_wake, con, &con->listener) != 0)
       con->listener = NULL; /* the poll timer still finds due messages */
@@ -119,109 +94,49 @@ static void timer_in_us(struct event *ev, uint64_t us) {
 
 /* ---- settling -------------------------------------------------------------- */
 
-static int settle_code(const redisReply *reply, size_t i) {
+static void build(sluice__args *a, void *owner, sluice__breq *const *reqs, size_t n) {
+  sluice_dq_consumer *con = owner;
+  sluice__dq_ack_head(a, con->keys, con->o.retention_ms, con->o.max_attempts);
+  for (size_t i = 0; i < n; i++) {
+    const settle *s = sluice__container_of(reqs[i], settle, req);
+    sluice__dq_ack_item(a, s->id, s->attempt, s->op, s->delay_ms);
+  }
+}
+
+static void answer(void *owner, sluice__breq *r, int status, const sluice__batch_reply *br) {
+  sluice_dq_consumer *con = owner;
+  settle *s = sluice__container_of(r, settle, req);
   int64_t v;
-  if (sluice__reply_i64(sluice__reply_at(reply, i), &v) != 0) return SLUICE_EPROTOCOL;
-  return v > 0 ? SLUICE_OK : v == -1 ? SLUICE_ELATE : SLUICE_ENOTFOUND;
+  if (status == SLUICE_OK)
+    status = sluice__reply_i64(br->reply->element[br->at], &v) ? SLUICE_EPROTOCOL
+             : v > 0                                          ? SLUICE_OK
+             : v == -1                                        ? SLUICE_ELATE
+                                                              : SLUICE_ENOTFOUND;
+  /* Accepted before the client began closing: cancelled, not refused. */
+  if (status == SLUICE_ECLOSED) status = SLUICE_ECANCELED;
+  if (s->cb) s->cb(con, status, s->id, s->ud);
+  sluice__free(s);
+  sluice__guard_poke(&con->guard);
 }
 
-static void settle_done(void *ud, int status, const redisReply *reply) {
-  settle_batch *b = ud;
-  sluice_dq_consumer *con = b->con;
-  size_t i = 0;
-  for (settle *s = b->list, *next; s; s = next, i++) {
-    next = s->next;
-    if (s->cb) s->cb(con, status == SLUICE_OK ? settle_code(reply, i) : status, s->id, s->ud);
-    sluice__free(s);
-  }
-  sluice__free(b);
-  con->batches--;
-  maybe_destroy(con);
-}
+static const sluice__batch_kind settle_kind = {
+    &sluice__lua_dq_ack, DQ_SETTLE_MAX,
+    DQ_ACK_ARGS_HEAD, DQ_ACK_ARGS_PER, DQ_ACK_NUMS_HEAD, DQ_ACK_NUMS_PER,
+    0, 1, build, answer, NULL};
 
-static void fail_list(sluice_dq_consumer *con, settle *list, int status) {
-  for (settle *s = list, *next; s; s = next) {
-    next = s->next;
-    if (s->cb) s->cb(con, status, s->id, s->ud);
-    sluice__free(s);
-  }
-}
-
-/* Detach up to DQ_SETTLE_MAX queued settlements into a list; *n their count. */
-static settle *dequeue(sluice_dq_consumer *con, unsigned *n) {
-  settle *list = con->q_head, *last = NULL;
-  for (*n = 0; *n < DQ_SETTLE_MAX && con->q_head; (*n)++) {
-    last = con->q_head;
-    con->q_head = last->next;
-  }
-  if (last) last->next = NULL;
-  if (!con->q_head) con->q_tail = NULL;
-  con->nq -= *n;
-  return list;
-}
-
-static int send_batch(sluice_dq_consumer *con, settle *list, unsigned n) {
-  int nargs = DQ_NKEYS + 2 + 4 * (int)n, rc = SLUICE_ENOMEM, i = 0;
-  const char **argv = malloc((size_t)nargs * sizeof *argv);
-  char *nums = malloc(((size_t)n * 2 + 2) * 24);
-  settle_batch *b = sluice__calloc(1, sizeof *b);
-  if (argv && nums && b) {
-    for (; i < DQ_NKEYS; i++) argv[i] = con->keys[i];
-    sluice__fmt_u64(nums, con->o.retention_ms), argv[i++] = nums;
-    sluice__fmt_u64(nums + 24, con->o.max_attempts), argv[i++] = nums + 24;
-    char *num = nums + 48;
-    for (settle *s = list; s; s = s->next, num += 48) {
-      sluice__fmt_u64(num, s->attempt);
-      sluice__fmt_i64(num + 24, s->delay_ms);
-      argv[i++] = s->id, argv[i++] = num, argv[i++] = s->op == 'a' ? "a" : s->op == 'r' ? "r" : "x";
-      argv[i++] = num + 24;
-    }
-    b->con = con;
-    b->list = list;
-    rc = sluice__eval(con->c, &sluice__lua_dq_ack, DQ_NKEYS, nargs, argv, NULL,
-                      con->o.op_timeout_ms, settle_done, b, NULL);
-  }
-  if (rc == SLUICE_OK) con->batches++;
-  else sluice__free(b);
-  free(argv);
-  free(nums);
-  return rc;
-}
-
-static void flush_cb(evutil_socket_t fd, short what, void *arg) {
-  sluice_dq_consumer *con = arg;
-  con->batches++; /* hold the consumer while callbacks run */
-  while (con->q_head) {
-    unsigned n;
-    settle *list = dequeue(con, &n);
-    int rc = send_batch(con, list, n);
-    /* Accepted before the client began closing: cancelled, not refused. */
-    if (rc == SLUICE_ECLOSED) rc = SLUICE_ECANCELED;
-    if (rc != SLUICE_OK) fail_list(con, list, rc);
-  }
-  con->batches--;
-  maybe_destroy(con);
-}
-
-static void enqueue(sluice_dq_consumer *con, settle *s) {
-  if (con->q_tail) con->q_tail->next = s;
-  else con->q_head = s;
-  con->q_tail = s;
-  if (con->nq++ == 0) event_active(con->flush, 0, 0);
-}
-
-static settle *settle_new(const char *id, unsigned attempt, char op, int64_t delay,
-                          sluice_dq_settle_cb *cb, void *ud) {
+static int enqueue(sluice_dq_consumer *con, const char *id, unsigned attempt, char op,
+                   int64_t delay, sluice_dq_settle_cb *cb, void *ud) {
   size_t len = strlen(id);
   settle *s = sluice__calloc(1, sizeof *s + len + 1);
-  if (!s) return NULL;
+  if (!s) return SLUICE_ENOMEM;
   memcpy(s->id, id, len + 1);
   s->attempt = attempt;
   s->op = op;
   s->delay_ms = delay;
   s->cb = cb;
   s->ud = ud;
-  return s;
+  sluice__batcher_queue(&con->settles, &s->req, con->route);
+  return SLUICE_OK;
 }
 
 /* A delivered message left the consumer's hands: capacity is back. */
@@ -229,12 +144,12 @@ static void msg_release(sluice_dq_msg *msg) {
   sluice_dq_consumer *con = msg->con;
   sluice__free(msg);
   con->in_flight--;
-  if (con->starved && !con->freed && !con->closed) {
+  if (con->starved && taking_allowed(con)) {
     con->starved = 0;
     event_active(con->kick, 0, 0);
   }
   update_listen(con);
-  maybe_destroy(con);
+  sluice__guard_poke(&con->guard);
 }
 
 static int settle_msg(sluice_dq_msg *msg, char op, int64_t delay, sluice_dq_settle_cb *cb,
@@ -243,12 +158,8 @@ static int settle_msg(sluice_dq_msg *msg, char op, int64_t delay, sluice_dq_sett
   sluice_dq_consumer *con = msg->con;
   int rc = SLUICE_OK;
   if (delay < 0 || delay > SLUICE_DQ_TIME_MAX) rc = SLUICE_EINVAL;
-  else if (con->closed || sluice__client_closing(con->c)) rc = SLUICE_ECLOSED;
-  if (rc == SLUICE_OK) {
-    settle *s = settle_new(msg->id, msg->attempt, op, delay, cb, ud);
-    if (s) enqueue(con, s);
-    else rc = SLUICE_ENOMEM;
-  }
+  else if (con->guard.closed || sluice__client_closing(con->c)) rc = SLUICE_ECLOSED;
+  if (rc == SLUICE_OK) rc = enqueue(con, msg->id, msg->attempt, op, delay, cb, ud);
   msg_release(msg);
   return rc;
 }
@@ -264,12 +175,15 @@ int sluice_dq_retry(sluice_dq_msg *msg, int64_t delay_ms, sluice_dq_settle_cb *c
 /* ---- taking ---------------------------------------------------------------- */
 
 static void take_failed(sluice_dq_consumer *con, int status) {
-  if (con->freed || con->closed || status == SLUICE_ECANCELED) return;
+  if (!taking_allowed(con) || status == SLUICE_ECANCELED) return;
   unsigned cap = con->o.max_poll_ms;
   con->backoff_ms = con->backoff_ms ? con->backoff_ms * 2 : DQ_BACKOFF_MIN_MS;
   if (con->backoff_ms > cap) con->backoff_ms = cap;
   sluice__timer_in(con->timer, con->backoff_ms);
-  if (con->err_cb) con->err_cb(con, status, con->err_ud);
+  if (!con->err_cb) return;
+  sluice__guard_enter(&con->guard);
+  con->err_cb(con, status, con->err_ud);
+  sluice__guard_leave(&con->guard);
 }
 
 /* One message of a take reply (elements i..i+3), or NULL on a bad reply
@@ -300,23 +214,21 @@ static sluice_dq_msg *msg_from_reply(sluice_dq_consumer *con, const redisReply *
 /* Hand count messages to the handler; once the consumer is freed (possibly
  * by the handler) the rest go back to the queue at once. */
 static void deliver(sluice_dq_consumer *con, const redisReply *reply, size_t count) {
-  con->dispatching++;
+  sluice__guard_enter(&con->guard);
   for (size_t k = 0; k < count; k++) {
     int bad = 0;
     sluice_dq_msg *m = msg_from_reply(con, reply, 3 + 4 * k, &bad);
     if (!m) continue; /* left in flight: redelivered after the deadline */
     con->in_flight++;
-    if (!con->freed && !con->closed) {
+    if (taking_allowed(con)) {
       con->handler(con, m, con->ud);
       continue;
     }
-    if (!con->closed && !sluice__client_closing(con->c)) {
-      settle *s = settle_new(m->id, m->attempt, 'x', 0, NULL, NULL);
-      if (s) enqueue(con, s);
-    }
+    if (!con->guard.closed && !sluice__client_closing(con->c))
+      enqueue(con, m->id, m->attempt, 'x', 0, NULL, NULL);
     msg_release(m);
   }
-  con->dispatching--;
+  sluice__guard_leave(&con->guard);
 }
 
 /* After a take: go again at once if more may be due, else sleep until the
@@ -349,13 +261,13 @@ static void take_done(void *ud, int status, const redisReply *reply) {
     status = SLUICE_EPROTOCOL;
   if (status != SLUICE_OK) {
     take_failed(con, status);
-    maybe_destroy(con);
+    sluice__guard_poke(&con->guard);
     return;
   }
   con->backoff_ms = 0;
   deliver(con, reply, (size_t)count);
-  if (con->freed || con->closed) {
-    maybe_destroy(con);
+  if (!taking_allowed(con)) {
+    sluice__guard_poke(&con->guard);
     return;
   }
   schedule(con, now_us, next_ms, (size_t)count);
@@ -363,7 +275,7 @@ static void take_done(void *ud, int status, const redisReply *reply) {
 
 static void take(sluice_dq_consumer *con) {
   char ret[24], n[24], vis[24], maxa[24];
-  if (con->freed || con->closed) return;
+  if (!taking_allowed(con)) return;
   if (con->taking) {
     con->again = 1;
     return;
@@ -408,20 +320,34 @@ void sluice_dq_consumer_options_init(sluice_dq_consumer_options *o) {
   o->retention_ms = DQ_DEFAULT_RETENTION_MS;
 }
 
-/* Client close: stop everything; the client cancels our calls in flight. */
-static void on_client_close(sluice__child *child) {
-  sluice_dq_consumer *con = (sluice_dq_consumer *)child;
-  con->closed = 1;
+/* Client closed or consumer freed: stop taking. On close, settlements
+ * still queued or in flight are cancelled; after a free they go on. */
+static void consumer_cancel(sluice__guard *g) {
+  sluice_dq_consumer *con = sluice__container_of(g, sluice_dq_consumer, guard);
   evtimer_del(con->timer);
   event_del(con->kick);
   update_listen(con);
-  event_del(con->flush);
-  unsigned n;
-  con->batches++;
-  while (con->q_head) fail_list(con, dequeue(con, &n), SLUICE_ECANCELED);
-  con->batches--;
-  maybe_destroy(con);
+  if (g->closed) sluice__batcher_cancel(&con->settles, SLUICE_ECANCELED);
 }
+
+static int consumer_idle(const sluice__guard *g) {
+  const sluice_dq_consumer *con = sluice__container_of(g, sluice_dq_consumer, guard);
+  return !con->in_flight && !con->taking && !sluice__batcher_pending(&con->settles);
+}
+
+static void consumer_destroy(sluice__guard *g) {
+  sluice_dq_consumer *con = sluice__container_of(g, sluice_dq_consumer, guard);
+  sluice__unlisten(con->listener);
+  if (con->timer) event_free(con->timer);
+  if (con->kick) event_free(con->kick);
+  sluice__flusher_clear(&con->flusher);
+  sluice__dq_keys_free(con->keys);
+  sluice__free(con);
+}
+
+/* Inside free: stop taking (nothing of that calls back). */
+static const sluice__guard_ops consumer_guard_ops = {consumer_cancel, consumer_cancel,
+                                                     consumer_idle, consumer_destroy};
 
 static int check_options(const sluice_dq_consumer_options *o) {
   if (o->batch < 1 || o->batch > 1000 || o->visibility_ms < 10 || o->max_in_flight < 1 ||
@@ -435,13 +361,12 @@ static int consumer_init(sluice_dq_consumer *con, sluice_client *c, const char *
   struct event_base *base = sluice__client_base(c);
   con->timer = evtimer_new(base, take_cb, con);
   con->kick = event_new(base, -1, 0, take_cb, con);
-  con->flush = event_new(base, -1, 0, flush_cb, con);
-  if (!con->timer || !con->kick || !con->flush || sluice__dq_keys(c, name, con->keys) != 0) {
-    if (con->timer) event_free(con->timer);
-    if (con->kick) event_free(con->kick);
-    if (con->flush) event_free(con->flush);
+  if (!con->timer || !con->kick || sluice__flusher_init(&con->flusher, base) != SLUICE_OK ||
+      sluice__dq_keys(c, name, con->keys) != 0)
     return SLUICE_ENOMEM;
-  }
+  sluice__batcher_init(&con->settles, &settle_kind, c, con, &con->guard, &con->flusher,
+                       con->o.op_timeout_ms);
+  con->route = sluice__client_route(c, con->keys[0]);
   return SLUICE_OK;
 }
 
@@ -462,11 +387,10 @@ int sluice_dq_consumer_new(sluice_client *c, const char *name,
   con->handler = handler;
   con->ud = ud;
   if (consumer_init(con, c, name) != 0) {
-    sluice__free(con);
+    consumer_destroy(&con->guard);
     return SLUICE_ENOMEM;
   }
-  con->child.on_close = on_client_close;
-  sluice__client_attach(c, &con->child);
+  sluice__guard_attach(&con->guard, sluice__client_home(c), &consumer_guard_ops);
   update_listen(con);
   event_active(con->kick, 0, 0); /* first take from the loop */
   *out = con;
@@ -474,12 +398,7 @@ int sluice_dq_consumer_new(sluice_client *c, const char *name,
 }
 
 void sluice_dq_consumer_free(sluice_dq_consumer *con) {
-  if (!con || con->freed) return;
-  con->freed = 1;
-  evtimer_del(con->timer);
-  event_del(con->kick);
-  update_listen(con);
-  maybe_destroy(con);
+  if (con) sluice__guard_free(&con->guard);
 }
 
 void sluice_dq_consumer_set_error_cb(sluice_dq_consumer *con, sluice_dq_error_cb *cb,

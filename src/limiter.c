@@ -6,9 +6,8 @@
  * public wait handle) linked in lim->reqs until its callback has run. A
  * request's one timer does whatever must happen later from the loop: deliver
  * a deferred completion, apply the down policy, retry a wait, or end it at
- * its deadline. Freeing the limiter or closing the client turns every
- * pending request into a deferred SLUICE_ECANCELED; the limiter's memory
- * lives until the last of those has run.
+ * its deadline. Freeing the limiter or closing the client completes every
+ * pending request with SLUICE_ECANCELED from the loop (guard.h).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +15,7 @@
 #include <event2/event.h>
 #include <event2/event_struct.h>
 
+#include "guard.h"
 #include "limiter-internal.h"
 #include "sluice-internal.h"
 
@@ -36,15 +36,15 @@ typedef enum {
 
 typedef struct rl_queue {
   sluice__rl_entry e;
-  struct sluice_rl_waiter *head, *tail;
+  sluice__list waits;                    /* FIFO of the key's waits */
   unsigned count;
   char key[];
 } rl_queue;
 
 struct sluice_rl_waiter {
   sluice_limiter *lim;
-  struct sluice_rl_waiter *prev, *next;  /* lim->reqs */
-  struct sluice_rl_waiter *qnext;        /* FIFO of its key's queue */
+  sluice__link link;                     /* in lim->reqs */
+  sluice__link qlink;                    /* in queue->waits */
   rl_queue *queue;                       /* waits, while queued */
   rq_kind kind;
   unsigned cost;
@@ -63,8 +63,8 @@ struct sluice_rl_waiter {
 typedef struct sluice_rl_waiter rl_req;
 
 struct sluice_limiter {
-  sluice__child child;                   /* first: on_close gets &child */
-  sluice_client *c;                      /* NULL once freed */
+  sluice__guard guard;                   /* how the limiter dies (guard.h) */
+  sluice_client *c;
   struct event_base *base;
   char *name;
   sluice_limiter_options opts;
@@ -74,11 +74,8 @@ struct sluice_limiter {
   char limit_s[24], period_s[24], burst_s[24];
   sluice__rl_local *local;
   sluice__rl_map queues;                 /* key -> rl_queue */
-  rl_req *reqs;
-  unsigned in_cb;                        /* user callbacks on the stack */
+  sluice__list reqs;                     /* every request not yet answered */
   unsigned seen_up : 1;                  /* the client was connected once */
-  unsigned closed : 1;                   /* the client is closing */
-  unsigned freed : 1;
 };
 
 static void rq_finish(rl_req *rq, int status, const sluice_rl_result *res);
@@ -152,15 +149,12 @@ static void queue_free(sluice_limiter *lim, rl_queue *q) {
 static void queue_remove(rl_req *rq) {
   rl_queue *q = rq->queue;
   if (!q) return;
-  rl_req **p = &q->head, *prev = NULL;
-  while (*p != rq) prev = *p, p = &(*p)->qnext;
-  int was_head = q->head == rq;
-  *p = rq->qnext;
-  if (q->tail == rq) q->tail = prev;
-  rq->qnext = NULL;
+  int was_head = q->waits.head == &rq->qlink;
+  sluice__list_remove(&q->waits, &rq->qlink);
   rq->queue = NULL;
   if (--q->count == 0) queue_free(rq->lim, q);
-  else if (was_head && !rq->lim->closed && !rq->lim->freed) rq_defer(q->head, RT_ATTEMPT, SLUICE_OK);
+  else if (was_head && sluice__guard_live(&rq->lim->guard))
+    rq_defer(sluice__container_of(q->waits.head, rl_req, qlink), RT_ATTEMPT, SLUICE_OK);
 }
 
 static int queue_add(sluice_limiter *lim, rl_req *rq, rl_queue **out) {
@@ -179,32 +173,16 @@ static int queue_add(sluice_limiter *lim, rl_req *rq, rl_queue **out) {
   }
   *out = q;
   if (q->count >= lim->opts.wait_queue_max) return SLUICE_EFULL;
-  if (q->tail) q->tail->qnext = rq;
-  else q->head = rq;
-  q->tail = rq;
+  sluice__list_append(&q->waits, &rq->qlink);
   q->count++;
   rq->queue = q;
   return SLUICE_OK;
-}
-
-static void rq_unlink(rl_req *rq) {
-  sluice_limiter *lim = rq->lim;
-  if (rq->prev) rq->prev->next = rq->next;
-  else lim->reqs = rq->next;
-  if (rq->next) rq->next->prev = rq->prev;
-  rq->prev = rq->next = NULL;
 }
 
 static void rq_free(rl_req *rq) {
   evtimer_del(&rq->timer);
   free(rq->rkey);
   sluice__free(rq);
-}
-
-static void lim_maybe_destroy(sluice_limiter *lim) {
-  if (!lim->freed || lim->reqs || lim->in_cb) return;
-  free(lim->name);
-  sluice__free(lim);
 }
 
 static void rq_timer_cb(evutil_socket_t fd, short what, void *arg);
@@ -226,9 +204,7 @@ static int rq_new(sluice_limiter *lim, rq_kind kind, const char *key, unsigned c
     return SLUICE_ENOMEM;
   }
   evtimer_assign(&rq->timer, lim->base, rq_timer_cb, rq);
-  rq->next = lim->reqs;
-  if (lim->reqs) lim->reqs->prev = rq;
-  lim->reqs = rq;
+  sluice__list_append(&lim->reqs, &rq->link);
   *out = rq;
   return SLUICE_OK;
 }
@@ -236,7 +212,7 @@ static int rq_new(sluice_limiter *lim, rq_kind kind, const char *key, unsigned c
 /* Forget rq without calling back (its start failed inside the API call). */
 static void rq_drop(rl_req *rq) {
   queue_remove(rq);
-  rq_unlink(rq);
+  sluice__list_remove(&rq->lim->reqs, &rq->link);
   rq_free(rq);
 }
 
@@ -247,14 +223,13 @@ static void rq_finish(rl_req *rq, int status, const sluice_rl_result *res) {
   if (res) copy = *res; /* res may live in rq */
   rq_detach_op(rq);
   queue_remove(rq);
-  rq_unlink(rq);
+  sluice__list_remove(&lim->reqs, &rq->link);
   sluice_limiter_cb *cb = rq->cb;
   void *ud = rq->ud;
   rq_free(rq);
-  lim->in_cb++;
+  sluice__guard_enter(&lim->guard);
   cb(lim, status, res ? &copy : NULL, ud);
-  lim->in_cb--;
-  lim_maybe_destroy(lim);
+  sluice__guard_leave(&lim->guard);
 }
 
 /* ---- Redis --------------------------------------------------------------- */
@@ -372,21 +347,38 @@ static void rq_timer_cb(evutil_socket_t fd, short what, void *arg) {
   }
 }
 
-/* Every pending request completes with SLUICE_ECANCELED from the loop. */
-static void cancel_all(sluice_limiter *lim) {
-  for (rl_req *rq = lim->reqs; rq; rq = rq->next) {
+/* Client closed or limiter freed (from the loop): every pending request
+ * completes with SLUICE_ECANCELED, even a pending SLUICE_EFULL. */
+static void lim_cancel(sluice__guard *g) {
+  sluice_limiter *lim = sluice__container_of(g, sluice_limiter, guard);
+  while (lim->reqs.head) rq_finish(sluice__container_of(lim->reqs.head, rl_req, link),
+                                   SLUICE_ECANCELED, NULL);
+}
+
+/* Freed with requests pending: no timer or reply reaches them any more. */
+static void lim_quiesce(sluice__guard *g) {
+  sluice_limiter *lim = sluice__container_of(g, sluice_limiter, guard);
+  for (sluice__link *l = lim->reqs.head; l; l = l->next) {
+    rl_req *rq = sluice__container_of(l, rl_req, link);
     rq_detach_op(rq);
-    queue_remove(rq); /* no new heads: closed or freed is already set */
-    rq->have_res = 0;   /* even a pending SLUICE_EFULL becomes ECANCELED */
-    rq_defer(rq, RT_FINISH, SLUICE_ECANCELED);
+    queue_remove(rq);
+    evtimer_del(&rq->timer);
   }
 }
 
-static void on_client_close(sluice__child *child) {
-  sluice_limiter *lim = (sluice_limiter *)child;
-  lim->closed = 1;
-  cancel_all(lim);
+static int lim_idle(const sluice__guard *g) {
+  return !sluice__container_of(g, sluice_limiter, guard)->reqs.head;
 }
+
+static void lim_destroy(sluice__guard *g) {
+  sluice_limiter *lim = sluice__container_of(g, sluice_limiter, guard);
+  sluice__rl_map_clear(&lim->queues);
+  sluice__rl_local_free(lim->local);
+  free(lim->name);
+  sluice__free(lim);
+}
+
+static const sluice__guard_ops lim_guard_ops = {lim_quiesce, lim_cancel, lim_idle, lim_destroy};
 
 /* ---- public API ---------------------------------------------------------- */
 
@@ -449,31 +441,22 @@ int sluice_limiter_new(sluice_client *c, const char *name, const sluice_limiter_
     sluice__free(lim);
     return SLUICE_ENOMEM;
   }
-  lim->child.on_close = on_client_close;
-  sluice__client_attach(c, &lim->child);
+  sluice__guard_attach(&lim->guard, sluice__client_home(c), &lim_guard_ops);
   *out = lim;
   return SLUICE_OK;
 }
 
 void sluice_limiter_free(sluice_limiter *lim) {
-  if (!lim || lim->freed) return;
-  lim->freed = 1;
-  cancel_all(lim);
-  sluice__rl_map_clear(&lim->queues);
-  sluice__rl_local_free(lim->local);
-  lim->local = NULL;
-  sluice__client_detach(lim->c, &lim->child); /* may release a closed client */
-  lim->c = NULL;
-  lim_maybe_destroy(lim);
+  if (lim) sluice__guard_free(&lim->guard);
 }
 
 const char *sluice_limiter_name(const sluice_limiter *lim) { return lim ? lim->name : NULL; }
 
 static int check_call(const sluice_limiter *lim, const char *key, unsigned cost,
                       sluice_limiter_cb *cb) {
-  if (!lim || !cb || lim->freed || !sluice__valid_name(key)) return SLUICE_EINVAL;
+  if (!lim || !cb || lim->guard.freeing || !sluice__valid_name(key)) return SLUICE_EINVAL;
   if (cost < 1 || cost > capacity(lim)) return SLUICE_EINVAL;
-  if (lim->closed || sluice__client_closing(lim->c)) return SLUICE_ECLOSED;
+  if (lim->guard.closed || sluice__client_closing(lim->c)) return SLUICE_ECLOSED;
   return SLUICE_OK;
 }
 
@@ -510,7 +493,7 @@ int sluice_limiter_wait(sluice_limiter *lim, const char *key, unsigned cost, uns
     return rc;
   }
   if (rc == SLUICE_EFULL) rq_defer(rq, RT_FINISH, SLUICE_EFULL);
-  else if (q->head == rq) rq_defer(rq, RT_ATTEMPT, SLUICE_OK);
+  else if (q->waits.head == &rq->qlink) rq_defer(rq, RT_ATTEMPT, SLUICE_OK);
   else if (timeout_ms) rq_arm(rq, RT_DEADLINE, timeout_ms);
   if (handle) *handle = rq;
   return SLUICE_OK;

@@ -1,5 +1,9 @@
 /*
- * Held permits: the lease kept alive by a renewal timer, and loss detection.
+ * Held permits: the lease kept alive by renewals, and loss detection.
+ *
+ * Renewals that fall due in one loop turn go to Redis in one script call
+ * (the handle's renewal batcher); permits granted together renew together
+ * from then on.
  *
  * The local deadline is conservative: a lease granted or renewed by a script
  * sent at time S (monotonic) expires in Redis no earlier than S + ttl, since
@@ -13,25 +17,33 @@
 #include "sem-internal.h"
 
 #define RENEW_RETRY_MIN_MS 10
+#define RENEW_TIMEOUT_MIN_MS 10
 
-static void stop_renewing(sluice_permit *p) {
-  evtimer_del(p->renew_timer);
-  evtimer_del(p->lost_timer);
-  sluice__renew_forget(p);
+static uint64_t margin_ms(const sluice_sem *sem) {
+  uint64_t m = sem->o.ttl_ms / 20;
+  return m ? m : 1;
 }
 
-uint64_t sluice__permit_ms_left(const sluice_permit *p) {
+static uint64_t ms_left(const sluice_permit *p) {
   uint64_t now = sluice__mono_ms();
   return p->deadline_ms > now ? p->deadline_ms - now : 0;
 }
 
+static void stop_renewing(sluice_permit *p) {
+  evtimer_del(p->renew_timer);
+  evtimer_del(p->lost_timer);
+  sluice__batcher_leave(&p->sem->renewals, &p->renewal);
+}
 
 /* Lost: tell the holder once, last (the callback may release the permit). */
 static void fire_lost(sluice_permit *p, int reason) {
   if (p->lost) return;
   p->lost = reason;
   stop_renewing(p);
-  if (p->lost_cb) p->lost_cb(p, reason, p->lost_ud);
+  if (!p->lost_cb) return;
+  sluice__guard_enter(&p->guard);
+  p->lost_cb(p, reason, p->lost_ud);
+  sluice__guard_leave(&p->guard);
 }
 
 static void lost_timer_cb(evutil_socket_t fd, short what, void *arg) {
@@ -40,33 +52,93 @@ static void lost_timer_cb(evutil_socket_t fd, short what, void *arg) {
 
 static void arm_deadline(sluice_permit *p, uint64_t sent_ms) {
   const sluice_sem *sem = p->sem;
-  p->deadline_ms = sent_ms + sem->o.ttl_ms - sluice__sem_margin_ms(sem);
+  p->deadline_ms = sent_ms + sem->o.ttl_ms - margin_ms(sem);
   evtimer_del(p->lost_timer);
-  sluice__timer_in(p->lost_timer, sluice__permit_ms_left(p));
+  sluice__timer_in(p->lost_timer, ms_left(p));
 }
 
-void sluice__permit_renewed(sluice_permit *p, int status, int64_t ttl, uint64_t sent_ms) {
-  if (p->lost) return;
+/* ---- renewal batches ----------------------------------------------------- */
+
+static void build(sluice__args *a, void *owner, sluice__breq *const *reqs, size_t n) {
+  sluice_sem *sem = owner;
+  sluice__sem_renew_head(a, &sem->call);
+  for (size_t i = 0; i < n; i++)
+    sluice__sem_renew_item(a, sluice__container_of(reqs[i], sluice_permit, renewal)->id);
+}
+
+/* Waiting for an answer past a lease's deadline is pointless. */
+static unsigned timeout(void *owner, sluice__breq *const *reqs, size_t n) {
+  sluice_sem *sem = owner;
+  uint64_t t = sem->o.op_timeout_ms ? sem->o.op_timeout_ms : sluice__client_op_timeout(sem->c);
+  for (size_t i = 0; i < n; i++) {
+    uint64_t left = ms_left(sluice__container_of(reqs[i], sluice_permit, renewal));
+    if (left < t) t = left;
+  }
+  return t < RENEW_TIMEOUT_MIN_MS ? RENEW_TIMEOUT_MIN_MS : (unsigned)t;
+}
+
+/* ttl > 0: extended; 0: gone. Errors: try again well before the deadline. */
+static void answer(void *owner, sluice__breq *r, int status, const sluice__batch_reply *br) {
+  sluice_permit *p = sluice__container_of(r, sluice_permit, renewal);
+  int64_t ttl = 0;
+  if (p->lost || status == SLUICE_ECANCELED) return;
+  if (status == SLUICE_OK && sluice__reply_i64(br->reply->element[br->at], &ttl))
+    status = SLUICE_EPROTOCOL;
   if (status == SLUICE_OK && ttl == 0) {
     fire_lost(p, SLUICE_LOST_DEFINITE);
     return;
   }
   if (status == SLUICE_OK) {
-    arm_deadline(p, sent_ms);
+    arm_deadline(p, br->sent_ms);
     sluice__timer_in(p->renew_timer, p->sem->o.renew_ms);
     return;
   }
-  /* Redis unreachable or slow: try again soon, well before the deadline. */
-  uint64_t again = sluice__permit_ms_left(p) / 4;
+  uint64_t again = ms_left(p) / 4;
   if (again > p->sem->o.renew_ms) again = p->sem->o.renew_ms;
   if (again < RENEW_RETRY_MIN_MS) again = RENEW_RETRY_MIN_MS;
   sluice__timer_in(p->renew_timer, again);
 }
 
+static const sluice__batch_kind renew_kind = {
+    &sluice__lua_sem_renew, SEM_BATCH_MAX,
+    SEM_RENEW_ARGS_HEAD, SEM_RENEW_ARGS_PER, SEM_RENEW_NUMS_HEAD, SEM_RENEW_NUMS_PER,
+    0, 1, build, answer, timeout};
+
+void sluice__permit_setup(sluice_sem *sem) {
+  sluice__batcher_init(&sem->renewals, &renew_kind, sem->c, sem, &sem->guard, &sem->flusher,
+                       sem->o.op_timeout_ms);
+}
+
 static void renew_timer_cb(evutil_socket_t fd, short what, void *arg) {
   sluice_permit *p = arg;
-  if (!p->lost) sluice__renew_queue(p);
+  if (!p->lost) sluice__batcher_queue(&p->sem->renewals, &p->renewal, p->sem->route);
 }
+
+/* ---- lifetime ------------------------------------------------------------ */
+
+/* Leave the handle: no renewal, no timers, no place in its lists. */
+static void detach(sluice_permit *p) {
+  if (!p->sem) return;
+  stop_renewing(p);
+  sluice__list_remove(&p->sem->permits, &p->link);
+  p->sem = NULL;
+}
+
+/* Client closed: stop renewing (the lease can no longer be confirmed). */
+static void permit_cancel(sluice__guard *g) {
+  sluice_permit *p = sluice__container_of(g, sluice_permit, guard);
+  if (p->sem) stop_renewing(p);
+}
+
+static void permit_destroy(sluice__guard *g) {
+  sluice_permit *p = sluice__container_of(g, sluice_permit, guard);
+  detach(p);
+  if (p->renew_timer) event_free(p->renew_timer);
+  if (p->lost_timer) event_free(p->lost_timer);
+  sluice__free(p);
+}
+
+static const sluice__guard_ops permit_guard_ops = {NULL, permit_cancel, NULL, permit_destroy};
 
 sluice_permit *sluice__permit_new(sluice_sem *sem, const char *id, uint64_t fence,
                                   uint64_t granted_at_ms) {
@@ -85,20 +157,33 @@ sluice_permit *sluice__permit_new(sluice_sem *sem, const char *id, uint64_t fenc
     return NULL;
   }
   sluice__list_append(&sem->permits, &p->link);
+  sluice__guard_attach(&p->guard, sluice__client_home(sem->c), &permit_guard_ops);
   arm_deadline(p, granted_at_ms);
   if (sem->o.auto_renew) sluice__timer_in(p->renew_timer, sem->o.renew_ms);
   return p;
 }
 
-void sluice__permit_drop(sluice_permit *p) {
-  stop_renewing(p);
-  sluice__list_remove(&p->sem->permits, &p->link);
-  event_free(p->renew_timer);
-  event_free(p->lost_timer);
-  sluice__free(p);
+void sluice__permits_quiesce(sluice_sem *sem) {
+  sluice__batcher_cancel(&sem->renewals, SLUICE_ECANCELED); /* no callback */
+  for (sluice__link *l = sem->permits.head; l; l = l->next)
+    stop_renewing(sluice__container_of(l, sluice_permit, link));
 }
 
-void sluice__permit_client_closed(sluice_permit *p) { stop_renewing(p); }
+void sluice__permits_cancel_all(sluice_sem *sem) {
+  sluice__batcher_cancel(&sem->renewals, SLUICE_ECANCELED);
+  for (sluice__link *l = sem->permits.head, *next; l; l = next) {
+    next = l->next;
+    sluice_permit *p = sluice__container_of(l, sluice_permit, link);
+    stop_renewing(p);
+    if (!sem->guard.freeing) continue;
+    /* The handle goes: its permits are returned and their handles freed. */
+    sluice__release_queue(sem, p->id, NULL, NULL); /* no-op once closed */
+    detach(p);
+    sluice__guard_free(&p->guard);
+  }
+}
+
+/* ---- public API ---------------------------------------------------------- */
 
 void sluice_permit_set_lost_cb(sluice_permit *p, sluice_lost_cb *cb, void *ud) {
   if (!p) return;
@@ -113,15 +198,18 @@ int sluice_permit_lost(const sluice_permit *p) { return p ? p->lost : SLUICE_LOS
 
 int64_t sluice_permit_remaining_ms(const sluice_permit *p) {
   if (!p || p->lost) return 0;
-  return (int64_t)sluice__permit_ms_left(p);
+  return (int64_t)ms_left(p);
 }
 
 int sluice_permit_release(sluice_permit *p, sluice_release_cb *cb, void *ud) {
-  if (!p) return SLUICE_EINVAL;
+  if (!p || !p->sem || p->guard.freeing) return SLUICE_EINVAL;
   sluice_sem *sem = p->sem;
   int rc = SLUICE_OK;
-  if (sem->closed) rc = SLUICE_ECLOSED; /* the lease will simply expire */
-  else rc = sluice__release_queue(sem, p->id, cb, ud);
-  sluice__permit_drop(p);
+  if (p->guard.closed || !sluice__guard_live(&sem->guard))
+    rc = SLUICE_ECLOSED; /* the lease will simply expire */
+  else
+    rc = sluice__release_queue(sem, p->id, cb, ud);
+  detach(p);
+  sluice__guard_free(&p->guard);
   return rc;
 }

@@ -66,20 +66,19 @@ void sluice__unlisten(sluice__listener *l);
 
 /* ---- client lifetime ----------------------------------------------------- */
 
-/* A primitive created on a client registers as a child: the client outlives
- * its children, and on close every child's on_close runs (from the loop) so
- * it can cancel pending user operations with SLUICE_ECANCELED. */
-typedef struct sluice__child {
-  sluice__link link;             /* in the client's list of children */
-  int closed;                    /* on_close already ran */
-  void (*on_close)(struct sluice__child *child);
-} sluice__child;
-
-void sluice__client_attach(sluice_client *c, sluice__child *child);
-void sluice__client_detach(sluice_client *c, sluice__child *child);
+/* Every object with callbacks embeds a guard (guard.h) attached to its
+ * client's home: the client outlives them, and closing it cancels their
+ * pending operations from the loop. */
+struct sluice__guard_home;
+struct sluice__guard_home *sluice__client_home(sluice_client *c);
 int sluice__client_closing(const sluice_client *c);
 struct event_base *sluice__client_base(const sluice_client *c);
 unsigned sluice__client_op_timeout(const sluice_client *c);
+/* The route (hash slot) a key's calls go to; one Redis has one route, 0. */
+unsigned sluice__client_route(const sluice_client *c, const char *key);
+
+/* A reply nobody waits for. */
+void sluice__ignore_reply(void *userdata, int status, const redisReply *reply);
 
 /* "<prefix><kind>:{<name>}:<part>" (part may be NULL: no trailing ":part"),
  * malloc'd; NULL on OOM. The hash tag keeps one primitive in one slot. */
@@ -108,6 +107,8 @@ const redisReply *sluice__reply_at(const redisReply *r, size_t i);
 /* Arm/schedule a one-shot timer in ms (0: next loop turn). */
 struct event;
 void sluice__timer_in(struct event *ev, uint64_t ms);
+/* Arm a persistent (EV_PERSIST) timer every ms, unless already armed. */
+void sluice__timer_every(struct event *ev, uint64_t ms);
 
 /* Live internal objects (ops, handles), for leak checks in tests. */
 extern long sluice__live_objects;

@@ -120,3 +120,9 @@ void sluice__timer_in(struct event *ev, uint64_t ms) {
   struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
   evtimer_add(ev, &tv);
 }
+
+void sluice__timer_every(struct event *ev, uint64_t ms) {
+  if (!evtimer_pending(ev, NULL)) sluice__timer_in(ev, ms);
+}
+
+void sluice__ignore_reply(void *userdata, int status, const redisReply *reply) {}

@@ -1,0 +1,74 @@
+/* KEYS/ARGV of the batched scripts: see script_args.h for each layout. */
+#include "script_args.h"
+
+/* ---- semaphores ---------------------------------------------------------- */
+
+static void sem_keys(sluice__args *a, const sluice__sem_call *s, int n) {
+  for (int i = 0; i < n; i++) sluice__args_key(a, s->keys[i]);
+}
+
+void sluice__sem_acquire_head(sluice__args *a, const sluice__sem_call *s) {
+  sem_keys(a, s, SEM_NKEYS);
+  sluice__args_u64(a, s->permits);
+  sluice__args_u64(a, s->ttl_ms);
+  sluice__args_u64(a, s->heartbeat_ms);
+  sluice__args_str(a, s->fair ? "1" : "0");
+  sluice__args_str(a, s->wake_base);
+  sluice__args_u64(a, s->keep_ms);
+}
+
+void sluice__sem_acquire_item(sluice__args *a, const char *permit_id, const char *waiter,
+                              int maybe_granted) {
+  sluice__args_str(a, permit_id);
+  sluice__args_str(a, waiter ? waiter : "");
+  sluice__args_str(a, maybe_granted ? "1" : "0");
+}
+
+void sluice__sem_release_head(sluice__args *a, const sluice__sem_call *s) {
+  sem_keys(a, s, 3);
+  sluice__args_u64(a, s->permits);
+  sluice__args_str(a, s->wake_base);
+  sluice__args_u64(a, s->heartbeat_ms);
+  sluice__args_str(a, s->fair ? "1" : "0");
+}
+
+void sluice__sem_release_item(sluice__args *a, const char *permit_id) {
+  sluice__args_str(a, permit_id);
+}
+
+void sluice__sem_renew_head(sluice__args *a, const sluice__sem_call *s) {
+  sem_keys(a, s, 1);
+  sluice__args_u64(a, s->ttl_ms);
+  sluice__args_u64(a, s->keep_ms);
+}
+
+void sluice__sem_renew_item(sluice__args *a, const char *permit_id) {
+  sluice__args_str(a, permit_id);
+}
+
+void sluice__sem_leave_args(sluice__args *a, const sluice__sem_call *s, const char *waiter) {
+  sem_keys(a, s, 3);
+  sluice__args_str(a, waiter);
+  sluice__args_u64(a, s->permits);
+  sluice__args_str(a, s->wake_base);
+  sluice__args_u64(a, s->heartbeat_ms);
+  sluice__args_str(a, s->fair ? "1" : "0");
+}
+
+/* ---- delay queue --------------------------------------------------------- */
+
+void sluice__dq_ack_head(sluice__args *a, char *const keys[DQ_NKEYS], uint64_t retention_ms,
+                         unsigned max_attempts) {
+  for (int i = 0; i < DQ_NKEYS; i++) sluice__args_key(a, keys[i]);
+  sluice__args_u64(a, retention_ms);
+  sluice__args_u64(a, max_attempts);
+}
+
+void sluice__dq_ack_item(sluice__args *a, const char *id, unsigned attempt, char op,
+                         int64_t delay_ms) {
+  static const char ops[] = "arx";
+  sluice__args_str(a, id);
+  sluice__args_u64(a, attempt);
+  sluice__args_bin(a, op == 'a' ? ops : op == 'r' ? ops + 1 : ops + 2, 1);
+  sluice__args_i64(a, delay_ms);
+}

@@ -1,0 +1,89 @@
+/*
+ * KEYS and ARGV of every batched script, built in one place per script from
+ * typed values. Each block repeats the layout its Lua file documents: change
+ * both together. The benchmarks build their redis-benchmark command lines
+ * through the same functions, so they send exactly what the library sends.
+ */
+#ifndef SLUICE_SCRIPT_ARGS_H
+#define SLUICE_SCRIPT_ARGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "args.h"
+
+/* ---- semaphores ---------------------------------------------------------- */
+
+enum { SEM_KEY_HOLDERS, SEM_KEY_QUEUE, SEM_KEY_BEATS, SEM_KEY_META, SEM_NKEYS };
+
+/* What every semaphore script of one handle shares. */
+typedef struct sluice__sem_call {
+  const char *keys[SEM_NKEYS];
+  const char *wake_base;     /* "<prefix>sem:{name}:wake:" */
+  unsigned permits;
+  uint64_t ttl_ms, heartbeat_ms, keep_ms;
+  int fair;
+} sluice__sem_call;
+
+/* sem_acquire.lua
+ * KEYS: 1 holders, 2 queue, 3 beats, 4 meta
+ * ARGV: 1 permits, 2 ttl_ms, 3 heartbeat_ms, 4 fair (0/1), 5 wake list base,
+ *       6 keep_ms, then per request: permit id; waiter ("" for try_acquire,
+ *       else "<handle id>:<waiter id>"); "1" if an earlier attempt with this
+ *       id may have been granted, else "0".
+ * Reply: {wait, then granted, value per request}. */
+#define SEM_ACQUIRE_ARGS_HEAD 10
+#define SEM_ACQUIRE_ARGS_PER 3
+#define SEM_ACQUIRE_NUMS_HEAD 4
+#define SEM_ACQUIRE_NUMS_PER 0
+void sluice__sem_acquire_head(sluice__args *a, const sluice__sem_call *s);
+void sluice__sem_acquire_item(sluice__args *a, const char *permit_id, const char *waiter,
+                              int maybe_granted);
+
+/* sem_release.lua
+ * KEYS: 1 holders, 2 queue, 3 beats
+ * ARGV: 1 permits, 2 wake list base, 3 heartbeat_ms, 4 fair (0/1), then the
+ *       permit ids. Reply: {held per request}. */
+#define SEM_RELEASE_ARGS_HEAD 7
+#define SEM_RELEASE_ARGS_PER 1
+#define SEM_RELEASE_NUMS_HEAD 2
+#define SEM_RELEASE_NUMS_PER 0
+void sluice__sem_release_head(sluice__args *a, const sluice__sem_call *s);
+void sluice__sem_release_item(sluice__args *a, const char *permit_id);
+
+/* sem_renew.lua
+ * KEYS: 1 holders; ARGV: 1 ttl_ms, 2 keep_ms, then permit ids.
+ * Reply: {ttl_ms or 0 per request}. */
+#define SEM_RENEW_ARGS_HEAD 3
+#define SEM_RENEW_ARGS_PER 1
+#define SEM_RENEW_NUMS_HEAD 2
+#define SEM_RENEW_NUMS_PER 0
+void sluice__sem_renew_head(sluice__args *a, const sluice__sem_call *s);
+void sluice__sem_renew_item(sluice__args *a, const char *permit_id);
+
+/* sem_leave.lua
+ * KEYS: 1 holders, 2 queue, 3 beats
+ * ARGV: 1 waiter, 2 permits, 3 wake list base, 4 heartbeat_ms, 5 fair. */
+#define SEM_LEAVE_ARGS 8
+#define SEM_LEAVE_NUMS 2
+void sluice__sem_leave_args(sluice__args *a, const sluice__sem_call *s, const char *waiter);
+
+/* ---- delay queue --------------------------------------------------------- */
+
+enum { DQ_KEY_DELAYED, DQ_KEY_FLIGHT, DQ_KEY_DEAD, DQ_KEY_HASH, DQ_KEY_WAKE, DQ_NKEYS };
+
+/* dq_ack.lua
+ * KEYS: the queue's five keys
+ * ARGV: 1 retention_ms, 2 max_attempts, then per settlement: id, attempt,
+ *       op ('a' ack, 'r' retry, 'x' release), delay_ms.
+ * Reply: {result per settlement}. */
+#define DQ_ACK_ARGS_HEAD (DQ_NKEYS + 2)
+#define DQ_ACK_ARGS_PER 4
+#define DQ_ACK_NUMS_HEAD 2
+#define DQ_ACK_NUMS_PER 2
+void sluice__dq_ack_head(sluice__args *a, char *const keys[DQ_NKEYS], uint64_t retention_ms,
+                         unsigned max_attempts);
+void sluice__dq_ack_item(sluice__args *a, const char *id, unsigned attempt, char op,
+                         int64_t delay_ms);
+
+#endif
