@@ -290,6 +290,7 @@ typedef struct consume_state {
   unsigned char *inherited; /* fds open at start, passed on to CMD */
   int ninherited;
   sigset_t start_mask;    /* the mask we started with, CMD's mask */
+  pid_t self;
   int stopping;
   int exit_code;          /* set by the first fatal problem */
 } consume_state;
@@ -379,6 +380,7 @@ static void exec_cmd(consume_state *st, sluice_dq_msg *msg, int in_fd, int err_f
   setpgid(0, 0);
   /* The command must not outlive us unnoticed: SIGTERM when we die. */
   prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != st->self) _exit(CLI_EXIT_FAILURE); /* we died before prctl */
   if (dup2(in_fd, 0) < 0) _exit(CLI_EXIT_FAILURE);
   close(in_fd);
   close_own_fds(st, err_fd); /* err_fd is close-on-exec */
@@ -690,6 +692,7 @@ static int cmd_consume(int argc, char **argv) {
     return err == ENOENT ? 127 : 126;
   }
   sigprocmask(SIG_SETMASK, NULL, &st.start_mask);
+  st.self = getpid();
   note_inherited_fds(&st);
   int rc = cli_connect(&st.ctx, 2000);
   if (rc != CLI_EXIT_OK) {
