@@ -1,10 +1,13 @@
 /* `sluice dq`: push to, consume from and inspect a delay queue. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,8 +18,8 @@
 static void dq_usage(FILE *out) {
   fputs(
       "usage: sluice dq push QUEUE [--delay MS | --at UNIX_MS] [--id ID] [PAYLOAD | -]\n"
-      "       sluice dq consume QUEUE [--batch N] [--visibility MS] [--max-attempts N]\n"
-      "                         [--retry-delay MS] [--count N] -- CMD [ARGS]\n"
+      "       sluice dq consume QUEUE [--concurrency N] [--visibility MS]\n"
+      "                         [--max-attempts N] [--retry-delay MS] [--count N] -- CMD [ARGS]\n"
       "       sluice dq status QUEUE\n"
       "\n"
       "push: queue PAYLOAD (or stdin when it is '-' or missing; any bytes, up to\n"
@@ -24,19 +27,29 @@ static void dq_usage(FILE *out) {
       "  clock; prints the message id. --id sets the id; if a message with that\n"
       "  id is still queued nothing is pushed and the exit status is 1.\n"
       "consume: run CMD once per due message with the payload on its stdin and\n"
-      "  SLUICE_DQ_QUEUE, SLUICE_DQ_ID, SLUICE_DQ_ATTEMPT in its environment;\n"
-      "  acknowledge when it exits 0, else retry after --retry-delay MS (default\n"
-      "  1000). Up to --batch N (default 1) CMDs run at once. A message not done\n"
-      "  within --visibility MS (default 60000) is given to another consumer;\n"
-      "  after --max-attempts N (default 5, 0 = no limit) it is dead-lettered.\n"
-      "  Stops after --count N messages, or on SIGINT/SIGTERM once running CMDs\n"
-      "  finished; exit status 0.\n"
+      "  SLUICE_DQ_QUEUE, SLUICE_DQ_ID, SLUICE_DQ_ATTEMPT in its environment.\n"
+      "  Exit 0 acknowledges the message; any other status, or death by a signal,\n"
+      "  retries it after --retry-delay MS (default 1000); after --max-attempts N\n"
+      "  deliveries (default 5, 0 = no limit) it goes to the dead letters.\n"
+      "  --concurrency N (-j N; default 1, at most 10000): up to N CMDs run at once,\n"
+      "    each in its own process group (--batch N is an older name for it).\n"
+      "  --visibility MS (default 60000, at least 10): how long a message stays\n"
+      "    invisible to other consumers. It is not extended while CMD runs, so it\n"
+      "    must exceed the longest run: a CMD still running near the deadline gets\n"
+      "    SIGTERM (MS/5, at most 5 s, before the kill), then SIGKILL (MS/10, at most\n"
+      "    1 s, before the deadline), and its message is retried; two copies of one\n"
+      "    message never run at once.\n"
+      "  --count N: stop taking messages after N CMD runs.\n"
+      "  SIGINT, SIGTERM or SIGHUP: take nothing more, wait for running CMDs and\n"
+      "  settle their messages, exit 0; a second signal sends SIGTERM to the running\n"
+      "  CMDs' process groups. If the tool dies, CMDs get SIGTERM.\n"
       "status: counts of delayed (and due), in-flight (and expired) and dead\n"
       "  messages, and the next due one.\n"
       "\n"
       "Options of every command: --redis URL, --prefix PREFIX (see sluice --help).\n"
       "Exit status: 0 success; 1 push: duplicate id; 64 bad arguments;\n"
-      "69 Redis unreachable or failing; 70 internal error.\n",
+      "69 Redis unreachable or failing; 70 internal error;\n"
+      "126, 127 consume: CMD not executable / not found.\n",
       out);
 }
 
@@ -244,25 +257,52 @@ static int cmd_status(int argc, char **argv) {
 
 /* ---- consume ---------------------------------------------------------------- */
 
+/*
+ * One CMD process per delivered message, up to --concurrency at once (the
+ * consumer's max_in_flight, so the library takes no more than can run).
+ *
+ * The public API cannot extend a message's visibility, so a CMD may only run
+ * while its message is invisible to other consumers: a watchdog sends its
+ * process group SIGTERM shortly before the (conservative, local) deadline and
+ * SIGKILL just before it, then retries the message. Two copies of one message
+ * thus never run at once, as long as --visibility exceeds the longest run.
+ */
+
+#define CONCURRENCY_MAX 10000
+
 typedef struct job job;
 
 typedef struct consume_state {
   cli_ctx ctx;
   const char *queue;
   char **cmd;
-  uint64_t count;         /* stop after this many settled; 0 = never */
+  uint64_t count;         /* stop after this many CMD runs; 0 = never */
   uint64_t started, settled;
+  unsigned concurrency;
   unsigned retry_delay_ms;
+  unsigned max_attempts;
+  unsigned visibility_ms;
   sluice_dq_consumer *con;
-  struct event *sigchld, *sigint, *sigterm;
+  struct event *sigchld, *sigint, *sigterm, *sighup;
   job *jobs;              /* CMDs running */
-  int stopping, failed;
+  unsigned njobs;
+  unsigned signals;       /* stop signals received */
+  unsigned char *inherited; /* fds open at start, passed on to CMD */
+  int ninherited;
+  sigset_t start_mask;    /* the mask we started with, CMD's mask */
+  pid_t self;
+  int stopping;
+  int exit_code;          /* set by the first fatal problem */
 } consume_state;
 
 struct job {
   job *next;
-  pid_t pid;
+  consume_state *st;
+  pid_t pid;              /* also its process group */
   sluice_dq_msg *msg;
+  int exec_fd;            /* reads the errno of a failed exec, EOF otherwise */
+  int watchdog;           /* 0; 1 SIGTERM sent; 2 SIGKILL sent */
+  struct event *timer;    /* the watchdog */
 };
 
 static void maybe_stop(consume_state *st);
@@ -270,7 +310,9 @@ static void maybe_stop(consume_state *st);
 static void on_settled(sluice_dq_consumer *con, int status, const char *id, void *ud) {
   consume_state *st = ud;
   st->settled++;
-  if (status != SLUICE_OK)
+  if (status == SLUICE_ELATE)
+    cli_error("message %s: settled after its visibility deadline; it is delivered again", id);
+  else if (status != SLUICE_OK)
     cli_error("message %s: settle failed: %s", id, sluice_strerror(status));
   maybe_stop(st);
 }
@@ -290,25 +332,133 @@ static int payload_fd(sluice_dq_msg *msg) {
   return fd;
 }
 
-static pid_t spawn_cmd(consume_state *st, sluice_dq_msg *msg) {
-  char attempt[16];
-  int fd = payload_fd(msg);
-  if (fd < 0) return -1;
-  snprintf(attempt, sizeof attempt, "%u", sluice_dq_msg_attempt(msg));
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fd, 0);
-    close(fd);
-    setenv("SLUICE_DQ_QUEUE", st->queue, 1);
-    setenv("SLUICE_DQ_ID", sluice_dq_msg_id(msg), 1);
-    setenv("SLUICE_DQ_ATTEMPT", attempt, 1);
-    signal(SIGPIPE, SIG_DFL);
-    execvp(st->cmd[0], st->cmd);
-    fprintf(stderr, "sluice: cannot run %s: %s\n", st->cmd[0], strerror(errno));
-    _exit(127);
+/* Remember the fds we were started with: CMD gets those, but not ours (Redis
+ * connections, the loop's), which a CMD's lingering background child would
+ * otherwise keep open — a blocked BRPOP held that way swallows wake-ups. */
+static void note_inherited_fds(consume_state *st) {
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return; /* without /proc, CMD inherits everything, as before */
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    int fd = atoi(e->d_name);
+    if (e->d_name[0] == '.' || fd == dirfd(d)) continue;
+    if (fd >= st->ninherited) {
+      int n = fd + 64;
+      unsigned char *m = realloc(st->inherited, (size_t)n);
+      if (!m) break; /* CMD may then miss some fds: better than failing */
+      memset(m + st->ninherited, 0, (size_t)(n - st->ninherited));
+      st->inherited = m;
+      st->ninherited = n;
+    }
+    st->inherited[fd] = 1;
   }
-  close(fd);
-  return pid;
+  closedir(d);
+}
+
+/* In the child: close every fd above 2 that we did not inherit, but keep. */
+static void close_own_fds(const consume_state *st, int keep) {
+  if (!st->inherited) return;
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    int fd = atoi(e->d_name);
+    if (e->d_name[0] == '.' || fd <= 2 || fd == keep || fd == dirfd(d)) continue;
+    if (fd >= st->ninherited || !st->inherited[fd]) close(fd);
+  }
+  closedir(d);
+}
+
+static const int stop_signals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
+
+/* Runs in the forked child; never returns. */
+static void exec_cmd(consume_state *st, sluice_dq_msg *msg, int in_fd, int err_fd) {
+  char attempt[16];
+  snprintf(attempt, sizeof attempt, "%u", sluice_dq_msg_attempt(msg));
+  /* Our own process group: a Ctrl-C at the terminal reaches only the tool
+   * (which then drains), and the watchdog can kill CMD's children too. */
+  setpgid(0, 0);
+  /* The command must not outlive us unnoticed: SIGTERM when we die. */
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != st->self) _exit(CLI_EXIT_FAILURE); /* we died before prctl */
+  if (dup2(in_fd, 0) < 0) _exit(CLI_EXIT_FAILURE);
+  close(in_fd);
+  close_own_fds(st, err_fd); /* err_fd is close-on-exec */
+  setenv("SLUICE_DQ_QUEUE", st->queue, 1);
+  setenv("SLUICE_DQ_ID", sluice_dq_msg_id(msg), 1);
+  setenv("SLUICE_DQ_ATTEMPT", attempt, 1);
+  /* libevent's handlers must not run here: back to defaults, then unblock. */
+  for (size_t i = 0; i < sizeof stop_signals / sizeof stop_signals[0]; i++)
+    signal(stop_signals[i], SIG_DFL);
+  signal(SIGPIPE, SIG_DFL);
+  sigprocmask(SIG_SETMASK, &st->start_mask, NULL);
+  execvp(st->cmd[0], st->cmd);
+  int err = errno;
+  if (err_fd >= 0 && write(err_fd, &err, sizeof err) < 0) {} /* parent reports it */
+  _exit(err == ENOENT ? 127 : 126);
+}
+
+/* Fork CMD for msg; 0 on success, else -1 with errno set. */
+static int spawn_job(consume_state *st, job *j) {
+  int in_fd = payload_fd(j->msg), pfd[2];
+  if (in_fd < 0) return -1;
+  if (pipe2(pfd, O_CLOEXEC)) {
+    int e = errno;
+    close(in_fd);
+    errno = e;
+    return -1;
+  }
+  sigset_t all, old;
+  sigfillset(&all);
+  sigprocmask(SIG_BLOCK, &all, &old); /* no handler runs in the child */
+  pid_t pid = fork();
+  if (pid == 0) exec_cmd(st, j->msg, in_fd, pfd[1]);
+  int e = errno;
+  sigprocmask(SIG_SETMASK, &old, NULL);
+  close(in_fd);
+  close(pfd[1]);
+  if (pid < 0) {
+    close(pfd[0]);
+    errno = e;
+    return -1;
+  }
+  setpgid(pid, pid); /* also here, so kill(-pid) works before the child ran */
+  j->pid = pid;
+  j->exec_fd = pfd[0];
+  return 0;
+}
+
+static void on_watchdog(evutil_socket_t fd, short what, void *arg);
+
+/* Arm the watchdog: SIGTERM a grace period before the kill time, SIGKILL a
+ * margin before the deadline, so that CMD is gone (and its retry usually
+ * settled) while Redis still counts the message as ours. The margin covers
+ * the kill, the reaping and the retry's trip to Redis. */
+static void watchdog_arm(job *j) {
+  unsigned vis = j->st->visibility_ms;
+  int64_t margin = vis / 10 < 1000 ? vis / 10 : 1000;
+  int64_t grace = vis / 5 < 5000 ? vis / 5 : 5000;
+  int64_t at = sluice_dq_msg_remaining_ms(j->msg) - margin - (j->watchdog ? 0 : grace);
+  if (at < 0) at = 0;
+  struct timeval tv = {(time_t)(at / 1000), (suseconds_t)(at % 1000) * 1000};
+  evtimer_add(j->timer, &tv);
+}
+
+static void on_watchdog(evutil_socket_t fd, short what, void *arg) {
+  job *j = arg;
+  const char *id = sluice_dq_msg_id(j->msg);
+  if (j->watchdog == 0) {
+    cli_error("message %s: CMD (pid %ld) still runs near its visibility deadline "
+              "(%lld ms left): SIGTERM, SIGKILL before the deadline",
+              id, (long)j->pid, (long long)sluice_dq_msg_remaining_ms(j->msg));
+    kill(-j->pid, SIGTERM);
+    j->watchdog = 1;
+    watchdog_arm(j);
+  } else {
+    cli_error("message %s: CMD (pid %ld) still runs after SIGTERM: SIGKILL", id, (long)j->pid);
+    kill(-j->pid, SIGKILL);
+    j->watchdog = 2;
+  }
 }
 
 static void handle(sluice_dq_consumer *con, sluice_dq_msg *msg, void *ud) {
@@ -316,25 +466,66 @@ static void handle(sluice_dq_consumer *con, sluice_dq_msg *msg, void *ud) {
   job *j = calloc(1, sizeof *j);
   st->started++;
   if (st->count && st->started >= st->count) st->stopping = 1;
-  if (!j || (j->pid = spawn_cmd(st, msg)) < 0) {
+  if (j) {
+    j->st = st;
+    j->msg = msg;
+    j->timer = evtimer_new(st->ctx.base, on_watchdog, j);
+  }
+  if (!j || !j->timer || spawn_job(st, j) < 0) {
     cli_error("cannot start CMD: %s", strerror(errno));
+    if (j && j->timer) event_free(j->timer);
     free(j);
-    sluice_dq_retry(msg, st->retry_delay_ms, on_settled, st);
-    st->failed = 1;
+    if (sluice_dq_retry(msg, st->retry_delay_ms, on_settled, st) != SLUICE_OK) st->settled++;
+    if (!st->exit_code) st->exit_code = CLI_EXIT_FAILURE;
     st->stopping = 1;
     maybe_stop(st);
     return;
   }
-  j->msg = msg;
+  watchdog_arm(j);
   j->next = st->jobs;
   st->jobs = j;
+  st->njobs++;
   maybe_stop(st);
 }
 
+/* errno of a failed exec, 0 if CMD ran. */
+static int exec_error(job *j) {
+  int err = 0;
+  ssize_t r;
+  while ((r = read(j->exec_fd, &err, sizeof err)) < 0 && errno == EINTR) {}
+  close(j->exec_fd);
+  return r == (ssize_t)sizeof err ? err : 0;
+}
+
+/* CMD exited: ack on status 0, else retry (or dead-letter on the last attempt). */
 static void job_done(consume_state *st, job *j, int wstatus) {
-  int ok = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
-  int rc = ok ? sluice_dq_ack(j->msg, on_settled, st)
-              : sluice_dq_retry(j->msg, st->retry_delay_ms, on_settled, st);
+  const char *id = sluice_dq_msg_id(j->msg);
+  unsigned attempt = sluice_dq_msg_attempt(j->msg);
+  int err = exec_error(j), rc;
+  event_free(j->timer);
+  if (err) {
+    cli_error("cannot run '%s': %s", st->cmd[0], strerror(err));
+    if (!st->exit_code) st->exit_code = err == ENOENT ? 127 : 126;
+    st->stopping = 1; /* every message would fail the same way */
+  }
+  if (!err && !j->watchdog && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) {
+    rc = sluice_dq_ack(j->msg, on_settled, st);
+  } else {
+    int last = st->max_attempts && attempt >= st->max_attempts;
+    if (err) {
+      /* said above */
+    } else if (j->watchdog) {
+      cli_error("message %s attempt %u: CMD stopped at its visibility deadline", id, attempt);
+    } else if (WIFSIGNALED(wstatus)) {
+      cli_error("message %s attempt %u: CMD killed by signal %d", id, attempt,
+                WTERMSIG(wstatus));
+    } else {
+      cli_error("message %s attempt %u: CMD exited with status %d", id, attempt,
+                WEXITSTATUS(wstatus));
+    }
+    if (last) cli_error("message %s: %u attempts failed: moving it to the dead letters", id, attempt);
+    rc = sluice_dq_retry(j->msg, st->retry_delay_ms, on_settled, st);
+  }
   if (rc != SLUICE_OK) {
     cli_error("message settle failed: %s", sluice_strerror(rc));
     st->settled++;
@@ -351,6 +542,7 @@ static void on_sigchld(evutil_socket_t sig, short what, void *arg) {
       if ((*pp)->pid != pid) continue;
       job *j = *pp;
       *pp = j->next;
+      st->njobs--;
       job_done(st, j, wstatus);
       break;
     }
@@ -358,14 +550,29 @@ static void on_sigchld(evutil_socket_t sig, short what, void *arg) {
   maybe_stop(st);
 }
 
+/* First signal: take nothing more, let running CMDs finish and settle them.
+ * Later ones: pass SIGTERM on to the running CMDs (their messages are then
+ * retried unless they still exit 0). */
 static void on_stop_signal(evutil_socket_t sig, short what, void *arg) {
   consume_state *st = arg;
-  st->stopping = 1;
+  if (st->signals++ == 0) {
+    st->stopping = 1;
+    if (st->njobs)
+      cli_error("stopping: waiting for %u running CMD%s (signal again to send %s SIGTERM)",
+                st->njobs, st->njobs == 1 ? "" : "s", st->njobs == 1 ? "it" : "them");
+  } else if (st->njobs) {
+    cli_error("sending SIGTERM to %u running CMD%s", st->njobs, st->njobs == 1 ? "" : "s");
+    for (job *j = st->jobs; j; j = j->next) kill(-j->pid, SIGTERM);
+  }
   maybe_stop(st);
 }
 
 static void on_take_error(sluice_dq_consumer *con, int status, void *ud) {
   cli_error("take failed (retrying): %s", sluice_strerror(status));
+}
+
+static int finished(const consume_state *st) {
+  return st->stopping && !st->con && !st->jobs && st->settled >= st->started;
 }
 
 /* Stop taking once stopping; finish once no CMD runs and all settled. */
@@ -375,10 +582,36 @@ static void maybe_stop(consume_state *st) {
     sluice_dq_consumer_free(st->con);
     st->con = NULL;
   }
-  if (st->jobs || st->settled < st->started) return;
+  if (!finished(st)) return;
   if (st->sigchld) event_del(st->sigchld);
   if (st->sigint) event_del(st->sigint);
   if (st->sigterm) event_del(st->sigterm);
+  if (st->sighup) event_del(st->sighup);
+}
+
+/* Whether execvp would find CMD; an errno value when it cannot. */
+static int cmd_missing(const char *cmd) {
+  struct stat sb;
+  if (strchr(cmd, '/')) {
+    if (stat(cmd, &sb)) return errno;
+    return S_ISREG(sb.st_mode) && access(cmd, X_OK) == 0 ? 0 : EACCES;
+  }
+  const char *path = getenv("PATH");
+  int err = ENOENT;
+  if (!path) path = "/bin:/usr/bin";
+  for (const char *p = path;; p++) {
+    const char *end = strchr(p, ':');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    char full[4096];
+    if (snprintf(full, sizeof full, "%.*s%s%s", (int)n, p, n ? "/" : "", cmd) < (int)sizeof full &&
+        stat(full, &sb) == 0 && S_ISREG(sb.st_mode)) {
+      if (access(full, X_OK) == 0) return 0;
+      err = EACCES;
+    }
+    if (!end) break;
+    p = end;
+  }
+  return err;
 }
 
 static int parse_consume(consume_state *st, sluice_dq_consumer_options *o, int argc,
@@ -393,7 +626,9 @@ static int parse_consume(consume_state *st, sluice_dq_consumer_options *o, int a
       st->cmd = argv + i + 1;
       break;
     }
-    if (!strcmp(s, "--batch")) target = &o->batch;
+    /* --batch is the older name: it always meant CMDs run at once. */
+    if (!strcmp(s, "--concurrency") || !strcmp(s, "-j") || !strcmp(s, "--batch"))
+      target = &st->concurrency;
     else if (!strcmp(s, "--visibility")) target = &o->visibility_ms;
     else if (!strcmp(s, "--max-attempts")) target = &o->max_attempts;
     else if (!strcmp(s, "--retry-delay")) target = &st->retry_delay_ms;
@@ -415,7 +650,10 @@ static int parse_consume(consume_state *st, sluice_dq_consumer_options *o, int a
   }
   if (!st->queue) cli_error("dq consume: missing QUEUE");
   else if (!st->cmd || !st->cmd[0]) cli_error("dq consume: missing -- CMD");
-  else if (o->batch < 1) cli_error("dq consume: --batch must be at least 1");
+  else if (st->concurrency < 1 || st->concurrency > CONCURRENCY_MAX)
+    cli_error("dq consume: --concurrency must be 1..%u", CONCURRENCY_MAX);
+  else if (o->visibility_ms < 10)
+    cli_error("dq consume: --visibility must be at least 10 ms");
   else return 0;
   return -1;
 }
@@ -425,10 +663,16 @@ static int start_consume(consume_state *st, sluice_dq_consumer_options *o) {
   st->sigchld = evsignal_new(base, SIGCHLD, on_sigchld, st);
   st->sigint = evsignal_new(base, SIGINT, on_stop_signal, st);
   st->sigterm = evsignal_new(base, SIGTERM, on_stop_signal, st);
-  if (!st->sigchld || !st->sigint || !st->sigterm || evsignal_add(st->sigchld, NULL) ||
-      evsignal_add(st->sigint, NULL) || evsignal_add(st->sigterm, NULL))
+  st->sighup = evsignal_new(base, SIGHUP, on_stop_signal, st);
+  if (!st->sigchld || !st->sigint || !st->sigterm || !st->sighup ||
+      evsignal_add(st->sigchld, NULL) || evsignal_add(st->sigint, NULL) ||
+      evsignal_add(st->sigterm, NULL) || evsignal_add(st->sighup, NULL))
     return SLUICE_ENOMEM;
-  o->max_in_flight = o->batch; /* one CMD per message held */
+  /* Take only what can run at once: what we hold is invisible to others. */
+  o->max_in_flight = st->concurrency;
+  o->batch = st->concurrency < 1000 ? st->concurrency : 1000;
+  st->max_attempts = o->max_attempts;
+  st->visibility_ms = o->visibility_ms;
   int rc = sluice_dq_consumer_new(st->ctx.client, st->queue, o, handle, st, &st->con);
   if (rc == SLUICE_OK) sluice_dq_consumer_set_error_cb(st->con, on_take_error, st);
   return rc;
@@ -438,27 +682,38 @@ static int cmd_consume(int argc, char **argv) {
   consume_state st = {0};
   sluice_dq_consumer_options o;
   sluice_dq_consumer_options_init(&o);
-  o.batch = 1;
   o.visibility_ms = 60000;
+  st.concurrency = 1;
   st.retry_delay_ms = 1000;
   if (parse_consume(&st, &o, argc, argv)) return CLI_EXIT_USAGE;
+  int err = cmd_missing(st.cmd[0]);
+  if (err) {
+    cli_error("cannot run '%s': %s", st.cmd[0], err == ENOENT ? "command not found" : strerror(err));
+    return err == ENOENT ? 127 : 126;
+  }
+  sigprocmask(SIG_SETMASK, NULL, &st.start_mask);
+  st.self = getpid();
+  note_inherited_fds(&st);
   int rc = cli_connect(&st.ctx, 2000);
-  if (rc != CLI_EXIT_OK) return rc;
+  if (rc != CLI_EXIT_OK) {
+    free(st.inherited);
+    return rc;
+  }
   rc = start_consume(&st, &o);
   if (rc != SLUICE_OK) {
     cli_error("dq consume: %s", sluice_strerror(rc));
     st.stopping = 1;
     maybe_stop(&st);
   }
-  /* Runs until maybe_stop removed the signal events and the consumer is gone. */
-  while (!st.stopping || st.jobs || st.settled < st.started || st.con)
-    event_base_loop(st.ctx.base, EVLOOP_ONCE);
+  while (!finished(&st)) event_base_loop(st.ctx.base, EVLOOP_ONCE);
   if (st.sigchld) event_free(st.sigchld);
   if (st.sigint) event_free(st.sigint);
   if (st.sigterm) event_free(st.sigterm);
+  if (st.sighup) event_free(st.sighup);
   cli_close(&st.ctx);
+  free(st.inherited);
   if (rc != SLUICE_OK) return status_exit(rc);
-  return st.failed ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+  return st.exit_code;
 }
 
 int cli_dq_main(int argc, char **argv) {

@@ -14,8 +14,8 @@ static void usage(FILE *out) {
       "                 --limit N --period MS [--burst N] [--cost N]\n"
       "  sluice rl wait  NAME KEY ... [--timeout MS]\n"
       "  sluice dq push QUEUE [--delay MS | --at UNIX_MS] [--id ID] [PAYLOAD | -]\n"
-      "  sluice dq consume QUEUE [--batch N] [--visibility MS] [--max-attempts N]\n"
-      "                  [--count N] -- CMD [ARGS]\n"
+      "  sluice dq consume QUEUE [--concurrency N] [--visibility MS] [--max-attempts N]\n"
+      "                  [--retry-delay MS] [--count N] -- CMD [ARGS]\n"
       "  sluice dq status QUEUE\n"
       "\n"
       "Every command takes --redis URL (redis://[user:pass@]host:port/db or\n"
@@ -27,7 +27,8 @@ static void usage(FILE *out) {
       "or duplicate --id (dq push);\n"
       "64 bad arguments; 69 Redis unreachable or failing; 70 internal error;\n"
       "75 no permit / not allowed within --wait / --timeout; 76 sem run: permit lost\n"
-      "while CMD ran (CMD got SIGTERM).\n",
+      "while CMD ran (CMD got SIGTERM); 126, 127 sem run / dq consume: CMD not\n"
+      "executable / not found.\n",
       out);
 }
 

@@ -1,0 +1,346 @@
+/* `sluice dq consume`, run as a separate process against the test server:
+ * concurrency, retries and dead letters, crashes, the visibility watchdog,
+ * draining on SIGTERM, and CMDs that cannot run. Handlers are small sh
+ * scripts that leave files behind; cases wait for those files (or for the
+ * tool's messages) rather than for fixed times. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static char work[256]; /* this case's scratch directory */
+static char errlog[300]; /* the tool's stderr */
+
+static const char *sluice_bin(void) {
+  const char *b = getenv("SLUICE_BIN");
+  if (!b) th_fail(__FILE__, __LINE__, "SLUICE_BIN not set");
+  return b;
+}
+
+static void setup(void) {
+  snprintf(work, sizeof work, "%s/case-XXXXXX", th_server.dir);
+  TH_ASSERT(mkdtemp(work) != NULL);
+  snprintf(errlog, sizeof errlog, "%s/stderr", work);
+}
+
+/* The server's directory must be empty again when the harness removes it. */
+static void cleanup(void) {
+  char cmd[320];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", work);
+  TH_ASSERT_EQ(system(cmd), 0);
+}
+
+/* Start `sluice dq ARGS...` (NULL-terminated; --redis added after the
+ * subcommand) with stdout and stderr appended to errlog; returns the pid. */
+static pid_t start(const char *sub, ...) {
+  const char *argv[48];
+  int n = 0;
+  va_list ap;
+  argv[n++] = sluice_bin();
+  argv[n++] = "dq";
+  argv[n++] = sub;
+  argv[n++] = "--redis";
+  argv[n++] = th_server.url;
+  va_start(ap, sub);
+  const char *a;
+  while ((a = va_arg(ap, const char *)) && n < 47) argv[n++] = a;
+  va_end(ap);
+  argv[n] = NULL;
+  pid_t pid = fork();
+  TH_ASSERT(pid >= 0);
+  if (pid == 0) {
+    int fd = open(errlog, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (fd < 0) _exit(98);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    close(fd);
+    execv(argv[0], (char *const *)argv);
+    _exit(99);
+  }
+  return pid;
+}
+
+/* The exit status of pid, which must exit within ms (else it is killed). */
+static int wait_exit(pid_t pid, unsigned ms) {
+  uint64_t end = th_now_ms() + ms;
+  int st;
+  pid_t r;
+  while ((r = waitpid(pid, &st, WNOHANG)) == 0 && th_now_ms() < end) usleep(5000);
+  if (r == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    th_fail(__FILE__, __LINE__, "pid %ld did not exit within %u ms", (long)pid, ms);
+  }
+  TH_ASSERT_EQ(r, pid);
+  TH_ASSERT(WIFEXITED(st));
+  return WEXITSTATUS(st);
+}
+
+static void push(const char *queue, const char *payload) {
+  TH_ASSERT_EQ(wait_exit(start("push", queue, payload, NULL), 10000), 0);
+}
+
+/* Messages of queue q by state (the tool uses the default "sluice:" prefix). */
+static long long delayed(const char *q) { return th_redis_int(&th_server, "ZCARD sluice:dq:{%s}:z", q); }
+static long long in_flight(const char *q) { return th_redis_int(&th_server, "ZCARD sluice:dq:{%s}:f", q); }
+static long long dead(const char *q) { return th_redis_int(&th_server, "ZCARD sluice:dq:{%s}:d", q); }
+
+/* Write an executable sh script into the scratch dir; returns its path. */
+static const char *script(const char *name, const char *body) {
+  static char path[320];
+  snprintf(path, sizeof path, "%s/%s", work, name);
+  FILE *f = fopen(path, "w");
+  TH_ASSERT(f != NULL);
+  fprintf(f, "#!/bin/sh\nd='%s'\n%s", work, body);
+  TH_ASSERT_EQ(fclose(f), 0);
+  TH_ASSERT_EQ(chmod(path, 0700), 0);
+  return path;
+}
+
+static int count_files(const char *prefix) {
+  DIR *d = opendir(work);
+  TH_ASSERT(d != NULL);
+  struct dirent *e;
+  int n = 0;
+  while ((e = readdir(d)) != NULL) n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+  closedir(d);
+  return n;
+}
+
+static void wait_files(const char *prefix, int n, unsigned ms) {
+  uint64_t end = th_now_ms() + ms;
+  while (count_files(prefix) < n && th_now_ms() < end) usleep(5000);
+  TH_ASSERT_EQ(count_files(prefix), n);
+}
+
+static char *read_file(const char *path) {
+  static char buf[16384];
+  FILE *f = fopen(path, "r");
+  size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+  if (f) fclose(f);
+  buf[n] = 0;
+  return buf;
+}
+
+static int log_has(const char *text) { return strstr(read_file(errlog), text) != NULL; }
+
+static void wait_log(const char *text, unsigned ms) {
+  uint64_t end = th_now_ms() + ms;
+  while (!log_has(text) && th_now_ms() < end) usleep(5000);
+  if (!log_has(text)) th_fail(__FILE__, __LINE__, "no '%s' in: %s", text, read_file(errlog));
+}
+
+/* 8 messages, 4 at once, handlers sleeping 1 s: every handler records when
+ * it ran; at most 4 intervals ever overlap, and 4 do. */
+static void test_concurrency(void) {
+  setup();
+  const char *h = script("h.sh",
+                         "s=$(date +%s%N)\n"
+                         "sleep 1\n"
+                         "echo \"$s $(date +%s%N)\" > \"$d/t.$SLUICE_DQ_ID\"\n");
+  for (int i = 0; i < 8; i++) push("c", "x");
+  uint64_t t0 = th_now_ms();
+  pid_t pid = start("consume", "c", "--concurrency", "4", "--count", "8", "--", h, NULL);
+  TH_ASSERT_EQ(wait_exit(pid, 20000), 0);
+  uint64_t took = th_now_ms() - t0;
+  TH_ASSERT_EQ(count_files("t."), 8);
+  long long s[8], e[8];
+  DIR *d = opendir(work);
+  struct dirent *de;
+  int n = 0;
+  while ((de = readdir(d)) != NULL) {
+    if (strncmp(de->d_name, "t.", 2) != 0) continue;
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", work, de->d_name);
+    TH_ASSERT_EQ(sscanf(read_file(path), "%lld %lld", &s[n], &e[n]), 2);
+    n++;
+  }
+  closedir(d);
+  TH_ASSERT_EQ(n, 8);
+  int most = 0;
+  for (int i = 0; i < n; i++) {
+    int at = 0; /* handlers running when handler i started */
+    for (int j = 0; j < n; j++) at += s[j] <= s[i] && s[i] < e[j];
+    if (at > most) most = at;
+  }
+  TH_ASSERT_EQ(most, 4);
+  /* Two rounds of 1 s, not eight. */
+  TH_ASSERT_CMP(took, >=, 2000);
+  TH_ASSERT_CMP(took, <, 6000);
+  TH_ASSERT_EQ(delayed("c") + in_flight("c") + dead("c"), 0);
+  cleanup();
+}
+
+/* A handler that always fails is retried until --max-attempts, then
+ * dead-lettered; one that fails once is acknowledged on its second run.
+ * --batch is the older name of --concurrency. */
+static void test_failures_retried_then_dead(void) {
+  setup();
+  const char *h = script("h.sh",
+                         "p=$(cat)\n"
+                         "echo \"$p $SLUICE_DQ_ATTEMPT\" >> \"$d/log\"\n"
+                         "case \"$p\" in\n"
+                         "always) exit 3 ;;\n"
+                         "once) [ \"$SLUICE_DQ_ATTEMPT\" -ge 2 ] || exit 1 ;;\n"
+                         "esac\n");
+  push("f", "always");
+  push("f", "once");
+  pid_t pid = start("consume", "f", "--batch", "2", "--max-attempts", "3", "--retry-delay", "0",
+                    "--count", "5", "--", h, NULL);
+  TH_ASSERT_EQ(wait_exit(pid, 20000), 0);
+  char path[300];
+  snprintf(path, sizeof path, "%s/log", work);
+  const char *log = read_file(path);
+  const char *want[] = {"always 1\n", "always 2\n", "always 3\n", "once 1\n", "once 2\n"};
+  for (int i = 0; i < 5; i++)
+    if (!strstr(log, want[i])) th_fail(__FILE__, __LINE__, "no '%s' in: %s", want[i], log);
+  TH_ASSERT_EQ(dead("f"), 1);
+  TH_ASSERT_EQ(delayed("f") + in_flight("f"), 0);
+  TH_ASSERT(log_has("attempt 3: CMD exited with status 3"));
+  TH_ASSERT(log_has("moving it to the dead letters"));
+  cleanup();
+}
+
+/* A handler killed by a signal (here its own SIGKILL) counts as a failure:
+ * the message comes back, and the second run acknowledges it. */
+static void test_crash_retried(void) {
+  setup();
+  const char *h = script("h.sh",
+                         "echo \"$SLUICE_DQ_ATTEMPT\" >> \"$d/log\"\n"
+                         "[ \"$SLUICE_DQ_ATTEMPT\" -ge 2 ] || kill -9 $$\n");
+  push("k", "x");
+  pid_t pid = start("consume", "k", "--retry-delay", "0", "--count", "2", "--", h, NULL);
+  TH_ASSERT_EQ(wait_exit(pid, 20000), 0);
+  char path[300];
+  snprintf(path, sizeof path, "%s/log", work);
+  TH_ASSERT_STR_EQ(read_file(path), "1\n2\n");
+  TH_ASSERT(log_has("attempt 1: CMD killed by signal 9"));
+  TH_ASSERT_EQ(delayed("k") + in_flight("k") + dead("k"), 0);
+  cleanup();
+}
+
+/* Handlers that finish only when told: wait for the "go" file (at most 30 s). */
+#define WAIT_GO                                                          \
+  "touch \"$d/started.$SLUICE_DQ_ID\"\n"                                 \
+  "i=0\n"                                                                \
+  "while [ ! -e \"$d/go\" ]; do\n"                                       \
+  "  i=$((i+1)); [ $i -lt 1500 ] || exit 9; sleep 0.02\n"                \
+  "done\n"
+
+/* SIGTERM while 3 of 4 messages are being handled: the tool takes nothing
+ * more, the 3 handlers finish and are acknowledged, the 4th message stays
+ * queued, and the exit status is 0. */
+static void test_sigterm_drains(void) {
+  setup();
+  const char *h = script("h.sh", WAIT_GO "touch \"$d/done.$SLUICE_DQ_ID\"\n");
+  for (int i = 0; i < 4; i++) push("s", "x");
+  pid_t pid = start("consume", "s", "--concurrency", "3", "--", h, NULL);
+  wait_files("started.", 3, 10000);
+  TH_ASSERT_EQ(kill(pid, SIGTERM), 0);
+  wait_log("stopping: waiting for 3 running CMDs", 10000);
+  char go[300];
+  snprintf(go, sizeof go, "%s/go", work);
+  TH_ASSERT(fclose(fopen(go, "w")) == 0);
+  TH_ASSERT_EQ(wait_exit(pid, 20000), 0);
+  TH_ASSERT_EQ(count_files("done."), 3);
+  TH_ASSERT_EQ(count_files("started."), 3);
+  TH_ASSERT_EQ(in_flight("s"), 0);
+  TH_ASSERT_EQ(delayed("s"), 1);
+  TH_ASSERT_EQ(dead("s"), 0);
+  cleanup();
+}
+
+/* A second SIGTERM reaches the handlers; they exit 1 from their trap and
+ * their messages are retried (not lost, not acknowledged). */
+static void test_second_signal_forwards(void) {
+  setup();
+  const char *h = script("h.sh",
+                         "trap 'touch \"$d/term.$SLUICE_DQ_ID\"; exit 1' TERM\n" WAIT_GO);
+  push("t", "x");
+  push("t", "y");
+  pid_t pid = start("consume", "t", "--concurrency", "2", "--retry-delay", "60000", "--", h,
+                    NULL);
+  wait_files("started.", 2, 10000);
+  TH_ASSERT_EQ(kill(pid, SIGTERM), 0);
+  wait_log("stopping: waiting for 2 running CMDs", 10000);
+  TH_ASSERT_EQ(kill(pid, SIGTERM), 0);
+  TH_ASSERT_EQ(wait_exit(pid, 20000), 0);
+  TH_ASSERT(log_has("sending SIGTERM to 2 running CMDs"));
+  TH_ASSERT_EQ(count_files("term."), 2);
+  TH_ASSERT_EQ(in_flight("t"), 0);
+  TH_ASSERT_EQ(delayed("t"), 2);
+  cleanup();
+}
+
+/* A handler that outlives --visibility (and ignores SIGTERM) is killed
+ * before the deadline and its message retried in time: Redis accepted the
+ * retry (no "late" settle), so no second copy could have started. */
+static void test_visibility_watchdog(void) {
+  setup();
+  const char *h = script("h.sh",
+                         "trap 'touch \"$d/term\"' TERM\n"
+                         "touch \"$d/started\"\n"
+                         "i=0; while [ $i -lt 1500 ]; do sleep 0.02; i=$((i+1)); done\n");
+  push("v", "x");
+  pid_t pid = start("consume", "v", "--visibility", "4000", "--max-attempts", "2",
+                    "--retry-delay", "60000", "--count", "1", "--", h, NULL);
+  wait_files("started", 1, 10000);
+  uint64_t t0 = th_now_ms();
+  TH_ASSERT_EQ(wait_exit(pid, 20000), 0);
+  TH_ASSERT_CMP(th_now_ms() - t0, <, 4000);
+  TH_ASSERT_EQ(count_files("term"), 1);
+  TH_ASSERT(log_has("still runs after SIGTERM: SIGKILL"));
+  TH_ASSERT(log_has("attempt 1: CMD stopped at its visibility deadline"));
+  TH_ASSERT(!log_has("after its visibility deadline"));
+  TH_ASSERT(!log_has("settle failed"));
+  TH_ASSERT_EQ(in_flight("v"), 0);
+  TH_ASSERT_EQ(delayed("v"), 1);
+  cleanup();
+}
+
+/* CMD missing or not executable: a clear message and 127/126 before any
+ * message is taken. A CMD that disappears while consuming stops the tool
+ * (127) and its message is retried. Bad numbers are usage errors. */
+static void test_cmd_not_found_and_usage(void) {
+  setup();
+  push("n", "x");
+  TH_ASSERT_EQ(wait_exit(start("consume", "n", "--", "/nonexistent/cmd", NULL), 10000), 127);
+  TH_ASSERT(log_has("cannot run '/nonexistent/cmd'"));
+  TH_ASSERT_EQ(wait_exit(start("consume", "n", "--", "sluice-test-no-such-cmd", NULL), 10000), 127);
+  TH_ASSERT(log_has("cannot run 'sluice-test-no-such-cmd': command not found"));
+  TH_ASSERT_EQ(wait_exit(start("consume", "n", "--", work, NULL), 10000), 126);
+  TH_ASSERT_EQ(delayed("n"), 1); /* untouched */
+  TH_ASSERT_EQ(wait_exit(start("consume", "n", "--concurrency", "0", "--", "true", NULL), 10000), 64);
+  TH_ASSERT_EQ(wait_exit(start("consume", "n", "--concurrency", "x", "--", "true", NULL), 10000), 64);
+  TH_ASSERT_EQ(wait_exit(start("consume", "n", "--concurrency", "10001", "--", "true", NULL), 10000),
+               64);
+  TH_ASSERT_EQ(wait_exit(start("consume", "n", "--concurrency", "2", NULL), 10000), 64);
+  /* The script runs for the first message and removes itself. */
+  const char *h = script("h.sh", "rm -f \"$0\"\n");
+  push("n", "y");
+  TH_ASSERT_EQ(wait_exit(start("consume", "n", "--", h, NULL), 10000), 127);
+  TH_ASSERT(log_has("No such file or directory"));
+  TH_ASSERT_EQ(in_flight("n"), 0);
+  TH_ASSERT_EQ(delayed("n"), 1);
+  cleanup();
+}
+
+int main(int argc, char **argv) {
+  static const th_case cases[] = {
+      {"concurrency", test_concurrency, 0},
+      {"failures_retried_then_dead", test_failures_retried_then_dead, 0},
+      {"crash_retried", test_crash_retried, 0},
+      {"sigterm_drains", test_sigterm_drains, 0},
+      {"second_signal_forwards", test_second_signal_forwards, 0},
+      {"visibility_watchdog", test_visibility_watchdog, 0},
+      {"cmd_not_found_and_usage", test_cmd_not_found_and_usage, 0},
+      {NULL, NULL, 0}};
+  return th_main(argc, argv, cases);
+}
