@@ -194,7 +194,8 @@ void sluice__conn_start(sluice__conn *conn) {
   ac->data = conn;
   /* Lets the kernel notice a peer that vanished without a reset. */
   if (!ep->unix_path) redisEnableKeepAlive(&ac->c);
-  /* Order matters: attach the loop before setting callbacks (STYLE 5.2.13). */
+  /* Order matters: setting the connect callback already asks the adapter to
+   * watch for writability, so the loop must be attached first. */
   if (redisLibeventAttach(ac, conn->base) != REDIS_OK) {
     set_err(conn, "connect failed", "cannot attach to event loop");
     redisAsyncFree(ac);

@@ -4,10 +4,10 @@
  * backoff and full jitter after any failure. Used for the command connection
  * (client.c) and the blocking connection (blocker.c).
  *
- * hiredis 0.14 rules this file keeps (see STYLE.md section 5): never free or
- * disconnect a context from inside a hiredis callback (we defer to our own
- * event), forget the context as soon as hiredis says it is gone, and tolerate
- * callbacks that run synchronously inside redisAsyncFree.
+ * hiredis 0.14 rules this file keeps (each one a crash on 0.14 otherwise):
+ * never free or disconnect a context from inside a hiredis callback (we
+ * defer to our own event), forget the context as soon as hiredis says it is
+ * gone, and tolerate callbacks that run synchronously inside redisAsyncFree.
  */
 #ifndef SLUICE_CONN_H
 #define SLUICE_CONN_H

@@ -65,8 +65,11 @@ SLUICE_EXPORT void sluice_dq_options_init(sluice_dq_options *opts);
 SLUICE_EXPORT int sluice_dq_new(sluice_client *client, const char *name,
                                 const sluice_dq_options *opts, sluice_dq **out);
 
-/* Free the handle. Pending operations complete with SLUICE_ECANCELED from the
- * loop (what they did in Redis may still happen). NULL is a no-op. */
+/* Free the handle. As for every sluice object (see sluice.h):
+ * operations still pending complete with SLUICE_ECANCELED from the loop,
+ * never inside this call; no other callback of it runs afterwards; freeing
+ * inside any of its own callbacks is safe; NULL is a no-op.
+ * What a cancelled operation did in Redis may still happen. */
 SLUICE_EXPORT void sluice_dq_free(sluice_dq *dq);
 
 SLUICE_EXPORT const char *sluice_dq_name(const sluice_dq *dq);
@@ -193,10 +196,15 @@ SLUICE_EXPORT int sluice_dq_consumer_new(sluice_client *client, const char *name
                                          sluice_dq_handler *handler, void *userdata,
                                          sluice_dq_consumer **out);
 
-/* Stop consuming and free the handle; safe inside the handler. No handler
- * runs afterwards; messages taken but not yet handed to the handler are put
- * back at once. Handles of messages already delivered stay valid: settle
- * them as usual. NULL is a no-op. */
+/* Stop consuming and free the handle. As for every sluice object (see
+ * sluice.h):
+ * operations still pending complete with SLUICE_ECANCELED from the loop,
+ * never inside this call; no other callback of it runs afterwards; freeing
+ * inside any of its own callbacks is safe; NULL is a no-op.
+ * No handler runs afterwards; messages taken but not yet handed to the
+ * handler are put back at once. Handles of messages already delivered stay
+ * valid: settle them as usual (the settle callbacks still run), and the
+ * consumer's memory goes once the last one is settled. */
 SLUICE_EXPORT void sluice_dq_consumer_free(sluice_dq_consumer *consumer);
 
 /* Called (from the loop) when a take fails, e.g. while Redis is unreachable;

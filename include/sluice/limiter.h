@@ -118,9 +118,10 @@ SLUICE_EXPORT int sluice_limiter_new(sluice_client *client, const char *name,
                                      const sluice_limiter_options *opts,
                                      sluice_limiter **out);
 
-/* Free the limiter. Pending checks and waits complete with SLUICE_ECANCELED
- * from the loop; no other callback fires after this call. Safe inside the
- * limiter's own callbacks. NULL is a no-op. */
+/* Free the limiter. As for every sluice object (see sluice.h):
+ * operations still pending complete with SLUICE_ECANCELED from the loop,
+ * never inside this call; no other callback of it runs afterwards; freeing
+ * inside any of its own callbacks is safe; NULL is a no-op. */
 SLUICE_EXPORT void sluice_limiter_free(sluice_limiter *lim);
 
 SLUICE_EXPORT const char *sluice_limiter_name(const sluice_limiter *lim);

@@ -51,12 +51,12 @@ SLUICE_EXPORT int sluice_sem_new(sluice_client *client, const char *name,
                                  const sluice_sem_options *opts,
                                  sluice_sem **out);
 
-/* Free the handle. Pending acquires, releases and inspections complete with
- * SLUICE_ECANCELED inside this call (the handle is still valid during those
- * callbacks; calls on it answer SLUICE_ECLOSED); no callback of it fires
- * afterwards. Permits still held through it are released in Redis and their
- * handles become invalid. May be called from the handle's own callbacks.
- * NULL is a no-op. */
+/* Free the handle. As for every sluice object (see sluice.h):
+ * operations still pending complete with SLUICE_ECANCELED from the loop,
+ * never inside this call; no other callback of it runs afterwards; freeing
+ * inside any of its own callbacks is safe; NULL is a no-op.
+ * Permits still held through it are released in Redis and their handles
+ * become invalid now. */
 SLUICE_EXPORT void sluice_sem_free(sluice_sem *sem);
 
 SLUICE_EXPORT const char *sluice_sem_name(const sluice_sem *sem);

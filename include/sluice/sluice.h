@@ -33,7 +33,24 @@ extern "C" {
 /* Longest name (semaphore, limiter, limiter key, queue) in bytes. */
 #define SLUICE_NAME_MAX 512
 
-/* X(name, value, message): the one table of status codes. */
+/*
+ * Every call returns 0 or a negative sluice_status. If it returns an error
+ * its callback never runs (and userdata stays yours); otherwise the callback
+ * runs exactly once, from the loop, never inside the call that started it.
+ *
+ * Every object dies the same way (sluice_sem_free, sluice_permit_release,
+ * sluice_limiter_free, sluice_dq_free, sluice_dq_consumer_free): operations
+ * still pending complete with SLUICE_ECANCELED from the loop, never inside
+ * the free call; no other callback of the object runs afterwards; freeing
+ * inside any of its own callbacks is safe; NULL is a no-op. The memory goes
+ * at once when nothing is pending, else from the loop: keep running the
+ * loop until the callbacks owed have run. Closing the client cancels the
+ * pending operations of every object created on it the same way; each
+ * object is still freed by its own _free.
+ */
+
+/* X(name, value, message): the one table of status codes. Values are never
+ * reused: a code that goes leaves a gap. */
 #define SLUICE_STATUS_MAP(X)                                                  \
   X(OK, 0, "success")                                                         \
   X(EINVAL, -1, "invalid argument")                                           \
@@ -45,8 +62,6 @@ extern "C" {
   X(ECANCELED, -7, "operation cancelled")                                     \
   X(ECLOSED, -8, "object is closed")                                          \
   X(EBUSY, -9, "no permit available")                                         \
-  X(ELOST, -10, "permit lost")                                                \
-  X(EDENIED, -11, "rate limit exceeded")                                      \
   X(EFULL, -12, "queue is full")                                              \
   X(ENOTFOUND, -13, "no such item")                                           \
   X(ETOOBIG, -14, "value too large")                                          \
