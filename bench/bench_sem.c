@@ -370,6 +370,55 @@ static int wake_run(bench_lat *lat) {
   return rc;
 }
 
+/* ---- idle waiters ------------------------------------------------------- */
+
+#define IDLE_WAITERS 100
+#define IDLE_SECONDS 6
+
+/* Script calls Redis ran (top-level EVALSHA/EVAL), from INFO commandstats. */
+static long long script_calls(void) {
+  struct timeval tv = {2, 0};
+  redisContext *rc = redisConnectWithTimeout(rs.host, rs.port, tv);
+  redisReply *rep = rc && !rc->err ? redisCommand(rc, "INFO commandstats") : NULL;
+  long long n = -1;
+  if (rep && rep->type == REDIS_REPLY_STRING) {
+    n = 0;
+    for (const char *k = "cmdstat_evalsha:calls=", *p = rep->str; (p = strstr(p, k)); p += 1)
+      n += strtoll(p + strlen(k), NULL, 10);
+    const char *e = strstr(rep->str, "cmdstat_eval:calls=");
+    if (e) n += strtoll(e + 19, NULL, 10);
+  }
+  if (rep) freeReplyObject(rep);
+  if (rc) redisFree(rc);
+  return n;
+}
+
+/* What waiting costs Redis: IDLE_WAITERS blocking acquires of one handle on
+ * a semaphore whose permit is held; their heartbeats share one call. */
+static double idle_waiters_run(void) {
+  sluice_client *c = new_client();
+  sluice_sem *sem = new_sem(c, "idlew", 1);
+  waker h = {NULL, NULL, -1, 0, 0, 0};
+  waker w[IDLE_WAITERS];
+  double per_s = -1;
+  if (sluice_sem_try_acquire(sem, on_holder, &h) == SLUICE_OK)
+    while (!h.acquired) event_base_loop(base, EVLOOP_ONCE);
+  for (int i = 0; i < IDLE_WAITERS && h.status == SLUICE_OK; i++) {
+    w[i] = (waker){NULL, NULL, -1, 0, 0, 0};
+    sluice_sem_acquire(sem, 0, on_waiter, &w[i], NULL);
+  }
+  run_for_ms(1500); /* first attempts done, everyone blocked */
+  long long c0 = script_calls();
+  run_for_ms(IDLE_SECONDS * 1000);
+  long long c1 = script_calls();
+  if (h.status == SLUICE_OK && c0 >= 0 && c1 >= 0) per_s = (double)(c1 - c0) / IDLE_SECONDS;
+  sluice_sem_free(sem); /* cancels the waiters, releases the holder's permit */
+  sluice_client_free(c);
+  event_base_loop(base, EVLOOP_NONBLOCK);
+  run_for_ms(100);
+  return per_s;
+}
+
 /* ---- redis-semaphore (bench/node/sem.js) ----------------------------------- */
 
 static double json_num(const char *line, const char *key) {
@@ -531,6 +580,10 @@ int main(void) {
     bench_table_free(t);
   }
   bench_lat_free(lat);
+  double idle = idle_waiters_run();
+  if (idle >= 0)
+    printf("\n%d waiters blocked on one handle (heartbeat 3 s): %.2f script calls/s over %d s\n",
+           IDLE_WAITERS, idle, IDLE_SECONDS);
   if (!node) printf("semaphore: redis-semaphore skipped (node or bench/node/node_modules missing)\n");
   printf("%d iterations of wake-up; throughput cells best of %d interleaved runs\n", WAKE_ITERS,
          REPS);

@@ -21,8 +21,10 @@
 
 #include "client-private.h"
 
-#define BLOCK_SECONDS 5
-#define BLOCK_SECONDS_TEXT "5"
+/* Long enough that an idle client costs Redis almost nothing, short enough
+ * that a half-open connection is replaced within a minute. */
+#define BLOCK_SECONDS 30
+#define BLOCK_SECONDS_TEXT "30"
 #define WATCHDOG_MARGIN_MS 3000
 #define CTL_EXPIRE_MS "60000"
 

@@ -24,7 +24,8 @@
 #include "dq-internal.h"
 
 #define DQ_SETTLE_MAX 1000   /* settlements per dq_ack call */
-#define DQ_BACKOFF_MIN_MS 50 /* first retry after a failed take */
+#define DQ_BACKOFF_MIN_MS 50   /* first retry after a failed take */
+#define DQ_BACKOFF_MAX_MS 2000 /* an outage is not an idle queue: look often */
 
 typedef struct settle {
   sluice__breq req;          /* in con->settles */
@@ -176,7 +177,7 @@ int sluice_dq_retry(sluice_dq_msg *msg, int64_t delay_ms, sluice_dq_settle_cb *c
 
 static void take_failed(sluice_dq_consumer *con, int status) {
   if (!taking_allowed(con) || status == SLUICE_ECANCELED) return;
-  unsigned cap = con->o.max_poll_ms;
+  unsigned cap = con->o.max_poll_ms < DQ_BACKOFF_MAX_MS ? con->o.max_poll_ms : DQ_BACKOFF_MAX_MS;
   con->backoff_ms = con->backoff_ms ? con->backoff_ms * 2 : DQ_BACKOFF_MIN_MS;
   if (con->backoff_ms > cap) con->backoff_ms = cap;
   sluice__timer_in(con->timer, con->backoff_ms);
@@ -316,7 +317,7 @@ void sluice_dq_consumer_options_init(sluice_dq_consumer_options *o) {
   o->visibility_ms = 30000;
   o->max_in_flight = 256;
   o->max_attempts = 5;
-  o->max_poll_ms = 5000;
+  o->max_poll_ms = 60000;
   o->retention_ms = DQ_DEFAULT_RETENTION_MS;
 }
 

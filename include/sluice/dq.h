@@ -176,7 +176,9 @@ typedef struct sluice_dq_consumer_options {
   unsigned max_in_flight;  /* unsettled messages held at once; default 256 */
   unsigned max_attempts;   /* deliveries before dead-lettering; 0 = no limit;
                               default 5 */
-  unsigned max_poll_ms;    /* longest sleep between takes; >= 10, default 5000 */
+  unsigned max_poll_ms;    /* longest sleep between takes when idle; >= 10,
+                            * default 60000. Only a safety net: due times and
+                            * wake-ups never wait for it. */
   unsigned op_timeout_ms;  /* deadline of each Redis step; 0 = client default */
   uint64_t retention_ms;   /* as in sluice_dq_options; default 7 days */
 } sluice_dq_consumer_options;
