@@ -20,6 +20,7 @@ struct sluice_client {
 
   sluice__conn cmd;               /* the command connection */
   uint64_t last_reply_ms;         /* monotonic: last reply on it */
+  uint64_t up_since_ms;           /* monotonic: last handshake completed */
   sluice__list ops;               /* operations not yet completed */
   sluice__guard_home home;        /* every object created on the client */
   sluice__blocker *blocker;       /* created on first listen */

@@ -8,6 +8,7 @@
  * (until the op completes or is detached). It is freed when both are done, so
  * a deadline can complete an op while its late reply is still on the way.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +27,8 @@ struct sluice__op {
   unsigned in_hiredis : 1;        /* hiredis will still call reply_cb */
   unsigned done : 1;              /* fn called, or detached */
   unsigned retried : 1;           /* EVAL fallback already sent */
+  unsigned sent_up : 1;           /* handed over while the connection was up */
+  unsigned long ups_at_send;      /* handshakes completed when handed over */
   const sluice__script *script;   /* NULL for plain commands */
   int argc;                       /* sent argv: "EVALSHA" sha nkeys ... */
   const char **argv;
@@ -100,8 +103,12 @@ static void op_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
   }
   if (!reply) {
     /* Connection lost or context freed: possibly inside redisAsyncFree, so
-     * report from our own timer, outside hiredis. */
-    op_defer(op, op->c->closing ? SLUICE_ECANCELED : SLUICE_ECONNECTION);
+     * report from our own timer, outside hiredis. Redis may have run a
+     * command that left on a connection that was up; one that only waited
+     * behind a handshake that never completed did not run. */
+    sluice__conn *conn = &op->c->cmd;
+    int maybe_ran = op->sent_up || conn->ups > op->ups_at_send;
+    op_defer(op, op->c->closing ? SLUICE_ECANCELED : maybe_ran ? SLUICE_EINDOUBT : SLUICE_ECONNECTION);
     return;
   }
   if (op->script && !op->retried && is_noscript(reply)) {
@@ -120,9 +127,12 @@ static void op_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
 }
 
 static int op_send(sluice__op *op) {
-  if (sluice__conn_send(&op->c->cmd, op_reply_cb, op, op->argc, op->argv, op->lens) != REDIS_OK)
+  sluice__conn *conn = &op->c->cmd;
+  if (sluice__conn_send(conn, op_reply_cb, op, op->argc, op->argv, op->lens) != REDIS_OK)
     return SLUICE_ECONNECTION;
   op->in_hiredis = 1;
+  op->sent_up = conn->state == SLUICE_CONN_UP;
+  op->ups_at_send = conn->ups;
   return SLUICE_OK;
 }
 
@@ -215,8 +225,9 @@ void sluice__op_detach(sluice__op *op) {
 
 static void cmd_up(sluice__conn *conn, void *ud) {
   sluice_client *c = ud;
-  c->last_reply_ms = sluice__mono_ms();
+  c->last_reply_ms = c->up_since_ms = sluice__mono_ms();
   if (conn->ups > 1) c->stats.reconnects++;
+  sluice__guard_home_resume(&c->home); /* releases first, then everyone else */
   if (c->state_cb) c->state_cb(c, 1, SLUICE_OK, c->state_ud);
 }
 
@@ -383,6 +394,16 @@ void sluice_client_close(sluice_client *c, sluice_close_cb *cb, void *ud) {
 void sluice_client_free(sluice_client *c) { sluice_client_close(c, NULL, NULL); }
 
 struct sluice__guard_home *sluice__client_home(sluice_client *c) { return &c->home; }
+
+uint64_t sluice__client_up_since(const sluice_client *c) { return c->up_since_ms; }
+
+void sluice__client_note_abandoned(sluice_client *c, const char *permit_id) {
+  c->stats.releases_abandoned++;
+  snprintf(c->cmd.errstr, sizeof c->cmd.errstr,
+           "closed while Redis was unreachable: %llu permit release(s) could not be sent; "
+           "those leases expire by themselves",
+           (unsigned long long)c->stats.releases_abandoned);
+}
 
 unsigned sluice__client_route(const sluice_client *c, const char *key) { return 0; }
 

@@ -290,7 +290,8 @@ static int dq_idle(const sluice__guard *g) {
   return !sluice__container_of(g, sluice_dq, guard)->reqs.head;
 }
 
-static const sluice__guard_ops dq_guard_ops = {dq_quiesce, dq_cancel, dq_idle, dq_destroy};
+static const sluice__guard_ops dq_guard_ops = {
+    .quiesce = dq_quiesce, .cancel = dq_cancel, .idle = dq_idle, .destroy = dq_destroy};
 
 int sluice_dq_new(sluice_client *c, const char *name, const sluice_dq_options *opts,
                   sluice_dq **out) {

@@ -346,9 +346,22 @@ static void consumer_destroy(sluice__guard *g) {
   sluice__free(con);
 }
 
-/* Inside free: stop taking (nothing of that calls back). */
-static const sluice__guard_ops consumer_guard_ops = {consumer_cancel, consumer_cancel,
-                                                     consumer_idle, consumer_destroy};
+/* The connection is back: due messages are taken at once, not after the
+ * backoff of the takes that failed meanwhile. */
+static void consumer_resume(sluice__guard *g) {
+  sluice_dq_consumer *con = sluice__container_of(g, sluice_dq_consumer, guard);
+  if (!taking_allowed(con)) return;
+  con->backoff_ms = 0;
+  evtimer_del(con->timer);
+  event_active(con->kick, 0, 0);
+}
+
+/* Inside free, stopping the takes is all (nothing of that calls back). */
+static const sluice__guard_ops consumer_guard_ops = {.quiesce = consumer_cancel,
+                                                     .cancel = consumer_cancel,
+                                                     .idle = consumer_idle,
+                                                     .destroy = consumer_destroy,
+                                                     .resume = consumer_resume};
 
 static int check_options(const sluice_dq_consumer_options *o) {
   if (o->batch < 1 || o->batch > 1000 || o->visibility_ms < 10 || o->max_in_flight < 1 ||

@@ -91,6 +91,13 @@ void sluice__guard_home_close(sluice__guard_home *h) {
   }
 }
 
+void sluice__guard_home_resume(sluice__guard_home *h) {
+  for (sluice__link *l = h->guards.head; l; l = l->next) {
+    sluice__guard *g = sluice__container_of(l, sluice__guard, link);
+    if (g->ops->resume && !g->closed) g->ops->resume(g);
+  }
+}
+
 void sluice__guard_leave(sluice__guard *g) {
   if (--g->depth == 0 && g->freeing) queue_reap(g);
 }

@@ -55,6 +55,9 @@ typedef struct sluice__guard_ops {
   int (*idle)(const sluice__guard *g);
   /* Release the object's memory; the guard is already detached. */
   void (*destroy)(sluice__guard *g);
+  /* The client's command connection came (back) up (may be NULL): work
+   * that waited for it goes now. */
+  void (*resume)(sluice__guard *g);
 } sluice__guard_ops;
 
 struct sluice__guard {
@@ -83,6 +86,8 @@ int sluice__guard_home_init(sluice__guard_home *h, struct event_base *base,
 /* Cancel every guard's pending operations (from the loop). Callbacks may
  * free any object, this one included. */
 void sluice__guard_home_close(sluice__guard_home *h);
+/* The connection is up: every live guard resumes. */
+void sluice__guard_home_resume(sluice__guard_home *h);
 /* Release the home's event; every guard must be gone. */
 void sluice__guard_home_clear(sluice__guard_home *h);
 

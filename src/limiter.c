@@ -266,7 +266,8 @@ static void rq_decided(rl_req *rq, const sluice_rl_result *res) {
   rq_arm(rq, RT_ATTEMPT, retry);
 }
 
-/* Redis could not be asked (status ECONNECTION or ETIMEDOUT). */
+/* Redis could not be asked (ECONNECTION), or its answer did not come
+ * (ETIMEDOUT, EINDOUBT: the units may have been taken). */
 static void rq_down(rl_req *rq, int status) {
   sluice_limiter *lim = rq->lim;
   sluice_rl_result res = {1, SLUICE_RL_UNCHECKED, capacity(lim), -1, 0, 0};
@@ -287,7 +288,7 @@ static void rq_down(rl_req *rq, int status) {
   }
   /* A wait's ETIMEDOUT means "not allowed in time"; a step timing out is
    * Redis being unreachable. */
-  if (rq->kind == RQ_WAIT && status == SLUICE_ETIMEDOUT) status = SLUICE_ECONNECTION;
+  if (rq->kind == RQ_WAIT && status != SLUICE_ECONNECTION) status = SLUICE_ECONNECTION;
   rq_finish(rq, status, NULL);
 }
 
@@ -298,7 +299,8 @@ static void on_reply(void *ud, int status, const redisReply *reply) {
   if (status == SLUICE_OK || status == SLUICE_EREDIS) rq->lim->seen_up = 1;
   if (status == SLUICE_OK) status = parse_reply(rq->lim, reply, &res);
   if (status == SLUICE_OK) rq_decided(rq, &res);
-  else if (status == SLUICE_ECONNECTION || status == SLUICE_ETIMEDOUT) rq_down(rq, status);
+  else if (status == SLUICE_ECONNECTION || status == SLUICE_ETIMEDOUT || status == SLUICE_EINDOUBT)
+    rq_down(rq, status);
   else rq_finish(rq, status, NULL);
 }
 
@@ -378,7 +380,8 @@ static void lim_destroy(sluice__guard *g) {
   sluice__free(lim);
 }
 
-static const sluice__guard_ops lim_guard_ops = {lim_quiesce, lim_cancel, lim_idle, lim_destroy};
+static const sluice__guard_ops lim_guard_ops = {
+    .quiesce = lim_quiesce, .cancel = lim_cancel, .idle = lim_idle, .destroy = lim_destroy};
 
 /* ---- public API ---------------------------------------------------------- */
 

@@ -138,7 +138,8 @@ static void permit_destroy(sluice__guard *g) {
   sluice__free(p);
 }
 
-static const sluice__guard_ops permit_guard_ops = {NULL, permit_cancel, NULL, permit_destroy};
+static const sluice__guard_ops permit_guard_ops = {
+    .cancel = permit_cancel, .destroy = permit_destroy};
 
 sluice_permit *sluice__permit_new(sluice_sem *sem, const char *id, uint64_t fence,
                                   uint64_t granted_at_ms) {

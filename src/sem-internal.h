@@ -53,6 +53,11 @@ struct sluice_sem {
   struct event *expiry;           /* earliest holder's lease expiry */
   uint64_t expiry_at;             /* monotonic ms, while expiry is pending */
 
+  /* sem_release.c */
+  sluice__list parked;            /* releases waiting to be sent again */
+  struct event *release_retry;
+  unsigned retry_ms;
+
   /* permit.c */
   sluice__list permits;           /* held permits */
 
@@ -80,15 +85,21 @@ int sluice__acquire_setup(sluice_sem *sem);
 /* Complete every acquire with ECANCELED (from the loop). */
 void sluice__acquire_cancel_all(sluice_sem *sem);
 void sluice__acquire_teardown(sluice_sem *sem);
+/* The connection is back: every blocked waiter tries at once. */
+void sluice__acquire_resume(sluice_sem *sem);
 /* Leave calls in flight and stop timers, without callbacks. */
 void sluice__acquire_quiesce(sluice_sem *sem);
 int sluice__acquire_idle(const sluice_sem *sem);
 
 /* sem_release.c */
-void sluice__release_setup(sluice_sem *sem);
+int sluice__release_setup(sluice_sem *sem);
+void sluice__release_teardown(sluice_sem *sem);
+/* The connection is back: parked releases go now. */
+void sluice__release_resume(sluice_sem *sem);
 /* Queue a release of permit id for this loop turn; cb may be NULL. */
 int sluice__release_queue(sluice_sem *sem, const char *id, sluice_release_cb *cb, void *ud);
-/* Send what is queued; answer calls in flight with ECANCELED. */
+/* Freed: send what is queued (parked ones keep trying). Closed: a last
+ * try, then everything is answered with ECANCELED. */
 void sluice__release_cancel_all(sluice_sem *sem);
 int sluice__release_idle(const sluice_sem *sem);
 

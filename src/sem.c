@@ -147,6 +147,7 @@ static int sem_idle(const sluice__guard *g) {
 static void sem_destroy(sluice__guard *g) {
   sluice_sem *sem = sluice__container_of(g, sluice_sem, guard);
   sluice__acquire_teardown(sem);
+  sluice__release_teardown(sem);
   sluice__flusher_clear(&sem->flusher);
   for (int i = 0; i < SEM_NKEYS; i++) free(sem->keys[i]);
   free(sem->wake_base);
@@ -155,7 +156,19 @@ static void sem_destroy(sluice__guard *g) {
   sluice__free(sem);
 }
 
-static const sluice__guard_ops sem_guard_ops = {sem_quiesce, sem_cancel, sem_idle, sem_destroy};
+/* The connection is back: parked releases go first (the flusher sends
+ * releases before attempts), then every waiter tries at once. */
+static void sem_resume(sluice__guard *g) {
+  sluice_sem *sem = sluice__container_of(g, sluice_sem, guard);
+  sluice__release_resume(sem);
+  sluice__acquire_resume(sem);
+}
+
+static const sluice__guard_ops sem_guard_ops = {.quiesce = sem_quiesce,
+                                                .cancel = sem_cancel,
+                                                .idle = sem_idle,
+                                                .destroy = sem_destroy,
+                                                .resume = sem_resume};
 
 static int sem_init(sluice_sem *sem, sluice_client *c, const char *name) {
   static const char *const parts[SEM_NKEYS] = {"holders", "queue", "beats", "meta"};
@@ -170,7 +183,7 @@ static int sem_init(sluice_sem *sem, sluice_client *c, const char *name) {
   strcat(sem->wake_key, sem->handle_id);
   if (sluice__flusher_init(&sem->flusher, sluice__client_base(c)) != SLUICE_OK)
     return SLUICE_ENOMEM;
-  sluice__release_setup(sem);
+  if (sluice__release_setup(sem) != SLUICE_OK) return SLUICE_ENOMEM;
   sluice__permit_setup(sem);
   return sluice__acquire_setup(sem);
 }

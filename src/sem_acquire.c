@@ -87,6 +87,8 @@ static void finish(sluice_acquire *a, int status, sluice_permit *permit) {
   sluice_acquire_cb *cb = a->cb;
   void *ud = a->ud;
   leave_attempt(a);
+  if (!permit && a->maybe_granted) /* an unanswered attempt may hold one */
+    sluice__release_queue(sem, a->permit_id, NULL, NULL);
   if (!permit) send_leave(a); /* a grant already left the queue */
   if (a->blocking) sem->nblocking--;
   acquire_free(a);
@@ -109,21 +111,29 @@ static void queue_attempt(sluice_acquire *a) {
   sluice__batcher_queue(&a->sem->attempts, &a->attempt, a->sem->route);
 }
 
+static int is_transport(int status) {
+  return status == SLUICE_ETIMEDOUT || status == SLUICE_ECONNECTION || status == SLUICE_EINDOUBT;
+}
+
 static void on_attempt_failed(sluice_acquire *a, int status) {
-  if (status == SLUICE_ETIMEDOUT) {
-    /* The attempt may still run in Redis: release its id behind it (same
-     * connection, so in order) and ask under a fresh id next time. */
+  if (status == SLUICE_EINDOUBT && a->blocking) {
+    /* It may have run before the connection went: the next attempt asks
+     * for the same id, and gets that grant back if there was one. */
+    a->maybe_granted = 1;
+  } else if (status == SLUICE_ETIMEDOUT || status == SLUICE_EINDOUBT) {
+    /* It may still run, or have run: release its id (the release is
+     * retried until Redis confirms it) and ask under a fresh id. */
     sluice__release_queue(a->sem, a->permit_id, NULL, NULL);
     sluice__random_hex(a->permit_id);
     a->maybe_granted = 0;
-  } else if (status == SLUICE_ECONNECTION) {
-    a->maybe_granted = 1; /* it may have run before the connection went */
   }
-  if (!a->blocking || (status != SLUICE_ETIMEDOUT && status != SLUICE_ECONNECTION)) {
+  if (!a->blocking || !is_transport(status)) {
     finish(a, status, NULL);
     return;
   }
-  a->last_error = status;
+  /* At the deadline a wait reports Redis as unreachable, not in doubt:
+   * whatever an attempt may have been granted is released by us. */
+  a->last_error = status == SLUICE_ETIMEDOUT ? SLUICE_ETIMEDOUT : SLUICE_ECONNECTION;
   evtimer_del(a->timer);
   sluice__timer_in(a->timer, a->retry_ms);
   a->retry_ms = a->retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : a->retry_ms * 2;
@@ -284,6 +294,8 @@ void sluice__acquire_teardown(sluice_sem *sem) {
   if (sem->expiry) event_free(sem->expiry);
   sem->beat = sem->expiry = NULL;
 }
+
+void sluice__acquire_resume(sluice_sem *sem) { poke_all(sem); }
 
 void sluice__acquire_quiesce(sluice_sem *sem) {
   for (sluice__link *l = sem->acquires.head; l; l = l->next) {

@@ -74,6 +74,11 @@ struct sluice__guard_home *sluice__client_home(sluice_client *c);
 int sluice__client_closing(const sluice_client *c);
 struct event_base *sluice__client_base(const sluice_client *c);
 unsigned sluice__client_op_timeout(const sluice_client *c);
+/* Monotonic ms when the command connection last completed its handshake
+ * (0: never). */
+uint64_t sluice__client_up_since(const sluice_client *c);
+/* A permit release that could not reach Redis before the client closed. */
+void sluice__client_note_abandoned(sluice_client *c, const char *permit_id);
 /* The route (hash slot) a key's calls go to; one Redis has one route, 0. */
 unsigned sluice__client_route(const sluice_client *c, const char *key);
 

@@ -74,6 +74,9 @@ typedef struct sluice_client_stats {
   uint64_t reconnects;        /* successful connections after the first */
   uint64_t noscript_reloads;  /* NOSCRIPT answers recovered with EVAL */
   unsigned ops_in_flight;
+  /* Permit releases that could not reach Redis before the client closed
+   * (their leases expire by themselves; see sluice_client_close). */
+  uint64_t releases_abandoned;
 } sluice_client_stats;
 SLUICE_EXPORT void sluice_client_get_stats(const sluice_client *client,
                                            sluice_client_stats *out);

@@ -66,7 +66,8 @@ extern "C" {
   X(ENOTFOUND, -13, "no such item")                                           \
   X(ETOOBIG, -14, "value too large")                                          \
   X(ELATE, -15, "deadline already passed")                                    \
-  X(EEXIST, -16, "item already exists")
+  X(EEXIST, -16, "item already exists")                                       \
+  X(EINDOUBT, -17, "sent to Redis, but the connection was lost before the answer")
 
 typedef enum sluice_status {
 #define SLUICE_STATUS_ENUM_(name, value, msg) SLUICE_##name = value,
