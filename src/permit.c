@@ -50,9 +50,13 @@ static void lost_timer_cb(evutil_socket_t fd, short what, void *arg) {
   fire_lost(arg, SLUICE_LOST_UNCERTAIN);
 }
 
-static void arm_deadline(sluice_permit *p, uint64_t sent_ms) {
-  const sluice_sem *sem = p->sem;
-  p->deadline_ms = sent_ms + sem->o.ttl_ms - margin_ms(sem);
+uint64_t sluice__permit_deadline(const sluice_sem *sem, uint64_t base_ms, uint64_t lease_ms) {
+  uint64_t m = margin_ms(sem);
+  return base_ms + (lease_ms > m ? lease_ms - m : 0);
+}
+
+static void set_deadline(sluice_permit *p, uint64_t deadline_ms) {
+  p->deadline_ms = deadline_ms;
   evtimer_del(p->lost_timer);
   sluice__timer_in(p->lost_timer, ms_left(p));
 }
@@ -89,7 +93,7 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
     return;
   }
   if (status == SLUICE_OK) {
-    arm_deadline(p, br->sent_ms);
+    set_deadline(p, sluice__permit_deadline(p->sem, br->sent_ms, (uint64_t)ttl));
     sluice__timer_in(p->renew_timer, p->sem->o.renew_ms);
     return;
   }
@@ -107,6 +111,11 @@ static const sluice__batch_kind renew_kind = {
 void sluice__permit_setup(sluice_sem *sem) {
   sluice__batcher_init(&sem->renewals, &renew_kind, sem->c, sem, &sem->guard, &sem->flusher,
                        sem->o.op_timeout_ms);
+}
+
+void sluice__permit_renew_now(sluice_permit *p) {
+  evtimer_del(p->renew_timer);
+  sluice__batcher_queue(&p->sem->renewals, &p->renewal, p->sem->route);
 }
 
 static void renew_timer_cb(evutil_socket_t fd, short what, void *arg) {
@@ -142,7 +151,7 @@ static const sluice__guard_ops permit_guard_ops = {
     .cancel = permit_cancel, .destroy = permit_destroy};
 
 sluice_permit *sluice__permit_new(sluice_sem *sem, const char *id, uint64_t fence,
-                                  uint64_t granted_at_ms) {
+                                  uint64_t deadline_ms) {
   struct event_base *base = sluice__client_base(sem->c);
   sluice_permit *p = sluice__calloc(1, sizeof *p);
   if (!p) return NULL;
@@ -159,7 +168,7 @@ sluice_permit *sluice__permit_new(sluice_sem *sem, const char *id, uint64_t fenc
   }
   sluice__list_append(&sem->permits, &p->link);
   sluice__guard_attach(&p->guard, sluice__client_home(sem->c), &permit_guard_ops);
-  arm_deadline(p, granted_at_ms);
+  set_deadline(p, deadline_ms);
   if (sem->o.auto_renew) sluice__timer_in(p->renew_timer, sem->o.renew_ms);
   return p;
 }

@@ -3,12 +3,8 @@
 
 /* ---- semaphores ---------------------------------------------------------- */
 
-static void sem_keys(sluice__args *a, const sluice__sem_call *s, int n) {
-  for (int i = 0; i < n; i++) sluice__args_key(a, s->keys[i]);
-}
-
-void sluice__sem_acquire_head(sluice__args *a, const sluice__sem_call *s) {
-  sem_keys(a, s, SEM_NKEYS);
+static void sem_head(sluice__args *a, const sluice__sem_call *s) {
+  for (int i = 0; i < SEM_NKEYS; i++) sluice__args_key(a, s->keys[i]);
   sluice__args_u64(a, s->permits);
   sluice__args_u64(a, s->ttl_ms);
   sluice__args_u64(a, s->heartbeat_ms);
@@ -17,6 +13,8 @@ void sluice__sem_acquire_head(sluice__args *a, const sluice__sem_call *s) {
   sluice__args_u64(a, s->keep_ms);
 }
 
+void sluice__sem_acquire_head(sluice__args *a, const sluice__sem_call *s) { sem_head(a, s); }
+
 void sluice__sem_acquire_item(sluice__args *a, const char *permit_id, const char *waiter,
                               int maybe_granted) {
   sluice__args_str(a, permit_id);
@@ -24,20 +22,14 @@ void sluice__sem_acquire_item(sluice__args *a, const char *permit_id, const char
   sluice__args_str(a, maybe_granted ? "1" : "0");
 }
 
-void sluice__sem_release_head(sluice__args *a, const sluice__sem_call *s) {
-  sem_keys(a, s, 3);
-  sluice__args_u64(a, s->permits);
-  sluice__args_str(a, s->wake_base);
-  sluice__args_u64(a, s->heartbeat_ms);
-  sluice__args_str(a, s->fair ? "1" : "0");
-}
+void sluice__sem_release_head(sluice__args *a, const sluice__sem_call *s) { sem_head(a, s); }
 
 void sluice__sem_release_item(sluice__args *a, const char *permit_id) {
   sluice__args_str(a, permit_id);
 }
 
 void sluice__sem_renew_head(sluice__args *a, const sluice__sem_call *s) {
-  sem_keys(a, s, 1);
+  sluice__args_key(a, s->keys[SEM_KEY_HOLDERS]);
   sluice__args_u64(a, s->ttl_ms);
   sluice__args_u64(a, s->keep_ms);
 }
@@ -47,12 +39,8 @@ void sluice__sem_renew_item(sluice__args *a, const char *permit_id) {
 }
 
 void sluice__sem_leave_args(sluice__args *a, const sluice__sem_call *s, const char *waiter) {
-  sem_keys(a, s, 3);
+  sem_head(a, s);
   sluice__args_str(a, waiter);
-  sluice__args_u64(a, s->permits);
-  sluice__args_str(a, s->wake_base);
-  sluice__args_u64(a, s->heartbeat_ms);
-  sluice__args_str(a, s->fair ? "1" : "0");
 }
 
 /* ---- delay queue --------------------------------------------------------- */

@@ -25,28 +25,30 @@ typedef struct sluice__sem_call {
   int fair;
 } sluice__sem_call;
 
-/* sem_acquire.lua
+/* Every semaphore script but sem_renew.lua starts with the same head:
  * KEYS: 1 holders, 2 queue, 3 beats, 4 meta
- * ARGV: 1 permits, 2 ttl_ms, 3 heartbeat_ms, 4 fair (0/1), 5 wake list base,
- *       6 keep_ms, then per request: permit id; waiter ("" for try_acquire,
- *       else "<handle id>:<waiter id>"); "1" if an earlier attempt with this
- *       id may have been granted, else "0".
- * Reply: {wait, then granted, value per request}. */
-#define SEM_ACQUIRE_ARGS_HEAD 10
+ * ARGV: 1 permits, 2 ttl_ms, 3 heartbeat_ms, 4 fair (0/1), 5 wake list base
+ *       ("<prefix>sem:{name}:wake:"), 6 keep_ms (idle expiry). */
+#define SEM_HEAD_ARGS 10
+#define SEM_HEAD_NUMS 4
+
+/* sem_acquire.lua: the head, then per request: permit id; waiter ("" for
+ * try_acquire, else "<handle id>:<waiter id>"); "1" if an earlier attempt
+ * with this id may have been granted, else "0".
+ * Reply: {wait, now, then granted, value, lease per request}. */
+#define SEM_ACQUIRE_ARGS_HEAD SEM_HEAD_ARGS
 #define SEM_ACQUIRE_ARGS_PER 3
-#define SEM_ACQUIRE_NUMS_HEAD 4
+#define SEM_ACQUIRE_NUMS_HEAD SEM_HEAD_NUMS
 #define SEM_ACQUIRE_NUMS_PER 0
 void sluice__sem_acquire_head(sluice__args *a, const sluice__sem_call *s);
 void sluice__sem_acquire_item(sluice__args *a, const char *permit_id, const char *waiter,
                               int maybe_granted);
 
-/* sem_release.lua
- * KEYS: 1 holders, 2 queue, 3 beats
- * ARGV: 1 permits, 2 wake list base, 3 heartbeat_ms, 4 fair (0/1), then the
- *       permit ids. Reply: {held per request}. */
-#define SEM_RELEASE_ARGS_HEAD 7
+/* sem_release.lua: the head, then the permit ids.
+ * Reply: {held per request}. */
+#define SEM_RELEASE_ARGS_HEAD SEM_HEAD_ARGS
 #define SEM_RELEASE_ARGS_PER 1
-#define SEM_RELEASE_NUMS_HEAD 2
+#define SEM_RELEASE_NUMS_HEAD SEM_HEAD_NUMS
 #define SEM_RELEASE_NUMS_PER 0
 void sluice__sem_release_head(sluice__args *a, const sluice__sem_call *s);
 void sluice__sem_release_item(sluice__args *a, const char *permit_id);
@@ -61,11 +63,9 @@ void sluice__sem_release_item(sluice__args *a, const char *permit_id);
 void sluice__sem_renew_head(sluice__args *a, const sluice__sem_call *s);
 void sluice__sem_renew_item(sluice__args *a, const char *permit_id);
 
-/* sem_leave.lua
- * KEYS: 1 holders, 2 queue, 3 beats
- * ARGV: 1 waiter, 2 permits, 3 wake list base, 4 heartbeat_ms, 5 fair. */
-#define SEM_LEAVE_ARGS 8
-#define SEM_LEAVE_NUMS 2
+/* sem_leave.lua: the head, then the waiter ("<handle id>:<waiter id>"). */
+#define SEM_LEAVE_ARGS (SEM_HEAD_ARGS + 1)
+#define SEM_LEAVE_NUMS SEM_HEAD_NUMS
 void sluice__sem_leave_args(sluice__args *a, const sluice__sem_call *s, const char *waiter);
 
 /* ---- delay queue --------------------------------------------------------- */

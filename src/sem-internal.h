@@ -50,6 +50,9 @@ struct sluice_sem {
   sluice__listener *listener;     /* while blocking acquires wait */
   unsigned nblocking;
   struct event *beat;             /* heartbeat of every blocked waiter */
+  unsigned nwaiting;              /* of them, queued in Redis (listening) */
+  uint64_t clock_sent_ms;         /* a reply read Redis's clock at */
+  int64_t clock_redis_ms;         /* clock_redis_ms, sent at clock_sent_ms */
   struct event *expiry;           /* earliest holder's lease expiry */
   uint64_t expiry_at;             /* monotonic ms, while expiry is pending */
 
@@ -105,8 +108,14 @@ int sluice__release_idle(const sluice_sem *sem);
 
 /* permit.c */
 void sluice__permit_setup(sluice_sem *sem);
+/* A held permit whose lease surely lasts until deadline_ms (monotonic). */
 sluice_permit *sluice__permit_new(sluice_sem *sem, const char *id, uint64_t fence,
-                                  uint64_t granted_at_ms);
+                                  uint64_t deadline_ms);
+/* The conservative local deadline of a lease of lease_ms that began no
+ * earlier than base_ms: minus a margin for clock-rate drift. */
+uint64_t sluice__permit_deadline(const sluice_sem *sem, uint64_t base_ms, uint64_t lease_ms);
+/* Renew on this loop turn (a handed-off permit's short first lease). */
+void sluice__permit_renew_now(sluice_permit *p);
 /* Stop renewing, without callbacks (inside sluice_sem_free). */
 void sluice__permits_quiesce(sluice_sem *sem);
 /* Client closed: stop renewing. Handle freed: release and drop permits. */

@@ -2,12 +2,17 @@
  * Acquisition: try_acquire (one attempt) and blocking acquire (attempts until
  * granted).
  *
- * A blocked waiter tries again when it is woken: by a release (its id popped
- * from the handle's wake list by the client's shared BRPOP), by the handle's
- * expiry timer at the earliest holder's lease expiry (a crashed holder), and
- * by the handle's heartbeat, which every heartbeat_ms / 3 re-runs the
- * attempts of all its blocked waiters together — one script call however
- * many wait, and what keeps their places in the queue.
+ * A blocking acquire's first attempt already queues it in Redis; only if it
+ * is refused does the handle listen on its wake list (a grant pushed there
+ * meanwhile waits in the list), so an acquire that gets a permit at once
+ * costs one call and no change to the client's BRPOP. A queued waiter is
+ * served by hand-off: a release grants it the freed permit in the same
+ * step and pushes the grant (its id is the waiter's id) onto the handle's
+ * wake list, which the client's shared BRPOP pops. A waiter also tries again
+ * at the earliest holder's lease expiry (a crashed holder; the handle's
+ * expiry timer) and at the handle's heartbeat, which every heartbeat_ms / 3
+ * re-runs the attempts of all its queued waiters together — one script call
+ * however many wait, and what keeps their places in the queue.
  *
  * Attempts ready in the same loop turn go to Redis together, in order, in
  * one script call. An acquire decided while its attempt is in flight
@@ -34,6 +39,8 @@ struct sluice_acquire {
   char member[68];                /* "<handle id>:<waiter id>" in the queue */
   char permit_id[33];             /* id the next attempt asks for */
   int maybe_granted;              /* an attempt with permit_id got no answer */
+  int waiting;                    /* refused once: queued in Redis */
+  uint64_t first_sent_ms;         /* monotonic: the first attempt left */
   struct event *timer;            /* retry after a failure, or deferred completion */
   struct event *deadline;
   int wake_pending;               /* woken while an attempt was under way */
@@ -59,10 +66,13 @@ static void leave_attempt(sluice_acquire *a) {
   a->maybe_granted = 0;
 }
 
+/* Leave the queue in Redis (and return a permit handed to us meanwhile);
+ * also while the client closes, so a closing process never blocks a fair
+ * queue until its heartbeat runs out. */
 static void send_leave(sluice_acquire *a) {
   sluice_sem *sem = a->sem;
   sluice__args args;
-  if (!a->blocking || sem->guard.closed) return;
+  if (!a->blocking) return;
   if (sluice__args_init(&args, SEM_LEAVE_ARGS, SEM_LEAVE_NUMS) != SLUICE_OK) return;
   sluice__sem_leave_args(&args, &sem->call, a->member);
   if (!args.failed)
@@ -87,10 +97,12 @@ static void finish(sluice_acquire *a, int status, sluice_permit *permit) {
   sluice_acquire_cb *cb = a->cb;
   void *ud = a->ud;
   leave_attempt(a);
-  if (!permit && a->maybe_granted) /* an unanswered attempt may hold one */
+  /* An unanswered attempt may hold a permit that is not the one granted. */
+  if (a->maybe_granted && (!permit || strcmp(permit->id, a->permit_id) != 0))
     sluice__release_queue(sem, a->permit_id, NULL, NULL);
   if (!permit) send_leave(a); /* a grant already left the queue */
   if (a->blocking) sem->nblocking--;
+  if (a->waiting) sem->nwaiting--;
   acquire_free(a);
   listen_update(sem);
   sluice__guard_enter(&sem->guard);
@@ -131,6 +143,10 @@ static void on_attempt_failed(sluice_acquire *a, int status) {
     finish(a, status, NULL);
     return;
   }
+  if (a->sem->o.fail_fast) { /* whatever it may hold is released */
+    finish(a, SLUICE_ECONNECTION, NULL);
+    return;
+  }
   /* At the deadline a wait reports Redis as unreachable, not in doubt:
    * whatever an attempt may have been granted is released by us. */
   a->last_error = status == SLUICE_ETIMEDOUT ? SLUICE_ETIMEDOUT : SLUICE_ECONNECTION;
@@ -149,27 +165,32 @@ static void arm_expiry(sluice_sem *sem, int64_t wait) {
   sluice__timer_in(sem->expiry, (uint64_t)wait + 1);
 }
 
-/* Granted (value = fencing token) or not (value = queue position); wait =
- * ms until the earliest lease expires (-1: none). */
-static void on_attempt(sluice_acquire *a, int granted, int64_t value, int64_t wait,
-                       uint64_t sent_ms) {
-  sluice_sem *sem = a->sem;
-  a->last_error = 0;
-  a->maybe_granted = 0;
-  a->retry_ms = RETRY_MIN_MS;
-  if (granted) {
-    sluice_permit *p = sluice__permit_new(sem, a->permit_id, (uint64_t)value, sent_ms);
-    if (!p) {
-      sluice__release_queue(sem, a->permit_id, NULL, NULL);
-      finish(a, SLUICE_ENOMEM, NULL);
-      return;
-    }
-    finish(a, SLUICE_OK, p);
+/* A grant of permit id with fence, surely valid until deadline_ms. A
+ * hand-off (id is the waiter's) comes with a short first lease: renew it to
+ * a full one at once. */
+static void granted(sluice_acquire *a, const char *id, uint64_t fence, uint64_t deadline_ms) {
+  sluice_permit *p = sluice__permit_new(a->sem, id, fence, deadline_ms);
+  if (!p) {
+    sluice__release_queue(a->sem, id, NULL, NULL);
+    finish(a, SLUICE_ENOMEM, NULL);
     return;
   }
+  if (strcmp(id, a->waiter_id) == 0) sluice__permit_renew_now(p);
+  finish(a, SLUICE_OK, p);
+}
+
+/* Refused: wait in the queue, listening for a hand-off; wait = ms until
+ * the earliest lease expires (-1: none). */
+static void refused(sluice_acquire *a, int64_t wait) {
+  sluice_sem *sem = a->sem;
   if (!a->blocking) {
     finish(a, SLUICE_EBUSY, NULL);
     return;
+  }
+  if (!a->waiting) {
+    a->waiting = 1;
+    sem->nwaiting++;
+    listen_update(sem);
   }
   arm_expiry(sem, wait);
   if (a->wake_pending) queue_attempt(a);
@@ -180,29 +201,58 @@ static void on_attempt(sluice_acquire *a, int granted, int64_t value, int64_t wa
 
 static void build(sluice__args *args, void *owner, sluice__breq *const *reqs, size_t n) {
   sluice_sem *sem = owner;
+  uint64_t now = sluice__mono_ms();
   sluice__sem_acquire_head(args, &sem->call);
   for (size_t i = 0; i < n; i++) {
     sluice_acquire *a = sluice__container_of(reqs[i], sluice_acquire, attempt);
+    if (!a->first_sent_ms) a->first_sent_ms = now;
     sluice__sem_acquire_item(args, a->permit_id, a->blocking ? a->member : "", a->maybe_granted);
   }
 }
 
+/* Remember when Redis's clock read `redis_ms` (no earlier than sent_ms on
+ * ours): hand-offs carry expiry times on Redis's clock. */
+static void clock_sample(sluice_sem *sem, uint64_t sent_ms, int64_t redis_ms) {
+  if (sent_ms < sem->clock_sent_ms) return;
+  sem->clock_sent_ms = sent_ms;
+  sem->clock_redis_ms = redis_ms;
+}
+
+/* g 1: granted under our permit id; 2: handed a permit (the waiter's id)
+ * by a release; 0: refused. lease: ms the lease has left. */
 static void answer(void *owner, sluice__breq *r, int status, const sluice__batch_reply *br) {
   sluice_acquire *a = sluice__container_of(r, sluice_acquire, attempt);
-  int64_t wait = -1, granted = 0, value = 0;
+  const redisReply *rep = br->reply;
+  int64_t wait = -1, now = 0, g = 0, value = 0, lease = 0;
   if (status == SLUICE_OK &&
-      (sluice__reply_i64(br->reply->element[0], &wait) ||
-       sluice__reply_i64(br->reply->element[br->at], &granted) ||
-       sluice__reply_i64(br->reply->element[br->at + 1], &value)))
+      (sluice__reply_i64(rep->element[0], &wait) || sluice__reply_i64(rep->element[1], &now) ||
+       sluice__reply_i64(rep->element[br->at], &g) ||
+       sluice__reply_i64(rep->element[br->at + 1], &value) ||
+       sluice__reply_i64(rep->element[br->at + 2], &lease) || lease < 0))
     status = SLUICE_EPROTOCOL;
-  if (status == SLUICE_OK) on_attempt(a, granted == 1, value, wait, br->sent_ms);
-  else on_attempt_failed(a, status);
+  if (status != SLUICE_OK) {
+    on_attempt_failed(a, status);
+    return;
+  }
+  clock_sample(a->sem, br->sent_ms, now);
+  a->last_error = 0;
+  a->retry_ms = RETRY_MIN_MS;
+  uint64_t deadline = sluice__permit_deadline(a->sem, br->sent_ms, (uint64_t)lease);
+  if (g == 1) {
+    a->maybe_granted = 0;
+    granted(a, a->permit_id, (uint64_t)value, deadline);
+  } else if (g == 2 && a->blocking) {
+    granted(a, a->waiter_id, (uint64_t)value, deadline);
+  } else {
+    a->maybe_granted = 0;
+    refused(a, wait);
+  }
 }
 
 static const sluice__batch_kind attempt_kind = {
     &sluice__lua_sem_acquire, SEM_BATCH_MAX,
     SEM_ACQUIRE_ARGS_HEAD, SEM_ACQUIRE_ARGS_PER, SEM_ACQUIRE_NUMS_HEAD, SEM_ACQUIRE_NUMS_PER,
-    1, 2, build, answer, NULL};
+    2, 3, build, answer, NULL};
 
 /* ---- wake-ups, heartbeats ------------------------------------------------ */
 
@@ -231,8 +281,33 @@ static sluice_acquire *find_waiter(sluice_sem *sem, const char *waiter_id) {
   return NULL;
 }
 
-/* An id popped from our wake list, or NULL after the blocking connection
- * came back (wake-ups may have been lost: everyone looks again). */
+/* A hand-off popped from our wake list: "<waiter id>:<fence>:<expiry>",
+ * the expiry on Redis's clock. Its lease began no earlier than the
+ * waiter's first attempt left, and ends no earlier than the expiry mapped
+ * through the latest clock sample: the later of the two bounds holds. */
+static void handed(sluice_sem *sem, const char *data, size_t len) {
+  char buf[80];
+  if (len < 34 || len >= sizeof buf) return;
+  memcpy(buf, data, len);
+  buf[len] = '\0';
+  char *end;
+  unsigned long long fence = strtoull(buf + 33, &end, 10);
+  long long expiry = *end == ':' ? strtoll(end + 1, &end, 10) : -1;
+  sluice_acquire *a = find_waiter(sem, buf);
+  if (!a || a->final_status || buf[32] != ':' || *end || expiry < 0) return;
+  uint64_t first = sem->o.ttl_ms < sem->o.heartbeat_ms ? sem->o.ttl_ms : sem->o.heartbeat_ms;
+  uint64_t deadline = sluice__permit_deadline(sem, a->first_sent_ms, first);
+  if (sem->clock_sent_ms && expiry > sem->clock_redis_ms) {
+    uint64_t mapped = sluice__permit_deadline(sem, sem->clock_sent_ms,
+                                              (uint64_t)(expiry - sem->clock_redis_ms));
+    if (mapped > deadline) deadline = mapped;
+  }
+  buf[32] = '\0';
+  granted(a, buf, fence, deadline);
+}
+
+/* A hand-off, a bare waiter id (a wake-up: look again), or NULL after the
+ * blocking connection came back (wake-ups may have been lost). */
 static void on_wake(void *ud, const char *data, size_t len) {
   sluice_sem *sem = ud;
   if (!data) {
@@ -240,26 +315,41 @@ static void on_wake(void *ud, const char *data, size_t len) {
   } else if (len == 32) {
     sluice_acquire *a = find_waiter(sem, data);
     if (a) poke(a);
+  } else {
+    handed(sem, data, len);
   }
 }
 
-static void wake_all_cb(evutil_socket_t fd, short what, void *arg) { poke_all(arg); }
+static void expiry_cb(evutil_socket_t fd, short what, void *arg) { poke_all(arg); }
 
-/* Listen and beat while blocking acquires wait. */
+/* Listen and beat while waiters are queued. The listener lingers for one
+ * heartbeat after the last one went, so a busy handle does not make the
+ * client re-issue its BRPOP for every acquire. */
 static void listen_update(sluice_sem *sem) {
-  int want = sluice__guard_live(&sem->guard) && sem->nblocking > 0;
-  if (want && !sem->listener) {
+  int live = sluice__guard_live(&sem->guard);
+  if (live && sem->nwaiting > 0) {
     /* On failure waiters still progress on the heartbeat. */
-    sluice__listen(sem->c, sem->wake_key, on_wake, sem, &sem->listener);
+    if (!sem->listener) sluice__listen(sem->c, sem->wake_key, on_wake, sem, &sem->listener);
     sluice__timer_every(sem->beat, sem->o.heartbeat_ms / 3);
-  } else if (!want && sem->listener) {
-    sluice__unlisten(sem->listener);
+    return;
+  }
+  if (!live || !sem->listener) {
+    if (sem->listener) sluice__unlisten(sem->listener);
     sem->listener = NULL;
-  }
-  if (!want) {
     evtimer_del(sem->beat);
-    evtimer_del(sem->expiry);
   }
+  evtimer_del(sem->expiry);
+}
+
+static void beat_cb(evutil_socket_t fd, short what, void *arg) {
+  sluice_sem *sem = arg;
+  if (sem->nwaiting) {
+    poke_all(sem);
+    return;
+  }
+  if (sem->listener) sluice__unlisten(sem->listener);
+  sem->listener = NULL;
+  evtimer_del(sem->beat);
 }
 
 /* ---- timers -------------------------------------------------------------- */
@@ -282,8 +372,8 @@ int sluice__acquire_setup(sluice_sem *sem) {
   struct event_base *base = sluice__client_base(sem->c);
   sluice__batcher_init(&sem->attempts, &attempt_kind, sem->c, sem, &sem->guard, &sem->flusher,
                        sem->o.op_timeout_ms);
-  sem->beat = event_new(base, -1, EV_PERSIST, wake_all_cb, sem);
-  sem->expiry = evtimer_new(base, wake_all_cb, sem);
+  sem->beat = event_new(base, -1, EV_PERSIST, beat_cb, sem);
+  sem->expiry = evtimer_new(base, expiry_cb, sem);
   return sem->beat && sem->expiry ? SLUICE_OK : SLUICE_ENOMEM;
 }
 
@@ -349,7 +439,6 @@ static int start_acquire(sluice_sem *sem, int blocking, unsigned timeout_ms,
   sluice__list_append(&sem->acquires, &a->link);
   if (blocking) {
     sem->nblocking++;
-    listen_update(sem);
     if (timeout_ms) sluice__timer_in(a->deadline, timeout_ms);
   }
   if (handle) *handle = a;

@@ -149,6 +149,19 @@ void sluice__release_cancel_all(sluice_sem *sem) {
   }
 }
 
+static int valid_permit_id(const char *id) {
+  for (int i = 0; i < 32; i++)
+    if (!id[i] || !strchr("0123456789abcdef", id[i])) return 0;
+  return id[32] == '\0';
+}
+
+int sluice_sem_release_id(sluice_sem *sem, const char *permit_id, sluice_release_cb *cb,
+                          void *ud) {
+  if (!sem || !permit_id || !valid_permit_id(permit_id)) return SLUICE_EINVAL;
+  if (!sluice__guard_live(&sem->guard)) return SLUICE_ECLOSED;
+  return sluice__release_queue(sem, permit_id, cb, ud);
+}
+
 int sluice__release_idle(const sluice_sem *sem) {
   return sluice__batcher_pending(&sem->releases) == 0 && !sem->parked.head;
 }

@@ -185,7 +185,8 @@ static void lost_cb(sluice_permit *p, int reason, void *ud) { *(int *)ud = reaso
 static void test_renewal_nonsense(void) {
   /* Every command gets a grant-shaped reply: nonsense for a renewal. */
   fake f;
-  fake_start(&f, "*3\r\n:-1\r\n:1\r\n:42\r\n"); /* {wait, granted, fence} */
+  /* {wait, now, granted, fence, lease} */
+  fake_start(&f, "*5\r\n:-1\r\n:0\r\n:1\r\n:42\r\n:300\r\n");
   struct event_base *base = event_base_new();
   sluice_client *c = fake_client(base, &f);
   sluice_sem *s = sem_test_new(c, "m", 1, 300, 0);

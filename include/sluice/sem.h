@@ -39,6 +39,10 @@ typedef struct sluice_sem_options {
   int auto_renew;          /* 1: renew while held (default); 0: lease just expires */
   unsigned heartbeat_ms;   /* a waiter silent this long is evicted; default 3000 */
   unsigned op_timeout_ms;  /* deadline of each Redis step; 0 = client default */
+  /* 1: a blocking acquire gives up at once with SLUICE_ECONNECTION when Redis
+   * cannot be reached, instead of retrying until its timeout (the choice for
+   * a request path that should answer "unavailable" quickly); default 0. */
+  int fail_fast;
 } sluice_sem_options;
 
 SLUICE_EXPORT void sluice_sem_options_init(sluice_sem_options *opts);
@@ -112,6 +116,14 @@ typedef void sluice_release_cb(sluice_sem *sem, int status, void *userdata);
  * never another holder's; releasing a lost permit is harmless. After the
  * client was closed it returns SLUICE_ECLOSED and the lease simply expires. */
 SLUICE_EXPORT int sluice_permit_release(sluice_permit *permit,
+                                        sluice_release_cb *cb, void *userdata);
+
+/* Release a permit by its id (sluice_permit_id(), e.g. one a program stored
+ * before it restarted): for a holder that lost its handle. Like a release
+ * through the handle it frees only that permit, is harmless to repeat, and
+ * survives connection blips. permit_id is 32 hex characters (SLUICE_EINVAL
+ * otherwise); cb may be NULL. */
+SLUICE_EXPORT int sluice_sem_release_id(sluice_sem *sem, const char *permit_id,
                                         sluice_release_cb *cb, void *userdata);
 
 typedef struct sluice_holder_info {

@@ -1,6 +1,9 @@
 -- Shared by the semaphore scripts (inlined at build time by embed_lua.py).
 -- Keys: H holders (zset permit id -> lease expiry ms), Q queue (zset waiter
--- -> arrival seq), B beats (zset waiter -> heartbeat deadline ms).
+-- -> arrival seq), B beats (zset waiter -> heartbeat deadline ms), M meta
+-- (hash: permits, fence, seq; "t:<handle>" the first lease of a permit
+-- handed to one of that handle's waiters; "g:<waiter>" the fence of a permit
+-- handed to a waiter).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -22,26 +25,58 @@ local function touch(k, keep)
   if redis.call('PTTL', k) < keep then redis.call('PEXPIRE', k, keep) end
 end
 
--- Nudge n queued waiters, oldest first: push each one's id onto its handle's
--- wake list ("<wake_base><handle id>"), which that handle's blocking
--- connection waits on. Queue members are "<handle id>:<waiter id>".
--- Non-fair: skip waiters that missed a heartbeat (their process is probably
--- gone, and a wake-up sent to it would be lost); fair: only the heads may
--- take a permit, so they are woken regardless.
-local function wake(Q, B, n, wake_base, hb, fair)
-  if n <= 0 then return end
+-- The next fencing token: strictly increasing, and never below the
+-- server's clock in microseconds, so it keeps increasing even after the
+-- meta key expired or Redis restarted empty. `last` caches the stored one
+-- within a script; save_fence writes it back once.
+local last_fence = nil
+local function next_fence(M)
+  if not last_fence then last_fence = tonumber(redis.call('HGET', M, 'fence') or '0') end
+  last_fence = last_fence + 1
+  if last_fence < now_us then last_fence = now_us end
+  return last_fence
+end
+local function save_fence(M, permits)
+  if last_fence then redis.call('HSET', M, 'fence', n2s(last_fence), 'permits', permits) end
+end
+
+-- Hand up to n free permits to queued waiters, oldest first, in this same
+-- step: the permit's id is the waiter's id, its first lease the waiter
+-- handle's heartbeat ("t:<handle>"; the waiter renews it to a full lease at
+-- once, and one that died meanwhile holds it no longer than it would have
+-- held its place in the queue), and the grant itself goes onto the handle's wake list
+-- ("<wake_base><handle id>", which that handle's blocking connection waits
+-- on) as "<waiter id>:<fence>:<lease expiry ms>", so the woken waiter owns
+-- the permit without another round trip and no permit sits idle between a
+-- release and the next grant. Queue members are "<handle id>:<waiter id>".
+-- Only waiters that kept their heartbeat are served (a wake-up sent to a
+-- process that is gone would strand the permit for a lease): non-fair mode
+-- skips a stale one; fair mode stops there, since nobody may pass the head
+-- (it is evicted after its heartbeat). Returns how many were handed.
+local function hand_off(H, Q, B, M, n, wake_base, hb, fair)
+  if n <= 0 then return 0 end
   local stale = now + hb / 2
-  local sent = 0
+  local given = 0
   for _, m in ipairs(redis.call('ZRANGE', Q, 0, fair and n - 1 or n + 7)) do
-    if sent >= n then break end
-    local live = fair or tonumber(redis.call('ZSCORE', B, m) or '0') >= stale
+    if given >= n then break end
+    local live = tonumber(redis.call('ZSCORE', B, m) or '0') >= stale
+    if fair and not live then break end
     local sep = string.find(m, ':', 1, true)
-    if sep and live then
-      local wk = wake_base .. string.sub(m, 1, sep - 1)
-      redis.call('LPUSH', wk, string.sub(m, sep + 1))
+    local lease = sep and tonumber(redis.call('HGET', M, 't:' .. string.sub(m, 1, sep - 1)) or '0')
+    if live and lease and lease > 0 then
+      local handle, waiter = string.sub(m, 1, sep - 1), string.sub(m, sep + 1)
+      local fence = n2s(next_fence(M))
+      local expiry = n2s(now + lease)
+      redis.call('ZADD', H, expiry, waiter)
+      redis.call('ZREM', Q, m)
+      redis.call('ZREM', B, m)
+      redis.call('HSET', M, 'g:' .. waiter, fence)
+      local wk = wake_base .. handle
+      redis.call('LPUSH', wk, waiter .. ':' .. fence .. ':' .. expiry)
       redis.call('LTRIM', wk, 0, 63)
       redis.call('PEXPIRE', wk, hb * 2 + 1000)
-      sent = sent + 1
+      given = given + 1
     end
   end
+  return given
 end
