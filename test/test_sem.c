@@ -641,6 +641,27 @@ static void test_waiters_share_one_connection(void) {
   event_base_free(base);
 }
 
+/* Freed while its attempt's script call is in flight: the semaphore goes
+ * from the loop after the cancellation, before that call's reply arrives,
+ * which must then reach nothing of it (ASan/valgrind check). The permit
+ * Redis granted meanwhile is released behind it. */
+static void test_free_with_attempt_in_flight(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = sem_test_client(base);
+  sluice_sem *s = sem_test_new(c, "t", 1, 5000, 0);
+  acq_result r = {0};
+  TH_ASSERT_EQ(sluice_sem_try_acquire(s, acq_cb, &r), SLUICE_OK);
+  event_base_loop(base, EVLOOP_NONBLOCK); /* the attempt goes out */
+  sluice_sem_free(s);
+  TH_ASSERT(th_loop_until(base, &r.done, 2000));
+  TH_ASSERT_EQ(r.status, SLUICE_ECANCELED);
+  th_loop_for(base, 300); /* the attempt's reply comes back */
+  TH_ASSERT_EQ(r.done, 1);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{t}:holders"), 0);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"try_acquire_counts_permits", test_try_acquire_counts_permits, 0},
@@ -664,6 +685,7 @@ int main(int argc, char **argv) {
       {"bad_input", test_bad_input, 0},
       {"wait_survives_restart", test_wait_survives_restart, 0},
       {"waiters_share_one_connection", test_waiters_share_one_connection, 0},
+      {"free_with_attempt_in_flight", test_free_with_attempt_in_flight, 0},
       {NULL, NULL, 0}};
   return th_main(argc, argv, cases);
 }
