@@ -156,6 +156,19 @@ static void init_reqs(treq *r, int n) {
   for (int i = 0; i < n; i++) r[i].id = i + 1;
 }
 
+/* A plain owner (no guard) whose calls carry at most max requests. */
+static void open_owner(owner *o, unsigned max) {
+  setup();
+  kind.max = max;
+  owner_init(o, NULL);
+}
+
+/* Requests with ids 1..n, queued in order on route 0. */
+static void queue_new(owner *o, treq *r, int n) {
+  init_reqs(r, n);
+  for (int i = 0; i < n; i++) sluice__batcher_queue(&o->b, &r[i].br, 0);
+}
+
 /* The call k carries these ids, in this order. */
 static void expect_call(int k, const int *ids, int n) {
   TH_ASSERT(k < ncalls);
@@ -168,13 +181,10 @@ static void expect_call(int k, const int *ids, int n) {
 /* ---- cases ------------------------------------------------------------------ */
 
 static void test_one_turn_one_call(void) {
-  setup();
   owner o;
-  owner_init(&o, NULL);
-  kind.max = 8;
+  open_owner(&o, 8);
   treq r[5];
-  init_reqs(r, 5);
-  for (int i = 0; i < 5; i++) sluice__batcher_queue(&o.b, &r[i].br, 0);
+  queue_new(&o, r, 5);
   sluice__batcher_queue(&o.b, &r[2].br, 0); /* queued twice: still once */
   TH_ASSERT_EQ(ncalls, 0); /* nothing goes out inside queue */
   TH_ASSERT_EQ(sluice__batcher_pending(&o.b), 5);
@@ -195,13 +205,10 @@ static void test_one_turn_one_call(void) {
 }
 
 static void test_cap_per_call(void) {
-  setup();
   owner o;
-  owner_init(&o, NULL);
-  kind.max = 4;
+  open_owner(&o, 4);
   treq r[10];
-  init_reqs(r, 10);
-  for (int i = 0; i < 10; i++) sluice__batcher_queue(&o.b, &r[i].br, 0);
+  queue_new(&o, r, 10);
   TH_ASSERT(th_loop_drain(base, 1000));
   TH_ASSERT_EQ(ncalls, 3);
   expect_call(0, (const int[]){1, 2, 3, 4}, 4);
@@ -218,10 +225,8 @@ static void test_cap_per_call(void) {
 }
 
 static void test_routes_never_mixed(void) {
-  setup();
   owner o;
-  owner_init(&o, NULL);
-  kind.max = 4;
+  open_owner(&o, 4);
   treq r[7];
   init_reqs(r, 7);
   static const unsigned route[7] = {1, 2, 1, 2, 3, 1, 1};
@@ -237,13 +242,10 @@ static void test_routes_never_mixed(void) {
 }
 
 static void test_leave_queue_and_slot(void) {
-  setup();
   owner o;
-  owner_init(&o, NULL);
-  kind.max = 8;
+  open_owner(&o, 8);
   treq r[4];
-  init_reqs(r, 4);
-  for (int i = 0; i < 4; i++) sluice__batcher_queue(&o.b, &r[i].br, 0);
+  queue_new(&o, r, 4);
   sluice__batcher_leave(&o.b, &r[3].br); /* leaves the queue */
   TH_ASSERT(!sluice__breq_busy(&r[3].br));
   TH_ASSERT(th_loop_drain(base, 1000));
@@ -269,13 +271,10 @@ static void leave_other(owner *o, treq *r) {
 }
 
 static void test_leave_during_fan_out(void) {
-  setup();
   owner o;
-  owner_init(&o, NULL);
-  kind.max = 8;
+  open_owner(&o, 8);
   treq r[3];
-  init_reqs(r, 3);
-  for (int i = 0; i < 3; i++) sluice__batcher_queue(&o.b, &r[i].br, 0);
+  queue_new(&o, r, 3);
   TH_ASSERT(th_loop_drain(base, 1000));
   to_leave = &r[1];
   on_answer = leave_other;
@@ -288,13 +287,10 @@ static void test_leave_during_fan_out(void) {
 }
 
 static void test_wrong_reply_shape(void) {
-  setup();
   owner o;
-  owner_init(&o, NULL);
-  kind.max = 8;
+  open_owner(&o, 8);
   treq r[3];
-  init_reqs(r, 3);
-  for (int i = 0; i < 3; i++) sluice__batcher_queue(&o.b, &r[i].br, 0);
+  queue_new(&o, r, 3);
   TH_ASSERT(th_loop_drain(base, 1000));
   for (int i = 0; i < 2; i++) sluice__batcher_queue(&o.b, &r[i].br, 0); /* busy: ignored */
   TH_ASSERT_EQ(sluice__batcher_pending(&o.b), 3);
@@ -308,8 +304,7 @@ static void test_wrong_reply_shape(void) {
     TH_ASSERT_EQ(r[i].had_reply, 0);
   }
   /* Not an array at all. */
-  init_reqs(r, 2);
-  for (int i = 0; i < 2; i++) sluice__batcher_queue(&o.b, &r[i].br, 0);
+  queue_new(&o, r, 2);
   TH_ASSERT(th_loop_drain(base, 1000));
   TH_ASSERT_EQ(ncalls, 2);
   redisReply scalar;
@@ -318,8 +313,7 @@ static void test_wrong_reply_shape(void) {
   calls[1].fn(calls[1].ud, SLUICE_OK, &scalar);
   for (int i = 0; i < 2; i++) TH_ASSERT_EQ(r[i].status, SLUICE_EPROTOCOL);
   /* An error status reaches every request, without the reply. */
-  init_reqs(r, 2);
-  for (int i = 0; i < 2; i++) sluice__batcher_queue(&o.b, &r[i].br, 0);
+  queue_new(&o, r, 2);
   TH_ASSERT(th_loop_drain(base, 1000));
   redisReply err;
   memset(&err, 0, sizeof err);
@@ -336,13 +330,10 @@ static void test_wrong_reply_shape(void) {
 }
 
 static void test_send_failure(void) {
-  setup();
   owner o;
-  owner_init(&o, NULL);
-  kind.max = 2;
+  open_owner(&o, 2);
   treq r[3];
-  init_reqs(r, 3);
-  for (int i = 0; i < 3; i++) sluice__batcher_queue(&o.b, &r[i].br, 0);
+  queue_new(&o, r, 3);
   send_rc = SLUICE_ECLOSED;
   TH_ASSERT(th_loop_drain(base, 1000));
   TH_ASSERT_EQ(ncalls, 0);
@@ -356,10 +347,8 @@ static void test_send_failure(void) {
 }
 
 static void test_cancel_answers_once(void) {
-  setup();
   owner o;
-  owner_init(&o, NULL);
-  kind.max = 8;
+  open_owner(&o, 8);
   treq r[4];
   init_reqs(r, 4);
   for (int i = 0; i < 2; i++) sluice__batcher_queue(&o.b, &r[i].br, 0);
