@@ -9,6 +9,7 @@ struct sluice__batch {
   sluice__op *op;
   uint64_t sent_ms;
   size_t n, left;                 /* slots, slots still occupied */
+  unsigned inflight : 1;          /* in b->inflight, its op live */
   sluice__breq *slots[];          /* NULL once that request left */
 };
 
@@ -84,7 +85,18 @@ static void unslot(sluice__batcher *b, sluice__breq *r) {
 
 void sluice__batcher_leave(sluice__batcher *b, sluice__breq *r) {
   if (r->queued) unqueue(b, r);
-  if (r->batch) unslot(b, r);
+  if (!r->batch) return;
+  sluice__batch *batch = r->batch;
+  unslot(b, r);
+  /* The last request left a call still in flight: its reply would answer
+   * nobody, and the owner counts itself idle (pending() is 0) and may be
+   * destroyed before that reply comes, so the call must not outlive this.
+   * A call being fanned out is no longer in flight: fan_out frees it. */
+  if (!batch->left && batch->inflight) {
+    sluice__list_remove(&b->inflight, &batch->link);
+    sluice__op_detach(batch->op);
+    sluice__free(batch);
+  }
 }
 
 /* ---- fan-out ------------------------------------------------------------- */
@@ -116,6 +128,7 @@ static void fan_out(sluice__batch *batch, int status, const redisReply *reply) {
 static void on_reply(void *ud, int status, const redisReply *reply) {
   sluice__batch *batch = ud;
   sluice__list_remove(&batch->b->inflight, &batch->link);
+  batch->inflight = 0;
   fan_out(batch, status, reply);
 }
 
@@ -177,6 +190,7 @@ void sluice__batcher_flush(sluice__batcher *b) {
       continue;
     }
     sluice__list_append(&b->inflight, &batch->link);
+    batch->inflight = 1;
   }
 }
 
@@ -185,6 +199,7 @@ void sluice__batcher_cancel(sluice__batcher *b, int status) {
   while (b->inflight.head) {
     sluice__batch *batch = sluice__container_of(b->inflight.head, sluice__batch, link);
     sluice__list_remove(&b->inflight, &batch->link);
+    batch->inflight = 0;
     sluice__op_detach(batch->op);
     fan_out(batch, status, NULL);
   }

@@ -34,6 +34,22 @@ static inline void dqt_finish(struct event_base *base, sluice_client *c) {
   event_base_free(base);
 }
 
+/* One case's loop and client, set up once and torn down once. */
+typedef struct dq_fx {
+  struct event_base *base;
+  sluice_client *c;
+} dq_fx;
+
+static inline dq_fx dq_fx_open(void) {
+  dq_fx fx;
+  fx.base = event_base_new();
+  TH_ASSERT(fx.base != NULL);
+  fx.c = dqt_client(fx.base);
+  return fx;
+}
+
+static inline void dq_fx_close(dq_fx *fx) { dqt_finish(fx->base, fx->c); }
+
 typedef struct dqt_push {
   int done;
   int status;

@@ -20,6 +20,7 @@
 th_redis th_server;
 static const char *const *server_extra;
 static pid_t harness_pid;
+static int no_redis; /* th_main_local: no server to reset, adopt or stop */
 
 uint64_t th_now_ms(void) {
   struct timespec ts;
@@ -216,7 +217,7 @@ void th_loop_for(struct event_base *base, unsigned ms) {
 }
 
 static void cleanup(void) {
-  if (getpid() == harness_pid) th_redis_stop(&th_server);
+  if (getpid() == harness_pid && !no_redis) th_redis_stop(&th_server);
 }
 
 static void on_signal(int sig) {
@@ -259,7 +260,7 @@ static int run_case(const th_case *tc) {
   if (pid == 0) {
     alarm(tc->timeout_s ? tc->timeout_s : 60);
     signal(SIGALRM, SIG_DFL);
-    th_redis_reset();
+    if (!no_redis) th_redis_reset();
     tc->fn();
     if (sluice__live_objects != 0)
       th_fail(__FILE__, __LINE__, "%ld sluice objects still alive after the case",
@@ -274,6 +275,7 @@ static int run_case(const th_case *tc) {
             WTERMSIG(st) == SIGALRM ? " (time limit)" : "");
     return 1;
   }
+  if (no_redis) return WEXITSTATUS(st);
   adopt_restarted(&th_server);
   /* The case may have stopped or killed the server: bring it back. */
   if (kill(th_server.pid, 0) != 0 || waitpid(th_server.pid, NULL, WNOHANG) == th_server.pid) {
@@ -291,8 +293,25 @@ static int selected(int argc, char **argv, const char *name) {
   return 0;
 }
 
-int th_main(int argc, char **argv, const th_case *cases) {
+/* The cases, as TAP; the server (if any) is already up. */
+static int run_cases(int argc, char **argv, const th_case *cases) {
   int total = 0, failed = 0, n = 0;
+  for (const th_case *tc = cases; tc->name; tc++)
+    if (selected(argc, argv, tc->name)) total++;
+  printf("1..%d\n", total);
+  for (const th_case *tc = cases; tc->name; tc++) {
+    if (!selected(argc, argv, tc->name)) continue;
+    n++;
+    uint64_t t0 = th_now_ms();
+    int bad = run_case(tc) != 0;
+    failed += bad;
+    printf("%sok %d - %s # %llu ms\n", bad ? "not " : "", n, tc->name,
+           (unsigned long long)(th_now_ms() - t0));
+  }
+  return failed ? 1 : 0;
+}
+
+int th_main(int argc, char **argv, const th_case *cases) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   signal(SIGPIPE, SIG_IGN);
   harness_pid = getpid();
@@ -314,17 +333,13 @@ int th_main(int argc, char **argv, const th_case *cases) {
   atexit(cleanup);
   signal(SIGTERM, on_signal);
   signal(SIGINT, on_signal);
-  for (const th_case *tc = cases; tc->name; tc++)
-    if (selected(argc, argv, tc->name)) total++;
-  printf("1..%d\n", total);
-  for (const th_case *tc = cases; tc->name; tc++) {
-    if (!selected(argc, argv, tc->name)) continue;
-    n++;
-    uint64_t t0 = th_now_ms();
-    int bad = run_case(tc) != 0;
-    failed += bad;
-    printf("%sok %d - %s # %llu ms\n", bad ? "not " : "", n, tc->name,
-           (unsigned long long)(th_now_ms() - t0));
-  }
-  return failed ? 1 : 0;
+  return run_cases(argc, argv, cases);
+}
+
+int th_main_local(int argc, char **argv, const th_case *cases) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  signal(SIGPIPE, SIG_IGN);
+  harness_pid = getpid();
+  no_redis = 1;
+  return run_cases(argc, argv, cases);
 }

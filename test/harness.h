@@ -93,5 +93,8 @@ typedef struct th_case {
  * each case the harness checks that the library's live-object counter is 0
  * (cases must close everything they open). Returns the exit status. */
 int th_main(int argc, char **argv, const th_case *cases);
+/* The same without Redis (the quick suite): no server is started, cases
+ * must not use th_server or th_redis_*; the live-object check still runs. */
+int th_main_local(int argc, char **argv, const th_case *cases);
 
 #endif

@@ -64,4 +64,24 @@ static inline void client_close_drain(struct event_base *base, sluice_client *c)
   TH_ASSERT(th_loop_drain(base, 5000));
 }
 
+/* One case's loop and client, set up once and torn down once. */
+typedef struct sem_fx {
+  struct event_base *base;
+  sluice_client *c;
+} sem_fx;
+
+static inline sem_fx sem_fx_open(void) {
+  sem_fx fx;
+  fx.base = event_base_new();
+  TH_ASSERT(fx.base != NULL);
+  fx.c = sem_test_client(fx.base);
+  return fx;
+}
+
+/* Close the client, run the loop until everything is released, free it. */
+static inline void sem_fx_close(sem_fx *fx) {
+  client_close_drain(fx->base, fx->c);
+  event_base_free(fx->base);
+}
+
 #endif

@@ -43,91 +43,102 @@ static void close_and_drain(struct event_base *base, sluice_client *c) {
   event_base_free(base);
 }
 
+/* One case's loop and client, set up once and torn down once. */
+typedef struct client_fx {
+  struct event_base *base;
+  sluice_client *c;
+} client_fx;
+
+static client_fx client_fx_open(unsigned op_timeout) {
+  client_fx fx;
+  fx.base = event_base_new();
+  TH_ASSERT(fx.base != NULL);
+  fx.c = new_client(fx.base, op_timeout);
+  return fx;
+}
+
+static void client_fx_close(client_fx *fx) { close_and_drain(fx->base, fx->c); }
+
 static void ping(sluice_client *c, result *r, unsigned timeout) {
   memset(r, 0, sizeof *r);
   TH_ASSERT_EQ(sluice__eval(c, &sluice__lua_ping, 0, 0, NULL, NULL, timeout, on_reply, r, NULL), 0);
 }
 
 static void test_script_runs(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
+  client_fx fx = client_fx_open(2000);
   result r;
-  ping(c, &r, 0);
+  ping(fx.c, &r, 0);
   TH_ASSERT_EQ(r.done, 0); /* never inside the call that started it */
-  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
   TH_ASSERT_EQ(r.status, SLUICE_OK);
   TH_ASSERT_CMP(r.value, >, 1600000000000LL);
-  TH_ASSERT(sluice_client_is_connected(c));
-  close_and_drain(base, c);
+  TH_ASSERT(sluice_client_is_connected(fx.c));
+  client_fx_close(&fx);
 }
 
 static void test_pipelined(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
+  client_fx fx = client_fx_open(2000);
   enum { N = 2000 };
   static result rs[N];
   int done = 0;
-  for (int i = 0; i < N; i++) ping(c, &rs[i], 0);
+  for (int i = 0; i < N; i++) ping(fx.c, &rs[i], 0);
   uint64_t end = th_now_ms() + 5000;
   while (th_now_ms() < end) {
     done = 0;
     for (int i = 0; i < N; i++) done += rs[i].done;
     if (done == N) break;
-    event_base_loop(base, EVLOOP_ONCE);
+    event_base_loop(fx.base, EVLOOP_ONCE);
   }
   TH_ASSERT_EQ(done, N);
   for (int i = 0; i < N; i++) TH_ASSERT_EQ(rs[i].status, SLUICE_OK);
-  close_and_drain(base, c);
+  client_fx_close(&fx);
 }
 
 static void test_noscript_recovery(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
+  client_fx fx = client_fx_open(2000);
   result r;
-  ping(c, &r, 0);
-  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  ping(fx.c, &r, 0);
+  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
   th_redis_int(&th_server, "SCRIPT FLUSH");
-  ping(c, &r, 0);
-  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  ping(fx.c, &r, 0);
+  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
   TH_ASSERT_EQ(r.status, SLUICE_OK);
   sluice_client_stats st;
-  sluice_client_get_stats(c, &st);
+  sluice_client_get_stats(fx.c, &st);
   TH_ASSERT_CMP(st.noscript_reloads, >=, 1);
-  close_and_drain(base, c);
+  client_fx_close(&fx);
 }
 
 static void test_redis_error(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
+  client_fx fx = client_fx_open(2000);
   result r = {0};
   const char *argv[] = {"NOSUCHCOMMAND"};
-  TH_ASSERT_EQ(sluice__command(c, 1, argv, NULL, 0, on_reply, &r, NULL), 0);
-  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  TH_ASSERT_EQ(sluice__command(fx.c, 1, argv, NULL, 0, on_reply, &r, NULL), 0);
+  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
   TH_ASSERT_EQ(r.status, SLUICE_EREDIS);
   TH_ASSERT(strstr(r.err, "unknown command") != NULL);
-  close_and_drain(base, c);
+  client_fx_close(&fx);
 }
 
 static void test_deadline(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
+  client_fx fx = client_fx_open(2000);
   result r;
-  ping(c, &r, 0);
-  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  ping(fx.c, &r, 0);
+  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
   th_redis_pause(&th_server);
   uint64_t t0 = th_now_ms();
-  ping(c, &r, 150);
-  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  ping(fx.c, &r, 150);
+  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
   TH_ASSERT_EQ(r.status, SLUICE_ETIMEDOUT);
   TH_ASSERT_CMP(th_now_ms() - t0, <, 1000);
   th_redis_resume(&th_server);
   /* The late reply is dropped; the connection keeps working. */
-  th_loop_for(base, 100);
+  th_loop_for(fx.base, 100);
   TH_ASSERT_EQ(r.done, 1);
-  ping(c, &r, 0);
-  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  ping(fx.c, &r, 0);
+  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
   TH_ASSERT_EQ(r.status, SLUICE_OK);
-  close_and_drain(base, c);
+  client_fx_close(&fx);
 }
 
 static int state_ups, state_downs;
@@ -137,30 +148,29 @@ static void on_state(sluice_client *c, int connected, int status, void *ud) {
 }
 
 static void test_reconnect_after_client_kill(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
-  sluice_client_set_state_cb(c, on_state, NULL);
+  client_fx fx = client_fx_open(2000);
+  sluice_client_set_state_cb(fx.c, on_state, NULL);
   result r;
-  ping(c, &r, 0);
-  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  ping(fx.c, &r, 0);
+  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
   th_redis_int(&th_server, "CLIENT KILL TYPE normal SKIPME yes");
   int one = 0;
-  while (!state_downs && th_loop_until(base, &one, 50) == 0 && !state_downs) {}
+  while (!state_downs && th_loop_until(fx.base, &one, 50) == 0 && !state_downs) {}
   TH_ASSERT_CMP(state_downs, >=, 1);
   /* While down, operations fail at once rather than wait. */
-  if (!sluice_client_is_connected(c)) {
-    ping(c, &r, 0);
-    TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  if (!sluice_client_is_connected(fx.c)) {
+    ping(fx.c, &r, 0);
+    TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
     TH_ASSERT_EQ(r.status, SLUICE_ECONNECTION);
   }
   /* ...and the client comes back by itself. */
   uint64_t end = th_now_ms() + 3000;
-  while (!sluice_client_is_connected(c) && th_now_ms() < end) event_base_loop(base, EVLOOP_ONCE);
-  TH_ASSERT(sluice_client_is_connected(c));
-  ping(c, &r, 0);
-  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  while (!sluice_client_is_connected(fx.c) && th_now_ms() < end) event_base_loop(fx.base, EVLOOP_ONCE);
+  TH_ASSERT(sluice_client_is_connected(fx.c));
+  ping(fx.c, &r, 0);
+  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
   TH_ASSERT_EQ(r.status, SLUICE_OK);
-  close_and_drain(base, c);
+  client_fx_close(&fx);
 }
 
 /* Redis stops answering (SIGSTOP, like a host gone without a reset): once
@@ -168,64 +178,61 @@ static void test_reconnect_after_client_kill(void) {
  * replaced, later operations fail fast, and the client recovers when Redis
  * answers again. */
 static void test_dead_connection_replaced(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 300);
-  sluice_client_set_state_cb(c, on_state, NULL);
+  client_fx fx = client_fx_open(300);
+  sluice_client_set_state_cb(fx.c, on_state, NULL);
   result r;
-  ping(c, &r, 0);
-  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  ping(fx.c, &r, 0);
+  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
   th_redis_pause(&th_server);
-  ping(c, &r, 0);
-  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  ping(fx.c, &r, 0);
+  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
   TH_ASSERT_EQ(r.status, SLUICE_ETIMEDOUT);
-  th_loop_for(base, 50);
+  th_loop_for(fx.base, 50);
   TH_ASSERT_CMP(state_downs, >=, 1);
-  TH_ASSERT(!sluice_client_is_connected(c));
+  TH_ASSERT(!sluice_client_is_connected(fx.c));
   uint64_t t0 = th_now_ms();
-  ping(c, &r, 0);
-  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  ping(fx.c, &r, 0);
+  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
   TH_ASSERT_EQ(r.status, SLUICE_ECONNECTION); /* at once, not after 300 ms */
   TH_ASSERT_CMP(th_now_ms() - t0, <, 100);
   th_redis_resume(&th_server);
   uint64_t end = th_now_ms() + 5000;
-  while (!sluice_client_is_connected(c) && th_now_ms() < end) event_base_loop(base, EVLOOP_ONCE);
-  TH_ASSERT(sluice_client_is_connected(c));
-  ping(c, &r, 0);
-  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  while (!sluice_client_is_connected(fx.c) && th_now_ms() < end) event_base_loop(fx.base, EVLOOP_ONCE);
+  TH_ASSERT(sluice_client_is_connected(fx.c));
+  ping(fx.c, &r, 0);
+  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
   TH_ASSERT_EQ(r.status, SLUICE_OK);
-  close_and_drain(base, c);
+  client_fx_close(&fx);
 }
 
 static void test_reconnect_after_restart(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
+  client_fx fx = client_fx_open(2000);
   result r;
-  ping(c, &r, 0);
-  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  ping(fx.c, &r, 0);
+  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
   th_redis_restart(&th_server); /* scripts are gone too: NOSCRIPT path */
   uint64_t end = th_now_ms() + 5000;
   int ok = 0;
   while (!ok && th_now_ms() < end) {
-    ping(c, &r, 500);
-    TH_ASSERT(th_loop_until(base, &r.done, 3000));
+    ping(fx.c, &r, 500);
+    TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
     ok = r.status == SLUICE_OK;
-    if (!ok) th_loop_for(base, 20);
+    if (!ok) th_loop_for(fx.base, 20);
   }
   TH_ASSERT(ok);
-  close_and_drain(base, c);
+  client_fx_close(&fx);
 }
 
 static void test_close_cancels_pending(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
+  client_fx fx = client_fx_open(2000);
   result r;
-  ping(c, &r, 0);
-  sluice_client_free(c);
+  ping(fx.c, &r, 0);
+  sluice_client_free(fx.c);
   TH_ASSERT_EQ(r.done, 0);
-  TH_ASSERT(th_loop_drain(base, 3000));
+  TH_ASSERT(th_loop_drain(fx.base, 3000));
   TH_ASSERT_EQ(r.done, 1);
   TH_ASSERT_EQ(r.status, SLUICE_ECANCELED);
-  event_base_free(base);
+  event_base_free(fx.base);
 }
 
 static void test_connect_refused_fails_within_deadline(void) {

@@ -75,11 +75,10 @@ static sluice_dq_consumer_options opts(unsigned batch, unsigned vis, unsigned ma
 /* ---- ordering, batches, payloads ------------------------------------------- */
 
 static void test_order_by_due_then_push(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = dqt_client(base);
-  sluice_dq *dq = dqt_queue(c, "order");
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = dqt_queue(fx.c, "order");
   dqt_info in;
-  int64_t at = dqt_inspect(base, dq, &in).now_ms + 300;
+  int64_t at = dqt_inspect(fx.base, dq, &in).now_ms + 300;
   /* e1..e20 share one due time and must keep push order; a and b differ. */
   sluice_dq_item items[22] = {{0}};
   char ids[22][8];
@@ -92,8 +91,8 @@ static void test_order_by_due_then_push(void) {
   TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, 22, NULL, NULL), SLUICE_OK);
   rec r = {.target = 22, .auto_ack = 1};
   sluice_dq_consumer_options o = opts(4, 30000, 5);
-  sluice_dq_consumer *con = consumer(c, "order", &o, &r);
-  TH_ASSERT(th_loop_until(base, &r.reached, 15000));
+  sluice_dq_consumer *con = consumer(fx.c, "order", &o, &r);
+  TH_ASSERT(th_loop_until(fx.base, &r.reached, 15000));
   TH_ASSERT_STR_EQ(r.ids[0], "a");
   for (int i = 0; i < 20; i++) TH_ASSERT_STR_EQ(r.ids[1 + i], ids[i]);
   TH_ASSERT_STR_EQ(r.ids[21], "b");
@@ -101,27 +100,26 @@ static void test_order_by_due_then_push(void) {
     TH_ASSERT_EQ(r.attempts[i], 1);
     TH_ASSERT_CMP(r.late_ms[i], >=, -2); /* never early (clock read granularity) */
   }
-  wait_n(base, &r.settled, 22);
+  wait_n(fx.base, &r.settled, 22);
   for (int i = 0; i < 22; i++) TH_ASSERT_EQ(r.settle_status[i], SLUICE_OK);
-  TH_ASSERT_EQ(dqt_inspect(base, dq, &in).in_flight, 0);
+  TH_ASSERT_EQ(dqt_inspect(fx.base, dq, &in).in_flight, 0);
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
-  dqt_finish(base, c);
+  dq_fx_close(&fx);
 }
 
 static void test_batch_and_max_in_flight(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = dqt_client(base);
-  sluice_dq *dq = dqt_queue(c, "batch");
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = dqt_queue(fx.c, "batch");
   sluice_dq_item items[50];
   for (int i = 0; i < 50; i++) items[i] = (sluice_dq_item){"x", 1, 0, 0, NULL};
   TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, 50, NULL, NULL), SLUICE_OK);
   rec r = {.target = 10};
   sluice_dq_consumer_options o = opts(4, 30000, 5);
   o.max_in_flight = 10;
-  sluice_dq_consumer *con = consumer(c, "batch", &o, &r);
-  TH_ASSERT(th_loop_until(base, &r.reached, 15000));
-  th_loop_for(base, 200);
+  sluice_dq_consumer *con = consumer(fx.c, "batch", &o, &r);
+  TH_ASSERT(th_loop_until(fx.base, &r.reached, 15000));
+  th_loop_for(fx.base, 200);
   TH_ASSERT_EQ(r.n, 10); /* capped by max_in_flight */
   TH_ASSERT_EQ(sluice_dq_consumer_in_flight(con), 10);
   /* Deliveries came in takes of at most 4: the first take's handler calls
@@ -129,39 +127,38 @@ static void test_batch_and_max_in_flight(void) {
   TH_ASSERT_EQ(r.in_flight_seen[3], 4);
   TH_ASSERT_EQ(r.in_flight_seen[4], 5);
   dqt_info in;
-  TH_ASSERT_EQ(dqt_inspect(base, dq, &in).in_flight, 10);
+  TH_ASSERT_EQ(dqt_inspect(fx.base, dq, &in).in_flight, 10);
   TH_ASSERT_EQ(in.info.delayed, 40);
   for (int i = 0; i < 10; i++) TH_ASSERT_EQ(sluice_dq_ack(r.held[i], on_settled, &r), SLUICE_OK);
   r.auto_ack = 1;
   r.target = 50;
   r.reached = 0;
-  TH_ASSERT(th_loop_until(base, &r.reached, 15000));
-  wait_n(base, &r.settled, 50);
-  TH_ASSERT_EQ(dqt_inspect(base, dq, &in).in_flight, 0);
+  TH_ASSERT(th_loop_until(fx.base, &r.reached, 15000));
+  wait_n(fx.base, &r.settled, 50);
+  TH_ASSERT_EQ(dqt_inspect(fx.base, dq, &in).in_flight, 0);
   TH_ASSERT_EQ(in.info.delayed, 0);
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
-  dqt_finish(base, c);
+  dq_fx_close(&fx);
 }
 
 static void test_binary_payload(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = dqt_client(base);
-  sluice_dq *dq = dqt_queue(c, "bin");
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = dqt_queue(fx.c, "bin");
   static const char bin[] = {'a', 0, 'b', 0, 0, '\xff', '\n'};
   sluice_dq_item items[2] = {{bin, sizeof bin, 0, 0, "bin"}, {NULL, 0, 0, 0, "empty"}};
   TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, 2, NULL, NULL), SLUICE_OK);
   rec r = {.target = 2, .auto_ack = 1};
   sluice_dq_consumer_options o = opts(16, 30000, 5);
-  sluice_dq_consumer *con = consumer(c, "bin", &o, &r);
-  TH_ASSERT(th_loop_until(base, &r.reached, 15000));
+  sluice_dq_consumer *con = consumer(fx.c, "bin", &o, &r);
+  TH_ASSERT(th_loop_until(fx.base, &r.reached, 15000));
   TH_ASSERT_STR_EQ(r.ids[0], "bin");
   TH_ASSERT_EQ(r.lens[0], sizeof bin);
   TH_ASSERT(memcmp(r.payloads[0], bin, sizeof bin) == 0);
   TH_ASSERT_EQ(r.lens[1], 0);
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
-  dqt_finish(base, c);
+  dq_fx_close(&fx);
 }
 
 /* ---- cancel, de-duplication ------------------------------------------------ */
@@ -184,36 +181,35 @@ static int cancel_wait(struct event_base *base, sluice_dq *dq, const char *id) {
 }
 
 static void test_cancel(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = dqt_client(base);
-  sluice_dq *dq = dqt_queue(c, "cancel");
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = dqt_queue(fx.c, "cancel");
   dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(base, dq, NULL, "one", 150, &p), SLUICE_OK);
+  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, NULL, "one", 150, &p), SLUICE_OK);
   TH_ASSERT_EQ(strlen(p.id), 32); /* random id */
   char id1[40];
   snprintf(id1, sizeof id1, "%s", p.id);
-  TH_ASSERT_EQ(dqt_push_wait(base, dq, "two", "two", 150, &p), SLUICE_OK);
-  TH_ASSERT_EQ(cancel_wait(base, dq, id1), SLUICE_OK);
-  TH_ASSERT_EQ(cancel_wait(base, dq, id1), SLUICE_ENOTFOUND);
+  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "two", "two", 150, &p), SLUICE_OK);
+  TH_ASSERT_EQ(cancel_wait(fx.base, dq, id1), SLUICE_OK);
+  TH_ASSERT_EQ(cancel_wait(fx.base, dq, id1), SLUICE_ENOTFOUND);
   rec r = {.target = 1};
   sluice_dq_consumer_options o = opts(16, 30000, 5);
-  sluice_dq_consumer *con = consumer(c, "cancel", &o, &r);
-  TH_ASSERT(th_loop_until(base, &r.reached, 15000));
-  th_loop_for(base, 200);
+  sluice_dq_consumer *con = consumer(fx.c, "cancel", &o, &r);
+  TH_ASSERT(th_loop_until(fx.base, &r.reached, 15000));
+  th_loop_for(fx.base, 200);
   TH_ASSERT_EQ(r.n, 1);
   TH_ASSERT_STR_EQ(r.ids[0], "two");
   /* Cancel while in flight: the consumer's ack then finds nothing. */
-  TH_ASSERT_EQ(cancel_wait(base, dq, "two"), SLUICE_OK);
+  TH_ASSERT_EQ(cancel_wait(fx.base, dq, "two"), SLUICE_OK);
   TH_ASSERT_EQ(sluice_dq_ack(r.held[0], on_settled, &r), SLUICE_OK);
   TH_ASSERT_EQ(r.settled, 0);
-  while (!r.settled) TH_ASSERT(th_loop_until(base, &r.settled, 5000));
+  while (!r.settled) TH_ASSERT(th_loop_until(fx.base, &r.settled, 5000));
   TH_ASSERT_EQ(r.settle_status[0], SLUICE_ENOTFOUND);
   dqt_info in;
-  sluice_dq_info info = dqt_inspect(base, dq, &in);
+  sluice_dq_info info = dqt_inspect(fx.base, dq, &in);
   TH_ASSERT_EQ(info.delayed + info.in_flight + info.dead, 0);
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
-  dqt_finish(base, c);
+  dq_fx_close(&fx);
 }
 
 typedef struct batch_res {
@@ -236,20 +232,19 @@ static void on_batch(sluice_dq *dq, int status, const sluice_dq_push_result *res
 }
 
 static void test_dedup(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = dqt_client(base);
-  sluice_dq *dq = dqt_queue(c, "dedup");
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = dqt_queue(fx.c, "dedup");
   dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(base, dq, "job-1", "first", 0, &p), SLUICE_OK);
+  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "job-1", "first", 0, &p), SLUICE_OK);
   TH_ASSERT_CMP(p.due, >, 1600000000000LL);
-  TH_ASSERT_EQ(dqt_push_wait(base, dq, "job-1", "second", 0, &p), SLUICE_EEXIST);
+  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "job-1", "second", 0, &p), SLUICE_EEXIST);
   TH_ASSERT_STR_EQ(p.id, "job-1");
   TH_ASSERT_EQ(p.due, -1);
   /* Duplicates inside one batch, and against the queue. */
   sluice_dq_item items[3] = {{"a", 1, 0, 0, "job-2"}, {"b", 1, 0, 0, "job-2"}, {"c", 1, 0, 0, "job-1"}};
   batch_res b = {0};
   TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, 3, on_batch, &b), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &b.done, 5000));
+  TH_ASSERT(th_loop_until(fx.base, &b.done, 5000));
   TH_ASSERT_EQ(b.status, SLUICE_OK);
   TH_ASSERT_EQ(b.n, 3);
   TH_ASSERT_EQ(b.st[0], SLUICE_OK);
@@ -257,57 +252,55 @@ static void test_dedup(void) {
   TH_ASSERT_EQ(b.st[2], SLUICE_EEXIST);
   rec r = {.target = 2, .auto_ack = 1};
   sluice_dq_consumer_options o = opts(16, 30000, 5);
-  sluice_dq_consumer *con = consumer(c, "dedup", &o, &r);
-  TH_ASSERT(th_loop_until(base, &r.reached, 15000));
+  sluice_dq_consumer *con = consumer(fx.c, "dedup", &o, &r);
+  TH_ASSERT(th_loop_until(fx.base, &r.reached, 15000));
   TH_ASSERT_STR_EQ(r.payloads[0], "first");
   TH_ASSERT_STR_EQ(r.payloads[1], "a");
-  wait_n(base, &r.settled, 2);
+  wait_n(fx.base, &r.settled, 2);
   /* Once acknowledged the id may be used again. */
-  TH_ASSERT_EQ(dqt_push_wait(base, dq, "job-1", "again", 0, &p), SLUICE_OK);
+  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "job-1", "again", 0, &p), SLUICE_OK);
   r.target = 3;
   r.reached = 0;
-  TH_ASSERT(th_loop_until(base, &r.reached, 15000));
+  TH_ASSERT(th_loop_until(fx.base, &r.reached, 15000));
   TH_ASSERT_STR_EQ(r.payloads[2], "again");
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
-  dqt_finish(base, c);
+  dq_fx_close(&fx);
 }
 
 /* The largest batch goes in one call (the script slices its writes). */
 static void test_largest_batch(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = dqt_client(base);
-  sluice_dq *dq = dqt_queue(c, "big");
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = dqt_queue(fx.c, "big");
   static sluice_dq_item items[SLUICE_DQ_BATCH_MAX];
   for (int i = 0; i < SLUICE_DQ_BATCH_MAX; i++) items[i] = (sluice_dq_item){"p", 1, 60000, 0, NULL};
   items[SLUICE_DQ_BATCH_MAX - 1].delay_ms = 0;
   batch_res b = {0};
   TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, SLUICE_DQ_BATCH_MAX + 1, on_batch, &b), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, SLUICE_DQ_BATCH_MAX, on_batch, &b), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &b.done, 10000));
+  TH_ASSERT(th_loop_until(fx.base, &b.done, 10000));
   TH_ASSERT_EQ(b.status, SLUICE_OK);
   TH_ASSERT_EQ(b.n, SLUICE_DQ_BATCH_MAX);
   dqt_info in;
-  sluice_dq_info info = dqt_inspect(base, dq, &in);
+  sluice_dq_info info = dqt_inspect(fx.base, dq, &in);
   TH_ASSERT_EQ(info.delayed, SLUICE_DQ_BATCH_MAX);
   TH_ASSERT_EQ(info.ready, 1);
   sluice_dq_free(dq);
-  dqt_finish(base, c);
+  dq_fx_close(&fx);
 }
 
 /* ---- settling: late acks, retry, dead letters ------------------------------ */
 
 static void test_late_ack_reported(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = dqt_client(base);
-  sluice_dq *dq = dqt_queue(c, "late");
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = dqt_queue(fx.c, "late");
   dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(base, dq, "m", "m", 0, &p), SLUICE_OK);
+  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "m", "m", 0, &p), SLUICE_OK);
   rec r = {.target = 2};
   sluice_dq_consumer_options o = opts(16, 100, 5);
-  sluice_dq_consumer *con = consumer(c, "late", &o, &r);
+  sluice_dq_consumer *con = consumer(fx.c, "late", &o, &r);
   /* Held past its 100 ms deadline, it comes back as attempt 2. */
-  TH_ASSERT(th_loop_until(base, &r.reached, 3000));
+  TH_ASSERT(th_loop_until(fx.base, &r.reached, 3000));
   TH_ASSERT_STR_EQ(r.ids[1], "m");
   TH_ASSERT_EQ(r.attempts[0], 1);
   TH_ASSERT_EQ(r.attempts[1], 2);
@@ -317,14 +310,14 @@ static void test_late_ack_reported(void) {
   TH_ASSERT_CMP(sluice_dq_msg_remaining_ms(r.held[0]), ==, 0);
   TH_ASSERT_EQ(sluice_dq_ack(r.held[0], on_settled, &r), SLUICE_OK);
   TH_ASSERT_EQ(sluice_dq_ack(r.held[1], on_settled, &r), SLUICE_OK);
-  wait_n(base, &r.settled, 2);
+  wait_n(fx.base, &r.settled, 2);
   TH_ASSERT_EQ(r.settle_status[0], SLUICE_ELATE);
   TH_ASSERT_EQ(r.settle_status[1], SLUICE_OK);
   dqt_info in;
-  TH_ASSERT_EQ(dqt_inspect(base, dq, &in).in_flight + in.info.delayed, 0);
+  TH_ASSERT_EQ(dqt_inspect(fx.base, dq, &in).in_flight + in.info.delayed, 0);
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
-  dqt_finish(base, c);
+  dq_fx_close(&fx);
 }
 
 typedef struct dead_res {
@@ -368,29 +361,28 @@ static void retrying(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
 }
 
 static void test_retry_dead_letter_requeue(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = dqt_client(base);
-  sluice_dq *dq = dqt_queue(c, "dead");
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = dqt_queue(fx.c, "dead");
   dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(base, dq, "poison", "pill", 0, &p), SLUICE_OK);
+  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "poison", "pill", 0, &p), SLUICE_OK);
   rec r = {.target = 3};
   sluice_dq_consumer_options o = opts(16, 30000, 3);
   sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "dead", &o, retrying, &r, &con), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &r.reached, 3000));
-  wait_n(base, &r.settled, 3);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, "dead", &o, retrying, &r, &con), SLUICE_OK);
+  TH_ASSERT(th_loop_until(fx.base, &r.reached, 3000));
+  wait_n(fx.base, &r.settled, 3);
   for (int i = 0; i < 3; i++) {
     TH_ASSERT_EQ(r.attempts[i], (unsigned)i + 1);
     TH_ASSERT_EQ(r.settle_status[i], SLUICE_OK);
   }
   TH_ASSERT_CMP(r.at_ms[1] - r.at_ms[0], >=, 45); /* retry delay honoured */
-  th_loop_for(base, 150);
+  th_loop_for(fx.base, 150);
   TH_ASSERT_EQ(r.n, 3); /* third retry dead-lettered it */
   dqt_info in;
-  TH_ASSERT_EQ(dqt_inspect(base, dq, &in).dead, 1);
+  TH_ASSERT_EQ(dqt_inspect(fx.base, dq, &in).dead, 1);
   dead_res d = {0};
   TH_ASSERT_EQ(sluice_dq_dead_list(dq, 0, 10, on_dead, &d), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &d.done, 3000));
+  TH_ASSERT(th_loop_until(fx.base, &d.done, 3000));
   TH_ASSERT_EQ(d.status, SLUICE_OK);
   TH_ASSERT_EQ(d.total, 1);
   TH_ASSERT_STR_EQ(d.id, "poison");
@@ -402,45 +394,44 @@ static void test_retry_dead_letter_requeue(void) {
   r.reached = 0;
   memset(&d, 0, sizeof d);
   TH_ASSERT_EQ(sluice_dq_dead_requeue(dq, "nope", on_count, &d), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &d.done, 3000));
+  TH_ASSERT(th_loop_until(fx.base, &d.done, 3000));
   TH_ASSERT_EQ(d.count, 0);
   memset(&d, 0, sizeof d);
   TH_ASSERT_EQ(sluice_dq_dead_requeue(dq, NULL, on_count, &d), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &d.done, 3000));
+  TH_ASSERT(th_loop_until(fx.base, &d.done, 3000));
   TH_ASSERT_EQ(d.count, 1);
-  TH_ASSERT(th_loop_until(base, &r.reached, 3000));
+  TH_ASSERT(th_loop_until(fx.base, &r.reached, 3000));
   TH_ASSERT_EQ(r.attempts[3], 1);
-  wait_n(base, &r.settled, 4);
-  sluice_dq_info info = dqt_inspect(base, dq, &in);
+  wait_n(fx.base, &r.settled, 4);
+  sluice_dq_info info = dqt_inspect(fx.base, dq, &in);
   TH_ASSERT_EQ(info.dead + info.delayed + info.in_flight, 0);
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
-  dqt_finish(base, c);
+  dq_fx_close(&fx);
 }
 
 /* Messages held past their deadline with max_attempts reached go dead. */
 static void test_expired_dead_letter(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = dqt_client(base);
-  sluice_dq *dq = dqt_queue(c, "expdead");
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = dqt_queue(fx.c, "expdead");
   dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(base, dq, "slow", "s", 0, &p), SLUICE_OK);
+  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "slow", "s", 0, &p), SLUICE_OK);
   rec r = {.target = 2};
   sluice_dq_consumer_options o = opts(16, 60, 2);
-  sluice_dq_consumer *con = consumer(c, "expdead", &o, &r);
-  TH_ASSERT(th_loop_until(base, &r.reached, 3000));
+  sluice_dq_consumer *con = consumer(fx.c, "expdead", &o, &r);
+  TH_ASSERT(th_loop_until(fx.base, &r.reached, 3000));
   dqt_info in;
   uint64_t end = th_now_ms() + 2000;
-  while (dqt_inspect(base, dq, &in).dead == 0 && th_now_ms() < end) th_loop_for(base, 20);
+  while (dqt_inspect(fx.base, dq, &in).dead == 0 && th_now_ms() < end) th_loop_for(fx.base, 20);
   TH_ASSERT_EQ(in.info.dead, 1);
   TH_ASSERT_EQ(r.n, 2);
   for (int i = 0; i < 2; i++) TH_ASSERT_EQ(sluice_dq_ack(r.held[i], on_settled, &r), SLUICE_OK);
-  wait_n(base, &r.settled, 2);
+  wait_n(fx.base, &r.settled, 2);
   TH_ASSERT_EQ(r.settle_status[0], SLUICE_ELATE);
   TH_ASSERT_EQ(r.settle_status[1], SLUICE_ELATE);
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
-  dqt_finish(base, c);
+  dq_fx_close(&fx);
 }
 
 /* ---- bad input --------------------------------------------------------------- */
@@ -450,31 +441,30 @@ static void noop_handler(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
 }
 
 static void test_bad_input(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = dqt_client(base);
+  dq_fx fx = dq_fx_open();
   sluice_dq *dq = NULL;
   sluice_dq_consumer *con = NULL;
   static char big_name[SLUICE_NAME_MAX + 2];
   memset(big_name, 'n', SLUICE_NAME_MAX + 1);
-  TH_ASSERT_EQ(sluice_dq_new(c, NULL, NULL, &dq), SLUICE_EINVAL);
-  TH_ASSERT_EQ(sluice_dq_new(c, "", NULL, &dq), SLUICE_EINVAL);
-  TH_ASSERT_EQ(sluice_dq_new(c, big_name, NULL, &dq), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_new(fx.c, NULL, NULL, &dq), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_new(fx.c, "", NULL, &dq), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_new(fx.c, big_name, NULL, &dq), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_dq_new(NULL, "q", NULL, &dq), SLUICE_EINVAL);
   TH_ASSERT(dq == NULL);
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, NULL, NULL, noop_handler, NULL, &con), SLUICE_EINVAL);
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "", NULL, noop_handler, NULL, &con), SLUICE_EINVAL);
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, big_name, NULL, noop_handler, NULL, &con), SLUICE_EINVAL);
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "q", NULL, NULL, NULL, &con), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, NULL, NULL, noop_handler, NULL, &con), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, "", NULL, noop_handler, NULL, &con), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, big_name, NULL, noop_handler, NULL, &con), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, "q", NULL, NULL, NULL, &con), SLUICE_EINVAL);
   sluice_dq_consumer_options o = opts(0, 30000, 5);
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "q", &o, noop_handler, NULL, &con), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, "q", &o, noop_handler, NULL, &con), SLUICE_EINVAL);
   o = opts(16, 5, 5);
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "q", &o, noop_handler, NULL, &con), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, "q", &o, noop_handler, NULL, &con), SLUICE_EINVAL);
   TH_ASSERT(con == NULL);
   /* A name of exactly SLUICE_NAME_MAX bytes is fine. */
   big_name[SLUICE_NAME_MAX] = '\0';
-  TH_ASSERT_EQ(sluice_dq_new(c, big_name, NULL, &dq), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_new(fx.c, big_name, NULL, &dq), SLUICE_OK);
   sluice_dq_free(dq);
-  dq = dqt_queue(c, "bad");
+  dq = dqt_queue(fx.c, "bad");
   static char big[SLUICE_DQ_PAYLOAD_MAX + 1];
   static char long_id[SLUICE_DQ_ID_MAX + 2];
   memset(long_id, 'i', SLUICE_DQ_ID_MAX + 1);
@@ -504,27 +494,27 @@ static void test_bad_input(void) {
   TH_ASSERT_EQ(sluice_dq_ack(NULL, NULL, NULL), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_dq_retry(NULL, 0, NULL, NULL), SLUICE_EINVAL);
   /* Unknown id: cancel says so. */
-  TH_ASSERT_EQ(cancel_wait(base, dq, "never-pushed"), SLUICE_ENOTFOUND);
+  TH_ASSERT_EQ(cancel_wait(fx.base, dq, "never-pushed"), SLUICE_ENOTFOUND);
   /* A payload of exactly the limit goes through. */
   dqt_push p = {0};
   it = (sluice_dq_item){big, SLUICE_DQ_PAYLOAD_MAX, 1000, 0, "big"};
   TH_ASSERT_EQ(sluice_dq_push(dq, &it, dqt_on_push, &p), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &p.done, 5000));
+  TH_ASSERT(th_loop_until(fx.base, &p.done, 5000));
   TH_ASSERT_EQ(p.status, SLUICE_OK);
   /* A retry with a bad delay is refused but still releases the handle. */
-  TH_ASSERT_EQ(cancel_wait(base, dq, "big"), SLUICE_OK);
-  TH_ASSERT_EQ(dqt_push_wait(base, dq, "r", "r", 0, &p), SLUICE_OK);
+  TH_ASSERT_EQ(cancel_wait(fx.base, dq, "big"), SLUICE_OK);
+  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "r", "r", 0, &p), SLUICE_OK);
   rec r = {.target = 1};
   o = opts(16, 30000, 5);
-  con = consumer(c, "bad", &o, &r);
-  TH_ASSERT(th_loop_until(base, &r.reached, 3000));
+  con = consumer(fx.c, "bad", &o, &r);
+  TH_ASSERT(th_loop_until(fx.base, &r.reached, 3000));
   TH_ASSERT_EQ(sluice_dq_retry(r.held[0], -1, on_settled, &r), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_dq_consumer_in_flight(con), 0);
-  th_loop_for(base, 50);
+  th_loop_for(fx.base, 50);
   TH_ASSERT_EQ(r.settled, 0);
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
-  dqt_finish(base, c);
+  dq_fx_close(&fx);
 }
 
 /* ---- lifetime ---------------------------------------------------------------- */
@@ -556,129 +546,124 @@ static void free_dq_in_cb(sluice_dq *dq, int status, const char *id, int64_t due
 }
 
 static void test_free_inside_callbacks(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = dqt_client(base);
-  sluice_dq *dq = dqt_queue(c, "selffree");
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = dqt_queue(fx.c, "selffree");
   sluice_dq_item items[5];
   for (int i = 0; i < 5; i++) items[i] = (sluice_dq_item){"m", 1, 0, 0, NULL};
   TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, 5, NULL, NULL), SLUICE_OK);
   free_ctx f = {0};
   sluice_dq_consumer_options o = opts(16, 30000, 5);
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "selffree", &o, freeing_handler, &f, &f.con), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &f.acked, 3000));
+  TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, "selffree", &o, freeing_handler, &f, &f.con), SLUICE_OK);
+  TH_ASSERT(th_loop_until(fx.base, &f.acked, 3000));
   TH_ASSERT_EQ(f.n, 1);
   TH_ASSERT_EQ(f.ack_status, SLUICE_OK);
   /* The other four went straight back to the queue, uncounted. */
   dqt_info in;
   uint64_t end = th_now_ms() + 2000;
-  while (dqt_inspect(base, dq, &in).in_flight && th_now_ms() < end) th_loop_for(base, 10);
+  while (dqt_inspect(fx.base, dq, &in).in_flight && th_now_ms() < end) th_loop_for(fx.base, 10);
   TH_ASSERT_EQ(in.info.in_flight, 0);
   TH_ASSERT_EQ(in.info.delayed, 4);
   rec r = {.target = 4, .auto_ack = 1};
-  sluice_dq_consumer *con = consumer(c, "selffree", &o, &r);
-  TH_ASSERT(th_loop_until(base, &r.reached, 3000));
+  sluice_dq_consumer *con = consumer(fx.c, "selffree", &o, &r);
+  TH_ASSERT(th_loop_until(fx.base, &r.reached, 3000));
   for (int i = 0; i < 4; i++) TH_ASSERT_EQ(r.attempts[i], 1);
   sluice_dq_consumer_free(con);
   /* A producer freed in its own push callback. */
   free_ctx g = {0};
   sluice_dq_item it = {"x", 1, 0, 0, NULL};
   TH_ASSERT_EQ(sluice_dq_push(dq, &it, free_dq_in_cb, &g), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &g.n, 3000));
-  dqt_finish(base, c);
+  TH_ASSERT(th_loop_until(fx.base, &g.n, 3000));
+  dq_fx_close(&fx);
 }
 
 static void test_close_cancels_pending(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = dqt_client(base);
-  sluice_dq *dq = dqt_queue(c, "close");
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = dqt_queue(fx.c, "close");
   dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(base, dq, "m", "m", 0, &p), SLUICE_OK);
+  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "m", "m", 0, &p), SLUICE_OK);
   rec r = {.target = 1};
   sluice_dq_consumer_options o = opts(16, 30000, 5);
-  sluice_dq_consumer *con = consumer(c, "close", &o, &r);
-  TH_ASSERT(th_loop_until(base, &r.reached, 3000));
+  sluice_dq_consumer *con = consumer(fx.c, "close", &o, &r);
+  TH_ASSERT(th_loop_until(fx.base, &r.reached, 3000));
   /* An ack queued, a push and an inspect in flight, then close. */
   TH_ASSERT_EQ(sluice_dq_ack(r.held[0], on_settled, &r), SLUICE_OK);
   sluice_dq_item it = {"y", 1, 0, 0, NULL};
   memset(&p, 0, sizeof p);
   TH_ASSERT_EQ(sluice_dq_push(dq, &it, dqt_on_push, &p), SLUICE_OK);
-  sluice_client_close(c, NULL, NULL);
+  sluice_client_close(fx.c, NULL, NULL);
   TH_ASSERT_EQ(r.settled, 0);
-  TH_ASSERT(th_loop_until(base, &p.done, 3000));
+  TH_ASSERT(th_loop_until(fx.base, &p.done, 3000));
   TH_ASSERT_EQ(p.status, SLUICE_ECANCELED);
-  while (!r.settled) TH_ASSERT(th_loop_until(base, &r.settled, 3000));
+  while (!r.settled) TH_ASSERT(th_loop_until(fx.base, &r.settled, 3000));
   TH_ASSERT_EQ(r.settle_status[0], SLUICE_ECANCELED);
   TH_ASSERT_EQ(sluice_dq_push(dq, &it, NULL, NULL), SLUICE_ECLOSED);
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
-  TH_ASSERT(th_loop_drain(base, 3000));
-  event_base_free(base);
+  TH_ASSERT(th_loop_drain(fx.base, 3000));
+  event_base_free(fx.base);
 }
 
 static void test_free_cancels_pending(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = dqt_client(base);
-  sluice_dq *dq = dqt_queue(c, "dqfree");
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = dqt_queue(fx.c, "dqfree");
   dqt_push p = {0};
   sluice_dq_item it = {"y", 1, 0, 0, NULL};
   TH_ASSERT_EQ(sluice_dq_push(dq, &it, dqt_on_push, &p), SLUICE_OK);
   sluice_dq_free(dq);
   TH_ASSERT_EQ(p.done, 0);
-  TH_ASSERT(th_loop_until(base, &p.done, 3000));
+  TH_ASSERT(th_loop_until(fx.base, &p.done, 3000));
   TH_ASSERT_EQ(p.status, SLUICE_ECANCELED);
-  dqt_finish(base, c);
+  dq_fx_close(&fx);
 }
 
 /* ---- keys expire with the queue, never before its messages ------------------ */
 
 static void test_keys_expire(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = dqt_client(base);
+  dq_fx fx = dq_fx_open();
   sluice_dq_options qo;
   sluice_dq_options_init(&qo);
   qo.retention_ms = 300;
   sluice_dq *dq = NULL;
-  TH_ASSERT_EQ(sluice_dq_new(c, "exp", &qo, &dq), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_new(fx.c, "exp", &qo, &dq), SLUICE_OK);
   dqt_push p;
   sluice_dq_item it = {"x", 1, 3000, 0, "far"};
   memset(&p, 0, sizeof p);
   TH_ASSERT_EQ(sluice_dq_push(dq, &it, dqt_on_push, &p), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &p.done, 3000));
+  TH_ASSERT(th_loop_until(fx.base, &p.done, 3000));
   it = (sluice_dq_item){"x", 1, 0, 0, "near"};
   memset(&p, 0, sizeof p);
   TH_ASSERT_EQ(sluice_dq_push(dq, &it, dqt_on_push, &p), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &p.done, 3000));
+  TH_ASSERT(th_loop_until(fx.base, &p.done, 3000));
   /* The later push did not shorten the life of the earlier one. */
   TH_ASSERT_CMP(th_redis_int(&th_server, "PTTL sluice:dq:{exp}:z"), >, 3000);
   TH_ASSERT_CMP(th_redis_int(&th_server, "PTTL sluice:dq:{exp}:h"), >, 3000);
   sluice_dq_consumer_options o = opts(16, 200, 5);
   o.retention_ms = 300;
   rec r = {.target = 2, .auto_ack = 1};
-  sluice_dq_consumer *con = consumer(c, "exp", &o, &r);
-  TH_ASSERT(th_loop_until(base, &r.reached, 6000));
+  sluice_dq_consumer *con = consumer(fx.c, "exp", &o, &r);
+  TH_ASSERT(th_loop_until(fx.base, &r.reached, 6000));
   TH_ASSERT_CMP(th_redis_int(&th_server, "PTTL sluice:dq:{exp}:f"), >, 0);
   sluice_dq_consumer_free(con);
-  wait_n(base, &r.settled, 2);
+  wait_n(fx.base, &r.settled, 2);
   /* Idle now: everything is gone within retention + 1/8 of it. */
-  th_loop_for(base, 700);
+  th_loop_for(fx.base, 700);
   TH_ASSERT_EQ(th_redis_int(&th_server, "DBSIZE"), 0);
   sluice_dq_free(dq);
-  dqt_finish(base, c);
+  dq_fx_close(&fx);
 }
 
 /* ---- wake-ups, timing, idle cost -------------------------------------------- */
 
 static void test_early_push_wakes_consumer(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = dqt_client(base);
-  sluice_dq *dq = dqt_queue(c, "wake");
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = dqt_queue(fx.c, "wake");
   dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(base, dq, "later", "l", 2000, &p), SLUICE_OK);
+  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "later", "l", 2000, &p), SLUICE_OK);
   rec r = {.target = 1, .auto_ack = 1};
   sluice_dq_consumer_options o = opts(16, 30000, 5);
   o.max_poll_ms = 10000;
-  sluice_dq_consumer *con = consumer(c, "wake", &o, &r);
-  th_loop_for(base, 200); /* consumer's timer now armed for "later" */
+  sluice_dq_consumer *con = consumer(fx.c, "wake", &o, &r);
+  th_loop_for(fx.base, 200); /* consumer's timer now armed for "later" */
   TH_ASSERT_EQ(r.n, 0);
   /* From another client, as another process would. */
   struct event_base *base2 = event_base_new();
@@ -687,7 +672,7 @@ static void test_early_push_wakes_consumer(void) {
   TH_ASSERT_EQ(dqt_push_wait(base2, dq2, "sooner", "s", 100, &p), SLUICE_OK);
   sluice_dq_free(dq2);
   dqt_finish(base2, c2);
-  TH_ASSERT(th_loop_until(base, &r.reached, 1500));
+  TH_ASSERT(th_loop_until(fx.base, &r.reached, 1500));
   TH_ASSERT_STR_EQ(r.ids[0], "sooner");
   printf("# early-inserted message delivered %lld ms late\n", (long long)r.late_ms[0]);
   TH_ASSERT_CMP(r.late_ms[0], >=, -2);
@@ -695,13 +680,13 @@ static void test_early_push_wakes_consumer(void) {
   /* A due-now push wakes an idle consumer at once too. */
   r.target = 2;
   r.reached = 0;
-  TH_ASSERT_EQ(dqt_push_wait(base, dq, "now", "n", 0, &p), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &r.reached, 1500));
+  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "now", "n", 0, &p), SLUICE_OK);
+  TH_ASSERT(th_loop_until(fx.base, &r.reached, 1500));
   TH_ASSERT_STR_EQ(r.ids[1], "now");
   TH_ASSERT_CMP(r.late_ms[1], <, 50);
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
-  dqt_finish(base, c);
+  dq_fx_close(&fx);
 }
 
 static long long total_commands(void) {
@@ -718,17 +703,16 @@ static long long total_commands(void) {
 }
 
 static void test_idle_cost(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = dqt_client(base);
-  sluice_dq *dq = dqt_queue(c, "idle");
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = dqt_queue(fx.c, "idle");
   dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(base, dq, "far", "f", 600000, &p), SLUICE_OK);
+  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "far", "f", 600000, &p), SLUICE_OK);
   rec r = {.target = 1, .auto_ack = 1};
   sluice_dq_consumer_options o = opts(16, 30000, 5);
-  sluice_dq_consumer *con = consumer(c, "idle", &o, &r);
-  th_loop_for(base, 300);
+  sluice_dq_consumer *con = consumer(fx.c, "idle", &o, &r);
+  th_loop_for(fx.base, 300);
   long long before = total_commands();
-  th_loop_for(base, 4000);
+  th_loop_for(fx.base, 4000);
   long long used = total_commands() - before - 1; /* the INFO itself */
   printf("# idle consumer: %lld Redis commands in 4 s\n", used);
   /* Default max_poll 60 s, BRPOP blocks 30 s: at most one of each. */
@@ -736,34 +720,33 @@ static void test_idle_cost(void) {
   TH_ASSERT_EQ(r.n, 0);
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
-  dqt_finish(base, c);
+  dq_fx_close(&fx);
 }
 
 static void test_inspect_counts(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = dqt_client(base);
-  sluice_dq *dq = dqt_queue(c, "counts");
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = dqt_queue(fx.c, "counts");
   dqt_info in;
-  sluice_dq_info info = dqt_inspect(base, dq, &in);
+  sluice_dq_info info = dqt_inspect(fx.base, dq, &in);
   TH_ASSERT_EQ(info.delayed + info.in_flight + info.dead, 0);
   TH_ASSERT(info.next_id == NULL || info.next_id[0] == '\0');
   TH_ASSERT_EQ(info.next_due_ms, -1);
   dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(base, dq, "b", "b", 60000, &p), SLUICE_OK);
+  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "b", "b", 60000, &p), SLUICE_OK);
   /* An absolute time in the past: due at once, and reported as given. */
   sluice_dq_item it = {"a", 1, 0, 1000, "a"};
   memset(&p, 0, sizeof p);
   TH_ASSERT_EQ(sluice_dq_push(dq, &it, dqt_on_push, &p), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &p.done, 3000));
+  TH_ASSERT(th_loop_until(fx.base, &p.done, 3000));
   TH_ASSERT_EQ(p.due, 1000);
   int64_t due_a = p.due;
-  info = dqt_inspect(base, dq, &in);
+  info = dqt_inspect(fx.base, dq, &in);
   TH_ASSERT_EQ(info.delayed, 2);
   TH_ASSERT_EQ(info.ready, 1);
   TH_ASSERT_STR_EQ(info.next_id, "a");
   TH_ASSERT_EQ(info.next_due_ms, due_a);
   sluice_dq_free(dq);
-  dqt_finish(base, c);
+  dq_fx_close(&fx);
 }
 
 /* A take that cannot reach Redis in time is reported to the error callback

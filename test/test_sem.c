@@ -7,10 +7,9 @@
 #include "sem_util.h"
 
 static void test_try_acquire_counts_permits(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client(base);
-  sluice_sem *s = sem_test_new(c, "t", 2, 5000, 0);
-  acq_result a = sem_try(base, s), b = sem_try(base, s), d = sem_try(base, s);
+  sem_fx fx = sem_fx_open();
+  sluice_sem *s = sem_test_new(fx.c, "t", 2, 5000, 0);
+  acq_result a = sem_try(fx.base, s), b = sem_try(fx.base, s), d = sem_try(fx.base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
   TH_ASSERT_EQ(b.status, SLUICE_OK);
   TH_ASSERT_EQ(d.status, SLUICE_EBUSY);
@@ -22,13 +21,12 @@ static void test_try_acquire_counts_permits(void) {
   TH_ASSERT(sluice_permit_sem(a.permit) == s);
   TH_ASSERT_STR_EQ(sluice_sem_name(s), "t");
   TH_ASSERT_EQ(sluice_permit_release(a.permit, NULL, NULL), SLUICE_OK);
-  acq_result e = sem_try(base, s);
+  acq_result e = sem_try(fx.base, s);
   TH_ASSERT_EQ(e.status, SLUICE_OK);
   sluice_permit_release(b.permit, NULL, NULL);
   sluice_permit_release(e.permit, NULL, NULL);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
+  sem_fx_close(&fx);
 }
 
 typedef struct rel_result {
@@ -41,100 +39,92 @@ static void rel_cb(sluice_sem *s, int status, void *ud) {
 }
 
 static void test_release_only_own_and_idempotent(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client(base);
-  sluice_sem *s = sem_test_new(c, "t", 1, 5000, 0);
-  acq_result a = sem_try(base, s);
+  sem_fx fx = sem_fx_open();
+  sluice_sem *s = sem_test_new(fx.c, "t", 1, 5000, 0);
+  acq_result a = sem_try(fx.base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
   char id[33];
   strcpy(id, sluice_permit_id(a.permit));
   rel_result r1 = {0};
   TH_ASSERT_EQ(sluice_permit_release(a.permit, rel_cb, &r1), SLUICE_OK);
   TH_ASSERT_EQ(r1.done, 0);
-  TH_ASSERT(th_loop_until(base, &r1.done, 3000));
+  TH_ASSERT(th_loop_until(fx.base, &r1.done, 3000));
   TH_ASSERT_EQ(r1.status, SLUICE_OK);
   /* Someone else now holds it; releasing our old id again frees nothing. */
-  acq_result b = sem_try(base, s);
+  acq_result b = sem_try(fx.base, s);
   TH_ASSERT_EQ(b.status, SLUICE_OK);
   long long removed = th_redis_int(&th_server, "EVAL %s 1 %s %s",
                                    "return redis.call('ZREM', KEYS[1], ARGV[1])",
                                    "sluice:sem:{t}:holders", id);
   TH_ASSERT_EQ(removed, 0);
   TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{t}:holders"), 1);
-  acq_result d = sem_try(base, s);
+  acq_result d = sem_try(fx.base, s);
   TH_ASSERT_EQ(d.status, SLUICE_EBUSY);
   sluice_permit_release(b.permit, NULL, NULL);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
+  sem_fx_close(&fx);
 }
 
 static void test_blocking_acquire_woken_by_release(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client(base);
-  sluice_sem *s = sem_test_new(c, "t", 1, 10000, 0);
-  acq_result a = sem_try(base, s);
+  sem_fx fx = sem_fx_open();
+  sluice_sem *s = sem_test_new(fx.c, "t", 1, 10000, 0);
+  acq_result a = sem_try(fx.base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
   acq_result w = {0};
   sluice_acquire *h = NULL;
   TH_ASSERT_EQ(sluice_sem_acquire(s, 5000, acq_cb, &w, &h), SLUICE_OK);
   TH_ASSERT(h != NULL);
-  th_loop_for(base, 200); /* the waiter queues and blocks */
+  th_loop_for(fx.base, 200); /* the waiter queues and blocks */
   TH_ASSERT_EQ(w.done, 0);
   uint64_t t0 = th_now_ms();
   sluice_permit_release(a.permit, NULL, NULL);
-  TH_ASSERT(th_loop_until(base, &w.done, 3000));
+  TH_ASSERT(th_loop_until(fx.base, &w.done, 3000));
   TH_ASSERT_EQ(w.status, SLUICE_OK);
   /* Woken by the release, not by a poll: well under the heartbeat (1 s). */
   TH_ASSERT_CMP(w.at_ms - t0, <, 100);
   sluice_permit_release(w.permit, NULL, NULL);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
+  sem_fx_close(&fx);
 }
 
 static void test_blocking_acquire_times_out(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client(base);
-  sluice_sem *s = sem_test_new(c, "t", 1, 10000, 0);
-  acq_result a = sem_try(base, s);
+  sem_fx fx = sem_fx_open();
+  sluice_sem *s = sem_test_new(fx.c, "t", 1, 10000, 0);
+  acq_result a = sem_try(fx.base, s);
   acq_result w = {0};
   uint64_t t0 = th_now_ms();
   TH_ASSERT_EQ(sluice_sem_acquire(s, 300, acq_cb, &w, NULL), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &w.done, 3000));
+  TH_ASSERT(th_loop_until(fx.base, &w.done, 3000));
   TH_ASSERT_EQ(w.status, SLUICE_ETIMEDOUT);
   TH_ASSERT_CMP(w.at_ms - t0, >=, 290); /* libevent measures from its cached loop time */
   TH_ASSERT_CMP(w.at_ms - t0, <, 600);
-  th_loop_for(base, 100); /* the leave script runs */
+  th_loop_for(fx.base, 100); /* the leave script runs */
   TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{t}:queue"), 0);
   TH_ASSERT_EQ(w.done, 1);
   sluice_permit_release(a.permit, NULL, NULL);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
+  sem_fx_close(&fx);
 }
 
 static void test_cancel(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client(base);
-  sluice_sem *s = sem_test_new(c, "t", 1, 10000, 0);
-  acq_result a = sem_try(base, s);
+  sem_fx fx = sem_fx_open();
+  sluice_sem *s = sem_test_new(fx.c, "t", 1, 10000, 0);
+  acq_result a = sem_try(fx.base, s);
   acq_result w = {0};
   sluice_acquire *h = NULL;
   TH_ASSERT_EQ(sluice_sem_acquire(s, 0, acq_cb, &w, &h), SLUICE_OK);
-  th_loop_for(base, 50);
+  th_loop_for(fx.base, 50);
   TH_ASSERT_EQ(sluice_acquire_cancel(h), SLUICE_OK);
   TH_ASSERT_EQ(w.done, 0); /* never inside the call */
-  TH_ASSERT(th_loop_until(base, &w.done, 1000));
+  TH_ASSERT(th_loop_until(fx.base, &w.done, 1000));
   TH_ASSERT_EQ(w.status, SLUICE_ECANCELED);
   TH_ASSERT_EQ(sluice_acquire_cancel(NULL), SLUICE_EINVAL);
-  th_loop_for(base, 100);
+  th_loop_for(fx.base, 100);
   TH_ASSERT_EQ(w.done, 1);
   TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{t}:queue"), 0);
   sluice_permit_release(a.permit, NULL, NULL);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
+  sem_fx_close(&fx);
 }
 
 /* A holder whose process is gone (client closed without releasing) still
@@ -174,23 +164,21 @@ static void lost_cb(sluice_permit *p, int reason, void *ud) {
 }
 
 static void test_renewal_keeps_permit(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client(base);
-  sluice_sem *s = sem_test_new(c, "t", 1, 500, 0);
-  acq_result a = sem_try(base, s);
+  sem_fx fx = sem_fx_open();
+  sluice_sem *s = sem_test_new(fx.c, "t", 1, 500, 0);
+  acq_result a = sem_try(fx.base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
   lost_result l = {0};
   sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
-  th_loop_for(base, 2750); /* five and a half TTLs */
+  th_loop_for(fx.base, 2750); /* five and a half TTLs */
   TH_ASSERT_EQ(l.done, 0);
   TH_ASSERT_EQ(sluice_permit_lost(a.permit), 0);
-  acq_result b = sem_try(base, s);
+  acq_result b = sem_try(fx.base, s);
   TH_ASSERT_EQ(b.status, SLUICE_EBUSY);
   TH_ASSERT_CMP(th_redis_int(&th_server, "PTTL sluice:sem:{t}:holders"), >, 0);
   sluice_permit_release(a.permit, NULL, NULL);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
+  sem_fx_close(&fx);
 }
 
 static long long evalsha_calls(void) {
@@ -207,22 +195,21 @@ static long long evalsha_calls(void) {
  * per renewal round, not fifty, and every lease stays alive. */
 static void test_renewals_batched(void) {
   enum { N = 50 };
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client(base);
-  sluice_sem *s = sem_test_new(c, "t", N, 600, 0); /* renewed every 200 ms */
+  sem_fx fx = sem_fx_open();
+  sluice_sem *s = sem_test_new(fx.c, "t", N, 600, 0); /* renewed every 200 ms */
   static acq_result r[N];
   memset(r, 0, sizeof r);
   for (int i = 0; i < N; i++) TH_ASSERT_EQ(sluice_sem_try_acquire(s, acq_cb, &r[i]), 0);
   uint64_t end = th_now_ms() + 3000;
   int done = 0;
   while (done < N && th_now_ms() < end) {
-    event_base_loop(base, EVLOOP_ONCE);
+    event_base_loop(fx.base, EVLOOP_ONCE);
     done = 0;
     for (int i = 0; i < N; i++) done += r[i].done;
   }
   TH_ASSERT_EQ(done, N);
   long long before = evalsha_calls();
-  th_loop_for(base, 1300); /* about six renewal rounds */
+  th_loop_for(fx.base, 1300); /* about six renewal rounds */
   long long calls = evalsha_calls() - before;
   printf("# %d permits, %lld renewal script calls in 1.3 s\n", N, calls);
   TH_ASSERT_CMP(calls, >=, 4);
@@ -233,87 +220,79 @@ static void test_renewals_batched(void) {
     sluice_permit_release(r[i].permit, NULL, NULL);
   }
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
+  sem_fx_close(&fx);
 }
 
 static void test_lost_definite(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client(base);
-  sluice_sem *s = sem_test_new(c, "t", 1, 300, 0);
-  acq_result a = sem_try(base, s);
+  sem_fx fx = sem_fx_open();
+  sluice_sem *s = sem_test_new(fx.c, "t", 1, 300, 0);
+  acq_result a = sem_try(fx.base, s);
   lost_result l = {0};
   sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
   th_redis_int(&th_server, "DEL sluice:sem:{t}:holders");
-  TH_ASSERT(th_loop_until(base, &l.done, 2000));
+  TH_ASSERT(th_loop_until(fx.base, &l.done, 2000));
   TH_ASSERT_EQ(l.reason, SLUICE_LOST_DEFINITE);
   TH_ASSERT_EQ(sluice_permit_lost(a.permit), SLUICE_LOST_DEFINITE);
   TH_ASSERT_EQ(sluice_permit_remaining_ms(a.permit), 0);
   /* The renewal did not re-create it. */
   TH_ASSERT_EQ(th_redis_int(&th_server, "EXISTS sluice:sem:{t}:holders"), 0);
-  th_loop_for(base, 300);
+  th_loop_for(fx.base, 300);
   TH_ASSERT_EQ(l.done, 1);
   sluice_permit_release(a.permit, NULL, NULL);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
+  sem_fx_close(&fx);
 }
 
 /* Redis stopped (SIGSTOP): renewals go unanswered and the permit is reported
  * UNCERTAIN before its lease could have ended in Redis. */
 static void test_lost_uncertain(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client(base);
-  sluice_sem *s = sem_test_new(c, "t", 1, 400, 0);
-  acq_result a = sem_try(base, s);
+  sem_fx fx = sem_fx_open();
+  sluice_sem *s = sem_test_new(fx.c, "t", 1, 400, 0);
+  acq_result a = sem_try(fx.base, s);
   lost_result l = {0};
   sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
   uint64_t t0 = th_now_ms();
   th_redis_pause(&th_server);
-  TH_ASSERT(th_loop_until(base, &l.done, 3000));
+  TH_ASSERT(th_loop_until(fx.base, &l.done, 3000));
   th_redis_resume(&th_server);
   TH_ASSERT_EQ(l.reason, SLUICE_LOST_UNCERTAIN);
   TH_ASSERT_CMP(l.at_ms - t0, <=, 400);
-  th_loop_for(base, 200);
+  th_loop_for(fx.base, 200);
   TH_ASSERT_EQ(l.done, 1); /* once */
   sluice_permit_release(a.permit, NULL, NULL);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
+  sem_fx_close(&fx);
 }
 
 static void test_restart_loses_permits(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client(base);
-  sluice_sem *s = sem_test_new(c, "t", 1, 1500, 0);
-  acq_result a = sem_try(base, s);
+  sem_fx fx = sem_fx_open();
+  sluice_sem *s = sem_test_new(fx.c, "t", 1, 1500, 0);
+  acq_result a = sem_try(fx.base, s);
   lost_result l = {0};
   sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
   th_redis_restart(&th_server); /* no persistence: the holders are gone */
-  TH_ASSERT(th_loop_until(base, &l.done, 3000));
+  TH_ASSERT(th_loop_until(fx.base, &l.done, 3000));
   TH_ASSERT_EQ(l.reason, SLUICE_LOST_DEFINITE);
   /* ...and the semaphore works again. */
   acq_result b = {0};
   uint64_t end = th_now_ms() + 3000;
   do {
-    b = sem_try(base, s);
+    b = sem_try(fx.base, s);
   } while (b.status == SLUICE_ECONNECTION && th_now_ms() < end);
   TH_ASSERT_EQ(b.status, SLUICE_OK);
   TH_ASSERT_CMP(sluice_permit_fence(b.permit), >, sluice_permit_fence(a.permit));
   sluice_permit_release(a.permit, NULL, NULL);
   sluice_permit_release(b.permit, NULL, NULL);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
+  sem_fx_close(&fx);
 }
 
 static void test_fencing_increases(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client(base);
-  sluice_sem *s = sem_test_new(c, "t", 3, 5000, 0);
+  sem_fx fx = sem_fx_open();
+  sluice_sem *s = sem_test_new(fx.c, "t", 3, 5000, 0);
   uint64_t last = 0;
   for (int i = 0; i < 20; i++) {
-    acq_result a = sem_try(base, s);
+    acq_result a = sem_try(fx.base, s);
     TH_ASSERT_EQ(a.status, SLUICE_OK);
     TH_ASSERT_CMP(sluice_permit_fence(a.permit), >, last);
     last = sluice_permit_fence(a.permit);
@@ -321,12 +300,11 @@ static void test_fencing_increases(void) {
   }
   /* Still increasing after the meta key vanished (abandoned semaphore). */
   th_redis_int(&th_server, "DEL sluice:sem:{t}:meta");
-  acq_result a = sem_try(base, s);
+  acq_result a = sem_try(fx.base, s);
   TH_ASSERT_CMP(sluice_permit_fence(a.permit), >, last);
   sluice_permit_release(a.permit, NULL, NULL);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
+  sem_fx_close(&fx);
 }
 
 static int order_log[8], order_n;
@@ -337,29 +315,27 @@ static void order_cb(sluice_sem *s, int status, sluice_permit *p, void *ud) {
 }
 
 static void test_fair_fifo_and_try_refused(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client(base);
-  sluice_sem *s = sem_test_new(c, "t", 1, 5000, 1);
-  acq_result a = sem_try(base, s);
+  sem_fx fx = sem_fx_open();
+  sluice_sem *s = sem_test_new(fx.c, "t", 1, 5000, 1);
+  acq_result a = sem_try(fx.base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
   for (int i = 0; i < 4; i++) {
     TH_ASSERT_EQ(sluice_sem_acquire(s, 5000, order_cb, (void *)(intptr_t)i, NULL), SLUICE_OK);
-    th_loop_for(base, 30); /* arrival order is queue order */
+    th_loop_for(fx.base, 30); /* arrival order is queue order */
   }
-  th_loop_for(base, 100);
+  th_loop_for(fx.base, 100);
   TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{t}:queue"), 4);
   sluice_permit_release(a.permit, NULL, NULL);
   /* While they wait, try_acquire is refused even in a free moment. */
-  acq_result t = sem_try(base, s);
+  acq_result t = sem_try(fx.base, s);
   if (t.status == SLUICE_OK) sluice_permit_release(t.permit, NULL, NULL);
   TH_ASSERT_EQ(t.status, SLUICE_EBUSY);
   uint64_t end = th_now_ms() + 3000;
-  while (order_n < 4 && th_now_ms() < end) event_base_loop(base, EVLOOP_ONCE);
+  while (order_n < 4 && th_now_ms() < end) event_base_loop(fx.base, EVLOOP_ONCE);
   TH_ASSERT_EQ(order_n, 4);
   for (int i = 0; i < 4; i++) TH_ASSERT_EQ(order_log[i], i);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
+  sem_fx_close(&fx);
 }
 
 /* A blocking acquirer in a child process that dies (no close, so no leave)
@@ -463,16 +439,15 @@ static void info_cb(sluice_sem *s, int status, const sluice_sem_info *info, void
 }
 
 static void test_inspect(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client(base);
-  sluice_sem *s = sem_test_new(c, "t", 2, 5000, 0);
-  acq_result a = sem_try(base, s), b = sem_try(base, s);
+  sem_fx fx = sem_fx_open();
+  sluice_sem *s = sem_test_new(fx.c, "t", 2, 5000, 0);
+  acq_result a = sem_try(fx.base, s), b = sem_try(fx.base, s);
   acq_result w = {0};
   TH_ASSERT_EQ(sluice_sem_acquire(s, 5000, acq_cb, &w, NULL), 0);
-  th_loop_for(base, 100);
+  th_loop_for(fx.base, 100);
   info_result r = {0};
   TH_ASSERT_EQ(sluice_sem_inspect(s, info_cb, &r), 0);
-  TH_ASSERT(th_loop_until(base, &r.done, 2000));
+  TH_ASSERT(th_loop_until(fx.base, &r.done, 2000));
   TH_ASSERT_EQ(r.status, SLUICE_OK);
   TH_ASSERT_EQ(r.permits, 2);
   TH_ASSERT_EQ(r.nholders, 2);
@@ -485,12 +460,11 @@ static void test_inspect(void) {
   TH_ASSERT_CMP(th_redis_int(&th_server, "PTTL sluice:sem:{t}:beats"), >, 0);
   TH_ASSERT_CMP(th_redis_int(&th_server, "PTTL sluice:sem:{t}:meta"), >, 0);
   sluice_permit_release(a.permit, NULL, NULL);
-  TH_ASSERT(th_loop_until(base, &w.done, 2000));
+  TH_ASSERT(th_loop_until(fx.base, &w.done, 2000));
   sluice_permit_release(b.permit, NULL, NULL);
   sluice_permit_release(w.permit, NULL, NULL);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
+  sem_fx_close(&fx);
 }
 
 static sluice_sem *freed_in_cb;
@@ -502,23 +476,22 @@ static void free_in_cb(sluice_sem *s, int status, sluice_permit *p, void *ud) {
 }
 
 static void test_free_inside_callback_and_close_cancels(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client(base);
-  sluice_sem *s = sem_test_new(c, "t", 1, 5000, 0);
+  sem_fx fx = sem_fx_open();
+  sluice_sem *s = sem_test_new(fx.c, "t", 1, 5000, 0);
   int done = 0;
   TH_ASSERT_EQ(sluice_sem_try_acquire(s, free_in_cb, &done), 0);
-  TH_ASSERT(th_loop_until(base, &done, 2000));
-  th_loop_for(base, 50);
+  TH_ASSERT(th_loop_until(fx.base, &done, 2000));
+  th_loop_for(fx.base, 50);
   TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{t}:holders"), 0);
   /* Client close cancels pending acquires, from the loop. */
-  sluice_sem *s2 = sem_test_new(c, "u", 1, 5000, 0);
-  acq_result a = sem_try(base, s2);
+  sluice_sem *s2 = sem_test_new(fx.c, "u", 1, 5000, 0);
+  acq_result a = sem_try(fx.base, s2);
   acq_result w = {0}, t = {0};
   TH_ASSERT_EQ(sluice_sem_acquire(s2, 0, acq_cb, &w, NULL), 0);
   TH_ASSERT_EQ(sluice_sem_try_acquire(s2, acq_cb, &t), 0);
-  sluice_client_free(c);
+  sluice_client_free(fx.c);
   TH_ASSERT_EQ(w.done + t.done, 0);
-  TH_ASSERT(th_loop_drain(base, 3000));
+  TH_ASSERT(th_loop_drain(fx.base, 3000));
   TH_ASSERT_EQ(w.status, SLUICE_ECANCELED);
   TH_ASSERT_EQ(t.status, SLUICE_ECANCELED);
   /* Use after close: a clear status. */
@@ -527,9 +500,9 @@ static void test_free_inside_callback_and_close_cancels(void) {
   TH_ASSERT_EQ(sluice_sem_acquire(s2, 10, acq_cb, &z, NULL), SLUICE_ECLOSED);
   TH_ASSERT_EQ(sluice_permit_release(a.permit, NULL, NULL), SLUICE_ECLOSED);
   sluice_sem *s3 = NULL;
-  TH_ASSERT_EQ(sluice_sem_new(c, "v", NULL, &s3), SLUICE_ECLOSED);
+  TH_ASSERT_EQ(sluice_sem_new(fx.c, "v", NULL, &s3), SLUICE_ECLOSED);
   sluice_sem_free(s2);
-  event_base_free(base);
+  event_base_free(fx.base);
 }
 
 /* close_cb may free the client's last object (the client's memory goes
@@ -545,20 +518,18 @@ static void free_sem_on_close(void *ud) {
 }
 
 static void test_close_cb_frees_last_object(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client(base);
-  close_ctx cc = {sem_test_new(c, "t", 1, 5000, 0), 0};
-  acq_result a = sem_try(base, cc.sem);
+  sem_fx fx = sem_fx_open();
+  close_ctx cc = {sem_test_new(fx.c, "t", 1, 5000, 0), 0};
+  acq_result a = sem_try(fx.base, cc.sem);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
-  sluice_client_close(c, free_sem_on_close, &cc);
-  TH_ASSERT(th_loop_drain(base, 3000));
+  sluice_client_close(fx.c, free_sem_on_close, &cc);
+  TH_ASSERT(th_loop_drain(fx.base, 3000));
   TH_ASSERT_EQ(cc.closed, 1);
-  event_base_free(base);
+  event_base_free(fx.base);
 }
 
 static void test_bad_input(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client(base);
+  sem_fx fx = sem_fx_open();
   sluice_sem_options o;
   sluice_sem *s = NULL;
   char big[SLUICE_NAME_MAX + 2];
@@ -566,24 +537,24 @@ static void test_bad_input(void) {
   big[sizeof big - 1] = '\0';
   sluice_sem_options_init(&o);
   TH_ASSERT_EQ(sluice_sem_new(NULL, "a", &o, &s), SLUICE_EINVAL);
-  TH_ASSERT_EQ(sluice_sem_new(c, NULL, &o, &s), SLUICE_EINVAL);
-  TH_ASSERT_EQ(sluice_sem_new(c, "", &o, &s), SLUICE_EINVAL);
-  TH_ASSERT_EQ(sluice_sem_new(c, big, &o, &s), SLUICE_EINVAL);
-  TH_ASSERT_EQ(sluice_sem_new(c, "a", &o, NULL), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_sem_new(fx.c, NULL, &o, &s), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_sem_new(fx.c, "", &o, &s), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_sem_new(fx.c, big, &o, &s), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_sem_new(fx.c, "a", &o, NULL), SLUICE_EINVAL);
   o.permits = 0;
-  TH_ASSERT_EQ(sluice_sem_new(c, "a", &o, &s), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_sem_new(fx.c, "a", &o, &s), SLUICE_EINVAL);
   sluice_sem_options_init(&o);
   o.ttl_ms = 0;
-  TH_ASSERT_EQ(sluice_sem_new(c, "a", &o, &s), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_sem_new(fx.c, "a", &o, &s), SLUICE_EINVAL);
   sluice_sem_options_init(&o);
   o.ttl_ms = 1000;
   o.renew_ms = 1000;
-  TH_ASSERT_EQ(sluice_sem_new(c, "a", &o, &s), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_sem_new(fx.c, "a", &o, &s), SLUICE_EINVAL);
   TH_ASSERT(s == NULL);
   /* Names are binary-tolerant text: braces and colons are fine. */
   sluice_sem_options_init(&o);
-  TH_ASSERT_EQ(sluice_sem_new(c, "a}{:b", &o, &s), SLUICE_OK);
-  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(sluice_sem_new(fx.c, "a}{:b", &o, &s), SLUICE_OK);
+  acq_result a = sem_try(fx.base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
   TH_ASSERT_EQ(sluice_sem_try_acquire(s, NULL, NULL), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_sem_try_acquire(NULL, acq_cb, NULL), SLUICE_EINVAL);
@@ -593,28 +564,25 @@ static void test_bad_input(void) {
   sluice_permit_release(a.permit, NULL, NULL);
   sluice_sem_free(s);
   sluice_sem_free(NULL);
-  client_close_drain(base, c);
-  event_base_free(base);
+  sem_fx_close(&fx);
 }
 
 /* A waiter keeps waiting through a Redis outage shorter than its timeout,
  * and gets a permit once Redis is back. */
 static void test_wait_survives_restart(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client(base);
-  sluice_sem *s = sem_test_new(c, "t", 1, 5000, 0);
-  acq_result a = sem_try(base, s);
+  sem_fx fx = sem_fx_open();
+  sluice_sem *s = sem_test_new(fx.c, "t", 1, 5000, 0);
+  acq_result a = sem_try(fx.base, s);
   acq_result w = {0};
   TH_ASSERT_EQ(sluice_sem_acquire(s, 8000, acq_cb, &w, NULL), 0);
-  th_loop_for(base, 100);
+  th_loop_for(fx.base, 100);
   th_redis_restart(&th_server); /* holder gone with the data */
-  TH_ASSERT(th_loop_until(base, &w.done, 6000));
+  TH_ASSERT(th_loop_until(fx.base, &w.done, 6000));
   TH_ASSERT_EQ(w.status, SLUICE_OK);
   sluice_permit_release(a.permit, NULL, NULL);
   sluice_permit_release(w.permit, NULL, NULL);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
+  sem_fx_close(&fx);
 }
 
 /* Many local waiters share the client's one blocking connection: a client
@@ -628,15 +596,14 @@ static void count_and_release(sluice_sem *s, int status, sluice_permit *p, void 
 
 static void test_waiters_share_one_connection(void) {
   enum { WAITERS = 50 };
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client(base);
-  sluice_sem *s = sem_test_new(c, "t", 1, 5000, 0);
-  sluice_sem *s2 = sem_test_new(c, "t2", 1, 5000, 0);
-  acq_result a = sem_try(base, s), b = sem_try(base, s2);
+  sem_fx fx = sem_fx_open();
+  sluice_sem *s = sem_test_new(fx.c, "t", 1, 5000, 0);
+  sluice_sem *s2 = sem_test_new(fx.c, "t2", 1, 5000, 0);
+  acq_result a = sem_try(fx.base, s), b = sem_try(fx.base, s2);
   for (int i = 0; i < WAITERS; i++) {
     TH_ASSERT_EQ(sluice_sem_acquire(i % 2 ? s : s2, 10000, count_and_release, NULL, NULL), 0);
   }
-  th_loop_for(base, 200);
+  th_loop_for(fx.base, 200);
   TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{t}:queue") +
                    th_redis_int(&th_server, "ZCARD sluice:sem:{t2}:queue"),
                WAITERS);
@@ -651,12 +618,30 @@ static void test_waiters_share_one_connection(void) {
   sluice_permit_release(a.permit, NULL, NULL);
   sluice_permit_release(b.permit, NULL, NULL);
   uint64_t end = th_now_ms() + 8000;
-  while (granted_count < WAITERS && th_now_ms() < end) event_base_loop(base, EVLOOP_ONCE);
+  while (granted_count < WAITERS && th_now_ms() < end) event_base_loop(fx.base, EVLOOP_ONCE);
   TH_ASSERT_EQ(granted_count, WAITERS);
   sluice_sem_free(s);
   sluice_sem_free(s2);
-  client_close_drain(base, c);
-  event_base_free(base);
+  sem_fx_close(&fx);
+}
+
+/* Freed while its attempt's script call is in flight: the semaphore goes
+ * from the loop after the cancellation, before that call's reply arrives,
+ * which must then reach nothing of it (ASan/valgrind check). The permit
+ * Redis granted meanwhile is released behind it. */
+static void test_free_with_attempt_in_flight(void) {
+  sem_fx fx = sem_fx_open();
+  sluice_sem *s = sem_test_new(fx.c, "t", 1, 5000, 0);
+  acq_result r = {0};
+  TH_ASSERT_EQ(sluice_sem_try_acquire(s, acq_cb, &r), SLUICE_OK);
+  event_base_loop(fx.base, EVLOOP_NONBLOCK); /* the attempt goes out */
+  sluice_sem_free(s);
+  TH_ASSERT(th_loop_until(fx.base, &r.done, 2000));
+  TH_ASSERT_EQ(r.status, SLUICE_ECANCELED);
+  th_loop_for(fx.base, 300); /* the attempt's reply comes back */
+  TH_ASSERT_EQ(r.done, 1);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{t}:holders"), 0);
+  sem_fx_close(&fx);
 }
 
 int main(int argc, char **argv) {
@@ -682,6 +667,7 @@ int main(int argc, char **argv) {
       {"bad_input", test_bad_input, 0},
       {"wait_survives_restart", test_wait_survives_restart, 0},
       {"waiters_share_one_connection", test_waiters_share_one_connection, 0},
+      {"free_with_attempt_in_flight", test_free_with_attempt_in_flight, 0},
       {NULL, NULL, 0}};
   return th_main(argc, argv, cases);
 }

@@ -1,0 +1,73 @@
+/* The status table (include/sluice/sluice.h) without Redis: every code has
+ * its own name and message, unknown codes get a fixed answer, never NULL. */
+#include <limits.h>
+#include <string.h>
+
+#include <sluice/sluice.h>
+
+#include "harness.h"
+
+typedef struct row {
+  const char *name;
+  int value;
+  const char *msg;
+} row;
+
+static const row table[] = {
+#define ROW_(name, value, msg) {"SLUICE_" #name, value, msg},
+    SLUICE_STATUS_MAP(ROW_)
+#undef ROW_
+};
+enum { NROWS = sizeof table / sizeof table[0] };
+
+static void test_every_code(void) {
+  TH_ASSERT_EQ(NROWS, 17);
+  for (int i = 0; i < NROWS; i++) {
+    const row *r = &table[i];
+    /* 0, -1, -2, ...: callers may rely on codes being small and negative. */
+    TH_ASSERT_EQ(r->value, -i);
+    TH_ASSERT_STR_EQ(sluice_err_name(r->value), r->name);
+    TH_ASSERT_STR_EQ(sluice_strerror(r->value), r->msg);
+    TH_ASSERT_CMP(strlen(r->msg), >, 0);
+    for (int j = 0; j < i; j++) {
+      if (strcmp(sluice_strerror(r->value), sluice_strerror(table[j].value)) == 0 ||
+          strcmp(sluice_err_name(r->value), sluice_err_name(table[j].value)) == 0)
+        th_fail(__FILE__, __LINE__, "%s and %s share a message or name", r->name,
+                table[j].name);
+    }
+  }
+  TH_ASSERT_STR_EQ(sluice_err_name(SLUICE_OK), "SLUICE_OK");
+  TH_ASSERT_STR_EQ(sluice_err_name(SLUICE_ETIMEDOUT), "SLUICE_ETIMEDOUT");
+  TH_ASSERT_STR_EQ(sluice_strerror(SLUICE_EDENIED), "rate limit exceeded");
+}
+
+static void test_unknown_codes(void) {
+  static const int unknown[] = {1, 2, -17, -100, 1000, INT_MIN, INT_MAX};
+  for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+    TH_ASSERT_STR_EQ(sluice_strerror(unknown[i]), "unknown status");
+    TH_ASSERT_STR_EQ(sluice_err_name(unknown[i]), "SLUICE_UNKNOWN");
+  }
+  /* No known code answers like an unknown one. */
+  for (int i = 0; i < NROWS; i++) {
+    TH_ASSERT(strcmp(sluice_strerror(table[i].value), "unknown status") != 0);
+    TH_ASSERT(strcmp(sluice_err_name(table[i].value), "SLUICE_UNKNOWN") != 0);
+  }
+}
+
+static void test_version(void) {
+  TH_ASSERT_STR_EQ(sluice_version(), SLUICE_VERSION_STRING);
+  char want[32];
+  snprintf(want, sizeof want, "%d.%d.%d", SLUICE_VERSION_MAJOR, SLUICE_VERSION_MINOR,
+           SLUICE_VERSION_PATCH);
+  TH_ASSERT_STR_EQ(sluice_version(), want);
+}
+
+int main(int argc, char **argv) {
+  static const th_case cases[] = {
+      {"every_code", test_every_code, 10},
+      {"unknown_codes", test_unknown_codes, 10},
+      {"version", test_version, 10},
+      {NULL, NULL, 0},
+  };
+  return th_main_local(argc, argv, cases);
+}
