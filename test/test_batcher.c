@@ -413,7 +413,8 @@ static void g_destroy(sluice__guard *g) {
   sluice__free(x);
 }
 
-static const sluice__guard_ops gowner_ops = {g_quiesce, g_cancel, g_idle, g_destroy};
+static const sluice__guard_ops gowner_ops = {
+    .quiesce = g_quiesce, .cancel = g_cancel, .idle = g_idle, .destroy = g_destroy};
 
 static int answers_ok, answers_canceled;
 static void free_owner(owner *o, treq *r) {

@@ -79,7 +79,8 @@ static void destroy(sluice__guard *g) {
   sluice__free(o);
 }
 
-static const sluice__guard_ops fobj_ops = {quiesce, cancel, idle, destroy};
+static const sluice__guard_ops fobj_ops = {
+    .quiesce = quiesce, .cancel = cancel, .idle = idle, .destroy = destroy};
 
 /* One pending operation completes ("its reply arrived"). */
 static void done_cb(evutil_socket_t fd, short what, void *arg) {
