@@ -20,13 +20,13 @@
 
 #include <stdint.h>
 #include <sluice/sluice.h>
+#include <sluice/types.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 struct event_base;
-typedef struct sluice_client sluice_client;
 
 typedef struct sluice_client_options {
   /* "redis://[[user]:password@]host[:port][/db]" or "unix:///path/to/sock[?db=N]".
