@@ -138,12 +138,14 @@ static void ctx_free(req_ctx *r) {
 /* ---- the follow-up jobs --------------------------------------------------- */
 
 static void on_pushed(sluice_dq *dq, int status, const char *id, int64_t due_ms, void *ud) {
+  (void)dq, (void)id, (void)due_ms;
   gw *g = ud;
   if (status == SLUICE_OK) g->st.followups_pushed++;
   else g->st.followups_push_failed++;
 }
 
 static void on_followup(sluice_dq_consumer *con, sluice_dq_msg *msg, void *ud) {
+  (void)con;
   gw *g = ud;
   /* The job itself would go here (an e-mail, a cache refresh...). */
   g->st.followups_done++;
@@ -151,11 +153,13 @@ static void on_followup(sluice_dq_consumer *con, sluice_dq_msg *msg, void *ud) {
 }
 
 static void on_consumer_error(sluice_dq_consumer *con, int status, void *ud) {
+  (void)con, (void)status;
   gw *g = ud;
   g->st.consumer_errors++;  /* it retries with backoff by itself */
 }
 
 static void local_followup_cb(evutil_socket_t fd, short what, void *arg) {
+  (void)fd, (void)what;
   gw *g = arg;
   g->st.followups_done++;
   g->local_followups--;
@@ -183,6 +187,7 @@ static void push_followup(gw *g, uint64_t seq) {
 static void release_permit(req_ctx *r);
 
 static void work_done_cb(evutil_socket_t fd, short what, void *arg) {
+  (void)fd, (void)what;
   req_ctx *r = arg;
   gw *g = r->g;
   /* Release first: without a callback the release is pipelined ahead of the
@@ -218,6 +223,7 @@ static void release_permit(req_ctx *r) {
 }
 
 static void on_acquired(sluice_sem *sem, int status, sluice_permit *permit, void *ud) {
+  (void)sem;
   req_ctx *r = ud;
   gw *g = r->g;
   if (status == SLUICE_OK && r->req && !g->stopping) {
@@ -265,6 +271,7 @@ static void local_grant_next(gw *g) {
 }
 
 static void local_wait_timeout_cb(evutil_socket_t fd, short what, void *arg) {
+  (void)fd, (void)what;
   req_ctx *r = arg;
   local_dequeue(r->g, r);
   r->g->st.busy++;
@@ -305,6 +312,7 @@ static void acquire(req_ctx *r) {
 
 static void on_decision(sluice_limiter *lim, int status, const sluice_rl_result *res,
                         void *ud) {
+  (void)lim;
   req_ctx *r = ud;
   gw *g = r->g;
   if (!r->req || g->stopping) {
@@ -446,7 +454,10 @@ static void stop(gw *g) {
   event_del(g->sigterm);
 }
 
-static void on_signal(evutil_socket_t sig, short what, void *arg) { stop(arg); }
+static void on_signal(evutil_socket_t sig, short what, void *arg) {
+  (void)sig, (void)what;
+  stop(arg);
+}
 
 static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out) {
   char *end;
