@@ -260,6 +260,7 @@ static void local_dequeue(gw *g, req_ctx *r) {
 }
 
 static void local_grant_next(gw *g) {
+  if (g->stopping) return;  /* stop() answers and frees the queued ones */
   while (g->local_free > 0 && g->qhead) {
     req_ctx *r = g->qhead;
     local_dequeue(g, r);
