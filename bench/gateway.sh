@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The evhttp gateway (examples/gateway.c) under wrk, with sluice on and off.
 #
-#   bench/gateway.sh [--duration S] [--conns "10 100"] [--build DIR]
+#   bench/gateway.sh [--duration S] [--conns "10 100"] [--modes "sluice no-sluice"]
+#                    [--build DIR]
 #   bench/run.sh gateway            (the same)
 #
+# Modes: sluice, sluice-fair (the semaphore fair: --fair), no-sluice.
 # Builds the release build (build-bench/, as bench/run.sh does), starts a
 # private redis-server on a unix socket in a temporary directory, and for
 # each mode (sluice, no-sluice) and connection count runs the gateway and
@@ -28,13 +30,15 @@ cd "$(dirname "$0")/.."
 
 duration=10
 conns="10 100"
+modes="sluice no-sluice"
 build=build-bench
 while [ $# -gt 0 ]; do
   case $1 in
     --duration) duration=$2; shift 2 ;;
     --conns) conns=$2; shift 2 ;;
+    --modes) modes=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
-    -h | --help) sed -n '2,24s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,27s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "gateway.sh: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -118,16 +122,21 @@ to_ms() {
 
 echo "gateway.sh: redis-server $(redis-server --version | cut -d' ' -f3) on a unix socket${pin_server[*]:+, CPU $cpu0 (with wrk); gateway on CPU $cpu1}"
 echo "gateway.sh: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); wrk -t1, ${duration} s per cell"
-printf '\n%-9s %5s %9s %8s %8s %8s %10s %11s %12s %12s\n' mode conns 'req/s' 'p50 ms' 'p99 ms' non-200 \
+printf '\n%-11s %5s %9s %8s %8s %8s %10s %11s %12s %12s\n' mode conns 'req/s' 'p50 ms' 'p99 ms' non-200 \
   'Redis/req' '+in scripts' 'gw CPU us/r' 'Redis us/r'
-printf '%-9s %5s %9s %8s %8s %8s %10s %11s %12s %12s\n' --------- ----- --------- -------- -------- \
+printf '%-11s %5s %9s %8s %8s %8s %10s %11s %12s %12s\n' ----------- ----- --------- -------- -------- \
   -------- ---------- ----------- ------------ ------------
 
-for mode in sluice no-sluice; do
+for mode in $modes; do
   for c in $conns; do
     args=(--redis "unix://$sock" --port 0 --quiet --permits 16 --work-ms 1 --queue-timeout 200
           --rate 1000000 --followup-every 10)
-    [ "$mode" = no-sluice ] && args+=(--no-sluice)
+    case $mode in
+      sluice) ;;
+      sluice-fair) args+=(--fair) ;;
+      no-sluice) args+=(--no-sluice) ;;
+      *) echo "gateway.sh: unknown mode $mode" >&2; exit 2 ;;
+    esac
     redis-cli -s "$sock" flushall >/dev/null
     "${pin_gw[@]}" "$gateway" "${args[@]}" >"$tmp/gw.out" 2>"$tmp/gw.err" &
     gw_pid=$!
@@ -160,7 +169,7 @@ for mode in sluice no-sluice; do
     n=$((r1 - r0))
     [ "$n" -gt 0 ] || { echo "gateway.sh: no requests counted" >&2; cat "$tmp/wrk.out" >&2; exit 1; }
     # The gateway does not count its own GET /stats in "requests".
-    printf '%-9s %5d %9s %8s %8s %8s %10.2f %11.2f %12.1f %12.1f\n' "$mode" "$c" "$rps" "$p50" "$p99" \
+    printf '%-11s %5d %9s %8s %8s %8s %10.2f %11.2f %12.1f %12.1f\n' "$mode" "$c" "$rps" "$p50" "$p99" \
       "${non200:-0}" \
       "$(awk -v a="$top0" -v b="$top1" -v n="$n" 'BEGIN { print (b - a) / n }')" \
       "$(awk -v a="$all0" -v b="$all1" -v n="$n" 'BEGIN { print (b - a) / n }')" \

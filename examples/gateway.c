@@ -33,7 +33,7 @@
  *   gateway [--listen ADDR] [--port N] [--redis URL] [--permits N]
  *           [--rate N] [--period MS] [--burst N] [--work-ms MS]
  *           [--queue-timeout MS] [--op-timeout MS] [--followup-every N]
- *           [--followup-delay MS] [--prefix P] [--no-sluice] [--quiet]
+ *           [--followup-delay MS] [--prefix P] [--fair] [--no-sluice] [--quiet]
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -83,7 +83,7 @@ struct gw {
   struct event_base *base;
   struct evhttp *http;
   struct event *sigint, *sigterm;
-  int use_sluice, quiet, stopping;
+  int use_sluice, quiet, stopping, fair;
   /* options */
   const char *listen_addr, *redis_url, *prefix;
   int port;
@@ -486,6 +486,7 @@ static void usage(FILE *f) {
       "  --op-timeout MS       deadline of each Redis step (default 100)\n"
       "  --followup-every N    push a follow-up job every N requests (default 10; 0 off)\n"
       "  --followup-delay MS   follow-up delay (default 100)\n"
+      "  --fair                grant permits in arrival order (fair semaphore)\n"
       "  --no-sluice           same work without Redis (in-process permits, no limit)\n"
       "  --quiet               no progress lines\n");
 }
@@ -529,6 +530,8 @@ static int parse_args(gw *g, int argc, char **argv) {
       i++;
     } else if (strcmp(a, "--no-sluice") == 0) {
       g->use_sluice = 0;
+    } else if (strcmp(a, "--fair") == 0) {
+      g->fair = 1;
     } else if (strcmp(a, "--quiet") == 0) {
       g->quiet = 1;
     } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -591,6 +594,7 @@ static int start_sluice(gw *g) {
   /* Holds last milliseconds: a short lease frees the permits of a gateway
    * that crashed within seconds, and renewal (ttl/3) never runs. */
   so.ttl_ms = 5000;
+  so.fair = g->fair;
   if ((rc = sluice_sem_new(g->client, "gateway-work", &so, &g->sem)) != SLUICE_OK) goto fail;
 
   if ((rc = sluice_dq_new(g->client, "gateway-followups", NULL, &g->dq)) != SLUICE_OK)
