@@ -2,7 +2,7 @@
 # Build every benchmark (release, build-bench/) and run them one after the
 # other against one private redis-server, printing their tables.
 #
-#   bench/run.sh [--no-node] [--redis HOST:PORT] [bench_NAME...]
+#   bench/run.sh [--no-node] [--redis HOST:PORT] [bench_NAME... | gateway]
 #
 # The server is pinned to the first CPU, and each benchmark pins itself to
 # the second (see bench/README.md). With node and npm on PATH the Node peer
@@ -10,7 +10,9 @@
 # them; scripts/deps.sh --bench installs Node.js). --redis shares a
 # scratch server of yours instead (benchmarks write keys to it; only the
 # private server is flushed between benchmarks). Names select benchmarks;
-# by default every executable build-bench/bench/bench_* runs.
+# by default every executable build-bench/bench/bench_* runs. "gateway" runs
+# bench/gateway.sh (wrk against examples/gateway, its own private Redis)
+# after the benchmarks named with it; it is not part of the default set.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -25,11 +27,20 @@ while [ $# -gt 0 ]; do
       [ $# -ge 2 ] || { echo "run.sh: --redis needs HOST:PORT" >&2; exit 2; }
       shared=$2
       shift 2 ;;
-    -h | --help) sed -n '2,13s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,15s/^# \{0,1\}//p' "$0"; exit 0 ;;
     -*) echo "run.sh: unknown argument: $1" >&2; exit 2 ;;
     *) only+=("$1"); shift ;;
   esac
 done
+
+gateway=0
+if [ ${#only[@]} -gt 0 ] && printf '%s\n' "${only[@]}" | grep -qx gateway; then
+  gateway=1
+  rest=()
+  for b in "${only[@]}"; do [ "$b" = gateway ] || rest+=("$b"); done
+  only=("${rest[@]+"${rest[@]}"}")
+  [ ${#only[@]} -eq 0 ] && exec bench/gateway.sh
+fi
 
 scripts/deps.sh
 
@@ -118,4 +129,8 @@ for b in "${benches[@]}"; do
     failed=$((failed + 1))
   fi
 done
+if [ "$gateway" = 1 ]; then
+  printf '\n===== gateway =====\n'
+  bench/gateway.sh || failed=$((failed + 1))
+fi
 [ "$failed" = 0 ] || { echo "run.sh: $failed benchmark(s) failed" >&2; exit 1; }

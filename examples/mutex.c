@@ -33,7 +33,15 @@ static void on_acquired(sluice_sem *sem, int status, sluice_permit *permit, void
 }
 
 int main(int argc, char **argv) {
-  struct event_base *base = event_base_new();
+  /* sluice's deadlines and leases are libevent timers: without the precise
+   * clock libevent on Linux reads a coarse one (~4 ms steps). */
+  struct event_base *base = NULL;
+  struct event_config *cfg = event_config_new();
+  if (cfg) {
+    event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+    base = event_base_new_with_config(cfg);
+    event_config_free(cfg);
+  }
 
   sluice_client_options copts;
   sluice_client_options_init(&copts);

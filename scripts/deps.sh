@@ -5,7 +5,8 @@
 #
 # Debian/Ubuntu: installs the missing packages with apt-get (running
 # "apt-get update" once first); quiet when everything is present.
-# --bench also installs Node.js and npm for the Node peer benchmarks.
+# --bench also installs Node.js and npm for the Node peer benchmarks, and
+# wrk for bench/gateway.sh.
 # It never starts or relies on the system redis service: tests and demos
 # start their own private redis-server.
 # Elsewhere it checks the tools and names what is missing.
@@ -15,7 +16,7 @@ bench=0
 for arg in "$@"; do
   case $arg in
     --bench) bench=1 ;;
-    -h | --help) sed -n '2,11s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,12s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "deps.sh: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
@@ -26,6 +27,7 @@ packages=(meson ninja-build pkg-config gcc libc6-dev clang libhiredis-dev libeve
 # Node may come from elsewhere (nodesource's nodejs ships npm and conflicts
 # with Debian's npm), so for it the commands are what count.
 if [ "$bench" = 1 ]; then
+  packages+=(wrk)
   command -v node >/dev/null 2>&1 || packages+=(nodejs)
   command -v npm >/dev/null 2>&1 || packages+=(npm)
 fi
@@ -71,7 +73,7 @@ if command -v pkg-config >/dev/null 2>&1; then
   done
 fi
 if [ "$bench" = 1 ]; then
-  for c in node npm; do command -v "$c" >/dev/null 2>&1 || missing+=("$c"); done
+  for c in node npm wrk; do command -v "$c" >/dev/null 2>&1 || missing+=("$c"); done
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "deps.sh: no apt-get here; please install: ${missing[*]}" >&2

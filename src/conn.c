@@ -11,8 +11,10 @@
 
 static void conn_drop(sluice__conn *conn, const char *reason);
 
+/* The whole text, bounded only by errstr itself: a fixed cut of `what`
+ * (once 60 bytes) truncated reasons such as the dead-connection one. */
 static void set_err(sluice__conn *conn, const char *what, const char *detail) {
-  snprintf(conn->errstr, sizeof conn->errstr, "%.60s%s%.127s", what, detail ? ": " : "",
+  snprintf(conn->errstr, sizeof conn->errstr, "%s%s%s", what, detail ? ": " : "",
            detail ? detail : "");
 }
 

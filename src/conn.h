@@ -56,7 +56,7 @@ struct sluice__conn {
   unsigned long ups;              /* handshakes completed */
   struct event *timer;            /* connect timeout, or reconnect delay */
   struct event *drop_ev;          /* deferred drop out of hiredis frames */
-  char errstr[192];
+  char errstr[256];                /* "<what>: <detail>", truncated to fit */
 };
 
 int sluice__conn_init(sluice__conn *conn, struct event_base *base,

@@ -190,6 +190,9 @@ static void test_dead_connection_replaced(void) {
   th_loop_for(fx.base, 50);
   TH_ASSERT_CMP(state_downs, >=, 1);
   TH_ASSERT(!sluice_client_is_connected(fx.c));
+  /* The whole reason, not a prefix of it. */
+  TH_ASSERT_STR_EQ(sluice_client_last_error(fx.c),
+                   "no reply within the operation timeout: connection presumed dead");
   uint64_t t0 = th_now_ms();
   ping(fx.c, &r, 0);
   TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));

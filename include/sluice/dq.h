@@ -33,15 +33,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sluice/sluice.h>
+#include <sluice/types.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef struct sluice_client sluice_client;
-typedef struct sluice_dq sluice_dq;
-typedef struct sluice_dq_consumer sluice_dq_consumer;
-typedef struct sluice_dq_msg sluice_dq_msg;
 
 /* Largest payload in bytes (SLUICE_ETOOBIG beyond). */
 #define SLUICE_DQ_PAYLOAD_MAX (1024u * 1024u)

@@ -49,14 +49,11 @@
 
 #include <stdint.h>
 #include <sluice/sluice.h>
+#include <sluice/types.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef struct sluice_client sluice_client;
-typedef struct sluice_limiter sluice_limiter;
-typedef struct sluice_rl_waiter sluice_rl_waiter;
 
 typedef enum sluice_rl_algo {
   SLUICE_RL_FIXED = 1,

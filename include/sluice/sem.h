@@ -21,15 +21,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sluice/sluice.h>
+#include <sluice/types.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef struct sluice_client sluice_client;
-typedef struct sluice_sem sluice_sem;
-typedef struct sluice_permit sluice_permit;
-typedef struct sluice_acquire sluice_acquire;
 
 typedef struct sluice_sem_options {
   unsigned permits;        /* >= 1; default 1 */
