@@ -34,6 +34,7 @@ struct sluice_client {
   int sealed;                     /* objects cancelled: no new operations */
   int reaped;                     /* close sequence done */
   sluice_client_stats stats;
+  char last_error[256];           /* a connection error or Redis's own words */
 };
 
 sluice__blocker *sluice__blocker_new(sluice_client *c);

@@ -122,6 +122,8 @@ static void op_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
     if (op_send(op) != 0) op_defer(op, SLUICE_ECONNECTION);
     return;
   }
+  if (reply->type == REDIS_REPLY_ERROR) /* Redis's own words reach the user */
+    snprintf(op->c->last_error, sizeof op->c->last_error, "Redis: %s", reply->str);
   op_complete(op, reply->type == REDIS_REPLY_ERROR ? SLUICE_EREDIS : SLUICE_OK, reply);
   op_release_if_unused(op);
 }
@@ -233,6 +235,7 @@ static void cmd_up(sluice__conn *conn, void *ud) {
 
 static void cmd_down(sluice__conn *conn, int status, void *ud) {
   sluice_client *c = ud;
+  snprintf(c->last_error, sizeof c->last_error, "%s", conn->errstr);
   if (c->state_cb && !c->closing) c->state_cb(c, 0, status, c->state_ud);
 }
 
@@ -346,7 +349,7 @@ int sluice_client_is_connected(const sluice_client *c) {
 }
 
 const char *sluice_client_last_error(const sluice_client *c) {
-  return c ? c->cmd.errstr : "";
+  return c ? c->last_error : "";
 }
 
 void sluice_client_get_stats(const sluice_client *c, sluice_client_stats *out) {

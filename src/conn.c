@@ -37,7 +37,11 @@ static void handshake_cb(redisAsyncContext *ac, void *r, void *privdata) {
   redisReply *reply = r;
   const char *step = privdata;
   if (!conn || conn->ac != ac || !reply || conn->draining) return; /* dropped meanwhile */
+  /* The first failing step ends the attempt: the replies still due (they
+   * were pipelined behind it) neither replace its error nor count as up. */
+  if (conn->handshake_failed) return;
   if (reply->type == REDIS_REPLY_ERROR) {
+    conn->handshake_failed = 1;
     set_err(conn, step, reply->str);
     sluice__conn_fail(conn, NULL);
     return;
@@ -208,6 +212,7 @@ void sluice__conn_start(sluice__conn *conn) {
   redisAsyncSetDisconnectCallback(ac, disconnect_cb);
   conn->ac = ac;
   conn->state = SLUICE_CONN_CONNECTING;
+  conn->handshake_failed = 0;
   sluice__timer_in(conn->timer, conn->cfg.connect_timeout_ms);
   send_handshake(conn);
 }

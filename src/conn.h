@@ -51,6 +51,7 @@ struct sluice__conn {
   int failed;                     /* lost or failed since last UP */
   int draining;                   /* graceful close in progress */
   int down_pending;               /* report a failed start from the loop */
+  int handshake_failed;           /* a step of this attempt failed */
   void (*drained)(sluice__conn *conn, void *userdata);
   unsigned attempts;              /* consecutive failed attempts */
   unsigned long ups;              /* handshakes completed */

@@ -90,7 +90,11 @@ SLUICE_EXPORT void sluice_client_set_state_cb(sluice_client *client,
 /* 1 when the command connection is up. */
 SLUICE_EXPORT int sluice_client_is_connected(const sluice_client *client);
 
-/* The last connection error text ("" if none); valid until the next loop turn. */
+/* The text of the last error: why the connection failed (the first failing
+ * handshake step with Redis's answer, e.g. "AUTH: WRONGPASS ..."), or the
+ * last error reply Redis sent to an operation ("Redis: OOM ...", "Redis:
+ * NOPERM ..."; the operation got SLUICE_EREDIS). "" if none; valid until the
+ * next loop turn. */
 SLUICE_EXPORT const char *sluice_client_last_error(const sluice_client *client);
 
 typedef struct sluice_client_stats {
