@@ -190,6 +190,17 @@ sluice__blocker *sluice__blocker_new(sluice_client *c) {
   return b;
 }
 
+void sluice__blocker_kick(sluice__blocker *b) {
+  if (b->conn.state != SLUICE_CONN_WAITING) return;
+  b->conn.attempts = 0;
+  sluice__conn_start(&b->conn);
+}
+
+int sluice__blocker_up(const sluice__blocker *b) {
+  if (!b->listeners.head) return -1;
+  return b->conn.state == SLUICE_CONN_UP;
+}
+
 void sluice__blocker_free(sluice__blocker *b) {
   if (!b) return;
   for (sluice__link *k = b->listeners.head; k; k = k->next) /* orphaned */

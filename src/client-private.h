@@ -39,6 +39,11 @@ struct sluice_client {
 
 sluice__blocker *sluice__blocker_new(sluice_client *c);
 void sluice__blocker_free(sluice__blocker *b);
+/* The command connection is back: reconnect now if waiting out a backoff,
+ * so the waiting side never lags. */
+void sluice__blocker_kick(sluice__blocker *b);
+/* 1 up, 0 down, -1 nothing listens. */
+int sluice__blocker_up(const sluice__blocker *b);
 
 
 #endif

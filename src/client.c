@@ -229,6 +229,7 @@ static void cmd_up(sluice__conn *conn, void *ud) {
   sluice_client *c = ud;
   c->last_reply_ms = c->up_since_ms = sluice__mono_ms();
   if (conn->ups > 1) c->stats.reconnects++;
+  if (c->blocker) sluice__blocker_kick(c->blocker);
   sluice__guard_home_resume(&c->home); /* releases first, then everyone else */
   if (c->state_cb) c->state_cb(c, 1, SLUICE_OK, c->state_ud);
 }
@@ -350,6 +351,12 @@ int sluice_client_is_connected(const sluice_client *c) {
 
 const char *sluice_client_last_error(const sluice_client *c) {
   return c ? c->last_error : "";
+}
+
+void sluice_client_get_health(const sluice_client *c, sluice_client_health *out) {
+  if (!c || !out) return;
+  out->command_up = sluice_client_is_connected(c);
+  out->blocking_up = c->closing || !c->blocker ? -1 : sluice__blocker_up(c->blocker);
 }
 
 void sluice_client_get_stats(const sluice_client *c, sluice_client_stats *out) {

@@ -97,6 +97,16 @@ SLUICE_EXPORT int sluice_client_is_connected(const sluice_client *client);
  * next loop turn. */
 SLUICE_EXPORT const char *sluice_client_last_error(const sluice_client *client);
 
+/* Both connections at a glance: whether the command connection is up, and
+ * whether the blocking connection (on which waiters and consumers are woken)
+ * is up, or not needed (-1: nothing listens). */
+typedef struct sluice_client_health {
+  int command_up;
+  int blocking_up;
+} sluice_client_health;
+SLUICE_EXPORT void sluice_client_get_health(const sluice_client *client,
+                                            sluice_client_health *out);
+
 typedef struct sluice_client_stats {
   uint64_t ops_started;       /* scripts and commands sent */
   uint64_t ops_timed_out;
