@@ -10,19 +10,19 @@
 --@include _rl_common.lua
 local w = math.floor(now_ms / period)
 local reset = (w + 1) * period - now_ms
-local ws = string.format('%d', w)
+local ws = format('%d', w)
 return each(function(key, cost, peek)
   if cost > limit then return 0, 0, -1, 0 end -- never passes; clients refuse it
-  local st = redis.call('HMGET', key, 'w', 'n')
+  local st = rcall('HMGET', key, 'w', 'n')
   local n = 0
   if tonumber(st[1]) == w then n = tonumber(st[2]) or 0 end
   if n + cost > limit then return 0, limit - n, reset, reset end
   if not peek then
     if n == 0 then
-      redis.call('HSET', key, 'w', ws, 'n', cost)
-      redis.call('PEXPIRE', key, reset + 100)
+      rcall('HSET', key, 'w', ws, 'n', cost)
+      rcall('PEXPIRE', key, reset + 100)
     else
-      redis.call('HINCRBY', key, 'n', cost)
+      rcall('HINCRBY', key, 'n', cost)
     end
   end
   return 1, limit - n - cost, 0, reset

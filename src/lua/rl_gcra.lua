@@ -11,7 +11,7 @@ local T = math.ceil(period * 1000 / limit)
 local cap = burst * T
 return each(function(key, cost, peek)
   if cost > burst then return 0, 0, -1, 0 end -- never passes; clients refuse it
-  local tat = tonumber(redis.call('GET', key) or '0') or 0
+  local tat = tonumber(rcall('GET', key) or '0') or 0
   if tat < now then tat = now end
   local ahead = tat + cost * T - now
   if ahead > cap then
@@ -19,7 +19,7 @@ return each(function(key, cost, peek)
            math.ceil((tat - now) / 1000)
   end
   if not peek then
-    redis.call('SET', key, string.format('%d', now + ahead), 'PX', math.ceil(ahead / 1000) + 100)
+    rcall('SET', key, format('%d', now + ahead), 'PX', math.ceil(ahead / 1000) + 100)
   end
   return 1, math.floor((cap - ahead) / T), 0, math.ceil(ahead / 1000)
 end)

@@ -10,7 +10,7 @@ local w = math.floor(now / period)
 local e = now - w * period
 return each(function(key, cost, peek)
   if cost > limit then return 0, 0, -1, 0 end -- never passes; clients refuse it
-  local st = redis.call('HMGET', key, 'w', 'c', 'p')
+  local st = rcall('HMGET', key, 'w', 'c', 'p')
   local sw, c, p = tonumber(st[1]), 0, 0
   if sw == w then
     c, p = tonumber(st[2]) or 0, tonumber(st[3]) or 0
@@ -41,8 +41,8 @@ return each(function(key, cost, peek)
     return 0, room(c), wait, reset
   end
   if not peek then
-    redis.call('HSET', key, 'w', string.format('%d', w), 'c', c + cost, 'p', p)
-    redis.call('PEXPIRE', key, 2 * period - e + 100)
+    rcall('HSET', key, 'w', format('%d', w), 'c', c + cost, 'p', p)
+    rcall('PEXPIRE', key, 2 * period - e + 100)
   end
   return 1, room(c + cost), 0, 2 * period - e
 end)

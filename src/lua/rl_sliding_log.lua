@@ -12,26 +12,26 @@ local function ms_until(us) return math.ceil(us / 1000) end
 return each(function(key, cost, peek)
   if cost > limit then return 0, 0, -1, 0 end -- never passes; clients refuse it
   local now = now_us
-  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  local last = rcall('ZRANGE', key, -1, -1, 'WITHSCORES')
   if last[2] and tonumber(last[2]) >= now then now = tonumber(last[2]) + 1 end
   -- An entry admitted at s counts while now < s + span.
-  local floor = string.format('%d', now - span)
+  local floor = format('%d', now - span)
   local n
   if peek then
-    n = redis.call('ZCOUNT', key, '(' .. floor, '+inf')
+    n = rcall('ZCOUNT', key, '(' .. floor, '+inf')
   else
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', floor)
-    n = redis.call('ZCARD', key)
+    rcall('ZREMRANGEBYSCORE', key, '-inf', floor)
+    n = rcall('ZCARD', key)
   end
   if n + cost > limit then
     -- The (n + cost - limit)-th oldest live entry has to leave first.
-    local first = redis.call('ZRANGEBYSCORE', key, '(' .. floor, '+inf', 'WITHSCORES',
+    local first = rcall('ZRANGEBYSCORE', key, '(' .. floor, '+inf', 'WITHSCORES',
                              'LIMIT', n + cost - limit - 1, 1)
     local newest = tonumber(last[2])
     return 0, limit - n, ms_until(tonumber(first[2]) + span - now), ms_until(newest + span - now)
   end
   if not peek then
-    local stamp = string.format('%d', now)
+    local stamp = format('%d', now)
     local i = 1
     while i <= cost do
       local args = {}
@@ -39,10 +39,10 @@ return each(function(key, cost, peek)
         args[#args + 1] = stamp
         args[#args + 1] = j == 1 and stamp or (stamp .. '.' .. j)
       end
-      redis.call('ZADD', key, unpack(args))
+      rcall('ZADD', key, unpack(args))
       i = i + 1000
     end
-    redis.call('PEXPIRE', key, period + 100)
+    rcall('PEXPIRE', key, period + 100)
   end
   return 1, limit - n - cost, 0, period
 end)
