@@ -95,6 +95,18 @@ void bench_lat_reset(bench_lat *l);
 /* Monotonic clock in microseconds. */
 uint64_t bench_now_us(void);
 
+/* CPU time (user + system, getrusage) spent over a phase, per operation:
+ *   bench_cpu c = bench_cpu_start();  ... run ops ...
+ *   double self = bench_cpu_us_per_op(&c, ops);
+ * self counts this process (the library under test); children counts the
+ * children waited for during the phase (redis-benchmark, a Node peer). */
+typedef struct bench_cpu {
+  uint64_t self_us, children_us;
+} bench_cpu;
+bench_cpu bench_cpu_start(void);
+double bench_cpu_us_per_op(const bench_cpu *start, long ops);
+double bench_cpu_children_us_per_op(const bench_cpu *start, long ops);
+
 /* Tiny table printer: columns are right-aligned except the first. */
 typedef struct bench_table bench_table;
 /* cols is a NULL-terminated list of headers (copied). NULL on ENOMEM. */

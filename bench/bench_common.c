@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -63,6 +64,28 @@ uint64_t bench_now_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* ---- CPU time ------------------------------------------------------------ */
+
+static uint64_t rusage_us(int who) {
+  struct rusage ru;
+  if (getrusage(who, &ru) != 0) return 0;
+  return (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000u +
+         (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+bench_cpu bench_cpu_start(void) {
+  bench_cpu c = {rusage_us(RUSAGE_SELF), rusage_us(RUSAGE_CHILDREN)};
+  return c;
+}
+
+double bench_cpu_us_per_op(const bench_cpu *start, long ops) {
+  return ops > 0 ? (double)(rusage_us(RUSAGE_SELF) - start->self_us) / (double)ops : 0;
+}
+
+double bench_cpu_children_us_per_op(const bench_cpu *start, long ops) {
+  return ops > 0 ? (double)(rusage_us(RUSAGE_CHILDREN) - start->children_us) / (double)ops : 0;
 }
 
 static void sleep_ms(unsigned ms) {

@@ -1,16 +1,23 @@
 /*
- * Rate limiters: decisions per second and latency (p50/p99) of each
- * algorithm at 1, 50 and 500 checks in flight on one sluice client, beside
- * redis-benchmark sending the same script (EVALSHA of the same embedded
- * rl_*.lua, same KEYS/ARGV) in the same run; and, when node and the peer
- * packages are installed, beside rate-limiter-flexible's RateLimiterRedis
- * (ioredis) doing the same fixed-window job.
- *
- * Workload: every check takes 1 unit for a random key of KEYSPACE
- * ("%012u", the same names redis-benchmark's -r __rand_int__ produces);
- * limit LIMIT per PERIOD_MS, so most checks pass and write.
- * redis-benchmark's concurrency for in-flight N: -c 1 for 1, -c 50 for 50,
- * -c 50 -P 10 for 500 (sluice pipelines all N on one connection).
+ * Rate limiters: decisions per second, latency (p50/p99) and the client's
+ * CPU time per decision of each algorithm at 1, 50 and 500 checks in flight
+ * on one sluice client, in two workloads:
+ *  - random: every check takes 1 unit for a random key of KEYSPACE keys
+ *    ("%012u", the names redis-benchmark's -r __rand_int__ produces), limit
+ *    LIMIT per PERIOD_MS, so every check passes and writes;
+ *  - hot: every check on one key, limit HOT_LIMIT per PERIOD_MS (so every
+ *    check still passes and writes: the costly path).
+ * Beside it in the same run:
+ *  - redis-benchmark sending the same script with the KEYS/ARGV the library
+ *    sends for a call of ONE request (built with the same sluice__rl_check_*
+ *    functions), -c 1 for 1 in flight, -c 50 for 50, -c 50 -P 10 for 500.
+ *    sluice sends every check ready in one loop turn as one call of up to
+ *    255 requests, so above 1 in flight the ratio is what batching saves;
+ *  - rate-limiter-flexible's RateLimiterRedis (ioredis; a fixed window, one
+ *    Lua script per consume) doing the fixed-window job, when node and the
+ *    peer packages are installed.
+ * "client CPU us/op" is getrusage user+sys of the client process over the
+ * measured phase (redis-benchmark: of the child; Node: process.cpuUsage).
  *
  * Each cell runs sluice and redis-benchmark alternately REPS times and keeps
  * the best run of each: on a shared 2-core machine a neighbour's burst can
@@ -26,11 +33,21 @@
 #include <sluice/sluice.h>
 
 #include "limiter-internal.h"
+#include "script_args.h"
 
 #define KEYSPACE 10000
 #define LIMIT 1000
+#define HOT_LIMIT 1000000000
 #define PERIOD_MS 10000
 #define REPS 3
+
+/* A workload: keys drawn from keyspace ("%012u"), limit per PERIOD_MS. */
+typedef struct workload {
+  const char *name;
+  unsigned keyspace, limit;
+} workload;
+
+static const workload workloads[] = {{"random", KEYSPACE, LIMIT}, {"hot", 1, HOT_LIMIT}};
 
 typedef struct level {
   int in_flight, requests;
@@ -42,7 +59,7 @@ static const sluice_rl_algo algos[] = {SLUICE_RL_FIXED, SLUICE_RL_SLIDING_LOG,
                                        SLUICE_RL_SLIDING_COUNTER, SLUICE_RL_GCRA};
 
 typedef struct result {
-  double rps, p50_ms, p99_ms;
+  double rps, p50_ms, p99_ms, cpu_us;
   long allowed, denied, errors;
 } result;
 
@@ -54,6 +71,7 @@ typedef struct slot {
 
 struct runner {
   sluice_limiter *lim;
+  unsigned keyspace;
   int total, sent, done;
   uint32_t rng;
   bench_lat *lat;
@@ -83,7 +101,7 @@ static void on_done(sluice_limiter *lim, int status, const sluice_rl_result *res
 static void send_one(slot *s) {
   runner *r = s->r;
   char key[16];
-  snprintf(key, sizeof key, "%012u", next_rand(&r->rng) % KEYSPACE);
+  snprintf(key, sizeof key, "%012u", next_rand(&r->rng) % r->keyspace);
   s->t0 = bench_now_us();
   r->sent++;
   if (sluice_limiter_check(r->lim, key, 1, on_done, s) != SLUICE_OK) {
@@ -93,11 +111,12 @@ static void send_one(slot *s) {
 }
 
 /* total checks with in_flight outstanding; returns 0 or -1. */
-static int run_sluice(struct event_base *base, sluice_limiter *lim, int in_flight, int total,
-                      result *out) {
-  runner r = {lim, total, 0, 0, 2463534242u, bench_lat_new(), {0, 0, 0, 0, 0, 0}};
+static int run_sluice(struct event_base *base, sluice_limiter *lim, unsigned keyspace,
+                      int in_flight, int total, result *out) {
+  runner r = {lim, keyspace, total, 0, 0, 2463534242u, bench_lat_new(), {0, 0, 0, 0, 0, 0, 0}};
   slot *slots = calloc((size_t)in_flight, sizeof *slots);
   if (!r.lat || !slots) return -1;
+  bench_cpu cpu = bench_cpu_start();
   uint64_t t0 = bench_now_us();
   for (int i = 0; i < in_flight && r.sent < total; i++) {
     slots[i].r = &r;
@@ -105,6 +124,7 @@ static int run_sluice(struct event_base *base, sluice_limiter *lim, int in_fligh
   }
   while (r.done < total) event_base_loop(base, EVLOOP_ONCE);
   double secs = (double)(bench_now_us() - t0) / 1e6;
+  r.res.cpu_us = bench_cpu_us_per_op(&cpu, total);
   r.res.rps = total / secs;
   r.res.p50_ms = bench_lat_pct(r.lat, 50) / 1000;
   r.res.p99_ms = bench_lat_pct(r.lat, 99) / 1000;
@@ -114,12 +134,13 @@ static int run_sluice(struct event_base *base, sluice_limiter *lim, int in_fligh
   return r.res.errors ? -1 : 0;
 }
 
-static sluice_limiter *make_limiter(sluice_client *c, sluice_rl_algo algo, const char *name) {
+static sluice_limiter *make_limiter(sluice_client *c, sluice_rl_algo algo, const char *name,
+                                   unsigned limit) {
   sluice_limiter_options o;
   sluice_limiter *lim = NULL;
   sluice_limiter_options_init(&o);
   o.algo = algo;
-  o.limit = LIMIT;
+  o.limit = limit;
   o.period_ms = PERIOD_MS;
   if (sluice_limiter_new(c, name, &o, &lim) != SLUICE_OK) return NULL;
   return lim;
@@ -134,23 +155,35 @@ static const sluice__script *script_of(sluice_rl_algo algo) {
   }
 }
 
-/* The same script with the same KEYS/ARGV, from redis-benchmark. */
+/* The same script with the KEYS/ARGV the library sends for a call of one
+ * request (cost 1, no peek), from redis-benchmark. */
 static int run_rb(const bench_redis *rs, sluice_client *c, sluice_rl_algo algo, const char *name,
-                  const level *lv, result *out) {
-  char sha[41], limit[16], period[16];
+                  const workload *w, const level *lv, result *out) {
+  char sha[41];
   if (bench_script_load(rs, script_of(algo), sha) != 0) return -1;
-  sluice_limiter *lim = make_limiter(c, algo, name);
+  sluice_limiter *lim = make_limiter(c, algo, name, w->limit);
   char *key = lim ? sluice__rl_redis_key(lim, "__rand_int__") : NULL;
   sluice_limiter_free(lim);
   if (!key) return -1;
-  snprintf(limit, sizeof limit, "%d", LIMIT);
-  snprintf(period, sizeof period, "%d", PERIOD_MS);
-  const char *args[] = {key, limit, period, "1", "0", limit};
-  bench_rb_opts o = {lv->rb_clients, lv->requests, lv->rb_pipeline, KEYSPACE};
+  sluice__rl_call call = {w->limit, PERIOD_MS, w->limit};
+  sluice__args a;
+  int rc = sluice__args_init(&a, RL_CHECK_ARGS_HEAD + RL_CHECK_ARGS_PER,
+                             RL_CHECK_NUMS_HEAD + RL_CHECK_NUMS_PER);
+  if (rc == 0) {
+    sluice__rl_check_key(&a, key);
+    sluice__rl_check_head(&a, &call);
+    sluice__rl_check_item(&a, 1, 0);
+    rc = a.failed ? -1 : 0;
+  }
+  bench_rb_opts o = {lv->rb_clients, lv->requests, lv->rb_pipeline, (int)w->keyspace};
   bench_rb_result rb;
-  int rc = bench_evalsha(rs, &o, sha, 1, 6, args, &rb);
+  bench_cpu cpu = bench_cpu_start();
+  if (rc == 0) rc = bench_evalsha(rs, &o, sha, a.nkeys, a.argc, a.argv, &rb);
+  sluice__args_clear(&a);
   free(key);
-  if (rc == 0) *out = (result){rb.rps, rb.p50_ms, rb.p99_ms, 0, 0, 0};
+  if (rc == 0)
+    *out = (result){rb.rps, rb.p50_ms, rb.p99_ms, bench_cpu_children_us_per_op(&cpu, lv->requests),
+                    0, 0, 0};
   return rc;
 }
 
@@ -158,29 +191,30 @@ static void keep_best(result *best, const result *r) {
   if (r->rps > best->rps) *best = *r;
 }
 
-static int run_node_once(const bench_redis *rs, const level *lv, result *out) {
+static int run_node_once(const bench_redis *rs, const workload *w, const level *lv, result *out) {
   char cmd[1024], line[512];
-  snprintf(cmd, sizeof cmd, "node '%s/limiter.js' %s %d %d %d %d %d %d", bench_node_dir(),
-           rs->host, rs->port, lv->in_flight, lv->requests, KEYSPACE, LIMIT, PERIOD_MS);
+  snprintf(cmd, sizeof cmd, "node '%s/limiter.js' %s %d %d %d %u %u %d", bench_node_dir(),
+           rs->host, rs->port, lv->in_flight, lv->requests, w->keyspace, w->limit, PERIOD_MS);
   FILE *p = popen(cmd, "r");
   if (!p) return -1;
   int got = fgets(line, sizeof line, p) != NULL;
   if (pclose(p) != 0 || !got) return -1;
   memset(out, 0, sizeof *out);
   const char *rps = strstr(line, "\"rps\":"), *p50 = strstr(line, "\"p50_ms\":"),
-             *p99 = strstr(line, "\"p99_ms\":");
-  if (!rps || !p50 || !p99) return -1;
+             *p99 = strstr(line, "\"p99_ms\":"), *cpu = strstr(line, "\"cpu_us_per_op\":");
+  if (!rps || !p50 || !p99 || !cpu) return -1;
   out->rps = atof(rps + 6);
   out->p50_ms = atof(p50 + 9);
   out->p99_ms = atof(p99 + 9);
+  out->cpu_us = atof(cpu + 16);
   return 0;
 }
 
-static int run_node(const bench_redis *rs, const level *lv, result *best) {
+static int run_node(const bench_redis *rs, const workload *w, const level *lv, result *best) {
   result one;
   memset(best, 0, sizeof *best);
   for (int i = 0; i < REPS; i++) {
-    if (run_node_once(rs, lv, &one) != 0) return -1;
+    if (run_node_once(rs, w, lv, &one) != 0) return -1;
     keep_best(best, &one);
   }
   return 0;
@@ -192,85 +226,109 @@ static int wait_connected(struct event_base *base, sluice_client *c) {
   return sluice_client_is_connected(c) ? 0 : -1;
 }
 
-/* One algorithm at one level: sluice and redis-benchmark alternately, each
- * on its own keys (names of equal length), best of REPS. */
+/* One algorithm at one level in one workload: sluice and redis-benchmark
+ * alternately, each on its own keys (names of equal length), best of REPS. */
 static int bench_pair(const bench_redis *rs, struct event_base *base, sluice_client *c,
-                      size_t ai, size_t li, bench_table *t, result *ours) {
+                      size_t wi, size_t ai, size_t li, bench_table *t, result *ours) {
+  const workload *w = &workloads[wi];
   char name[32], rbname[32];
-  result rb = {0, 0, 0, 0, 0, 0}, one;
-  snprintf(name, sizeof name, "s%zu%zu", ai, li);
-  snprintf(rbname, sizeof rbname, "r%zu%zu", ai, li);
-  sluice_limiter *lim = make_limiter(c, algos[ai], name);
+  result rb = {0, 0, 0, 0, 0, 0, 0}, one;
+  snprintf(name, sizeof name, "s%zu%zu%zu", wi, ai, li);
+  snprintf(rbname, sizeof rbname, "r%zu%zu%zu", wi, ai, li);
+  sluice_limiter *lim = make_limiter(c, algos[ai], name, w->limit);
   if (!lim) return -1;
   int have_rb = bench_have_redis_benchmark();
-  int rc = run_sluice(base, lim, 50, 2000, &one); /* script cached, buffers grown */
+  int rc = run_sluice(base, lim, w->keyspace, 50, 2000, &one); /* script cached, buffers grown */
   memset(ours, 0, sizeof *ours);
   for (int i = 0; i < REPS && rc == 0; i++) {
-    rc = run_sluice(base, lim, levels[li].in_flight, levels[li].requests, &one);
+    rc = run_sluice(base, lim, w->keyspace, levels[li].in_flight, levels[li].requests, &one);
     keep_best(ours, &one);
-    if (have_rb && run_rb(rs, c, algos[ai], rbname, &levels[li], &one) == 0) keep_best(&rb, &one);
+    if (have_rb && run_rb(rs, c, algos[ai], rbname, w, &levels[li], &one) == 0) keep_best(&rb, &one);
     else have_rb = 0;
   }
   sluice_limiter_free(lim);
   if (rc != 0) return -1;
-  bench_table_row(t, "%s|%d|%.0f|%.3f|%.3f|%.1f%%|%s%.0f|%.3f|%.3f|%.2f",
+  bench_table_row(t, "%s|%s|%d|%.0f|%.3f|%.3f|%.1f%%|%.2f|%s%.0f|%.3f|%.3f|%.2f|%.2f", w->name,
                   sluice_rl_algo_name(algos[ai]), levels[li].in_flight, ours->rps, ours->p50_ms,
-                  ours->p99_ms, 100.0 * (double)ours->allowed / levels[li].requests,
-                  have_rb ? "" : "n/a ", rb.rps, rb.p50_ms, rb.p99_ms,
+                  ours->p99_ms, 100.0 * (double)ours->allowed / levels[li].requests, ours->cpu_us,
+                  have_rb ? "" : "n/a ", rb.rps, rb.p50_ms, rb.p99_ms, rb.cpu_us,
                   have_rb ? ours->rps / rb.rps : 0.0);
   return 0;
 }
 
-static void node_table(const bench_redis *rs, const result fixed[3]) {
-  const char *cols[] = {"in flight", "sluice/s", "p50 ms", "p99 ms", "rlflex/s", "p50 ms",
-                        "p99 ms", "sluice/rlflex", NULL};
+static void node_table(const bench_redis *rs, const result fixed[2][3]) {
+  const char *cols[] = {"keys", "in flight", "sluice/s", "p50 ms", "p99 ms", "CPU us/op",
+                        "rlflex/s", "p50 ms", "p99 ms", "CPU us/op", "sluice/rlflex", NULL};
   bench_table *t = bench_table_new(
-      "fixed window: sluice vs rate-limiter-flexible RateLimiterRedis (ioredis), same server", cols);
-  for (size_t li = 0; li < 3; li++) {
-    result n;
-    if (run_node(rs, &levels[li], &n) != 0) {
-      fprintf(stderr, "bench_limiter: node peer failed at %d in flight\n", levels[li].in_flight);
-      continue;
+      "fixed window: sluice vs rate-limiter-flexible RateLimiterRedis (ioredis), same server; "
+      "client CPU us/op", cols);
+  for (size_t wi = 0; wi < 2; wi++) {
+    for (size_t li = 0; li < 3; li++) {
+      const result *f = &fixed[wi][li];
+      result n;
+      if (f->rps <= 0) continue; /* workload not selected */
+      if (run_node(rs, &workloads[wi], &levels[li], &n) != 0) {
+        fprintf(stderr, "bench_limiter: node peer failed at %d in flight\n", levels[li].in_flight);
+        continue;
+      }
+      bench_table_row(t, "%s|%d|%.0f|%.3f|%.3f|%.2f|%.0f|%.3f|%.3f|%.2f|%.2f", workloads[wi].name,
+                      levels[li].in_flight, f->rps, f->p50_ms, f->p99_ms, f->cpu_us, n.rps,
+                      n.p50_ms, n.p99_ms, n.cpu_us, f->rps / n.rps);
     }
-    bench_table_row(t, "%d|%.0f|%.3f|%.3f|%.0f|%.3f|%.3f|%.2f", levels[li].in_flight, fixed[li].rps,
-                    fixed[li].p50_ms, fixed[li].p99_ms, n.rps, n.p50_ms, n.p99_ms,
-                    fixed[li].rps / n.rps);
   }
   bench_table_print(t, stdout);
   bench_table_free(t);
 }
 
-/* Whether argv selects algorithm ai (no arguments: all of them). */
-static int selected(int argc, char **argv, size_t ai) {
-  for (int i = 1; i < argc; i++)
-    if (strcmp(argv[i], sluice_rl_algo_name(algos[ai])) == 0) return 1;
-  return argc < 2;
+/* Whether argv selects the name (no name of that list given: all). */
+static int selected(int argc, char **argv, const char *name, int is_workload) {
+  int any = 0;
+  for (int i = 1; i < argc; i++) {
+    int w = strcmp(argv[i], "hot") == 0 || strcmp(argv[i], "random") == 0;
+    if (w != is_workload) continue;
+    any = 1;
+    if (strcmp(argv[i], name) == 0) return 1;
+  }
+  return !any;
 }
 
-/* bench_limiter [ALGO...]: only the named algorithms (the Node peer needs fixed). */
+/* bench_limiter [ALGO...] [hot|random]: only the named algorithms and
+ * workloads (the Node peer needs fixed). */
 int main(int argc, char **argv) {
   bench_redis rs;
   if (bench_redis_start(&rs) != 0) return 1;
   if (bench_can_pin()) bench_pin_self(BENCH_CPU_CLIENT);
-  printf("limiter: Redis at %s, %d CPUs, pinning %s; %d keys, limit %d per %d ms\n", rs.url,
-         bench_ncpus(), bench_can_pin() ? "on (server CPU 0, client CPU 1)" : "off", KEYSPACE,
-         LIMIT, PERIOD_MS);
+  printf("limiter: Redis at %s, %d CPUs, pinning %s; random: %d keys, limit %d per %d ms; "
+         "hot: 1 key, limit %d per %d ms\n",
+         rs.url, bench_ncpus(), bench_can_pin() ? "on (server CPU 0, client CPU 1)" : "off",
+         KEYSPACE, LIMIT, PERIOD_MS, HOT_LIMIT, PERIOD_MS);
   struct event_base *base = event_base_new();
   sluice_client_options o;
   sluice_client_options_init(&o);
   o.url = rs.url;
   sluice_client *c = NULL;
   int rc = base && sluice_client_new(base, &o, &c) == SLUICE_OK ? wait_connected(base, c) : -1;
-  const char *cols[] = {"algorithm", "in flight", "sluice/s", "p50 ms", "p99 ms", "allowed",
-                        "redis-bench/s", "p50 ms", "p99 ms", "ratio", NULL};
-  bench_table *t = bench_table_new("rate limiters: sluice vs redis-benchmark (same script, KEYS, ARGV)", cols);
-  result fixed[3];
-  for (size_t ai = 0; ai < 4 && rc == 0; ai++)
-    for (size_t li = 0; li < 3 && rc == 0 && selected(argc, argv, ai); li++)
-      rc = bench_pair(&rs, base, c, ai, li, t, ai == 0 ? &fixed[li] : &(result){0, 0, 0, 0, 0, 0});
+  const char *cols[] = {"keys", "algorithm", "in flight", "sluice/s", "p50 ms", "p99 ms",
+                        "allowed", "CPU us/op", "redis-bench/s", "p50 ms", "p99 ms", "CPU us/op",
+                        "ratio", NULL};
+  bench_table *t = bench_table_new(
+      "rate limiters: sluice vs redis-benchmark (same script, KEYS/ARGV of a one-request call); "
+      "client CPU us/op", cols);
+  result fixed[2][3];
+  memset(fixed, 0, sizeof fixed);
+  for (size_t wi = 0; wi < 2 && rc == 0; wi++) {
+    if (!selected(argc, argv, workloads[wi].name, 1)) continue;
+    for (size_t ai = 0; ai < 4 && rc == 0; ai++) {
+      if (!selected(argc, argv, sluice_rl_algo_name(algos[ai]), 0)) continue;
+      for (size_t li = 0; li < 3 && rc == 0; li++) {
+        result other;
+        rc = bench_pair(&rs, base, c, wi, ai, li, t, ai == 0 ? &fixed[wi][li] : &other);
+      }
+    }
+  }
   if (rc == 0) bench_table_print(t, stdout);
   bench_table_free(t);
-  int want_node = rc == 0 && selected(argc, argv, 0); /* it compares fixed windows */
+  int want_node = rc == 0 && selected(argc, argv, "fixed", 0); /* it compares fixed windows */
   if (want_node && bench_node_available()) node_table(&rs, fixed);
   else if (want_node) printf("limiter: node peer skipped (node or bench/node/node_modules missing)\n");
   if (c) sluice_client_free(c);

@@ -1,6 +1,7 @@
 /*
- * Rate limiters: build KEYS/ARGV, run one of the rl_* scripts, decode its
- * reply, apply the Redis-down policy, and keep the local wait queues.
+ * Rate limiters: batch requests into calls of one of the rl_* scripts,
+ * decode each request's part of the reply, apply the Redis-down policy, and
+ * keep the local wait queues.
  *
  * Every user operation is a request (struct sluice_rl_waiter, also the
  * public wait handle) linked in lim->reqs until its callback has run. A
@@ -8,6 +9,13 @@
  * a deferred completion, apply the down policy, retry a wait, or end it at
  * its deadline. Freeing the limiter or closing the client completes every
  * pending request with SLUICE_ECANCELED from the loop (guard.h).
+ *
+ * Checks, peeks and the attempts of waits that are ready in one loop turn go
+ * to Redis together, in order, as one script call (the limiter's batcher,
+ * batcher.h): the scripts take a list of requests and decide them in order,
+ * so two requests for one key in one call see each other's effect and the
+ * decisions are exactly those of one call per request. Redis pays for the
+ * script call and TIME once per batch instead of once per decision.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -15,11 +23,16 @@
 #include <event2/event.h>
 #include <event2/event_struct.h>
 
+#include "batcher.h"
 #include "guard.h"
 #include "limiter-internal.h"
+#include "script_args.h"
 #include "sluice-internal.h"
 
 #define WAIT_QUEUE_DEFAULT 128
+/* Most requests in one script call: one KEY each, and sluice__eval takes at
+ * most 255 KEYS. */
+#define RL_BATCH_MAX 255
 /* Lua numbers are doubles: keep GCRA's bucket span (us) exact. */
 #define GCRA_SPAN_MAX (INT64_C(1) << 52)
 
@@ -50,7 +63,8 @@ struct sluice_rl_waiter {
   unsigned cost;
   sluice_limiter_cb *cb;
   void *ud;
-  sluice__op *op;                        /* script in flight */
+  sluice__breq breq;                     /* queued or in a call (lim->checks) */
+  unsigned route;                        /* hash slot of rkey */
   struct event timer;
   rq_action action;
   int status;
@@ -69,9 +83,10 @@ struct sluice_limiter {
   char *name;
   sluice_limiter_options opts;
   sluice__rl_params params;
-  const sluice__script *script;
   const char *suffix;                    /* last part of every key */
-  char limit_s[24], period_s[24], burst_s[24];
+  sluice__rl_call call;                  /* ARGV every check call shares */
+  sluice__flusher flusher;               /* sends lim->checks once per turn */
+  sluice__batcher checks;                /* checks, peeks, wait attempts */
   sluice__rl_local *local;
   sluice__rl_map queues;                 /* key -> rl_queue */
   sluice__list reqs;                     /* every request not yet answered */
@@ -110,14 +125,6 @@ const char *sluice_rl_source_name(sluice_rl_source source) {
   return NULL;
 }
 
-static const sluice__script *algo_script(sluice_rl_algo algo) {
-  switch (algo) {
-  case SLUICE_RL_FIXED: return &sluice__lua_rl_fixed;
-  case SLUICE_RL_SLIDING_LOG: return &sluice__lua_rl_sliding_log;
-  case SLUICE_RL_SLIDING_COUNTER: return &sluice__lua_rl_sliding_counter;
-  default: return &sluice__lua_rl_gcra;
-  }
-}
 
 /* ---- request plumbing ---------------------------------------------------- */
 
@@ -135,9 +142,9 @@ static void rq_defer(rl_req *rq, rq_action action, int status) {
   rq_arm(rq, action, 0);
 }
 
-static void rq_detach_op(rl_req *rq) {
-  if (rq->op) sluice__op_detach(rq->op);
-  rq->op = NULL;
+/* Leave the batch queue or the call in flight: that answer is dropped. */
+static void rq_leave_call(rl_req *rq) {
+  sluice__batcher_leave(&rq->lim->checks, &rq->breq);
 }
 
 static void queue_free(sluice_limiter *lim, rl_queue *q) {
@@ -203,6 +210,7 @@ static int rq_new(sluice_limiter *lim, rq_kind kind, const char *key, unsigned c
     sluice__free(rq);
     return SLUICE_ENOMEM;
   }
+  rq->route = sluice__client_route(lim->c, rq->rkey);
   evtimer_assign(&rq->timer, lim->base, rq_timer_cb, rq);
   sluice__list_append(&lim->reqs, &rq->link);
   *out = rq;
@@ -221,7 +229,7 @@ static void rq_finish(rl_req *rq, int status, const sluice_rl_result *res) {
   sluice_limiter *lim = rq->lim;
   sluice_rl_result copy;
   if (res) copy = *res; /* res may live in rq */
-  rq_detach_op(rq);
+  rq_leave_call(rq);
   queue_remove(rq);
   sluice__list_remove(&lim->reqs, &rq->link);
   sluice_limiter_cb *cb = rq->cb;
@@ -234,11 +242,13 @@ static void rq_finish(rl_req *rq, int status, const sluice_rl_result *res) {
 
 /* ---- Redis --------------------------------------------------------------- */
 
-static int parse_reply(const sluice_limiter *lim, const redisReply *r, sluice_rl_result *res) {
+/* The request's four numbers, at `at` of a batch reply the batcher checked
+ * to be an array of four per request. */
+static int parse_reply(const sluice_limiter *lim, const redisReply *r, size_t at,
+                       sluice_rl_result *res) {
   int64_t v[4];
-  if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 4) return SLUICE_EPROTOCOL;
   for (size_t i = 0; i < 4; i++)
-    if (sluice__reply_i64(sluice__reply_at(r, i), &v[i]) != 0) return SLUICE_EPROTOCOL;
+    if (sluice__reply_i64(r->element[at + i], &v[i]) != 0) return SLUICE_EPROTOCOL;
   res->allowed = v[0] != 0;
   res->source = SLUICE_RL_REDIS;
   res->limit = capacity(lim);
@@ -292,35 +302,54 @@ static void rq_down(rl_req *rq, int status) {
   rq_finish(rq, status, NULL);
 }
 
-static void on_reply(void *ud, int status, const redisReply *reply) {
-  rl_req *rq = ud;
+/* ---- batches ------------------------------------------------------------ */
+
+static rl_req *breq_rq(sluice__breq *r) { return sluice__container_of(r, rl_req, breq); }
+
+static void build(sluice__args *a, void *owner, sluice__breq *const *reqs, size_t n) {
+  sluice_limiter *lim = owner;
+  for (size_t i = 0; i < n; i++) sluice__rl_check_key(a, breq_rq(reqs[i])->rkey);
+  sluice__rl_check_head(a, &lim->call);
+  for (size_t i = 0; i < n; i++) {
+    const rl_req *rq = breq_rq(reqs[i]);
+    sluice__rl_check_item(a, rq->cost, rq->kind == RQ_PEEK);
+  }
+}
+
+/* One request's part of a call's reply (or the call's failure). */
+static void answer(void *owner, sluice__breq *r, int status, const sluice__batch_reply *br) {
+  rl_req *rq = breq_rq(r);
   sluice_rl_result res;
-  rq->op = NULL;
   if (status == SLUICE_OK || status == SLUICE_EREDIS) rq->lim->seen_up = 1;
-  if (status == SLUICE_OK) status = parse_reply(rq->lim, reply, &res);
+  if (status == SLUICE_OK) status = parse_reply(rq->lim, br->reply, br->at, &res);
   if (status == SLUICE_OK) rq_decided(rq, &res);
   else if (status == SLUICE_ECONNECTION || status == SLUICE_ETIMEDOUT || status == SLUICE_EINDOUBT)
     rq_down(rq, status);
   else rq_finish(rq, status, NULL);
 }
 
-/* Ask Redis; once the connection was lost, answer from the down policy at
- * once (next loop turn) instead of building an op that fails anyway. */
-static int rq_send(rl_req *rq) {
+#define RL_KIND(script)                                                                    \
+  {&(script), RL_BATCH_MAX, RL_CHECK_ARGS_HEAD, RL_CHECK_ARGS_PER, RL_CHECK_NUMS_HEAD,  \
+   RL_CHECK_NUMS_PER, 0, RL_CHECK_REPLY_PER, build, answer, NULL}
+
+/* One kind per algorithm (indexed by sluice_rl_algo): only the script differs. */
+static const sluice__batch_kind check_kinds[] = {
+    RL_KIND(sluice__lua_rl_fixed), RL_KIND(sluice__lua_rl_fixed),
+    RL_KIND(sluice__lua_rl_sliding_log), RL_KIND(sluice__lua_rl_sliding_counter),
+    RL_KIND(sluice__lua_rl_gcra)};
+
+/* Ask Redis with this loop turn's batch; once the connection was lost,
+ * answer from the down policy at once (next loop turn) instead of sending a
+ * call that fails anyway. */
+static void rq_send(rl_req *rq) {
   sluice_limiter *lim = rq->lim;
   if (sluice_client_is_connected(lim->c)) {
     lim->seen_up = 1;
   } else if (lim->seen_up) {
     rq_defer(rq, RT_DOWN, SLUICE_ECONNECTION);
-    return SLUICE_OK;
+    return;
   }
-  char cost[24];
-  const char *argv[6] = {rq->rkey, lim->limit_s, lim->period_s, cost,
-                         rq->kind == RQ_PEEK ? "1" : "0", lim->burst_s};
-  size_t lens[6] = {strlen(rq->rkey), strlen(lim->limit_s), strlen(lim->period_s),
-                    sluice__fmt_u64(cost, rq->cost), 1, strlen(lim->burst_s)};
-  return sluice__eval(lim->c, lim->script, 1, 6, argv, lens, lim->opts.op_timeout_ms,
-                      on_reply, rq, &rq->op);
+  sluice__batcher_queue(&lim->checks, &rq->breq, rq->route);
 }
 
 /* A wait at the head of its queue asks again (or gives up at its deadline). */
@@ -330,12 +359,8 @@ static void rq_attempt(rl_req *rq) {
     rq_finish(rq, SLUICE_ETIMEDOUT, rq->have_res ? &rq->res : NULL);
     return;
   }
-  int rc = rq_send(rq);
-  if (rc != SLUICE_OK) {
-    rq_finish(rq, rc, NULL);
-    return;
-  }
-  if (rq->op && rq->deadline_ms) rq_arm(rq, RT_DEADLINE, rq->deadline_ms - now);
+  rq_send(rq);
+  if (sluice__breq_busy(&rq->breq) && rq->deadline_ms) rq_arm(rq, RT_DEADLINE, rq->deadline_ms - now);
 }
 
 static void rq_timer_cb(evutil_socket_t fd, short what, void *arg) {
@@ -355,6 +380,8 @@ static void lim_cancel(sluice__guard *g) {
   sluice_limiter *lim = sluice__container_of(g, sluice_limiter, guard);
   while (lim->reqs.head) rq_finish(sluice__container_of(lim->reqs.head, rl_req, link),
                                    SLUICE_ECANCELED, NULL);
+  /* Every request left its call: forget the calls still in flight. */
+  sluice__batcher_cancel(&lim->checks, SLUICE_ECANCELED);
 }
 
 /* Freed with requests pending: no timer or reply reaches them any more. */
@@ -362,7 +389,7 @@ static void lim_quiesce(sluice__guard *g) {
   sluice_limiter *lim = sluice__container_of(g, sluice_limiter, guard);
   for (sluice__link *l = lim->reqs.head; l; l = l->next) {
     rl_req *rq = sluice__container_of(l, rl_req, link);
-    rq_detach_op(rq);
+    rq_leave_call(rq);
     queue_remove(rq);
     evtimer_del(&rq->timer);
   }
@@ -374,6 +401,7 @@ static int lim_idle(const sluice__guard *g) {
 
 static void lim_destroy(sluice__guard *g) {
   sluice_limiter *lim = sluice__container_of(g, sluice_limiter, guard);
+  sluice__flusher_clear(&lim->flusher);
   sluice__rl_map_clear(&lim->queues);
   sluice__rl_local_free(lim->local);
   free(lim->name);
@@ -415,11 +443,10 @@ static void set_params(sluice_limiter *lim) {
   lim->params.limit = o->limit;
   lim->params.period_ms = o->period_ms;
   lim->params.burst = o->algo == SLUICE_RL_GCRA && o->burst ? o->burst : o->limit;
-  lim->script = algo_script(o->algo);
   lim->suffix = algo_suffix[o->algo];
-  sluice__fmt_u64(lim->limit_s, o->limit);
-  sluice__fmt_u64(lim->period_s, o->period_ms);
-  sluice__fmt_u64(lim->burst_s, (uint64_t)lim->params.burst);
+  lim->call.limit = o->limit;
+  lim->call.period_ms = o->period_ms;
+  lim->call.burst = (uint64_t)lim->params.burst;
 }
 
 int sluice_limiter_new(sluice_client *c, const char *name, const sluice_limiter_options *opts,
@@ -438,12 +465,16 @@ int sluice_limiter_new(sluice_client *c, const char *name, const sluice_limiter_
   set_params(lim);
   lim->name = strdup(name);
   if (opts->on_redis_down == SLUICE_RL_FAIL_LOCAL) lim->local = sluice__rl_local_new(&lim->params);
-  if (!lim->name || (opts->on_redis_down == SLUICE_RL_FAIL_LOCAL && !lim->local)) {
+  if (!lim->name || (opts->on_redis_down == SLUICE_RL_FAIL_LOCAL && !lim->local) ||
+      sluice__flusher_init(&lim->flusher, lim->base) != SLUICE_OK) {
+    sluice__flusher_clear(&lim->flusher);
     sluice__rl_local_free(lim->local);
     free(lim->name);
     sluice__free(lim);
     return SLUICE_ENOMEM;
   }
+  sluice__batcher_init(&lim->checks, &check_kinds[opts->algo], c, lim, &lim->guard, &lim->flusher,
+                       lim->opts.op_timeout_ms);
   sluice__guard_attach(&lim->guard, sluice__client_home(c), &lim_guard_ops);
   *out = lim;
   return SLUICE_OK;
@@ -468,7 +499,7 @@ static int start_now(sluice_limiter *lim, rq_kind kind, const char *key, unsigne
   rl_req *rq;
   int rc = check_call(lim, key, cost, cb);
   if (rc == SLUICE_OK) rc = rq_new(lim, kind, key, cost, cb, ud, &rq);
-  if (rc == SLUICE_OK && (rc = rq_send(rq)) != SLUICE_OK) rq_drop(rq);
+  if (rc == SLUICE_OK) rq_send(rq);
   return rc;
 }
 
@@ -505,7 +536,7 @@ int sluice_limiter_wait(sluice_limiter *lim, const char *key, unsigned cost, uns
 int sluice_limiter_wait_cancel(sluice_rl_waiter *rq) {
   if (!rq) return SLUICE_EINVAL;
   if (rq->action == RT_FINISH) return SLUICE_OK; /* already completing */
-  rq_detach_op(rq);
+  rq_leave_call(rq);
   queue_remove(rq);
   rq->have_res = 0;
   rq_defer(rq, RT_FINISH, SLUICE_ECANCELED);

@@ -60,3 +60,18 @@ void sluice__dq_ack_item(sluice__args *a, const char *id, unsigned attempt, char
   sluice__args_bin(a, op == 'a' ? ops : op == 'r' ? ops + 1 : ops + 2, 1);
   sluice__args_i64(a, delay_ms);
 }
+
+/* ---- rate limiters ------------------------------------------------------- */
+
+void sluice__rl_check_key(sluice__args *a, const char *key) { sluice__args_key(a, key); }
+
+void sluice__rl_check_head(sluice__args *a, const sluice__rl_call *s) {
+  sluice__args_u64(a, s->limit);
+  sluice__args_u64(a, s->period_ms);
+  sluice__args_u64(a, s->burst);
+}
+
+void sluice__rl_check_item(sluice__args *a, unsigned cost, int peek) {
+  sluice__args_u64(a, cost);
+  sluice__args_bin(a, peek ? "1" : "0", 1);
+}

@@ -86,4 +86,30 @@ void sluice__dq_ack_head(sluice__args *a, char *const keys[DQ_NKEYS], uint64_t r
 void sluice__dq_ack_item(sluice__args *a, const char *id, unsigned attempt, char op,
                          int64_t delay_ms);
 
+/* ---- rate limiters ------------------------------------------------------- */
+
+/* What every check script of one limiter shares. */
+typedef struct sluice__rl_call {
+  uint64_t limit, period_ms, burst;  /* burst: GCRA's capacity (= limit otherwise) */
+} sluice__rl_call;
+
+/* rl_fixed.lua, rl_sliding_log.lua, rl_sliding_counter.lua, rl_gcra.lua
+ * (their common part, _rl_common.lua, documents it too)
+ * KEYS: one per request, the request's key (a key may repeat: the requests
+ *       are decided in order and each sees what those before it took).
+ * ARGV: 1 limit, 2 period_ms, 3 burst, then per request: cost, peek ("1":
+ *       decide only, "0": take).
+ * Reply: {allowed, remaining, retry_after_ms, reset_after_ms per request}.
+ * KEYS come before ARGV, so a call is built as: sluice__rl_check_key for
+ * every request, then sluice__rl_check_head, then sluice__rl_check_item for
+ * every request, in the same order. */
+#define RL_CHECK_ARGS_HEAD 3
+#define RL_CHECK_ARGS_PER 3
+#define RL_CHECK_NUMS_HEAD 3
+#define RL_CHECK_NUMS_PER 1
+#define RL_CHECK_REPLY_PER 4
+void sluice__rl_check_key(sluice__args *a, const char *key);
+void sluice__rl_check_head(sluice__args *a, const sluice__rl_call *s);
+void sluice__rl_check_item(sluice__args *a, unsigned cost, int peek);
+
 #endif

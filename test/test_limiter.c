@@ -682,6 +682,88 @@ static void test_concurrent_gcra_rate(void) {
   TH_ASSERT_CMP(tat - w.allowed * T, >=, t0);
 }
 
+/* ---- batching --------------------------------------------------------------- */
+
+/* Calls of cmd (e.g. "evalsha") the test server has run, from INFO commandstats. */
+static long long cmd_calls(const char *cmd) {
+  redisContext *rc = th_redis_connect(&th_server);
+  TH_ASSERT(rc && !rc->err);
+  redisReply *r = redisCommand(rc, "INFO commandstats");
+  TH_ASSERT(r && r->type == REDIS_REPLY_STRING);
+  char field[64];
+  snprintf(field, sizeof field, "cmdstat_%s:calls=", cmd);
+  const char *p = strstr(r->str, field);
+  long long n = p ? strtoll(p + strlen(field), NULL, 10) : 0;
+  freeReplyObject(r);
+  redisFree(rc);
+  return n;
+}
+
+/* Checks issued in one loop turn go to Redis as one script call (or a few:
+ * at most 255 requests each) and are decided exactly as one call each would
+ * be: in issue order, each seeing the units the ones before it took. */
+static void test_batch_one_call(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = new_client(base, 2000);
+  enum { N = 100, LIMIT = 50 };
+  for (size_t a = 0; a < 4; a++) {
+    sluice_limiter *lim = new_lim(c, "batch", all_algos[a], LIMIT, 60000, 0);
+    check_ok(base, lim, "warm", 1); /* the script is cached: EVALSHA from now on */
+    window_room(base, all_algos[a], 60000, 5000, 0);
+    static rcv r[N];
+    static int order[N];
+    int norder = 0;
+    memset(r, 0, sizeof r);
+    long long calls0 = cmd_calls("evalsha") + cmd_calls("eval");
+    for (int i = 0; i < N; i++) {
+      r[i].order = order, r[i].norder = &norder, r[i].id = i;
+      TH_ASSERT_EQ(sluice_limiter_check(lim, "hot", 1, on_res, &r[i]), SLUICE_OK);
+    }
+    TH_ASSERT(th_loop_until(base, &r[N - 1].done, 5000));
+    long long calls = cmd_calls("evalsha") + cmd_calls("eval") - calls0;
+    printf("# %s: %d checks in one turn took %lld script calls\n",
+           sluice_rl_algo_name(all_algos[a]), N, calls);
+    TH_ASSERT_CMP(calls, <=, 2);
+    TH_ASSERT_EQ(norder, N);
+    for (int i = 0; i < N; i++) {
+      TH_ASSERT_EQ(order[i], i); /* callbacks in issue order */
+      TH_ASSERT_EQ(r[i].status, SLUICE_OK);
+      TH_ASSERT_EQ(r[i].res.allowed, i < LIMIT); /* exactly the first LIMIT */
+      if (i < LIMIT) TH_ASSERT_EQ(r[i].res.remaining, LIMIT - 1 - i);
+    }
+    /* A peek in the same call as a check sees what the check took. */
+    rcv p0 = {0}, ck = {0}, p1 = {0};
+    TH_ASSERT_EQ(sluice_limiter_peek(lim, "pk", 1, on_res, &p0), SLUICE_OK);
+    TH_ASSERT_EQ(sluice_limiter_check(lim, "pk", 3, on_res, &ck), SLUICE_OK);
+    TH_ASSERT_EQ(sluice_limiter_peek(lim, "pk", 1, on_res, &p1), SLUICE_OK);
+    TH_ASSERT(th_loop_until(base, &p1.done, 5000));
+    TH_ASSERT_EQ(p0.res.remaining, LIMIT - 1);
+    TH_ASSERT_EQ(ck.res.remaining, LIMIT - 3);
+    TH_ASSERT_EQ(p1.res.remaining, LIMIT - 4);
+    sluice_limiter_free(lim);
+  }
+  /* Many keys in one turn: one call too (one Redis, one route). */
+  sluice_limiter *lim = new_lim(c, "batchkeys", SLUICE_RL_GCRA, 1, 60000, 0);
+  check_ok(base, lim, "warm", 1);
+  static rcv r[300];
+  memset(r, 0, sizeof r);
+  long long calls0 = cmd_calls("evalsha") + cmd_calls("eval");
+  for (int i = 0; i < 300; i++) {
+    char key[16];
+    snprintf(key, sizeof key, "k%d", i % 150); /* each key twice, 150 apart */
+    TH_ASSERT_EQ(sluice_limiter_check(lim, key, 1, on_res, &r[i]), SLUICE_OK);
+  }
+  TH_ASSERT(th_loop_until(base, &r[299].done, 5000));
+  long long calls = cmd_calls("evalsha") + cmd_calls("eval") - calls0;
+  printf("# 300 checks on 150 keys in one turn took %lld script calls\n", calls);
+  TH_ASSERT_EQ(calls, 2); /* 255 + 45 */
+  for (int i = 0; i < 300; i++) {
+    TH_ASSERT_EQ(r[i].status, SLUICE_OK);
+    TH_ASSERT_EQ(r[i].res.allowed, i < 150); /* limit 1: the second of each key is denied */
+  }
+  finish(base, c, lim);
+}
+
 /* ---- waits ------------------------------------------------------------------ */
 
 static void test_wait_fifo(void) {
@@ -1084,6 +1166,7 @@ int main(int argc, char **argv) {
       {"concurrent_exact", test_concurrent_exact, 120},
       {"concurrent_sliding_log_windows", test_concurrent_sliding_log_windows, 120},
       {"concurrent_gcra_rate", test_concurrent_gcra_rate, 120},
+      {"batch_one_call", test_batch_one_call, 0},
       {"wait_fifo", test_wait_fifo, 0},
       {"wait_timeout", test_wait_timeout, 0},
       {"wait_queue_full", test_wait_queue_full, 0},

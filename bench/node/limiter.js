@@ -5,8 +5,10 @@
 //   node limiter.js HOST PORT IN_FLIGHT REQUESTS KEYSPACE LIMIT PERIOD_MS
 //
 // Keeps IN_FLIGHT consumes outstanding until REQUESTS are done, each for a
-// random key of KEYSPACE, and prints one JSON line:
-//   {"rps":..., "p50_ms":..., "p99_ms":..., "allowed":..., "denied":...}
+// random key of KEYSPACE (1: every consume on one hot key), and prints one
+// JSON line (cpu_us_per_op: this process's user + system CPU over the
+// measured run, process.cpuUsage, like the C side's getrusage):
+//   {"rps":..., "p50_ms":..., "p99_ms":..., "cpu_us_per_op":..., "allowed":..., "denied":...}
 'use strict';
 const Redis = require('ioredis');
 const { RateLimiterRedis } = require('rate-limiter-flexible');
@@ -34,11 +36,14 @@ async function run(rl, inflight, total, keyspace) {
       lat[i] = Number(process.hrtime.bigint() - t0) / 1e6;
     }
   }
+  const cpu0 = process.cpuUsage();
   const t0 = process.hrtime.bigint();
   await Promise.all(Array.from({ length: inflight }, worker));
   const secs = Number(process.hrtime.bigint() - t0) / 1e9;
+  const cpu = process.cpuUsage(cpu0);
   lat.sort();
-  return { rps: total / secs, p50_ms: pct(lat, 50), p99_ms: pct(lat, 99), allowed, denied };
+  return { rps: total / secs, p50_ms: pct(lat, 50), p99_ms: pct(lat, 99),
+           cpu_us_per_op: (cpu.user + cpu.system) / total, allowed, denied };
 }
 
 async function main() {

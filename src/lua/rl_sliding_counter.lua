@@ -2,47 +2,47 @@
 -- estimate = prev * (period - elapsed) / period + cur, with elapsed the time
 -- since the current window (aligned to Redis's clock) began. O(1) memory; an
 -- approximation that assumes the previous window's units were spread evenly.
--- KEYS[1]: hash {w = current window number, c = its units, p = previous window's}.
--- ARGV: limit, period_ms, cost, peek ('1': decide only), burst (unused).
--- Returns {allowed, remaining, retry_after_ms, reset_after_ms}.
-local limit, period, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-if cost > limit then return {0, 0, -1, 0} end -- never passes; clients refuse it
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Each key: hash {w = current window number, c = its units, p = previous window's}.
+-- KEYS/ARGV/reply: a list of requests, see _rl_common.lua (burst unused).
+--@include _rl_common.lua
+local now = now_ms
 local w = math.floor(now / period)
 local e = now - w * period
-local st = redis.call('HMGET', KEYS[1], 'w', 'c', 'p')
-local sw, c, p = tonumber(st[1]), 0, 0
-if sw == w then
-  c, p = tonumber(st[2]) or 0, tonumber(st[3]) or 0
-elseif sw == w - 1 then
-  p = tonumber(st[2]) or 0
-end
--- Does cost fit with prev weight pp, current cc, elapsed el? (scaled by period)
-local function fits(pp, cc, el)
-  return pp * (period - el) + (cc + cost) * period <= limit * period
-end
-local function room(cc)
-  return math.max(0, math.floor((limit * period - p * (period - e) - cc * period) / period))
-end
-if not fits(p, c, e) then
-  local wait
-  if c + cost <= limit then
-    -- Later in this window, once the previous window weighs little enough.
-    local el = math.max(e, period - math.floor((limit - c - cost) * period / p))
-    while not fits(p, c, el) do el = el + 1 end
-    wait = el - e
-  else
-    -- In the next window, where this window's count becomes the previous one.
-    local el = math.max(0, period - math.floor((limit - cost) * period / c))
-    while not fits(c, 0, el) do el = el + 1 end
-    wait = period - e + el
+return each(function(key, cost, peek)
+  if cost > limit then return 0, 0, -1, 0 end -- never passes; clients refuse it
+  local st = rcall('HMGET', key, 'w', 'c', 'p')
+  local sw, c, p = tonumber(st[1]), 0, 0
+  if sw == w then
+    c, p = tonumber(st[2]) or 0, tonumber(st[3]) or 0
+  elseif sw == w - 1 then
+    p = tonumber(st[2]) or 0
   end
-  local reset = c > 0 and (2 * period - e) or (period - e)
-  return {0, room(c), wait, reset}
-end
-if ARGV[4] ~= '1' then
-  redis.call('HSET', KEYS[1], 'w', string.format('%d', w), 'c', c + cost, 'p', p)
-  redis.call('PEXPIRE', KEYS[1], 2 * period - e + 100)
-end
-return {1, room(c + cost), 0, 2 * period - e}
+  -- Does cost fit with prev weight pp, current cc, elapsed el? (scaled by period)
+  local function fits(pp, cc, el)
+    return pp * (period - el) + (cc + cost) * period <= limit * period
+  end
+  local function room(cc)
+    return math.max(0, math.floor((limit * period - p * (period - e) - cc * period) / period))
+  end
+  if not fits(p, c, e) then
+    local wait
+    if c + cost <= limit then
+      -- Later in this window, once the previous window weighs little enough.
+      local el = math.max(e, period - math.floor((limit - c - cost) * period / p))
+      while not fits(p, c, el) do el = el + 1 end
+      wait = el - e
+    else
+      -- In the next window, where this window's count becomes the previous one.
+      local el = math.max(0, period - math.floor((limit - cost) * period / c))
+      while not fits(c, 0, el) do el = el + 1 end
+      wait = period - e + el
+    end
+    local reset = c > 0 and (2 * period - e) or (period - e)
+    return 0, room(c), wait, reset
+  end
+  if not peek then
+    rcall('HSET', key, 'w', format('%d', w), 'c', c + cost, 'p', p)
+    rcall('PEXPIRE', key, 2 * period - e + 100)
+  end
+  return 1, room(c + cost), 0, 2 * period - e
+end)
