@@ -23,6 +23,8 @@
 #include <hiredis/hiredis.h>
 #include <sluice/sluice.h>
 
+#include "script_args.h"
+
 #define N_PUSH 100000
 #define N_CONSUME 100000
 #define TAKE_BATCH 100
@@ -84,13 +86,15 @@ static void on_one(sluice_dq *dq, int status, const char *id, int64_t due, void 
 }
 
 /* Push total messages of delay_ms, batch per call (1: sluice_dq_push), with
- * up to depth calls in flight. Returns messages per second. */
+ * up to depth calls in flight. Returns messages per second; *cpu_us (if not
+ * NULL) the client's CPU per message. */
 static double push_run(struct event_base *base, sluice_dq *dq, uint64_t total, size_t batch,
-                       int depth, int64_t delay_ms) {
+                       int depth, int64_t delay_ms, double *cpu_us) {
   static sluice_dq_item items[TAKE_BATCH];
   for (size_t i = 0; i < batch; i++) items[i] = (sluice_dq_item){"payload-0123456789", 18, delay_ms, 0, NULL};
   pusher p = {dq, 0, 0, 0, total};
   uint64_t t0 = bench_now_us();
+  bench_cpu cpu = bench_cpu_start();
   while (p.sent < total || p.outstanding) {
     while (p.sent < total && p.outstanding < depth) {
       int rc = batch == 1 ? sluice_dq_push(dq, items, on_one, &p)
@@ -105,6 +109,7 @@ static double push_run(struct event_base *base, sluice_dq *dq, uint64_t total, s
     event_base_loop(base, EVLOOP_ONCE);
   }
   if (p.failed) fprintf(stderr, "bench_dq: %d pushes failed\n", p.failed);
+  if (cpu_us) *cpu_us = bench_cpu_us_per_op(&cpu, (long)total);
   return (double)total * 1e6 / (double)(bench_now_us() - t0);
 }
 
@@ -136,17 +141,19 @@ static sluice_dq_consumer *consumer(sluice_client *c, const char *q, sink *s) {
   return con;
 }
 
-static double consume_run(void) {
+static double consume_run(double *cpu_us) {
   struct event_base *base = new_base();
   sluice_client *c = new_client(base);
   sluice_dq *dq = NULL;
   sluice_dq_new(c, "consume", NULL, &dq);
-  push_run(base, dq, N_CONSUME, TAKE_BATCH, 16, 0);
+  push_run(base, dq, N_CONSUME, TAKE_BATCH, 16, 0, NULL);
   sink s = {0, 0, N_CONSUME, NULL};
   uint64_t t0 = bench_now_us();
+  bench_cpu cpu = bench_cpu_start();
   sluice_dq_consumer *con = consumer(c, "consume", &s);
   while (s.acked < N_CONSUME) event_base_loop(base, EVLOOP_ONCE);
   double rate = (double)N_CONSUME * 1e6 / (double)(bench_now_us() - t0);
+  *cpu_us = bench_cpu_us_per_op(&cpu, N_CONSUME);
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
   finish(base, c);
@@ -160,15 +167,23 @@ static int take_rb(double *msgs_per_s, bench_rb_result *res) {
   sluice_client *c = new_client(base);
   sluice_dq *dq = NULL;
   sluice_dq_new(c, "rb", NULL, &dq);
-  push_run(base, dq, N_CONSUME, TAKE_BATCH, 16, 0);
+  push_run(base, dq, N_CONSUME, TAKE_BATCH, 16, 0, NULL);
   sluice_dq_free(dq);
   finish(base, c);
   if (bench_script_load(&rs, &sluice__lua_dq_take, sha) != 0) return -1;
-  static const char *const args[] = {"sluice:dq:{rb}:z", "sluice:dq:{rb}:f", "sluice:dq:{rb}:d",
-                                     "sluice:dq:{rb}:h", "sluice:dq:{rb}:w", "604800000", "100",
-                                     "600000", "5"};
+  /* What the consumer sends (bench's consumer options), built the same way. */
+  static char kz[] = "sluice:dq:{rb}:z", kf[] = "sluice:dq:{rb}:f", kd[] = "sluice:dq:{rb}:d",
+              kh[] = "sluice:dq:{rb}:h", kw[] = "sluice:dq:{rb}:w";
+  char *keys[DQ_NKEYS] = {kz, kf, kd, kh, kw};
+  sluice_dq_consumer_options co;
+  sluice_dq_consumer_options_init(&co);
+  sluice__args a;
+  if (sluice__args_init(&a, DQ_TAKE_ARGS, DQ_TAKE_NUMS) != 0) return -1;
+  sluice__dq_take_args(&a, keys, co.retention_ms, TAKE_BATCH, co.visibility_ms, co.max_attempts);
   bench_rb_opts o = {.clients = 4, .requests = N_CONSUME / TAKE_BATCH, .pipeline = 4};
-  if (bench_evalsha(&rs, &o, sha, 5, 9, args, res) != 0) return -1;
+  int rc = a.failed ? -1 : bench_evalsha(&rs, &o, sha, a.nkeys, a.argc, a.argv, res);
+  sluice__args_clear(&a);
+  if (rc != 0) return -1;
   *msgs_per_s = res->rps * TAKE_BATCH;
   return 0;
 }
@@ -250,7 +265,7 @@ static double idle_run(double seconds) {
   sluice_client *c = new_client(base);
   sluice_dq *dq = NULL;
   sluice_dq_new(c, "idle", NULL, &dq);
-  push_run(base, dq, 1, 1, 1, 3600000);
+  push_run(base, dq, 1, 1, 1, 3600000, NULL);
   sink s = {0};
   sluice_dq_consumer *con = consumer(c, "idle", &s);
   struct timeval settle = {1, 0}, span = {(time_t)seconds, 0};
@@ -301,33 +316,40 @@ int main(void) {
   sluice_client *c = new_client(base);
   sluice_dq *dq = NULL;
   sluice_dq_new(c, "push", NULL, &dq);
-  push_run(base, dq, 10000, TAKE_BATCH, 16, 600000); /* warm up */
-  double push_batch = push_run(base, dq, N_PUSH, TAKE_BATCH, 16, 600000);
-  double push_single = push_run(base, dq, N_PUSH / 2, 1, 256, 600000);
+  push_run(base, dq, 10000, TAKE_BATCH, 16, 600000, NULL); /* warm up */
+  double cpu_batch, cpu_single, cpu_consume;
+  double push_batch = push_run(base, dq, N_PUSH, TAKE_BATCH, 16, 600000, &cpu_batch);
+  double push_single = push_run(base, dq, N_PUSH / 2, 1, 256, 600000, &cpu_single);
   sluice_dq_free(dq);
   finish(base, c);
   bench_redis_flush(&rs);
-  double consume = consume_run();
+  double consume = consume_run(&cpu_consume);
   bench_redis_flush(&rs);
   double take_msgs = 0;
   bench_rb_result rb = {0};
   int have_rb = bench_have_redis_benchmark() && take_rb(&take_msgs, &rb) == 0;
   bench_redis_flush(&rs);
 
-  static const char *const cols[] = {"delay queue", "sluice", "BullMQ", "sluice/BullMQ", NULL};
+  static const char *const cols[] = {"delay queue",    "sluice", "CPU us/msg", "BullMQ",
+                                     "CPU us/msg", "sluice/BullMQ", NULL};
   bench_table *t = bench_table_new("Delay queue: throughput (messages/s)", cols);
-  double bull[3] = {0};
-  static const char *const k_push[] = {"push_per_s"}, *const k_cons[] = {"consume_per_s"};
+  double bull[2] = {0}, bull_cons_v[2] = {0};
+  static const char *const k_push[] = {"push_per_s", "cpu_us_per_op"};
+  static const char *const k_cons[] = {"consume_per_s", "cpu_us_per_op"};
   snprintf(args, sizeof args, "push %s %d %d", rs.host, rs.port, N_PUSH);
-  int bull_push = node && node_run(args, k_push, &bull[0], 1) == 0;
+  int bull_push = node && node_run(args, k_push, bull, 2) == 0;
   snprintf(args, sizeof args, "consume %s %d %d", rs.host, rs.port, N_CONSUME / 2);
-  int bull_cons = node && node_run(args, k_cons, &bull[1], 1) == 0;
+  int bull_cons = node && node_run(args, k_cons, bull_cons_v, 2) == 0;
   bench_redis_flush(&rs);
-  if (bull_push) bench_table_row(t, "push, batches of 100|%.0f|%.0f|%.2f", push_batch, bull[0], push_batch / bull[0]);
-  else bench_table_row(t, "push, batches of 100|%.0f|-|-", push_batch);
-  bench_table_row(t, "push, single (256 in flight)|%.0f|-|-", push_single);
-  if (bull_cons) bench_table_row(t, "consume (take + ack)|%.0f|%.0f|%.2f", consume, bull[1], consume / bull[1]);
-  else bench_table_row(t, "consume (take + ack)|%.0f|-|-", consume);
+  if (bull_push)
+    bench_table_row(t, "push, batches of 100|%.0f|%.2f|%.0f|%.2f|%.2f", push_batch, cpu_batch,
+                    bull[0], bull[1], push_batch / bull[0]);
+  else bench_table_row(t, "push, batches of 100|%.0f|%.2f|-|-|-", push_batch, cpu_batch);
+  bench_table_row(t, "push, single (256 in flight)|%.0f|%.2f|-|-|-", push_single, cpu_single);
+  if (bull_cons)
+    bench_table_row(t, "consume (take + ack)|%.0f|%.2f|%.0f|%.2f|%.2f", consume, cpu_consume,
+                    bull_cons_v[0], bull_cons_v[1], consume / bull_cons_v[0]);
+  else bench_table_row(t, "consume (take + ack)|%.0f|%.2f|-|-|-", consume, cpu_consume);
   bench_table_print(t, stdout);
   bench_table_free(t);
   if (have_rb)

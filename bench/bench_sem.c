@@ -63,6 +63,7 @@ static struct event_base *base;
 
 typedef struct result {
   double rps, p50_ms, p99_ms;
+  double cpu_us;  /* client CPU per operation (µs); 0 when not measured */
 } result;
 
 static void keep_best(result *best, const result *r) {
@@ -183,12 +184,14 @@ static int run_sluice(sluice_sem *sem, enum mode mode, int in_flight, int total,
   slot *slots = calloc((size_t)in_flight, sizeof *slots);
   if (!r.lat || !slots) exit(1);
   uint64_t t0 = bench_now_us();
+  bench_cpu cpu = bench_cpu_start();
   for (int i = 0; i < in_flight && r.started < total; i++) {
     slots[i].r = &r;
     start_one(&slots[i]);
   }
   while (r.done < total) event_base_loop(base, EVLOOP_ONCE);
   out->rps = total / ((double)(bench_now_us() - t0) / 1e6);
+  out->cpu_us = bench_cpu_us_per_op(&cpu, total);
   out->p50_ms = bench_lat_pct(r.lat, 50) / 1000;
   out->p99_ms = bench_lat_pct(r.lat, 99) / 1000;
   bench_lat_free(r.lat);
@@ -229,9 +232,11 @@ static int run_rb(const rb_args *a, int release, int clients, int pipeline, int 
   bench_rb_opts o = {clients, total, pipeline, RB_KEYSPACE};
   bench_rb_result rb;
   const sluice__args *x = release ? &a->rel : &a->acq;
+  bench_cpu cpu = bench_cpu_start();
   int rc = bench_evalsha(&rs, &o, release ? a->rel_sha : a->acq_sha, x->nkeys, x->argc, x->argv,
                          &rb);
-  if (rc == 0) *out = (result){rb.rps, rb.p50_ms, rb.p99_ms};
+  if (rc == 0)
+    *out = (result){rb.rps, rb.p50_ms, rb.p99_ms, bench_cpu_children_us_per_op(&cpu, total)};
   return rc;
 }
 
@@ -487,11 +492,11 @@ int main(void) {
   result nres[NLEVELS];
   for (size_t i = 0; have_node && i < NLEVELS; i++)
     nres[i] = (result){json_num(lines[i], "pairs_per_s"), json_num(lines[i], "p50_ms"),
-                       json_num(lines[i], "p99_ms")};
+                       json_num(lines[i], "p99_ms"), json_num(lines[i], "cpu_us_per_op")};
   bench_redis_flush(&rs);
 
-  static const char *const acols[] = {"in flight", "sluice/s", "p50 ms", "p99 ms",
-                                      "rb -c1 -PN/s", "p50 ms", "p99 ms", "ratio",
+  static const char *const acols[] = {"in flight", "sluice/s", "p50 ms", "p99 ms", "CPU us",
+                                      "rb -c1 -PN/s", "p50 ms", "p99 ms", "CPU us", "ratio",
                                       "rb -cN/s", "ratio", NULL};
   bench_table *t = bench_table_new(
       "acquire (grant): sluice try_acquire vs redis-benchmark EVALSHA sem_acquire, same KEYS/ARGV",
@@ -499,62 +504,66 @@ int main(void) {
   for (size_t i = 0; i < NLEVELS; i++) {
     const cell *x = &cells[i];
     if (x->have_rb)
-      bench_table_row(t, "%d|%.0f|%.3f|%.3f|%.0f|%.3f|%.3f|%.2f|%.0f|%.2f", levels[i].in_flight,
-                      x->acq.rps, x->acq.p50_ms, x->acq.p99_ms, x->rb_acq.rps, x->rb_acq.p50_ms,
-                      x->rb_acq.p99_ms, x->acq.rps / x->rb_acq.rps, x->rb_acq_conns.rps,
+      bench_table_row(t, "%d|%.0f|%.3f|%.3f|%.2f|%.0f|%.3f|%.3f|%.2f|%.2f|%.0f|%.2f",
+                      levels[i].in_flight, x->acq.rps, x->acq.p50_ms, x->acq.p99_ms,
+                      x->acq.cpu_us, x->rb_acq.rps, x->rb_acq.p50_ms, x->rb_acq.p99_ms,
+                      x->rb_acq.cpu_us, x->acq.rps / x->rb_acq.rps, x->rb_acq_conns.rps,
                       x->acq.rps / x->rb_acq_conns.rps);
     else
-      bench_table_row(t, "%d|%.0f|%.3f|%.3f|-|-|-|-|-|-", levels[i].in_flight, x->acq.rps,
-                      x->acq.p50_ms, x->acq.p99_ms);
+      bench_table_row(t, "%d|%.0f|%.3f|%.3f|%.2f|-|-|-|-|-|-|-", levels[i].in_flight, x->acq.rps,
+                      x->acq.p50_ms, x->acq.p99_ms, x->acq.cpu_us);
   }
   bench_table_print(t, stdout);
   bench_table_free(t);
 
-  static const char *const rcols[] = {"in flight", "sluice/s", "p50 ms", "p99 ms",
-                                      "rb -c1 -PN/s", "ratio", NULL};
+  static const char *const rcols[] = {"in flight", "sluice/s", "p50 ms", "p99 ms", "CPU us",
+                                      "rb -c1 -PN/s", "CPU us", "ratio", NULL};
   t = bench_table_new("release: sluice_permit_release vs redis-benchmark EVALSHA sem_release", rcols);
   for (size_t i = 0; i < NLEVELS; i++) {
     const cell *x = &cells[i];
     if (x->have_rb)
-      bench_table_row(t, "%d|%.0f|%.3f|%.3f|%.0f|%.2f", levels[i].in_flight, x->rel.rps,
-                      x->rel.p50_ms, x->rel.p99_ms, x->rb_rel.rps, x->rel.rps / x->rb_rel.rps);
+      bench_table_row(t, "%d|%.0f|%.3f|%.3f|%.2f|%.0f|%.2f|%.2f", levels[i].in_flight,
+                      x->rel.rps, x->rel.p50_ms, x->rel.p99_ms, x->rel.cpu_us, x->rb_rel.rps,
+                      x->rb_rel.cpu_us, x->rel.rps / x->rb_rel.rps);
     else
-      bench_table_row(t, "%d|%.0f|%.3f|%.3f|-|-", levels[i].in_flight, x->rel.rps, x->rel.p50_ms,
-                      x->rel.p99_ms);
+      bench_table_row(t, "%d|%.0f|%.3f|%.3f|%.2f|-|-|-", levels[i].in_flight, x->rel.rps,
+                      x->rel.p50_ms, x->rel.p99_ms, x->rel.cpu_us);
   }
   bench_table_print(t, stdout);
   bench_table_free(t);
 
   static const char *const pcols[] = {"in flight", "sluice pairs/s", "acq p50", "acq p99",
-                                      "rb pairs/s", "ratio", "redis-sem pairs/s", "acq p50",
-                                      "acq p99", "sluice/redis-sem", NULL};
+                                      "CPU us", "rb pairs/s", "ratio", "redis-sem pairs/s",
+                                      "acq p50", "acq p99", "CPU us", "sluice/redis-sem", NULL};
   t = bench_table_new("try_acquire -> release pairs (ms): sluice vs redis-benchmark (acquire + "
                       "release) vs redis-semaphore",
                       pcols);
   for (size_t i = 0; i < NLEVELS; i++) {
     const cell *x = &cells[i];
-    char rb[64] = "-|-", nd[96] = "-|-|-|-";
+    char rb[64] = "-|-", nd[112] = "-|-|-|-|-";
     if (x->have_rb) {
       double pair = 1.0 / (1.0 / x->rb_acq.rps + 1.0 / x->rb_rel.rps);
       snprintf(rb, sizeof rb, "%.0f|%.2f", pair, x->pair.rps / pair);
     }
     if (have_node)
-      snprintf(nd, sizeof nd, "%.0f|%.3f|%.3f|%.2f", nres[i].rps, nres[i].p50_ms, nres[i].p99_ms,
-               x->pair.rps / nres[i].rps);
-    bench_table_row(t, "%d|%.0f|%.3f|%.3f|%s|%s", levels[i].in_flight, x->pair.rps, x->pair.p50_ms,
-                    x->pair.p99_ms, rb, nd);
+      snprintf(nd, sizeof nd, "%.0f|%.3f|%.3f|%.2f|%.2f", nres[i].rps, nres[i].p50_ms,
+               nres[i].p99_ms, nres[i].cpu_us, x->pair.rps / nres[i].rps);
+    bench_table_row(t, "%d|%.0f|%.3f|%.3f|%.2f|%s|%s", levels[i].in_flight, x->pair.rps,
+                    x->pair.p50_ms, x->pair.p99_ms, x->pair.cpu_us, rb, nd);
   }
   bench_table_print(t, stdout);
   bench_table_free(t);
 
-  static const char *const ncols[] = {"in flight", "sluice pairs/s", "sluice/redis-sem", NULL};
+  static const char *const ncols[] = {"in flight", "sluice pairs/s", "CPU us", "sluice/redis-sem",
+                                      NULL};
   t = bench_table_new("pairs with the release not awaited (sluice_permit_release without a "
                       "callback; the next acquire is pipelined behind it)",
                       ncols);
   for (size_t i = 0; i < NLEVELS; i++) {
     char nd[32] = "-";
     if (have_node) snprintf(nd, sizeof nd, "%.2f", cells[i].pair_nowait.rps / nres[i].rps);
-    bench_table_row(t, "%d|%.0f|%s", levels[i].in_flight, cells[i].pair_nowait.rps, nd);
+    bench_table_row(t, "%d|%.0f|%.2f|%s", levels[i].in_flight, cells[i].pair_nowait.rps,
+                    cells[i].pair_nowait.cpu_us, nd);
   }
   bench_table_print(t, stdout);
   bench_table_free(t);

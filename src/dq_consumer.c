@@ -275,7 +275,7 @@ static void take_done(void *ud, int status, const redisReply *reply) {
 }
 
 static void take(sluice_dq_consumer *con) {
-  char ret[24], n[24], vis[24], maxa[24];
+  sluice__args args;
   if (!taking_allowed(con)) return;
   if (con->taking) {
     con->again = 1;
@@ -287,18 +287,18 @@ static void take(sluice_dq_consumer *con) {
     return;
   }
   con->asked = cap < con->o.batch ? cap : con->o.batch;
-  sluice__fmt_u64(ret, con->o.retention_ms);
-  sluice__fmt_u64(n, con->asked);
-  sluice__fmt_u64(vis, con->o.visibility_ms);
-  sluice__fmt_u64(maxa, con->o.max_attempts);
-  const char *argv[DQ_NKEYS + 4] = {con->keys[0], con->keys[1], con->keys[2], con->keys[3],
-                                    con->keys[4], ret, n, vis, maxa};
   evtimer_del(con->timer);
   con->take_sent_ms = sluice__mono_ms();
-  int rc = sluice__eval(con->c, &sluice__lua_dq_take, DQ_NKEYS, DQ_NKEYS + 4, argv, NULL,
-                        con->o.op_timeout_ms, take_done, con, NULL);
+  int rc = sluice__args_init(&args, DQ_TAKE_ARGS, DQ_TAKE_NUMS);
+  if (rc == SLUICE_OK) {
+    sluice__dq_take_args(&args, con->keys, con->o.retention_ms, con->asked, con->o.visibility_ms,
+                         con->o.max_attempts);
+    rc = sluice__eval(con->c, &sluice__lua_dq_take, args.nkeys, args.argc, args.argv, args.lens,
+                      con->o.op_timeout_ms, take_done, con, NULL);
+    sluice__args_clear(&args);
+  }
   if (rc != SLUICE_OK) {
-    if (rc == SLUICE_ECLOSED) return; /* on_close follows */
+    if (rc == SLUICE_ECLOSED) return; /* the client's close cancels us next */
     take_failed(con, rc);
     return;
   }

@@ -34,11 +34,13 @@ async function push(conn, name, n) {
   const q = new Queue(name, { connection: conn });
   await addMany(q, 1000, () => 600000); // warm up
   const t0 = process.hrtime.bigint();
+  const cpu0 = process.cpuUsage();
   await addMany(q, n, () => 600000);
+  const cpu = process.cpuUsage(cpu0);
   const secs = Number(process.hrtime.bigint() - t0) / 1e9;
   await q.obliterate({ force: true });
   await q.close();
-  return { push_per_s: n / secs };
+  return { push_per_s: n / secs, cpu_us_per_op: (cpu.user + cpu.system) / n };
 }
 
 async function consume(conn, name, n) {
@@ -50,12 +52,14 @@ async function consume(conn, name, n) {
   const w = new Worker(name, async () => {}, { connection: conn, concurrency: 100, autorun: false });
   w.on('completed', () => { if (++done === n) finish(); });
   t0 = process.hrtime.bigint();
+  const cpu0 = process.cpuUsage();
   w.run();
   await all;
+  const cpu = process.cpuUsage(cpu0);
   const secs = Number(process.hrtime.bigint() - t0) / 1e9;
   await w.close();
   await q.close();
-  return { consume_per_s: n / secs };
+  return { consume_per_s: n / secs, cpu_us_per_op: (cpu.user + cpu.system) / n };
 }
 
 async function lateness(conn, name, rate, seconds) {

@@ -5,7 +5,8 @@
 //   node sem.js pairs HOST PORT LIMIT IN_FLIGHT:PAIRS...
 //       For each level: IN_FLIGHT acquire -> release loops on one ioredis
 //       connection, each with its own Semaphore instance on one key of LIMIT
-//       permits, until PAIRS pairs are done; one JSON line per level:
+//       permits, until PAIRS pairs are done; one JSON line per level
+//       (cpu_us_per_op: this process's CPU per pair, process.cpuUsage):
 //       {"in_flight":..., "pairs_per_s":..., "p50_ms":..., "p99_ms":...}
 //       (latencies are of acquire).
 //   node sem.js wake HOST PORT ITERATIONS
@@ -40,10 +41,13 @@ async function pairs(redis, key, limit, inflight, total) {
     }
   }
   const t0 = nowMs();
+  const cpu0 = process.cpuUsage();
   await Promise.all(Array.from({ length: inflight }, worker));
+  const cpu = process.cpuUsage(cpu0);
   const secs = (nowMs() - t0) / 1000;
   lat.sort();
-  return { in_flight: inflight, pairs_per_s: total / secs, p50_ms: pct(lat, 50), p99_ms: pct(lat, 99) };
+  return { in_flight: inflight, pairs_per_s: total / secs, p50_ms: pct(lat, 50), p99_ms: pct(lat, 99),
+           cpu_us_per_op: (cpu.user + cpu.system) / total };
 }
 
 async function wake(conn, key, iterations) {
