@@ -424,6 +424,108 @@ static double idle_waiters_run(void) {
   return per_s;
 }
 
+/* ---- contention ---------------------------------------------------------- */
+
+/* WAITERS blocking acquirers in one process cycle through a semaphore of
+ * `permits`, each holding its permit for HOLD_US: grants/s against the
+ * ideal permits / hold, and the idle gap from a release to the next grant. */
+#define CONT_WAITERS 32
+#define CONT_HOLD_US 1000
+#define CONT_SECONDS 4
+
+typedef struct cont_run cont_run;
+typedef struct cont_worker {
+  cont_run *run;
+  sluice_permit *p;
+  struct event *hold;
+} cont_worker;
+
+struct cont_run {
+  sluice_sem *sem;
+  uint64_t end_us, grants, errors;
+  uint64_t last_release_us;  /* 0: a permit is free only when none is released */
+  bench_lat *gap;
+  int running;
+};
+
+static void cont_acquire(cont_worker *w);
+
+static void cont_release(evutil_socket_t fd, short what, void *arg) {
+  cont_worker *w = arg;
+  w->run->last_release_us = bench_now_us();
+  sluice_permit_release(w->p, NULL, NULL);
+  w->p = NULL;
+  cont_acquire(w);
+}
+
+static void cont_granted(sluice_sem *sem, int status, sluice_permit *p, void *ud) {
+  cont_worker *w = ud;
+  cont_run *r = w->run;
+  r->running--;
+  if (status != SLUICE_OK) {
+    if (status != SLUICE_ECANCELED) r->errors++;
+    return;
+  }
+  uint64_t now = bench_now_us();
+  r->grants++;
+  if (r->last_release_us) bench_lat_add(r->gap, (double)(now - r->last_release_us));
+  r->last_release_us = 0;
+  w->p = p;
+  struct timeval tv = {0, CONT_HOLD_US};
+  evtimer_add(w->hold, &tv);
+}
+
+static void cont_acquire(cont_worker *w) {
+  cont_run *r = w->run;
+  if (bench_now_us() >= r->end_us) return;
+  if (sluice_sem_acquire(r->sem, 5000, cont_granted, w, NULL) == SLUICE_OK) r->running++;
+  else r->errors++;
+}
+
+typedef struct cont_result {
+  double grants_per_s, ideal, gap_p50_ms, gap_p99_ms;
+  long long calls;
+} cont_result;
+
+static int contention_run(unsigned permits, cont_result *out) {
+  char name[32];
+  snprintf(name, sizeof name, "cont%u", permits);
+  sluice_client *c = new_client();
+  sluice_sem *sem = new_sem(c, name, permits);
+  cont_run r = {sem, 0, 0, 0, 0, bench_lat_new(), 0};
+  cont_worker w[CONT_WAITERS];
+  for (int i = 0; i < CONT_WAITERS; i++) {
+    w[i] = (cont_worker){&r, NULL, evtimer_new(base, cont_release, &w[i])};
+  }
+  uint64_t t0 = bench_now_us();
+  long long c0 = script_calls();
+  r.end_us = t0 + CONT_SECONDS * 1000000ull;
+  for (int i = 0; i < CONT_WAITERS; i++) cont_acquire(&w[i]);
+  while (bench_now_us() < r.end_us) event_base_loop(base, EVLOOP_ONCE);
+  double secs = (double)(bench_now_us() - t0) / 1e6;
+  long long c1 = script_calls();
+  uint64_t grants = r.grants;
+  for (int i = 0; i < CONT_WAITERS; i++) {
+    evtimer_del(w[i].hold);
+    if (w[i].p) sluice_permit_release(w[i].p, NULL, NULL);
+    w[i].p = NULL;
+  }
+  sluice_sem_free(sem); /* cancels the waiters still queued */
+  while (r.running) event_base_loop(base, EVLOOP_ONCE);
+  for (int i = 0; i < CONT_WAITERS; i++) event_free(w[i].hold);
+  sluice_client_free(c);
+  event_base_loop(base, EVLOOP_NONBLOCK);
+  run_for_ms(100);
+  out->grants_per_s = (double)grants / secs;
+  out->ideal = permits * 1e6 / CONT_HOLD_US;
+  out->gap_p50_ms = bench_lat_pct(r.gap, 50) / 1000;
+  out->gap_p99_ms = bench_lat_pct(r.gap, 99) / 1000;
+  out->calls = c1 - c0;
+  bench_lat_free(r.gap);
+  if (r.errors) fprintf(stderr, "bench_sem: contention: %llu errors\n", (unsigned long long)r.errors);
+  return r.errors ? -1 : 0;
+}
+
 /* ---- redis-semaphore (bench/node/sem.js) ----------------------------------- */
 
 static double json_num(const char *line, const char *key) {
@@ -589,6 +691,24 @@ int main(void) {
     bench_table_free(t);
   }
   bench_lat_free(lat);
+  static const unsigned cont_permits[] = {1, 16};
+  cont_result cr[2];
+  int have_cont = 1;
+  for (int i = 0; i < 2; i++) have_cont = have_cont && contention_run(cont_permits[i], &cr[i]) == 0;
+  if (have_cont) {
+    static const char *const ccols[] = {"permits", "grants/s", "ideal", "of ideal", "gap p50 ms",
+                                        "gap p99 ms", "calls/grant", NULL};
+    t = bench_table_new("contention: 32 blocking waiters in one process, holds of 1 ms; gap = "
+                        "release called -> next grant",
+                        ccols);
+    for (int i = 0; i < 2; i++)
+      bench_table_row(t, "%u|%.0f|%.0f|%.0f%%|%.3f|%.3f|%.2f", cont_permits[i], cr[i].grants_per_s,
+                      cr[i].ideal, 100 * cr[i].grants_per_s / cr[i].ideal, cr[i].gap_p50_ms,
+                      cr[i].gap_p99_ms,
+                      (double)cr[i].calls / (cr[i].grants_per_s * CONT_SECONDS));
+    bench_table_print(t, stdout);
+    bench_table_free(t);
+  }
   double idle = idle_waiters_run();
   if (idle >= 0)
     printf("\n%d waiters blocked on one handle (heartbeat 3 s): %.2f script calls/s over %d s\n",

@@ -306,8 +306,9 @@ static void handed(sluice_sem *sem, const char *data, size_t len) {
   granted(a, buf, fence, deadline);
 }
 
-/* A hand-off, a bare waiter id (a wake-up: look again), or NULL after the
- * blocking connection came back (wake-ups may have been lost). */
+/* Hand-offs (one or more, joined by ","), a bare waiter id (a wake-up:
+ * look again), or NULL after the blocking connection came back (wake-ups
+ * may have been lost). */
 static void on_wake(void *ud, const char *data, size_t len) {
   sluice_sem *sem = ud;
   if (!data) {
@@ -316,7 +317,14 @@ static void on_wake(void *ud, const char *data, size_t len) {
     sluice_acquire *a = find_waiter(sem, data);
     if (a) poke(a);
   } else {
-    handed(sem, data, len);
+    while (len) {
+      const char *comma = memchr(data, ',', len);
+      size_t n = comma ? (size_t)(comma - data) : len;
+      handed(sem, data, n);
+      data += n;
+      len -= n;
+      if (comma) data++, len--;
+    }
   }
 }
 

@@ -48,7 +48,9 @@ end
 -- ("<wake_base><handle id>", which that handle's blocking connection waits
 -- on) as "<waiter id>:<fence>:<lease expiry ms>", so the woken waiter owns
 -- the permit without another round trip and no permit sits idle between a
--- release and the next grant. Queue members are "<handle id>:<waiter id>".
+-- release and the next grant. The grants of one handle go as one element,
+-- joined by ",": one BRPOP wakes all of them. Queue members are
+-- "<handle id>:<waiter id>".
 -- Only waiters that kept their heartbeat are served (a wake-up sent to a
 -- process that is gone would strand the permit for a lease): non-fair mode
 -- skips a stale one; fair mode stops there, since nobody may pass the head
@@ -56,7 +58,7 @@ end
 local function hand_off(H, Q, B, M, n, wake_base, hb, fair)
   if n <= 0 then return 0 end
   local stale = now + hb / 2
-  local given = 0
+  local given, grants, order = 0, {}, {}
   for _, m in ipairs(redis.call('ZRANGE', Q, 0, fair and n - 1 or n + 7)) do
     if given >= n then break end
     local live = tonumber(redis.call('ZSCORE', B, m) or '0') >= stale
@@ -71,12 +73,21 @@ local function hand_off(H, Q, B, M, n, wake_base, hb, fair)
       redis.call('ZREM', Q, m)
       redis.call('ZREM', B, m)
       redis.call('HSET', M, 'g:' .. waiter, fence)
-      local wk = wake_base .. handle
-      redis.call('LPUSH', wk, waiter .. ':' .. fence .. ':' .. expiry)
-      redis.call('LTRIM', wk, 0, 63)
-      redis.call('PEXPIRE', wk, hb * 2 + 1000)
+      local grant = waiter .. ':' .. fence .. ':' .. expiry
+      if grants[handle] then
+        grants[handle] = grants[handle] .. ',' .. grant
+      else
+        grants[handle] = grant
+        order[#order + 1] = handle
+      end
       given = given + 1
     end
+  end
+  for _, handle in ipairs(order) do
+    local wk = wake_base .. handle
+    redis.call('LPUSH', wk, grants[handle])
+    redis.call('LTRIM', wk, 0, 63)
+    redis.call('PEXPIRE', wk, hb * 2 + 1000)
   end
   return given
 end

@@ -1,0 +1,361 @@
+/* Short faults must stay short: each case is one way a blip used to turn
+ * into a long outage (connections killed during releases, a stalled Redis
+ * that later ran abandoned steps, a handshake that failed half-way, a
+ * consumer or waiter that lagged the connection's return), plus the
+ * hand-off of a released permit to the next waiter. */
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dq_util.h"
+#include "sem_util.h"
+
+static sluice_client *client_with(struct event_base *base, const char *user, const char *pass,
+                                  unsigned op_timeout_ms) {
+  sluice_client_options o;
+  sluice_client_options_init(&o);
+  o.unix_path = th_server.sock;
+  o.username = user;
+  o.password = pass;
+  o.reconnect_min_ms = 20;
+  o.reconnect_max_ms = 200;
+  o.op_timeout_ms = op_timeout_ms;
+  sluice_client *c = NULL;
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  return c;
+}
+
+/* Redis gone: connections refused until th_redis_restart brings it back on
+ * the same socket. */
+static void redis_kill(void) {
+  kill(th_server.pid, SIGKILL);
+  waitpid(th_server.pid, NULL, 0);
+  th_server.pid = 0;
+  unlink(th_server.sock);
+}
+
+static long long holders(const char *sem) {
+  return th_redis_int(&th_server, "ZCARD sluice:sem:{%s}:holders", sem);
+}
+
+/* Run the loop until cond() holds or ms pass; 1 if it held. */
+static int loop_until_cond(struct event_base *base, int (*cond)(void *), void *arg, unsigned ms) {
+  uint64_t end = th_now_ms() + ms;
+  while (!cond(arg)) {
+    if (th_now_ms() >= end) return 0;
+    int none = 0;
+    th_loop_until(base, &none, 10);
+  }
+  return 1;
+}
+
+static int no_holders(void *name) { return holders(name) == 0; }
+
+/* 1. Releases issued while the connection is killed are not lost: they are
+ * sent again after the reconnect, so the permits come free in about a
+ * reconnect, not a lease. */
+static void test_releases_survive_kill(void) {
+  sem_fx fx = sem_fx_open();
+  sluice_sem *s = sem_test_new(fx.c, "kill", 16, 30000, 0);
+  acq_result a[16];
+  for (int i = 0; i < 16; i++) {
+    a[i] = sem_try(fx.base, s);
+    TH_ASSERT_EQ(a[i].status, SLUICE_OK);
+  }
+  for (int i = 0; i < 16; i++) sluice_permit_release(a[i].permit, NULL, NULL);
+  /* The releases leave on the next loop turn: the connection is gone then. */
+  th_redis_int(&th_server, "CLIENT KILL TYPE normal SKIPME yes");
+  uint64_t t0 = th_now_ms();
+  TH_ASSERT(loop_until_cond(fx.base, no_holders, (void *)"kill", 3000));
+  TH_ASSERT_CMP(th_now_ms() - t0, <, 1500);
+  acq_result n = sem_try(fx.base, s);
+  TH_ASSERT_EQ(n.status, SLUICE_OK);
+  sluice_permit_release(n.permit, NULL, NULL);
+  sluice_sem_free(s);
+  sem_fx_close(&fx);
+}
+
+/* 2. A waiter gives up while Redis is stopped; when Redis resumes it runs
+ * the attempts still unread on the dropped connection and may grant them.
+ * Those grants belong to nobody: the library's releases, retried after the
+ * reconnect, remove them, so no holder is left once the releases land. */
+static void test_stall_leaves_no_orphan(void) {
+  sem_fx fx = sem_fx_open();
+  sluice_client *wc = client_with(fx.base, NULL, NULL, 1000);
+  sluice_sem *hs = sem_test_new(fx.c, "stall", 1, 3000, 0);
+  sluice_sem *ws = sem_test_new(wc, "stall", 1, 30000, 0);
+  acq_result h = sem_try(fx.base, hs);
+  TH_ASSERT_EQ(h.status, SLUICE_OK);
+  acq_result w = {0};
+  TH_ASSERT_EQ(sluice_sem_acquire(ws, 3000, acq_cb, &w, NULL), SLUICE_OK);
+  th_loop_for(fx.base, 300);
+  th_redis_pause(&th_server);
+  TH_ASSERT(th_loop_until(fx.base, &w.done, 5000));
+  TH_ASSERT(w.status == SLUICE_ECONNECTION || w.status == SLUICE_ETIMEDOUT);
+  th_loop_for(fx.base, 1500); /* the holder's lease runs out meanwhile */
+  th_redis_resume(&th_server);
+  /* Stale attempts run now; our releases follow them after the reconnect. */
+  TH_ASSERT(loop_until_cond(fx.base, no_holders, (void *)"stall", 4000));
+  th_loop_for(fx.base, 300);
+  TH_ASSERT_EQ(holders("stall"), 0);
+  sluice_permit_release(h.permit, NULL, NULL);
+  sluice_sem_free(hs);
+  sluice_sem_free(ws);
+  sluice_client_free(wc);
+  sem_fx_close(&fx);
+}
+
+/* 3. "Not sent" and "sent, outcome unknown" are different statuses: a push
+ * whose connection is dropped after it left answers SLUICE_EINDOUBT (and
+ * may have been queued: here it was); a push while the client knows it is
+ * disconnected answers SLUICE_ECONNECTION and queues nothing. */
+static void on_info_done(sluice_dq *dq, int status, const sluice_dq_info *info, void *ud) {
+  *(int *)ud = status == SLUICE_OK ? 1 : -1;
+}
+
+static void test_doubt_is_not_not_sent(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = client_with(base, NULL, NULL, 300);
+  sluice_dq_options qo;
+  sluice_dq_options_init(&qo);
+  qo.op_timeout_ms = 3000;
+  sluice_dq *slow = NULL, *fast = NULL;
+  TH_ASSERT_EQ(sluice_dq_new(c, "doubt", &qo, &slow), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_new(c, "doubt", NULL, &fast), SLUICE_OK);
+  dqt_push warm;
+  TH_ASSERT_EQ(dqt_push_wait(base, slow, "w", "w", 600000, &warm), SLUICE_OK);
+  th_redis_pause(&th_server);
+  dqt_push p = {0};
+  sluice_dq_item it = {"x", 1, 600000, 0, "sent"};
+  TH_ASSERT_EQ(sluice_dq_push(slow, &it, dqt_on_push, &p), SLUICE_OK);
+  /* A step with a 300 ms deadline gets nothing back: the client presumes
+   * the connection dead and drops it, with the push on it. */
+  int info = 0;
+  TH_ASSERT_EQ(sluice_dq_inspect(fast, on_info_done, &info), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &p.done, 3000));
+  TH_ASSERT_EQ(p.status, SLUICE_EINDOUBT);
+  dqt_push q = {0};
+  sluice_dq_item it2 = {"y", 1, 600000, 0, "unsent"};
+  TH_ASSERT_EQ(sluice_dq_push(fast, &it2, dqt_on_push, &q), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &q.done, 3000));
+  TH_ASSERT_EQ(q.status, SLUICE_ECONNECTION);
+  th_redis_resume(&th_server);
+  /* Redis read the push before the connection went: it was queued. */
+  uint64_t end = th_now_ms() + 3000;
+  while (th_redis_int(&th_server, "ZCARD sluice:dq:{doubt}:z") < 2 && th_now_ms() < end)
+    th_loop_for(base, 20);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "HEXISTS sluice:dq:{doubt}:h psent"), 1);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "HEXISTS sluice:dq:{doubt}:h punsent"), 0);
+  sluice_dq_free(slow);
+  sluice_dq_free(fast);
+  dqt_finish(base, c);
+}
+
+/* 4. A handshake that fails reports the first failing step in Redis's own
+ * words, and never "connected". */
+static int ups, downs;
+static void on_state(sluice_client *c, int connected, int status, void *ud) {
+  if (connected) ups++;
+  else downs++;
+}
+
+static void expect_handshake_error(const char *user, const char *pass, const char *words) {
+  struct event_base *base = event_base_new();
+  sluice_client_options o;
+  sluice_client_options_init(&o);
+  o.unix_path = th_server.sock;
+  o.username = user;
+  o.password = pass;
+  o.reconnect_min_ms = 20;
+  o.reconnect_max_ms = 2000;
+  sluice_client *c = NULL;
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  ups = downs = 0;
+  sluice_client_set_state_cb(c, on_state, NULL);
+  th_loop_for(base, 1000);
+  TH_ASSERT_EQ(ups, 0);
+  TH_ASSERT_CMP(downs, >=, 1);
+  TH_ASSERT_CMP(downs, <=, 8); /* the backoff grows: 20, 40, 80 ... ms */
+  TH_ASSERT(!sluice_client_is_connected(c));
+  const char *err = sluice_client_last_error(c);
+  if (!strstr(err, words)) th_fail(__FILE__, __LINE__, "\"%s\" lacks \"%s\"", err, words);
+  sluice_client_free(c);
+  TH_ASSERT(th_loop_drain(base, 3000));
+  event_base_free(base);
+}
+
+static void test_handshake_errors(void) {
+  th_redis_int(&th_server, "ACL SETUSER noscript on >pw ~* &* +@all -evalsha -eval -script");
+  expect_handshake_error("noscript", "pw", "NOPERM");
+  expect_handshake_error("noscript", "wrong", "WRONGPASS");
+  th_redis_int(&th_server, "ACL DELUSER noscript");
+}
+
+/* 5. A consumer takes as soon as the connection is back, not after the
+ * backoff its failed takes built up during the outage. (A take whose answer
+ * was lost is another matter: its messages stay in flight until their
+ * visibility timeout, as at-least-once delivery requires.) */
+static uint64_t up_at;
+static void note_up(sluice_client *c, int connected, int status, void *ud) {
+  if (connected) up_at = th_now_ms();
+}
+
+typedef struct got {
+  int n;
+  uint64_t at;
+} got;
+
+static void on_msg(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
+  got *g = ud;
+  g->n++;
+  g->at = th_now_ms();
+  sluice_dq_ack(m, NULL, NULL);
+}
+
+static void test_consumer_resumes_at_once(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = client_with(base, NULL, NULL, 200);
+  sluice_client_set_state_cb(c, note_up, NULL);
+  sluice_dq *dq = dqt_queue(c, "resume");
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, "m", "m", 600, &p), SLUICE_OK);
+  got g = {0};
+  sluice_dq_consumer *con = NULL;
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "resume", NULL, on_msg, &g, &con), SLUICE_OK);
+  th_loop_for(base, 100);
+  th_redis_int(&th_server, "SAVE"); /* the restart below brings the message back */
+  redis_kill(); /* the message falls due while Redis is away; takes fail */
+  th_loop_for(base, 2500);
+  TH_ASSERT_EQ(g.n, 0);
+  up_at = 0;
+  th_redis_restart(&th_server);
+  TH_ASSERT(th_loop_until(base, &g.n, 5000));
+  TH_ASSERT(up_at != 0);
+  TH_ASSERT_CMP(g.at - up_at, <, 150);
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  dqt_finish(base, c);
+}
+
+/* 6. With fail_fast a blocking acquire answers "unavailable" within about a
+ * heartbeat when Redis is down, instead of waiting out its timeout; the
+ * blocking connection's state is visible. */
+static void test_fail_fast_and_health(void) {
+  sem_fx fx = sem_fx_open();
+  sluice_sem_options o;
+  sluice_sem_options_init(&o);
+  o.ttl_ms = 5000;
+  o.fail_fast = 1;
+  sluice_sem *s;
+  TH_ASSERT_EQ(sluice_sem_new(fx.c, "ff", &o, &s), SLUICE_OK);
+  acq_result h = sem_try(fx.base, s);
+  acq_result w = {0};
+  TH_ASSERT_EQ(sluice_sem_acquire(s, 10000, acq_cb, &w, NULL), SLUICE_OK);
+  th_loop_for(fx.base, 200);
+  sluice_client_health hl;
+  sluice_client_get_health(fx.c, &hl);
+  TH_ASSERT_EQ(hl.command_up, 1);
+  TH_ASSERT_EQ(hl.blocking_up, 1);
+  uint64_t t0 = th_now_ms();
+  redis_kill();
+  TH_ASSERT(th_loop_until(fx.base, &w.done, 3000));
+  TH_ASSERT_EQ(w.status, SLUICE_ECONNECTION);
+  TH_ASSERT_CMP(th_now_ms() - t0, <, 2000);
+  sluice_client_get_health(fx.c, &hl);
+  TH_ASSERT_EQ(hl.command_up, 0);
+  TH_ASSERT(hl.blocking_up != 1);
+  th_redis_restart(&th_server);
+  sluice_permit_release(h.permit, NULL, NULL);
+  sluice_sem_free(s);
+  sem_fx_close(&fx);
+}
+
+/* 7. Hand-off: a release gives the freed permit to the queued waiter in
+ * the same step — when the release is answered the waiter already holds
+ * it — and the waiter owns it without another attempt. */
+typedef struct handoff {
+  long long holders_at_release;
+  int released;
+} handoff;
+
+static void on_released(sluice_sem *sem, int status, void *ud) {
+  handoff *h = ud;
+  h->holders_at_release = holders("ho");
+  h->released = status == SLUICE_OK ? 1 : -1;
+}
+
+static void test_release_hands_off(void) {
+  sem_fx fx = sem_fx_open();
+  sluice_client *wc = sem_test_client(fx.base);
+  sluice_sem *hs = sem_test_new(fx.c, "ho", 1, 5000, 0);
+  sluice_sem *ws = sem_test_new(wc, "ho", 1, 5000, 0);
+  acq_result h = sem_try(fx.base, hs);
+  acq_result w = {0};
+  TH_ASSERT_EQ(sluice_sem_acquire(ws, 5000, acq_cb, &w, NULL), SLUICE_OK);
+  th_loop_for(fx.base, 100);
+  TH_ASSERT_EQ(w.done, 0);
+  handoff ho = {-1, 0};
+  TH_ASSERT_EQ(sluice_permit_release(h.permit, on_released, &ho), SLUICE_OK);
+  TH_ASSERT(th_loop_until(fx.base, &ho.released, 2000));
+  TH_ASSERT_EQ(ho.released, 1);
+  TH_ASSERT_EQ(ho.holders_at_release, 1); /* already the waiter's */
+  TH_ASSERT(th_loop_until(fx.base, &w.done, 2000));
+  TH_ASSERT_EQ(w.status, SLUICE_OK);
+  /* Its short first lease was renewed to a full one. */
+  th_loop_for(fx.base, 200);
+  TH_ASSERT_CMP(sluice_permit_remaining_ms(w.permit), >, 4000);
+  TH_ASSERT_EQ(holders("ho"), 1);
+  acq_result again = sem_try(fx.base, hs);
+  TH_ASSERT_EQ(again.status, SLUICE_EBUSY);
+  sluice_permit_release(w.permit, NULL, NULL);
+  sluice_sem_free(hs);
+  sluice_sem_free(ws);
+  sluice_client_free(wc);
+  sem_fx_close(&fx);
+}
+
+/* A release by id, for a holder that lost its handle. */
+static void on_rel_status(sluice_sem *sem, int status, void *ud) { *(int *)ud = status ? status : 1; }
+
+static void test_release_by_id(void) {
+  sem_fx fx = sem_fx_open();
+  sluice_client *other = sem_test_client(fx.base);
+  sluice_sem *a = sem_test_new(fx.c, "byid", 1, 30000, 0);
+  sluice_sem *b = sem_test_new(other, "byid", 1, 30000, 0);
+  acq_result h = sem_try(fx.base, a);
+  char id[33];
+  memcpy(id, sluice_permit_id(h.permit), 33);
+  int st = 0;
+  TH_ASSERT_EQ(sluice_sem_release_id(b, id, on_rel_status, &st), SLUICE_OK);
+  TH_ASSERT(th_loop_until(fx.base, &st, 2000));
+  TH_ASSERT_EQ(st, 1);
+  TH_ASSERT_EQ(holders("byid"), 0);
+  st = 0;
+  TH_ASSERT_EQ(sluice_sem_release_id(b, id, on_rel_status, &st), SLUICE_OK);
+  TH_ASSERT(th_loop_until(fx.base, &st, 2000));
+  TH_ASSERT_EQ(st, SLUICE_ENOTFOUND);
+  TH_ASSERT_EQ(sluice_sem_release_id(b, "xyz", NULL, NULL), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_sem_release_id(b, NULL, NULL, NULL), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_sem_release_id(NULL, id, NULL, NULL), SLUICE_EINVAL);
+  sluice_permit_release(h.permit, NULL, NULL);
+  sluice_sem_free(a);
+  sluice_sem_free(b);
+  sluice_client_free(other);
+  sem_fx_close(&fx);
+}
+
+int main(int argc, char **argv) {
+  static const th_case cases[] = {
+      {"releases_survive_kill", test_releases_survive_kill, 0},
+      {"stall_leaves_no_orphan", test_stall_leaves_no_orphan, 0},
+      {"doubt_is_not_not_sent", test_doubt_is_not_not_sent, 0},
+      {"handshake_errors", test_handshake_errors, 0},
+      {"consumer_resumes_at_once", test_consumer_resumes_at_once, 0},
+      {"fail_fast_and_health", test_fail_fast_and_health, 0},
+      {"release_hands_off", test_release_hands_off, 0},
+      {"release_by_id", test_release_by_id, 0},
+      {NULL, NULL, 0},
+  };
+  return th_main(argc, argv, cases);
+}
