@@ -77,6 +77,7 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
     return;
   }
   if (status == SLUICE_OK || status == SLUICE_ENOTFOUND) sem->retry_ms = RETRY_MIN_MS;
+  if (transport) status = SLUICE_ECONNECTION; /* gave up: the lease has ended anyway */
   if (!sluice__guard_live(&sem->guard) || status == SLUICE_ECLOSED) status = SLUICE_ECANCELED;
   reply_to(sem, rel, status);
   sluice__guard_poke(&sem->guard);

@@ -6,8 +6,10 @@
  *  - one blocking connection, opened on first use, on which a single BRPOP
  *    waits for every wake-up list the client's primitives listen to.
  *
- * Connection loss: pending operations complete with SLUICE_ECONNECTION and the
- * client reconnects with exponential backoff and jitter. A connection that
+ * Connection loss: pending operations complete with SLUICE_EINDOUBT (sent,
+ * may have run) or SLUICE_ECONNECTION (never sent), and the client reconnects
+ * with exponential backoff and jitter; when it is back, every object resumes
+ * at once (parked releases first, then waiters and consumers). A connection that
  * has returned nothing for a whole op_timeout_ms while an operation timed
  * out is presumed dead (a host gone without a reset) and replaced the same
  * way; TCP connections also use keepalive. Operations started

@@ -82,7 +82,10 @@ typedef struct sluice_dq_item {
 
 /* status: SLUICE_OK (queued, due at due_ms on Redis's clock), SLUICE_EEXIST
  * (a message with this id is already queued; nothing changed, due_ms is -1),
- * or a transport error. id is borrowed (the given or generated id). */
+ * SLUICE_ECONNECTION (not sent: not queued), or SLUICE_EINDOUBT /
+ * SLUICE_ETIMEDOUT (it may have been queued and may be delivered: push it
+ * again under the same id, which is refused with SLUICE_EEXIST if it was).
+ * id is borrowed (the given or generated id). */
 typedef void sluice_dq_push_cb(sluice_dq *dq, int status, const char *id,
                                int64_t due_ms, void *userdata);
 
@@ -98,8 +101,9 @@ typedef struct sluice_dq_push_result {
 } sluice_dq_push_result;
 
 /* status is SLUICE_OK when Redis ran the batch; then results[i] says what
- * happened to items[i]. Otherwise results is NULL and nothing (or, for
- * SLUICE_ETIMEDOUT, possibly everything) was queued. */
+ * happened to items[i]. Otherwise results is NULL and nothing was queued
+ * (SLUICE_ECONNECTION), or possibly everything (SLUICE_EINDOUBT,
+ * SLUICE_ETIMEDOUT). */
 typedef void sluice_dq_batch_cb(sluice_dq *dq, int status,
                                 const sluice_dq_push_result *results, size_t n,
                                 void *userdata);

@@ -125,10 +125,12 @@ SLUICE_EXPORT const char *sluice_limiter_name(const sluice_limiter *lim);
 
 /* status SLUICE_OK: a decision was made and res says which (a denial is not
  * an error). Otherwise res is NULL, except for a wait that ends with
- * SLUICE_ETIMEDOUT, where res is the last denial. Other statuses:
- * SLUICE_ECONNECTION / SLUICE_ETIMEDOUT (Redis down or too slow, fail-closed;
- * for a wait, SLUICE_ETIMEDOUT only ever means its own timeout passed and a
- * Redis step timing out is reported as SLUICE_ECONNECTION),
+ * SLUICE_ETIMEDOUT, where res is the last denial. Other statuses, with the
+ * fail-closed policy: SLUICE_ECONNECTION (Redis down: nothing was counted),
+ * SLUICE_EINDOUBT / SLUICE_ETIMEDOUT (a check whose answer was lost or late:
+ * its units may have been taken). For a wait, SLUICE_ETIMEDOUT only ever
+ * means its own timeout passed; a step that could not reach Redis, or whose
+ * answer was lost or late, is reported as SLUICE_ECONNECTION.
  * SLUICE_EREDIS, SLUICE_EPROTOCOL, SLUICE_ECANCELED (freed, cancelled or
  * client closed), SLUICE_EFULL (wait queue of the key full). res is borrowed:
  * valid only during the call. */

@@ -63,8 +63,13 @@ SLUICE_EXPORT const char *sluice_sem_name(const sluice_sem *sem);
 
 /* status: SLUICE_OK with a permit you now own (release it with
  * sluice_permit_release), SLUICE_EBUSY (try_acquire: none free),
- * SLUICE_ETIMEDOUT, SLUICE_ECANCELED, SLUICE_ECONNECTION, ...; permit is NULL
- * unless status is SLUICE_OK. */
+ * SLUICE_ETIMEDOUT (acquire: its timeout passed), SLUICE_ECANCELED, or a
+ * transport status: SLUICE_ECONNECTION (Redis unreachable), SLUICE_EINDOUBT or
+ * SLUICE_ETIMEDOUT (try_acquire: the answer was lost or late). You hold no
+ * permit in any of these cases: one Redis may have granted to an attempt
+ * whose answer was lost is released by the library (retried across
+ * reconnects until Redis confirms it). permit is NULL unless status is
+ * SLUICE_OK. */
 typedef void sluice_acquire_cb(sluice_sem *sem, int status,
                                sluice_permit *permit, void *userdata);
 
@@ -104,7 +109,10 @@ SLUICE_EXPORT int64_t sluice_permit_remaining_ms(const sluice_permit *permit);
 SLUICE_EXPORT int sluice_permit_lost(const sluice_permit *permit);
 
 /* status: SLUICE_OK released; SLUICE_ENOTFOUND it had already expired or been
- * taken away; or a transport error (the lease then simply expires). */
+ * taken away; SLUICE_ECANCELED when the handle was freed or the client closed
+ * first. A release that cannot reach Redis is not answered with an error: it
+ * is sent again after the reconnect, until Redis answers it or its lease has
+ * surely ended (then SLUICE_ECONNECTION, and the lease has expired). */
 typedef void sluice_release_cb(sluice_sem *sem, int status, void *userdata);
 
 /* Release the permit and free its handle (invalid after this call, even when

@@ -49,6 +49,17 @@ extern "C" {
  * object is still freed by its own _free.
  */
 
+/*
+ * When Redis cannot be reached, an operation ends with one of three statuses,
+ * and each says something different about what happened in Redis:
+ *  - SLUICE_ECONNECTION: not sent (the client knew the connection was down);
+ *    nothing happened.
+ *  - SLUICE_EINDOUBT: sent, and the connection broke before the answer; it
+ *    may have run.
+ *  - SLUICE_ETIMEDOUT: its deadline passed; it may have run, or may still.
+ * Each operation's header says which it returns and what to assume.
+ */
+
 /* X(name, value, message): the one table of status codes. Values are never
  * reused: a code that goes leaves a gap. */
 #define SLUICE_STATUS_MAP(X)                                                  \
