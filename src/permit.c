@@ -94,7 +94,8 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
   }
   if (status == SLUICE_OK) {
     set_deadline(p, sluice__permit_deadline(p->sem, br->sent_ms, (uint64_t)ttl));
-    sluice__timer_in(p->renew_timer, p->sem->o.renew_ms);
+    /* Without auto_renew only a hand-off's first renewal runs. */
+    if (p->sem->o.auto_renew) sluice__timer_in(p->renew_timer, p->sem->o.renew_ms);
     return;
   }
   uint64_t again = ms_left(p) / 4;
