@@ -4,10 +4,14 @@
 #   scripts/test.sh [--valgrind | --no-valgrind]
 #
 # Passes, each in its own build directory (all warnings are errors):
-#   gcc       build-ci         meson test, every suite
-#   asan      build-ci-asan    meson test under AddressSanitizer + UBSan
-#   clang     build-ci-clang   compile only, to stay warning-free on clang
-#   valgrind  build-ci         meson test --setup valgrind
+#   gcc       build-ci           meson test, every suite
+#   asan      build-ci-asan      meson test under AddressSanitizer + UBSan
+#   clang     build-ci-clang     compile only, to stay warning-free on clang
+#   hiredis1  build-ci-hiredis1  meson test, every suite, against Debian 13's
+#                                hiredis 1.x, which scripts/hiredis1.sh
+#                                unpacks into build-hiredis1/ (not installed;
+#                                the binaries load it by their rpath)
+#   valgrind  build-ci           meson test --setup valgrind
 # The valgrind pass runs when the time spent so far leaves room for it
 # (estimated at 4x the gcc pass) within SLUICE_TEST_BUDGET_S for the whole
 # script: default 600 s, 2400 s under CI=true. --valgrind always runs it,
@@ -27,7 +31,7 @@ for arg in "$@"; do
   case $arg in
     --valgrind) valgrind=yes ;;
     --no-valgrind) valgrind=no ;;
-    -h | --help) sed -n '2,19s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,23s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
@@ -114,6 +118,24 @@ else
   count --label clang --step "clang --werror build" --failed
 fi
 pass_done clang $t
+
+banner "hiredis1: build-ci-hiredis1 (hiredis 1.x, --werror)"
+t=$SECONDS
+if pcdir=$(scripts/hiredis1.sh 2>"$logs/hiredis1-fetch.log" | tail -n 1) && [ -n "$pcdir" ]; then
+  cat "$logs/hiredis1-fetch.log"
+  if build hiredis1 build-ci-hiredis1 -Dbuildtype=debugoptimized -Dpkg_config_path="$pcdir"; then
+    # Which hiredis the tests load, for the log.
+    ldd build-ci-hiredis1/src/libsluice.so | grep hiredis | sed 's/^[[:space:]]*/  /'
+    run_tests hiredis1 build-ci-hiredis1
+  else
+    count --label hiredis1 --step "configure + build" --failed
+  fi
+else
+  echo "  [hiredis1] fetching hiredis 1.x FAILED:"
+  sed 's/^/    /' "$logs/hiredis1-fetch.log"
+  count --label hiredis1 --step "fetch hiredis 1.x" --failed
+fi
+pass_done hiredis1 $t
 
 if [ "$valgrind" = auto ]; then
   # Measured here the valgrind pass takes about 1.5x the whole gcc pass
