@@ -8,9 +8,13 @@
 #   asan      build-ci-asan      meson test under AddressSanitizer + UBSan
 #   clang     build-ci-clang     compile only, to stay warning-free on clang
 #   hiredis1  build-ci-hiredis1  meson test, every suite, against Debian 13's
-#                                hiredis 1.x, which scripts/hiredis1.sh
-#                                unpacks into build-hiredis1/ (not installed;
-#                                the binaries load it by their rpath)
+#                                hiredis 1.x with TLS (-Dtls=enabled), which
+#                                scripts/hiredis1.sh unpacks into
+#                                build-hiredis1/ (not installed; the binaries
+#                                load it by their rpath); then the same
+#                                configuration built with clang (compile
+#                                only) and the tls suite under ASan + UBSan
+#                                (build-ci-hiredis1-clang, -asan)
 #   valgrind  build-ci           meson test --setup valgrind
 # The valgrind pass runs when the time spent so far leaves room for it
 # (estimated at 4x the gcc pass) within SLUICE_TEST_BUDGET_S for the whole
@@ -31,7 +35,7 @@ for arg in "$@"; do
   case $arg in
     --valgrind) valgrind=yes ;;
     --no-valgrind) valgrind=no ;;
-    -h | --help) sed -n '2,23s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,27s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
@@ -119,16 +123,30 @@ else
 fi
 pass_done clang $t
 
-banner "hiredis1: build-ci-hiredis1 (hiredis 1.x, --werror)"
+banner "hiredis1: build-ci-hiredis1* (hiredis 1.x with TLS, --werror)"
 t=$SECONDS
 if pcdir=$(scripts/hiredis1.sh 2>"$logs/hiredis1-fetch.log" | tail -n 1) && [ -n "$pcdir" ]; then
   cat "$logs/hiredis1-fetch.log"
-  if build hiredis1 build-ci-hiredis1 -Dbuildtype=debugoptimized -Dpkg_config_path="$pcdir"; then
-    # Which hiredis the tests load, for the log.
+  h1=(-Dbuildtype=debugoptimized -Dpkg_config_path="$pcdir" -Dtls=enabled)
+  if build hiredis1 build-ci-hiredis1 "${h1[@]}"; then
+    # Which hiredis the tests load, for the log (test_tls checks it too).
     ldd build-ci-hiredis1/src/libsluice.so | grep hiredis | sed 's/^[[:space:]]*/  /'
     run_tests hiredis1 build-ci-hiredis1
   else
     count --label hiredis1 --step "configure + build" --failed
+  fi
+  # The TLS code exists only in this configuration: clang must see it too,
+  # and the sanitizers watch its connection paths.
+  if CC=clang build hiredis1-clang build-ci-hiredis1-clang "${h1[@]}"; then
+    count --label hiredis1-clang --step "clang --werror build" --ok
+  else
+    count --label hiredis1-clang --step "clang --werror build" --failed
+  fi
+  if build hiredis1-asan build-ci-hiredis1-asan "${h1[@]}" -Db_sanitize=address,undefined; then
+    run_tests hiredis1-asan build-ci-hiredis1-asan --suite tls --suite symbols \
+      --timeout-multiplier 3
+  else
+    count --label hiredis1-asan --step "configure + build" --failed
   fi
 else
   echo "  [hiredis1] fetching hiredis 1.x FAILED:"
