@@ -336,6 +336,38 @@ static void test_delay_queue(void) {
   event_base_free(base);
 }
 
+/* After the server restarts, the client reconnects over TLS by itself. */
+static void test_reconnect(void) {
+  struct event_base *base = event_base_new();
+  state_rec st = {0};
+  sluice_client *c = client_for(base, tls_url(good_query()), &st);
+  TH_ASSERT(th_loop_until(base, &st.changes, 5000));
+  TH_ASSERT_EQ(st.up, 1);
+  th_redis_restart(&th_server); /* kill -9, then the same TLS arguments */
+  uint64_t end = th_now_ms() + 10000;
+  while (st.changes < 2 && th_now_ms() < end) th_loop_for(base, 5);
+  TH_ASSERT_EQ(st.up, 0); /* the loss was seen */
+  while (!st.up && th_now_ms() < end) th_loop_for(base, 5);
+  TH_ASSERT_EQ(st.up, 1);
+  sluice_client_stats stats;
+  sluice_client_get_stats(c, &stats);
+  TH_ASSERT_CMP(stats.reconnects, >=, 1);
+  sluice_limiter_options o;
+  sluice_limiter_options_init(&o);
+  o.limit = 1;
+  o.period_ms = 60000;
+  sluice_limiter *lim = NULL;
+  TH_ASSERT_EQ(sluice_limiter_new(c, "api", &o, &lim), SLUICE_OK);
+  rl_rec r = {0};
+  TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 1, on_rl, &r), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &r.done, 5000));
+  TH_ASSERT_EQ(r.status, SLUICE_OK);
+  TH_ASSERT_EQ(r.res.allowed, 1);
+  sluice_limiter_free(lim);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
 /* A connection that must fail: the state callback reports it (no hang), an
  * operation fails with ECONNECTION or ETIMEDOUT instead of hanging, and the
  * error text holds want. */
@@ -583,6 +615,7 @@ int main(int argc, char **argv) {
     {"semaphore", test_semaphore, 0},
     {"limiter", test_limiter, 0},
     {"delay_queue", test_delay_queue, 0},
+    {"reconnect", test_reconnect, 0},
     {"wrong_ca", test_wrong_ca, 0},
     {"wrong_server_name", test_wrong_server_name, 0},
     {"client_cert_missing", test_client_cert_missing, 0},
