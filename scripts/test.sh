@@ -13,12 +13,13 @@
 #                                build-hiredis1/ (not installed; the binaries
 #                                load it by their rpath); then the same
 #                                configuration built with clang (compile
-#                                only) and the tls suite under ASan + UBSan
+#                                only) and every suite under ASan + UBSan
 #                                (build-ci-hiredis1-clang, -asan)
-#   valgrind  build-ci           meson test --setup valgrind
+#   valgrind  build-ci           meson test --setup valgrind; then the tls
+#                                suite of build-ci-hiredis1 the same way
 # The valgrind pass runs when the time spent so far leaves room for it
 # (estimated at 4x the gcc pass) within SLUICE_TEST_BUDGET_S for the whole
-# script: default 600 s, 2400 s under CI=true. --valgrind always runs it,
+# script: default 900 s, 2400 s under CI=true. --valgrind always runs it,
 # --no-valgrind never does.
 #
 # Test binaries print TAP; scripts/count_tap.py counts their cases from
@@ -35,11 +36,11 @@ for arg in "$@"; do
   case $arg in
     --valgrind) valgrind=yes ;;
     --no-valgrind) valgrind=no ;;
-    -h | --help) sed -n '2,27s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,28s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
-budget=600
+budget=900
 [ "${CI:-}" = true ] && budget=2400
 budget=${SLUICE_TEST_BUDGET_S:-$budget}
 
@@ -143,8 +144,7 @@ if pcdir=$(scripts/hiredis1.sh 2>"$logs/hiredis1-fetch.log" | tail -n 1) && [ -n
     count --label hiredis1-clang --step "clang --werror build" --failed
   fi
   if build hiredis1-asan build-ci-hiredis1-asan "${h1[@]}" -Db_sanitize=address,undefined; then
-    run_tests hiredis1-asan build-ci-hiredis1-asan --suite tls --suite symbols \
-      --timeout-multiplier 3
+    run_tests hiredis1-asan build-ci-hiredis1-asan --timeout-multiplier 3
   else
     count --label hiredis1-asan --step "configure + build" --failed
   fi
@@ -175,6 +175,10 @@ if [ "$valgrind" = yes ]; then
     run_tests valgrind build-ci --setup valgrind
   else
     count --label valgrind --step "needs the gcc build" --failed
+  fi
+  # TLS exists only in the hiredis 1.x build: its connection paths too.
+  if [ -f build-ci-hiredis1/test/test_tls ]; then
+    run_tests valgrind-h1 build-ci-hiredis1 --setup valgrind --suite tls
   fi
   pass_done valgrind $t
 fi
