@@ -15,8 +15,8 @@
 #                                configuration built with clang (compile
 #                                only) and every suite under ASan + UBSan
 #                                (build-ci-hiredis1-clang, -asan)
-#   valgrind  build-ci           meson test --setup valgrind; then the tls
-#                                suite of build-ci-hiredis1 the same way
+#   valgrind  build-ci           meson test --setup valgrind; then the same
+#                                for build-ci-hiredis1
 # The valgrind pass runs when the time spent so far leaves room for it
 # (estimated at 4x the gcc pass) within SLUICE_TEST_BUDGET_S for the whole
 # script: default 900 s, 2400 s under CI=true. --valgrind always runs it,
@@ -176,9 +176,9 @@ if [ "$valgrind" = yes ]; then
   else
     count --label valgrind --step "needs the gcc build" --failed
   fi
-  # TLS exists only in the hiredis 1.x build: its connection paths too.
+  # The same against hiredis 1.x, where TLS lives too.
   if [ -f build-ci-hiredis1/test/test_tls ]; then
-    run_tests valgrind-h1 build-ci-hiredis1 --setup valgrind --suite tls
+    run_tests valgrind-h1 build-ci-hiredis1 --setup valgrind
   fi
   pass_done valgrind $t
 fi
