@@ -4,14 +4,23 @@
 #   scripts/test.sh [--valgrind | --no-valgrind]
 #
 # Passes, each in its own build directory (all warnings are errors):
-#   gcc       build-ci         meson test: the quick suite (no Redis) first,
-#                              then every other suite
-#   asan      build-ci-asan    meson test under AddressSanitizer + UBSan
-#   clang     build-ci-clang   compile only, to stay warning-free on clang
-#   valgrind  build-ci         meson test --setup valgrind
+#   gcc       build-ci           meson test: the quick suite (no Redis) first,
+#                                then every other suite
+#   asan      build-ci-asan      meson test under AddressSanitizer + UBSan
+#   clang     build-ci-clang     compile only, to stay warning-free on clang
+#   hiredis1  build-ci-hiredis1  meson test, every suite, against Debian 13's
+#                                hiredis 1.x with TLS (-Dtls=enabled), which
+#                                scripts/hiredis1.sh unpacks into
+#                                build-hiredis1/ (not installed; the binaries
+#                                load it by their rpath); then the same
+#                                configuration built with clang (compile
+#                                only) and every suite under ASan + UBSan
+#                                (build-ci-hiredis1-clang, -asan)
+#   valgrind  build-ci           meson test --setup valgrind; then the same
+#                                for build-ci-hiredis1
 # The valgrind pass runs when the time spent so far leaves room for it
 # (estimated at 4x the gcc pass) within SLUICE_TEST_BUDGET_S for the whole
-# script: default 600 s, 2400 s under CI=true. --valgrind always runs it,
+# script: default 900 s, 2400 s under CI=true. --valgrind always runs it,
 # --no-valgrind never does.
 #
 # Test binaries print TAP; scripts/count_tap.py counts their cases from
@@ -28,11 +37,11 @@ for arg in "$@"; do
   case $arg in
     --valgrind) valgrind=yes ;;
     --no-valgrind) valgrind=no ;;
-    -h | --help) sed -n '2,20s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,29s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
-budget=600
+budget=900
 [ "${CI:-}" = true ] && budget=2400
 budget=${SLUICE_TEST_BUDGET_S:-$budget}
 
@@ -118,6 +127,37 @@ else
 fi
 pass_done clang $t
 
+banner "hiredis1: build-ci-hiredis1* (hiredis 1.x with TLS, --werror)"
+t=$SECONDS
+if pcdir=$(scripts/hiredis1.sh 2>"$logs/hiredis1-fetch.log" | tail -n 1) && [ -n "$pcdir" ]; then
+  cat "$logs/hiredis1-fetch.log"
+  h1=(-Dbuildtype=debugoptimized -Dpkg_config_path="$pcdir" -Dtls=enabled)
+  if build hiredis1 build-ci-hiredis1 "${h1[@]}"; then
+    # Which hiredis the tests load, for the log (test_tls checks it too).
+    ldd build-ci-hiredis1/src/libsluice.so | grep hiredis | sed 's/^[[:space:]]*/  /'
+    run_tests hiredis1 build-ci-hiredis1
+  else
+    count --label hiredis1 --step "configure + build" --failed
+  fi
+  # The TLS code exists only in this configuration: clang must see it too,
+  # and the sanitizers watch its connection paths.
+  if CC=clang build hiredis1-clang build-ci-hiredis1-clang "${h1[@]}"; then
+    count --label hiredis1-clang --step "clang --werror build" --ok
+  else
+    count --label hiredis1-clang --step "clang --werror build" --failed
+  fi
+  if build hiredis1-asan build-ci-hiredis1-asan "${h1[@]}" -Db_sanitize=address,undefined; then
+    run_tests hiredis1-asan build-ci-hiredis1-asan --timeout-multiplier 3
+  else
+    count --label hiredis1-asan --step "configure + build" --failed
+  fi
+else
+  echo "  [hiredis1] fetching hiredis 1.x FAILED:"
+  sed 's/^/    /' "$logs/hiredis1-fetch.log"
+  count --label hiredis1 --step "fetch hiredis 1.x" --failed
+fi
+pass_done hiredis1 $t
+
 if [ "$valgrind" = auto ]; then
   # Measured here the valgrind pass takes about 1.5x the whole gcc pass
   # (build included) and 3x its tests (they mostly wait on timers and Redis);
@@ -138,6 +178,10 @@ if [ "$valgrind" = yes ]; then
     run_tests valgrind build-ci --setup valgrind
   else
     count --label valgrind --step "needs the gcc build" --failed
+  fi
+  # The same against hiredis 1.x, where TLS lives too.
+  if [ -f build-ci-hiredis1/test/test_tls ]; then
+    run_tests valgrind-h1 build-ci-hiredis1 --setup valgrind
   fi
   pass_done valgrind $t
 fi

@@ -316,6 +316,7 @@ int sluice_client_new(struct event_base *base, const sluice_client_options *opts
   if (c->opts.reconnect_max_ms < c->opts.reconnect_min_ms)
     c->opts.reconnect_max_ms = c->opts.reconnect_min_ms > 2000 ? c->opts.reconnect_min_ms : 2000;
   rc = build_endpoint(c, opts);
+  if (!rc) rc = sluice__endpoint_finish(&c->endpoint, opts); /* TLS */
   if (rc) {
     sluice__free(c);
     return rc;
@@ -350,7 +351,7 @@ int sluice_client_is_connected(const sluice_client *c) {
 }
 
 const char *sluice_client_last_error(const sluice_client *c) {
-  return c ? c->last_error : "";
+  return c ? c->last_error : sluice__endpoint_error(); /* NULL: why sluice_client_new failed */
 }
 
 void sluice_client_get_health(const sluice_client *c, sluice_client_health *out) {

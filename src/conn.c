@@ -8,6 +8,7 @@
 
 #include "conn.h"
 #include "sluice-internal.h"
+#include "tls.h"
 
 static void conn_drop(sluice__conn *conn, const char *reason);
 
@@ -56,6 +57,17 @@ static void handshake_cb(redisAsyncContext *ac, void *r, void *privdata) {
   if (conn->cfg.on_up) conn->cfg.on_up(conn, conn->cfg.userdata);
 }
 
+/* A TLS connection that fails before its handshake completes most often
+ * failed in TLS (certificate refused, client certificate missing), which
+ * hiredis reports only as an I/O error: say what OpenSSL saw instead. Only
+ * from hiredis callbacks for the current context, while conn->ssl lives. */
+static void tls_reason(sluice__conn *conn) {
+  char why[160];
+  if (conn->ssl && conn->state == SLUICE_CONN_CONNECTING &&
+      sluice__tls_explain(conn->ssl, why, sizeof why))
+    set_err(conn, "connect failed", why);
+}
+
 static void connect_cb(const redisAsyncContext *ac, int status) {
   sluice__conn *conn = ac->data;
   if (!conn || conn->ac != ac) return;
@@ -63,6 +75,7 @@ static void connect_cb(const redisAsyncContext *ac, int status) {
     /* hiredis frees the context after this returns (0.14: ac->err may be 0,
      * the text is in errstr). */
     set_err(conn, "connect failed", ac->errstr[0] ? ac->errstr : ac->c.errstr);
+    tls_reason(conn);
     conn->ac = NULL;
     conn->failed = 1;
     evtimer_del(conn->timer);
@@ -80,6 +93,7 @@ static void disconnect_cb(const redisAsyncContext *ac, int status) {
     return;
   }
   set_err(conn, "connection lost", ac->errstr[0] ? ac->errstr : NULL);
+  tls_reason(conn);
   conn->ac = NULL; /* hiredis frees it after we return */
   conn->failed = 1;
   evtimer_del(conn->timer);
@@ -198,6 +212,17 @@ void sluice__conn_start(sluice__conn *conn) {
     return;
   }
   ac->data = conn;
+  conn->ssl = NULL;
+  /* TLS starts before the loop is attached, as hiredis expects. */
+  if (ep->tls) {
+    char why[160];
+    if (sluice__tls_attach(ep, ac, &conn->ssl, why, sizeof why) != 0) {
+      set_err(conn, "connect failed", why);
+      redisAsyncFree(ac);
+      start_failed(conn);
+      return;
+    }
+  }
   /* Lets the kernel notice a peer that vanished without a reset. */
   if (!ep->unix_path) redisEnableKeepAlive(&ac->c);
   /* Order matters: setting the connect callback already asks the adapter to

@@ -1,6 +1,6 @@
 /*
- * One Redis connection with its own life cycle: connect (TCP or unix), the
- * AUTH/SELECT handshake, connect timeout, and reconnect with exponential
+ * One Redis connection with its own life cycle: connect (TCP, TLS over TCP,
+ * or unix), the AUTH/SELECT handshake, connect timeout, and reconnect with exponential
  * backoff and full jitter after any failure. Used for the command connection
  * (client.c) and the blocking connection (blocker.c).
  *
@@ -47,6 +47,7 @@ struct sluice__conn {
   sluice__conn_config cfg;
   struct event_base *base;
   redisAsyncContext *ac;          /* NULL when no context exists */
+  void *ssl;                      /* ac's TLS object (owned by hiredis) or NULL */
   enum sluice__conn_state state;
   int failed;                     /* lost or failed since last UP */
   int draining;                   /* graceful close in progress */

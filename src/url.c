@@ -1,12 +1,32 @@
-/* redis:// and unix:// URL parsing. Percent-escapes are decoded in the user
- * and password parts so passwords may hold ':' or '@'. */
+/* redis://, rediss:// and unix:// URL parsing. Percent-escapes are decoded
+ * in the user and password parts so passwords may hold ':' or '@', and in
+ * query values (file paths). */
 #include <ctype.h>
+#include <stddef.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <sluice/sluice.h>
 
+#include "tls.h"
 #include "url.h"
+
+/* sluice_client_new has no client to hang a failure's text on when it
+ * refuses its options, so the text waits here for
+ * sluice_client_last_error(NULL); per thread, as sluice is used from the
+ * loop's thread. */
+static _Thread_local char endpoint_err[256];
+
+const char *sluice__endpoint_error(void) { return endpoint_err; }
+
+void sluice__endpoint_set_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(endpoint_err, sizeof endpoint_err, fmt, ap);
+  va_end(ap);
+}
 
 static int hexval(int ch) {
   if (ch >= '0' && ch <= '9') return ch - '0';
@@ -50,6 +70,12 @@ void sluice__endpoint_clear(sluice__endpoint *ep) {
   free(ep->unix_path);
   free(ep->username);
   free(ep->password);
+  free(ep->tls_ca_file);
+  free(ep->tls_ca_dir);
+  free(ep->tls_cert_file);
+  free(ep->tls_key_file);
+  free(ep->tls_server_name);
+  sluice__tls_free_ctx(ep->tls_ctx);
   memset(ep, 0, sizeof *ep);
 }
 
@@ -63,6 +89,64 @@ static int parse_unix(const char *path, sluice__endpoint *ep) {
   }
   ep->unix_path = dup_decoded(path, plen);
   return ep->unix_path ? SLUICE_OK : SLUICE_ENOMEM;
+}
+
+/* One "key=value" of a redis:// or rediss:// query. */
+static int parse_param(const char *kv, size_t len, sluice__endpoint *ep) {
+  const char *eq = memchr(kv, '=', len);
+  size_t klen = eq ? (size_t)(eq - kv) : len;
+  char **dst = NULL;
+  static const struct { const char *key; size_t off; } fields[] = {
+    {"ca", offsetof(sluice__endpoint, tls_ca_file)},
+    {"ca_dir", offsetof(sluice__endpoint, tls_ca_dir)},
+    {"cert", offsetof(sluice__endpoint, tls_cert_file)},
+    {"key", offsetof(sluice__endpoint, tls_key_file)},
+    {"sni", offsetof(sluice__endpoint, tls_server_name)},
+  };
+  if (len == 0) return SLUICE_OK; /* "?a=1&&b=2" */
+  int known = klen == 6 && memcmp(kv, "verify", 6) == 0;
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0] && !known && !dst; i++)
+    if (strlen(fields[i].key) == klen && memcmp(kv, fields[i].key, klen) == 0)
+      dst = (char **)((char *)ep + fields[i].off);
+  if (!known && !dst) {
+    sluice__endpoint_set_error("unknown URL parameter '%.*s' (known: ca, ca_dir, cert, key, "
+                               "sni, verify)", (int)(klen > 40 ? 40 : klen), kv);
+    return SLUICE_EINVAL;
+  }
+  if (!ep->tls) {
+    sluice__endpoint_set_error("URL parameter '%.*s' is for TLS: use a rediss:// URL",
+                               (int)klen, kv);
+    return SLUICE_EINVAL;
+  }
+  if (!eq || eq + 1 == kv + len) {
+    sluice__endpoint_set_error("URL parameter '%.*s' needs a value", (int)klen, kv);
+    return SLUICE_EINVAL;
+  }
+  const char *v = eq + 1;
+  size_t vlen = (size_t)(kv + len - v);
+  if (known) { /* verify */
+    if (vlen == 1 && (*v == '0' || *v == '1')) {
+      /* -1 records an explicit "verify", which options cannot override. */
+      ep->tls_skip_verify = *v == '0' ? 1 : -1;
+      return SLUICE_OK;
+    }
+    sluice__endpoint_set_error("URL parameter 'verify' takes 0 or 1");
+    return SLUICE_EINVAL;
+  }
+  free(*dst);
+  *dst = dup_decoded(v, vlen);
+  return *dst ? SLUICE_OK : SLUICE_ENOMEM;
+}
+
+static int parse_query(const char *q, sluice__endpoint *ep) {
+  while (*q) {
+    const char *amp = strchr(q, '&');
+    size_t len = amp ? (size_t)(amp - q) : strlen(q);
+    int rc = parse_param(q, len, ep);
+    if (rc) return rc;
+    q += len + (amp ? 1 : 0);
+  }
+  return SLUICE_OK;
 }
 
 static int parse_redis(const char *rest, sluice__endpoint *ep) {
@@ -82,8 +166,12 @@ static int parse_redis(const char *rest, sluice__endpoint *ep) {
     }
     hostpart = at + 1;
   }
-  const char *slash = strchr(hostpart, '/');
-  size_t hplen = slash ? (size_t)(slash - hostpart) : strlen(hostpart);
+  /* The query starts at the first '?' after the user part ('@' inside a
+   * query value must be written %40). */
+  const char *query = strchr(hostpart, '?');
+  size_t restlen = query ? (size_t)(query - hostpart) : strlen(hostpart);
+  const char *slash = memchr(hostpart, '/', restlen);
+  size_t hplen = slash ? (size_t)(slash - hostpart) : restlen;
   const char *hend = hostpart + hplen;
   const char *portsep = NULL;
   const char *hstart = hostpart;
@@ -109,27 +197,70 @@ static int parse_redis(const char *rest, sluice__endpoint *ep) {
     rc = parse_int(portsep + 1, (size_t)(pend - portsep - 1), 1, 65535, &ep->port);
     if (rc) return rc;
   }
-  if (slash && slash[1] != '\0') {
-    rc = parse_int(slash + 1, strlen(slash + 1), 0, 1 << 20, &ep->db);
+  if (slash && slash + 1 < hostpart + restlen) {
+    rc = parse_int(slash + 1, (size_t)(hostpart + restlen - slash - 1), 0, 1 << 20, &ep->db);
     if (rc) return rc;
   }
-  return SLUICE_OK;
+  return query ? parse_query(query + 1, ep) : SLUICE_OK;
 }
 
 int sluice__parse_url(const char *url, sluice__endpoint *ep) {
   int rc;
   memset(ep, 0, sizeof *ep);
-  if (!url || !*url) return SLUICE_EINVAL;
-  if (strncmp(url, "redis://", 8) == 0)
-    rc = parse_redis(url + 8, ep);
-  else if (strncmp(url, "unix://", 7) == 0)
-    rc = parse_unix(url + 7, ep);
-  else if (strncmp(url, "unix:", 5) == 0)
-    rc = parse_unix(url + 5, ep);
-  else if (url[0] == '/')
-    rc = parse_unix(url, ep);
-  else
+  endpoint_err[0] = '\0';
+  if (!url || !*url) {
     rc = SLUICE_EINVAL;
+  } else if (strncmp(url, "redis://", 8) == 0) {
+    rc = parse_redis(url + 8, ep);
+  } else if (strncmp(url, "rediss://", 9) == 0) {
+    ep->tls = 1;
+    rc = parse_redis(url + 9, ep);
+  } else if (strncmp(url, "unix://", 7) == 0) {
+    rc = parse_unix(url + 7, ep);
+  } else if (strncmp(url, "unix:", 5) == 0) {
+    rc = parse_unix(url + 5, ep);
+  } else if (url[0] == '/') {
+    rc = parse_unix(url, ep);
+  } else {
+    rc = SLUICE_EINVAL;
+  }
+  if (rc) {
+    sluice__endpoint_clear(ep);
+    if (rc == SLUICE_EINVAL && !endpoint_err[0])
+      sluice__endpoint_set_error("invalid Redis URL: expected redis://[[user]:password@]host"
+                                 "[:port][/db][?query], rediss://... or unix:///path[?db=N]");
+  }
+  return rc;
+}
+
+static int copy_opt(char **dst, const char *src) {
+  if (*dst || !src) return SLUICE_OK; /* the URL's value wins */
+  *dst = strdup(src);
+  return *dst ? SLUICE_OK : SLUICE_ENOMEM;
+}
+
+int sluice__endpoint_finish(sluice__endpoint *ep, const sluice_client_options *o) {
+  int rc = SLUICE_OK;
+  endpoint_err[0] = '\0';
+  if (o->tls) ep->tls = 1;
+  if (!ep->tls) return SLUICE_OK; /* TLS fields of the options are ignored */
+  if (ep->tls_skip_verify == 0 && o->tls_skip_verify) ep->tls_skip_verify = 1;
+  ep->tls_skip_verify = ep->tls_skip_verify > 0;
+  if (copy_opt(&ep->tls_ca_file, o->tls_ca_file) || copy_opt(&ep->tls_ca_dir, o->tls_ca_dir) ||
+      copy_opt(&ep->tls_cert_file, o->tls_cert_file) ||
+      copy_opt(&ep->tls_key_file, o->tls_key_file) ||
+      copy_opt(&ep->tls_server_name, o->tls_server_name)) {
+    rc = SLUICE_ENOMEM;
+  } else if (ep->unix_path) {
+    sluice__endpoint_set_error("TLS needs a TCP connection (host and port), not a unix socket");
+    rc = SLUICE_EINVAL;
+  } else if (!ep->tls_cert_file != !ep->tls_key_file) {
+    sluice__endpoint_set_error("a TLS client certificate needs its private key, and a key its "
+                               "certificate");
+    rc = SLUICE_EINVAL;
+  } else {
+    rc = sluice__tls_prepare(ep);
+  }
   if (rc) sluice__endpoint_clear(ep);
   return rc;
 }

@@ -1,8 +1,10 @@
-/* Parsing of redis:// and unix:// URLs into client options. */
+/* Parsing of redis://, rediss:// and unix:// URLs into client options. */
 #ifndef SLUICE_URL_H
 #define SLUICE_URL_H
 
-/* Owned copies of what a URL names. */
+struct sluice_client_options;
+
+/* Owned copies of what a URL (and the client options) name. */
 typedef struct sluice__endpoint {
   char *host;
   int port;
@@ -10,12 +12,33 @@ typedef struct sluice__endpoint {
   char *username;
   char *password;
   int db;
+  /* TLS (rediss://, or options.tls): its settings, and the OpenSSL context
+   * built from them once (sluice__tls_prepare), shared by the client's
+   * connections so that certificates are read and checked only once. */
+  int tls;
+  int tls_skip_verify;
+  char *tls_ca_file;
+  char *tls_ca_dir;
+  char *tls_cert_file;
+  char *tls_key_file;
+  char *tls_server_name;
+  void *tls_ctx;
 } sluice__endpoint;
 
-/* Parse "redis://[[user]:password@]host[:port][/db]" or
- * "unix:///path[?db=N]" (also "unix:/path", "/path"). Returns 0 or
- * SLUICE_EINVAL / SLUICE_ENOMEM; on error *ep holds nothing to free. */
+/* Parse "redis://[[user]:password@]host[:port][/db][?query]",
+ * "rediss://..." (TLS; the query may hold ca=, ca_dir=, cert=, key=, sni=,
+ * verify=0|1) or "unix:///path[?db=N]" (also "unix:/path", "/path").
+ * Returns 0 or SLUICE_EINVAL / SLUICE_ENOMEM; on error *ep holds nothing to
+ * free and sluice__endpoint_error() says why. */
 int sluice__parse_url(const char *url, sluice__endpoint *ep);
+/* Complete ep with the TLS fields of opts (what the URL's query set wins),
+ * check them and prepare the TLS context. Returns 0, or SLUICE_EINVAL (also
+ * for TLS in a build without it) / SLUICE_ENOMEM with ep cleared and
+ * sluice__endpoint_error() saying why. */
+int sluice__endpoint_finish(sluice__endpoint *ep, const struct sluice_client_options *opts);
 void sluice__endpoint_clear(sluice__endpoint *ep);
+/* Why the last parse or finish on this thread failed ("" after a success). */
+const char *sluice__endpoint_error(void);
+void sluice__endpoint_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

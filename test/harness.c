@@ -18,6 +18,7 @@
 #include "sluice-internal.h"
 
 th_redis th_server;
+const char *const *th_server_args;
 static const char *const *server_extra;
 static pid_t harness_pid;
 static int no_redis; /* th_main_local: no server to reset, adopt or stop */
@@ -315,7 +316,7 @@ int th_main(int argc, char **argv, const th_case *cases) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   signal(SIGPIPE, SIG_IGN);
   harness_pid = getpid();
-  int rc = th_redis_start(&th_server, 0, NULL);
+  int rc = th_redis_start(&th_server, 0, th_server_args);
   if (rc == -2) {
     const char *ci = getenv("CI");
     if (ci && strcmp(ci, "true") == 0) {

@@ -29,6 +29,9 @@ typedef struct th_redis {
 
 /* The binary's server (started by th_main). */
 extern th_redis th_server;
+/* Extra redis-server arguments (NULL-terminated) for th_server; set before
+ * th_main (e.g. a TLS port). */
+extern const char *const *th_server_args;
 
 /* Start/stop a redis-server; extra args (NULL-terminated) go to its command line. */
 int th_redis_start(th_redis *r, int tcp_port, const char *const *extra);

@@ -45,6 +45,17 @@ static void expect_rc(const char *url, int status) {
   TH_ASSERT_EQ(ep.db, 0);
 }
 
+/* rediss:// parses with TLS on (a build without TLS refuses it later, in
+ * sluice_client_new: the tls test checks that). */
+static void test_rediss_form(void) {
+  sluice__endpoint ep;
+  TH_ASSERT_EQ(sluice__parse_url("rediss://h:6390", &ep), SLUICE_OK);
+  TH_ASSERT_EQ(ep.tls, 1);
+  TH_ASSERT_STR_EQ(ep.host, "h");
+  TH_ASSERT_EQ(ep.port, 6390);
+  sluice__endpoint_clear(&ep);
+}
+
 static void test_redis_forms(void) {
   expect_ok("redis://localhost", "localhost", 6379, NULL, NULL, NULL, 0);
   expect_ok("redis://10.0.0.7:6380", "10.0.0.7", 6380, NULL, NULL, NULL, 0);
@@ -128,7 +139,6 @@ static void test_bad_schemes(void) {
   expect_rc("", SLUICE_EINVAL);
   expect_rc("localhost:6379", SLUICE_EINVAL);
   expect_rc("http://h", SLUICE_EINVAL);
-  expect_rc("rediss://h", SLUICE_EINVAL); /* TLS is not supported */
   expect_rc("REDIS://h", SLUICE_EINVAL);
   expect_rc("redis:/h", SLUICE_EINVAL);
   expect_rc("redis:", SLUICE_EINVAL);
@@ -166,6 +176,7 @@ int main(int argc, char **argv) {
       {"credentials", test_credentials, 10},
       {"percent_escapes", test_percent_escapes, 10},
       {"unix_forms", test_unix_forms, 10},
+      {"rediss_form", test_rediss_form, 0},
       {"bad_schemes", test_bad_schemes, 10},
       {"long_inputs", test_long_inputs, 10},
       {NULL, NULL, 0},

@@ -55,7 +55,8 @@ extern "C" {
 struct event_base;
 
 typedef struct sluice_client_options {
-  /* "redis://[[user]:password@]host[:port][/db]" or "unix:///path/to/sock[?db=N]".
+  /* "redis://[[user]:password@]host[:port][/db]", "rediss://..." (TLS, with
+   * an optional ?query, see tls below) or "unix:///path/to/sock[?db=N]".
    * When set it overrides host, port, unix_path, username, password and db. */
   const char *url;
   const char *host;           /* default "127.0.0.1" */
@@ -70,13 +71,29 @@ typedef struct sluice_client_options {
                                    (request path: 50..200, see above) */
   unsigned reconnect_min_ms;    /* first reconnect delay; default 50 */
   unsigned reconnect_max_ms;    /* backoff cap; default 2000 */
+  /* TLS, for a sluice built against hiredis >= 1.0 with libhiredis_ssl (else
+   * sluice_client_new refuses it with SLUICE_EINVAL). A "rediss://" url turns
+   * it on too, and its query (?ca=&ca_dir=&cert=&key=&sni=&verify=0|1)
+   * overrides the fields below. With TLS off the fields below are ignored. */
+  int tls;                      /* 1: TLS to host:port */
+  const char *tls_ca_file;      /* PEM file of trusted CAs; with tls_ca_dir NULL
+                                   too, the system's CAs */
+  const char *tls_ca_dir;       /* directory of trusted CAs (OpenSSL hashed names) */
+  const char *tls_cert_file;    /* client certificate (PEM chain), for servers
+                                   that require one; needs tls_key_file */
+  const char *tls_key_file;     /* its private key (PEM, unencrypted) */
+  const char *tls_server_name;  /* sent as SNI and required in the server's
+                                   certificate; default: the host */
+  int tls_skip_verify;          /* 1: accept any server certificate (tests only) */
 } sluice_client_options;
 
 /* Fill *opts with the defaults. */
 SLUICE_EXPORT void sluice_client_options_init(sluice_client_options *opts);
 
 /* Create a client on base and start connecting. opts may be NULL (defaults).
- * Returns SLUICE_EINVAL for a bad URL/option, SLUICE_ENOMEM. */
+ * Returns SLUICE_EINVAL for a bad URL/option (including TLS in a build
+ * without it, and TLS files that cannot be loaded), SLUICE_ENOMEM; then
+ * sluice_client_last_error(NULL) says why. */
 SLUICE_EXPORT int sluice_client_new(struct event_base *base,
                                     const sluice_client_options *opts,
                                     sluice_client **out);
@@ -96,7 +113,8 @@ SLUICE_EXPORT int sluice_client_is_connected(const sluice_client *client);
  * handshake step with Redis's answer, e.g. "AUTH: WRONGPASS ..."), or the
  * last error reply Redis sent to an operation ("Redis: OOM ...", "Redis:
  * NOPERM ..."; the operation got SLUICE_EREDIS). "" if none; valid until the
- * next loop turn. */
+ * next loop turn. With NULL: why the last sluice_client_new of this thread
+ * refused its URL or TLS options ("" if it did not). */
 SLUICE_EXPORT const char *sluice_client_last_error(const sluice_client *client);
 
 /* Both connections at a glance: whether the command connection is up, and

@@ -88,7 +88,8 @@ int cli_connect(cli_ctx *ctx, unsigned timeout_ms) {
   }
   int rc = sluice_client_new(ctx->base, &o, &ctx->client);
   if (rc) {
-    cli_error("bad --redis URL '%s': %s", ctx->url, sluice_strerror(rc));
+    const char *why = sluice_client_last_error(NULL);
+    cli_error("cannot use --redis '%s': %s", ctx->url, *why ? why : sluice_strerror(rc));
     event_base_free(ctx->base);
     ctx->base = NULL;
     return CLI_EXIT_USAGE;

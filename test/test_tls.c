@@ -1,0 +1,679 @@
+/* TLS (rediss://): every primitive over TLS against a private redis-server
+ * that serves only TLS on a loopback port and requires client certificates,
+ * with a CA and certificates made by openssl at run time; the failures a
+ * user meets (wrong CA, wrong name, no client certificate) and their texts;
+ * the URL's TLS parameters; the tool. Built without TLS, it checks instead
+ * that rediss:// is refused with a reason. Either way it first says which
+ * hiredis the binary runs with. */
+#include <dlfcn.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <hiredis/async.h>
+#include <sluice/sluice.h>
+
+#include "dq_util.h"
+#include "harness.h"
+#include "sem_util.h"
+
+#ifdef SLUICE_HAVE_TLS
+static char certs[160];   /* temp dir with the CA, server and client files */
+static int tls_port;
+
+/* A file of the cert dir (one of a few rotating buffers). */
+static const char *cert(const char *name) {
+  static char buf[4][256];
+  static int i;
+  i = (i + 1) % 4;
+  snprintf(buf[i], sizeof buf[i], "%s/%s", certs, name);
+  return buf[i];
+}
+
+/* The rediss:// URL of the test server with a query. */
+static const char *tls_url(const char *query) {
+  static char buf[2][2048];
+  static int i;
+  i = (i + 1) % 2;
+  snprintf(buf[i], sizeof buf[i], "rediss://127.0.0.1:%d%s%s", tls_port, *query ? "?" : "",
+           query);
+  return buf[i];
+}
+
+/* ca=, cert= and key= for the test CA and client certificate. */
+static const char *good_query(void) {
+  static char q[800];
+  snprintf(q, sizeof q, "ca=%s&cert=%s&key=%s", cert("ca.crt"), cert("client.crt"),
+           cert("client.key"));
+  return q;
+}
+
+typedef struct state_rec {
+  int changes;
+  int up;
+  int status;
+} state_rec;
+
+static void on_state(sluice_client *c, int connected, int status, void *ud) {
+  state_rec *r = ud;
+  r->changes++;
+  r->up = connected;
+  r->status = status;
+}
+
+static sluice_client *client_for(struct event_base *base, const char *url, state_rec *st) {
+  sluice_client_options o;
+  sluice_client_options_init(&o);
+  o.url = url;
+  o.op_timeout_ms = 3000;
+  o.reconnect_min_ms = 20;
+  o.reconnect_max_ms = 200;
+  sluice_client *c = NULL;
+  int rc = sluice_client_new(base, &o, &c);
+  if (rc != SLUICE_OK)
+    th_fail(__FILE__, __LINE__, "sluice_client_new(%s): %s: %s", url, sluice_err_name(rc),
+            sluice_client_last_error(NULL));
+  if (st) sluice_client_set_state_cb(c, on_state, st);
+  return c;
+}
+
+#endif
+
+/* Which hiredis this binary was built with and which one it loaded. */
+static void test_hiredis_build(void) {
+  Dl_info info;
+  TH_ASSERT(dladdr((void *)redisAsyncConnect, &info) != 0 && info.dli_fname);
+  printf("# built against hiredis %d.%d.%d, running %s; TLS %s\n", HIREDIS_MAJOR,
+         HIREDIS_MINOR, HIREDIS_PATCH, info.dli_fname,
+#ifdef SLUICE_HAVE_TLS
+         "on"
+#else
+         "off"
+#endif
+  );
+  /* The library's file name carries its major version (libhiredis.so.1.1.0
+   * for 1.x, libhiredis.so.0.14 for 0.14): headers and library must agree. */
+  TH_ASSERT(strstr(info.dli_fname, HIREDIS_MAJOR >= 1 ? "libhiredis.so.1" : "libhiredis.so.0"));
+#ifdef SLUICE_HAVE_TLS
+  TH_ASSERT_CMP(HIREDIS_MAJOR, >=, 1);
+#endif
+}
+
+typedef struct run_out {
+  int status;
+  char out[2048];  /* stdout and stderr */
+} run_out;
+
+/* Run the sluice tool with args (NULL-terminated). */
+static run_out run_cli(const char *first, ...) {
+  const char *argv[40];
+  int n = 0;
+  const char *bin = getenv("SLUICE_BIN");
+  if (!bin) th_fail(__FILE__, __LINE__, "SLUICE_BIN not set");
+  argv[n++] = bin;
+  argv[n++] = first;
+  va_list ap;
+  va_start(ap, first);
+  const char *a;
+  while ((a = va_arg(ap, const char *)) && n < 38) argv[n++] = a;
+  va_end(ap);
+  argv[n] = NULL;
+  int fds[2];
+  TH_ASSERT(pipe(fds) == 0);
+  pid_t pid = fork();
+  TH_ASSERT(pid >= 0);
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    close(fds[0]);
+    execv(argv[0], (char *const *)argv);
+    _exit(99);
+  }
+  close(fds[1]);
+  run_out r = {0, ""};
+  size_t len = 0;
+  ssize_t got;
+  while ((got = read(fds[0], r.out + len, sizeof r.out - 1 - len)) > 0) len += (size_t)got;
+  r.out[len] = '\0';
+  close(fds[0]);
+  int st;
+  TH_ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  TH_ASSERT(WIFEXITED(st));
+  r.status = WEXITSTATUS(st);
+  return r;
+}
+
+#define TH_ASSERT_CONTAINS(hay, needle)                                                   \
+  do {                                                                                    \
+    const char *th_h_ = (hay);                                                            \
+    if (!th_h_ || !strstr(th_h_, (needle)))                                               \
+      th_fail(__FILE__, __LINE__, "\"%s\" does not contain \"%s\"", th_h_ ? th_h_ : "", \
+              (needle));                                                                  \
+  } while (0)
+
+#ifndef SLUICE_HAVE_TLS
+
+/* Without TLS, rediss:// and options.tls are refused at once, with a reason. */
+static void test_refused_without_tls(void) {
+  struct event_base *base = event_base_new();
+  sluice_client_options o;
+  sluice_client_options_init(&o);
+  o.url = "rediss://127.0.0.1:6380";
+  sluice_client *c = NULL;
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_EINVAL);
+  TH_ASSERT(c == NULL);
+  TH_ASSERT_CONTAINS(sluice_client_last_error(NULL), "TLS needs hiredis >= 1.0");
+  TH_ASSERT_CONTAINS(sluice_client_last_error(NULL), "libhiredis_ssl");
+  sluice_client_options_init(&o);
+  o.tls = 1;
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_EINVAL);
+  TH_ASSERT_CONTAINS(sluice_client_last_error(NULL), "TLS needs hiredis >= 1.0");
+  /* A plain client afterwards works and clears the text. */
+  sluice_client_options_init(&o);
+  o.url = th_server.url;
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  TH_ASSERT_STR_EQ(sluice_client_last_error(NULL), "");
+  sluice_client_free(c);
+  TH_ASSERT(th_loop_drain(base, 5000));
+  event_base_free(base);
+}
+
+static void test_cli_refused_without_tls(void) {
+  run_out r = run_cli("rl", "check", "api", "k", "--algo", "fixed", "--limit", "2", "--period", "60000", "--redis",
+                      "rediss://127.0.0.1:6380", NULL);
+  TH_ASSERT_EQ(r.status, 64);
+  TH_ASSERT_CONTAINS(r.out, "TLS needs hiredis >= 1.0");
+}
+
+int main(int argc, char **argv) {
+  static const th_case cases[] = {
+    {"hiredis_build", test_hiredis_build, 0},
+    {"refused_without_tls", test_refused_without_tls, 0},
+    {"cli_refused_without_tls", test_cli_refused_without_tls, 0},
+    {NULL, NULL, 0},
+  };
+  return th_main(argc, argv, cases);
+}
+
+#else /* SLUICE_HAVE_TLS */
+
+/* Does a CLIENT LIST line of the test server hold both texts? */
+static int client_list_has(const char *a, const char *b) {
+  redisContext *rc = th_redis_connect(&th_server);
+  TH_ASSERT(rc && !rc->err);
+  redisReply *rep = redisCommand(rc, "CLIENT LIST");
+  TH_ASSERT(rep && rep->type == REDIS_REPLY_STRING);
+  int found = 0;
+  for (char *line = strtok(rep->str, "\n"); line && !found; line = strtok(NULL, "\n"))
+    found = strstr(line, a) && strstr(line, b);
+  freeReplyObject(rep);
+  redisFree(rc);
+  return found;
+}
+
+/* Run the loop until cond() holds, up to ms. */
+static int loop_until_cond(struct event_base *base, int (*cond)(void), unsigned ms) {
+  uint64_t end = th_now_ms() + ms;
+  while (!cond() && th_now_ms() < end) th_loop_for(base, 5);
+  return cond();
+}
+
+static int one_queued(void) {
+  return th_redis_int(&th_server, "ZCARD sluice:sem:{t}:queue") == 1;
+}
+
+static char laddr[64]; /* "laddr=127.0.0.1:<tls port>" */
+
+static int brpop_on_tls_port(void) { return client_list_has("cmd=brpop", laddr); }
+
+/* A semaphore over TLS: try_acquire, then a blocking acquire (it waits in
+ * BRPOP on the blocking connection, over TLS too) woken by the release. */
+static void test_semaphore(void) {
+  struct event_base *base = event_base_new();
+  state_rec st = {0};
+  sluice_client *c = client_for(base, tls_url(good_query()), &st);
+  sluice_sem *s = sem_test_new(c, "t", 1, 10000, 0);
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  TH_ASSERT(st.up);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{t}:holders"), 1);
+  acq_result w = {0};
+  TH_ASSERT_EQ(sluice_sem_acquire(s, 10000, acq_cb, &w, NULL), SLUICE_OK);
+  TH_ASSERT(loop_until_cond(base, one_queued, 5000));
+  TH_ASSERT(loop_until_cond(base, brpop_on_tls_port, 5000));
+  TH_ASSERT_EQ(w.done, 0);
+  uint64_t t0 = th_now_ms();
+  sluice_permit_release(a.permit, NULL, NULL);
+  TH_ASSERT(th_loop_until(base, &w.done, 5000));
+  TH_ASSERT_EQ(w.status, SLUICE_OK);
+  /* Woken by the release through BRPOP, not by a heartbeat. */
+  TH_ASSERT_CMP(w.at_ms - t0, <, 500);
+  sluice_permit_release(w.permit, NULL, NULL);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
+typedef struct rl_rec {
+  int done;
+  int status;
+  sluice_rl_result res;
+} rl_rec;
+
+static void on_rl(sluice_limiter *lim, int status, const sluice_rl_result *res, void *ud) {
+  rl_rec *r = ud;
+  r->done++;
+  r->status = status;
+  if (res) r->res = *res;
+}
+
+static void test_limiter(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = client_for(base, tls_url(good_query()), NULL);
+  sluice_limiter_options o;
+  sluice_limiter_options_init(&o);
+  o.algo = SLUICE_RL_GCRA;
+  o.limit = 2;
+  o.period_ms = 60000;
+  sluice_limiter *lim = NULL;
+  TH_ASSERT_EQ(sluice_limiter_new(c, "api", &o, &lim), SLUICE_OK);
+  for (int i = 0; i < 3; i++) {
+    rl_rec r = {0};
+    TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 1, on_rl, &r), SLUICE_OK);
+    TH_ASSERT(th_loop_until(base, &r.done, 5000));
+    TH_ASSERT_EQ(r.status, SLUICE_OK);
+    TH_ASSERT_EQ(r.res.source, SLUICE_RL_REDIS);
+    TH_ASSERT_EQ(r.res.allowed, i < 2);
+  }
+  sluice_limiter_free(lim);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
+typedef struct dq_rec {
+  int got;
+  int settled;
+  int settle_status;
+  char payload[32];
+} dq_rec;
+
+static void on_settle(sluice_dq_consumer *con, int status, const char *id, void *ud) {
+  dq_rec *r = ud;
+  r->settled++;
+  r->settle_status = status;
+}
+
+static void on_msg(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
+  dq_rec *r = ud;
+  size_t len;
+  const char *p = sluice_dq_msg_payload(m, &len);
+  snprintf(r->payload, sizeof r->payload, "%.*s", (int)len, p);
+  r->got++;
+  TH_ASSERT_EQ(sluice_dq_ack(m, on_settle, r), SLUICE_OK);
+}
+
+static void test_delay_queue(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = client_for(base, tls_url(good_query()), NULL);
+  sluice_dq *dq = dqt_queue(c, "jobs");
+  dq_rec r = {0};
+  sluice_dq_consumer *con = NULL;
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "jobs", NULL, on_msg, &r, &con), SLUICE_OK);
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, NULL, "over tls", 100, &p), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &r.settled, 10000));
+  TH_ASSERT_EQ(r.got, 1);
+  TH_ASSERT_STR_EQ(r.payload, "over tls");
+  TH_ASSERT_EQ(r.settle_status, SLUICE_OK);
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
+/* After the server restarts, the client reconnects over TLS by itself. */
+static void test_reconnect(void) {
+  struct event_base *base = event_base_new();
+  state_rec st = {0};
+  sluice_client *c = client_for(base, tls_url(good_query()), &st);
+  TH_ASSERT(th_loop_until(base, &st.changes, 5000));
+  TH_ASSERT_EQ(st.up, 1);
+  th_redis_restart(&th_server); /* kill -9, then the same TLS arguments */
+  uint64_t end = th_now_ms() + 10000;
+  while (st.changes < 2 && th_now_ms() < end) th_loop_for(base, 5);
+  TH_ASSERT_EQ(st.up, 0); /* the loss was seen */
+  while (!st.up && th_now_ms() < end) th_loop_for(base, 5);
+  TH_ASSERT_EQ(st.up, 1);
+  sluice_client_stats stats;
+  sluice_client_get_stats(c, &stats);
+  TH_ASSERT_CMP(stats.reconnects, >=, 1);
+  sluice_limiter_options o;
+  sluice_limiter_options_init(&o);
+  o.limit = 1;
+  o.period_ms = 60000;
+  sluice_limiter *lim = NULL;
+  TH_ASSERT_EQ(sluice_limiter_new(c, "api", &o, &lim), SLUICE_OK);
+  rl_rec r = {0};
+  TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 1, on_rl, &r), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &r.done, 5000));
+  TH_ASSERT_EQ(r.status, SLUICE_OK);
+  TH_ASSERT_EQ(r.res.allowed, 1);
+  sluice_limiter_free(lim);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
+/* A connection that must fail: the state callback reports it (no hang), an
+ * operation fails with ECONNECTION or ETIMEDOUT instead of hanging, and the
+ * error text holds want. */
+static void expect_connect_error(const char *url, const char *want) {
+  struct event_base *base = event_base_new();
+  state_rec st = {0};
+  sluice_client *c = client_for(base, url, &st);
+  TH_ASSERT(th_loop_until(base, &st.changes, 5000));
+  TH_ASSERT_EQ(st.up, 0);
+  TH_ASSERT_EQ(st.status, SLUICE_ECONNECTION);
+  TH_ASSERT(!sluice_client_is_connected(c));
+  printf("# %s\n", sluice_client_last_error(c));
+  TH_ASSERT_CONTAINS(sluice_client_last_error(c), want);
+  sluice_limiter_options o;
+  sluice_limiter_options_init(&o);
+  o.limit = 1;
+  o.period_ms = 1000;
+  sluice_limiter *lim = NULL;
+  TH_ASSERT_EQ(sluice_limiter_new(c, "api", &o, &lim), SLUICE_OK);
+  rl_rec r = {0};
+  TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 1, on_rl, &r), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &r.done, 5000));
+  TH_ASSERT(r.status == SLUICE_ECONNECTION || r.status == SLUICE_ETIMEDOUT);
+  /* Still failing the same way after reconnect attempts. */
+  int changes = st.changes;
+  uint64_t end = th_now_ms() + 5000;
+  while (st.changes < changes + 2 && th_now_ms() < end) th_loop_for(base, 5);
+  TH_ASSERT_CMP(st.changes, >=, changes + 2);
+  TH_ASSERT_CONTAINS(sluice_client_last_error(c), want);
+  sluice_limiter_free(lim);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
+static void test_wrong_ca(void) {
+  char q[800];
+  snprintf(q, sizeof q, "ca=%s&cert=%s&key=%s", cert("other-ca.crt"), cert("client.crt"),
+           cert("client.key"));
+  expect_connect_error(tls_url(q), "TLS: server certificate not accepted");
+}
+
+static void test_wrong_server_name(void) {
+  char q[900];
+  snprintf(q, sizeof q, "%s&sni=not-this-server.example", good_query());
+  expect_connect_error(tls_url(q), "hostname mismatch");
+}
+
+static void test_client_cert_missing(void) {
+  char q[300];
+  snprintf(q, sizeof q, "ca=%s", cert("ca.crt"));
+  expect_connect_error(tls_url(q), "requires a client certificate");
+}
+
+/* Plain Redis protocol to the TLS port fails too, and does not hang. */
+static void test_plain_to_tls_port(void) {
+  char url[64];
+  snprintf(url, sizeof url, "redis://127.0.0.1:%d", tls_port);
+  expect_connect_error(url, "connect");
+}
+
+/* The server's name given as SNI, reached by address; and verify=0 with a
+ * CA that does not match (tests only). */
+static void test_sni_and_skip_verify(void) {
+  char q[2][900];
+  snprintf(q[0], sizeof q[0], "%s&sni=localhost", good_query());
+  snprintf(q[1], sizeof q[1], "ca=%s&cert=%s&key=%s&verify=0", cert("other-ca.crt"),
+           cert("client.crt"), cert("client.key"));
+  for (int i = 0; i < 2; i++) {
+    struct event_base *base = event_base_new();
+    state_rec st = {0};
+    sluice_client *c = client_for(base, tls_url(q[i]), &st);
+    TH_ASSERT(th_loop_until(base, &st.changes, 5000));
+    TH_ASSERT_EQ(st.up, 1);
+    client_close_drain(base, c);
+    event_base_free(base);
+  }
+}
+
+/* The TLS fields of sluice_client_options, with host and port. */
+static void test_options(void) {
+  struct event_base *base = event_base_new();
+  sluice_client_options o;
+  sluice_client_options_init(&o);
+  o.port = tls_port;
+  o.tls = 1;
+  o.tls_ca_file = cert("ca.crt");
+  o.tls_cert_file = cert("client.crt");
+  o.tls_key_file = cert("client.key");
+  o.tls_server_name = "localhost";
+  sluice_client *c = NULL;
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  state_rec st = {0};
+  sluice_client_set_state_cb(c, on_state, &st);
+  TH_ASSERT(th_loop_until(base, &st.changes, 5000));
+  TH_ASSERT_EQ(st.up, 1);
+  client_close_drain(base, c);
+  /* A URL's query wins over the options: this CA cannot verify the server. */
+  char q[300];
+  snprintf(q, sizeof q, "ca=%s", cert("other-ca.crt"));
+  o.url = tls_url(q);
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  st.changes = 0;
+  sluice_client_set_state_cb(c, on_state, &st);
+  TH_ASSERT(th_loop_until(base, &st.changes, 5000));
+  TH_ASSERT_EQ(st.up, 0);
+  TH_ASSERT_CONTAINS(sluice_client_last_error(c), "certificate");
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
+/* Options sluice_client_new refuses, each with its reason. */
+static void test_refusals(void) {
+  struct event_base *base = event_base_new();
+  struct {
+    const char *url;
+    const char *cert, *key;
+    const char *want;
+  } bad[] = {
+    {"rediss://127.0.0.1:1?bogus=1", NULL, NULL, "unknown URL parameter 'bogus'"},
+    {"redis://127.0.0.1:1?ca=/x", NULL, NULL, "use a rediss:// URL"},
+    {"rediss://127.0.0.1:1?verify=2", NULL, NULL, "takes 0 or 1"},
+    {"rediss://127.0.0.1:1?ca=", NULL, NULL, "needs a value"},
+    {"rediss://127.0.0.1:1?ca=/nonexistent/ca.pem", NULL, NULL, "cannot load CA file"},
+    {"rediss://127.0.0.1:1?cert=/x.pem", NULL, NULL, "needs its private key"},
+    {"unix:///tmp/x.sock", NULL, NULL, "not a unix socket"},
+    {NULL, "client.crt", "server.key", "client key"},
+    {"http://x", NULL, NULL, "invalid Redis URL"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    sluice_client_options o;
+    sluice_client_options_init(&o);
+    o.url = bad[i].url;
+    o.tls = 1;
+    o.port = tls_port;
+    if (bad[i].cert) {
+      o.tls_cert_file = cert(bad[i].cert);
+      o.tls_key_file = cert(bad[i].key);
+    }
+    sluice_client *c = NULL;
+    TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_EINVAL);
+    TH_ASSERT(c == NULL);
+    TH_ASSERT_CONTAINS(sluice_client_last_error(NULL), bad[i].want);
+  }
+  /* Percent-escapes in values ("%2F" for '/'). */
+  char url[800], *u = url;
+  u += snprintf(url, sizeof url, "rediss://127.0.0.1:%d?cert=%s&key=%s&ca=", tls_port,
+                cert("client.crt"), cert("client.key"));
+  for (const char *p = cert("ca.crt"); *p && u < url + sizeof url - 4; p++)
+    u += *p == '/' ? snprintf(u, 4, "%%2F") : snprintf(u, 2, "%c", *p);
+  state_rec st = {0};
+  sluice_client *c = client_for(base, url, &st);
+  TH_ASSERT(th_loop_until(base, &st.changes, 5000));
+  TH_ASSERT_EQ(st.up, 1);
+  client_close_drain(base, c);
+  /* TLS fields of the options are ignored while TLS is off. */
+  sluice_client_options o;
+  sluice_client_options_init(&o);
+  o.url = th_server.url;
+  o.tls_ca_file = "/nonexistent";
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
+static void test_cli(void) {
+  run_out r = run_cli("rl", "check", "api", "k", "--algo", "fixed", "--limit", "2", "--period", "60000", "--redis",
+                      tls_url(good_query()), NULL);
+  TH_ASSERT_EQ(r.status, 0);
+  TH_ASSERT_CONTAINS(r.out, "allowed=1");
+  TH_ASSERT_CMP(th_redis_int(&th_server, "DBSIZE"), >=, 1);
+  r = run_cli("sem", "run", "job", "--no-wait", "--redis", tls_url(good_query()), "--", "true",
+              NULL);
+  TH_ASSERT_EQ(r.status, 0);
+  char q[300];
+  snprintf(q, sizeof q, "ca=%s", cert("other-ca.crt"));
+  r = run_cli("rl", "check", "api", "k", "--algo", "fixed", "--limit", "2", "--period", "60000", "--redis",
+              tls_url(q), NULL);
+  TH_ASSERT_EQ(r.status, 69);
+  TH_ASSERT_CONTAINS(r.out, "server certificate not accepted");
+  snprintf(q, sizeof q, "ca=%s", cert("ca.crt"));
+  r = run_cli("rl", "check", "api", "k", "--algo", "fixed", "--limit", "2", "--period", "60000",
+              "--redis", tls_url(q), NULL);
+  TH_ASSERT_EQ(r.status, 69);
+  TH_ASSERT_CONTAINS(r.out, "requires a client certificate");
+  r = run_cli("rl", "check", "api", "k", "--algo", "fixed", "--limit", "2", "--period", "60000", "--redis",
+              "rediss://127.0.0.1:1?ca=/nonexistent.pem", NULL);
+  TH_ASSERT_EQ(r.status, 64);
+  TH_ASSERT_CONTAINS(r.out, "cannot load CA file");
+}
+
+/* A free loopback port (the kernel's pick; the server binds it right after). */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a;
+  socklen_t len = sizeof a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+      getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+/* A CA, another CA, a server certificate for 127.0.0.1 and localhost, and a
+ * client certificate, all from the first CA except other-ca. */
+static int make_certs(void) {
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd,
+           "set -e; cd '%s'; "
+           "key='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes'; "
+           "openssl req -x509 $key -keyout ca.key -out ca.crt -days 2 -subj /CN=sluice-test-ca; "
+           "openssl req -x509 $key -keyout other-ca.key -out other-ca.crt -days 2 "
+           "  -subj /CN=sluice-other-ca; "
+           "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' >server.ext; "
+           "openssl req $key -keyout server.key -out server.csr -subj /CN=localhost; "
+           "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
+           "  -out server.crt -days 2 -extfile server.ext; "
+           "printf 'extendedKeyUsage=clientAuth\\n' >client.ext; "
+           "openssl req $key -keyout client.key -out client.csr -subj /CN=sluice-test-client; "
+           "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
+           "  -out client.crt -days 2 -extfile client.ext",
+           certs);
+  char full[2300];
+  snprintf(full, sizeof full, "(%s) >'%s/openssl.log' 2>&1", cmd, certs);
+  int st = system(full);
+  return st == 0 ? 0 : -1;
+}
+
+static void remove_certs(void) {
+  static const char *const names[] = {"ca.key", "ca.crt", "ca.srl", "other-ca.key",
+                                      "other-ca.crt", "server.ext", "server.key", "server.csr",
+                                      "server.crt", "client.ext", "client.key", "client.csr",
+                                      "client.crt", "openssl.log"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) unlink(cert(names[i]));
+  rmdir(certs);
+}
+
+int main(int argc, char **argv) {
+  static const th_case cases[] = {
+    {"hiredis_build", test_hiredis_build, 0},
+    {"semaphore", test_semaphore, 0},
+    {"limiter", test_limiter, 0},
+    {"delay_queue", test_delay_queue, 0},
+    {"reconnect", test_reconnect, 0},
+    {"wrong_ca", test_wrong_ca, 0},
+    {"wrong_server_name", test_wrong_server_name, 0},
+    {"client_cert_missing", test_client_cert_missing, 0},
+    {"plain_to_tls_port", test_plain_to_tls_port, 0},
+    {"sni_and_skip_verify", test_sni_and_skip_verify, 0},
+    {"options", test_options, 0},
+    {"refusals", test_refusals, 0},
+    {"cli", test_cli, 0},
+    {NULL, NULL, 0},
+  };
+  const char *ci = getenv("CI");
+  int under_ci = ci && strcmp(ci, "true") == 0;
+  const char *tmp = getenv("TMPDIR");
+  snprintf(certs, sizeof certs, "%s/sluice-tls-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (!mkdtemp(certs)) {
+    printf("Bail out! cannot create a temp dir\n");
+    return 1;
+  }
+  if (make_certs() != 0) {
+    /* openssl missing or failing: the server cannot be set up. */
+    char log[300];
+    snprintf(log, sizeof log, "cat '%s/openssl.log' | sed 's/^/# /'", certs);
+    if (system(log) != 0) printf("# (no openssl log)\n");
+    remove_certs();
+    if (under_ci) {
+      printf("Bail out! cannot make certificates with openssl (required under CI)\n");
+      return 1;
+    }
+    printf("1..0 # SKIP cannot make certificates with openssl\n");
+    return 77;
+  }
+  tls_port = free_port();
+  if (tls_port <= 0) {
+    remove_certs();
+    printf("Bail out! no free loopback port\n");
+    return 1;
+  }
+  snprintf(laddr, sizeof laddr, "laddr=127.0.0.1:%d", tls_port);
+  char port[16];
+  snprintf(port, sizeof port, "%d", tls_port);
+  /* TLS only (the harness's "--port 0" leaves no plain TCP port), and
+   * clients must show a certificate from the test CA. */
+  const char *args[] = {"--tls-port", port,
+                        "--tls-cert-file", cert("server.crt"),
+                        "--tls-key-file", cert("server.key"),
+                        "--tls-ca-cert-file", cert("ca.crt"),
+                        "--tls-auth-clients", "yes",
+                        NULL};
+  char keep[4][256]; /* cert() rotates its buffers */
+  for (int i = 0; i < 3; i++) {
+    snprintf(keep[i], sizeof keep[i], "%s", args[3 + 2 * i]);
+    args[3 + 2 * i] = keep[i];
+  }
+  th_server_args = args;
+  int rc = th_main(argc, argv, cases);
+  remove_certs();
+  return rc;
+}
+
+#endif
