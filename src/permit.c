@@ -19,11 +19,6 @@
 #define RENEW_RETRY_MIN_MS 10
 #define RENEW_TIMEOUT_MIN_MS 10
 
-static uint64_t margin_ms(const sluice_sem *sem) {
-  uint64_t m = sem->o.ttl_ms / 20;
-  return m ? m : 1;
-}
-
 static uint64_t ms_left(const sluice_permit *p) {
   uint64_t now = sluice__mono_ms();
   return p->deadline_ms > now ? p->deadline_ms - now : 0;
@@ -50,8 +45,11 @@ static void lost_timer_cb(evutil_socket_t fd, short what, void *arg) {
   fire_lost(arg, SLUICE_LOST_UNCERTAIN);
 }
 
+/* The margin for clock-rate drift grows with the span it covers: a twentieth
+ * of the lease counted from base_ms (a handed-off permit's first lease is a
+ * heartbeat, much shorter than ttl_ms). */
 uint64_t sluice__permit_deadline(const sluice_sem *sem, uint64_t base_ms, uint64_t lease_ms) {
-  uint64_t m = margin_ms(sem);
+  uint64_t m = lease_ms / 20 ? lease_ms / 20 : 1;
   return base_ms + (lease_ms > m ? lease_ms - m : 0);
 }
 

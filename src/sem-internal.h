@@ -112,7 +112,7 @@ void sluice__permit_setup(sluice_sem *sem);
 sluice_permit *sluice__permit_new(sluice_sem *sem, const char *id, uint64_t fence,
                                   uint64_t deadline_ms);
 /* The conservative local deadline of a lease of lease_ms that began no
- * earlier than base_ms: minus a margin for clock-rate drift. */
+ * earlier than base_ms: minus a margin for clock-rate drift (lease / 20). */
 uint64_t sluice__permit_deadline(const sluice_sem *sem, uint64_t base_ms, uint64_t lease_ms);
 /* Renew on this loop turn (a handed-off permit's short first lease). */
 void sluice__permit_renew_now(sluice_permit *p);

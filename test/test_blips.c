@@ -315,6 +315,29 @@ static void test_release_hands_off(void) {
   sem_fx_close(&fx);
 }
 
+/* A handed permit's first lease is a heartbeat; with a lease much longer
+ * than that (60 s against 3 s) the permit must still be held, not lost the
+ * moment it arrives, and then renewed to its full lease. */
+static void test_hand_off_long_lease(void) {
+  sem_fx fx = sem_fx_open();
+  sluice_sem *hs = sem_test_new(fx.c, "long", 1, 60000, 0);
+  sluice_sem *ws = sem_test_new(fx.c, "long", 1, 60000, 0);
+  acq_result h = sem_try(fx.base, hs);
+  acq_result w = {0};
+  TH_ASSERT_EQ(sluice_sem_acquire(ws, 5000, acq_cb, &w, NULL), SLUICE_OK);
+  th_loop_for(fx.base, 100);
+  sluice_permit_release(h.permit, NULL, NULL);
+  TH_ASSERT(th_loop_until(fx.base, &w.done, 2000));
+  TH_ASSERT_EQ(w.status, SLUICE_OK);
+  th_loop_for(fx.base, 300);
+  TH_ASSERT_EQ(sluice_permit_lost(w.permit), 0);
+  TH_ASSERT_CMP(sluice_permit_remaining_ms(w.permit), >, 50000);
+  sluice_permit_release(w.permit, NULL, NULL);
+  sluice_sem_free(hs);
+  sluice_sem_free(ws);
+  sem_fx_close(&fx);
+}
+
 /* A release by id, for a holder that lost its handle. */
 static void on_rel_status(sluice_sem *sem, int status, void *ud) { *(int *)ud = status ? status : 1; }
 
@@ -354,6 +377,7 @@ int main(int argc, char **argv) {
       {"consumer_resumes_at_once", test_consumer_resumes_at_once, 0},
       {"fail_fast_and_health", test_fail_fast_and_health, 0},
       {"release_hands_off", test_release_hands_off, 0},
+      {"hand_off_long_lease", test_hand_off_long_lease, 0},
       {"release_by_id", test_release_by_id, 0},
       {NULL, NULL, 0},
   };

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install test: what a user gets from "meson install".
 #
-#   test_install.sh MESON BUILD_DIR [SANITIZE]
+#   test_install.sh MESON BUILD_DIR [SANITIZE [HIREDIS_PC_PATH]]
 #
 # Installs the build into a temporary DESTDIR, then, as a user of that
 # prefix would (nothing from the source or build tree):
@@ -15,17 +15,25 @@
 #      LD_LIBRARY_PATH (its RPATH is relative to itself, so it resolves
 #      inside the DESTDIR, not some other installed copy).
 # SANITIZE is the build's b_sanitize ("none", "address,undefined", ...): the
-# program must then be linked with the same runtime. Prints TAP; needs no
-# Redis.
+# program must then be linked with the same runtime. HIREDIS_PC_PATH is set
+# when the build used a hiredis outside the system's paths (CI's private
+# hiredis 1.x): a user of such a hiredis points pkg-config and the loader at
+# it too, and so does this test. Prints TAP; needs no Redis.
 set -u
 
 if [ $# -lt 2 ]; then
   echo "usage: $0 MESON BUILD_DIR [SANITIZE]" >&2
   exit 2
 fi
-meson=$1 build=$2 sanitize=${3:-none}
+meson=$1 build=$2 sanitize=${3:-none} hiredis_pc=${4:-}
 # The installed things must stand on their own: meson test may set this.
 unset LD_LIBRARY_PATH
+hiredis_link=()
+if [ -n "$hiredis_pc" ]; then
+  hiredis_lib=$(PKG_CONFIG_PATH=$hiredis_pc pkg-config --variable=libdir hiredis)
+  hiredis_link=("-Wl,-rpath,$hiredis_lib" "-L$hiredis_lib")
+  export LD_LIBRARY_PATH=$hiredis_lib # for the installed tool: hiredis only
+fi
 
 cc=${CC:-cc}
 command -v "$cc" >/dev/null 2>&1 || cc=gcc
@@ -63,7 +71,7 @@ pc=$(find "$root" -name sluice.pc -path '*/pkgconfig/*' | head -n1)
 prefix=$(sed -n 's/^prefix=//p' "$pc")
 mkdir -p "$tmp/pc"
 sed "s|^prefix=.*|prefix=$root$prefix|" "$pc" >"$tmp/pc/sluice.pc"
-export PKG_CONFIG_PATH=$tmp/pc
+export PKG_CONFIG_PATH=$tmp/pc${hiredis_pc:+:$hiredis_pc}
 cflags=$(pkg-config --cflags sluice 2>"$tmp/out") || bail "pkg-config sluice failed"
 libs=$(pkg-config --libs sluice 2>"$tmp/out") || bail "pkg-config sluice failed"
 libdir=$(pkg-config --variable=libdir sluice)
@@ -100,7 +108,7 @@ san=()
 [ "$sanitize" != none ] && [ -n "$sanitize" ] && san=("-fsanitize=$sanitize")
 # shellcheck disable=SC2086
 if "$cc" -std=c11 -Wall -Wextra -Werror "${san[@]}" "$tmp/app.c" -o "$tmp/app" \
-    $cflags $libs -Wl,-rpath,"$libdir" >"$tmp/out" 2>&1; then
+    $cflags $libs -Wl,-rpath,"$libdir" "${hiredis_link[@]}" >"$tmp/out" 2>&1; then
   ok "a program builds with only pkg-config sluice"
 else
   not_ok "a program builds with only pkg-config sluice"
@@ -118,7 +126,8 @@ fi
 # shellcheck disable=SC2046,SC2086
 if [ -f "$libdir/libsluice.a" ] &&
    "$cc" -std=c11 "${san[@]}" "$tmp/app.c" -o "$tmp/app_static" $cflags "$libdir/libsluice.a" \
-     $(pkg-config --static --libs sluice | sed 's/-lsluice//; s/-L[^ ]*//g') >"$tmp/out" 2>&1 &&
+     $(pkg-config --static --libs sluice | sed 's/-lsluice//; s/-L[^ ]*//g') "${hiredis_link[@]}" \
+     >"$tmp/out" 2>&1 &&
    "$tmp/app_static" >"$tmp/out" 2>&1; then
   ok "a program links libsluice.a with pkg-config --static sluice"
 else
