@@ -332,6 +332,93 @@ static void test_cmd_not_found_and_usage(void) {
   cleanup();
 }
 
+
+/* Run `sluice dq ARGS...` against url (no other --redis), stdout and stderr
+ * to errlog (emptied first); returns the exit status. */
+static int dq_at(const char *url, const char *sub, ...) {
+  const char *argv[48];
+  int n = 0;
+  va_list ap;
+  argv[n++] = sluice_bin();
+  argv[n++] = "dq";
+  argv[n++] = sub;
+  if (url) argv[n++] = "--redis", argv[n++] = url;
+  va_start(ap, sub);
+  const char *a;
+  while ((a = va_arg(ap, const char *)) && n < 47) argv[n++] = a;
+  va_end(ap);
+  argv[n] = NULL;
+  TH_ASSERT(truncate(errlog, 0) == 0 || errno == ENOENT);
+  pid_t pid = fork();
+  TH_ASSERT(pid >= 0);
+  if (pid == 0) {
+    int fd = open(errlog, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (fd < 0) _exit(98);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    close(fd);
+    execv(argv[0], (char *const *)argv);
+    _exit(99);
+  }
+  return wait_exit(pid, 20000);
+}
+
+/* Redis's own words reach stderr, prefixed "sluice: dq push: ", and the
+ * exit status is the table's 69: OOM (maxmemory reached, noeviction) and
+ * NOPERM (no EVALSHA), the same 69 `sem run` gives for it. */
+static void test_redis_errors_verbatim(void) {
+  setup();
+  static const char *const oom[] = {"--maxmemory", "1mb", "--maxmemory-policy", "noeviction", NULL};
+  th_redis r;
+  TH_ASSERT_EQ(th_redis_start(&r, 0, oom), 0);
+  /* Redis checks memory when a script starts, not inside it: one script
+   * fills the server past maxmemory. */
+  th_redis_int(&r, "EVAL %s 0",
+               "for i = 1, 20000 do redis.call('SET', 'fill' .. i, string.rep('x', 100)) end "
+               "return 1");
+  TH_ASSERT_EQ(dq_at(r.url, "push", "q", "hello", NULL), 69);
+  wait_log("sluice: dq push: ", 1000);
+  wait_log("OOM", 1000);
+  th_redis_stop(&r);
+  static const char *const noperm[] = {"--user", "default", "on", "nopass", "~*", "&*", "+@all",
+                                       "-evalsha", "-eval", NULL};
+  TH_ASSERT_EQ(th_redis_start(&r, 0, noperm), 0);
+  TH_ASSERT_EQ(dq_at(r.url, "push", "q", "hello", NULL), 69);
+  wait_log("sluice: dq push: ", 1000);
+  wait_log("NOPERM", 1000);
+  TH_ASSERT_EQ(dq_at(r.url, "status", "q", NULL), 69);
+  wait_log("sluice: dq status: ", 1000);
+  wait_log("NOPERM", 1000);
+  th_redis_stop(&r);
+  cleanup();
+}
+
+/* Numbers name the option, the range and what was given; long names are
+ * cut in the echo and the limit said. */
+static void test_bad_numbers_and_long_names(void) {
+  setup();
+  TH_ASSERT_EQ(dq_at(th_server.url, "push", "q", "--delay", "99999999999999999999", "x", NULL), 64);
+  wait_log("sluice: dq push: --delay must be 0..4398046511104 ms, got 99999999999999999999", 1000);
+  TH_ASSERT_EQ(dq_at(th_server.url, "push", "q", "--at", "0", "x", NULL), 64);
+  wait_log("--at must be 1..4398046511104", 1000);
+  TH_ASSERT_EQ(dq_at(th_server.url, "consume", "q", "--concurrency", "10001", "--", "true", NULL), 64);
+  wait_log("sluice: dq consume: --concurrency must be 1..10000, got 10001", 1000);
+  TH_ASSERT_EQ(dq_at(th_server.url, "consume", "q", "--visibility", "4294967296", "--", "true",
+                     NULL), 64);
+  wait_log("--visibility must be 10..4294967295 ms, got 4294967296", 1000);
+  static char name[100001];
+  memset(name, 'q', sizeof name - 1);
+  TH_ASSERT_EQ(dq_at(th_server.url, "push", name, "x", NULL), 64);
+  wait_log("(100000 bytes)", 1000);
+  wait_log("at most 512 bytes", 1000);
+  TH_ASSERT_CMP(strlen(read_file(errlog)), <, 300);
+  TH_ASSERT_EQ(dq_at(th_server.url, "push", "q", "--id", name, "x", NULL), 64);
+  wait_log("at most 128 bytes", 1000);
+  TH_ASSERT_CMP(strlen(read_file(errlog)), <, 300);
+  TH_ASSERT_EQ(delayed("q"), 0);
+  cleanup();
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"concurrency", test_concurrency, 0},
@@ -341,6 +428,8 @@ int main(int argc, char **argv) {
       {"second_signal_forwards", test_second_signal_forwards, 0},
       {"visibility_watchdog", test_visibility_watchdog, 0},
       {"cmd_not_found_and_usage", test_cmd_not_found_and_usage, 0},
+      {"redis_errors_verbatim", test_redis_errors_verbatim, 0},
+      {"bad_numbers_and_long_names", test_bad_numbers_and_long_names, 0},
       {NULL, NULL, 0}};
   return th_main(argc, argv, cases);
 }

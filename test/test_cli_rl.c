@@ -10,7 +10,18 @@
 typedef struct run_out {
   int status;       /* exit status */
   char out[1024];   /* stdout */
+  char err[1024];   /* stderr (the start of it) */
 } run_out;
+
+static void read_all(int fd, char *buf, size_t cap) {
+  size_t len = 0;
+  ssize_t got;
+  char sink[1024];
+  while ((got = read(fd, len < cap - 1 ? buf + len : sink,
+                     len < cap - 1 ? cap - 1 - len : sizeof sink)) > 0)
+    if (len < cap - 1) len += (size_t)got;
+  buf[len] = '\0';
+}
 
 /* Run `sluice rl ARGS...` (NULL-terminated); --redis is added unless the
  * first argument is "-" (then it is dropped and ARGS must carry their own). */
@@ -29,23 +40,25 @@ static run_out rl(const char *first, ...) {
   va_end(ap);
   if (!own_redis) argv[n++] = "--redis", argv[n++] = th_server.url;
   argv[n] = NULL;
-  int fds[2];
-  TH_ASSERT(pipe(fds) == 0);
+  int fds[2], efds[2];
+  TH_ASSERT(pipe(fds) == 0 && pipe(efds) == 0);
   pid_t pid = fork();
   TH_ASSERT(pid >= 0);
   if (pid == 0) {
     dup2(fds[1], 1);
+    dup2(efds[1], 2);
     close(fds[0]);
+    close(efds[0]);
     execv(argv[0], (char *const *)argv);
     _exit(99);
   }
   close(fds[1]);
-  run_out r = {0, ""};
-  size_t len = 0;
-  ssize_t got;
-  while ((got = read(fds[0], r.out + len, sizeof r.out - 1 - len)) > 0) len += (size_t)got;
-  r.out[len] = '\0';
+  close(efds[1]);
+  run_out r;
+  read_all(fds[0], r.out, sizeof r.out); /* short: stderr's pipe cannot fill meanwhile */
+  read_all(efds[0], r.err, sizeof r.err);
   close(fds[0]);
+  close(efds[0]);
   int st;
   TH_ASSERT_EQ(waitpid(pid, &st, 0), pid);
   TH_ASSERT(WIFEXITED(st));
@@ -131,11 +144,51 @@ static void test_usage_and_unreachable(void) {
                   "--redis", url, NULL).status, 69);
 }
 
+
+static void assert_has(const char *text, const char *want) {
+  if (!strstr(text, want)) th_fail(__FILE__, __LINE__, "no '%s' in: %s", want, text);
+}
+
+/* Redis's own words (OOM: maxmemory reached, noeviction) reach stderr,
+ * prefixed with the command; exit 69. */
+static void test_redis_error_verbatim(void) {
+  static const char *const oom[] = {"--maxmemory", "1mb", "--maxmemory-policy", "noeviction", NULL};
+  th_redis r;
+  TH_ASSERT_EQ(th_redis_start(&r, 0, oom), 0);
+  /* Redis checks memory when a script starts, not inside it. */
+  th_redis_int(&r, "EVAL %s 0",
+               "for i = 1, 20000 do redis.call('SET', 'fill' .. i, string.rep('x', 100)) end "
+               "return 1");
+  run_out o = rl("-", "check", "n", "k", "--algo", "fixed", "--limit", "2", "--period", "1000",
+                 "--redis", r.url, NULL);
+  TH_ASSERT_EQ(o.status, 69);
+  assert_has(o.err, "sluice: rl check: ");
+  assert_has(o.err, "OOM");
+  th_redis_stop(&r);
+}
+
+/* Numbers name the option, the range and what was given. */
+static void test_bad_numbers(void) {
+  run_out o = rl("check", "n", "k", "--algo", "fixed", "--limit", "99999999999", "--period", "1",
+                 NULL);
+  TH_ASSERT_EQ(o.status, 64);
+  assert_has(o.err, "sluice: rl check: --limit must be 1..1000000000, got 99999999999");
+  o = rl("wait", "n", "k", "--algo", "fixed", "--limit", "1", "--period", "1", "--timeout", "-1",
+         NULL);
+  TH_ASSERT_EQ(o.status, 64);
+  assert_has(o.err, "sluice: rl wait: --timeout must be 0..4294967295 ms, got '-1'");
+  o = rl("check", "n", "k", "--algo", "fixed", "--limit", "2", "--period", "1", "--cost", "3", NULL);
+  TH_ASSERT_EQ(o.status, 64);
+  assert_has(o.err, "--cost must be 1..2, got 3");
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"check", test_check, 0},
       {"wait", test_wait, 0},
       {"usage_and_unreachable", test_usage_and_unreachable, 0},
+      {"redis_error_verbatim", test_redis_error_verbatim, 0},
+      {"bad_numbers", test_bad_numbers, 0},
       {NULL, NULL, 0},
   };
   return th_main(argc, argv, cases);

@@ -1,4 +1,5 @@
 /* The `sluice sem` tool, run as a separate process against the test server. */
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
@@ -54,6 +55,73 @@ static void wait_for_file(const char *path, unsigned ms) {
   uint64_t end = th_now_ms() + ms;
   while (!file_exists(path) && th_now_ms() < end) usleep(5000);
   TH_ASSERT(file_exists(path));
+}
+
+
+typedef struct tool_out {
+  int status;
+  char out[4096];  /* stdout */
+  char err[4096];  /* stderr (the start of it) */
+} tool_out;
+
+static void read_all(int fd, char *buf, size_t cap) {
+  size_t len = 0;
+  ssize_t got;
+  char sink[4096];
+  while ((got = read(fd, len < cap - 1 ? buf + len : sink,
+                     len < cap - 1 ? cap - 1 - len : sizeof sink)) > 0)
+    if (len < cap - 1) len += (size_t)got;
+  buf[len] = '\0';
+}
+
+/* Run `sluice sem ARGS...` (NULL-terminated; no --redis added) with stdin
+ * from /dev/null and only fds 0-2 open, collecting stdout and stderr. */
+static tool_out tool(const char *first, ...) {
+  const char *argv[40];
+  int n = 0, o[2], e[2];
+  va_list ap;
+  argv[n++] = sluice_bin();
+  argv[n++] = "sem";
+  argv[n++] = first;
+  va_start(ap, first);
+  const char *a;
+  while ((a = va_arg(ap, const char *)) && n < 39) argv[n++] = a;
+  va_end(ap);
+  argv[n] = NULL;
+  TH_ASSERT(pipe(o) == 0 && pipe(e) == 0);
+  pid_t pid = fork();
+  TH_ASSERT(pid >= 0);
+  if (pid == 0) {
+    int null = open("/dev/null", O_RDONLY);
+    dup2(null, 0);
+    dup2(o[1], 1);
+    dup2(e[1], 2);
+    for (int fd = 3; fd < 1024; fd++) close(fd);
+    execv(argv[0], (char *const *)argv);
+    _exit(99);
+  }
+  close(o[1]);
+  close(e[1]);
+  tool_out r;
+  read_all(o[0], r.out, sizeof r.out); /* short: stderr's pipe cannot fill meanwhile */
+  read_all(e[0], r.err, sizeof r.err);
+  close(o[0]);
+  close(e[0]);
+  r.status = wait_exit(pid);
+  return r;
+}
+
+static void assert_has(const char *text, const char *want) {
+  if (!strstr(text, want)) th_fail(__FILE__, __LINE__, "no '%s' in: %s", want, text);
+}
+
+/* A loopback TCP server on a free port (URLs with credentials need TCP). */
+static void start_tcp(th_redis *r, const char *const *extra) {
+  int rc = -1;
+  srand((unsigned)getpid());
+  for (int attempt = 0; attempt < 20 && rc != 0; attempt++)
+    rc = th_redis_start(r, 20000 + rand() % 30000, extra);
+  TH_ASSERT_EQ(rc, 0);
 }
 
 static void test_exit_status_and_release(void) {
@@ -164,6 +232,168 @@ static void test_status_and_usage(void) {
   TH_ASSERT_EQ(wait_exit(pid), 69);
 }
 
+
+/* Redis's own words reach stderr, prefixed with the command, and the exit
+ * status is the table's 69 whatever the command: a user without EVALSHA
+ * (NOPERM), a wrong password (WRONGPASS, the password itself not shown). */
+static void test_redis_errors_verbatim(void) {
+  static const char *const noperm[] = {"--user", "default", "on", "nopass", "~*", "&*", "+@all",
+                                       "-evalsha", "-eval", NULL};
+  th_redis r;
+  TH_ASSERT_EQ(th_redis_start(&r, 0, noperm), 0);
+  tool_out t = tool("run", "m", "--redis", r.url, "--", "true", NULL);
+  TH_ASSERT_EQ(t.status, 69);
+  assert_has(t.err, "sluice: sem run: ");
+  assert_has(t.err, "NOPERM");
+  t = tool("status", "m", "--redis", r.url, NULL);
+  TH_ASSERT_EQ(t.status, 69);
+  assert_has(t.err, "sluice: sem status: ");
+  assert_has(t.err, "NOPERM");
+  th_redis_stop(&r);
+
+  static const char *const pass[] = {"--requirepass", "sekret", NULL};
+  start_tcp(&r, pass);
+  char url[96];
+  snprintf(url, sizeof url, "redis://:wrong-one@127.0.0.1:%d", r.port);
+  t = tool("run", "m", "--redis", url, "--", "true", NULL);
+  TH_ASSERT_EQ(t.status, 69);
+  assert_has(t.err, "sluice: sem run: ");
+  assert_has(t.err, "WRONGPASS");
+  TH_ASSERT(strstr(t.err, "wrong-one") == NULL); /* logs must not keep it */
+  th_redis_stop(&r);
+}
+
+/* Numbers out of range name the option, the range and what was given; an
+ * overlong name is cut in the echo and the limit said. */
+static void test_bad_numbers_and_long_names(void) {
+  tool_out t = tool("run", "m", "-n", "2000000", "--", "true", NULL);
+  TH_ASSERT_EQ(t.status, 64);
+  assert_has(t.err, "sluice: sem run: -n must be 1..1000000, got 2000000");
+  t = tool("run", "m", "--ttl", "99999999999", "--", "true", NULL);
+  TH_ASSERT_EQ(t.status, 64);
+  assert_has(t.err, "sluice: sem run: --ttl must be 10..86400000 ms, got 99999999999");
+  t = tool("run", "m", "--wait", "18446744073709551616", "--", "true", NULL); /* 2^64 */
+  TH_ASSERT_EQ(t.status, 64);
+  assert_has(t.err, "--wait must be 0..4294967295 ms, got 18446744073709551616");
+  t = tool("run", "m", "--ttl", "5s", "--", "true", NULL);
+  TH_ASSERT_EQ(t.status, 64);
+  assert_has(t.err, "--ttl must be 10..86400000 ms, got '5s'");
+  static char name[100001];
+  memset(name, 'a', sizeof name - 1);
+  t = tool("run", name, "--", "true", NULL);
+  TH_ASSERT_EQ(t.status, 64);
+  assert_has(t.err, "(100000 bytes)");
+  assert_has(t.err, "at most 512 bytes");
+  TH_ASSERT_CMP(strlen(t.err), <, 300);
+  t = tool("status", name, NULL);
+  TH_ASSERT_EQ(t.status, 64);
+  TH_ASSERT_CMP(strlen(t.err), <, 300);
+}
+
+/* `sem release NAME ID`: the id `sem status` shows is released (and the
+ * freed permit goes to the waiter at once), a second release says it was
+ * not held (1), a malformed id is a usage error. */
+static void test_release_by_id(void) {
+  char go[256], started[256], script[700];
+  snprintf(go, sizeof go, "%s/rel-go", th_server.dir);
+  snprintf(started, sizeof started, "%s/rel-started", th_server.dir);
+  snprintf(script, sizeof script,
+           "touch %s; i=0; while [ ! -e %s ] && [ $i -lt 1500 ]; do sleep 0.02; i=$((i+1)); done",
+           started, go);
+  pid_t holder = start("run", "r", "-n", "1", "--ttl", "30000", "--", "sh", "-c", script, NULL);
+  wait_for_file(started, 5000);
+  pid_t waiter = start("run", "r", "--wait", "20000", "--", "true", NULL);
+  tool_out t = tool("status", "r", "--redis", th_server.url, NULL);
+  TH_ASSERT_EQ(t.status, 0);
+  const char *h = strstr(t.out, "holder ");
+  TH_ASSERT(h != NULL);
+  char id[33];
+  memcpy(id, h + 7, 32);
+  id[32] = '\0';
+  t = tool("release", "r", id, "--redis", th_server.url, NULL);
+  TH_ASSERT_EQ(t.status, 0);
+  TH_ASSERT_STR_EQ(t.err, "");
+  /* The waiter got the permit while the holder's command still runs. */
+  TH_ASSERT_EQ(wait_exit(waiter), 0);
+  t = tool("release", "r", id, "--redis", th_server.url, NULL);
+  TH_ASSERT_EQ(t.status, 1);
+  assert_has(t.err, "sluice: sem release: ");
+  assert_has(t.err, "is not held");
+  t = tool("release", "r", "not-a-permit-id", "--redis", th_server.url, NULL);
+  TH_ASSERT_EQ(t.status, 64);
+  assert_has(t.err, "32 hex digits");
+  t = tool("release", "r", NULL);
+  TH_ASSERT_EQ(t.status, 64);
+  TH_ASSERT(fclose(fopen(go, "w")) == 0);
+  TH_ASSERT_EQ(wait_exit(holder), 0);
+  unlink(go);
+  unlink(started);
+}
+
+/* CMD inherits the tool's fds but not its Redis connection. */
+static void test_cmd_gets_no_redis_fds(void) {
+  char out[256], script[700];
+  snprintf(out, sizeof out, "%s/fds", th_server.dir);
+  snprintf(script, sizeof script,
+           "for f in /proc/$$/fd/*; do l=$(readlink \"$f\"); "
+           "case \"$l\" in socket:*) echo \"$f $l\";; esac; done > %s",
+           out);
+  tool_out t = tool("run", "f", "--redis", th_server.url, "--", "sh", "-c", script, NULL);
+  TH_ASSERT_EQ(t.status, 0);
+  FILE *f = fopen(out, "r");
+  TH_ASSERT(f != NULL);
+  char buf[1024] = {0};
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  unlink(out);
+  if (n) th_fail(__FILE__, __LINE__, "CMD inherited sockets: %s", buf);
+}
+
+static int process_gone(pid_t pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')'); /* "pid (comm) S ..." */
+  return p && (p[2] == 'Z' || p[2] == 'X');
+}
+
+/* SIGTERM to the tool reaches what CMD started, not CMD alone: CMD runs
+ * in its own process group, which gets the signal. */
+static void test_signal_reaches_cmd_group(void) {
+  char pidfile[256], script[1000];
+  snprintf(pidfile, sizeof pidfile, "%s/bg.pid", th_server.dir);
+  snprintf(script, sizeof script, "sleep 30 & echo $! > %s.tmp; mv %s.tmp %s; wait", pidfile,
+           pidfile, pidfile);
+  pid_t pid = fork();
+  TH_ASSERT(pid >= 0);
+  if (pid == 0) { /* no terminal: CMD gets its own group */
+    int null = open("/dev/null", O_RDWR);
+    dup2(null, 0);
+    dup2(null, 1);
+    execl(sluice_bin(), sluice_bin(), "sem", "run", "g", "--redis", th_server.url, "--", "sh", "-c",
+          script, (char *)NULL);
+    _exit(99);
+  }
+  wait_for_file(pidfile, 5000);
+  FILE *f = fopen(pidfile, "r");
+  long bg = 0;
+  TH_ASSERT(f && fscanf(f, "%ld", &bg) == 1);
+  fclose(f);
+  unlink(pidfile);
+  TH_ASSERT_EQ(kill(pid, SIGTERM), 0);
+  TH_ASSERT_EQ(wait_exit(pid), 128 + SIGTERM);
+  uint64_t end = th_now_ms() + 5000;
+  while (!process_gone((pid_t)bg) && th_now_ms() < end) usleep(5000);
+  int gone = process_gone((pid_t)bg);
+  if (!gone) kill((pid_t)bg, SIGKILL);
+  TH_ASSERT(gone);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{g}:holders"), 0);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"exit_status_and_release", test_exit_status_and_release, 0},
@@ -172,6 +402,11 @@ int main(int argc, char **argv) {
       {"lost_permit_terminates_command", test_lost_permit_terminates_command, 0},
       {"tool_killed_terminates_command", test_tool_killed_terminates_command, 0},
       {"status_and_usage", test_status_and_usage, 0},
+      {"redis_errors_verbatim", test_redis_errors_verbatim, 0},
+      {"bad_numbers_and_long_names", test_bad_numbers_and_long_names, 0},
+      {"release_by_id", test_release_by_id, 0},
+      {"cmd_gets_no_redis_fds", test_cmd_gets_no_redis_fds, 0},
+      {"signal_reaches_cmd_group", test_signal_reaches_cmd_group, 0},
       {NULL, NULL, 0}};
   return th_main(argc, argv, cases);
 }

@@ -3,6 +3,7 @@
 #ifndef SLUICE_CLI_H
 #define SLUICE_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sluice/sluice.h>
 
@@ -11,7 +12,8 @@ struct event_base;
 /* Exit statuses, documented in `sluice --help` and README.md. */
 enum {
   CLI_EXIT_OK = 0,
-  CLI_EXIT_NO = 1,          /* a negative answer: rate-limited (rl check) */
+  CLI_EXIT_NO = 1,          /* a negative answer: rate-limited (rl check),
+                               duplicate id (dq push), not held (sem release) */
   CLI_EXIT_FAILURE = 70,    /* EX_SOFTWARE: unexpected failure */
   CLI_EXIT_USAGE = 64,      /* EX_USAGE: bad arguments */
   CLI_EXIT_UNAVAILABLE = 69,/* EX_UNAVAILABLE: Redis unreachable or failing */
@@ -26,25 +28,79 @@ typedef struct cli_ctx {
   sluice_client *client;
   const char *url;
   const char *prefix;       /* --prefix, or NULL for the library default */
+  /* Redis's own words for the last failed operation, copied in its callback
+   * (sluice_client_last_error() is valid only until the next loop turn). */
+  char why[320];
+  int why_status;           /* the status why belongs to */
 } cli_ctx;
 
+/* The subcommand being run ("sem run"): every message is prefixed with it. */
+void cli_set_command(const char *name);
+
 /* Create the loop and client and wait (up to timeout_ms) for the connection;
- * on failure prints "sluice: cannot reach Redis at URL: why" and returns
+ * on failure prints "sluice: CMD: cannot reach Redis at URL: why" (Redis's
+ * own answer when it gave one, e.g. "AUTH: WRONGPASS ...") and returns
  * CLI_EXIT_UNAVAILABLE. */
 int cli_connect(cli_ctx *ctx, unsigned timeout_ms);
 /* Close the client, run the loop until everything is released, free the loop. */
 void cli_close(cli_ctx *ctx);
 
-/* Strict number parsing; 0 on success, -1 on junk or out of range. */
+/* The one mapping from a sluice status to the tool's exit status (README's
+ * table). own_deadline: the operation ran under the command's own --wait or
+ * --timeout, so SLUICE_ETIMEDOUT means that passed (75), not that Redis was
+ * too slow to answer one step (69). */
+int cli_exit_status(int status, int own_deadline);
+
+/* From an operation's callback when status is not SLUICE_OK: keep Redis's
+ * words (or why the connection went) for cli_fail. */
+void cli_capture(cli_ctx *ctx, int status);
+
+/* Print "sluice: CMD: <what>: <why>", why being Redis's own words when
+ * captured, and return cli_exit_status(status, own_deadline). */
+int cli_fail(const cli_ctx *ctx, int status, int own_deadline, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Strict number parsing; 0 on success, -1 on junk, overflow or out of range. */
 int cli_parse_u64(const char *s, uint64_t max, uint64_t *out);
-int cli_parse_unsigned(const char *s, unsigned *out);
+
+/* The value of numeric option opt, s (NULL when missing), must be min..max
+ * (unit, e.g. "ms", "" for none). On failure prints "sluice: CMD: --ttl must
+ * be 10..86400000 ms, got 99999999999" and returns -1. */
+int cli_number(const char *opt, const char *s, uint64_t min, uint64_t max, const char *unit,
+               uint64_t *out);
+int cli_number_u(const char *opt, const char *s, unsigned min, unsigned max, const char *unit,
+                 unsigned *out);
+
+/* s for an error message: whole when short, else its first 64 bytes and
+ * "… (N bytes)", control characters shown as '?'. The result lives in one
+ * of a few static buffers, so a message may echo up to four strings. */
+const char *cli_echo(const char *s);
+
+/* 0 when name (what: "semaphore NAME", "QUEUE", ...) is 1..max bytes; else
+ * prints why, with the limit, and returns -1. */
+int cli_check_len(const char *what, const char *name, size_t max);
 
 /* If argv[*i] is "--redis URL" / "--redis=URL" or "--prefix P", consume it
  * (advancing *i) and return 1; return -1 on a missing value; 0 otherwise. */
 int cli_common_option(cli_ctx *ctx, int argc, char **argv, int *i);
 
-/* Print "sluice: " + message to stderr. */
+/* Print "sluice: CMD: " + message to stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The fds the tool was started with, so that a child can be given those and
+ * none of the tool's own (Redis connections, the loop's): a CMD's lingering
+ * background child would otherwise hold them open, and a blocked BRPOP held
+ * that way swallows wake-ups. */
+typedef struct cli_fds {
+  unsigned char *open;  /* open[fd] != 0: open at start */
+  int n;
+} cli_fds;
+/* Note the open fds (call before connecting). Without /proc, notes nothing
+ * and children inherit everything, as before. */
+void cli_fds_note(cli_fds *f);
+/* In a forked child: close every fd above 2 not noted, except keep. */
+void cli_fds_close_others(const cli_fds *f, int keep);
+void cli_fds_free(cli_fds *f);
 
 /* Subcommands: argv[0] is the subcommand word ("sem", "rl", "dq"). */
 int cli_sem_main(int argc, char **argv);

@@ -1,21 +1,133 @@
 /* Plumbing shared by the subcommands of the `sluice` tool. */
+#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 
 #include "cli.h"
 
+static const char *command; /* "sem run": says which command speaks */
+
+void cli_set_command(const char *name) { command = name; }
+
+static void error_prefix(void) {
+  fputs("sluice: ", stderr);
+  if (command) fprintf(stderr, "%s: ", command);
+}
+
 void cli_error(const char *fmt, ...) {
   va_list ap;
-  fputs("sluice: ", stderr);
+  error_prefix();
   va_start(ap, fmt);
   vfprintf(stderr, fmt, ap);
   va_end(ap);
   fputc('\n', stderr);
+}
+
+int cli_exit_status(int status, int own_deadline) {
+  switch (status) {
+  case SLUICE_OK: return CLI_EXIT_OK;
+  case SLUICE_EEXIST:      /* dq push: that --id is queued already */
+  case SLUICE_ENOTFOUND:   /* sem release: the permit was not held */
+    return CLI_EXIT_NO;
+  case SLUICE_EINVAL:
+  case SLUICE_ETOOBIG: return CLI_EXIT_USAGE;
+  case SLUICE_EBUSY:       /* --no-wait: no permit free */
+  case SLUICE_EFULL:       /* too many waiters: try again later */
+    return CLI_EXIT_TIMEOUT;
+  case SLUICE_ETIMEDOUT: return own_deadline ? CLI_EXIT_TIMEOUT : CLI_EXIT_UNAVAILABLE;
+  case SLUICE_ECONNECTION:
+  case SLUICE_EREDIS:
+  case SLUICE_EPROTOCOL:
+  case SLUICE_EINDOUBT:    /* the command says what may have happened */
+    return CLI_EXIT_UNAVAILABLE;
+  default:                 /* ENOMEM, ECANCELED, ECLOSED, ELATE: not expected */
+    return CLI_EXIT_FAILURE;
+  }
+}
+
+void cli_capture(cli_ctx *ctx, int status) {
+  /* Only these come with words of their own: Redis's error reply, or why
+   * the connection failed or went. Another status would show stale text. */
+  if (!ctx->client || (status != SLUICE_EREDIS && status != SLUICE_ECONNECTION &&
+                       status != SLUICE_EINDOUBT))
+    return;
+  snprintf(ctx->why, sizeof ctx->why, "%s", sluice_client_last_error(ctx->client));
+  ctx->why_status = status;
+}
+
+int cli_fail(const cli_ctx *ctx, int status, int own_deadline, const char *fmt, ...) {
+  va_list ap;
+  const char *why = ctx && ctx->why[0] && ctx->why_status == status ? ctx->why : NULL;
+  error_prefix();
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  if (status == SLUICE_EREDIS && why) fprintf(stderr, ": %s\n", why); /* "Redis: OOM ..." */
+  else if (why) fprintf(stderr, ": %s (%s)\n", sluice_strerror(status), why);
+  else fprintf(stderr, ": %s\n", sluice_strerror(status));
+  return cli_exit_status(status, own_deadline);
+}
+
+#define ECHO_MAX 64
+
+const char *cli_echo(const char *s) {
+  static char bufs[4][ECHO_MAX + 48];
+  static unsigned next;
+  char *b = bufs[next++ % 4];
+  size_t len = strlen(s), n = len;
+  if (len > ECHO_MAX) {
+    n = ECHO_MAX;
+    while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80) n--; /* whole UTF-8 characters */
+  }
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    b[i] = c < 0x20 || c == 0x7f ? '?' : (char)c; /* no escapes reach the terminal */
+  }
+  b[n] = '\0';
+  if (n < len) snprintf(b + n, sizeof bufs[0] - n, "\u2026 (%zu bytes)", len);
+  return b;
+}
+
+int cli_check_len(const char *what, const char *name, size_t max) {
+  size_t len = strlen(name);
+  if (len >= 1 && len <= max) return 0;
+  if (len == 0) cli_error("%s must be 1..%zu bytes, got an empty one", what, max);
+  else cli_error("%s '%s' is too long: at most %zu bytes", what, cli_echo(name), max);
+  return -1;
+}
+
+int cli_number(const char *opt, const char *s, uint64_t min, uint64_t max, const char *unit,
+               uint64_t *out) {
+  const char *sp = *unit ? " " : "";
+  uint64_t v;
+  if (!s) {
+    cli_error("%s needs a value: %llu..%llu%s%s", opt, (unsigned long long)min,
+              (unsigned long long)max, sp, unit);
+    return -1;
+  }
+  if (cli_parse_u64(s, UINT64_MAX, &v) == 0 && v >= min && v <= max) {
+    *out = v;
+    return 0;
+  }
+  /* A number too large is shown as given; anything else quoted. */
+  const char *q = *s && strspn(s, "0123456789") == strlen(s) ? "" : "'";
+  cli_error("%s must be %llu..%llu%s%s, got %s%s%s", opt, (unsigned long long)min,
+            (unsigned long long)max, sp, unit, q, cli_echo(s), q);
+  return -1;
+}
+
+int cli_number_u(const char *opt, const char *s, unsigned min, unsigned max, const char *unit,
+                 unsigned *out) {
+  uint64_t v;
+  if (cli_number(opt, s, min, max, unit, &v)) return -1;
+  *out = (unsigned)v;
+  return 0;
 }
 
 int cli_parse_u64(const char *s, uint64_t max, uint64_t *out) {
@@ -25,13 +137,6 @@ int cli_parse_u64(const char *s, uint64_t max, uint64_t *out) {
   unsigned long long v = strtoull(s, &end, 10);
   if (errno || *end || v > max) return -1;
   *out = v;
-  return 0;
-}
-
-int cli_parse_unsigned(const char *s, unsigned *out) {
-  uint64_t v;
-  if (cli_parse_u64(s, 0xffffffffu, &v)) return -1;
-  *out = (unsigned)v;
   return 0;
 }
 
@@ -73,6 +178,22 @@ static void on_deadline(evutil_socket_t fd, short what, void *ud) {
   ((connect_wait *)ud)->done = 1;
 }
 
+/* url with its password replaced by "***": error messages end up in logs.
+ * Split as the library does: the last '@' ends the credentials, the first
+ * ':' before it ends the user, and "redis://secret@host" is a password. */
+static const char *shown_url(const char *url) {
+  static char buf[1024];
+  const char *auth = strstr(url, "://");
+  if (!auth || strncmp(url, "unix:", 5) == 0) return url;
+  auth += 3;
+  const char *at = strrchr(auth, '@');
+  if (!at || at == auth) return url;
+  const char *colon = memchr(auth, ':', (size_t)(at - auth));
+  const char *secret = colon ? colon + 1 : auth;
+  snprintf(buf, sizeof buf, "%.*s***%s", (int)(secret - url), url, at);
+  return buf;
+}
+
 int cli_connect(cli_ctx *ctx, unsigned timeout_ms) {
   sluice_client_options o;
   connect_wait w = {0, 0};
@@ -89,7 +210,8 @@ int cli_connect(cli_ctx *ctx, unsigned timeout_ms) {
   int rc = sluice_client_new(ctx->base, &o, &ctx->client);
   if (rc) {
     const char *why = sluice_client_last_error(NULL);
-    cli_error("cannot use --redis '%s': %s", ctx->url, *why ? why : sluice_strerror(rc));
+    cli_error("cannot use --redis '%s': %s", cli_echo(shown_url(ctx->url)),
+              *why ? why : sluice_strerror(rc));
     event_base_free(ctx->base);
     ctx->base = NULL;
     return CLI_EXIT_USAGE;
@@ -103,7 +225,7 @@ int cli_connect(cli_ctx *ctx, unsigned timeout_ms) {
   sluice_client_set_state_cb(ctx->client, NULL, NULL);
   if (!w.up) {
     const char *why = sluice_client_last_error(ctx->client);
-    cli_error("cannot reach Redis at %s: %s", ctx->url, *why ? why : "timed out");
+    cli_error("cannot reach Redis at %s: %s", shown_url(ctx->url), *why ? why : "timed out");
     cli_close(ctx);
     return CLI_EXIT_UNAVAILABLE;
   }
@@ -120,4 +242,43 @@ void cli_close(cli_ctx *ctx) {
     event_base_free(ctx->base);
     ctx->base = NULL;
   }
+}
+
+void cli_fds_note(cli_fds *f) {
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    int fd = atoi(e->d_name);
+    if (e->d_name[0] == '.' || fd == dirfd(d)) continue;
+    if (fd >= f->n) {
+      int n = fd + 64;
+      unsigned char *m = realloc(f->open, (size_t)n);
+      if (!m) break; /* a child may then miss some fds: better than failing */
+      memset(m + f->n, 0, (size_t)(n - f->n));
+      f->open = m;
+      f->n = n;
+    }
+    f->open[fd] = 1;
+  }
+  closedir(d);
+}
+
+void cli_fds_close_others(const cli_fds *f, int keep) {
+  if (!f->open) return;
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    int fd = atoi(e->d_name);
+    if (e->d_name[0] == '.' || fd <= 2 || fd == keep || fd == dirfd(d)) continue;
+    if (fd >= f->n || !f->open[fd]) close(fd);
+  }
+  closedir(d);
+}
+
+void cli_fds_free(cli_fds *f) {
+  free(f->open);
+  f->open = NULL;
+  f->n = 0;
 }

@@ -1,5 +1,4 @@
 /* `sluice dq`: push to, consume from and inspect a delay queue. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -53,30 +52,38 @@ static void dq_usage(FILE *out) {
       out);
 }
 
-static int status_exit(int status) {
-  switch (status) {
-  case SLUICE_OK: return CLI_EXIT_OK;
-  case SLUICE_EEXIST: return CLI_EXIT_NO;
-  case SLUICE_EINVAL:
-  case SLUICE_ETOOBIG: return CLI_EXIT_USAGE;
-  case SLUICE_ENOMEM: return CLI_EXIT_FAILURE;
-  default: return CLI_EXIT_UNAVAILABLE;
-  }
-}
-
 /* ---- push ------------------------------------------------------------------- */
 
 typedef struct push_state {
+  cli_ctx *ctx;
   int done, status;
+  char id[SLUICE_DQ_ID_MAX + 1]; /* the given or generated id */
 } push_state;
 
 static void on_pushed(sluice_dq *dq, int status, const char *id, int64_t due, void *ud) {
   push_state *p = ud;
   p->done = 1;
   p->status = status;
+  cli_capture(p->ctx, status);
+  if (id) snprintf(p->id, sizeof p->id, "%s", id);
   if (status == SLUICE_OK) printf("%s\n", id);
-  else if (status == SLUICE_EEXIST) cli_error("a message with id '%s' is already queued", id);
-  else cli_error("push failed: %s", sluice_strerror(status));
+}
+
+/* Why the push failed; the exit status. */
+static int push_failed(const cli_ctx *ctx, const push_state *p, int explicit_id) {
+  if (p->status == SLUICE_EEXIST) {
+    cli_error("a message with id '%s' is already queued", cli_echo(p->id));
+    return cli_exit_status(p->status, 0);
+  }
+  /* Sent, then no answer: Redis may have run it. Pushing again under the
+   * same id is safe while the message is queued (exit 1 then says it is). */
+  if ((p->status == SLUICE_EINDOUBT || p->status == SLUICE_ETIMEDOUT) && p->id[0]) {
+    int rc = cli_fail(ctx, p->status, 0, "the message may have been queued, as id %s", p->id);
+    cli_error("to push it at most once, push again with --id %s%s", p->id,
+              explicit_id ? "" : " (exit status 1: it was queued)");
+    return rc;
+  }
+  return cli_fail(ctx, p->status, 0, "push failed");
 }
 
 /* Read all of stdin, stopping past max bytes (the caller sees the excess). */
@@ -113,18 +120,12 @@ typedef struct push_args {
   int have_delay, have_at;
 } push_args;
 
-/* A value option's number; -1 after printing why on error. */
-static int push_number(const char *opt, const char *v, uint64_t *out) {
-  if (cli_parse_u64(v, (uint64_t)SLUICE_DQ_TIME_MAX, out) == 0) return 0;
-  cli_error("%s: expected milliseconds, got '%s'", opt, v);
-  return -1;
-}
 
 static int push_positional(push_args *a, const char *s) {
   if (!a->queue) a->queue = s;
   else if (!a->payload) a->payload = s;
   else {
-    cli_error("dq push: unexpected argument '%s'", s);
+    cli_error("unexpected argument '%s'", cli_echo(s));
     return -1;
   }
   return 0;
@@ -138,21 +139,25 @@ static int parse_push(cli_ctx *ctx, int argc, char **argv, push_args *a) {
       if (rc < 0) return -1;
       continue;
     }
-    int value = !strcmp(s, "--delay") || !strcmp(s, "--at") || !strcmp(s, "--id");
-    if (value && i + 1 >= argc) {
-      cli_error("%s needs a value", s);
-      return -1;
-    }
+    const char *value = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(s, "--delay")) {
-      if (push_number(s, argv[++i], &a->delay)) return -1;
+      if (cli_number(s, value, 0, (uint64_t)SLUICE_DQ_TIME_MAX, "ms", &a->delay)) return -1;
       a->have_delay = 1;
+      i++;
     } else if (!strcmp(s, "--at")) {
-      if (push_number(s, argv[++i], &a->at) || !a->at) return -1;
+      if (cli_number(s, value, 1, (uint64_t)SLUICE_DQ_TIME_MAX, "ms since 1970", &a->at))
+        return -1;
       a->have_at = 1;
+      i++;
     } else if (!strcmp(s, "--id")) {
+      if (!value) {
+        cli_error("--id needs a value");
+        return -1;
+      }
       a->id = argv[++i];
+      if (cli_check_len("--id", a->id, SLUICE_DQ_ID_MAX)) return -1;
     } else if (s[0] == '-' && s[1]) {
-      cli_error("dq push: unknown option '%s'", s);
+      cli_error("unknown option '%s'", cli_echo(s));
       return -1;
     } else if (push_positional(a, s)) {
       return -1;
@@ -160,8 +165,9 @@ static int parse_push(cli_ctx *ctx, int argc, char **argv, push_args *a) {
   }
   for (i++; i < argc; i++) /* after "--": all positional */
     if (push_positional(a, argv[i])) return -1;
-  if (!a->queue) cli_error("dq push: missing QUEUE");
-  else if (a->have_delay && a->have_at) cli_error("dq push: --delay and --at exclude each other");
+  if (!a->queue) cli_error("missing QUEUE");
+  else if (cli_check_len("QUEUE", a->queue, SLUICE_NAME_MAX)) return -1;
+  else if (a->have_delay && a->have_at) cli_error("--delay and --at exclude each other");
   else return 0;
   return -1;
 }
@@ -183,13 +189,16 @@ static int cmd_push(int argc, char **argv) {
   sluice_dq_item it = {in ? in : a.payload, len, (int64_t)a.delay, (int64_t)a.at, a.id};
   int rc = cli_connect(&ctx, 2000);
   sluice_dq *dq = NULL;
-  push_state p = {0, 0};
+  push_state p = {&ctx, 0, 0, ""};
   if (rc == CLI_EXIT_OK) {
     rc = sluice_dq_new(ctx.client, a.queue, NULL, &dq);
     if (rc == SLUICE_OK) rc = sluice_dq_push(dq, &it, on_pushed, &p);
-    if (rc != SLUICE_OK) cli_error("dq push: %s", sluice_strerror(rc));
-    else while (!p.done) event_base_loop(ctx.base, EVLOOP_ONCE);
-    rc = status_exit(rc != SLUICE_OK ? rc : p.status);
+    if (rc != SLUICE_OK) {
+      rc = cli_fail(&ctx, rc, 0, "cannot push");
+    } else {
+      while (!p.done) event_base_loop(ctx.base, EVLOOP_ONCE);
+      rc = p.status == SLUICE_OK ? CLI_EXIT_OK : push_failed(&ctx, &p, a.id != NULL);
+    }
     sluice_dq_free(dq);
     cli_close(&ctx);
   }
@@ -200,6 +209,7 @@ static int cmd_push(int argc, char **argv) {
 /* ---- status ----------------------------------------------------------------- */
 
 typedef struct status_state {
+  cli_ctx *ctx;
   int done, status;
 } status_state;
 
@@ -207,10 +217,8 @@ static void on_info(sluice_dq *dq, int status, const sluice_dq_info *in, void *u
   status_state *s = ud;
   s->done = 1;
   s->status = status;
-  if (status != SLUICE_OK) {
-    cli_error("status failed: %s", sluice_strerror(status));
-    return;
-  }
+  cli_capture(s->ctx, status);
+  if (status != SLUICE_OK) return;
   printf("queue      %s\n", sluice_dq_name(dq));
   printf("delayed    %llu (due now %llu)\n", (unsigned long long)in->delayed,
          (unsigned long long)in->ready);
@@ -232,24 +240,27 @@ static int cmd_status(int argc, char **argv) {
     if (rc < 0) return CLI_EXIT_USAGE;
     if (rc > 0) continue;
     if (argv[i][0] == '-' || queue) {
-      cli_error("dq status: unexpected argument '%s'", argv[i]);
+      cli_error("unexpected argument '%s'", cli_echo(argv[i]));
       return CLI_EXIT_USAGE;
     }
     queue = argv[i];
   }
   if (!queue) {
-    cli_error("dq status: missing QUEUE");
+    cli_error("missing QUEUE");
     return CLI_EXIT_USAGE;
   }
+  if (cli_check_len("QUEUE", queue, SLUICE_NAME_MAX)) return CLI_EXIT_USAGE;
   int rc = cli_connect(&ctx, 2000);
   if (rc != CLI_EXIT_OK) return rc;
   sluice_dq *dq = NULL;
-  status_state s = {0, 0};
+  status_state s = {&ctx, 0, 0};
   rc = sluice_dq_new(ctx.client, queue, NULL, &dq);
   if (rc == SLUICE_OK) rc = sluice_dq_inspect(dq, on_info, &s);
-  if (rc != SLUICE_OK) cli_error("dq status: %s", sluice_strerror(rc));
-  else while (!s.done) event_base_loop(ctx.base, EVLOOP_ONCE);
-  rc = status_exit(rc != SLUICE_OK ? rc : s.status);
+  if (rc == SLUICE_OK) {
+    while (!s.done) event_base_loop(ctx.base, EVLOOP_ONCE);
+    rc = s.status;
+  }
+  if (rc != SLUICE_OK) rc = cli_fail(&ctx, rc, 0, "cannot read queue '%s'", cli_echo(queue));
   sluice_dq_free(dq);
   cli_close(&ctx);
   return rc;
@@ -287,8 +298,7 @@ typedef struct consume_state {
   job *jobs;              /* CMDs running */
   unsigned njobs;
   unsigned signals;       /* stop signals received */
-  unsigned char *inherited; /* fds open at start, passed on to CMD */
-  int ninherited;
+  cli_fds fds;            /* open at start, passed on to CMD */
   sigset_t start_mask;    /* the mask we started with, CMD's mask */
   pid_t self;
   int stopping;
@@ -312,8 +322,10 @@ static void on_settled(sluice_dq_consumer *con, int status, const char *id, void
   st->settled++;
   if (status == SLUICE_ELATE)
     cli_error("message %s: settled after its visibility deadline; it is delivered again", id);
-  else if (status != SLUICE_OK)
-    cli_error("message %s: settle failed: %s", id, sluice_strerror(status));
+  else if (status != SLUICE_OK) {
+    cli_capture(&st->ctx, status);
+    cli_fail(&st->ctx, status, 0, "message %s: settle failed", id);
+  }
   maybe_stop(st);
 }
 
@@ -332,43 +344,6 @@ static int payload_fd(sluice_dq_msg *msg) {
   return fd;
 }
 
-/* Remember the fds we were started with: CMD gets those, but not ours (Redis
- * connections, the loop's), which a CMD's lingering background child would
- * otherwise keep open — a blocked BRPOP held that way swallows wake-ups. */
-static void note_inherited_fds(consume_state *st) {
-  DIR *d = opendir("/proc/self/fd");
-  if (!d) return; /* without /proc, CMD inherits everything, as before */
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    int fd = atoi(e->d_name);
-    if (e->d_name[0] == '.' || fd == dirfd(d)) continue;
-    if (fd >= st->ninherited) {
-      int n = fd + 64;
-      unsigned char *m = realloc(st->inherited, (size_t)n);
-      if (!m) break; /* CMD may then miss some fds: better than failing */
-      memset(m + st->ninherited, 0, (size_t)(n - st->ninherited));
-      st->inherited = m;
-      st->ninherited = n;
-    }
-    st->inherited[fd] = 1;
-  }
-  closedir(d);
-}
-
-/* In the child: close every fd above 2 that we did not inherit, but keep. */
-static void close_own_fds(const consume_state *st, int keep) {
-  if (!st->inherited) return;
-  DIR *d = opendir("/proc/self/fd");
-  if (!d) return;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    int fd = atoi(e->d_name);
-    if (e->d_name[0] == '.' || fd <= 2 || fd == keep || fd == dirfd(d)) continue;
-    if (fd >= st->ninherited || !st->inherited[fd]) close(fd);
-  }
-  closedir(d);
-}
-
 static const int stop_signals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
 
 /* Runs in the forked child; never returns. */
@@ -383,7 +358,10 @@ static void exec_cmd(consume_state *st, sluice_dq_msg *msg, int in_fd, int err_f
   if (getppid() != st->self) _exit(CLI_EXIT_FAILURE); /* we died before prctl */
   if (dup2(in_fd, 0) < 0) _exit(CLI_EXIT_FAILURE);
   close(in_fd);
-  close_own_fds(st, err_fd); /* err_fd is close-on-exec */
+  /* Not ours (Redis connections, the loop's): a CMD's lingering background
+   * child would keep them open, and a BRPOP held that way swallows wake-ups.
+   * err_fd is close-on-exec. */
+  cli_fds_close_others(&st->fds, err_fd);
   setenv("SLUICE_DQ_QUEUE", st->queue, 1);
   setenv("SLUICE_DQ_ID", sluice_dq_msg_id(msg), 1);
   setenv("SLUICE_DQ_ATTEMPT", attempt, 1);
@@ -504,7 +482,7 @@ static void job_done(consume_state *st, job *j, int wstatus) {
   int err = exec_error(j), rc;
   event_free(j->timer);
   if (err) {
-    cli_error("cannot run '%s': %s", st->cmd[0], strerror(err));
+    cli_error("cannot run '%s': %s", cli_echo(st->cmd[0]), strerror(err));
     if (!st->exit_code) st->exit_code = err == ENOENT ? 127 : 126;
     st->stopping = 1; /* every message would fail the same way */
   }
@@ -527,7 +505,7 @@ static void job_done(consume_state *st, job *j, int wstatus) {
     rc = sluice_dq_retry(j->msg, st->retry_delay_ms, on_settled, st);
   }
   if (rc != SLUICE_OK) {
-    cli_error("message settle failed: %s", sluice_strerror(rc));
+    cli_fail(&st->ctx, rc, 0, "cannot settle a message");
     st->settled++;
   }
   free(j);
@@ -568,7 +546,9 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg) {
 }
 
 static void on_take_error(sluice_dq_consumer *con, int status, void *ud) {
-  cli_error("take failed (retrying): %s", sluice_strerror(status));
+  consume_state *st = ud;
+  cli_capture(&st->ctx, status);
+  cli_fail(&st->ctx, status, 0, "take failed (retrying)");
 }
 
 static int finished(const consume_state *st) {
@@ -633,27 +613,27 @@ static int parse_consume(consume_state *st, sluice_dq_consumer_options *o, int a
     else if (!strcmp(s, "--max-attempts")) target = &o->max_attempts;
     else if (!strcmp(s, "--retry-delay")) target = &st->retry_delay_ms;
     if (target || !strcmp(s, "--count")) {
-      uint64_t v;
-      if (i + 1 >= argc || cli_parse_u64(argv[i + 1], target ? 0xffffffffu : UINT64_MAX, &v)) {
-        cli_error("%s needs a number", s);
-        return -1;
-      }
+      const char *value = i + 1 < argc ? argv[i + 1] : NULL;
+      uint64_t v, min = 0, max = UINT32_MAX;
+      const char *unit = "ms";
+      if (target == &st->concurrency) min = 1, max = CONCURRENCY_MAX, unit = "";
+      else if (target == &o->visibility_ms) min = 10;
+      else if (target == &o->max_attempts || !target) unit = "";
+      if (!target) max = UINT64_MAX;
+      if (cli_number(s, value, min, max, unit, &v)) return -1;
       i++;
       if (target) *target = (unsigned)v;
       else st->count = v;
     } else if (s[0] == '-' || st->queue) {
-      cli_error("dq consume: unexpected argument '%s'", s);
+      cli_error("unexpected argument '%s'", cli_echo(s));
       return -1;
     } else {
       st->queue = s;
     }
   }
-  if (!st->queue) cli_error("dq consume: missing QUEUE");
-  else if (!st->cmd || !st->cmd[0]) cli_error("dq consume: missing -- CMD");
-  else if (st->concurrency < 1 || st->concurrency > CONCURRENCY_MAX)
-    cli_error("dq consume: --concurrency must be 1..%u", CONCURRENCY_MAX);
-  else if (o->visibility_ms < 10)
-    cli_error("dq consume: --visibility must be at least 10 ms");
+  if (!st->queue) cli_error("missing QUEUE");
+  else if (cli_check_len("QUEUE", st->queue, SLUICE_NAME_MAX)) return -1;
+  else if (!st->cmd || !st->cmd[0]) cli_error("missing -- CMD");
   else return 0;
   return -1;
 }
@@ -688,20 +668,21 @@ static int cmd_consume(int argc, char **argv) {
   if (parse_consume(&st, &o, argc, argv)) return CLI_EXIT_USAGE;
   int err = cmd_missing(st.cmd[0]);
   if (err) {
-    cli_error("cannot run '%s': %s", st.cmd[0], err == ENOENT ? "command not found" : strerror(err));
+    cli_error("cannot run '%s': %s", cli_echo(st.cmd[0]),
+              err == ENOENT ? "command not found" : strerror(err));
     return err == ENOENT ? 127 : 126;
   }
   sigprocmask(SIG_SETMASK, NULL, &st.start_mask);
   st.self = getpid();
-  note_inherited_fds(&st);
+  cli_fds_note(&st.fds);
   int rc = cli_connect(&st.ctx, 2000);
   if (rc != CLI_EXIT_OK) {
-    free(st.inherited);
+    cli_fds_free(&st.fds);
     return rc;
   }
   rc = start_consume(&st, &o);
   if (rc != SLUICE_OK) {
-    cli_error("dq consume: %s", sluice_strerror(rc));
+    st.exit_code = cli_fail(&st.ctx, rc, 0, "cannot consume");
     st.stopping = 1;
     maybe_stop(&st);
   }
@@ -711,8 +692,7 @@ static int cmd_consume(int argc, char **argv) {
   if (st.sigterm) event_free(st.sigterm);
   if (st.sighup) event_free(st.sighup);
   cli_close(&st.ctx);
-  free(st.inherited);
-  if (rc != SLUICE_OK) return status_exit(rc);
+  cli_fds_free(&st.fds);
   return st.exit_code;
 }
 
@@ -726,9 +706,18 @@ int cli_dq_main(int argc, char **argv) {
       dq_usage(stdout);
       return CLI_EXIT_OK;
     }
-  if (!strcmp(argv[1], "push")) return cmd_push(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "consume")) return cmd_consume(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "status")) return cmd_status(argc - 1, argv + 1);
-  cli_error("dq: unknown command '%s' (try: sluice dq --help)", argv[1]);
+  if (!strcmp(argv[1], "push")) {
+    cli_set_command("dq push");
+    return cmd_push(argc - 1, argv + 1);
+  }
+  if (!strcmp(argv[1], "consume")) {
+    cli_set_command("dq consume");
+    return cmd_consume(argc - 1, argv + 1);
+  }
+  if (!strcmp(argv[1], "status")) {
+    cli_set_command("dq status");
+    return cmd_status(argc - 1, argv + 1);
+  }
+  cli_error("unknown dq command '%s' (try: sluice dq --help)", cli_echo(argv[1]));
   return CLI_EXIT_USAGE;
 }

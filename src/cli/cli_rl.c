@@ -26,6 +26,7 @@ static void usage(FILE *out) {
       "check decides at once; wait retries at retry_after until allowed or until\n"
       "--timeout MS passes (default: no limit). Both print the decision as\n"
       "name=value lines: allowed, limit, remaining, retry_after_ms, reset_after_ms.\n"
+      "--limit and --burst are 1..1000000000, --period 1..2000000000 ms.\n"
       "\n"
       "Options: --redis URL, --prefix PREFIX (see `sluice --help`).\n"
       "Exit status: 0 allowed; 1 rate-limited (check); 75 not allowed within\n"
@@ -41,13 +42,11 @@ typedef struct rl_args {
   int wait;
 } rl_args;
 
-/* Parse "--opt VALUE" for a number option; 1 consumed, 0 not ours, -1 error. */
-static int number_option(int argc, char **argv, int *i, const char *opt, unsigned *out) {
+/* Parse "--opt VALUE", VALUE in min..max; 1 consumed, 0 not ours, -1 error. */
+static int number_option(int argc, char **argv, int *i, const char *opt, unsigned min,
+                         unsigned max, const char *unit, unsigned *out) {
   if (strcmp(argv[*i], opt) != 0) return 0;
-  if (*i + 1 >= argc || cli_parse_unsigned(argv[*i + 1], out) != 0) {
-    cli_error("%s needs a whole number", opt);
-    return -1;
-  }
+  if (cli_number_u(opt, *i + 1 < argc ? argv[*i + 1] : NULL, min, max, unit, out)) return -1;
   (*i)++;
   return 1;
 }
@@ -63,11 +62,19 @@ static int parse_option(cli_ctx *ctx, rl_args *a, int argc, char **argv, int *i)
     (*i)++;
     return 1;
   }
-  if ((rc = number_option(argc, argv, i, "--limit", &a->opts.limit))) return rc;
-  if ((rc = number_option(argc, argv, i, "--period", &a->opts.period_ms))) return rc;
-  if ((rc = number_option(argc, argv, i, "--burst", &a->opts.burst))) return rc;
-  if ((rc = number_option(argc, argv, i, "--cost", &a->cost))) return rc;
-  if (a->wait && (rc = number_option(argc, argv, i, "--timeout", &a->timeout_ms))) return rc;
+  if ((rc = number_option(argc, argv, i, "--limit", 1, SLUICE_RL_LIMIT_MAX, "", &a->opts.limit)))
+    return rc;
+  if ((rc = number_option(argc, argv, i, "--period", 1, SLUICE_RL_PERIOD_MAX, "ms",
+                          &a->opts.period_ms)))
+    return rc;
+  if ((rc = number_option(argc, argv, i, "--burst", 1, SLUICE_RL_LIMIT_MAX, "", &a->opts.burst)))
+    return rc;
+  /* The cost's real bound, the capacity, is checked once all is parsed. */
+  if ((rc = number_option(argc, argv, i, "--cost", 1, SLUICE_RL_LIMIT_MAX, "", &a->cost)))
+    return rc;
+  if (a->wait &&
+      (rc = number_option(argc, argv, i, "--timeout", 0, UINT32_MAX, "ms", &a->timeout_ms)))
+    return rc;
   return 0;
 }
 
@@ -81,7 +88,7 @@ static int parse_args(cli_ctx *ctx, rl_args *a, int argc, char **argv) {
     if (rc < 0) return CLI_EXIT_USAGE;
     if (rc > 0) continue;
     if (argv[i][0] == '-' && argv[i][1]) {
-      cli_error("unknown option '%s' (try: sluice rl --help)", argv[i]);
+      cli_error("unknown option '%s' (try: sluice rl --help)", cli_echo(argv[i]));
       return CLI_EXIT_USAGE;
     }
     if (npos == 0) a->name = argv[i];
@@ -89,20 +96,21 @@ static int parse_args(cli_ctx *ctx, rl_args *a, int argc, char **argv) {
     npos++;
   }
   unsigned cap = a->opts.algo == SLUICE_RL_GCRA && a->opts.burst ? a->opts.burst : a->opts.limit;
-  if (npos != 2) cli_error("rl %s needs NAME and KEY", a->wait ? "wait" : "check");
-  else if (!*a->name || !*a->key || strlen(a->name) > SLUICE_NAME_MAX ||
-           strlen(a->key) > SLUICE_NAME_MAX)
-    cli_error("NAME and KEY must be 1..%d bytes", SLUICE_NAME_MAX);
+  if (npos != 2) cli_error("needs NAME and KEY");
+  else if (cli_check_len("NAME", a->name, SLUICE_NAME_MAX) ||
+           cli_check_len("KEY", a->key, SLUICE_NAME_MAX))
+    return CLI_EXIT_USAGE;
   else if (!algo_set) cli_error("--algo is required");
-  else if (!a->opts.limit || !a->opts.period_ms) cli_error("--limit and --period are required and > 0");
+  else if (!a->opts.limit || !a->opts.period_ms) cli_error("--limit and --period are required");
   else if (a->cost < 1 || a->cost > cap)
-    cli_error("--cost must be 1..%u: a cost above the %s can never pass", cap,
+    cli_error("--cost must be 1..%u, got %u: a cost above the %s can never pass", cap, a->cost,
               a->opts.algo == SLUICE_RL_GCRA ? "burst" : "limit");
   else return 0;
   return CLI_EXIT_USAGE;
 }
 
 typedef struct rl_outcome {
+  cli_ctx *ctx;
   int done;
   int status;
   int has_res;
@@ -113,6 +121,7 @@ static void on_decision(sluice_limiter *lim, int status, const sluice_rl_result 
   rl_outcome *o = ud;
   o->done = 1;
   o->status = status;
+  cli_capture(o->ctx, status);
   o->has_res = res != NULL;
   if (res) o->res = *res;
 }
@@ -126,28 +135,31 @@ static void print_result(const sluice_rl_result *r) {
 static int exit_status(const rl_args *a, const rl_outcome *o) {
   if (o->has_res) print_result(&o->res);
   if (o->status == SLUICE_OK) return o->res.allowed ? CLI_EXIT_OK : CLI_EXIT_NO;
+  /* A wait reports a step that timed out as SLUICE_ECONNECTION: its
+   * SLUICE_ETIMEDOUT is its own --timeout. */
   if (a->wait && o->status == SLUICE_ETIMEDOUT) {
     cli_error("not allowed within %u ms", a->timeout_ms);
-    return CLI_EXIT_TIMEOUT;
+    return cli_exit_status(o->status, 1);
   }
-  cli_error("rate limiter '%s': %s", a->name, sluice_strerror(o->status));
-  if (o->status == SLUICE_ECONNECTION || o->status == SLUICE_ETIMEDOUT || o->status == SLUICE_EREDIS)
-    return CLI_EXIT_UNAVAILABLE;
-  return CLI_EXIT_FAILURE;
+  if (o->status == SLUICE_EINDOUBT)
+    return cli_fail(o->ctx, o->status, 0, "rate limiter '%s' (the units may have been taken)",
+                    cli_echo(a->name));
+  return cli_fail(o->ctx, o->status, 0, "rate limiter '%s'", cli_echo(a->name));
 }
 
 static int run(cli_ctx *ctx, const rl_args *a) {
   sluice_limiter *lim = NULL;
-  rl_outcome o = {0, 0, 0, {0, 0, 0, 0, 0, 0}};
+  rl_outcome o = {ctx, 0, 0, 0, {0, 0, 0, 0, 0, 0}};
   int rc = sluice_limiter_new(ctx->client, a->name, &a->opts, &lim);
   if (rc == SLUICE_OK) {
     rc = a->wait ? sluice_limiter_wait(lim, a->key, a->cost, a->timeout_ms, on_decision, &o, NULL)
                  : sluice_limiter_check(lim, a->key, a->cost, on_decision, &o);
   }
   if (rc != SLUICE_OK) {
-    cli_error("rate limiter '%s': %s", a->name, sluice_strerror(rc));
+    /* EINVAL here: a GCRA --burst too large for its --limit and --period. */
+    rc = cli_fail(ctx, rc, 0, "rate limiter '%s'", cli_echo(a->name));
     sluice_limiter_free(lim);
-    return rc == SLUICE_EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_FAILURE;
+    return rc;
   }
   while (!o.done) event_base_loop(ctx->base, EVLOOP_ONCE);
   sluice_limiter_free(lim);
@@ -166,9 +178,10 @@ int cli_rl_main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "wait") == 0) a.wait = 1;
   else if (strcmp(argv[1], "check") != 0) {
-    cli_error("unknown rl command '%s' (try: sluice rl --help)", argv[1]);
+    cli_error("unknown rl command '%s' (try: sluice rl --help)", cli_echo(argv[1]));
     return CLI_EXIT_USAGE;
   }
+  cli_set_command(a.wait ? "rl wait" : "rl check");
   int rc = parse_args(&ctx, &a, argc, argv);
   if (rc < 0) {
     usage(stdout);

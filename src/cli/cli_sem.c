@@ -6,7 +6,11 @@
  * If the permit is lost, the command gets SIGTERM (SIGKILL after a grace
  * period) and the tool exits 76. If the tool itself dies, the command gets
  * SIGTERM from the kernel (PR_SET_PDEATHSIG), so it never runs on
- * unprotected.
+ * unprotected. CMD gets the fds the tool was started with, not its Redis
+ * connections, and its own process group (see wants_own_group).
+ *
+ * `sluice sem release` releases a permit by its id, for a program that
+ * stored the id and lost its handle (or its process).
  */
 #include <errno.h>
 #include <signal.h>
@@ -15,6 +19,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -22,25 +27,43 @@
 #include "cli.h"
 
 #define KILL_GRACE_MS 5000
+/* sluice_sem_new's limits (sem.h documents only the lower bounds): checked
+ * here so that a bad value is a usage error naming the option. */
+#define PERMITS_MAX 1000000u
+#define TTL_MIN_MS 10u
+#define TTL_MAX_MS 86400000u
 
 static void sem_usage(FILE *out) {
   fputs("usage: sluice sem run NAME -n PERMITS --ttl MS [--wait MS | --no-wait] [--fair]\n"
         "                       [--redis URL] [--prefix P] -- CMD [ARGS...]\n"
         "       sluice sem status NAME [--redis URL] [--prefix P]\n"
+        "       sluice sem release NAME ID [-n PERMITS] [--fair] [--redis URL] [--prefix P]\n"
         "\n"
         "run: wait for a permit of semaphore NAME (shared by every process using the\n"
         "same Redis, NAME and prefix), run CMD while holding it, renew it while CMD\n"
         "runs, release it when CMD exits, and exit with CMD's status.\n"
-        "  -n, --permits N  permits of the semaphore (default 1: a mutex)\n"
-        "  --ttl MS         lease length; renewed every MS/3 while CMD runs (default 30000)\n"
-        "  --wait MS        give up after MS without a permit (default: wait forever)\n"
+        "  -n, --permits N  permits of the semaphore, 1..1000000 (default 1: a mutex)\n"
+        "  --ttl MS         lease length, 10..86400000; renewed every MS/3 while CMD runs\n"
+        "                   (default 30000)\n"
+        "  --wait MS        give up after MS without a permit (default, or 0: wait forever)\n"
         "  --no-wait        give up at once if no permit is free\n"
         "  --fair           grant waiters in arrival order (FIFO across processes)\n"
+        "CMD runs in its own process group (unless the tool runs in the foreground of\n"
+        "a terminal), which gets the signals passed on; it inherits the tool's fds but\n"
+        "not its Redis connections.\n"
         "Exit status: CMD's (128+N if killed by signal N); 75 no permit in time;\n"
-        "76 permit lost while CMD ran (CMD got SIGTERM); 64 usage; 69 Redis unreachable;\n"
-        "127 CMD not found, 126 CMD not executable.\n"
+        "76 permit lost while CMD ran (CMD got SIGTERM); 64 usage; 69 Redis unreachable\n"
+        "or failing; 127 CMD not found, 126 CMD not executable.\n"
         "\n"
-        "status: print permits, holders with their remaining lease, and waiters.\n",
+        "status: print permits, holders with their remaining lease, and waiters.\n"
+        "\n"
+        "release: release the permit with id ID (32 hex digits, as status prints it),\n"
+        "for a program that stored its permit's id and lost its handle. The freed\n"
+        "permit goes to the first waiter; -n (default: the permits the semaphore\n"
+        "declared) and --fair should match its users'.\n"
+        "Exit status: 0 released; 1 the permit was not held (its lease expired or it\n"
+        "was released already); 64 usage (a malformed ID); 69 Redis unreachable or\n"
+        "failing.\n",
         out);
 }
 
@@ -58,17 +81,35 @@ typedef struct run_state {
   int acquired;
   int release_done;
   int exit_code;
+  int own_group;          /* CMD leads its own process group */
+  cli_fds fds;            /* ours at start: CMD's */
   struct event *sigchld, *sigterm, *sigint, *sighup, *kill_timer;
 } run_state;
+
+/* CMD's group when it has one, so that what CMD started hears it too. */
+static void signal_cmd(const run_state *st, int sig) {
+  kill(st->own_group ? -st->child : st->child, sig);
+}
+
+/* CMD gets its own process group, so that a lost permit's SIGTERM (and the
+ * signals passed on) reach what CMD started too, not CMD alone — except
+ * when the tool runs in the foreground of a terminal: CMD must stay in the
+ * terminal's foreground group to read it (else SIGTTIN stops it), and the
+ * terminal's Ctrl-C reaches that whole group anyway. */
+static int wants_own_group(void) {
+  for (int fd = 0; fd <= 2; fd++)
+    if (isatty(fd) && tcgetpgrp(fd) == getpgrp()) return 0;
+  return 1;
+}
 
 static void on_lost(sluice_permit *p, int reason, void *ud) {
   run_state *st = ud;
   st->lost = reason;
-  cli_error("permit for '%s' lost (%s): terminating the command", st->name,
+  cli_error("permit for '%s' lost (%s): terminating the command", cli_echo(st->name),
             reason == SLUICE_LOST_DEFINITE ? "Redis no longer holds it"
                                            : "lease could not be renewed in time");
   if (st->child > 0 && !st->child_done) {
-    kill(st->child, SIGTERM);
+    signal_cmd(st, SIGTERM);
     struct timeval tv = {KILL_GRACE_MS / 1000, (KILL_GRACE_MS % 1000) * 1000};
     evtimer_add(st->kill_timer, &tv);
   }
@@ -76,7 +117,7 @@ static void on_lost(sluice_permit *p, int reason, void *ud) {
 
 static void on_kill_timer(evutil_socket_t fd, short what, void *ud) {
   run_state *st = ud;
-  if (st->child > 0 && !st->child_done) kill(st->child, SIGKILL);
+  if (st->child > 0 && !st->child_done) signal_cmd(st, SIGKILL);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *ud) {
@@ -90,7 +131,7 @@ static void on_signal(evutil_socket_t sig, short what, void *ud) {
     return;
   }
   /* Pass termination requests on to the command; we release when it exits. */
-  if (st->child > 0 && !st->child_done) kill(st->child, (int)sig);
+  if (st->child > 0 && !st->child_done) signal_cmd(st, (int)sig);
   else st->child_done = 1;
 }
 
@@ -98,6 +139,7 @@ static void on_acquired(sluice_sem *sem, int status, sluice_permit *p, void *ud)
   run_state *st = ud;
   st->acquired = 1;
   st->acquire_status = status;
+  cli_capture(&st->ctx, status);
   st->permit = p;
   if (p) sluice_permit_set_lost_cb(p, on_lost, st);
 }
@@ -106,19 +148,38 @@ static void on_released(sluice_sem *sem, int status, void *ud) {
   ((run_state *)ud)->release_done = 1;
 }
 
-static pid_t spawn_command(char **cmd) {
+static const int forwarded[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP};
+
+static pid_t spawn_command(run_state *st) {
   pid_t parent = getpid();
+  sigset_t all, old;
+  sigfillset(&all);
+  sigprocmask(SIG_BLOCK, &all, &old); /* no libevent handler runs in the child */
   pid_t pid = fork();
-  if (pid != 0) return pid;
+  if (pid != 0) {
+    int e = errno;
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    /* Also here, so that a signal to the group reaches it before it ran. */
+    if (pid > 0 && st->own_group) setpgid(pid, pid);
+    errno = e;
+    return pid;
+  }
+  if (st->own_group) setpgid(0, 0);
   /* The command must not outlive us unprotected: SIGTERM when we die. */
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != parent) _exit(CLI_EXIT_LOST); /* we died before prctl */
+  /* Our Redis connections are ours: a CMD (or what it leaves running)
+   * holding them would keep them open after we exit. */
+  cli_fds_close_others(&st->fds, -1);
+  for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
+    signal(forwarded[i], SIG_DFL);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
+  char **cmd = st->cmd;
   execvp(cmd[0], cmd);
   int code = errno == ENOENT ? 127 : 126;
-  fprintf(stderr, "sluice: cannot run '%s': %s\n", cmd[0], strerror(errno));
+  fprintf(stderr, "sluice: sem run: cannot run '%s': %s\n", cli_echo(cmd[0]), strerror(errno));
   _exit(code);
 }
 
@@ -144,42 +205,37 @@ static int parse_run(int argc, char **argv, run_state *st, sluice_sem_options *o
       i++;
       break;
     }
-    int has_value = i + 1 < argc;
-    if ((strcmp(a, "-n") == 0 || strcmp(a, "--permits") == 0) && has_value) {
-      if (cli_parse_unsigned(argv[++i], &o->permits) || o->permits == 0) {
-        cli_error("--permits needs a whole number >= 1");
-        return -1;
-      }
-    } else if (strcmp(a, "--ttl") == 0 && has_value) {
-      if (cli_parse_unsigned(argv[++i], &o->ttl_ms) || o->ttl_ms < 10) {
-        cli_error("--ttl needs milliseconds >= 10");
-        return -1;
-      }
-    } else if (strcmp(a, "--wait") == 0 && has_value) {
-      if (cli_parse_unsigned(argv[++i], wait_ms)) {
-        cli_error("--wait needs milliseconds");
-        return -1;
-      }
+    const char *value = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "-n") == 0 || strcmp(a, "--permits") == 0) {
+      if (cli_number_u(a, value, 1, PERMITS_MAX, "", &o->permits)) return -1;
+      i++;
+    } else if (strcmp(a, "--ttl") == 0) {
+      if (cli_number_u(a, value, TTL_MIN_MS, TTL_MAX_MS, "ms", &o->ttl_ms)) return -1;
+      i++;
+    } else if (strcmp(a, "--wait") == 0) {
+      if (cli_number_u(a, value, 0, UINT32_MAX, "ms", wait_ms)) return -1;
+      i++;
     } else if (strcmp(a, "--no-wait") == 0) {
       *no_wait = 1;
     } else if (strcmp(a, "--fair") == 0) {
       o->fair = 1;
     } else if (a[0] == '-') {
-      cli_error("unknown or incomplete option '%s' (try: sluice sem --help)", a);
+      cli_error("unknown option '%s' (try: sluice sem --help)", cli_echo(a));
       return -1;
     } else if (!st->name) {
       st->name = a;
     } else {
-      cli_error("unexpected argument '%s' (put the command after --)", a);
+      cli_error("unexpected argument '%s' (put the command after --)", cli_echo(a));
       return -1;
     }
   }
   if (!st->name) {
-    cli_error("sem run needs a semaphore NAME");
+    cli_error("needs a semaphore NAME");
     return -1;
   }
+  if (cli_check_len("semaphore NAME", st->name, SLUICE_NAME_MAX)) return -1;
   if (i >= argc) {
-    cli_error("sem run needs a command after --");
+    cli_error("needs a command after --");
     return -1;
   }
   st->cmd = argv + i;
@@ -203,13 +259,21 @@ static int sem_run(int argc, char **argv) {
     cli_error("--wait and --no-wait exclude each other");
     return CLI_EXIT_USAGE;
   }
+  /* Only then does a timeout mean that no permit came in time. */
+  int own_deadline = !no_wait && wait_ms > 0;
+  st.own_group = wants_own_group();
+  cli_fds_note(&st.fds); /* before connecting: these are CMD's */
   rc = cli_connect(&st.ctx, 3000);
-  if (rc) return rc;
+  if (rc) {
+    cli_fds_free(&st.fds);
+    return rc;
+  }
   rc = sluice_sem_new(st.ctx.client, st.name, &o, &st.sem);
   if (rc) {
-    cli_error("bad semaphore '%s': %s", st.name, sluice_strerror(rc));
+    rc = cli_fail(&st.ctx, rc, 0, "semaphore '%s'", cli_echo(st.name));
     cli_close(&st.ctx);
-    return CLI_EXIT_USAGE;
+    cli_fds_free(&st.fds);
+    return rc;
   }
   add_signal(&st, &st.sigchld, SIGCHLD);
   add_signal(&st, &st.sigterm, SIGTERM);
@@ -221,7 +285,7 @@ static int sem_run(int argc, char **argv) {
   if (rc == 0) run_loop_until(&st, &st.acquired);
   else st.acquire_status = rc;
   if (st.acquire_status == SLUICE_OK) {
-    st.child = spawn_command(st.cmd);
+    st.child = spawn_command(&st);
     if (st.child < 0) {
       cli_error("fork failed: %s", strerror(errno));
       st.exit_code = CLI_EXIT_FAILURE;
@@ -233,12 +297,13 @@ static int sem_run(int argc, char **argv) {
     if (st.lost) sluice_permit_release(st.permit, NULL, NULL);
     else if (sluice_permit_release(st.permit, on_released, &st) == 0)
       run_loop_until(&st, &st.release_done);
-  } else if (st.acquire_status == SLUICE_EBUSY || st.acquire_status == SLUICE_ETIMEDOUT) {
-    cli_error("no permit of '%s' %s", st.name, no_wait ? "is free" : "came in time");
-    st.exit_code = CLI_EXIT_TIMEOUT;
+  } else if (st.acquire_status == SLUICE_EBUSY ||
+             (own_deadline && st.acquire_status == SLUICE_ETIMEDOUT)) {
+    cli_error("no permit of '%s' %s", cli_echo(st.name), no_wait ? "is free" : "came in time");
+    st.exit_code = cli_exit_status(st.acquire_status, own_deadline);
   } else {
-    cli_error("cannot acquire '%s': %s", st.name, sluice_strerror(st.acquire_status));
-    st.exit_code = st.acquire_status == SLUICE_ECONNECTION ? CLI_EXIT_UNAVAILABLE : CLI_EXIT_FAILURE;
+    st.exit_code = cli_fail(&st.ctx, st.acquire_status, own_deadline, "cannot acquire '%s'",
+                            cli_echo(st.name));
   }
   event_free(st.sigchld);
   event_free(st.sigterm);
@@ -247,19 +312,26 @@ static int sem_run(int argc, char **argv) {
   event_free(st.kill_timer);
   sluice_sem_free(st.sem);
   cli_close(&st.ctx);
+  cli_fds_free(&st.fds);
   return st.exit_code;
 }
 
 typedef struct status_state {
+  cli_ctx *ctx;
   int done;
   int status;
+  int print;              /* 0: just learn the permits (sem release) */
+  unsigned permits;
 } status_state;
 
 static void on_info(sluice_sem *sem, int status, const sluice_sem_info *info, void *ud) {
   status_state *st = ud;
   st->done = 1;
   st->status = status;
+  cli_capture(st->ctx, status);
   if (status != SLUICE_OK) return;
+  st->permits = info->permits;
+  if (!st->print) return;
   printf("semaphore %s: permits %u, holders %zu, waiters %zu, last fence %llu\n",
          sluice_sem_name(sem), info->permits, info->nholders, info->nwaiters,
          (unsigned long long)info->last_fence);
@@ -267,6 +339,22 @@ static void on_info(sluice_sem *sem, int status, const sluice_sem_info *info, vo
     printf("  holder %s  lease %lld ms left\n", info->holders[i].id,
            (long long)info->holders[i].remaining_ms);
   for (size_t i = 0; i < info->nwaiters; i++) printf("  waiter %zu: %s\n", i + 1, info->waiters[i]);
+}
+
+/* Inspect semaphore name on ctx's client (printing it when print is set);
+ * a sluice status. */
+static int inspect(cli_ctx *ctx, const char *name, int print, unsigned *permits) {
+  sluice_sem *sem = NULL;
+  status_state st = {ctx, 0, 0, print, 0};
+  int rc = sluice_sem_new(ctx->client, name, NULL, &sem);
+  if (rc == 0) rc = sluice_sem_inspect(sem, on_info, &st);
+  if (rc == 0) {
+    while (!st.done && event_base_loop(ctx->base, EVLOOP_ONCE) == 0) {}
+    rc = st.status;
+  }
+  sluice_sem_free(sem);
+  if (permits) *permits = st.permits;
+  return rc;
 }
 
 static int sem_status(int argc, char **argv) {
@@ -277,30 +365,104 @@ static int sem_status(int argc, char **argv) {
     if (r < 0) return CLI_EXIT_USAGE;
     if (r > 0) continue;
     if (argv[i][0] == '-' || name) {
-      cli_error("unexpected argument '%s' (try: sluice sem --help)", argv[i]);
+      cli_error("unexpected argument '%s' (try: sluice sem --help)", cli_echo(argv[i]));
       return CLI_EXIT_USAGE;
     }
     name = argv[i];
   }
   if (!name) {
-    cli_error("sem status needs a semaphore NAME");
+    cli_error("needs a semaphore NAME");
+    return CLI_EXIT_USAGE;
+  }
+  if (cli_check_len("semaphore NAME", name, SLUICE_NAME_MAX)) return CLI_EXIT_USAGE;
+  int rc = cli_connect(&ctx, 3000);
+  if (rc) return rc;
+  rc = inspect(&ctx, name, 1, NULL);
+  if (rc) rc = cli_fail(&ctx, rc, 0, "cannot read semaphore '%s'", cli_echo(name));
+  cli_close(&ctx);
+  return rc;
+}
+
+/* What sluice_sem_release_id accepts: 32 lowercase hex digits. */
+static int valid_permit_id(const char *id) {
+  return strlen(id) == 32 && strspn(id, "0123456789abcdef") == 32;
+}
+
+typedef struct release_state {
+  cli_ctx *ctx;
+  int done, status;
+} release_state;
+
+static void on_released_id(sluice_sem *sem, int status, void *ud) {
+  release_state *rs = ud;
+  rs->done = 1;
+  rs->status = status;
+  cli_capture(rs->ctx, status);
+}
+
+static int sem_release(int argc, char **argv) {
+  cli_ctx ctx = {0};
+  const char *name = NULL, *id = NULL;
+  sluice_sem_options o;
+  sluice_sem_options_init(&o);
+  o.permits = 0; /* unless -n: the semaphore's own */
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i];
+    int r = cli_common_option(&ctx, argc, argv, &i);
+    if (r < 0) return CLI_EXIT_USAGE;
+    if (r > 0) continue;
+    if (strcmp(a, "-n") == 0 || strcmp(a, "--permits") == 0) {
+      if (cli_number_u(a, i + 1 < argc ? argv[i + 1] : NULL, 1, PERMITS_MAX, "", &o.permits))
+        return CLI_EXIT_USAGE;
+      i++;
+    } else if (strcmp(a, "--fair") == 0) {
+      o.fair = 1;
+    } else if (a[0] == '-' || (name && id)) {
+      cli_error("unexpected argument '%s' (try: sluice sem --help)", cli_echo(a));
+      return CLI_EXIT_USAGE;
+    } else if (!name) {
+      name = a;
+    } else {
+      id = a;
+    }
+  }
+  if (!name || !id) {
+    cli_error("needs a semaphore NAME and a permit ID");
+    return CLI_EXIT_USAGE;
+  }
+  if (cli_check_len("semaphore NAME", name, SLUICE_NAME_MAX)) return CLI_EXIT_USAGE;
+  if (!valid_permit_id(id)) {
+    cli_error("permit ID must be 32 hex digits (0-9, a-f, as `sluice sem status` prints), got '%s'",
+              cli_echo(id));
     return CLI_EXIT_USAGE;
   }
   int rc = cli_connect(&ctx, 3000);
   if (rc) return rc;
-  sluice_sem *sem = NULL;
-  status_state st = {0, 0};
-  rc = sluice_sem_new(ctx.client, name, NULL, &sem);
-  if (rc == 0) rc = sluice_sem_inspect(sem, on_info, &st);
-  if (rc == 0) {
-    while (!st.done && event_base_loop(ctx.base, EVLOOP_ONCE) == 0) {}
-    rc = st.status;
+  /* The release hands the freed permit to a waiter when fewer than the
+   * permits are held: it must count with the semaphore's permits, which
+   * its users declared (1 when nobody did: then nobody waits either). */
+  if (!o.permits) {
+    rc = inspect(&ctx, name, 0, &o.permits);
+    if (!o.permits) o.permits = 1;
   }
-  if (rc) cli_error("cannot read semaphore '%s': %s", name, sluice_strerror(rc));
+  sluice_sem *sem = NULL;
+  release_state rs = {&ctx, 0, 0};
+  if (rc == 0) rc = sluice_sem_new(ctx.client, name, &o, &sem);
+  if (rc == 0) rc = sluice_sem_release_id(sem, id, on_released_id, &rs);
+  if (rc == 0) {
+    while (!rs.done && event_base_loop(ctx.base, EVLOOP_ONCE) == 0) {}
+    rc = rs.status;
+  }
   sluice_sem_free(sem);
+  if (rc == SLUICE_ENOTFOUND) {
+    cli_error("permit %s of '%s' is not held (its lease expired, or it was released already)", id,
+              cli_echo(name));
+    rc = cli_exit_status(rc, 0);
+  } else if (rc) {
+    rc = cli_fail(&ctx, rc, 0, "cannot release permit %s of '%s'", id, cli_echo(name));
+  }
   cli_close(&ctx);
-  if (rc == SLUICE_EINVAL) return CLI_EXIT_USAGE;
-  return rc ? CLI_EXIT_UNAVAILABLE : CLI_EXIT_OK;
+  return rc;
 }
 
 int cli_sem_main(int argc, char **argv) {
@@ -313,8 +475,18 @@ int cli_sem_main(int argc, char **argv) {
       sem_usage(stdout);
       return CLI_EXIT_OK;
     }
-  if (strcmp(argv[1], "run") == 0) return sem_run(argc, argv);
-  if (strcmp(argv[1], "status") == 0) return sem_status(argc, argv);
-  cli_error("unknown sem command '%s' (try: sluice sem --help)", argv[1]);
+  if (strcmp(argv[1], "run") == 0) {
+    cli_set_command("sem run");
+    return sem_run(argc, argv);
+  }
+  if (strcmp(argv[1], "status") == 0) {
+    cli_set_command("sem status");
+    return sem_status(argc, argv);
+  }
+  if (strcmp(argv[1], "release") == 0) {
+    cli_set_command("sem release");
+    return sem_release(argc, argv);
+  }
+  cli_error("unknown sem command '%s' (try: sluice sem --help)", cli_echo(argv[1]));
   return CLI_EXIT_USAGE;
 }

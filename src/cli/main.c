@@ -10,6 +10,7 @@ static void usage(FILE *out) {
       "\n"
       "  sluice sem run NAME -n PERMITS --ttl MS [--wait MS | --no-wait] [--fair] -- CMD [ARGS]\n"
       "  sluice sem status NAME\n"
+      "  sluice sem release NAME ID\n"
       "  sluice rl check NAME KEY --algo fixed|sliding-log|sliding-counter|gcra\n"
       "                 --limit N --period MS [--burst N] [--cost N]\n"
       "  sluice rl wait  NAME KEY ... [--timeout MS]\n"
@@ -23,12 +24,17 @@ static void usage(FILE *out) {
       "and --prefix PREFIX (key prefix, default \"sluice:\"). `sluice COMMAND --help`\n"
       "describes each command.\n"
       "\n"
-      "Exit status: 0 success (sem run: CMD's own status); 1 rate-limited (rl check)\n"
-      "or duplicate --id (dq push);\n"
-      "64 bad arguments; 69 Redis unreachable or failing; 70 internal error;\n"
-      "75 no permit / not allowed within --wait / --timeout; 76 sem run: permit lost\n"
-      "while CMD ran (CMD got SIGTERM); 126, 127 sem run / dq consume: CMD not\n"
-      "executable / not found.\n",
+      "Exit status (the same for every command):\n"
+      "  0    success (sem run: CMD's own status)\n"
+      "  1    a negative answer: rate-limited (rl check), duplicate --id (dq push),\n"
+      "       permit not held (sem release)\n"
+      "  64   bad arguments\n"
+      "  69   Redis unreachable or failing (its own error is printed); a push whose\n"
+      "       answer was lost says it may have been queued\n"
+      "  70   internal error\n"
+      "  75   no permit / not allowed within --wait, --no-wait, --timeout\n"
+      "  76   sem run: the permit was lost while CMD ran (CMD got SIGTERM)\n"
+      "  126, 127  sem run, dq consume: CMD not executable / not found\n",
       out);
 }
 
@@ -49,6 +55,6 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "sem") == 0) return cli_sem_main(argc - 1, argv + 1);
   if (strcmp(cmd, "rl") == 0) return cli_rl_main(argc - 1, argv + 1);
   if (strcmp(cmd, "dq") == 0) return cli_dq_main(argc - 1, argv + 1);
-  cli_error("unknown command '%s' (try: sluice --help)", cmd);
+  cli_error("unknown command '%s' (try: sluice --help)", cli_echo(cmd));
   return CLI_EXIT_USAGE;
 }
