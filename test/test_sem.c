@@ -633,11 +633,15 @@ static void test_free_with_attempt_in_flight(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_test_new(fx.c, "t", 1, 5000, 0);
   acq_result r = {0};
+  acq_result first = sem_try(fx.base, s); /* connected: later steps go out at once */
+  sluice_permit_release(first.permit, NULL, NULL);
+  th_redis_pause(&th_server); /* no reply can come back before the free */
   TH_ASSERT_EQ(sluice_sem_try_acquire(s, acq_cb, &r), SLUICE_OK);
-  event_base_loop(fx.base, EVLOOP_NONBLOCK); /* the attempt goes out */
+  th_loop_for(fx.base, 50); /* the attempt goes out */
   sluice_sem_free(s);
   TH_ASSERT(th_loop_until(fx.base, &r.done, 2000));
   TH_ASSERT_EQ(r.status, SLUICE_ECANCELED);
+  th_redis_resume(&th_server);
   th_loop_for(fx.base, 300); /* the attempt's reply comes back */
   TH_ASSERT_EQ(r.done, 1);
   TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{t}:holders"), 0);
