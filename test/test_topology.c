@@ -250,6 +250,22 @@ static void test_cluster_auto_failover(void) {
 
 static th_sentinel sn;
 
+/* SET then WAIT 1 on the same connection (WAIT counts the replicas that
+ * acknowledged this connection's writes): the replicas that have it. */
+static long long set_wait(const th_node *m, const char *key, const char *val, int wait_ms) {
+  redisContext *c = th_node_connect(m);
+  TH_ASSERT(c != NULL);
+  redisReply *r = redisCommand(c, "SET %s %s", key, val);
+  TH_ASSERT(r != NULL && r->type == REDIS_REPLY_STATUS);
+  freeReplyObject(r);
+  r = redisCommand(c, "WAIT 1 %d", wait_ms);
+  TH_ASSERT(r != NULL && r->type == REDIS_REPLY_INTEGER);
+  long long n = r->integer;
+  freeReplyObject(r);
+  redisFree(c);
+  return n;
+}
+
 static void test_sentinel(void) {
   char buf[16];
   step_t0 = th_now_ms();
@@ -258,21 +274,17 @@ static void test_sentinel(void) {
   printf("# sentinels %s\n", sn.sentinels);
   th_node *m = th_sentinel_master(&sn);
   TH_ASSERT(m == &sn.data[0]);
-  redisReply *r = cmd(m, "SET before failover");
-  TH_ASSERT_EQ(r->type, REDIS_REPLY_STATUS);
-  freeReplyObject(r);
-  r = cmd(m, "WAIT 1 5000"); /* the replica has it before the failover */
-  TH_ASSERT_EQ(r->type, REDIS_REPLY_INTEGER);
-  TH_ASSERT_EQ(r->integer, 1);
-  freeReplyObject(r);
+  TH_ASSERT_EQ(set_wait(m, "before", "failover", 5000), 1); /* the replica has it */
 
   th_node *nm = th_sentinel_failover(&sn);
   TH_ASSERT(nm == &sn.data[1]);
-  step("SENTINEL FAILOVER -> %s (every sentinel, ROLE, old master linked as replica)", nm->addr);
+  step("SENTINEL FAILOVER -> %s (every sentinel reports it, ROLE master)", nm->addr);
   TH_ASSERT(th_sentinel_master(&sn) == nm);
   TH_ASSERT_STR_EQ(role(nm, buf, sizeof buf), "master");
-  TH_ASSERT_STR_EQ(role(m, buf, sizeof buf), "slave");
   expect_value(nm, "before", "failover");
+  TH_ASSERT_EQ(th_sentinel_wait_replica(&sn, 60000), 0);
+  step("old master %s made a linked replica, known to every sentinel", m->addr);
+  TH_ASSERT_STR_EQ(role(m, buf, sizeof buf), "slave");
   /* And back: the topology is ready for another failover. */
   TH_ASSERT(th_sentinel_failover(&sn) == m);
   step("SENTINEL FAILOVER back -> %s", m->addr);
@@ -291,17 +303,11 @@ static void test_sentinel_auto_failover(void) {
 
   /* Replica stop/restart, as the WAIT tests will do. */
   TH_ASSERT_EQ(th_sentinel_replica_stop(&sn), 0);
-  redisReply *r = cmd(m, "WAIT 1 200");
-  TH_ASSERT_EQ(r->integer, 0);
-  freeReplyObject(r);
+  TH_ASSERT_EQ(set_wait(m, "k", "1", 200), 0);
   step_t0 = th_now_ms();
   TH_ASSERT_EQ(th_sentinel_replica_restart(&sn), 0);
   step("replica restarted and linked");
-  r = cmd(m, "SET k v");
-  freeReplyObject(r);
-  r = cmd(m, "WAIT 1 5000");
-  TH_ASSERT_EQ(r->integer, 1);
-  freeReplyObject(r);
+  TH_ASSERT_EQ(set_wait(m, "k", "2", 5000), 1);
 
   th_node *nm = th_sentinel_pause_master(&sn);
   TH_ASSERT(nm != NULL && nm != m);

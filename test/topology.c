@@ -82,8 +82,15 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
   return 0;
 }
 
+/* TH_TOPOLOGY_KEEP=1 keeps the directories (logs, configs) to look at. */
 static void rm_tree(const char *dir) {
-  if (dir[0]) nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  const char *keep = getenv("TH_TOPOLOGY_KEEP");
+  if (!dir[0]) return;
+  if (keep && *keep && strcmp(keep, "0") != 0) {
+    say("kept %s", dir);
+    return;
+  }
+  nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* Running, not a zombie (a dead orphan init has not reaped yet). */
@@ -1137,6 +1144,23 @@ static int sentinel_wait(th_sentinel *s, th_node *m, th_node *r, unsigned timeou
   }
 }
 
+/* Sentinel refreshes a replica's INFO every 10 s and reconfigures an old
+ * master 4 hello periods (8 s) after it last claimed to be master: a
+ * replica is known linked ~20 s after a failover. Redis 7.0's SENTINEL
+ * DEBUG shortens both (INFO 1 s, hello 500 ms) without changing what
+ * sentinels decide; TH_SENTINEL_DEFAULT_TIMERS=1 keeps the defaults. */
+static void sentinel_timers(th_sentinel *s) {
+  const char *keep = getenv("TH_SENTINEL_DEFAULT_TIMERS");
+  if (keep && *keep && strcmp(keep, "0") != 0) return;
+  for (int i = 0; i < 3; i++) {
+    redisReply *r = node_cmd(&s->sent[i], "SENTINEL DEBUG info-period 1000 publish-period 500");
+    if (!reply_ok(r))
+      say("SENTINEL DEBUG on %s: %s (default timers kept)", s->sent[i].addr,
+          r && r->type == REDIS_REPLY_ERROR ? r->str : "no answer");
+    if (r) freeReplyObject(r);
+  }
+}
+
 int th_sentinel_start(th_sentinel *s, const char *master_name) {
   memset(s, 0, sizeof *s);
   if (!redis_server_bin()) return -2;
@@ -1150,6 +1174,7 @@ int th_sentinel_start(th_sentinel *s, const char *master_name) {
   for (int i = 0; i < 3; i++)
     if (sentinel_node_start(&s->sent[i], s->root, i, s->name, s->data[0].port) != 0) goto fail;
   snprintf(s->sentinels, sizeof s->sentinels, "%s,%s,%s", s->sent[0].addr, s->sent[1].addr, s->sent[2].addr);
+  sentinel_timers(s);
   /* Sentinels learn the replica from the master's INFO and each other from
    * hello messages every 2 s. */
   if (sentinel_wait(s, &s->data[0], &s->data[1], 30000, "sentinel start") != 0) goto fail;
@@ -1195,11 +1220,21 @@ th_node *th_sentinel_failover(th_sentinel *s) {
     if (ok) break;
     sleep_ms(200);
   }
-  /* The old master becomes a replica only when a sentinel reconfigures it
-   * (Redis 7.0: ~8 s after it last reported itself master, and slave INFO
-   * is refreshed every 10 s), so wait for the full picture: the next
-   * failover needs a linked replica. */
-  return sentinel_wait(s, neu, old, 60000, "SENTINEL FAILOVER") == 0 ? neu : NULL;
+  return sentinel_wait(s, neu, NULL, 30000, "SENTINEL FAILOVER") == 0 ? neu : NULL;
+}
+
+int th_sentinel_wait_replica(th_sentinel *s, unsigned timeout_ms) {
+  th_node *m = th_sentinel_master(s);
+  if (!m) {
+    say("wait for the replica: no sentinel reports a master");
+    return -1;
+  }
+  th_node *r = m == &s->data[0] ? &s->data[1] : &s->data[0];
+  if (!node_live(r)) {
+    say("wait for the replica: %s is not running", r->addr);
+    return -1;
+  }
+  return sentinel_wait(s, m, r, timeout_ms, "replica linked and known to every sentinel");
 }
 
 static th_node *sentinel_lose_master(th_sentinel *s, int sig) {

@@ -22,7 +22,13 @@
  *    `sentinels` is "127.0.0.1:s1,..." for redis+sentinel:// URLs. Helpers:
  *    the current master (SENTINEL get-master-addr-by-name), a forced
  *    SENTINEL FAILOVER, SIGSTOP or kill of the master waiting for the
- *    automatic failover, stop/restart of a replica, and stop.
+ *    automatic failover, waiting for the old master to be made a replica,
+ *    stop/restart of a replica, and stop. The sentinels' INFO and hello
+ *    periods are shortened with SENTINEL DEBUG (1 s, 500 ms; see
+ *    topology.c) unless TH_SENTINEL_DEFAULT_TIMERS=1.
+ *
+ * TH_TOPOLOGY_KEEP=1 keeps the directories (logs, nodes.conf,
+ * sentinel.conf) after stop, to look at a failure.
  *
  * Every helper waits with a bound (polling every 20-50 ms) and, when the
  * bound passes, prints why on stderr ("# topology: ...") and returns -1 or
@@ -140,9 +146,14 @@ th_node *th_sentinel_master(th_sentinel *s);
 /* The data node that is not th_sentinel_master. */
 th_node *th_sentinel_replica(th_sentinel *s);
 /* SENTINEL FAILOVER; waits until every sentinel reports the replica as the
- * master, it answers ROLE master, and the old master is its linked replica
- * known to every sentinel (ready for the next failover). New master or NULL. */
+ * master and it answers ROLE master. New master or NULL. The old master is
+ * not a replica yet: see th_sentinel_wait_replica. */
 th_node *th_sentinel_failover(th_sentinel *s);
+/* Waits until the data node that is not the master is its linked replica
+ * (ROLE, listed by the master) and every sentinel lists it as a linked
+ * replica and knows the other sentinels: after a failover, before WAIT
+ * tests or another failover (which needs a good replica). 0 or -1. */
+int th_sentinel_wait_replica(th_sentinel *s, unsigned timeout_ms);
 /* SIGSTOP / SIGKILL the master; waits for the automatic failover (every
  * sentinel reports the replica, which answers ROLE master). New master or
  * NULL. The old master stays paused / dead. */
