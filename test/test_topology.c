@@ -248,6 +248,29 @@ static void test_cluster_auto_failover(void) {
   TH_ASSERT_EQ(th_topology_live_processes(), 0);
 }
 
+/* Two replicas per master: after a manual failover the other replica
+ * follows the new master (the waits must see that too). */
+static void test_cluster_two_replicas(void) {
+  step_t0 = th_now_ms();
+  TH_ASSERT_EQ(th_cluster_start(&cl, 3, 2), 0);
+  step("cluster start (3 masters + 6 replicas)");
+  th_node *m = th_cluster_master_for_key(&cl, "x");
+  int mi = (int)(m - cl.node), reps = 0;
+  for (int i = 0; i < cl.n; i++) reps += cl.node[i].master == mi;
+  TH_ASSERT_EQ(reps, 2);
+  th_node *nm = th_cluster_failover(&cl, m);
+  TH_ASSERT(nm != NULL);
+  step("CLUSTER FAILOVER %s -> %s, both other nodes its replicas", m->addr, nm->addr);
+  int ni = (int)(nm - cl.node);
+  reps = 0;
+  for (int i = 0; i < cl.n; i++) reps += cl.node[i].master == ni;
+  TH_ASSERT_EQ(reps, 2);
+  TH_ASSERT_EQ(m->master, ni);
+  th_cluster_stop(&cl);
+  step("cluster stop");
+  TH_ASSERT_EQ(th_topology_live_processes(), 0);
+}
+
 static th_sentinel sn;
 
 /* SET then WAIT 1 on the same connection (WAIT counts the replicas that
@@ -380,6 +403,7 @@ int main(int argc, char **argv) {
       {"crc16", test_crc16, 10},
       {"cluster", test_cluster, 180},
       {"cluster_auto_failover", test_cluster_auto_failover, 240},
+      {"cluster_two_replicas", test_cluster_two_replicas, 180},
       {"sentinel", test_sentinel, 180},
       {"sentinel_auto_failover", test_sentinel_auto_failover, 240},
       {"dying_case", test_dying_case, 90},
