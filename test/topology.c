@@ -565,14 +565,15 @@ static int parse_nodes(const char *text, cview *cv) {
   if (!copy) return -1;
   for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
     if (cv->nn >= (int)(sizeof cv->v / sizeof cv->v[0])) break;
+    /* id addr flags master ping-sent pong-recv epoch link-state slot... */
     char *tsave = NULL, *tok[8];
     int nt = 0;
-    for (char *t = strtok_r(line, " \r", &tsave); t && nt < 8; t = nt < 8 ? strtok_r(NULL, " \r", &tsave) : NULL)
-      tok[nt++] = t;
+    while (nt < 8 && (tok[nt] = strtok_r(nt ? NULL : line, " \r", &tsave))) nt++;
     if (nt < 8) continue;
     vnode *v = &cv->v[cv->nn++];
     snprintf(v->id, sizeof v->id, "%s", tok[0]);
-    const char *colon = strrchr(strtok(tok[1], "@"), ':');
+    tok[1][strcspn(tok[1], "@")] = 0; /* "ip:port@bus[,hostname]" */
+    const char *colon = strrchr(tok[1], ':');
     v->port = colon ? atoi(colon + 1) : 0;
     v->is_master = has_flag(tok[2], "master");
     v->bad = has_flag(tok[2], "fail") || has_flag(tok[2], "fail?") ||
@@ -608,7 +609,7 @@ static int node_index(const th_cluster *cl, int port) {
  * master. On success the agreed map and roles are stored in cl. */
 static int cluster_settled(th_cluster *cl, char *why, size_t wl) {
   static cview views[TH_CLUSTER_MAX];
-  int ref = -1, rc = -1;
+  int ref = -1;
   for (int i = 0; i < cl->n; i++) {
     th_node *n = &cl->node[i];
     if (!node_live(n)) continue;
@@ -687,8 +688,7 @@ static int cluster_settled(th_cluster *cl, char *why, size_t wl) {
   }
   for (int s = 0; s < TH_CLUSTER_SLOTS; s++)
     cl->slot_owner[s] = (short)node_index(cl, rv->owner_port[s]);
-  rc = 0;
-  return rc;
+  return 0;
 }
 
 typedef int (*cluster_pred)(th_cluster *cl, const void *arg, char *why, size_t wl);
