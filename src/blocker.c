@@ -167,6 +167,12 @@ static void blk_down(sluice__conn *conn, int status, void *ud) {
   sluice__blocker *b = ud;
   b->waiting = 0;
   evtimer_del(b->watchdog);
+  sluice__client_data_down(b->c);
+}
+
+static int blk_ready(sluice__conn *conn, void *ud) {
+  sluice__blocker *b = ud;
+  return sluice__client_ready(conn, b->c);
 }
 
 sluice__blocker *sluice__blocker_new(sluice_client *c) {
@@ -176,9 +182,14 @@ sluice__blocker *sluice__blocker_new(sluice_client *c) {
   b->ctl_key = sluice__key(c, "blk", c->id, "ctl");
   b->watchdog = evtimer_new(c->base, watchdog_cb, b);
   b->kick = event_new(c->base, -1, 0, kick_cb, b);
-  sluice__conn_config cfg = {&c->endpoint, c->opts.connect_timeout_ms,
-                             c->opts.reconnect_min_ms, c->opts.reconnect_max_ms,
-                             NULL, blk_up, blk_down, b};
+  sluice__conn_config cfg = {.endpoint = &c->endpoint,
+                             .connect_timeout_ms = c->opts.connect_timeout_ms,
+                             .reconnect_min_ms = c->opts.reconnect_min_ms,
+                             .reconnect_max_ms = c->opts.reconnect_max_ms,
+                             .on_up = blk_up,
+                             .on_down = blk_down,
+                             .ready = blk_ready,
+                             .userdata = b};
   if (!b->ctl_key || !b->watchdog || !b->kick || sluice__conn_init(&b->conn, c->base, &cfg)) {
     free(b->ctl_key);
     if (b->watchdog) event_free(b->watchdog);
@@ -190,8 +201,12 @@ sluice__blocker *sluice__blocker_new(sluice_client *c) {
   return b;
 }
 
+void sluice__blocker_moved(sluice__blocker *b) {
+  sluice__conn_fail(&b->conn, "the master moved (sentinel failover)");
+}
+
 void sluice__blocker_kick(sluice__blocker *b) {
-  if (b->conn.state != SLUICE_CONN_WAITING) return;
+  if (b->conn.state != SLUICE_CONN_WAITING && b->conn.state != SLUICE_CONN_RESOLVING) return;
   b->conn.attempts = 0;
   sluice__conn_start(&b->conn);
 }

@@ -6,6 +6,7 @@
 
 #include "conn.h"
 #include "guard.h"
+#include "sentinel.h"
 #include "sluice-internal.h"
 #include "url.h"
 
@@ -22,6 +23,8 @@ struct sluice_client {
   uint64_t last_reply_ms;         /* monotonic: last reply on it */
   uint64_t up_since_ms;           /* monotonic: last handshake completed */
   sluice__list ops;               /* operations not yet completed */
+  sluice__list unsent;            /* waiting for the first connection's context */
+  sluice__sentinel *sentinel;     /* redis+sentinel://: finds the master */
   sluice__guard_home home;        /* every object created on the client */
   sluice__blocker *blocker;       /* created on first listen */
 
@@ -34,7 +37,7 @@ struct sluice_client {
   int sealed;                     /* objects cancelled: no new operations */
   int reaped;                     /* close sequence done */
   sluice_client_stats stats;
-  char last_error[256];           /* a connection error or Redis's own words */
+  char last_error[512];           /* a connection error or Redis's own words */
 };
 
 sluice__blocker *sluice__blocker_new(sluice_client *c);
@@ -42,6 +45,12 @@ void sluice__blocker_free(sluice__blocker *b);
 /* The command connection is back: reconnect now if waiting out a backoff,
  * so the waiting side never lags. */
 void sluice__blocker_kick(sluice__blocker *b);
+/* The master moved: drop the blocking connection now (it reconnects). */
+void sluice__blocker_moved(sluice__blocker *b);
+/* Data connections may connect now (the sentinels named the master). */
+int sluice__client_ready(sluice__conn *conn, void *ud);
+/* A data connection failed: ask the sentinels again before reconnecting. */
+void sluice__client_data_down(sluice_client *c);
 /* 1 up, 0 down, -1 nothing listens. */
 int sluice__blocker_up(const sluice__blocker *b);
 

@@ -20,6 +20,8 @@
 struct sluice__op {
   sluice_client *c;
   sluice__link link;              /* in c->ops while not done */
+  sluice__link ulink;             /* in c->unsent while unsent */
+  unsigned unsent : 1;
   sluice__reply_fn *fn;
   void *ud;
   struct event timer;             /* deadline, or deferred completion */
@@ -46,6 +48,8 @@ static void op_release_if_unused(sluice__op *op) {
 static void op_unlink(sluice__op *op) {
   sluice_client *c = op->c;
   sluice__list_remove(&c->ops, &op->link);
+  if (op->unsent) sluice__list_remove(&c->unsent, &op->ulink);
+  op->unsent = 0;
   c->stats.ops_in_flight--;
 }
 
@@ -88,6 +92,15 @@ static void op_defer(sluice__op *op, int status) {
 
 static int op_send(sluice__op *op);
 
+static int starts(const redisReply *r, const char *word) {
+  size_t n = strlen(word);
+  return r->len >= n && memcmp(r->str, word, n) == 0;
+}
+
+static int not_master(const redisReply *r) {
+  return starts(r, "READONLY") || starts(r, "LOADING") || starts(r, "MASTERDOWN");
+}
+
 static int is_noscript(const redisReply *r) {
   return r->type == REDIS_REPLY_ERROR && r->len >= 8 && memcmp(r->str, "NOSCRIPT", 8) == 0;
 }
@@ -120,6 +133,15 @@ static void op_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
     op->lens[0] = 4;
     op->lens[1] = op->script->len;
     if (op_send(op) != 0) op_defer(op, SLUICE_ECONNECTION);
+    return;
+  }
+  if (reply->type == REDIS_REPLY_ERROR && not_master(reply)) {
+    /* A replica, or a node still loading or cut off from its master: the
+     * step did not run. Find the master again (a failover). */
+    snprintf(op->c->last_error, sizeof op->c->last_error, "Redis: %s", reply->str);
+    sluice__conn_fail(&op->c->cmd, reply->str);
+    op_complete(op, SLUICE_ECONNECTION, NULL);
+    op_release_if_unused(op);
     return;
   }
   if (reply->type == REDIS_REPLY_ERROR) /* Redis's own words reach the user */
@@ -182,11 +204,15 @@ static int op_start(sluice_client *c, sluice__op *op, unsigned timeout_ms,
     op_defer(op, SLUICE_ECONNECTION);
     return SLUICE_OK;
   }
-  if (op_send(op) != 0) {
-    op_defer(op, SLUICE_ECONNECTION);
+  sluice__timer_in(&op->timer, timeout_ms ? timeout_ms : c->opts.op_timeout_ms);
+  if (!c->cmd.ac && !c->cmd.failed) {
+    /* The first connection has no context yet (its address is being
+     * looked up): the op waits for it, within its deadline. */
+    op->unsent = 1;
+    sluice__list_append(&c->unsent, &op->ulink);
     return SLUICE_OK;
   }
-  sluice__timer_in(&op->timer, timeout_ms ? timeout_ms : c->opts.op_timeout_ms);
+  if (op_send(op) != 0) op_defer(op, SLUICE_ECONNECTION);
   return SLUICE_OK;
 }
 
@@ -225,6 +251,41 @@ void sluice__op_detach(sluice__op *op) {
 
 /* ---- connection events --------------------------------------------------- */
 
+/* The first context exists, its handshake queued: the ops that waited go
+ * behind it, in order. */
+static void cmd_context(sluice__conn *conn, void *ud) {
+  sluice_client *c = ud;
+  while (c->unsent.head) {
+    sluice__op *op = sluice__container_of(c->unsent.head, sluice__op, ulink);
+    sluice__list_remove(&c->unsent, &op->ulink);
+    op->unsent = 0;
+    if (op_send(op) != 0) op_defer(op, SLUICE_ECONNECTION);
+  }
+}
+
+int sluice__client_ready(sluice__conn *conn, void *ud) {
+  sluice_client *c = ud;
+  return !c->sentinel || sluice__sentinel_address(c->sentinel);
+}
+
+void sluice__client_data_down(sluice_client *c) {
+  if (c->sentinel) sluice__sentinel_stale(c->sentinel);
+}
+
+/* The sentinels named a new master: connections to the old one go now
+ * (it may accept writes for seconds and lose them). */
+static void master_moved(void *ud) {
+  sluice_client *c = ud;
+  sluice__conn_fail(&c->cmd, "the master moved (sentinel failover)");
+  if (c->blocker) sluice__blocker_moved(c->blocker);
+}
+
+static void master_known(void *ud) {
+  sluice_client *c = ud;
+  if (c->cmd.state == SLUICE_CONN_RESOLVING) sluice__conn_start(&c->cmd);
+  if (c->blocker) sluice__blocker_kick(c->blocker);
+}
+
 static void cmd_up(sluice__conn *conn, void *ud) {
   sluice_client *c = ud;
   c->last_reply_ms = c->up_since_ms = sluice__mono_ms();
@@ -236,7 +297,10 @@ static void cmd_up(sluice__conn *conn, void *ud) {
 
 static void cmd_down(sluice__conn *conn, int status, void *ud) {
   sluice_client *c = ud;
-  snprintf(c->last_error, sizeof c->last_error, "%s", conn->errstr);
+  sluice__client_data_down(c);
+  const char *serr = c->sentinel ? sluice__sentinel_error(c->sentinel) : "";
+  snprintf(c->last_error, sizeof c->last_error, "%.240s%s%.260s", conn->errstr, *serr ? "; " : "",
+           serr);
   if (c->state_cb && !c->closing) c->state_cb(c, 0, status, c->state_ud);
 }
 
@@ -273,10 +337,18 @@ static int build_endpoint(sluice_client *c, const sluice_client_options *o) {
     sluice__endpoint_clear(ep);
     return SLUICE_ENOMEM;
   }
+  if (o->master_name) {
+    int rc = o->unix_path ? SLUICE_EINVAL
+                          : sluice__endpoint_sentinels(ep, o->master_name, o->sentinels,
+                                                       o->sentinel_username, o->sentinel_password);
+    if (rc) sluice__endpoint_clear(ep);
+    return rc;
+  }
   return SLUICE_OK;
 }
 
 static void client_destroy(sluice_client *c) {
+  sluice__sentinel_free(c->sentinel);
   sluice__endpoint_clear(&c->endpoint);
   free(c->key_prefix);
   if (c->reaper) event_free(c->reaper);
@@ -327,10 +399,21 @@ int sluice_client_new(struct event_base *base, const sluice_client_options *opts
   c->opts.key_prefix = c->key_prefix;
   c->reaper = event_new(base, -1, 0, reaper_cb, c);
   sluice__random_hex(c->id);
-  sluice__conn_config cfg = {&c->endpoint, c->opts.connect_timeout_ms,
-                             c->opts.reconnect_min_ms, c->opts.reconnect_max_ms,
-                             sluice__lua_all, cmd_up, cmd_down, c};
+  sluice__conn_config cfg = {.endpoint = &c->endpoint,
+                             .connect_timeout_ms = c->opts.connect_timeout_ms,
+                             .reconnect_min_ms = c->opts.reconnect_min_ms,
+                             .reconnect_max_ms = c->opts.reconnect_max_ms,
+                             .scripts = sluice__lua_all,
+                             .on_up = cmd_up,
+                             .on_down = cmd_down,
+                             .ready = sluice__client_ready,
+                             .on_context = cmd_context,
+                             .userdata = c};
+  sluice__sentinel_config scfg = {&c->endpoint, c->opts.connect_timeout_ms,
+                                  c->opts.reconnect_min_ms, c->opts.reconnect_max_ms,
+                                  master_moved, master_known, c};
   if (!c->key_prefix || !c->reaper || sluice__guard_home_init(&c->home, base, home_empty) != 0 ||
+      (c->endpoint.master_name && !(c->sentinel = sluice__sentinel_new(base, &scfg))) ||
       sluice__conn_init(&c->cmd, base, &cfg) != 0) {
     client_destroy(c);
     return SLUICE_ENOMEM;
@@ -351,7 +434,10 @@ int sluice_client_is_connected(const sluice_client *c) {
 }
 
 const char *sluice_client_last_error(const sluice_client *c) {
-  return c ? c->last_error : sluice__endpoint_error(); /* NULL: why sluice_client_new failed */
+  if (!c) return sluice__endpoint_error(); /* why sluice_client_new failed */
+  /* Still looking for the master: the sentinels' answer is the news. */
+  if (!c->last_error[0] && c->sentinel) return sluice__sentinel_error(c->sentinel);
+  return c->last_error;
 }
 
 void sluice_client_get_health(const sluice_client *c, sluice_client_health *out) {

@@ -47,6 +47,16 @@ static void handshake_cb(redisAsyncContext *ac, void *r, void *privdata) {
     sluice__conn_fail(conn, NULL);
     return;
   }
+  /* A sentinel's answer is checked: a failover may have made it a replica. */
+  if (strcmp(step, "ROLE") == 0 &&
+      !(reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
+        reply->element[0]->type == REDIS_REPLY_STRING &&
+        strcmp(reply->element[0]->str, "master") == 0)) {
+    conn->handshake_failed = 1;
+    set_err(conn, "ROLE", "not a master (a failover may be under way)");
+    sluice__conn_fail(conn, NULL);
+    return;
+  }
   if (strcmp(step, "PING") != 0) return;
   evtimer_del(conn->timer);
   conn->state = SLUICE_CONN_UP;
@@ -119,6 +129,10 @@ static void send_handshake(sluice__conn *conn) {
     size_t lens[3] = {6, 4, (*sc)->len};
     sluice__conn_send(conn, handshake_cb, (void *)"SCRIPT LOAD", 3, argv, lens);
   }
+  if (ep->master_name) {
+    const char *role[1] = {"ROLE"};
+    sluice__conn_send(conn, handshake_cb, (void *)"ROLE", 1, role, NULL);
+  }
   const char *ping[1] = {"PING"};
   sluice__conn_send(conn, handshake_cb, (void *)"PING", 1, ping, NULL);
 }
@@ -139,6 +153,9 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
     finish_drain(conn);
   } else if (conn->state == SLUICE_CONN_CONNECTING) {
     set_err(conn, "connect timed out", NULL);
+    conn_drop(conn, NULL);
+  } else if (conn->state == SLUICE_CONN_RESOLVING) {
+    set_err(conn, "no address: the sentinels did not name the master in time", NULL);
     conn_drop(conn, NULL);
   } else if (conn->state == SLUICE_CONN_WAITING) {
     sluice__conn_start(conn);
@@ -201,8 +218,15 @@ static void start_failed(sluice__conn *conn) {
 void sluice__conn_start(sluice__conn *conn) {
   const sluice__endpoint *ep = conn->cfg.endpoint;
   redisAsyncContext *ac;
-  if (conn->state != SLUICE_CONN_IDLE && conn->state != SLUICE_CONN_WAITING) return;
+  if (conn->state != SLUICE_CONN_IDLE && conn->state != SLUICE_CONN_WAITING &&
+      conn->state != SLUICE_CONN_RESOLVING)
+    return;
   evtimer_del(conn->timer);
+  if (conn->cfg.ready && !conn->cfg.ready(conn, conn->cfg.userdata)) {
+    conn->state = SLUICE_CONN_RESOLVING;
+    sluice__timer_in(conn->timer, conn->cfg.connect_timeout_ms);
+    return;
+  }
   ac = ep->unix_path ? redisAsyncConnectUnix(ep->unix_path)
                      : redisAsyncConnect(ep->host, ep->port);
   if (!ac || ac->err) {
@@ -240,6 +264,7 @@ void sluice__conn_start(sluice__conn *conn) {
   conn->handshake_failed = 0;
   sluice__timer_in(conn->timer, conn->cfg.connect_timeout_ms);
   send_handshake(conn);
+  if (conn->cfg.on_context) conn->cfg.on_context(conn, conn->cfg.userdata);
 }
 
 /* Free the context now; only from outside hiredis callbacks. */

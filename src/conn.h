@@ -21,7 +21,8 @@ enum sluice__conn_state {
   SLUICE_CONN_IDLE,        /* not started, or shut down */
   SLUICE_CONN_CONNECTING,  /* TCP/unix connect or handshake in progress */
   SLUICE_CONN_UP,          /* handshake done: commands flow */
-  SLUICE_CONN_WAITING      /* lost; a reconnect is scheduled */
+  SLUICE_CONN_WAITING,     /* lost; a reconnect is scheduled */
+  SLUICE_CONN_RESOLVING    /* waiting for the address (ready said not yet) */
 };
 
 typedef struct sluice__conn sluice__conn;
@@ -40,6 +41,12 @@ typedef struct sluice__conn_config {
    * lost or an attempt failed (status < 0). */
   void (*on_up)(sluice__conn *conn, void *userdata);
   void (*on_down)(sluice__conn *conn, int status, void *userdata);
+  /* Optional: 1 when the endpoint's address may be used now; 0 to wait
+   * (RESOLVING) until sluice__conn_start is called again. */
+  int (*ready)(sluice__conn *conn, void *userdata);
+  /* Optional: a context exists and the handshake is queued on it; commands
+   * sent now follow the handshake. */
+  void (*on_context)(sluice__conn *conn, void *userdata);
   void *userdata;
 } sluice__conn_config;
 

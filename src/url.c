@@ -66,6 +66,12 @@ static int parse_int(const char *s, size_t len, int min, int max, int *out) {
 }
 
 void sluice__endpoint_clear(sluice__endpoint *ep) {
+  for (int i = 0; i < ep->nsentinels; i++) free(ep->sentinel_hosts[i]);
+  free(ep->sentinel_hosts);
+  free(ep->sentinel_ports);
+  free(ep->master_name);
+  free(ep->sentinel_username);
+  free(ep->sentinel_password);
   free(ep->host);
   free(ep->unix_path);
   free(ep->username);
@@ -104,6 +110,20 @@ static int parse_param(const char *kv, size_t len, sluice__endpoint *ep) {
     {"sni", offsetof(sluice__endpoint, tls_server_name)},
   };
   if (len == 0) return SLUICE_OK; /* "?a=1&&b=2" */
+  if (ep->master_name) { /* redis+sentinel:// takes only the sentinels' credentials */
+    char **sdst = klen == 17 && memcmp(kv, "sentinel_password", 17) == 0   ? &ep->sentinel_password
+                  : klen == 17 && memcmp(kv, "sentinel_username", 17) == 0 ? &ep->sentinel_username
+                                                                           : NULL;
+    if (!sdst || !eq) {
+      sluice__endpoint_set_error("unknown URL parameter '%.*s' (redis+sentinel:// knows "
+                                 "sentinel_username, sentinel_password)",
+                                 (int)(klen > 40 ? 40 : klen), kv);
+      return SLUICE_EINVAL;
+    }
+    free(*sdst);
+    *sdst = dup_decoded(eq + 1, (size_t)(kv + len - eq - 1));
+    return *sdst ? SLUICE_OK : SLUICE_ENOMEM;
+  }
   int known = klen == 6 && memcmp(kv, "verify", 6) == 0;
   for (size_t i = 0; i < sizeof fields / sizeof fields[0] && !known && !dst; i++)
     if (strlen(fields[i].key) == klen && memcmp(kv, fields[i].key, klen) == 0)
@@ -204,6 +224,78 @@ static int parse_redis(const char *rest, sluice__endpoint *ep) {
   return query ? parse_query(query + 1, ep) : SLUICE_OK;
 }
 
+/* "host:port[,host:port...]" of s[0..len) into the endpoint's sentinels. */
+static int parse_sentinels(const char *s, size_t len, sluice__endpoint *ep) {
+  int n = 1;
+  for (size_t i = 0; i < len; i++) n += s[i] == ',';
+  if (n > 64) return SLUICE_EINVAL;
+  ep->sentinel_hosts = calloc((size_t)n, sizeof *ep->sentinel_hosts);
+  ep->sentinel_ports = calloc((size_t)n, sizeof *ep->sentinel_ports);
+  if (!ep->sentinel_hosts || !ep->sentinel_ports) return SLUICE_ENOMEM;
+  while (ep->nsentinels < n) {
+    const char *comma = memchr(s, ',', len);
+    size_t one = comma ? (size_t)(comma - s) : len;
+    const char *colon = NULL;
+    for (size_t i = one; i > 0; i--)
+      if (s[i - 1] == ':') { colon = s + i - 1; break; }
+    if (!colon || colon == s) return SLUICE_EINVAL; /* a sentinel needs host and port */
+    int port;
+    if (parse_int(colon + 1, (size_t)(s + one - colon - 1), 1, 65535, &port)) return SLUICE_EINVAL;
+    const char *h = s, *hend = colon;
+    if (*h == '[' && hend[-1] == ']') h++, hend--; /* [::1]:26379 */
+    if (hend == h) return SLUICE_EINVAL;
+    char *host = dup_decoded(h, (size_t)(hend - h));
+    if (!host) return SLUICE_ENOMEM;
+    ep->sentinel_hosts[ep->nsentinels] = host;
+    ep->sentinel_ports[ep->nsentinels++] = port;
+    if (!comma) break;
+    len -= one + 1;
+    s = comma + 1;
+  }
+  return ep->nsentinels == n ? SLUICE_OK : SLUICE_EINVAL;
+}
+
+/* "[[user]:password@]sentinels/NAME[/db][?query]". */
+static int parse_sentinel(const char *rest, sluice__endpoint *ep) {
+  const char *query = strchr(rest, '?');
+  size_t restlen = query ? (size_t)(query - rest) : strlen(rest);
+  const char *at = NULL;
+  for (size_t i = restlen; i > 0; i--)
+    if (rest[i - 1] == '@') { at = rest + i - 1; break; }
+  const char *hosts = rest;
+  if (at) {
+    const char *colon = memchr(rest, ':', (size_t)(at - rest));
+    if (colon) {
+      if (colon > rest && !(ep->username = dup_decoded(rest, (size_t)(colon - rest))))
+        return SLUICE_ENOMEM;
+      if (!(ep->password = dup_decoded(colon + 1, (size_t)(at - colon - 1)))) return SLUICE_ENOMEM;
+    } else if (at > rest && !(ep->password = dup_decoded(rest, (size_t)(at - rest)))) {
+      return SLUICE_ENOMEM;
+    }
+    hosts = at + 1;
+  }
+  const char *end = rest + restlen;
+  const char *slash = memchr(hosts, '/', (size_t)(end - hosts));
+  if (!slash || slash == hosts) {
+    sluice__endpoint_set_error("redis+sentinel:// needs host:port[,host:port...]/MASTER_NAME");
+    return SLUICE_EINVAL;
+  }
+  int rc = parse_sentinels(hosts, (size_t)(slash - hosts), ep);
+  if (rc) return rc;
+  const char *name = slash + 1;
+  const char *slash2 = memchr(name, '/', (size_t)(end - name));
+  size_t nlen = slash2 ? (size_t)(slash2 - name) : (size_t)(end - name);
+  if (nlen == 0 || nlen > 256) {
+    sluice__endpoint_set_error("redis+sentinel:// needs the master's name after the sentinels");
+    return SLUICE_EINVAL;
+  }
+  if (!(ep->master_name = dup_decoded(name, nlen))) return SLUICE_ENOMEM;
+  if (slash2 && slash2 + 1 < end &&
+      parse_int(slash2 + 1, (size_t)(end - slash2 - 1), 0, 1 << 20, &ep->db))
+    return SLUICE_EINVAL;
+  return query ? parse_query(query + 1, ep) : SLUICE_OK;
+}
+
 int sluice__parse_url(const char *url, sluice__endpoint *ep) {
   int rc;
   memset(ep, 0, sizeof *ep);
@@ -215,6 +307,8 @@ int sluice__parse_url(const char *url, sluice__endpoint *ep) {
   } else if (strncmp(url, "rediss://", 9) == 0) {
     ep->tls = 1;
     rc = parse_redis(url + 9, ep);
+  } else if (strncmp(url, "redis+sentinel://", 17) == 0) {
+    rc = parse_sentinel(url + 17, ep);
   } else if (strncmp(url, "unix://", 7) == 0) {
     rc = parse_unix(url + 7, ep);
   } else if (strncmp(url, "unix:", 5) == 0) {
@@ -231,6 +325,24 @@ int sluice__parse_url(const char *url, sluice__endpoint *ep) {
                                  "[:port][/db][?query], rediss://... or unix:///path[?db=N]");
   }
   return rc;
+}
+
+int sluice__endpoint_sentinels(sluice__endpoint *ep, const char *master_name, const char *list,
+                               const char *username, const char *password) {
+  endpoint_err[0] = '\0';
+  if (!list || !*list || !*master_name || strlen(master_name) > 256 ||
+      parse_sentinels(list, strlen(list), ep) != SLUICE_OK) {
+    sluice__endpoint_set_error("sentinels must be \"host:port[,host:port...]\" with a master name");
+    return SLUICE_EINVAL;
+  }
+  free(ep->host);
+  ep->host = NULL; /* the sentinels will say */
+  ep->port = 0;
+  if (!(ep->master_name = strdup(master_name)) ||
+      (username && !(ep->sentinel_username = strdup(username))) ||
+      (password && !(ep->sentinel_password = strdup(password))))
+    return SLUICE_ENOMEM;
+  return SLUICE_OK;
 }
 
 static int copy_opt(char **dst, const char *src) {

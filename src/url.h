@@ -23,9 +23,21 @@ typedef struct sluice__endpoint {
   char *tls_key_file;
   char *tls_server_name;
   void *tls_ctx;
+  /* redis+sentinel://: the master's name and the sentinels to ask for its
+   * address; host and port above are then that address, filled in (and
+   * changed on failover) by the client's sentinel link. */
+  char *master_name;
+  char **sentinel_hosts;
+  int *sentinel_ports;
+  int nsentinels;
+  char *sentinel_username;
+  char *sentinel_password;
 } sluice__endpoint;
 
 /* Parse "redis://[[user]:password@]host[:port][/db][?query]",
+ * "redis+sentinel://[[user]:password@]host:port[,host:port...]/NAME[/db]
+ * [?sentinel_username=U&sentinel_password=P]" (the credentials are the data
+ * nodes'; the sentinels' have their own parameters),
  * "rediss://..." (TLS; the query may hold ca=, ca_dir=, cert=, key=, sni=,
  * verify=0|1) or "unix:///path[?db=N]" (also "unix:/path", "/path").
  * Returns 0 or SLUICE_EINVAL / SLUICE_ENOMEM; on error *ep holds nothing to
@@ -37,6 +49,9 @@ int sluice__parse_url(const char *url, sluice__endpoint *ep);
  * sluice__endpoint_error() saying why. */
 int sluice__endpoint_finish(sluice__endpoint *ep, const struct sluice_client_options *opts);
 void sluice__endpoint_clear(sluice__endpoint *ep);
+/* The sentinel fields of the client options (no URL): "host:port,...". */
+int sluice__endpoint_sentinels(sluice__endpoint *ep, const char *master_name, const char *list,
+                               const char *username, const char *password);
 /* Why the last parse or finish on this thread failed ("" after a success). */
 const char *sluice__endpoint_error(void);
 void sluice__endpoint_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -56,7 +56,8 @@ struct event_base;
 
 typedef struct sluice_client_options {
   /* "redis://[[user]:password@]host[:port][/db]", "rediss://..." (TLS, with
-   * an optional ?query, see tls below) or "unix:///path/to/sock[?db=N]".
+   * an optional ?query, see tls below), "redis+sentinel://..." (see
+   * master_name below) or "unix:///path/to/sock[?db=N]".
    * When set it overrides host, port, unix_path, username, password and db. */
   const char *url;
   const char *host;           /* default "127.0.0.1" */
@@ -85,6 +86,15 @@ typedef struct sluice_client_options {
   const char *tls_server_name;  /* sent as SNI and required in the server's
                                    certificate; default: the host */
   int tls_skip_verify;          /* 1: accept any server certificate (tests only) */
+  /* Redis Sentinel, as "redis+sentinel://[[user]:password@]host:port[,host:port
+   * ...]/MASTER_NAME[/db][?sentinel_username=U&sentinel_password=P]" does:
+   * with master_name set (and no url), the client asks these sentinels for
+   * the master's address, verifies it with ROLE, and follows failovers;
+   * host and port are ignored, username, password and db are the master's. */
+  const char *master_name;
+  const char *sentinels;          /* "host:port[,host:port...]" */
+  const char *sentinel_username;  /* the sentinels' own ACL user, if any */
+  const char *sentinel_password;  /* the sentinels' own password, if any */
 } sluice_client_options;
 
 /* Fill *opts with the defaults. */
