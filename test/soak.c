@@ -1060,6 +1060,17 @@ static void rm_rf(const char *dir) {
   if (pid > 0) waitpid(pid, NULL, 0);
 }
 
+/* Interrupted (Ctrl-C, timeout): take the server down with us; workers see
+ * their parent gone and leave by themselves. */
+static void on_signal(int sig) {
+  if (th_server.pid > 0) {
+    kill(th_server.pid, SIGCONT);
+    kill(th_server.pid, SIGKILL);
+  }
+  atomic_store(&S->stop, 1);
+  _exit(128 + sig);
+}
+
 int main(int argc, char **argv) {
   seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
   for (int i = 1; i < argc; i++) {
@@ -1090,6 +1101,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   snprintf(url, sizeof url, "%s", th_server.url);
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
   printf("soak: %u s, %d workers, seed %" PRIu64 ", redis-server on %s (AOF, appendfsync always)\n",
          seconds, nworkers, seed, url);
   printf("  semaphore %d permits, TTL %d ms, %d acquirers per worker holding 1-5 ms; sliding-log "
@@ -1105,6 +1118,8 @@ int main(int argc, char **argv) {
       break;
     }
     if (pid == 0) {
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
       int wrc = worker_main(i);
       fflush(NULL);
       exit(wrc);
