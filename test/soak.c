@@ -1143,9 +1143,10 @@ static int report(uint64_t elapsed_ns) {
     }
   }
   printf("  dq: pushed OK %" PRIu64 ", in doubt %" PRIu64 " (%" PRIu64 " of them delivered), not sent %"
-         PRIu64 ", failed %" PRIu64 "; ids acked %" PRIu64 ", delivered more than once %" PRIu64
-         " (%" PRIu64 " redeliveries)\n", pushed[P_OK], pushed[P_DOUBT], doubt_seen,
-         pushed[P_NOTSENT], pushed[P_OTHER], acked, dupes, redeliveries);
+         PRIu64 ", failed %" PRIu64 "; %" PRIu64 " deliveries, ids acked %" PRIu64
+         ", delivered more than once %" PRIu64 " (%" PRIu64 " redeliveries)\n", pushed[P_OK],
+         pushed[P_DOUBT], doubt_seen, pushed[P_NOTSENT], pushed[P_OTHER], deliveries, acked, dupes,
+         redeliveries);
   if (P.dq_done == 1 && P.dq_status == SLUICE_OK) {
     printf("  dq at the end: delayed %" PRIu64 ", in flight %" PRIu64 ", dead %" PRIu64 "\n",
            P.dq_info.delayed, P.dq_info.in_flight, P.dq_info.dead);
