@@ -355,7 +355,10 @@ static void on_lost(sluice_permit *permit, int reason, void *ud) {
 }
 
 static void on_released(sluice_sem *sem, int status, void *ud) {
-  op_called(self, ud, status);
+  op *o = ud;
+  if (op_called(self, o, status) && status == SLUICE_ENOTFOUND && verbose)
+    fprintf(stderr, "[%8.3f] worker %d: a %s (sent %.1f ms ago) answered SLUICE_ENOTFOUND\n",
+            since_start(), self->idx, kind_name[o->kind], (double)(now_ns() - o->t0) / 1e6);
 }
 
 static void on_acquired(sluice_sem *sem, int status, sluice_permit *permit, void *ud) {
@@ -825,6 +828,9 @@ static void fault_end(void) {
 
 static void schedule_fault(unsigned ms) {
   struct timeval tv;
+  /* A restart or DEBUG SLEEP blocked this loop: count the pause from now,
+   * not from the loop's cached time before the fault. */
+  event_base_update_cache_time(P.base);
   tv_ms(&tv, ms);
   evtimer_add(P.fault_timer, &tv);
 }
@@ -1075,6 +1081,19 @@ static void print_recovery(void) {
     printf("\n");
   }
   free(v);
+  if (!verbose) return;
+  printf("  each fault: start s, length ms, then recovery ms per kind (- none before the next fault)\n");
+  for (int i = 0; i < S->nfaults; i++) {
+    fault_rec *fr = &S->faults[i];
+    printf("  %3d %-13s %8.3f %7.1f", i + 1, fault_name[fr->kind],
+           (double)(fr->start_ns - t_origin) / 1e9, (double)(fr->end_ns - fr->start_ns) / 1e6);
+    for (int k = 0; k < NREC; k++) {
+      uint64_t r = atomic_load(&fr->recover_ns[k]);
+      if (r) printf(" %8.1f", (double)(r - 1) / 1e6);
+      else printf(" %8s", "-");
+    }
+    printf("\n");
+  }
 }
 
 static uint64_t report_ops(void) {
