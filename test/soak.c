@@ -25,7 +25,7 @@
  * violations". Exit status 0 only with no violation.
  *
  * --sabotage makes the workers break the rules on purpose (a holder that
- * keeps working after its release, denials counted as admissions,
+ * keeps working after its release, one that holds for 5 s, denials counted as admissions,
  * messages cancelled behind the consumers' backs): that run must report
  * violations, which shows the checks can fail.
  *
@@ -385,7 +385,10 @@ static void on_acquired(sluice_sem *sem, int status, sluice_permit *permit, void
   }
   /* Sabotage: every 50th holder keeps working 100 ms after its release. */
   a->overstay = sabotage && ++a->grants % 50 == 0;
-  actor_next(a, rnd_between(1, 5)); /* the hold */
+  /* Sabotage: one holder keeps (and renews) its permit for 5 s, which the
+   * monitor must see as a permit held past one lease. */
+  int hog = sabotage && w->idx == 0 && a->idx == 0 && a->grants == 10;
+  actor_next(a, hog ? 5000 : rnd_between(1, 5)); /* the hold */
 }
 
 static void actor_cb(evutil_socket_t fd, short what, void *arg) {
@@ -772,7 +775,7 @@ static int worker_main(int idx) {
 
 typedef struct seen_holder {
   char id[40];
-  uint64_t first_ns;
+  uint64_t first_ns, last_ns;
   int flagged;
 } seen_holder;
 
@@ -908,17 +911,21 @@ static void on_inspect(sluice_sem *sem, int status, const sluice_sem_info *info,
     for (int j = 0; j < P.nseen; j++)
       if (strcmp(P.seen[j].id, h->id) == 0) s = &P.seen[j];
     if (!s) {
-      /* Keep the table small: holds last milliseconds, so recycle the oldest. */
-      int slot = P.nseen < 64 ? P.nseen++ : 0;
-      if (slot == 0 && P.nseen == 64) {
+      /* Keep the table small: holds last milliseconds, so recycle the entry
+       * seen least recently (a stranded permit is seen at every inspection,
+       * so it stays). */
+      int slot = 0;
+      if (P.nseen < 64) slot = P.nseen++;
+      else
         for (int j = 1; j < 64; j++)
-          if (P.seen[j].first_ns < P.seen[slot].first_ns) slot = j;
-      }
+          if (P.seen[j].last_ns < P.seen[slot].last_ns) slot = j;
       s = &P.seen[slot];
       snprintf(s->id, sizeof s->id, "%s", h->id);
       s->first_ns = t;
       s->flagged = 0;
-    } else if (!s->flagged && t - s->first_ns > (uint64_t)(TTL_MS + 1000) * 1000000u) {
+    }
+    s->last_ns = t;
+    if (!s->flagged && t - s->first_ns > (uint64_t)(TTL_MS + 1000) * 1000000u) {
       /* Holds last 1-5 ms and are never renewed; a permit whose release got
        * lost expires within one TTL. Anything older was stranded. */
       s->flagged = 1;
