@@ -7,6 +7,10 @@
 #   gcc       build-ci           meson test: the quick suite (no Redis) first,
 #                                then every other suite
 #   asan      build-ci-asan      meson test under AddressSanitizer + UBSan
+#   soak      build-ci           test/soak for SLUICE_SOAK_S seconds (default
+#                                60): every primitive under injected Redis
+#                                faults (scripts/soak.sh); one case; a 15 s run
+#                                under ASan follows the asan pass's tests
 #   clang     build-ci-clang     compile only, to stay warning-free on clang
 #   hiredis1  build-ci-hiredis1  meson test, every suite, against Debian 13's
 #                                hiredis 1.x with TLS (-Dtls=enabled), which
@@ -37,7 +41,7 @@ for arg in "$@"; do
   case $arg in
     --valgrind) valgrind=yes ;;
     --no-valgrind) valgrind=no ;;
-    -h | --help) sed -n '2,29s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,33s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
@@ -109,10 +113,38 @@ else
 fi
 pass_done gcc $t
 
+# run_soak LABEL DIR SECONDS: the fault soak as one case; its report goes to
+# build-ci-logs/LABEL.log, the summary (and any violation) is shown here.
+run_soak() {
+  local label=$1 dir=$2 secs=$3 log=$logs/$1.log
+  # Bounded twice: the soak stops itself about 40 s after SECONDS at worst;
+  # timeout is the backstop (SIGTERM makes it kill its redis-server).
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    timeout --kill-after=10 $((secs + 120)) "$dir/test/soak" --seconds "$secs" >"$log" 2>&1
+  local rc=$?
+  grep -E '^(faults injected|  (sem|rl|dq):|soak:)|VIOLATION' "$log" | head -n 30 | sed 's/^/  /'
+  if [ $rc -eq 0 ]; then
+    count --label "$label" --step "soak ${secs} s" --ok
+  else
+    echo "  [$label] soak exited with status $rc; full report in $log"
+    count --label "$label" --step "soak ${secs} s" --failed
+  fi
+}
+
+banner "soak: build-ci/test/soak (faults injected into redis-server)"
+t=$SECONDS
+if [ $gcc_ok = 1 ]; then
+  run_soak soak build-ci "${SLUICE_SOAK_S:-60}"
+else
+  count --label soak --step "needs the gcc build" --failed
+fi
+pass_done soak $t
+
 banner "asan: build-ci-asan (-Db_sanitize=address,undefined, --werror)"
 t=$SECONDS
 if build asan build-ci-asan -Dbuildtype=debugoptimized -Db_sanitize=address,undefined; then
   run_tests asan build-ci-asan --timeout-multiplier 3
+  run_soak asan-soak build-ci-asan 15
 else
   count --label asan --step "configure + build" --failed
 fi
