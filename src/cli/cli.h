@@ -50,5 +50,6 @@ void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int cli_sem_main(int argc, char **argv);
 int cli_rl_main(int argc, char **argv);
 int cli_dq_main(int argc, char **argv);
+int cli_top_main(int argc, char **argv);
 
 #endif

@@ -27,7 +27,8 @@ for _, k in ipairs(page[2]) do
     else
       -- The suffix follows the last "}:"; the tag may itself hold '}'.
       local tag, suffix = string.match(rest, '^(.*)}:([%w]+)$')
-      local len, after = tag and string.match(tag, '^(%d+):(.*)$')
+      local len, after
+      if tag then len, after = string.match(tag, '^(%d+):(.*)$') end
       local algo = suffix and algos[suffix]
       if len and algo and #after > tonumber(len) then
         local name = string.sub(after, 1, tonumber(len))
