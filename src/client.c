@@ -608,7 +608,9 @@ static void clock_check(evutil_socket_t fd, short what, void *arg) {
   c->clock_last_us = now;
   uint64_t spent = sluice__mono_us() - c->clock_start_us;
   if (c->clock_steps < CLOCK_CHECK_STEPS && spent < CLOCK_CHECK_MAX_US) {
-    event_active(c->clock_ev, 0, 0);
+    /* A zero timer, not event_active: events activated from a callback run
+     * in the same loop iteration, before the cached time is refreshed. */
+    sluice__timer_in(c->clock_ev, 0);
     return;
   }
   c->clock_checked = 1;
@@ -637,7 +639,7 @@ void sluice_client_set_log_cb(sluice_client *c, sluice_log_cb *cb, void *ud) {
     char w[128];
     sluice__log(c, SLUICE_LOG_INFO, "connecting to %s", where(c, w, sizeof w));
   }
-  if (!c->clock_checked && !c->clock_turns) event_active(c->clock_ev, 0, 0);
+  if (!c->clock_checked && !c->clock_turns) sluice__timer_in(c->clock_ev, 0);
 }
 
 const char *sluice_log_level_name(int level) {
