@@ -130,6 +130,9 @@ static void op_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
     /* Redis restarted or SCRIPT FLUSH: send the body once (EVAL loads it). */
     op->retried = 1;
     op->c->stats.noscript_reloads++;
+    sluice__log(op->c, SLUICE_LOG_INFO,
+                "script %s missing in Redis (restarted, or SCRIPT FLUSH): sent again with EVAL",
+                op->script->name);
     op->argv[0] = "EVAL";
     op->argv[1] = op->script->body;
     op->lens[0] = 4;

@@ -163,9 +163,73 @@ static void test_once(void) {
   event_base_free(base);
 }
 
+/* The live view in a real terminal: tmux runs `sluice top` and its pane
+ * must show a frame, then a later one. Skipped without tmux. */
+static int pane_has(const char *session, const char *needle, char *last, size_t size) {
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "tmux capture-pane -p -t %s 2>/dev/null", session);
+  FILE *p = popen(cmd, "r");
+  if (!p) return 0;
+  size_t n = fread(last, 1, size - 1, p);
+  last[n] = '\0';
+  pclose(p);
+  return strstr(last, needle) != NULL;
+}
+
+static void test_tmux(void) {
+  if (system("command -v tmux >/dev/null 2>&1") != 0) {
+    printf("# tmux not installed: live view not checked\n");
+    return;
+  }
+  struct event_base *base = event_base_new();
+  sluice_client_options o;
+  sluice_client *cl;
+  sluice_sem *sem;
+  ctx c;
+  memset(&c, 0, sizeof c);
+  sluice_client_options_init(&o);
+  o.url = th_server.url;
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &cl), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_sem_new(cl, "tty", NULL, &sem), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_sem_try_acquire(sem, on_acq, &c), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &c.flag, 5000));
+  char session[32], cmd[1024], pane[8192];
+  snprintf(session, sizeof session, "sluicetop%d", (int)getpid());
+  snprintf(cmd, sizeof cmd,
+           "tmux new-session -d -s %s -x 120 -y 30 '%s top --redis %s --interval 100'", session,
+           getenv("SLUICE_BIN"), th_server.url);
+  TH_ASSERT_EQ(system(cmd), 0);
+  /* No event says the pane changed: look every 20 ms, for up to 10 s. */
+  int never = 0, seen = 0;
+  for (int i = 0; i < 500 && !(seen = pane_has(session, "tty ", pane, sizeof pane)); i++)
+    th_loop_until(base, &never, 20);
+  TH_ASSERT(seen);
+  TH_ASSERT(strstr(pane, "holders 1"));
+  TH_ASSERT(strstr(pane, sluice_permit_id(c.permit)));
+  /* Redrawn: the clock in the title line moves on. */
+  char first[64];
+  const char *title = strstr(pane, "sluice:  ");
+  TH_ASSERT(title);
+  snprintf(first, sizeof first, "%.28s", title);
+  int moved = 0;
+  for (int i = 0; i < 300 && !moved; i++) {
+    th_loop_until(base, &never, 20);
+    moved = !pane_has(session, first, pane, sizeof pane) && strstr(pane, "SEMAPHORES");
+  }
+  snprintf(cmd, sizeof cmd, "tmux kill-session -t %s", session);
+  TH_ASSERT_EQ(system(cmd), 0);
+  TH_ASSERT(moved);
+  sluice_permit_release(c.permit, NULL, NULL);
+  sluice_sem_free(sem);
+  sluice_client_free(cl);
+  TH_ASSERT(th_loop_drain(base, 10000));
+  event_base_free(base);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"once", test_once, 60},
+      {"tmux", test_tmux, 60},
       {NULL, NULL, 0},
   };
   return th_main(argc, argv, cases);

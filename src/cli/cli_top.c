@@ -255,15 +255,26 @@ int cli_top_main(int argc, char **argv) {
     int st = frame(&t, nnames, names, &text, &len);
     time_t now = time(NULL);
     strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
-    if (!once) fputs("\033[H\033[2J", stdout); /* home, clear screen */
-    printf("sluice top  %s  prefix %s%s%s\n\n", t.ctx.url, t.ctx.prefix ? t.ctx.prefix : "sluice:",
-           once ? "" : "  ", once ? "" : stamp);
-    if (text) fwrite(text, 1, len, stdout);
+    /* Live: overwrite in place (home, each line cleared to its end, the
+     * rest of the screen cleared) rather than clear-then-draw, which
+     * flickers. */
+    const char *eol = once ? "\n" : "\033[K\n";
+    if (!once) fputs("\033[H", stdout);
+    printf("sluice top  %s  prefix %s%s%s%s%s", t.ctx.url, t.ctx.prefix ? t.ctx.prefix : "sluice:",
+           once ? "" : "  ", once ? "" : stamp, eol, eol);
+    for (size_t at = 0; text && at < len;) {
+      const char *nl = memchr(text + at, '\n', len - at);
+      size_t n = nl ? (size_t)(nl - (text + at)) : len - at;
+      fwrite(text + at, 1, n, stdout);
+      fputs(eol, stdout);
+      at += n + 1;
+    }
     free(text);
     if (st) {
       const char *why = sluice_client_last_error(t.ctx.client);
-      printf("\n(incomplete: %s%s%s)\n", sluice_strerror(st), *why ? ": " : "", why);
+      printf("%s(incomplete: %s%s%s)%s", eol, sluice_strerror(st), *why ? ": " : "", why, eol);
     }
+    if (!once) fputs("\033[J", stdout);
     fflush(stdout);
     if (once) {
       exit_code = st ? CLI_EXIT_UNAVAILABLE : CLI_EXIT_OK;
