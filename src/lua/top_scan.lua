@@ -22,8 +22,9 @@ for _, k in ipairs(page[2]) do
   if string.sub(k, 1, #head) == head then
     local rest = string.sub(k, #head + 1)
     if kind ~= 'rl' then
-      local close = string.find(rest, '}', 1, true)
-      if close then add(string.sub(rest, 1, close - 1), '', '', '', -1) end
+      -- Names may hold '}': the name ends where the known suffix begins.
+      local name = string.match(rest, kind == 'sem' and '^(.*)}:meta$' or '^(.*)}:h$')
+      if name then add(name, '', '', '', -1) end
     else
       -- The suffix follows the last "}:"; the tag may itself hold '}'.
       local tag, suffix = string.match(rest, '^(.*)}:([%w]+)$')
