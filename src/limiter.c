@@ -210,7 +210,7 @@ static int rq_new(sluice_limiter *lim, rq_kind kind, const char *key, unsigned c
   rq->cost = cost;
   rq->cb = cb;
   rq->ud = ud;
-  rq->started_us = sluice__mono_us();
+  if (kind == RQ_WAIT) rq->started_us = sluice__mono_us(); /* checks need no clock */
   rq->rkey = sluice__rl_redis_key(lim, key);
   if (!rq->rkey) {
     sluice__free(rq);
@@ -282,12 +282,12 @@ static void rq_decided(rl_req *rq, const sluice_rl_result *res) {
   uint64_t retry = res->retry_after_ms > 0 ? (uint64_t)res->retry_after_ms : 1;
   rq->res = *res;
   rq->have_res = 1;
-  rq->waited = 1;
   /* Capacity only comes back with time: past the deadline it cannot pass. */
   if (res->retry_after_ms < 0 || (rq->deadline_ms && now + retry > rq->deadline_ms)) {
     rq_finish(rq, SLUICE_ETIMEDOUT, res);
     return;
   }
+  rq->waited = 1;
   rq_arm(rq, RT_ATTEMPT, retry);
 }
 

@@ -439,7 +439,7 @@ static int start_acquire(sluice_sem *sem, int blocking, unsigned timeout_ms,
   a->ud = ud;
   a->blocking = blocking;
   a->retry_ms = RETRY_MIN_MS;
-  a->started_us = sluice__mono_us();
+  if (blocking) a->started_us = sluice__mono_us(); /* try_acquire needs no clock */
   a->timer = evtimer_new(base, acquire_timer_cb, a);
   a->deadline = evtimer_new(base, acquire_deadline_cb, a);
   if (!a->timer || !a->deadline) {
