@@ -14,6 +14,7 @@
 
 typedef struct ctx {
   int flag;
+  int want, reached;         /* replies expected, and all of them came */
   int status;
   sluice_permit *permit;
   size_t nwaiters;
@@ -39,12 +40,12 @@ static void on_info(sluice_sem *s, int status, const sluice_sem_info *info, void
 static void on_push(sluice_dq *dq, int status, const char *id, int64_t due, void *ud) {
   ctx *c = ud;
   TH_ASSERT_EQ(status, SLUICE_OK);
-  c->flag++;
+  if (++c->flag == c->want) c->reached = 1;
 }
 static void on_rl(sluice_limiter *l, int status, const sluice_rl_result *r, void *ud) {
   ctx *c = ud;
   TH_ASSERT_EQ(status, SLUICE_OK);
-  c->flag++;
+  if (++c->flag == c->want) c->reached = 1;
 }
 static void on_read(evutil_socket_t fd, short what, void *ud) {
   ctx *c = ud;
@@ -108,12 +109,12 @@ static void test_once(void) {
 
   TH_ASSERT_EQ(sluice_dq_new(cl, "jobs", NULL, &dq), SLUICE_OK);
   sluice_dq_item now = {"a", 1, 0, 0, NULL}, later = {"b", 1, 600000, 0, NULL};
-  c.flag = 0;
+  c.flag = c.reached = 0;
+  c.want = 3;
   TH_ASSERT_EQ(sluice_dq_push(dq, &now, on_push, &c), SLUICE_OK);
   TH_ASSERT_EQ(sluice_dq_push(dq, &now, on_push, &c), SLUICE_OK);
   TH_ASSERT_EQ(sluice_dq_push(dq, &later, on_push, &c), SLUICE_OK);
-  int never = 0;
-  while (c.flag < 3) th_loop_until(base, &never, 10); /* runs the loop: replies come in */
+  TH_ASSERT(th_loop_until(base, &c.reached, 5000));
 
   sluice_limiter_options lo;
   sluice_limiter_options_init(&lo);
@@ -123,10 +124,11 @@ static void test_once(void) {
   TH_ASSERT_EQ(sluice_limiter_new(cl, "api", &lo, &gcra), SLUICE_OK);
   lo.algo = SLUICE_RL_FIXED;
   TH_ASSERT_EQ(sluice_limiter_new(cl, "login", &lo, &fixed), SLUICE_OK);
-  c.flag = 0;
+  c.flag = c.reached = 0;
+  c.want = 2;
   TH_ASSERT_EQ(sluice_limiter_check(gcra, "user:1", 1, on_rl, &c), SLUICE_OK);
   TH_ASSERT_EQ(sluice_limiter_check(fixed, "10.0.0.1", 3, on_rl, &c), SLUICE_OK);
-  while (c.flag < 2) th_loop_until(base, &never, 10);
+  TH_ASSERT(th_loop_until(base, &c.reached, 5000));
 
   TH_ASSERT_EQ(run_top(base, &c, NULL), 0);
   static char copy[sizeof c.out];

@@ -29,7 +29,8 @@ typedef struct top {
   char **names[2];           /* found semaphores [0] and queues [1] */
   size_t nnames[2];
   uint64_t cursor;
-  size_t nrl;
+  size_t nrl;                /* limiter keys shown in this frame */
+  int which;                 /* scanning names: 0 semaphores, 1 queues */
   int named;                 /* NAMEs given: skip what does not exist */
 } top;
 
@@ -74,8 +75,7 @@ static void fmt_ms(char *buf, size_t size, int64_t ms) {
 static void on_scan_names(sluice_client *c, int status, uint64_t next,
                           const sluice_scan_entry *e, size_t n, void *ud) {
   top *t = ud;
-  int which = t->nrl; /* reused as the kind index while scanning names */
-  for (size_t i = 0; i < n; i++) add_name(t, which, e[i].name);
+  for (size_t i = 0; i < n; i++) add_name(t, t->which, e[i].name);
   t->cursor = next;
   t->status = status;
   t->done = 1;
@@ -177,9 +177,9 @@ static int frame(top *t, int argc, char **names, char **text, size_t *len) {
   if (!t->out) return SLUICE_ENOMEM;
   clear_names(t);
   if (argc == 0) {
-    t->nrl = 0;
+    t->which = 0;
     rc = scan_all(t, "sem", NULL, on_scan_names);
-    t->nrl = 1;
+    t->which = 1;
     if (!rc) rc = scan_all(t, "dq", NULL, on_scan_names);
   } else {
     for (int i = 0; i < argc; i++) add_name(t, 0, names[i]), add_name(t, 1, names[i]);
