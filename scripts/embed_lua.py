@@ -9,7 +9,8 @@ scripts share helpers without Redis-side state. Files whose name starts with
 
 Each script `src/lua/NAME.lua` becomes `const sluice__script sluice__lua_NAME`
 holding the body (NUL-terminated, as decimal bytes so no quoting can break the C),
-its length and its SHA1 hex digest (what EVALSHA needs).
+its length, its SHA1 hex digest (what EVALSHA needs) and its index in
+sluice__lua_all (SLUICE__LUA_COUNT scripts in all).
 """
 import hashlib
 import os
@@ -52,8 +53,8 @@ def main():
         body_c.append('static const char body_%s[] = {' % name)
         body_c.extend(rows)
         body_c.append('  0};')
-        body_c.append('const sluice__script sluice__lua_%s = {"%s", body_%s, %d, "%s"};'
-                      % (name, name, name, len(data), sha))
+        body_c.append('const sluice__script sluice__lua_%s = {"%s", body_%s, %d, "%s", %d};'
+                      % (name, name, name, len(data), sha, len(names) - 1))
         body_c.append('')
     body_c.append('const sluice__script *const sluice__lua_all[] = {')
     body_c.extend('  &sluice__lua_%s,' % n for n in names)
@@ -66,7 +67,9 @@ def main():
          '  const char *body;   /* NUL-terminated */',
          '  size_t len;',
          '  char sha[41];       /* hex SHA1 of body, for EVALSHA */',
-         '} sluice__script;', '']
+         '  unsigned index;     /* position in sluice__lua_all (per-script metrics) */',
+         '} sluice__script;', '',
+         '#define SLUICE__LUA_COUNT %d' % len(names), '']
     h.extend('extern const sluice__script sluice__lua_%s;' % n for n in names)
     h.append('/* NULL-terminated list of every embedded script. */')
     h.append('extern const sluice__script *const sluice__lua_all[];')

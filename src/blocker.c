@@ -159,12 +159,15 @@ static void notify_all(sluice__blocker *b) {
 
 static void blk_up(sluice__conn *conn, void *ud) {
   sluice__blocker *b = ud;
+  sluice__log(b->c, SLUICE_LOG_INFO, "blocking connection up (wake-ups flow)");
   issue(b);
   if (conn->ups > 1) notify_all(b);
 }
 
 static void blk_down(sluice__conn *conn, int status, void *ud) {
   sluice__blocker *b = ud;
+  sluice__log(b->c, SLUICE_LOG_WARN, "blocking connection down: %s; reconnecting in %u ms",
+              conn->errstr, conn->retry_ms);
   b->waiting = 0;
   evtimer_del(b->watchdog);
   sluice__client_data_down(b->c);

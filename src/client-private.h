@@ -6,6 +6,7 @@
 
 #include "conn.h"
 #include "guard.h"
+#include "histogram.h"
 #include "sentinel.h"
 #include "sluice-internal.h"
 #include "url.h"
@@ -38,6 +39,36 @@ struct sluice_client {
   int reaped;                     /* close sequence done */
   sluice_client_stats stats;
   char last_error[512];           /* a connection error or Redis's own words */
+
+  /* Metrics (sluice_client_get_metrics): by script index, the last entry
+   * for plain commands. */
+  struct {
+    uint64_t evals, commands, connect_failures, disconnects, queued_connecting;
+    uint64_t by_status[SLUICE_METRICS_STATUSES];
+    uint64_t ops[SLUICE__LUA_COUNT + 1], errors[SLUICE__LUA_COUNT + 1];
+    sluice__hist latency[SLUICE__LUA_COUNT + 1];
+  } m;
+
+  /* The log hook: messages queue here and leave from log_ev, so the
+   * callback never runs inside a hiredis frame or a caller's call. */
+  sluice_log_cb *log_cb;
+  void *log_ud;
+  struct event *log_ev;
+  struct event *clock_ev;         /* measures the base's clock, once */
+  unsigned log_head, log_len, log_dropped;
+  struct {
+    int level;
+    char msg[240];
+  } log_ring[16];
+  unsigned clock_turns;
+  uint64_t clock_start_us;        /* CLOCK_MONOTONIC when the check began */
+  int64_t clock_last_us;          /* the base's cached time, last turn */
+  uint64_t clock_min_step_us;     /* smallest step seen in it */
+  unsigned clock_steps;
+  int clock_checked;
+  int m_up;                       /* the command connection was up */
+  unsigned m_fails;               /* failed attempts since it last was */
+  char m_last_down[256];          /* the last failure logged */
 };
 
 sluice__blocker *sluice__blocker_new(sluice_client *c);

@@ -8,6 +8,7 @@
  * (until the op completes or is detached). It is freed when both are done, so
  * a deadline can complete an op while its late reply is still on the way.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@ struct sluice__op {
   unsigned retried : 1;           /* EVAL fallback already sent */
   unsigned sent_up : 1;           /* handed over while the connection was up */
   unsigned long ups_at_send;      /* handshakes completed when handed over */
+  uint64_t start_us;              /* monotonic: started (latency metrics) */
   const sluice__script *script;   /* NULL for plain commands */
   int argc;                       /* sent argv: "EVALSHA" sha nkeys ... */
   const char **argv;
@@ -53,10 +55,23 @@ static void op_unlink(sluice__op *op) {
   c->stats.ops_in_flight--;
 }
 
+/* Count a completion: by status, by kind (script or command), latency. */
+static void op_count(sluice_client *c, const sluice__op *op, int status) {
+  unsigned k = op->script && op->script->index < SLUICE__LUA_COUNT ? op->script->index
+                                                                   : SLUICE__LUA_COUNT;
+  unsigned s = status <= 0 && -status < SLUICE_METRICS_STATUSES ? (unsigned)-status
+                                                               : SLUICE_METRICS_STATUSES - 1;
+  c->m.by_status[s]++;
+  c->m.ops[k]++;
+  if (status != SLUICE_OK) c->m.errors[k]++;
+  sluice__hist_record(&c->m.latency[k], sluice__mono_us() - op->start_us);
+}
+
 /* Report status to the owner now (from the loop) and mark the op done. */
 static void op_complete(sluice__op *op, int status, const redisReply *reply) {
   if (op->done) return;
   op->done = 1;
+  op_count(op->c, op, status);
   evtimer_del(&op->timer);
   op_unlink(op);
   op->fn(op->ud, status, reply);
@@ -128,6 +143,9 @@ static void op_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
     /* Redis restarted or SCRIPT FLUSH: send the body once (EVAL loads it). */
     op->retried = 1;
     op->c->stats.noscript_reloads++;
+    sluice__log(op->c, SLUICE_LOG_INFO,
+                "script %s missing in Redis (restarted, or SCRIPT FLUSH): sent again with EVAL",
+                op->script->name);
     op->argv[0] = "EVAL";
     op->argv[1] = op->script->body;
     op->lens[0] = 4;
@@ -197,6 +215,10 @@ static int op_start(sluice_client *c, sluice__op *op, unsigned timeout_ms,
   sluice__list_append(&c->ops, &op->link);
   c->stats.ops_in_flight++;
   c->stats.ops_started++;
+  op->start_us = sluice__mono_us();
+  if (op->script) c->m.evals++;
+  else c->m.commands++;
+  if (c->cmd.state != SLUICE_CONN_UP && !c->cmd.failed) c->m.queued_connecting++;
   if (out) *out = op;
   /* Fail fast once the connection was lost: callers never wait out a
    * reconnect. Before the first connection, ops queue behind the handshake. */
@@ -286,10 +308,27 @@ static void master_known(void *ud) {
   if (c->blocker) sluice__blocker_kick(c->blocker);
 }
 
+/* "host:port" or the socket path, for log messages. */
+static const char *where(const sluice_client *c, char *buf, size_t size) {
+  const sluice__endpoint *ep = &c->endpoint;
+  if (ep->unix_path) snprintf(buf, size, "%s", ep->unix_path);
+  else snprintf(buf, size, "%s:%d", ep->host ? ep->host : "?", ep->port);
+  return buf;
+}
+
 static void cmd_up(sluice__conn *conn, void *ud) {
   sluice_client *c = ud;
+  char w[128];
   c->last_reply_ms = c->up_since_ms = sluice__mono_ms();
   if (conn->ups > 1) c->stats.reconnects++;
+  if (c->m_fails)
+    sluice__log(c, SLUICE_LOG_INFO, "connected to %s after %u failed attempt(s)",
+                where(c, w, sizeof w), c->m_fails);
+  else
+    sluice__log(c, SLUICE_LOG_INFO, "connected to %s", where(c, w, sizeof w));
+  c->m_up = 1;
+  c->m_fails = 0;
+  c->m_last_down[0] = '\0';
   if (c->blocker) sluice__blocker_kick(c->blocker);
   sluice__guard_home_resume(&c->home); /* releases first, then everyone else */
   if (c->state_cb) c->state_cb(c, 1, SLUICE_OK, c->state_ud);
@@ -301,6 +340,25 @@ static void cmd_down(sluice__conn *conn, int status, void *ud) {
   const char *serr = c->sentinel ? sluice__sentinel_error(c->sentinel) : "";
   snprintf(c->last_error, sizeof c->last_error, "%.240s%s%.260s", conn->errstr, *serr ? "; " : "",
            serr);
+  char w[128];
+  where(c, w, sizeof w);
+  if (c->m_up) {
+    c->m_up = 0;
+    c->m.disconnects++;
+    sluice__log(c, SLUICE_LOG_WARN, "connection to %s down: %s; reconnecting in %u ms", w,
+                conn->errstr, conn->retry_ms);
+  } else {
+    /* The same failure again and again (a wrong password, a server that
+     * stays down) is worth one line at its level; the repeats go to DEBUG. */
+    int again = strcmp(c->m_last_down, conn->errstr) == 0;
+    c->m.connect_failures++;
+    c->m_fails++;
+    sluice__log(c, again ? SLUICE_LOG_DEBUG : conn->handshake_failed ? SLUICE_LOG_ERROR : SLUICE_LOG_WARN,
+                "%s %s: %s; retrying in %u ms (attempt %u)",
+                conn->handshake_failed ? "handshake failed with" : "cannot connect to", w,
+                conn->errstr, conn->retry_ms, c->m_fails);
+  }
+  snprintf(c->m_last_down, sizeof c->m_last_down, "%s", conn->errstr);
   if (c->state_cb && !c->closing) c->state_cb(c, 0, status, c->state_ud);
 }
 
@@ -352,6 +410,8 @@ static void client_destroy(sluice_client *c) {
   sluice__endpoint_clear(&c->endpoint);
   free(c->key_prefix);
   if (c->reaper) event_free(c->reaper);
+  if (c->log_ev) event_free(c->log_ev);
+  if (c->clock_ev) event_free(c->clock_ev);
   sluice__guard_home_clear(&c->home);
   sluice__free(c);
 }
@@ -367,6 +427,8 @@ static void home_empty(sluice__guard_home *h) {
 
 static void reaper_cb(evutil_socket_t fd, short what, void *arg);
 static void cmd_drained(sluice__conn *conn, void *ud);
+static void log_deliver(evutil_socket_t fd, short what, void *arg);
+static void clock_check(evutil_socket_t fd, short what, void *arg);
 
 int sluice_client_new(struct event_base *base, const sluice_client_options *opts,
                       sluice_client **out) {
@@ -398,6 +460,8 @@ int sluice_client_new(struct event_base *base, const sluice_client_options *opts
   c->key_prefix = strdup(opts->key_prefix ? opts->key_prefix : "sluice:");
   c->opts.key_prefix = c->key_prefix;
   c->reaper = event_new(base, -1, 0, reaper_cb, c);
+  c->log_ev = event_new(base, -1, 0, log_deliver, c);
+  c->clock_ev = event_new(base, -1, 0, clock_check, c);
   sluice__random_hex(c->id);
   sluice__conn_config cfg = {.endpoint = &c->endpoint,
                              .connect_timeout_ms = c->opts.connect_timeout_ms,
@@ -412,7 +476,8 @@ int sluice_client_new(struct event_base *base, const sluice_client_options *opts
   sluice__sentinel_config scfg = {&c->endpoint, c->opts.connect_timeout_ms,
                                   c->opts.reconnect_min_ms, c->opts.reconnect_max_ms,
                                   master_moved, master_known, c};
-  if (!c->key_prefix || !c->reaper || sluice__guard_home_init(&c->home, base, home_empty) != 0 ||
+  if (!c->key_prefix || !c->reaper || !c->log_ev || !c->clock_ev ||
+      sluice__guard_home_init(&c->home, base, home_empty) != 0 ||
       (c->endpoint.master_name && !(c->sentinel = sluice__sentinel_new(base, &scfg))) ||
       sluice__conn_init(&c->cmd, base, &cfg) != 0) {
     client_destroy(c);
@@ -496,6 +561,9 @@ uint64_t sluice__client_up_since(const sluice_client *c) { return c->up_since_ms
 
 void sluice__client_note_abandoned(sluice_client *c, const char *permit_id) {
   c->stats.releases_abandoned++;
+  sluice__log(c, SLUICE_LOG_ERROR,
+              "closed while Redis was unreachable: release of permit %s abandoned; its lease "
+              "expires by itself", permit_id);
   snprintf(c->cmd.errstr, sizeof c->cmd.errstr,
            "closed while Redis was unreachable: %llu permit release(s) could not be sent; "
            "those leases expire by themselves",
@@ -526,4 +594,252 @@ char *sluice__key(const sluice_client *c, const char *kind, const char *name, co
   }
   *p = '\0';
   return k;
+}
+
+/* ---- metrics ------------------------------------------------------------- */
+
+static void latency_of(const sluice__hist *h, sluice_latency *out) {
+  out->count = h->count;
+  out->p50_us = sluice__hist_quantile(h, 0.50);
+  out->p99_us = sluice__hist_quantile(h, 0.99);
+  out->max_us = h->max;
+}
+
+void sluice__latency_of(const sluice__hist *h, sluice_latency *out) { latency_of(h, out); }
+
+void sluice_client_get_metrics(const sluice_client *c, sluice_client_metrics *out) {
+  if (!out) return;
+  memset(out, 0, sizeof *out);
+  if (!c) return;
+  out->evals = c->m.evals;
+  out->commands = c->m.commands;
+  memcpy(out->by_status, c->m.by_status, sizeof out->by_status);
+  out->reconnects = c->stats.reconnects;
+  out->connect_failures = c->m.connect_failures;
+  out->disconnects = c->m.disconnects;
+  out->noscript_reloads = c->stats.noscript_reloads;
+  out->queued_connecting = c->m.queued_connecting;
+  out->in_flight = c->stats.ops_in_flight;
+  out->releases_abandoned = c->stats.releases_abandoned;
+  if (c->cmd.state != SLUICE_CONN_UP)
+    for (const sluice__link *l = c->ops.head; l; l = l->next)
+      if (!sluice__container_of(l, sluice__op, link)->sent_up) out->waiting_connect++;
+  for (unsigned k = 0; k <= SLUICE__LUA_COUNT && out->nkinds < SLUICE_METRICS_MAX_KINDS; k++) {
+    if (!c->m.ops[k]) continue;
+    sluice_op_metrics *m = &out->kinds[out->nkinds++];
+    m->name = k < SLUICE__LUA_COUNT ? sluice__lua_all[k]->name : "command";
+    m->ops = c->m.ops[k];
+    m->errors = c->m.errors[k];
+    latency_of(&c->m.latency[k], &m->latency);
+  }
+}
+
+/* ---- log hook ------------------------------------------------------------ */
+
+#define LOG_RING (sizeof ((sluice_client *)0)->log_ring / sizeof ((sluice_client *)0)->log_ring[0])
+
+int sluice__log_enabled(const sluice_client *c) { return c && c->log_cb; }
+
+void sluice__log(sluice_client *c, int level, const char *fmt, ...) {
+  va_list ap;
+  if (!c || !c->log_cb) return;
+  if (c->log_len == LOG_RING) { /* keep the newest */
+    c->log_head = (c->log_head + 1) % LOG_RING;
+    c->log_len--;
+    c->log_dropped++;
+  }
+  unsigned slot = (c->log_head + c->log_len++) % LOG_RING;
+  c->log_ring[slot].level = level;
+  va_start(ap, fmt);
+  vsnprintf(c->log_ring[slot].msg, sizeof c->log_ring[slot].msg, fmt, ap);
+  va_end(ap);
+  event_active(c->log_ev, 0, 0);
+}
+
+/* From the loop: each message is copied out before the callback runs, which
+ * may log again, change the hook or close the client. */
+static void log_deliver(evutil_socket_t fd, short what, void *arg) {
+  sluice_client *c = arg;
+  char msg[sizeof c->log_ring[0].msg];
+  if (c->log_dropped && c->log_cb) {
+    snprintf(msg, sizeof msg, "%u log message(s) dropped (the queue holds %u)", c->log_dropped,
+             (unsigned)LOG_RING);
+    c->log_dropped = 0;
+    c->log_cb(c, SLUICE_LOG_WARN, msg, c->log_ud);
+  }
+  while (c->log_len && c->log_cb) {
+    int level = c->log_ring[c->log_head].level;
+    memcpy(msg, c->log_ring[c->log_head].msg, sizeof msg);
+    c->log_head = (c->log_head + 1) % LOG_RING;
+    c->log_len--;
+    c->log_cb(c, level, msg, c->log_ud);
+  }
+}
+
+/* libevent offers no way to ask which clock a base reads, so measure it:
+ * spin a few loop turns and look at the steps of the base's cached time.
+ * A precise clock moves by microseconds between turns; CLOCK_MONOTONIC_COARSE
+ * (what event_base_new() picks on Linux) only by whole ticks of 1-4 ms. */
+#define CLOCK_CHECK_STEPS 3
+#define CLOCK_CHECK_MAX_US 50000
+
+static void clock_check(evutil_socket_t fd, short what, void *arg) {
+  sluice_client *c = arg;
+  struct timeval tv;
+  if (c->clock_checked || c->closing || event_base_gettimeofday_cached(c->base, &tv) != 0) return;
+  int64_t now = (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
+  if (c->clock_turns++ == 0) {
+    c->clock_start_us = sluice__mono_us();
+  } else if (now != c->clock_last_us) {
+    uint64_t step = (uint64_t)(now > c->clock_last_us ? now - c->clock_last_us : c->clock_last_us - now);
+    if (!c->clock_min_step_us || step < c->clock_min_step_us) c->clock_min_step_us = step;
+    c->clock_steps++;
+  }
+  c->clock_last_us = now;
+  uint64_t spent = sluice__mono_us() - c->clock_start_us;
+  if (c->clock_steps < CLOCK_CHECK_STEPS && spent < CLOCK_CHECK_MAX_US) {
+    /* A zero timer, not event_active: events activated from a callback run
+     * in the same loop iteration, before the cached time is refreshed. */
+    sluice__timer_in(c->clock_ev, 0);
+    return;
+  }
+  c->clock_checked = 1;
+  uint64_t res = c->clock_steps ? c->clock_min_step_us : spent;
+  if (res >= 2000)
+    sluice__log(c, SLUICE_LOG_WARN,
+                "the event_base's clock moves in steps of %.1f ms (a coarse clock): every "
+                "deadline, lease and retry timer may fire that late; create the base with "
+                "EVENT_BASE_FLAG_PRECISE_TIMER (see sluice/client.h)",
+                (double)res / 1000);
+  else
+    sluice__log(c, SLUICE_LOG_DEBUG, "event_base clock steps: %llu us (precise)",
+                (unsigned long long)res);
+}
+
+void sluice_client_set_log_cb(sluice_client *c, sluice_log_cb *cb, void *ud) {
+  if (!c) return;
+  int was_on = c->log_cb != NULL;
+  c->log_cb = cb;
+  c->log_ud = ud;
+  if (!cb) {
+    c->log_len = c->log_dropped = 0;
+    return;
+  }
+  if (!was_on && c->cmd.state == SLUICE_CONN_CONNECTING) {
+    char w[128];
+    sluice__log(c, SLUICE_LOG_INFO, "connecting to %s", where(c, w, sizeof w));
+  }
+  if (!c->clock_checked && !c->clock_turns) sluice__timer_in(c->clock_ev, 0);
+}
+
+const char *sluice_log_level_name(int level) {
+  switch (level) {
+  case SLUICE_LOG_ERROR: return "ERROR";
+  case SLUICE_LOG_WARN: return "WARN";
+  case SLUICE_LOG_INFO: return "INFO";
+  case SLUICE_LOG_DEBUG: return "DEBUG";
+  default: return "?";
+  }
+}
+
+/* ---- discovery ----------------------------------------------------------- */
+
+typedef struct scan_req {
+  sluice_client *c;
+  sluice_scan_cb *cb;
+  void *ud;
+} scan_req;
+
+static void scan_done(void *ud, int status, const redisReply *r) {
+  scan_req *q = ud;
+  sluice_scan_entry *e = NULL;
+  size_t n = 0;
+  uint64_t next = 0;
+  const redisReply *cur = sluice__reply_at(r, 0);
+  if (status == SLUICE_OK) {
+    if (!cur || cur->type != REDIS_REPLY_STRING || (r->elements - 1) % 5)
+      status = SLUICE_EPROTOCOL;
+    else
+      next = strtoull(cur->str, NULL, 10);
+  }
+  if (status == SLUICE_OK) {
+    n = (r->elements - 1) / 5;
+    e = calloc(n + 1, sizeof *e);
+    if (!e) status = SLUICE_ENOMEM, n = 0;
+  }
+  for (size_t i = 0; status == SLUICE_OK && i < n; i++) {
+    redisReply *const *f = r->element + 1 + 5 * i;
+    int64_t ttl;
+    for (int j = 0; j < 4; j++)
+      if (f[j]->type != REDIS_REPLY_STRING) status = SLUICE_EPROTOCOL;
+    if (status != SLUICE_OK || sluice__reply_i64(f[4], &ttl)) {
+      status = SLUICE_EPROTOCOL;
+      break;
+    }
+    e[i].name = f[0]->str;
+    e[i].key = f[1]->len ? f[1]->str : NULL;
+    e[i].algo = f[2]->len ? f[2]->str : NULL;
+    e[i].state = f[3]->len ? f[3]->str : NULL;
+    e[i].ttl_ms = ttl;
+  }
+  if (status != SLUICE_OK) n = 0, next = 0;
+  q->cb(q->c, status, next, status == SLUICE_OK ? e : NULL, n, q->ud);
+  free(e);
+  sluice__free(q);
+}
+
+/* s with the glob characters of SCAN's MATCH escaped, appended to out. */
+static size_t glob_escape(char *out, const char *s) {
+  size_t n = 0;
+  for (; *s; s++) {
+    if (strchr("*?[]\\", *s)) out[n++] = '\\';
+    out[n++] = *s;
+  }
+  return n;
+}
+
+int sluice_client_scan(sluice_client *c, const char *kind, const char *match, uint64_t cursor,
+                       sluice_scan_cb *cb, void *ud) {
+  const char *tail;
+  if (!c || !kind || !cb) return SLUICE_EINVAL;
+  if (c->closing) return SLUICE_ECLOSED;
+  if (strcmp(kind, "sem") == 0) tail = "}:meta";
+  else if (strcmp(kind, "dq") == 0) tail = "}:h";
+  else if (strcmp(kind, "rl") == 0) tail = "}:*";
+  else return SLUICE_EINVAL;
+  if (!match || !*match) match = "*";
+  size_t plen = strlen(c->key_prefix), mlen = strlen(match);
+  char *head = malloc(plen + 8), *pat = malloc(2 * plen + 2 * mlen + 48);
+  if (!head || !pat) {
+    free(head);
+    free(pat);
+    return SLUICE_ENOMEM;
+  }
+  snprintf(head, plen + 8, "%s%s:{", c->key_prefix, kind);
+  size_t n = glob_escape(pat, c->key_prefix);
+  n += (size_t)sprintf(pat + n, "%s:{", kind);
+  /* A limiter's tag is "<name length>:<name>:<key>": a plain name pins its
+   * length; a glob cannot, so it may also match inside the key. */
+  if (strcmp(kind, "rl") == 0 && !strpbrk(match, "*?[\\"))
+    n += (size_t)sprintf(pat + n, "%zu:%s:*", mlen, match);
+  else if (strcmp(kind, "rl") == 0 && strcmp(match, "*") != 0)
+    n += (size_t)sprintf(pat + n, "*:%s:*", match);
+  else
+    n += (size_t)sprintf(pat + n, "%s", match);
+  sprintf(pat + n, "%s", tail);
+  char cur[24];
+  sluice__fmt_u64(cur, cursor);
+  const char *argv[5] = {cur, pat, "200", kind, head};
+  scan_req *q = sluice__calloc(1, sizeof *q);
+  int rc = SLUICE_ENOMEM;
+  if (q) {
+    q->c = c;
+    q->cb = cb;
+    q->ud = ud;
+    rc = sluice__eval(c, &sluice__lua_top_scan, 0, 5, argv, NULL, 0, scan_done, q, NULL);
+    if (rc != SLUICE_OK) sluice__free(q);
+  }
+  free(head);
+  free(pat);
+  return rc;
 }

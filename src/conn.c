@@ -30,7 +30,8 @@ static unsigned backoff_ms(sluice__conn *conn) {
 static void schedule_retry(sluice__conn *conn) {
   conn->state = SLUICE_CONN_WAITING;
   conn->attempts++;
-  sluice__timer_in(conn->timer, backoff_ms(conn));
+  conn->retry_ms = backoff_ms(conn);
+  sluice__timer_in(conn->timer, conn->retry_ms);
 }
 
 static void handshake_cb(redisAsyncContext *ac, void *r, void *privdata) {

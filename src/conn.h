@@ -62,6 +62,7 @@ struct sluice__conn {
   int handshake_failed;           /* a step of this attempt failed */
   void (*drained)(sluice__conn *conn, void *userdata);
   unsigned attempts;              /* consecutive failed attempts */
+  unsigned retry_ms;              /* the delay of the reconnect scheduled last */
   unsigned long ups;              /* handshakes completed */
   struct event *timer;            /* connect timeout, or reconnect delay */
   struct event *drop_ev;          /* deferred drop out of hiredis frames */

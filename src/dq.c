@@ -47,6 +47,7 @@ struct sluice_dq {
   unsigned op_timeout_ms;
   uint64_t retention_ms;
   sluice__list reqs;     /* pending */
+  sluice_dq_metrics m;
 };
 
 /* ---- shared with dq_consumer.c -------------------------------------------- */
@@ -115,6 +116,9 @@ static void finish_push(dq_req *r, int status, const redisReply *reply) {
     if (err) status = SLUICE_EPROTOCOL, due = -1;
     else if (due < 0) status = SLUICE_EEXIST;
   }
+  if (status == SLUICE_OK) r->dq->m.pushed++;
+  else if (status == SLUICE_EEXIST) r->dq->m.duplicates++;
+  else r->dq->m.errors++;
   if (cb) cb(r->dq, status, r->ids[0], due, r->ud);
 }
 
@@ -129,7 +133,10 @@ static void finish_batch(dq_req *r, int status, const redisReply *reply) {
     res[i].due_ms = int_at(reply, i, &err);
     res[i].status = res[i].due_ms < 0 ? SLUICE_EEXIST : SLUICE_OK;
     if (res[i].due_ms < 0) res[i].due_ms = -1;
+    if (res[i].status == SLUICE_OK) r->dq->m.pushed++;
+    else r->dq->m.duplicates++;
   }
+  if (!res) r->dq->m.errors += r->n;
   if (res && err) {
     free(res);
     res = NULL;
@@ -436,4 +443,10 @@ int sluice_dq_dead_requeue(sluice_dq *dq, const char *id, sluice_dq_count_cb *cb
   dq_req *r = req_new(dq, REQ_REQUEUE, (dq_cb){.requeue = cb}, ud, 0);
   if (!r) return SLUICE_ENOMEM;
   return req_send(r, &sluice__lua_dq_requeue, 3, args, NULL);
+}
+
+void sluice_dq_get_metrics(const sluice_dq *dq, sluice_dq_metrics *out) {
+  if (!out) return;
+  memset(out, 0, sizeof *out);
+  if (dq) *out = dq->m;
 }

@@ -22,6 +22,7 @@
 
 #include "batcher.h"
 #include "dq-internal.h"
+#include "histogram.h"
 
 #define DQ_SETTLE_MAX 1000   /* settlements per dq_ack call */
 #define DQ_BACKOFF_MIN_MS 50   /* first retry after a failed take */
@@ -67,6 +68,8 @@ struct sluice_dq_consumer {
   unsigned backoff_ms;
   uint64_t take_sent_ms;
   int taking, again, starved;
+  sluice_dq_consumer_metrics m;  /* counters; m.lateness from lateness */
+  sluice__hist lateness;         /* in µs, from ms on Redis's clock */
 };
 
 static void take(sluice_dq_consumer *con);
@@ -113,6 +116,10 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
              : v > 0                                          ? SLUICE_OK
              : v == -1                                        ? SLUICE_ELATE
                                                               : SLUICE_ENOTFOUND;
+  if (status == SLUICE_OK && s->op == 'a') con->m.acked++;
+  else if (status == SLUICE_OK && s->op == 'r' && v == 2) con->m.dead_lettered++;
+  else if (status == SLUICE_OK && s->op == 'r') con->m.retried++;
+  else if (status == SLUICE_ELATE) con->m.late_settles++;
   /* Accepted before the client began closing: cancelled, not refused. */
   if (status == SLUICE_ECLOSED) status = SLUICE_ECANCELED;
   if (s->cb) s->cb(con, status, s->id, s->ud);
@@ -177,6 +184,7 @@ int sluice_dq_retry(sluice_dq_msg *msg, int64_t delay_ms, sluice_dq_settle_cb *c
 
 static void take_failed(sluice_dq_consumer *con, int status) {
   if (!taking_allowed(con) || status == SLUICE_ECANCELED) return;
+  con->m.take_errors++;
   unsigned cap = con->o.max_poll_ms < DQ_BACKOFF_MAX_MS ? con->o.max_poll_ms : DQ_BACKOFF_MAX_MS;
   con->backoff_ms = con->backoff_ms ? con->backoff_ms * 2 : DQ_BACKOFF_MIN_MS;
   if (con->backoff_ms > cap) con->backoff_ms = cap;
@@ -214,13 +222,18 @@ static sluice_dq_msg *msg_from_reply(sluice_dq_consumer *con, const redisReply *
 
 /* Hand count messages to the handler; once the consumer is freed (possibly
  * by the handler) the rest go back to the queue at once. */
-static void deliver(sluice_dq_consumer *con, const redisReply *reply, size_t count) {
+static void deliver(sluice_dq_consumer *con, const redisReply *reply, size_t count,
+                    int64_t now_us) {
   sluice__guard_enter(&con->guard);
   for (size_t k = 0; k < count; k++) {
     int bad = 0;
     sluice_dq_msg *m = msg_from_reply(con, reply, 3 + 4 * k, &bad);
     if (!m) continue; /* left in flight: redelivered after the deadline */
     con->in_flight++;
+    con->m.delivered++;
+    if (m->attempt > 1) con->m.redelivered++;
+    int64_t late_ms = now_us / 1000 - m->due_ms;
+    sluice__hist_record(&con->lateness, late_ms > 0 ? (uint64_t)late_ms * 1000 : 0);
     if (taking_allowed(con)) {
       con->handler(con, m, con->ud);
       continue;
@@ -266,7 +279,7 @@ static void take_done(void *ud, int status, const redisReply *reply) {
     return;
   }
   con->backoff_ms = 0;
-  deliver(con, reply, (size_t)count);
+  deliver(con, reply, (size_t)count, now_us);
   if (!taking_allowed(con)) {
     sluice__guard_poke(&con->guard);
     return;
@@ -439,4 +452,12 @@ int64_t sluice_dq_msg_due_ms(const sluice_dq_msg *m) { return m ? m->due_ms : -1
 int64_t sluice_dq_msg_remaining_ms(const sluice_dq_msg *m) {
   uint64_t now = sluice__mono_ms();
   return m && m->deadline_ms > now ? (int64_t)(m->deadline_ms - now) : 0;
+}
+
+void sluice_dq_consumer_get_metrics(const sluice_dq_consumer *con, sluice_dq_consumer_metrics *out) {
+  if (!out) return;
+  memset(out, 0, sizeof *out);
+  if (!con) return;
+  *out = con->m;
+  sluice__latency_of(&con->lateness, &out->lateness);
 }

@@ -25,6 +25,7 @@
 
 #include "batcher.h"
 #include "guard.h"
+#include "histogram.h"
 #include "limiter-internal.h"
 #include "script_args.h"
 #include "sluice-internal.h"
@@ -71,6 +72,8 @@ struct sluice_rl_waiter {
   int have_res;
   sluice_rl_result res;                  /* deferred result / last denial */
   uint64_t deadline_ms;                  /* waits: monotonic; 0 = none */
+  uint64_t started_us;                   /* monotonic: the call (metrics) */
+  int waited;                            /* a wait slept at least once */
   char *rkey;                            /* the Redis key (malloc) */
   char key[];
 };
@@ -91,6 +94,8 @@ struct sluice_limiter {
   sluice__rl_map queues;                 /* key -> rl_queue */
   sluice__list reqs;                     /* every request not yet answered */
   unsigned seen_up : 1;                  /* the client was connected once */
+  sluice_limiter_metrics m;              /* counters; m.wait from wait_hist */
+  sluice__hist wait_hist;
 };
 
 static void rq_finish(rl_req *rq, int status, const sluice_rl_result *res);
@@ -205,6 +210,7 @@ static int rq_new(sluice_limiter *lim, rq_kind kind, const char *key, unsigned c
   rq->cost = cost;
   rq->cb = cb;
   rq->ud = ud;
+  if (kind == RQ_WAIT) rq->started_us = sluice__mono_us(); /* checks need no clock */
   rq->rkey = sluice__rl_redis_key(lim, key);
   if (!rq->rkey) {
     sluice__free(rq);
@@ -229,6 +235,14 @@ static void rq_finish(rl_req *rq, int status, const sluice_rl_result *res) {
   sluice_limiter *lim = rq->lim;
   sluice_rl_result copy;
   if (res) copy = *res; /* res may live in rq */
+  if (status != SLUICE_OK && !(status == SLUICE_ETIMEDOUT && res)) lim->m.errors++;
+  else if (res && res->allowed) lim->m.allowed++;
+  else lim->m.denied++;
+  if (res && res->source == SLUICE_RL_UNCHECKED) lim->m.fail_open++;
+  if (res && res->source == SLUICE_RL_LOCAL) lim->m.local++;
+  if (rq->waited) lim->m.waited++;
+  if (rq->kind == RQ_WAIT && status == SLUICE_OK && res && res->allowed)
+    sluice__hist_record(&lim->wait_hist, sluice__mono_us() - rq->started_us);
   rq_leave_call(rq);
   queue_remove(rq);
   sluice__list_remove(&lim->reqs, &rq->link);
@@ -273,6 +287,7 @@ static void rq_decided(rl_req *rq, const sluice_rl_result *res) {
     rq_finish(rq, SLUICE_ETIMEDOUT, res);
     return;
   }
+  rq->waited = 1;
   rq_arm(rq, RT_ATTEMPT, retry);
 }
 
@@ -557,4 +572,12 @@ char *sluice__rl_redis_key(const sluice_limiter *lim, const char *key) {
   char *rkey = sluice__key(lim->c, "rl", tag, lim->suffix);
   free(tag);
   return rkey;
+}
+
+void sluice_limiter_get_metrics(const sluice_limiter *lim, sluice_limiter_metrics *out) {
+  if (!out) return;
+  memset(out, 0, sizeof *out);
+  if (!lim) return;
+  *out = lim->m;
+  sluice__latency_of(&lim->wait_hist, &out->wait);
 }

@@ -34,6 +34,11 @@ static void stop_renewing(sluice_permit *p) {
 static void fire_lost(sluice_permit *p, int reason) {
   if (p->lost) return;
   p->lost = reason;
+  if (reason == SLUICE_LOST_DEFINITE) p->sem->m.lost_definite++;
+  else p->sem->m.lost_uncertain++;
+  sluice__log(p->sem->c, SLUICE_LOG_WARN, "semaphore '%s': permit %s lost (%s)", p->sem->name,
+              p->id, reason == SLUICE_LOST_DEFINITE ? "Redis says it is gone"
+                                                    : "lease ran out without a confirmed renewal");
   stop_renewing(p);
   if (!p->lost_cb) return;
   sluice__guard_enter(&p->guard);
@@ -91,11 +96,13 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
     return;
   }
   if (status == SLUICE_OK) {
+    p->sem->m.renewals++;
     set_deadline(p, sluice__permit_deadline(p->sem, br->sent_ms, (uint64_t)ttl));
     /* Without auto_renew only a hand-off's first renewal runs. */
     if (p->sem->o.auto_renew) sluice__timer_in(p->renew_timer, p->sem->o.renew_ms);
     return;
   }
+  p->sem->m.renew_errors++;
   uint64_t again = ms_left(p) / 4;
   if (again > p->sem->o.renew_ms) again = p->sem->o.renew_ms;
   if (again < RENEW_RETRY_MIN_MS) again = RENEW_RETRY_MIN_MS;

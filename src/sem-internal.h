@@ -21,6 +21,7 @@
 
 #include "batcher.h"
 #include "guard.h"
+#include "histogram.h"
 #include "list.h"
 #include "script_args.h"
 #include "sluice-internal.h"
@@ -66,6 +67,9 @@ struct sluice_sem {
 
   /* sem.c */
   sluice__list inspects;
+
+  sluice_sem_metrics m;           /* counters; m.wait is filled from wait_hist */
+  sluice__hist wait_hist;
 };
 
 struct sluice_permit {

@@ -235,3 +235,11 @@ const char *sluice_sem_name(const sluice_sem *sem) { return sem ? sem->name : NU
 void sluice_sem_free(sluice_sem *sem) {
   if (sem) sluice__guard_free(&sem->guard);
 }
+
+void sluice_sem_get_metrics(const sluice_sem *sem, sluice_sem_metrics *out) {
+  if (!out) return;
+  memset(out, 0, sizeof *out);
+  if (!sem) return;
+  *out = sem->m;
+  sluice__latency_of(&sem->wait_hist, &out->wait);
+}

@@ -41,6 +41,7 @@ struct sluice_acquire {
   int maybe_granted;              /* an attempt with permit_id got no answer */
   int waiting;                    /* refused once: queued in Redis */
   uint64_t first_sent_ms;         /* monotonic: the first attempt left */
+  uint64_t started_us;            /* monotonic: the call (wait metrics) */
   struct event *timer;            /* retry after a failure, or deferred completion */
   struct event *deadline;
   int wake_pending;               /* woken while an attempt was under way */
@@ -101,6 +102,12 @@ static void finish(sluice_acquire *a, int status, sluice_permit *permit) {
   if (a->maybe_granted && (!permit || strcmp(permit->id, a->permit_id) != 0))
     sluice__release_queue(sem, a->permit_id, NULL, NULL);
   if (!permit) send_leave(a); /* a grant already left the queue */
+  if (status == SLUICE_OK) sem->m.grants++;
+  else if (status == SLUICE_EBUSY) sem->m.busy++;
+  else if (status == SLUICE_ETIMEDOUT && a->blocking) sem->m.timeouts++;
+  else sem->m.failures++;
+  if (status == SLUICE_OK && a->blocking)
+    sluice__hist_record(&sem->wait_hist, sluice__mono_us() - a->started_us);
   if (a->blocking) sem->nblocking--;
   if (a->waiting) sem->nwaiting--;
   acquire_free(a);
@@ -189,6 +196,7 @@ static void refused(sluice_acquire *a, int64_t wait) {
   }
   if (!a->waiting) {
     a->waiting = 1;
+    sem->m.waits++;
     sem->nwaiting++;
     listen_update(sem);
   }
@@ -431,6 +439,7 @@ static int start_acquire(sluice_sem *sem, int blocking, unsigned timeout_ms,
   a->ud = ud;
   a->blocking = blocking;
   a->retry_ms = RETRY_MIN_MS;
+  if (blocking) a->started_us = sluice__mono_us(); /* try_acquire needs no clock */
   a->timer = evtimer_new(base, acquire_timer_cb, a);
   a->deadline = evtimer_new(base, acquire_deadline_cb, a);
   if (!a->timer || !a->deadline) {

@@ -27,6 +27,7 @@ typedef struct rel_req {
   sluice_release_cb *cb;          /* NULL: nobody waits for the answer */
   void *ud;
   uint64_t queued_ms;             /* monotonic: first queued */
+  int parked_once;                /* counted and logged when first parked */
 } rel_req;
 
 static void build(sluice__args *a, void *owner, sluice__breq *const *reqs, size_t n) {
@@ -73,6 +74,13 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
   int transport = status == SLUICE_ECONNECTION || status == SLUICE_EINDOUBT ||
                   status == SLUICE_ETIMEDOUT;
   if (transport && !sem->guard.closed && lease_may_live(sem, rel)) {
+    if (!rel->parked_once) {
+      rel->parked_once = 1;
+      sem->m.releases_parked++;
+      sluice__log(sem->c, SLUICE_LOG_WARN,
+                  "semaphore '%s': release of permit %s parked (%s); sent again when Redis "
+                  "answers", sem->name, rel->id, sluice_err_name(status));
+    }
     park(sem, rel);
     return;
   }

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include <hiredis/hiredis.h>
+#include <sluice/client.h>
 #include <sluice/sluice.h>
 
 #include "list.h"
@@ -81,6 +82,16 @@ uint64_t sluice__client_up_since(const sluice_client *c);
 void sluice__client_note_abandoned(sluice_client *c, const char *permit_id);
 /* The route (hash slot) a key's calls go to; one Redis has one route, 0. */
 unsigned sluice__client_route(const sluice_client *c, const char *key);
+
+/* Queue a message for the client's log hook (a no-op while none is set);
+ * delivered from the loop. */
+void sluice__log(sluice_client *c, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int sluice__log_enabled(const sluice_client *c);
+
+/* A histogram's summary for the metrics accessors (histogram.h). */
+struct sluice__hist;
+void sluice__latency_of(const struct sluice__hist *h, sluice_latency *out);
 
 /* A reply nobody waits for. */
 void sluice__ignore_reply(void *userdata, int status, const redisReply *reply);

@@ -44,6 +44,7 @@
 #ifndef SLUICE_CLIENT_H
 #define SLUICE_CLIENT_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sluice/sluice.h>
 #include <sluice/types.h>
@@ -149,6 +150,109 @@ typedef struct sluice_client_stats {
 } sluice_client_stats;
 SLUICE_EXPORT void sluice_client_get_stats(const sluice_client *client,
                                            sluice_client_stats *out);
+
+/* ---- metrics --------------------------------------------------------------
+ *
+ * Always on: counters and fixed-size latency histograms updated where things
+ * happen (no allocation, no lock, a clock read per operation), read by
+ * copying them out. Percentiles come from log-linear buckets: within 12.5%
+ * of the true value and never below it. Per-primitive metrics are read on
+ * each handle (sluice_sem_get_metrics, sluice_limiter_get_metrics,
+ * sluice_dq_get_metrics, sluice_dq_consumer_get_metrics). */
+
+/* One kind of Redis step: a script by name ("sem_acquire", "rl_gcra", ...)
+ * or "command" for plain commands. Latency runs from the call to its
+ * completion (every status, including timeouts). */
+typedef struct sluice_op_metrics {
+  const char *name;  /* static string */
+  uint64_t ops;      /* completed */
+  uint64_t errors;   /* completed with a status other than SLUICE_OK */
+  sluice_latency latency;
+} sluice_op_metrics;
+
+#define SLUICE_METRICS_MAX_KINDS 32
+#define SLUICE_METRICS_STATUSES 32
+
+typedef struct sluice_client_metrics {
+  uint64_t evals;            /* script calls started (EVALSHA) */
+  uint64_t commands;         /* plain commands started */
+  /* Completions by status: by_status[-status], so [0] is SLUICE_OK and
+   * [-SLUICE_ETIMEDOUT] the timeouts; statuses past the table count in
+   * the last entry. */
+  uint64_t by_status[SLUICE_METRICS_STATUSES];
+  uint64_t reconnects;       /* successful connections after the first */
+  uint64_t connect_failures; /* connection attempts that failed (connect or handshake) */
+  uint64_t disconnects;      /* established connections lost */
+  uint64_t noscript_reloads;
+  uint64_t queued_connecting;/* operations started before the first connection was up */
+  unsigned in_flight;        /* operations not yet completed */
+  unsigned waiting_connect;  /* of those, waiting for the connection now */
+  uint64_t releases_abandoned;
+  size_t nkinds;             /* entries of kinds[] in use: the kinds seen */
+  sluice_op_metrics kinds[SLUICE_METRICS_MAX_KINDS];
+} sluice_client_metrics;
+
+/* Copy the client's metrics into *out (about 2 KB; a fresh copy each call). */
+SLUICE_EXPORT void sluice_client_get_metrics(const sluice_client *client,
+                                             sluice_client_metrics *out);
+
+/* ---- log hook -------------------------------------------------------------
+ *
+ * What a user would otherwise never see: connection attempts, the
+ * connection coming up and going down (with the reason, Redis's own words
+ * for a failed handshake), reconnects scheduled (with the delay), permit
+ * releases parked while Redis is unreachable or abandoned at close, and a
+ * coarse event_base clock (see the timer-precision note above; checked
+ * once, by comparing the base's cached time with CLOCK_MONOTONIC over the
+ * first loop turns, warned once if its steps are 2 ms or more).
+ *
+ * Off by default. The callback runs from the loop, never inside a hiredis
+ * callback: messages are queued and delivered from the client's own event
+ * (a bounded queue; when it overflows the oldest are dropped and one WARN
+ * says how many). msg is valid during the call only. The callback may call
+ * any sluice function, including sluice_client_close. */
+typedef enum sluice_log_level {
+  SLUICE_LOG_ERROR = 0,
+  SLUICE_LOG_WARN = 1,
+  SLUICE_LOG_INFO = 2,
+  SLUICE_LOG_DEBUG = 3
+} sluice_log_level;
+
+typedef void sluice_log_cb(sluice_client *client, int level, const char *msg,
+                           void *userdata);
+/* cb NULL turns logging off (queued messages are dropped). */
+SLUICE_EXPORT void sluice_client_set_log_cb(sluice_client *client,
+                                            sluice_log_cb *cb, void *userdata);
+/* "ERROR", "WARN", "INFO", "DEBUG" ("?" otherwise). */
+SLUICE_EXPORT const char *sluice_log_level_name(int level);
+
+/* ---- discovery (for monitors such as `sluice top`) -----------------------
+ *
+ * Find the objects stored under the client's key prefix, one page per call:
+ * a read-only script runs one SCAN step (cursor, MATCH) on a single Redis.
+ * kind is "sem", "dq" or "rl"; cursor 0 starts, and the callback's
+ * next_cursor 0 means the scan is complete (a name may repeat across
+ * pages, as SCAN promises no more). For "rl" every entry is one limited
+ * key: name is the limiter's name, key the limited key, algo its algorithm
+ * and state a short text of the stored state ("tat +12.5ms", "n=3 in
+ * window 123", "cur=3 prev=7", "entries=5"); for "sem" and "dq" only name
+ * is set. Entries are valid during the callback only. */
+typedef struct sluice_scan_entry {
+  const char *name;
+  const char *key;    /* rl only, else NULL */
+  const char *algo;   /* rl only, else NULL */
+  const char *state;  /* rl only, else NULL */
+  int64_t ttl_ms;     /* rl: the key's time to live, -1 none */
+} sluice_scan_entry;
+
+typedef void sluice_scan_cb(sluice_client *client, int status, uint64_t next_cursor,
+                            const sluice_scan_entry *entries, size_t n,
+                            void *userdata);
+/* match_name: a glob on the object's name (NULL: "*"). SLUICE_EINVAL for an
+ * unknown kind, SLUICE_ECLOSED after close. */
+SLUICE_EXPORT int sluice_client_scan(sluice_client *client, const char *kind,
+                                     const char *match_name, uint64_t cursor,
+                                     sluice_scan_cb *cb, void *userdata);
 
 typedef void sluice_close_cb(void *userdata);
 

@@ -252,6 +252,33 @@ SLUICE_EXPORT int sluice_dq_ack(sluice_dq_msg *msg, sluice_dq_settle_cb *cb,
 SLUICE_EXPORT int sluice_dq_retry(sluice_dq_msg *msg, int64_t delay_ms,
                                   sluice_dq_settle_cb *cb, void *userdata);
 
+/* Counters since the handle was created (see "metrics" in
+ * sluice/client.h). */
+typedef struct sluice_dq_metrics {
+  uint64_t pushed;      /* messages accepted */
+  uint64_t duplicates;  /* pushes refused with SLUICE_EEXIST */
+  uint64_t errors;      /* pushes answered with another status */
+} sluice_dq_metrics;
+SLUICE_EXPORT void sluice_dq_get_metrics(const sluice_dq *dq, sluice_dq_metrics *out);
+
+/* lateness: from a message's due time to its delivery, on Redis's clock
+ * (ms resolution). dead_lettered counts the retries this consumer sent past
+ * max_attempts; messages dead-lettered because their visibility deadline
+ * passed on their last attempt are counted by no consumer (see
+ * sluice_dq_inspect's dead). */
+typedef struct sluice_dq_consumer_metrics {
+  uint64_t delivered;     /* messages handed to the handler */
+  uint64_t redelivered;   /* of those, with attempt > 1 */
+  uint64_t acked;         /* acknowledgements Redis confirmed */
+  uint64_t retried;       /* retries Redis scheduled */
+  uint64_t dead_lettered; /* retries past max_attempts: dead letters */
+  uint64_t late_settles;  /* acks or retries answered SLUICE_ELATE */
+  uint64_t take_errors;   /* take steps that failed (the consumer backs off) */
+  sluice_latency lateness;
+} sluice_dq_consumer_metrics;
+SLUICE_EXPORT void sluice_dq_consumer_get_metrics(const sluice_dq_consumer *consumer,
+                                                  sluice_dq_consumer_metrics *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -174,6 +174,21 @@ SLUICE_EXPORT int sluice_rl_algo_parse(const char *name, sluice_rl_algo *out);
 /* "redis", "local", "unchecked"; NULL if unknown. */
 SLUICE_EXPORT const char *sluice_rl_source_name(sluice_rl_source source);
 
+/* Counters of this limiter since it was created (see "metrics" in
+ * sluice/client.h). Every check, peek and wait counts once, when answered.
+ * wait: waits that were allowed, from the call to the answer. */
+typedef struct sluice_limiter_metrics {
+  uint64_t allowed;     /* answered allowed (any source) */
+  uint64_t denied;      /* answered not allowed (a wait: not in time) */
+  uint64_t waited;      /* waits that were denied at least once and slept */
+  uint64_t fail_open;   /* of the allowed: unchecked, Redis down (SLUICE_RL_FAIL_OPEN) */
+  uint64_t local;       /* decided in process, Redis down (SLUICE_RL_FAIL_LOCAL) */
+  uint64_t errors;      /* answered with a status other than SLUICE_OK */
+  sluice_latency wait;
+} sluice_limiter_metrics;
+SLUICE_EXPORT void sluice_limiter_get_metrics(const sluice_limiter *limiter,
+                                              sluice_limiter_metrics *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -151,6 +151,24 @@ typedef void sluice_sem_info_cb(sluice_sem *sem, int status,
 SLUICE_EXPORT int sluice_sem_inspect(sluice_sem *sem, sluice_sem_info_cb *cb,
                                   void *userdata);
 
+/* Counters of this handle since it was created (see "metrics" in
+ * sluice/client.h). wait: blocking acquires that were granted, from the call
+ * to the grant. */
+typedef struct sluice_sem_metrics {
+  uint64_t grants;          /* acquires (try or blocking) that got a permit */
+  uint64_t busy;            /* try_acquire refused: none free */
+  uint64_t waits;           /* blocking acquires that had to queue */
+  uint64_t timeouts;        /* blocking acquires that ran out of time */
+  uint64_t failures;        /* acquires ended by another status (cancel, transport) */
+  uint64_t renewals;        /* leases extended */
+  uint64_t renew_errors;    /* renewal steps without an answer (retried) */
+  uint64_t lost_definite;   /* SLUICE_LOST_DEFINITE */
+  uint64_t lost_uncertain;  /* SLUICE_LOST_UNCERTAIN */
+  uint64_t releases_parked; /* releases that could not reach Redis and wait to retry */
+  sluice_latency wait;
+} sluice_sem_metrics;
+SLUICE_EXPORT void sluice_sem_get_metrics(const sluice_sem *sem, sluice_sem_metrics *out);
+
 #ifdef __cplusplus
 }
 #endif

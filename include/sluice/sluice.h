@@ -15,6 +15,8 @@
 #ifndef SLUICE_SLUICE_H
 #define SLUICE_SLUICE_H
 
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -85,6 +87,15 @@ typedef enum sluice_status {
   SLUICE_STATUS_MAP(SLUICE_STATUS_ENUM_)
 #undef SLUICE_STATUS_ENUM_
 } sluice_status;
+
+/* Percentiles of a latency histogram, in every metrics struct (see
+ * "metrics" in sluice/client.h). */
+typedef struct sluice_latency {
+  uint64_t count;    /* values recorded */
+  uint64_t p50_us;
+  uint64_t p99_us;
+  uint64_t max_us;
+} sluice_latency;
 
 /* Human-readable message for a status; never NULL. */
 SLUICE_EXPORT const char *sluice_strerror(int status);

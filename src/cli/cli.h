@@ -106,5 +106,6 @@ void cli_fds_free(cli_fds *f);
 int cli_sem_main(int argc, char **argv);
 int cli_rl_main(int argc, char **argv);
 int cli_dq_main(int argc, char **argv);
+int cli_top_main(int argc, char **argv);
 
 #endif

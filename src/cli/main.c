@@ -18,6 +18,7 @@ static void usage(FILE *out) {
       "  sluice dq consume QUEUE [--concurrency N] [--visibility MS] [--max-attempts N]\n"
       "                  [--retry-delay MS] [--count N] -- CMD [ARGS]\n"
       "  sluice dq status QUEUE\n"
+      "  sluice top [NAME...] [--once] [--interval MS]\n"
       "\n"
       "Every command takes --redis URL (redis://[user:pass@]host:port/db or\n"
       "unix:///path; default $SLUICE_REDIS or " CLI_DEFAULT_REDIS ")\n"
@@ -55,6 +56,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "sem") == 0) return cli_sem_main(argc - 1, argv + 1);
   if (strcmp(cmd, "rl") == 0) return cli_rl_main(argc - 1, argv + 1);
   if (strcmp(cmd, "dq") == 0) return cli_dq_main(argc - 1, argv + 1);
+  if (strcmp(cmd, "top") == 0) return cli_top_main(argc - 1, argv + 1);
   cli_error("unknown command '%s' (try: sluice --help)", cli_echo(cmd));
   return CLI_EXIT_USAGE;
 }

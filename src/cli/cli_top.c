@@ -1,0 +1,295 @@
+/*
+ * `sluice top [NAME...]`: a live view of semaphores (holders, waiters),
+ * delay queues (counts by state, oldest due message) and limiter keys,
+ * redrawn every --interval ms with plain ANSI escapes (home, clear), or
+ * printed once without any escape code (--once, for scripts).
+ *
+ * Objects are found by sluice_client_scan (one read-only script per SCAN
+ * page) unless NAMEs are given; each semaphore and queue is then read with
+ * sluice_sem_inspect / sluice_dq_inspect. Steps run one after the other:
+ * the view is for people, and one step at a time keeps Redis's load tiny.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/event.h>
+#include <sluice/sluice.h>
+
+#include "cli.h"
+
+#define TOP_MAX_OBJECTS 200  /* per kind and frame: a view, not an export */
+
+typedef struct top {
+  cli_ctx ctx;
+  int done;
+  int status;                /* of the last step */
+  FILE *out;                 /* the frame being built */
+  char **names[2];           /* found semaphores [0] and queues [1] */
+  size_t nnames[2];
+  uint64_t cursor;
+  size_t nrl;                /* limiter keys shown in this frame */
+  int which;                 /* scanning names: 0 semaphores, 1 queues */
+  int named;                 /* NAMEs given: skip what does not exist */
+} top;
+
+static void wait_step(top *t) {
+  while (!t->done) event_base_loop(t->ctx.base, EVLOOP_ONCE);
+  t->done = 0;
+}
+
+static void add_name(top *t, int which, const char *name) {
+  for (size_t i = 0; i < t->nnames[which]; i++)
+    if (strcmp(t->names[which][i], name) == 0) return; /* SCAN may repeat */
+  if (t->nnames[which] >= TOP_MAX_OBJECTS) return;
+  char **grown = realloc(t->names[which], (t->nnames[which] + 1) * sizeof *grown);
+  char *copy = strdup(name);
+  if (!grown || !copy) {
+    free(copy);
+    if (grown) t->names[which] = grown;
+    return;
+  }
+  t->names[which] = grown;
+  t->names[which][t->nnames[which]++] = copy;
+}
+
+static void clear_names(top *t) {
+  for (int w = 0; w < 2; w++) {
+    for (size_t i = 0; i < t->nnames[w]; i++) free(t->names[w][i]);
+    free(t->names[w]);
+    t->names[w] = NULL;
+    t->nnames[w] = 0;
+  }
+}
+
+static void fmt_ms(char *buf, size_t size, int64_t ms) {
+  if (ms < 0) snprintf(buf, size, "-");
+  else if (ms < 10000) snprintf(buf, size, "%lldms", (long long)ms);
+  else if (ms < 600000) snprintf(buf, size, "%.1fs", (double)ms / 1000);
+  else snprintf(buf, size, "%.1fm", (double)ms / 60000);
+}
+
+/* ---- discovery ------------------------------------------------------------ */
+
+static void on_scan_names(sluice_client *c, int status, uint64_t next,
+                          const sluice_scan_entry *e, size_t n, void *ud) {
+  top *t = ud;
+  for (size_t i = 0; i < n; i++) add_name(t, t->which, e[i].name);
+  t->cursor = next;
+  t->status = status;
+  t->done = 1;
+}
+
+static void on_scan_rl(sluice_client *c, int status, uint64_t next,
+                       const sluice_scan_entry *e, size_t n, void *ud) {
+  top *t = ud;
+  char ttl[24];
+  for (size_t i = 0; i < n && t->nrl < TOP_MAX_OBJECTS; i++, t->nrl++) {
+    fmt_ms(ttl, sizeof ttl, e[i].ttl_ms);
+    fprintf(t->out, "  %-16s %-20s %-16s %-24s %s\n", e[i].name, e[i].key ? e[i].key : "",
+            e[i].algo ? e[i].algo : "", e[i].state ? e[i].state : "", ttl);
+  }
+  t->cursor = next;
+  t->status = status;
+  t->done = 1;
+}
+
+/* Every page of one kind; 0 or the failing status. */
+static int scan_all(top *t, const char *kind, const char *match, sluice_scan_cb *cb) {
+  t->cursor = 0;
+  do {
+    int rc = sluice_client_scan(t->ctx.client, kind, match, t->cursor, cb, t);
+    if (rc) return rc;
+    wait_step(t);
+    if (t->status) return t->status;
+  } while (t->cursor);
+  return SLUICE_OK;
+}
+
+/* ---- semaphores and queues ------------------------------------------------ */
+
+static void on_sem_info(sluice_sem *sem, int status, const sluice_sem_info *info, void *ud) {
+  top *t = ud;
+  char left[24];
+  t->status = status;
+  t->done = 1;
+  if (status != SLUICE_OK) {
+    fprintf(t->out, "  %-16s error: %s\n", sluice_sem_name(sem), sluice_strerror(status));
+    return;
+  }
+  if (t->named && !info->nholders && !info->nwaiters && !info->last_fence) return;
+  fprintf(t->out, "  %-16s permits %-4u holders %-4zu waiters %-4zu last fence %llu\n",
+          sluice_sem_name(sem), info->permits, info->nholders, info->nwaiters,
+          (unsigned long long)info->last_fence);
+  for (size_t i = 0; i < info->nholders; i++) {
+    fmt_ms(left, sizeof left, info->holders[i].remaining_ms);
+    fprintf(t->out, "    holder  %s  lease left %s\n", info->holders[i].id, left);
+  }
+  for (size_t i = 0; i < info->nwaiters; i++)
+    fprintf(t->out, "    waiter  %zu. %s\n", i + 1, info->waiters[i]);
+}
+
+static void on_dq_info(sluice_dq *dq, int status, const sluice_dq_info *info, void *ud) {
+  top *t = ud;
+  char oldest[24];
+  t->status = status;
+  t->done = 1;
+  if (status != SLUICE_OK) {
+    fprintf(t->out, "  %-16s error: %s\n", sluice_dq_name(dq), sluice_strerror(status));
+    return;
+  }
+  /* The earliest message of the delayed set is the oldest due one when
+   * any is due: how long the queue has kept work waiting. */
+  if (t->named && !info->delayed && !info->in_flight && !info->dead) return;
+  int64_t age = info->ready && info->next_due_ms >= 0 ? info->now_ms - info->next_due_ms : -1;
+  fmt_ms(oldest, sizeof oldest, age);
+  fprintf(t->out, "  %-16s %8llu %10llu %10llu %6llu  %s\n", sluice_dq_name(dq),
+          (unsigned long long)info->ready, (unsigned long long)(info->delayed - info->ready),
+          (unsigned long long)info->in_flight, (unsigned long long)info->dead, oldest);
+}
+
+static int show_sem(top *t, const char *name) {
+  sluice_sem *sem;
+  int rc = sluice_sem_new(t->ctx.client, name, NULL, &sem);
+  if (rc == SLUICE_OK) rc = sluice_sem_inspect(sem, on_sem_info, t);
+  if (rc == SLUICE_OK) wait_step(t);
+  else if (rc != SLUICE_EINVAL) return rc;
+  if (rc == SLUICE_OK) sluice_sem_free(sem);
+  return rc == SLUICE_OK ? t->status : SLUICE_OK;
+}
+
+static int show_dq(top *t, const char *name) {
+  sluice_dq *dq;
+  int rc = sluice_dq_new(t->ctx.client, name, NULL, &dq);
+  if (rc == SLUICE_OK) rc = sluice_dq_inspect(dq, on_dq_info, t);
+  if (rc == SLUICE_OK) wait_step(t);
+  else if (rc != SLUICE_EINVAL) return rc;
+  if (rc == SLUICE_OK) sluice_dq_free(dq);
+  return rc == SLUICE_OK ? t->status : SLUICE_OK;
+}
+
+/* ---- one frame ------------------------------------------------------------ */
+
+static int frame(top *t, int argc, char **names, char **text, size_t *len) {
+  int rc = SLUICE_OK;
+  t->out = open_memstream(text, len);
+  if (!t->out) return SLUICE_ENOMEM;
+  clear_names(t);
+  if (argc == 0) {
+    t->which = 0;
+    rc = scan_all(t, "sem", NULL, on_scan_names);
+    t->which = 1;
+    if (!rc) rc = scan_all(t, "dq", NULL, on_scan_names);
+  } else {
+    for (int i = 0; i < argc; i++) add_name(t, 0, names[i]), add_name(t, 1, names[i]);
+  }
+  fprintf(t->out, "SEMAPHORES\n");
+  for (size_t i = 0; !rc && i < t->nnames[0]; i++) rc = show_sem(t, t->names[0][i]);
+  fprintf(t->out, "\nQUEUES             due now  due later  in flight   dead  oldest due\n");
+  for (size_t i = 0; !rc && i < t->nnames[1]; i++) rc = show_dq(t, t->names[1][i]);
+  fprintf(t->out, "\nLIMITERS           KEY                  ALGO             STATE                    TTL\n");
+  t->nrl = 0;
+  if (!rc && argc == 0) rc = scan_all(t, "rl", NULL, on_scan_rl);
+  for (int i = 0; !rc && i < argc; i++) rc = scan_all(t, "rl", names[i], on_scan_rl);
+  fclose(t->out);
+  t->out = NULL;
+  return rc;
+}
+
+static void usage(FILE *f) {
+  fputs("usage: sluice top [NAME...] [--once] [--interval MS] [--redis URL] [--prefix P]\n"
+        "\n"
+        "Show semaphores (holders with lease left, waiters in order), delay queues\n"
+        "(due now, due later, in flight, dead, age of the oldest due message) and\n"
+        "limiter keys (algorithm and stored state), refreshed every --interval ms\n"
+        "(default 1000; Ctrl-C quits). Without NAMEs every object under the prefix\n"
+        "is found by SCAN; with NAMEs, the semaphores, queues and limiters so named.\n"
+        "--once prints one frame without escape codes and exits (69: Redis\n"
+        "unreachable or failing).\n",
+        f);
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *ud) { ((top *)ud)->done = 1; }
+
+int cli_top_main(int argc, char **argv) {
+  top t;
+  int once = 0, nnames = 0;
+  unsigned interval = 1000;
+  char **names = calloc((size_t)argc + 1, sizeof *names);
+  memset(&t, 0, sizeof t);
+  if (!names) return CLI_EXIT_FAILURE;
+  for (int i = 1; i < argc; i++) {
+    int c = cli_common_option(&t.ctx, argc, argv, &i);
+    if (c < 0) goto usage_error;
+    if (c > 0) continue;
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage(stdout);
+      free(names);
+      return CLI_EXIT_OK;
+    } else if (strcmp(argv[i], "--once") == 0) {
+      once = 1;
+    } else if (strcmp(argv[i], "--interval") == 0) {
+      if (cli_number_u("--interval", i + 1 < argc ? argv[++i] : NULL, 50, 3600000, "ms",
+                       &interval) != 0)
+        goto usage_error;
+    } else if (argv[i][0] == '-') {
+      cli_error("top: unknown option '%s'", cli_echo(argv[i]));
+      goto usage_error;
+    } else {
+      names[nnames++] = argv[i];
+    }
+  }
+  int rc = cli_connect(&t.ctx, 2000);
+  if (rc) {
+    free(names);
+    return rc;
+  }
+  struct event *tick = evtimer_new(t.ctx.base, on_tick, &t);
+  int exit_code = CLI_EXIT_OK;
+  t.named = nnames > 0;
+  for (;;) {
+    char *text = NULL, stamp[32];
+    size_t len = 0;
+    int st = frame(&t, nnames, names, &text, &len);
+    time_t now = time(NULL);
+    strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
+    /* Live: overwrite in place (home, each line cleared to its end, the
+     * rest of the screen cleared) rather than clear-then-draw, which
+     * flickers. */
+    const char *eol = once ? "\n" : "\033[K\n";
+    if (!once) fputs("\033[H", stdout);
+    printf("sluice top  %s  prefix %s%s%s%s%s", t.ctx.url, t.ctx.prefix ? t.ctx.prefix : "sluice:",
+           once ? "" : "  ", once ? "" : stamp, eol, eol);
+    for (size_t at = 0; text && at < len;) {
+      const char *nl = memchr(text + at, '\n', len - at);
+      size_t n = nl ? (size_t)(nl - (text + at)) : len - at;
+      fwrite(text + at, 1, n, stdout);
+      fputs(eol, stdout);
+      at += n + 1;
+    }
+    free(text);
+    if (st) {
+      const char *why = sluice_client_last_error(t.ctx.client);
+      printf("%s(incomplete: %s%s%s)%s", eol, sluice_strerror(st), *why ? ": " : "", why, eol);
+    }
+    if (!once) fputs("\033[J", stdout);
+    fflush(stdout);
+    if (once) {
+      exit_code = st ? CLI_EXIT_UNAVAILABLE : CLI_EXIT_OK;
+      break;
+    }
+    struct timeval tv = {interval / 1000, (interval % 1000) * 1000};
+    evtimer_add(tick, &tv);
+    wait_step(&t);
+  }
+  event_free(tick);
+  clear_names(&t);
+  cli_close(&t.ctx);
+  free(names);
+  return exit_code;
+usage_error:
+  usage(stderr);
+  free(names);
+  return CLI_EXIT_USAGE;
+}

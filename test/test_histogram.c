@@ -1,0 +1,77 @@
+/* The fixed-size latency histogram (src/histogram.c), without Redis: bucket
+ * layout, the 12.5% bound on what a percentile reads back, the tail and
+ * saturation edges. */
+#include <string.h>
+
+#include "harness.h"
+#include "histogram.h"
+
+/* Every value lands in a bucket whose bounds hold it, buckets are in order
+ * and none is wider than an eighth of its values. */
+static void test_layout(void) {
+  unsigned last = 0;
+  for (uint64_t v = 0; v < (1ull << 32); v = v < 4096 ? v + 1 : v + v / 7 + 1) {
+    unsigned i = sluice__hist_index(v);
+    TH_ASSERT_CMP(i, <, SLUICE__HIST_BUCKETS);
+    TH_ASSERT_CMP(i, >=, last);
+    last = i;
+    TH_ASSERT_CMP(sluice__hist_upper(i), >=, v);
+    if (i > 0) TH_ASSERT_CMP(sluice__hist_upper(i - 1), <, v);
+    uint64_t lo = i ? sluice__hist_upper(i - 1) + 1 : 0;
+    TH_ASSERT_CMP((sluice__hist_upper(i) - lo + 1) * 8, <=, lo < 8 ? 8 : lo);
+  }
+  TH_ASSERT_EQ(sluice__hist_index((1ull << 32) - 1), SLUICE__HIST_BUCKETS - 1);
+  TH_ASSERT_EQ(sluice__hist_index(UINT64_MAX), SLUICE__HIST_BUCKETS - 1);
+}
+
+static void test_quantiles(void) {
+  static sluice__hist h;
+  memset(&h, 0, sizeof h);
+  TH_ASSERT_EQ(sluice__hist_quantile(&h, 0.5), 0);
+  for (uint64_t v = 1; v <= 1000; v++) sluice__hist_record(&h, v * 100); /* 100 µs .. 100 ms */
+  TH_ASSERT_EQ(h.count, 1000);
+  TH_ASSERT_EQ(h.max, 100000);
+  uint64_t p50 = sluice__hist_quantile(&h, 0.50), p99 = sluice__hist_quantile(&h, 0.99);
+  /* True values 50000 and 99000: read back no lower and within 12.5%. */
+  TH_ASSERT_CMP(p50, >=, 50000);
+  TH_ASSERT_CMP(p50, <=, 50000 + 50000 / 8);
+  TH_ASSERT_CMP(p99, >=, 99000);
+  TH_ASSERT_CMP(p99, <=, 100000); /* clamped to the max */
+  TH_ASSERT_EQ(sluice__hist_quantile(&h, 1.0), 100000);
+  TH_ASSERT_CMP(sluice__hist_quantile(&h, 0.001), <=, 100 + 100 / 8);
+}
+
+static void test_small_and_huge(void) {
+  static sluice__hist h;
+  memset(&h, 0, sizeof h);
+  for (int i = 0; i < 99; i++) sluice__hist_record(&h, 3);
+  sluice__hist_record(&h, UINT64_MAX / 2);
+  TH_ASSERT_EQ(sluice__hist_quantile(&h, 0.5), 3); /* exact below 8 */
+  TH_ASSERT_EQ(sluice__hist_quantile(&h, 0.99), 3);
+  TH_ASSERT_EQ(sluice__hist_quantile(&h, 1.0), UINT64_MAX / 2);
+  TH_ASSERT_EQ(h.max, UINT64_MAX / 2);
+}
+
+/* A bucket that fills stops counting instead of wrapping to zero. */
+static void test_saturation(void) {
+  static sluice__hist h;
+  memset(&h, 0, sizeof h);
+  h.b[sluice__hist_index(10)] = UINT32_MAX - 1;
+  h.count = UINT32_MAX - 1;
+  sluice__hist_record(&h, 10);
+  sluice__hist_record(&h, 10);
+  TH_ASSERT_EQ(h.b[sluice__hist_index(10)], UINT32_MAX);
+  TH_ASSERT_EQ(h.count, (uint64_t)UINT32_MAX + 1);
+  TH_ASSERT_EQ(sluice__hist_quantile(&h, 1.0), 10);
+}
+
+int main(int argc, char **argv) {
+  static const th_case cases[] = {
+      {"layout", test_layout, 10},
+      {"quantiles", test_quantiles, 10},
+      {"small_and_huge", test_small_and_huge, 10},
+      {"saturation", test_saturation, 10},
+      {NULL, NULL, 0},
+  };
+  return th_main_local(argc, argv, cases);
+}

@@ -1,0 +1,236 @@
+/* Metrics and the log hook against the test server: counters where things
+ * happen, and log lines for a down/up cycle and a failed AUTH. */
+#include <string.h>
+
+#include <event2/event.h>
+#include <sluice/sluice.h>
+
+#include "harness.h"
+
+typedef struct logbook {
+  char text[8192];
+  int up, down, error, warn;
+  int flag;
+} logbook;
+
+static void on_log(sluice_client *c, int level, const char *msg, void *ud) {
+  logbook *b = ud;
+  size_t n = strlen(b->text);
+  snprintf(b->text + n, sizeof b->text - n, "%s %s\n", sluice_log_level_name(level), msg);
+  printf("# log: %s %s\n", sluice_log_level_name(level), msg);
+  if (strstr(msg, "connected to")) b->up++, b->flag = 1;
+  if (strstr(msg, "down:")) b->down++;
+  if (level == SLUICE_LOG_ERROR) b->error++, b->flag = 1;
+  if (level == SLUICE_LOG_WARN) b->warn++;
+}
+
+static sluice_client *client_on(struct event_base *base, const th_redis *r) {
+  sluice_client_options o;
+  sluice_client *c;
+  sluice_client_options_init(&o);
+  o.url = r->url;
+  o.reconnect_min_ms = 10;
+  o.reconnect_max_ms = 100;
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  return c;
+}
+
+static void test_log_down_up(void) {
+  struct event_base *base = event_base_new();
+  logbook b;
+  memset(&b, 0, sizeof b);
+  sluice_client *c = client_on(base, &th_server);
+  sluice_client_set_log_cb(c, on_log, &b);
+  TH_ASSERT(th_loop_until(base, &b.flag, 5000));
+  TH_ASSERT(strstr(b.text, "INFO connecting to "));
+  TH_ASSERT(strstr(b.text, "INFO connected to "));
+  th_redis_restart(&th_server);
+  b.flag = 0;
+  TH_ASSERT(th_loop_until(base, &b.flag, 10000)); /* back up */
+  TH_ASSERT_EQ(b.down, 1);
+  TH_ASSERT(strstr(b.text, "WARN connection to "));
+  TH_ASSERT(strstr(b.text, "; reconnecting in "));
+  TH_ASSERT_EQ(b.up, 2);
+  sluice_client_metrics m;
+  sluice_client_get_metrics(c, &m);
+  TH_ASSERT_EQ(m.reconnects, 1);
+  TH_ASSERT_EQ(m.disconnects, 1);
+  sluice_client_free(c);
+  TH_ASSERT(th_loop_drain(base, 10000));
+  event_base_free(base);
+}
+
+static void test_log_failed_auth(void) {
+  th_redis secured;
+  const char *extra[] = {"--requirepass", "right", NULL};
+  TH_ASSERT_EQ(th_redis_start(&secured, 0, extra), 0);
+  struct event_base *base = event_base_new();
+  sluice_client_options o;
+  sluice_client *c;
+  logbook b;
+  memset(&b, 0, sizeof b);
+  sluice_client_options_init(&o);
+  o.unix_path = secured.sock;
+  o.password = "wrong";
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  sluice_client_set_log_cb(c, on_log, &b);
+  TH_ASSERT(th_loop_until(base, &b.flag, 5000));
+  TH_ASSERT(strstr(b.text, "ERROR handshake failed with "));
+  TH_ASSERT(strstr(b.text, "AUTH: WRONGPASS") || strstr(b.text, "AUTH: ERR invalid password"));
+  TH_ASSERT(strstr(b.text, "retrying in "));
+  sluice_client_metrics m;
+  sluice_client_get_metrics(c, &m);
+  TH_ASSERT_CMP(m.connect_failures, >=, 1);
+  sluice_client_free(c);
+  TH_ASSERT(th_loop_drain(base, 10000));
+  event_base_free(base);
+  th_redis_stop(&secured);
+}
+
+/* A base on the precise clock gets no coarse-clock warning. */
+static void test_precise_clock(void) {
+  struct event_config *cfg = event_config_new();
+  event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+  struct event_base *base = event_base_new_with_config(cfg);
+  event_config_free(cfg);
+  logbook b;
+  memset(&b, 0, sizeof b);
+  sluice_client *c = client_on(base, &th_server);
+  sluice_client_set_log_cb(c, on_log, &b);
+  while (!strstr(b.text, "event_base clock steps") && !strstr(b.text, "coarse"))
+    th_loop_until(base, &b.error, 5);
+  TH_ASSERT(strstr(b.text, "(precise)"));
+  TH_ASSERT(!strstr(b.text, "coarse"));
+  sluice_client_free(c);
+  TH_ASSERT(th_loop_drain(base, 10000));
+  event_base_free(base);
+}
+
+/* ---- counters ------------------------------------------------------------ */
+
+typedef struct st {
+  int flag, n;
+  sluice_permit *p;
+} st;
+
+static void on_acq(sluice_sem *s, int status, sluice_permit *p, void *ud) {
+  st *x = ud;
+  x->p = p;
+  x->n++;
+  x->flag = 1;
+}
+static void on_rl(sluice_limiter *l, int status, const sluice_rl_result *r, void *ud) {
+  st *x = ud;
+  if (++x->n == 3) x->flag = 1;
+}
+static void on_acked(sluice_dq_consumer *con, int status, const char *id, void *ud) {
+  st *x = ud;
+  TH_ASSERT_EQ(status, SLUICE_OK);
+  x->flag = 1;
+}
+static void on_msg(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
+  sluice_dq_ack(m, on_acked, ud);
+}
+
+static void test_counters(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = client_on(base, &th_server);
+  sluice_sem *sem;
+  st x = {0, 0, NULL}, y = {0, 0, NULL};
+  TH_ASSERT_EQ(sluice_sem_new(c, "m", NULL, &sem), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_sem_acquire(sem, 1000, on_acq, &x, NULL), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &x.flag, 5000));
+  sluice_permit *first = x.p;
+  TH_ASSERT(first != NULL);
+  TH_ASSERT_EQ(sluice_sem_acquire(sem, 5000, on_acq, &y, NULL), SLUICE_OK);
+  x.flag = 0;
+  TH_ASSERT_EQ(sluice_sem_try_acquire(sem, on_acq, &x), SLUICE_OK); /* busy */
+  TH_ASSERT(th_loop_until(base, &x.flag, 5000));
+  TH_ASSERT(x.p == NULL);
+  sluice_sem_metrics sm;
+  sluice_sem_get_metrics(sem, &sm);
+  TH_ASSERT_EQ(sm.grants, 1);
+  TH_ASSERT_EQ(sm.busy, 1);
+  int never = 0;
+  while (!sm.waits) { /* the second acquire queues in Redis: no event says so */
+    th_loop_until(base, &never, 5);
+    sluice_sem_get_metrics(sem, &sm);
+  }
+  /* Release the first permit: the waiter is handed it. */
+  TH_ASSERT_EQ(y.flag, 0);
+  sluice_permit_release(first, NULL, NULL);
+  TH_ASSERT(th_loop_until(base, &y.flag, 5000));
+  TH_ASSERT(y.p != NULL);
+  sluice_sem_get_metrics(sem, &sm);
+  TH_ASSERT_EQ(sm.grants, 2);
+  TH_ASSERT_EQ(sm.waits, 1);
+  TH_ASSERT_EQ(sm.wait.count, 2); /* both were blocking acquires */
+  TH_ASSERT_CMP(sm.wait.max_us, >=, sm.wait.p50_us);
+  sluice_permit_release(y.p, NULL, NULL);
+
+  sluice_limiter_options lo;
+  sluice_limiter *lim;
+  sluice_limiter_options_init(&lo);
+  lo.limit = 2;
+  lo.period_ms = 60000;
+  TH_ASSERT_EQ(sluice_limiter_new(c, "m", &lo, &lim), SLUICE_OK);
+  st r = {0, 0, NULL};
+  for (int i = 0; i < 3; i++) TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 1, on_rl, &r), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &r.flag, 5000));
+  sluice_limiter_metrics lm;
+  sluice_limiter_get_metrics(lim, &lm);
+  TH_ASSERT_EQ(lm.allowed, 2);
+  TH_ASSERT_EQ(lm.denied, 1);
+
+  sluice_dq *dq;
+  sluice_dq_consumer *con;
+  st d = {0, 0, NULL};
+  TH_ASSERT_EQ(sluice_dq_new(c, "m", NULL, &dq), SLUICE_OK);
+  sluice_dq_item it = {"x", 1, 0, 0, NULL};
+  TH_ASSERT_EQ(sluice_dq_push(dq, &it, NULL, NULL), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "m", NULL, on_msg, &d, &con), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &d.flag, 5000));
+  sluice_dq_consumer_metrics cm;
+  sluice_dq_consumer_get_metrics(con, &cm);
+  TH_ASSERT_EQ(cm.acked, 1);
+  sluice_dq_metrics dm;
+  sluice_dq_get_metrics(dq, &dm);
+  TH_ASSERT_EQ(dm.pushed, 1);
+  TH_ASSERT_EQ(cm.delivered, 1);
+  TH_ASSERT_EQ(cm.redelivered, 0);
+  TH_ASSERT_EQ(cm.lateness.count, 1);
+
+  sluice_client_metrics m;
+  sluice_client_get_metrics(c, &m);
+  TH_ASSERT_CMP(m.evals, >=, 6);
+  TH_ASSERT_CMP(m.by_status[0], >=, 6);
+  int seen_acquire = 0;
+  for (size_t i = 0; i < m.nkinds; i++) {
+    printf("# %-16s ops %llu errors %llu p50 %llu us p99 %llu us max %llu us\n", m.kinds[i].name,
+           (unsigned long long)m.kinds[i].ops, (unsigned long long)m.kinds[i].errors,
+           (unsigned long long)m.kinds[i].latency.p50_us,
+           (unsigned long long)m.kinds[i].latency.p99_us,
+           (unsigned long long)m.kinds[i].latency.max_us);
+    if (strcmp(m.kinds[i].name, "sem_acquire") == 0) seen_acquire = m.kinds[i].ops >= 2;
+  }
+  TH_ASSERT(seen_acquire);
+
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  sluice_limiter_free(lim);
+  sluice_sem_free(sem);
+  sluice_client_free(c);
+  TH_ASSERT(th_loop_drain(base, 10000));
+  event_base_free(base);
+}
+
+int main(int argc, char **argv) {
+  static const th_case cases[] = {
+      {"log_down_up", test_log_down_up, 30},
+      {"log_failed_auth", test_log_failed_auth, 30},
+      {"precise_clock", test_precise_clock, 30},
+      {"counters", test_counters, 30},
+      {NULL, NULL, 0},
+  };
+  return th_main(argc, argv, cases);
+}
