@@ -298,9 +298,8 @@ static void acquire(req_ctx *r) {
     g->qtail = r;
     return;
   }
-  /* Disconnected (Redis down or restarting): answer 503 now. A blocking
-   * acquire would keep retrying for the whole queue timeout, holding the
-   * client and a connection slot for nothing. */
+  /* Disconnected (Redis down or restarting): answer 503 now, without even
+   * an attempt (fail_fast covers a connection lost while waiting). */
   if (!sluice_client_is_connected(g->client)) {
     on_acquired(g->sem, SLUICE_ECONNECTION, NULL, r);
     return;
@@ -595,6 +594,7 @@ static int start_sluice(gw *g) {
    * that crashed within seconds, and renewal (ttl/3) never runs. */
   so.ttl_ms = 5000;
   so.fair = g->fair;
+  so.fail_fast = 1; /* Redis unreachable: 503 at once, not after the queue timeout */
   if ((rc = sluice_sem_new(g->client, "gateway-work", &so, &g->sem)) != SLUICE_OK) goto fail;
 
   if ((rc = sluice_dq_new(g->client, "gateway-followups", NULL, &g->dq)) != SLUICE_OK)

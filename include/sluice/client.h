@@ -39,7 +39,8 @@
  *   reconnect_max_ms     2000                   200..500
  *
  * and pair them with the primitives' Redis-down choices (a limiter's
- * on_redis_down, a short acquire timeout); examples/gateway.c uses 100 ms.
+ * on_redis_down, a semaphore's fail_fast and a short acquire timeout);
+ * examples/gateway.c uses 100 ms.
  */
 #ifndef SLUICE_CLIENT_H
 #define SLUICE_CLIENT_H
