@@ -32,7 +32,10 @@ extern "C" {
 #define SLUICE_VERSION_PATCH 0
 #define SLUICE_VERSION_STRING "0.1.0"
 
-/* Longest name (semaphore, limiter, limiter key, queue) in bytes. */
+/* Longest name (semaphore, limiter, limiter key, queue) in bytes. Names are
+ * C strings: any bytes but NUL, which ends them, so a name can never be cut
+ * short by the library (a string that holds a NUL is a different, shorter
+ * name to C itself); binary data belongs in payloads, which take a length. */
 #define SLUICE_NAME_MAX 512
 
 /*
