@@ -11,19 +11,25 @@
 #include "dq_util.h"
 #include "sem_util.h"
 
-static sluice_client *client_with(struct event_base *base, const char *user, const char *pass,
-                                  unsigned op_timeout_ms) {
+static sluice_client *client_with_backoff(struct event_base *base, const char *user,
+                                         const char *pass, unsigned op_timeout_ms,
+                                         unsigned reconnect_max_ms) {
   sluice_client_options o;
   sluice_client_options_init(&o);
   o.unix_path = th_server.sock;
   o.username = user;
   o.password = pass;
   o.reconnect_min_ms = 20;
-  o.reconnect_max_ms = 200;
+  o.reconnect_max_ms = reconnect_max_ms;
   o.op_timeout_ms = op_timeout_ms;
   sluice_client *c = NULL;
   TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
   return c;
+}
+
+static sluice_client *client_with(struct event_base *base, const char *user, const char *pass,
+                                  unsigned op_timeout_ms) {
+  return client_with_backoff(base, user, pass, op_timeout_ms, 200);
 }
 
 /* Redis gone: connections refused until th_redis_restart brings it back on
@@ -162,15 +168,8 @@ static void on_state(sluice_client *c, int connected, int status, void *ud) {
 
 static void expect_handshake_error(const char *user, const char *pass, const char *words) {
   struct event_base *base = event_base_new();
-  sluice_client_options o;
-  sluice_client_options_init(&o);
-  o.unix_path = th_server.sock;
-  o.username = user;
-  o.password = pass;
-  o.reconnect_min_ms = 20;
-  o.reconnect_max_ms = 2000;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  /* A backoff that may grow to 2 s: the number of attempts shows it grows. */
+  sluice_client *c = client_with_backoff(base, user, pass, 2000, 2000);
   ups = downs = 0;
   sluice_client_set_state_cb(c, on_state, NULL);
   th_loop_for(base, 1000);

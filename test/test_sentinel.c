@@ -221,21 +221,11 @@ static void test_bad_input(void) {
 }
 
 int main(int argc, char **argv) {
-  if (!th_topology_available()) {
-    const char *ci = getenv("CI");
-    if (ci && strcmp(ci, "true") == 0) {
-      printf("Bail out! redis-server or redis-cli not found (required under CI)\n");
-      return 1;
-    }
-    printf("1..0 # SKIP redis-server or redis-cli not found\n");
-    return 77;
-  }
-  th_topology_init();
   static const th_case cases[] = {
       {"primitives", test_primitives, 60},
       {"failover", test_failover, 90},
       {"bad_input", test_bad_input, 60},
       {NULL, NULL, 0},
   };
-  return th_main(argc, argv, cases);
+  return th_topology_main(argc, argv, cases);
 }

@@ -389,16 +389,6 @@ static void test_no_leaks(void) {
 }
 
 int main(int argc, char **argv) {
-  if (!th_topology_available()) {
-    const char *ci = getenv("CI");
-    if (ci && strcmp(ci, "true") == 0) {
-      printf("Bail out! redis-server or redis-cli not found (required under CI)\n");
-      return 1;
-    }
-    printf("1..0 # SKIP redis-server or redis-cli not found\n");
-    return 77;
-  }
-  th_topology_init();
   static const th_case cases[] = {
       {"crc16", test_crc16, 10},
       {"cluster", test_cluster, 180},
@@ -410,5 +400,5 @@ int main(int argc, char **argv) {
       {"no_leaks", test_no_leaks, 30},
       {NULL, NULL, 0},
   };
-  return th_main(argc, argv, cases);
+  return th_topology_main(argc, argv, cases);
 }

@@ -90,6 +90,11 @@ typedef struct th_sentinel {
 void th_topology_init(void);
 /* redis-server and redis-cli both found (the topologies need both). */
 int th_topology_available(void);
+/* main of a test binary that starts topologies: checks that the servers
+ * are there (missing is a failure under CI=true, else a skip), sweeps
+ * (th_topology_init) and runs the cases (th_main). */
+struct th_case;
+int th_topology_main(int argc, char **argv, const struct th_case *cases);
 /* Topology servers of this test binary still running (any case, any
  * topology): for the final "nothing leaked" check. */
 int th_topology_live_processes(void);
