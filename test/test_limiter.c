@@ -145,9 +145,15 @@ static int aligned(sluice_rl_algo algo) {
 static void window_room(struct event_base *base, sluice_rl_algo algo, unsigned period,
                         unsigned need_ms, int local) {
   if (!aligned(algo)) return;
-  int64_t now_ms = local ? (int64_t)(sluice__mono_us() / 1000) : server_us() / 1000;
-  int64_t left = period - now_ms % period;
-  if (left < need_ms) th_loop_for(base, (unsigned)left + 2);
+  /* Check again after waiting: a loop timer may fire a few ms early by the
+   * monotonic clock (libevent counts from its cached time), which would
+   * leave us at the very end of the old window. */
+  for (;;) {
+    int64_t now_ms = local ? (int64_t)(sluice__mono_us() / 1000) : server_us() / 1000;
+    int64_t left = period - now_ms % period;
+    if (left >= need_ms) return;
+    th_loop_for(base, (unsigned)left + 2);
+  }
 }
 
 /* ---- bad input ------------------------------------------------------------ */
