@@ -337,6 +337,13 @@ static void cmd_up(sluice__conn *conn, void *ud) {
 static void cmd_down(sluice__conn *conn, int status, void *ud) {
   sluice_client *c = ud;
   sluice__client_data_down(c);
+  /* Ops that waited for a first connection that failed were never sent. */
+  while (c->unsent.head) {
+    sluice__op *op = sluice__container_of(c->unsent.head, sluice__op, ulink);
+    sluice__list_remove(&c->unsent, &op->ulink);
+    op->unsent = 0;
+    op_defer(op, SLUICE_ECONNECTION);
+  }
   const char *serr = c->sentinel ? sluice__sentinel_error(c->sentinel) : "";
   snprintf(c->last_error, sizeof c->last_error, "%.240s%s%.260s", conn->errstr, *serr ? "; " : "",
            serr);
