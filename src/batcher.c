@@ -108,11 +108,11 @@ static int reply_fits(const sluice__batch_kind *k, const redisReply *reply, size
 /* Hand each request still in the call its part. Answers may make other
  * requests of this call leave (their slots go NULL) or free the owner
  * (destruction waits for the guard). */
-static void fan_out(sluice__batch *batch, int status, const redisReply *reply) {
+static void fan_out(sluice__batch *batch, int status, const redisReply *reply, int replicated) {
   sluice__batcher *b = batch->b;
   const sluice__batch_kind *k = b->kind;
   if (status == SLUICE_OK && !reply_fits(k, reply, batch->n)) status = SLUICE_EPROTOCOL;
-  sluice__batch_reply br = {status == SLUICE_OK ? reply : NULL, 0, batch->sent_ms};
+  sluice__batch_reply br = {status == SLUICE_OK ? reply : NULL, 0, batch->sent_ms, replicated};
   if (b->guard) sluice__guard_enter(b->guard);
   for (size_t i = 0; i < batch->n; i++) {
     sluice__breq *r = batch->slots[i];
@@ -129,7 +129,9 @@ static void on_reply(void *ud, int status, const redisReply *reply) {
   sluice__batch *batch = ud;
   sluice__list_remove(&batch->b->inflight, &batch->link);
   batch->inflight = 0;
-  fan_out(batch, status, reply);
+  /* Only the client knows about replication (a fake sender in tests does not). */
+  int replicated = batch->b->send == sluice__eval ? sluice__client_replicated(batch->b->c) : -1;
+  fan_out(batch, status, reply, replicated);
 }
 
 /* ---- flush --------------------------------------------------------------- */
@@ -186,7 +188,7 @@ void sluice__batcher_flush(sluice__batcher *b) {
     }
     int rc = send_batch(b, batch);
     if (rc != SLUICE_OK) {
-      fan_out(batch, rc, NULL);
+      fan_out(batch, rc, NULL, -1);
       continue;
     }
     sluice__list_append(&b->inflight, &batch->link);
@@ -201,12 +203,12 @@ void sluice__batcher_cancel(sluice__batcher *b, int status) {
     sluice__list_remove(&b->inflight, &batch->link);
     batch->inflight = 0;
     sluice__op_detach(batch->op);
-    fan_out(batch, status, NULL);
+    fan_out(batch, status, NULL, -1);
   }
   while (b->queue.head) {
     sluice__breq *r = sluice__container_of(b->queue.head, sluice__breq, link);
     unqueue(b, r);
-    sluice__batch_reply br = {NULL, 0, 0};
+    sluice__batch_reply br = {NULL, 0, 0, -1};
     b->kind->answer(b->owner, r, status, &br);
   }
   if (b->guard) sluice__guard_leave(b->guard);

@@ -44,6 +44,7 @@ typedef struct sluice__batch_reply {
   const redisReply *reply;        /* the whole reply; NULL unless status is OK */
   size_t at;                      /* index of the request's first element */
   uint64_t sent_ms;               /* monotonic: when the call was sent */
+  int replicated;                 /* 1/0: wait_replicas acknowledged it; -1 not asked */
 } sluice__batch_reply;
 
 typedef struct sluice__batch_kind {

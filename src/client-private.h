@@ -38,6 +38,7 @@ struct sluice_client {
   int sealed;                     /* objects cancelled: no new operations */
   int reaped;                     /* close sequence done */
   sluice_client_stats stats;
+  int replicas;                   /* see sluice__client_replicated */
   char last_error[512];           /* a connection error or Redis's own words */
 
   /* Metrics (sluice_client_get_metrics): by script index, the last entry

@@ -27,7 +27,9 @@ struct sluice__op {
   void *ud;
   struct event timer;             /* deadline, or deferred completion */
   int deferred_status;            /* status to report when timer fires early */
-  unsigned in_hiredis : 1;        /* hiredis will still call reply_cb */
+  unsigned in_hiredis : 2;        /* hiredis callbacks still due (reply, WAIT) */
+  unsigned waits : 1;             /* a WAIT follows it (wait_replicas) */
+  redisReply *held;               /* its reply, copied, until the WAIT answers */
   unsigned done : 1;              /* fn called, or detached */
   unsigned retried : 1;           /* EVAL fallback already sent */
   unsigned sent_up : 1;           /* handed over while the connection was up */
@@ -43,6 +45,7 @@ struct sluice__op {
 
 static void op_release_if_unused(sluice__op *op) {
   if (op->done && !op->in_hiredis && !evtimer_pending(&op->timer, NULL)) {
+    sluice__reply_free(op->held);
     sluice__free(op);
   }
 }
@@ -68,13 +71,20 @@ static void op_count(sluice_client *c, const sluice__op *op, int status) {
 }
 
 /* Report status to the owner now (from the loop) and mark the op done. */
-static void op_complete(sluice__op *op, int status, const redisReply *reply) {
+static void op_complete_replicas(sluice__op *op, int status, const redisReply *reply,
+                                 int replicas) {
   if (op->done) return;
   op->done = 1;
   op_count(op->c, op, status);
   evtimer_del(&op->timer);
   op_unlink(op);
+  op->c->replicas = replicas;
   op->fn(op->ud, status, reply);
+  op->c->replicas = -1;
+}
+
+static void op_complete(sluice__op *op, int status, const redisReply *reply) {
+  op_complete_replicas(op, status, reply, -1);
 }
 
 /* An operation timed out. If nothing at all came back for a whole default
@@ -123,7 +133,7 @@ static int is_noscript(const redisReply *r) {
 static void op_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
   sluice__op *op = privdata;
   redisReply *reply = r;
-  op->in_hiredis = 0;
+  op->in_hiredis--;
   if (reply) op->c->last_reply_ms = sluice__mono_ms();
   if (op->done) {
     op_release_if_unused(op);
@@ -164,15 +174,51 @@ static void op_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
   }
   if (reply->type == REDIS_REPLY_ERROR) /* Redis's own words reach the user */
     snprintf(op->c->last_error, sizeof op->c->last_error, "Redis: %s", reply->str);
+  if (op->waits && reply->type != REDIS_REPLY_ERROR && (op->held = sluice__reply_dup(reply)))
+    return; /* the answer goes out with the WAIT's count */
   op_complete(op, reply->type == REDIS_REPLY_ERROR ? SLUICE_EREDIS : SLUICE_OK, reply);
   op_release_if_unused(op);
+}
+
+/* The WAIT after a script that writes: how many replicas acknowledged it.
+ * The step ran either way; a count short of wait_replicas is reported, not
+ * turned into a failure. */
+static void wait_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
+  sluice__op *op = privdata;
+  redisReply *reply = r;
+  op->in_hiredis--;
+  if (!op->done && op->held) { /* else: a WAIT before a NOSCRIPT retry, or too late */
+    long long n = reply && reply->type == REDIS_REPLY_INTEGER ? reply->integer : 0;
+    sluice_client *c = op->c;
+    if (n < (long long)c->opts.wait_replicas) c->stats.writes_not_replicated++;
+    op_complete_replicas(op, SLUICE_OK, op->held, n >= (long long)c->opts.wait_replicas);
+  }
+  op_release_if_unused(op);
+}
+
+/* Scripts that only read need no WAIT. */
+static int script_writes(const sluice__script *s) {
+  return s != &sluice__lua_sem_status && s != &sluice__lua_dq_status &&
+         s != &sluice__lua_dq_dead && s != &sluice__lua_top_scan && s != &sluice__lua_ping &&
+         s != &sluice__lua_blk_interrupt;
+}
+
+static void send_wait(sluice__op *op) {
+  sluice_client *c = op->c;
+  char n[24], t[24];
+  const char *argv[3] = {"WAIT", n, t};
+  size_t lens[3] = {4, sluice__fmt_u64(n, c->opts.wait_replicas),
+                    sluice__fmt_u64(t, c->opts.wait_timeout_ms)};
+  if (sluice__conn_send(&c->cmd, wait_reply_cb, op, 3, argv, lens) == REDIS_OK) op->in_hiredis++;
+  else op->waits = 0;
 }
 
 static int op_send(sluice__op *op) {
   sluice__conn *conn = &op->c->cmd;
   if (sluice__conn_send(conn, op_reply_cb, op, op->argc, op->argv, op->lens) != REDIS_OK)
     return SLUICE_ECONNECTION;
-  op->in_hiredis = 1;
+  op->in_hiredis++;
+  if (op->waits) send_wait(op);
   op->sent_up = conn->state == SLUICE_CONN_UP;
   op->ups_at_send = conn->ups;
   return SLUICE_OK;
@@ -250,6 +296,7 @@ int sluice__eval(sluice_client *c, const sluice__script *s, int nkeys, int argc,
   sluice__op *op = op_new(c, 3, head, headlens, argc, argv, lens);
   if (!op) return SLUICE_ENOMEM;
   op->script = s;
+  op->waits = c->opts.wait_replicas > 0 && script_writes(s);
   return op_start(c, op, timeout_ms, fn, ud, out);
 }
 
@@ -451,11 +498,16 @@ int sluice_client_new(struct event_base *base, const sluice_client_options *opts
   if (!c) return SLUICE_ENOMEM;
   c->base = base;
   c->opts = *opts;
+  c->replicas = -1;
   if (!c->opts.connect_timeout_ms) c->opts.connect_timeout_ms = 2000;
   if (!c->opts.op_timeout_ms) c->opts.op_timeout_ms = 5000;
   if (!c->opts.reconnect_min_ms) c->opts.reconnect_min_ms = 50;
   if (c->opts.reconnect_max_ms < c->opts.reconnect_min_ms)
     c->opts.reconnect_max_ms = c->opts.reconnect_min_ms > 2000 ? c->opts.reconnect_min_ms : 2000;
+  /* The WAIT must answer within the step's deadline. */
+  if (c->opts.wait_replicas && !c->opts.wait_timeout_ms) c->opts.wait_timeout_ms = 100;
+  if (c->opts.wait_replicas && c->opts.wait_timeout_ms >= c->opts.op_timeout_ms)
+    c->opts.wait_timeout_ms = c->opts.op_timeout_ms / 2 ? c->opts.op_timeout_ms / 2 : 1;
   rc = build_endpoint(c, opts);
   if (!rc) rc = sluice__endpoint_finish(&c->endpoint, opts); /* TLS */
   if (rc) {
@@ -563,6 +615,8 @@ void sluice_client_close(sluice_client *c, sluice_close_cb *cb, void *ud) {
 void sluice_client_free(sluice_client *c) { sluice_client_close(c, NULL, NULL); }
 
 struct sluice__guard_home *sluice__client_home(sluice_client *c) { return &c->home; }
+
+int sluice__client_replicated(const sluice_client *c) { return c->replicas; }
 
 uint64_t sluice__client_up_since(const sluice_client *c) { return c->up_since_ms; }
 

@@ -97,6 +97,7 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
   }
   if (status == SLUICE_OK) {
     p->sem->m.renewals++;
+    p->replicated = br->replicated;
     set_deadline(p, sluice__permit_deadline(p->sem, br->sent_ms, (uint64_t)ttl));
     /* Without auto_renew only a hand-off's first renewal runs. */
     if (p->sem->o.auto_renew) sluice__timer_in(p->renew_timer, p->sem->o.renew_ms);
@@ -157,13 +158,14 @@ static const sluice__guard_ops permit_guard_ops = {
     .cancel = permit_cancel, .destroy = permit_destroy};
 
 sluice_permit *sluice__permit_new(sluice_sem *sem, const char *id, uint64_t fence,
-                                  uint64_t deadline_ms) {
+                                  uint64_t deadline_ms, int replicated) {
   struct event_base *base = sluice__client_base(sem->c);
   sluice_permit *p = sluice__calloc(1, sizeof *p);
   if (!p) return NULL;
   p->sem = sem;
   memcpy(p->id, id, 33);
   p->fence = fence;
+  p->replicated = replicated;
   p->renew_timer = evtimer_new(base, renew_timer_cb, p);
   p->lost_timer = evtimer_new(base, lost_timer_cb, p);
   if (!p->renew_timer || !p->lost_timer) {
@@ -211,6 +213,7 @@ sluice_sem *sluice_permit_sem(const sluice_permit *p) { return p ? p->sem : NULL
 const char *sluice_permit_id(const sluice_permit *p) { return p ? p->id : NULL; }
 uint64_t sluice_permit_fence(const sluice_permit *p) { return p ? p->fence : 0; }
 int sluice_permit_lost(const sluice_permit *p) { return p ? p->lost : SLUICE_LOST_DEFINITE; }
+int sluice_permit_replicated(const sluice_permit *p) { return p ? p->replicated : -1; }
 
 int64_t sluice_permit_remaining_ms(const sluice_permit *p) {
   if (!p || p->lost) return 0;

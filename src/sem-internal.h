@@ -85,6 +85,7 @@ struct sluice_permit {
   sluice_lost_cb *lost_cb;
   void *lost_ud;
   int lost;                       /* 0 or a sluice_lost_reason */
+  int replicated;                 /* last grant or renewal: 1, 0, -1 not asked */
 };
 
 /* sem_acquire.c */
@@ -114,7 +115,7 @@ int sluice__release_idle(const sluice_sem *sem);
 void sluice__permit_setup(sluice_sem *sem);
 /* A held permit whose lease surely lasts until deadline_ms (monotonic). */
 sluice_permit *sluice__permit_new(sluice_sem *sem, const char *id, uint64_t fence,
-                                  uint64_t deadline_ms);
+                                  uint64_t deadline_ms, int replicated);
 /* The conservative local deadline of a lease of lease_ms that began no
  * earlier than base_ms: minus a margin for clock-rate drift (lease / 20). */
 uint64_t sluice__permit_deadline(const sluice_sem *sem, uint64_t base_ms, uint64_t lease_ms);

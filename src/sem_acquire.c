@@ -175,8 +175,9 @@ static void arm_expiry(sluice_sem *sem, int64_t wait) {
 /* A grant of permit id with fence, surely valid until deadline_ms. A
  * hand-off (id is the waiter's) comes with a short first lease: renew it to
  * a full one at once. */
-static void granted(sluice_acquire *a, const char *id, uint64_t fence, uint64_t deadline_ms) {
-  sluice_permit *p = sluice__permit_new(a->sem, id, fence, deadline_ms);
+static void granted(sluice_acquire *a, const char *id, uint64_t fence, uint64_t deadline_ms,
+                    int replicated) {
+  sluice_permit *p = sluice__permit_new(a->sem, id, fence, deadline_ms, replicated);
   if (!p) {
     sluice__release_queue(a->sem, id, NULL, NULL);
     finish(a, SLUICE_ENOMEM, NULL);
@@ -248,9 +249,9 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
   uint64_t deadline = sluice__permit_deadline(a->sem, br->sent_ms, (uint64_t)lease);
   if (g == 1) {
     a->maybe_granted = 0;
-    granted(a, a->permit_id, (uint64_t)value, deadline);
+    granted(a, a->permit_id, (uint64_t)value, deadline, br->replicated);
   } else if (g == 2 && a->blocking) {
-    granted(a, a->waiter_id, (uint64_t)value, deadline);
+    granted(a, a->waiter_id, (uint64_t)value, deadline, br->replicated);
   } else {
     a->maybe_granted = 0;
     refused(a, wait);
@@ -311,7 +312,9 @@ static void handed(sluice_sem *sem, const char *data, size_t len) {
     if (mapped > deadline) deadline = mapped;
   }
   buf[32] = '\0';
-  granted(a, buf, fence, deadline);
+  /* The release that handed it was another client's step: its renewal
+   * (sent at once) reports on replication. */
+  granted(a, buf, fence, deadline, -1);
 }
 
 /* Hand-offs (one or more, joined by ","), a bare waiter id (a wake-up:

@@ -93,6 +93,10 @@ int sluice__log_enabled(const sluice_client *c);
 struct sluice__hist;
 void sluice__latency_of(const struct sluice__hist *h, sluice_latency *out);
 
+/* During a script's completion callback: 1 when wait_replicas acknowledged
+ * its writes, 0 when fewer did in wait_timeout_ms, -1 when not asked. */
+int sluice__client_replicated(const sluice_client *c);
+
 /* A reply nobody waits for. */
 void sluice__ignore_reply(void *userdata, int status, const redisReply *reply);
 
@@ -118,6 +122,9 @@ size_t sluice__fmt_u64(char *buf, uint64_t v);
 /* Integer value of an integer reply, or of a string reply holding one.
  * Returns 0 on success, SLUICE_EPROTOCOL otherwise. */
 int sluice__reply_i64(const redisReply *r, int64_t *out);
+/* A deep copy of a reply (NULL on OOM), freed with sluice__reply_free. */
+redisReply *sluice__reply_dup(const redisReply *r);
+void sluice__reply_free(redisReply *r);
 /* Element i of an array reply, or NULL if r is not an array that long. */
 const redisReply *sluice__reply_at(const redisReply *r, size_t i);
 /* Arm/schedule a one-shot timer in ms (0: next loop turn). */

@@ -126,3 +126,36 @@ void sluice__timer_every(struct event *ev, uint64_t ms) {
 }
 
 void sluice__ignore_reply(void *userdata, int status, const redisReply *reply) {}
+
+/* Replies are freed by hiredis after their callback; an answer held until
+ * a later one (the WAIT after a script) is copied. NULL on OOM. */
+redisReply *sluice__reply_dup(const redisReply *r) {
+  redisReply *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->type = r->type;
+  c->integer = r->integer;
+  c->len = r->len;
+  if (r->str) {
+    if (!(c->str = malloc(r->len + 1))) goto oom;
+    memcpy(c->str, r->str, r->len);
+    c->str[r->len] = '\0';
+  }
+  if (r->type == REDIS_REPLY_ARRAY && r->elements) {
+    if (!(c->element = calloc(r->elements, sizeof *c->element))) goto oom;
+    c->elements = r->elements;
+    for (size_t i = 0; i < r->elements; i++)
+      if (!(c->element[i] = sluice__reply_dup(r->element[i]))) goto oom;
+  }
+  return c;
+oom:
+  sluice__reply_free(c);
+  return NULL;
+}
+
+void sluice__reply_free(redisReply *r) {
+  if (!r) return;
+  for (size_t i = 0; i < r->elements; i++) sluice__reply_free(r->element[i]);
+  free(r->element);
+  free(r->str);
+  free(r);
+}

@@ -396,7 +396,7 @@ static void g_cancel(sluice__guard *g) {
   sluice__batcher_cancel(&x->o.b, SLUICE_ECANCELED);
   for (int i = 0; i < 3; i++) {
     if (x->r[i].answers) continue;
-    sluice__batch_reply br = {NULL, 0, 0};
+    sluice__batch_reply br = {NULL, 0, 0, -1};
     answer(x, &x->r[i].br, SLUICE_ECANCELED, &br);
   }
 }

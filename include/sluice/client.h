@@ -97,6 +97,14 @@ typedef struct sluice_client_options {
   const char *sentinels;          /* "host:port[,host:port...]" */
   const char *sentinel_username;  /* the sentinels' own ACL user, if any */
   const char *sentinel_password;  /* the sentinels' own password, if any */
+  /* Replica acknowledgement: after every script that writes (grants,
+   * renewals, releases, pushes, acks, limiter checks), WAIT on the same
+   * connection for wait_replicas replicas, at most wait_timeout_ms (default
+   * 100, kept below op_timeout_ms). A write that fewer replicas acknowledged
+   * in time still happened: it is reported, not failed
+   * (sluice_permit_replicated(), stats.writes_not_replicated). 0: no WAIT. */
+  unsigned wait_replicas;
+  unsigned wait_timeout_ms;
 } sluice_client_options;
 
 /* Fill *opts with the defaults. */
@@ -148,6 +156,8 @@ typedef struct sluice_client_stats {
   /* Permit releases that could not reach Redis before the client closed
    * (their leases expire by themselves; see sluice_client_close). */
   uint64_t releases_abandoned;
+  /* Writes that fewer than wait_replicas replicas acknowledged in time. */
+  uint64_t writes_not_replicated;
 } sluice_client_stats;
 SLUICE_EXPORT void sluice_client_get_stats(const sluice_client *client,
                                            sluice_client_stats *out);

@@ -107,6 +107,10 @@ SLUICE_EXPORT uint64_t sluice_permit_fence(const sluice_permit *permit);
 SLUICE_EXPORT int64_t sluice_permit_remaining_ms(const sluice_permit *permit);
 /* 0 while held, else the sluice_lost_reason. */
 SLUICE_EXPORT int sluice_permit_lost(const sluice_permit *permit);
+/* With the client's wait_replicas: 1 when its grant (or last renewal) was
+ * acknowledged by that many replicas in time, 0 when fewer did (the permit
+ * is still held, but a failover now could lose it); -1 when not asked. */
+SLUICE_EXPORT int sluice_permit_replicated(const sluice_permit *permit);
 
 /* status: SLUICE_OK released; SLUICE_ENOTFOUND it had already expired or been
  * taken away; SLUICE_ECANCELED when the handle was freed or the client closed
