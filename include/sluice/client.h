@@ -17,6 +17,11 @@
  * operations started after the connection was lost fail at once with
  * SLUICE_ECONNECTION (from the loop), so callers never wait out a reconnect.
  *
+ * SIGPIPE: hiredis writes to its sockets without MSG_NOSIGNAL, so a write to a
+ * connection Redis just closed raises SIGPIPE. Like any program that talks to
+ * network peers, ignore it (signal(SIGPIPE, SIG_IGN)); the client then sees an
+ * error, reconnects and goes on.
+ *
  * Timer precision: every deadline, lease, renewal, wake-up bound and due time
  * is a libevent timer on your event_base, so the base's clock decides how
  * late they fire. On Linux, event_base_new() reads CLOCK_MONOTONIC_COARSE

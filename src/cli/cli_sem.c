@@ -173,6 +173,7 @@ static pid_t spawn_command(run_state *st) {
   cli_fds_close_others(&st->fds, -1);
   for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
     signal(forwarded[i], SIG_DFL);
+  signal(SIGPIPE, SIG_DFL); /* the tool ignores it; CMD gets the usual default */
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);

@@ -1,4 +1,5 @@
 /* `sluice`: semaphores, rate limits and delay queues from the shell. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -40,6 +41,10 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
+  /* hiredis writes to sockets without MSG_NOSIGNAL: a connection Redis
+   * closed must be an error to handle (the client reconnects), not a signal
+   * that kills the tool. Commands the tool runs get the default back. */
+  signal(SIGPIPE, SIG_IGN);
   if (argc < 2) {
     usage(stderr);
     return CLI_EXIT_USAGE;
