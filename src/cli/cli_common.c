@@ -202,7 +202,12 @@ int cli_connect(cli_ctx *ctx, unsigned timeout_ms) {
   o.url = ctx->url;
   if (ctx->prefix) o.key_prefix = ctx->prefix;
   o.connect_timeout_ms = timeout_ms;
-  ctx->base = event_base_new();
+  /* The precise clock: --wait and --timeout are deadlines, and libevent's
+   * default coarse clock can end them a few ms early. */
+  struct event_config *cfg = event_config_new();
+  if (cfg) event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+  ctx->base = cfg ? event_base_new_with_config(cfg) : NULL;
+  if (cfg) event_config_free(cfg);
   if (!ctx->base) {
     cli_error("cannot create event loop");
     return CLI_EXIT_FAILURE;
