@@ -345,12 +345,14 @@ void sluice__client_data_down(sluice_client *c) {
  * (it may accept writes for seconds and lose them). */
 static void master_moved(void *ud) {
   sluice_client *c = ud;
+  if (c->closing) return;
   sluice__conn_fail(&c->cmd, "the master moved (sentinel failover)");
   if (c->blocker) sluice__blocker_moved(c->blocker);
 }
 
 static void master_known(void *ud) {
   sluice_client *c = ud;
+  if (c->closing) return; /* the close sequence owns the connections now */
   if (c->cmd.state == SLUICE_CONN_RESOLVING) sluice__conn_start(&c->cmd);
   if (c->blocker) sluice__blocker_kick(c->blocker);
 }
@@ -591,6 +593,9 @@ static void reaper_cb(evutil_socket_t fd, short what, void *arg) {
     sluice__blocker_free(c->blocker);
     c->blocker = NULL;
   }
+  /* No new address is needed any more: the sentinel link goes now. */
+  sluice__sentinel_free(c->sentinel);
+  c->sentinel = NULL;
   /* Let steps already sent (releases, leaves) reach Redis before we go. */
   unsigned grace = c->opts.op_timeout_ms < 2000 ? c->opts.op_timeout_ms : 2000;
   sluice__conn_drain(&c->cmd, grace, cmd_drained);

@@ -208,6 +208,15 @@ static void test_bad_input(void) {
   sluice_client_free(c);
   TH_ASSERT(th_loop_drain(base, 5000));
 
+  /* Closed while the sentinels are still being asked, with an object alive:
+   * the answer that comes later must not start a connection. */
+  c = client_at(base, url);
+  s = sem_test_new(c, "b", 1, 1000, 0);
+  sluice_client_close(c, NULL, NULL);
+  th_loop_for(base, 500);
+  sluice_sem_free(s);
+  TH_ASSERT(th_loop_drain(base, 5000));
+
   static const char *const malformed[] = {
       "redis+sentinel://", "redis+sentinel://h:1", "redis+sentinel://h:1/",
       "redis+sentinel://h/m", "redis+sentinel://h:0/m", "redis+sentinel://:1/m",
