@@ -630,7 +630,7 @@ void sluice__client_note_abandoned(sluice_client *c, const char *permit_id) {
   sluice__log(c, SLUICE_LOG_ERROR,
               "closed while Redis was unreachable: release of permit %s abandoned; its lease "
               "expires by itself", permit_id);
-  snprintf(c->cmd.errstr, sizeof c->cmd.errstr,
+  snprintf(c->last_error, sizeof c->last_error,
            "closed while Redis was unreachable: %llu permit release(s) could not be sent; "
            "those leases expire by themselves",
            (unsigned long long)c->stats.releases_abandoned);
