@@ -519,11 +519,124 @@ static void test_resharding(void) {
   th_cluster_stop(&topo);
 }
 
+/* ---- failover ------------------------------------------------------------ */
+
+/* Runs the loop while a child process does `what` to the cluster (the
+ * topology helpers block), then brings this process's view up to date. */
+static void in_child_under_loop(struct event_base *base, int (*what)(th_node *), th_node *m) {
+  pid_t pid = fork();
+  TH_ASSERT(pid >= 0);
+  if (pid == 0) _exit(what(m) == 0 ? 0 : 1);
+  int st = 0;
+  uint64_t until = th_now_ms() + 90000;
+  while (waitpid(pid, &st, WNOHANG) == 0 && th_now_ms() < until) th_loop_for(base, 20);
+  TH_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  TH_ASSERT_EQ(th_cluster_wait_ok(&topo, 30000), 0);
+}
+
+static int manual_failover(th_node *m) { return th_cluster_failover(&topo, m) ? 0 : -1; }
+static int await_failover(th_node *m) { return th_cluster_wait_ok(&topo, 60000); }
+
+typedef struct fo_load {
+  sluice_sem *holder_sem, *waiter_sem;
+  sluice_dq *dq;
+  acq_result held, waited;
+  got g;
+} fo_load;
+
+/* Pushes until one is accepted (a push during the switch may fail fast),
+ * then waits for its delivery; returns ms from `since`. */
+static uint64_t push_until_delivered(struct event_base *base, fo_load *f, uint64_t since) {
+  int before = f->g.n;
+  dqt_push p;
+  uint64_t end = th_now_ms() + 20000;
+  do {
+    memset(&p, 0, sizeof p);
+    sluice_dq_item it = {"x", 1, 0, 0, NULL};
+    TH_ASSERT_EQ(sluice_dq_push(f->dq, &it, dqt_on_push, &p), SLUICE_OK);
+    TH_ASSERT(th_loop_until(base, &p.done, 5000));
+    if (p.status != SLUICE_OK) th_loop_for(base, 50);
+  } while (p.status != SLUICE_OK && th_now_ms() < end);
+  TH_ASSERT_EQ(p.status, SLUICE_OK);
+  end = th_now_ms() + 10000;
+  while (f->g.n == before && th_now_ms() < end) th_loop_for(base, 5);
+  TH_ASSERT_CMP(f->g.n, >, before);
+  return th_now_ms() - since;
+}
+
+/* A manual failover (CLUSTER FAILOVER) of the semaphore's master while a
+ * waiter is blocked on it, then SIGKILL of the queue's master (the cluster
+ * fails over by itself after its node timeout) while a consumer idles:
+ * both go on against the new masters without any action, and the time to
+ * recover is printed. */
+static void test_failover(void) {
+  start(1);
+  struct event_base *base = event_base_new();
+  sluice_client *c = client_at(base, url);
+  fo_load f;
+  memset(&f, 0, sizeof f);
+  f.holder_sem = sem_test_new(c, "f", 1, 3000, 0);
+  f.waiter_sem = sem_test_new(c, "f", 1, 3000, 0);
+  f.held = sem_try(base, f.holder_sem);
+  TH_ASSERT_EQ(f.held.status, SLUICE_OK);
+  TH_ASSERT_EQ(sluice_sem_acquire(f.waiter_sem, 30000, acq_cb, &f.waited, NULL), SLUICE_OK);
+  f.dq = dqt_queue(c, "fq");
+  sluice_dq_consumer *con = NULL;
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "fq", NULL, on_msg, &f.g, &con), SLUICE_OK);
+  push_until_delivered(base, &f, th_now_ms());
+  th_loop_for(base, 200);
+  TH_ASSERT_EQ(f.waited.done, 0);
+
+  th_node *sem_master = th_cluster_master_for_key(&topo, "{f}");
+  uint64_t t0 = th_now_ms();
+  in_child_under_loop(base, manual_failover, sem_master);
+  TH_ASSERT(th_cluster_master_for_key(&topo, "{f}") != sem_master);
+  printf("# manual failover of %s done after %llu ms\n", sem_master->addr,
+         (unsigned long long)(th_now_ms() - t0));
+  /* The holder's renewals went on; its release on the new master hands the
+   * waiter the permit through the re-armed blocking connection. */
+  th_loop_for(base, 200);
+  TH_ASSERT_EQ(sluice_permit_lost(f.held.permit), 0);
+  TH_ASSERT_EQ(f.waited.done, 0);
+  t0 = th_now_ms();
+  sluice_permit_release(f.held.permit, NULL, NULL);
+  TH_ASSERT(th_loop_until(base, &f.waited.done, 5000));
+  TH_ASSERT_EQ(f.waited.status, SLUICE_OK);
+  printf("# release to hand-off on the new master: %llu ms\n",
+         (unsigned long long)(th_now_ms() - t0));
+
+  th_node *q_master = th_cluster_master_for_key(&topo, "{fq}");
+  t0 = th_now_ms();
+  kill(q_master->pid, SIGKILL);
+  q_master->pid = 0;
+  in_child_under_loop(base, await_failover, q_master);
+  TH_ASSERT(th_cluster_master_for_key(&topo, "{fq}") != q_master);
+  uint64_t agreed = th_now_ms() - t0;
+  uint64_t recovered = push_until_delivered(base, &f, t0);
+  printf("# SIGKILL of %s: cluster agreed after %llu ms, a push delivered %llu ms after the "
+         "kill\n", q_master->addr, (unsigned long long)agreed, (unsigned long long)recovered);
+  TH_ASSERT_CMP(recovered, <, agreed + 5000);
+
+  sluice_client_health h;
+  sluice_client_get_health(c, &h);
+  TH_ASSERT_EQ(h.command_up, 1);
+  sluice_permit_release(f.waited.permit, NULL, NULL);
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(f.dq);
+  sluice_sem_free(f.holder_sem);
+  sluice_sem_free(f.waiter_sem);
+  sluice_client_free(c);
+  TH_ASSERT(th_loop_drain(base, 5000));
+  event_base_free(base);
+  th_cluster_stop(&topo);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"primitives", test_primitives, 120},
       {"bad_input", test_bad_input, 60},
       {"resharding", test_resharding, 240},
+      {"failover", test_failover, 300},
       {NULL, NULL, 0},
   };
   return th_topology_main(argc, argv, cases);
