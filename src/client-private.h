@@ -25,6 +25,8 @@ struct sluice_client {
   uint64_t up_since_ms;           /* monotonic: last handshake completed */
   sluice__list ops;               /* operations not yet completed */
   sluice__list unsent;            /* waiting for the first connection's context */
+  sluice__list wait_open;         /* WAITs to send this turn (wait_replicas) */
+  struct event *wait_ev;          /* sends them, after the turn's scripts */
   sluice__sentinel *sentinel;     /* redis+sentinel://: finds the master */
   sluice__cluster *cluster;       /* redis+cluster://: the map and the masters */
   sluice__guard_home home;        /* every object created on the client */

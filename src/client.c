@@ -27,7 +27,7 @@ struct sluice__op {
   void *ud;
   struct event timer;             /* deadline, or deferred completion */
   int deferred_status;            /* status to report when timer fires early */
-  unsigned in_hiredis : 4;        /* hiredis callbacks still due (replies, WAITs) */
+  unsigned in_hiredis;            /* hiredis callbacks still due (replies, WAITs) */
   unsigned waits : 1;             /* a WAIT follows it (wait_replicas) */
   redisReply *held;               /* its reply, copied, until the WAIT answers */
   unsigned done : 1;              /* fn called, or detached */
@@ -198,20 +198,109 @@ static void op_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
   op_release_if_unused(op);
 }
 
-/* The WAIT after a script that writes: how many replicas acknowledged it.
- * The step ran either way; a count short of wait_replicas is reported, not
+/* ---- replica acknowledgement (wait_replicas) ----------------------------- */
+
+/* WAIT blocks the connection it is sent on until the replicas answer or its
+ * timeout passes, and every command pipelined behind it waits too. So the
+ * scripts that write in one loop turn share one WAIT per connection (it
+ * covers every write sent before it), and once a connection's replicas fell
+ * short its WAITs use SHORT_WAIT_MS, with a longer probe (PROBE_WAIT_MS at
+ * most) once per PROBE_EVERY_MS to notice their return: a missing replica
+ * stalls the connection for wait_timeout_ms once, then for a millisecond a
+ * turn, instead of wait_timeout_ms a step. */
+#define SHORT_WAIT_MS 1
+#define PROBE_WAIT_MS 50
+#define PROBE_EVERY_MS 1000
+
+typedef struct wait_batch {
+  sluice_client *c;
+  sluice__link link;              /* in c->wait_open until sent */
+  sluice__conn *conn;
+  size_t n;
+  sluice__op **ops;               /* each holds an in_hiredis count for us */
+  size_t cap;
+} wait_batch;
+
+/* The WAIT's answer: how many replicas acknowledged every write before it.
+ * The steps ran either way; a count short of wait_replicas is reported, not
  * turned into a failure. */
 static void wait_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
-  sluice__op *op = privdata;
+  wait_batch *w = privdata;
   redisReply *reply = r;
-  op->in_hiredis--;
-  if (!op->done && op->held) { /* else: a WAIT before a NOSCRIPT retry, or too late */
-    long long n = reply && reply->type == REDIS_REPLY_INTEGER ? reply->integer : 0;
-    sluice_client *c = op->c;
-    if (n < (long long)c->opts.wait_replicas) c->stats.writes_not_replicated++;
-    op_complete_replicas(op, SLUICE_OK, op->held, n >= (long long)c->opts.wait_replicas);
+  sluice_client *c = w->c;
+  long long n = reply && reply->type == REDIS_REPLY_INTEGER ? reply->integer : 0;
+  int enough = n >= (long long)c->opts.wait_replicas;
+  if (reply) w->conn->replicas_short = !enough; /* else the conn may be gone */
+  for (size_t i = 0; i < w->n; i++) {
+    sluice__op *op = w->ops[i];
+    op->in_hiredis--;
+    if (!op->done && op->held) { /* else: re-sent after a NOSCRIPT or redirect, or too late */
+      if (!enough) c->stats.writes_not_replicated++;
+      op_complete_replicas(op, SLUICE_OK, op->held, enough);
+    }
+    op_release_if_unused(op);
   }
-  op_release_if_unused(op);
+  free(w->ops);
+  sluice__free(w);
+}
+
+/* From the loop, after the turn's scripts were handed to hiredis: one WAIT
+ * per connection that wrote. */
+static void send_waits(evutil_socket_t fd, short what, void *arg) {
+  sluice_client *c = arg;
+  uint64_t now = sluice__mono_ms();
+  while (c->wait_open.head) {
+    wait_batch *w = sluice__container_of(c->wait_open.head, wait_batch, link);
+    sluice__list_remove(&c->wait_open, &w->link);
+    sluice__conn *conn = w->conn;
+    conn->wait_open = NULL;
+    unsigned t = c->opts.wait_timeout_ms;
+    if (conn->replicas_short) {
+      if (now - conn->wait_probe_ms < PROBE_EVERY_MS) t = SHORT_WAIT_MS;
+      else if (t > PROBE_WAIT_MS) t = PROBE_WAIT_MS;
+    }
+    if (t > SHORT_WAIT_MS) conn->wait_probe_ms = now;
+    char nb[24], tb[24];
+    const char *argv[3] = {"WAIT", nb, tb};
+    size_t lens[3] = {4, sluice__fmt_u64(nb, c->opts.wait_replicas), sluice__fmt_u64(tb, t)};
+    if (sluice__conn_send(conn, wait_reply_cb, w, 3, argv, lens) == REDIS_OK) continue;
+    /* No WAIT can follow (the connection went): the steps answer alone. */
+    for (size_t i = 0; i < w->n; i++) {
+      sluice__op *op = w->ops[i];
+      op->in_hiredis--;
+      op->waits = 0;
+      op_release_if_unused(op);
+    }
+    free(w->ops);
+    sluice__free(w);
+  }
+}
+
+/* op was just sent on op->conn: the turn's WAIT on that connection covers it. */
+static void wait_join(sluice__op *op) {
+  sluice_client *c = op->c;
+  sluice__conn *conn = op->conn;
+  wait_batch *w = conn->wait_open;
+  if (!w) {
+    if (!(w = sluice__calloc(1, sizeof *w))) goto no_wait;
+    w->c = c;
+    w->conn = conn;
+    conn->wait_open = w;
+    sluice__list_append(&c->wait_open, &w->link);
+    event_active(c->wait_ev, 0, 0);
+  }
+  if (w->n == w->cap) {
+    size_t cap = w->cap ? 2 * w->cap : 8;
+    sluice__op **ops = realloc(w->ops, cap * sizeof *ops);
+    if (!ops) goto no_wait;
+    w->ops = ops;
+    w->cap = cap;
+  }
+  w->ops[w->n++] = op;
+  op->in_hiredis++;
+  return;
+no_wait:
+  op->waits = 0; /* out of memory: answered without the count */
 }
 
 /* Scripts that only read need no WAIT. */
@@ -219,16 +308,6 @@ static int script_writes(const sluice__script *s) {
   return s != &sluice__lua_sem_status && s != &sluice__lua_dq_status &&
          s != &sluice__lua_dq_dead && s != &sluice__lua_top_scan && s != &sluice__lua_ping &&
          s != &sluice__lua_blk_interrupt;
-}
-
-static void send_wait(sluice__op *op) {
-  sluice_client *c = op->c;
-  char n[24], t[24];
-  const char *argv[3] = {"WAIT", n, t};
-  size_t lens[3] = {4, sluice__fmt_u64(n, c->opts.wait_replicas),
-                    sluice__fmt_u64(t, c->opts.wait_timeout_ms)};
-  if (sluice__conn_send(op->conn, wait_reply_cb, op, 3, argv, lens) == REDIS_OK) op->in_hiredis++;
-  else op->waits = 0;
 }
 
 /* Where op goes: the one connection, or in a cluster the master of its
@@ -254,7 +333,7 @@ static int op_send(sluice__op *op) {
     return SLUICE_ECONNECTION;
   op->conn = conn;
   op->in_hiredis++;
-  if (op->waits) send_wait(op);
+  if (op->waits) wait_join(op);
   op->sent_up = conn->state == SLUICE_CONN_UP;
   op->ups_at_send = conn->ups;
   return SLUICE_OK;
@@ -616,6 +695,7 @@ static void client_destroy(sluice_client *c) {
   free(c->key_prefix);
   if (c->reaper) event_free(c->reaper);
   if (c->log_ev) event_free(c->log_ev);
+  if (c->wait_ev) event_free(c->wait_ev);
   if (c->clock_ev) event_free(c->clock_ev);
   sluice__guard_home_clear(&c->home);
   sluice__free(c);
@@ -672,6 +752,7 @@ int sluice_client_new(struct event_base *base, const sluice_client_options *opts
   c->opts.key_prefix = c->key_prefix;
   c->reaper = event_new(base, -1, 0, reaper_cb, c);
   c->log_ev = event_new(base, -1, 0, log_deliver, c);
+  c->wait_ev = event_new(base, -1, 0, send_waits, c);
   c->clock_ev = event_new(base, -1, 0, clock_check, c);
   sluice__random_hex(c->id);
   sluice__conn_config cfg = {.endpoint = &c->endpoint,
@@ -696,7 +777,7 @@ int sluice_client_new(struct event_base *base, const sluice_client_options *opts
                                  .node_down = data_down,
                                  .map_changed = map_changed,
                                  .userdata = c};
-  if (!c->key_prefix || !c->reaper || !c->log_ev || !c->clock_ev ||
+  if (!c->key_prefix || !c->reaper || !c->log_ev || !c->clock_ev || !c->wait_ev ||
       sluice__guard_home_init(&c->home, base, home_empty) != 0 ||
       (c->endpoint.master_name && !(c->sentinel = sluice__sentinel_new(base, &scfg))) ||
       sluice__conn_init(&c->cmd, base, &cfg) != 0) {
@@ -748,6 +829,7 @@ void sluice_client_get_stats(const sluice_client *c, sluice_client_stats *out) {
  * with ECANCELED, connections go, close_cb runs. */
 static void reaper_cb(evutil_socket_t fd, short what, void *arg) {
   sluice_client *c = arg;
+  send_waits(-1, 0, c); /* none may wait for a turn that is not coming */
   sluice__guard_home_close(&c->home);
   c->sealed = 1;
   while (c->ops.head) {

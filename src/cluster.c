@@ -14,6 +14,10 @@
 /* A refresh at most this often: a burst of MOVED replies (a slot migrated
  * under load) costs one CLUSTER SLOTS, not one each. */
 #define REFRESH_MIN_MS 100
+/* While a master's connection is down, the map is asked again this often:
+ * the cluster promotes a replica in its own time, and the client should
+ * follow within a fraction of a second, not at its next reconnect. */
+#define REFRESH_WHILE_DOWN_MS 250
 /* Addresses remembered from maps (masters and replicas): where to ask when
  * every connected node is gone. */
 #define BOOK_MAX 64
@@ -24,6 +28,7 @@ typedef struct node {
   sluice__endpoint ep;           /* the client's, with this node's host and port */
   sluice__conn conn;
   int master;                    /* serves slots in the current map */
+  int was_master;                /* in the map before the last one */
   int retiring;                  /* draining; freed when drained */
 } node;
 
@@ -333,6 +338,14 @@ static int entry_addr(const redisReply *e, const node *from, const char **host, 
   return 0;
 }
 
+static int master_down(const sluice__cluster *cl) {
+  for (const sluice__link *l = cl->nodes.head; l; l = l->next) {
+    const node *n = sluice__container_of(l, node, link);
+    if (n->master && n->conn.failed && n->conn.state != SLUICE_CONN_UP) return 1;
+  }
+  return 0;
+}
+
 static void apply_map(evutil_socket_t fd, short what, void *arg) {
   sluice__cluster *cl = arg;
   redisReply *map = cl->map;
@@ -374,8 +387,11 @@ static void apply_map(evutil_socket_t fd, short what, void *arg) {
   else cl->err[0] = '\0';
   memcpy(cl->slot, fresh, sizeof cl->slot);
   free(fresh);
-  for (sluice__link *l = cl->nodes.head; l; l = l->next)
-    sluice__container_of(l, node, link)->master = 0;
+  for (sluice__link *l = cl->nodes.head; l; l = l->next) {
+    node *n = sluice__container_of(l, node, link);
+    n->was_master = n->master;
+    n->master = 0;
+  }
   for (unsigned s = 0; s < SLUICE__SLOTS; s++)
     if (cl->slot[s]) cl->slot[s]->master = 1;
   cl->known = 1;
@@ -387,7 +403,20 @@ static void apply_map(evutil_socket_t fd, short what, void *arg) {
     if (!n->master && !n->retiring) node_retire(n);
   }
   if (cl->cfg.map_changed) cl->cfg.map_changed(cl->cfg.userdata);
-  if (cl->wanted) refresh_now(cl);
+  /* A connection that was up before its node became a master (a seed, a
+   * promoted replica) is announced now, as if it had just come up. */
+  for (sluice__link *l = cl->nodes.head, *next; l && !cl->closing; l = next) {
+    next = l->next;
+    node *n = sluice__container_of(l, node, link);
+    if (n->master && !n->was_master && n->conn.state == SLUICE_CONN_UP && cl->cfg.node_up)
+      cl->cfg.node_up(&n->conn, cl->cfg.userdata);
+  }
+  if (cl->wanted) {
+    refresh_now(cl);
+  } else if (master_down(cl)) {
+    cl->wanted = 1;
+    sluice__timer_in(cl->refresh_timer, REFRESH_WHILE_DOWN_MS);
+  }
 }
 
 /* ---- public -------------------------------------------------------------- */

@@ -68,6 +68,10 @@ struct sluice__conn {
   unsigned long ups;              /* handshakes completed */
   int was_up;                     /* in on_down: it had been up (lost, not failed) */
   uint64_t last_reply_ms;         /* monotonic: last reply (the client's steps) */
+  /* The client's wait_replicas state for this connection (client.c). */
+  struct wait_batch *wait_open;   /* writes sent this turn, for one WAIT */
+  int replicas_short;             /* the last WAIT counted too few replicas */
+  uint64_t wait_probe_ms;         /* when a WAIT last had a longer timeout */
   struct event *timer;            /* connect timeout, or reconnect delay */
   struct event *drop_ev;          /* deferred drop out of hiredis frames */
   char errstr[256];                /* "<what>: <detail>", truncated to fit */
