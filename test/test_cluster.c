@@ -760,6 +760,49 @@ static void test_pause_master(void) {
   th_cluster_stop(&topo);
 }
 
+/* ---- the tool ------------------------------------------------------------ */
+
+/* `sluice ARGS` through sh, with SLUICE_REDIS the cluster's URL; its output (first 1 KB)
+ * into out, its exit status returned. */
+static int tool(char *out, size_t size, const char *args) {
+  const char *bin = getenv("SLUICE_BIN");
+  TH_ASSERT(bin != NULL);
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "SLUICE_REDIS='%s' %s %s 2>&1", url, bin, args);
+  FILE *p = popen(cmd, "r");
+  TH_ASSERT(p != NULL);
+  size_t n = fread(out, 1, size - 1, p);
+  out[n] = '\0';
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* sem run / status / release, rl check, dq push / consume / status and top,
+ * unchanged but for the URL. */
+static void test_tool(void) {
+  start(0);
+  char out[1024];
+  int rc = tool(out, sizeof out, "sem run job -n 1 --ttl 5000 -- echo ran");
+  if (rc) th_fail(__FILE__, __LINE__, "sem run: %d: %s", rc, out);
+  TH_ASSERT(strstr(out, "ran") != NULL);
+  TH_ASSERT_EQ(tool(out, sizeof out, "sem status job"), 0);
+  TH_ASSERT_EQ(tool(out, sizeof out, "sem release job 0123456789abcdef0123456789abcdef"), 1);
+  for (int i = 0; i < 3; i++)
+    TH_ASSERT_EQ(tool(out, sizeof out, "rl check api user1 --algo gcra --limit 3 --period 60000"), 0);
+  TH_ASSERT_EQ(tool(out, sizeof out, "rl check api user1 --algo gcra --limit 3 --period 60000"), 1);
+  TH_ASSERT_EQ(tool(out, sizeof out, "dq push jobs --id j1 hello"), 0);
+  TH_ASSERT_EQ(tool(out, sizeof out, "dq push jobs --id j1 hello"), 1); /* duplicate id */
+  TH_ASSERT_EQ(tool(out, sizeof out, "dq consume jobs --count 1 -- cat"), 0);
+  TH_ASSERT(strstr(out, "hello") != NULL);
+  TH_ASSERT_EQ(tool(out, sizeof out, "dq status jobs"), 0);
+  /* top finds objects on every master. */
+  TH_ASSERT_EQ(tool(out, sizeof out, "dq push other --id x y"), 0);
+  TH_ASSERT_EQ(tool(out, sizeof out, "top --once"), 0);
+  printf("%s", out[0] ? "# top:\n" : "");
+  for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) printf("#   %s\n", line);
+  th_cluster_stop(&topo);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"primitives", test_primitives, 120},
@@ -767,6 +810,7 @@ int main(int argc, char **argv) {
       {"resharding", test_resharding, 240},
       {"failover", test_failover, 300},
       {"pause_master", test_pause_master, 300},
+      {"tool", test_tool, 120},
       {NULL, NULL, 0},
   };
   return th_topology_main(argc, argv, cases);
