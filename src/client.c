@@ -437,7 +437,12 @@ static int cluster_redirect(sluice__op *op, const redisReply *r) {
   }
   free(op->ask);
   op->ask = NULL;
-  if ((moved || ask) && sluice__cluster_parse_redirect(r->str, r->len, &slot, &addr, &len) == 0) {
+  if ((moved || ask) && sluice__cluster_parse_redirect(r->str, r->len, &slot, &addr, &len) != 0) {
+    op_complete(op, SLUICE_EPROTOCOL, NULL); /* a redirect we cannot read */
+    op_release_if_unused(op);
+    return 1;
+  }
+  if (moved || ask) {
     if (moved) sluice__cluster_moved(c->cluster, slot, addr, len, op->conn);
     if (ask && (op->ask = malloc(len + 1))) {
       memcpy(op->ask, addr, len);

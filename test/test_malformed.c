@@ -8,6 +8,7 @@
 #include <sys/prctl.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <netinet/in.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,7 +19,11 @@
 typedef struct fake {
   pid_t pid;
   char path[200];
+  int port;          /* a TCP fake (cluster cases): its port on 127.0.0.1 */
 } fake;
+
+/* What a TCP fake answers to CLUSTER (SLOTS): every slot is its own. */
+static char cluster_slots[128];
 
 /* Length of one complete RESP command at buf, or 0 if incomplete. Sets
  * *first to the first argument's start/length. */
@@ -77,6 +82,8 @@ static void serve(int lfd, const char *reply) {
       while ((clen = parse_command(b, used[i - 1], &first, &flen)) > 0) {
         const char *out = reply;
         if (flen == 4 && strncasecmp(first, "PING", 4) == 0) out = "+PONG\r\n";
+        else if (flen == 7 && strncasecmp(first, "CLUSTER", 7) == 0 && cluster_slots[0])
+          out = cluster_slots;
         else if (flen == 6 && strncasecmp(first, "SCRIPT", 6) == 0)
           out = "$40\r\n0000000000000000000000000000000000000000\r\n";
         if (write(fds[i].fd, out, strlen(out)) < 0) break;
@@ -107,10 +114,43 @@ static void fake_start(fake *f, const char *reply) {
   close(lfd);
 }
 
+/* A fake on a TCP port of 127.0.0.1 that calls itself a one-node cluster
+ * (CLUSTER SLOTS: every slot here) and answers everything else `reply`. */
+static char tcp_reply[128];
+
+/* reply may hold one %d: the fake's own port. */
+static void fake_start_tcp(fake *f, const char *reply, const char *slots) {
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {0};
+  socklen_t len = sizeof sa;
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  TH_ASSERT_EQ(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0); /* any free port */
+  TH_ASSERT_EQ(getsockname(lfd, (struct sockaddr *)&sa, &len), 0);
+  TH_ASSERT_EQ(listen(lfd, 8), 0);
+  f->port = ntohs(sa.sin_port);
+  f->path[0] = '\0';
+  if (slots)
+    snprintf(cluster_slots, sizeof cluster_slots, "%s", slots);
+  else
+    snprintf(cluster_slots, sizeof cluster_slots,
+             "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$9\r\n127.0.0.1\r\n:%d\r\n$3\r\nfak\r\n",
+             f->port);
+  f->pid = fork();
+  TH_ASSERT(f->pid >= 0);
+  if (f->pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    snprintf(tcp_reply, sizeof tcp_reply, reply, f->port);
+    serve(lfd, tcp_reply);
+    _exit(0);
+  }
+  close(lfd);
+}
+
 static void fake_stop(fake *f) {
   kill(f->pid, SIGKILL);
   waitpid(f->pid, NULL, 0);
-  unlink(f->path);
+  if (f->path[0]) unlink(f->path);
 }
 
 static sluice_client *fake_client(struct event_base *base, const fake *f) {
@@ -204,6 +244,74 @@ static void test_renewal_nonsense(void) {
   fake_stop(&f);
 }
 
+/* A cluster node that redirects every step to itself: the step follows a
+ * bounded number of redirects, then fails with SLUICE_ECONNECTION and says
+ * why; never a loop, never a hang. */
+static void moved_forever(const char *moved, int expected) {
+  fake f;
+  fake_start_tcp(&f, moved, NULL);
+  struct event_base *base = event_base_new();
+  char url[64];
+  snprintf(url, sizeof url, "redis+cluster://127.0.0.1:%d", f.port);
+  sluice_client_options o;
+  sluice_client_options_init(&o);
+  o.url = url;
+  o.op_timeout_ms = 3000;
+  sluice_client *c = NULL;
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  sluice_sem *s = sem_test_new(c, "m", 1, 1000, 0);
+  uint64_t t0 = th_now_ms();
+  acq_result r = sem_try(base, s);
+  TH_ASSERT_EQ(r.status, expected);
+  TH_ASSERT_CMP(th_now_ms() - t0, <, 3000); /* before the deadline */
+  const char *err = sluice_client_last_error(c);
+  if (expected == SLUICE_ECONNECTION && !strstr(err, "redirects"))
+    th_fail(__FILE__, __LINE__, "unclear error: \"%s\"", err);
+  sluice_sem_free(s);
+  sluice_client_free(c);
+  TH_ASSERT(th_loop_drain(base, 5000));
+  event_base_free(base);
+  fake_stop(&f);
+}
+
+static void test_moved_to_itself(void) {
+  moved_forever("-MOVED 7 127.0.0.1:%d\r\n", SLUICE_ECONNECTION);
+}
+/* An empty host means the node's own. */
+static void test_moved_empty_host(void) { moved_forever("-MOVED 7 :%d\r\n", SLUICE_ECONNECTION); }
+
+static void test_tryagain_forever(void) {
+  moved_forever("-TRYAGAIN Multiple keys\r\n", SLUICE_ECONNECTION);
+}
+/* A redirect that does not read as one is an unexpected reply. */
+static void test_moved_unreadable(void) { moved_forever("-MOVED x\r\n", SLUICE_EPROTOCOL); }
+
+/* CLUSTER SLOTS answered with nonsense: steps fail with a clear status
+ * within their deadline. */
+static void test_slots_nonsense(void) {
+  fake f;
+  fake_start_tcp(&f, "+OK\r\n", ":7\r\n");
+  struct event_base *base = event_base_new();
+  char url[64];
+  snprintf(url, sizeof url, "redis+cluster://127.0.0.1:%d", f.port);
+  sluice_client_options o;
+  sluice_client_options_init(&o);
+  o.url = url;
+  o.op_timeout_ms = 2000;
+  sluice_client *c = NULL;
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  sluice_sem *s = sem_test_new(c, "m", 1, 1000, 0);
+  acq_result r = sem_try(base, s);
+  TH_ASSERT_EQ(r.status, SLUICE_ECONNECTION);
+  const char *err = sluice_client_last_error(c);
+  if (!strstr(err, "CLUSTER SLOTS")) th_fail(__FILE__, __LINE__, "unclear error: \"%s\"", err);
+  sluice_sem_free(s);
+  sluice_client_free(c);
+  TH_ASSERT(th_loop_drain(base, 5000));
+  event_base_free(base);
+  fake_stop(&f);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"integer_instead_of_array", test_integer_instead_of_array, 0},
@@ -212,6 +320,11 @@ int main(int argc, char **argv) {
       {"error_reply", test_error_reply, 0},
       {"garbage_bytes", test_garbage_bytes, 0},
       {"renewal_nonsense", test_renewal_nonsense, 0},
+      {"moved_to_itself", test_moved_to_itself, 0},
+      {"tryagain_forever", test_tryagain_forever, 0},
+      {"moved_empty_host", test_moved_empty_host, 0},
+      {"moved_unreadable", test_moved_unreadable, 0},
+      {"slots_nonsense", test_slots_nonsense, 0},
       {NULL, NULL, 0}};
   return th_main(argc, argv, cases);
 }
