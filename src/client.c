@@ -621,10 +621,13 @@ static void data_down(sluice__conn *conn, int status, void *ud) {
   /* Ops that waited for a first connection that failed were never sent. */
   if (!c->cluster || !sluice__cluster_reachable(c->cluster)) send_unsent(c, 1);
   const char *serr = c->sentinel ? sluice__sentinel_error(c->sentinel) : "";
-  snprintf(c->last_error, sizeof c->last_error, "%.240s%s%.260s", conn->errstr, *serr ? "; " : "",
-           serr);
   char w[128];
   where(c, conn, w, sizeof w);
+  if (c->cluster) /* which node, of several */
+    snprintf(c->last_error, sizeof c->last_error, "%.120s: %.300s", w, conn->errstr);
+  else
+    snprintf(c->last_error, sizeof c->last_error, "%.240s%s%.260s", conn->errstr,
+             *serr ? "; " : "", serr);
   c->m_up = 0;
   if (conn->was_up) {
     c->m.disconnects++;

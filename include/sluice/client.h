@@ -132,14 +132,17 @@ SLUICE_EXPORT int sluice_client_new(struct event_base *base,
                                     sluice_client **out);
 
 /* Called from the loop when the command connection comes up (connected = 1,
- * status 0) or goes down (connected = 0, status < 0 says why). */
+ * status 0) or goes down (connected = 0, status < 0 says why). On a cluster:
+ * connected = 1 once the slot map is known and every master in use is
+ * connected; connected = 0 whenever one of them goes down. */
 typedef void sluice_client_state_cb(sluice_client *client, int connected,
                                     int status, void *userdata);
 SLUICE_EXPORT void sluice_client_set_state_cb(sluice_client *client,
                                               sluice_client_state_cb *cb,
                                               void *userdata);
 
-/* 1 when the command connection is up. */
+/* 1 when the command connection is up (on a cluster: the slot map is known
+ * and every master in use is connected). */
 SLUICE_EXPORT int sluice_client_is_connected(const sluice_client *client);
 
 /* The text of the last error: why the connection failed (the first failing
@@ -152,7 +155,8 @@ SLUICE_EXPORT const char *sluice_client_last_error(const sluice_client *client);
 
 /* Both connections at a glance: whether the command connection is up, and
  * whether the blocking connection (on which waiters and consumers are woken)
- * is up, or not needed (-1: nothing listens). */
+ * is up, or not needed (-1: nothing listens). On a cluster each counts as up
+ * when all of its kind in use are (one per master; one per slot waited on). */
 typedef struct sluice_client_health {
   int command_up;
   int blocking_up;
