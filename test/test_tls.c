@@ -558,6 +558,64 @@ static void test_cli(void) {
   TH_ASSERT_CONTAINS(r.out, "cannot load CA file");
 }
 
+static int free_port(void);
+
+/* rediss+cluster://: a one-node cluster that speaks only TLS (cluster bus
+ * too); its slot map names its TLS port, and a semaphore with a blocked
+ * waiter works through it. */
+static void test_cluster(void) {
+  int port = free_port(), bus = free_port();
+  TH_ASSERT(port > 0 && bus > 0);
+  char p[16], b[16];
+  snprintf(p, sizeof p, "%d", port);
+  snprintf(b, sizeof b, "%d", bus);
+  char keep[3][256];
+  snprintf(keep[0], sizeof keep[0], "%s", cert("server.crt"));
+  snprintf(keep[1], sizeof keep[1], "%s", cert("server.key"));
+  snprintf(keep[2], sizeof keep[2], "%s", cert("ca.crt"));
+  const char *args[] = {"--tls-port", p, "--tls-cert-file", keep[0], "--tls-key-file", keep[1],
+                        "--tls-ca-cert-file", keep[2], "--tls-auth-clients", "yes",
+                        "--tls-cluster", "yes", "--cluster-enabled", "yes",
+                        "--cluster-port", b, "--cluster-config-file", "nodes.conf", NULL};
+  th_redis node;
+  TH_ASSERT_EQ(th_redis_start(&node, 0, args), 0);
+  TH_ASSERT_EQ(th_redis_int(&node, "CLUSTER ADDSLOTSRANGE 0 16383"), 0);
+  uint64_t end = th_now_ms() + 10000;
+  for (;;) { /* the unix socket is plain: the test's own way in */
+    redisContext *rc = th_redis_connect(&node);
+    redisReply *r = rc ? redisCommand(rc, "CLUSTER INFO") : NULL;
+    int ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok");
+    if (r) freeReplyObject(r);
+    if (rc) redisFree(rc);
+    if (ok) break;
+    TH_ASSERT(th_now_ms() < end);
+    usleep(20000);
+  }
+  char url[1024];
+  snprintf(url, sizeof url, "rediss+cluster://127.0.0.1:%d?%s", port, good_query());
+  struct event_base *base = event_base_new();
+  sluice_client *c = client_for(base, url, NULL);
+  sluice_sem *s = sem_test_new(c, "tc", 1, 10000, 0);
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result w = {0};
+  TH_ASSERT_EQ(sluice_sem_acquire(s, 10000, acq_cb, &w, NULL), SLUICE_OK);
+  th_loop_for(base, 100);
+  TH_ASSERT_EQ(w.done, 0);
+  sluice_permit_release(a.permit, NULL, NULL);
+  TH_ASSERT(th_loop_until(base, &w.done, 5000));
+  TH_ASSERT_EQ(w.status, SLUICE_OK);
+  sluice_permit_release(w.permit, NULL, NULL);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+  char conf[300];
+  snprintf(conf, sizeof conf, "%s/nodes.conf", node.dir);
+  th_redis_stop(&node);
+  unlink(conf);
+  rmdir(node.dir);
+}
+
 /* A free loopback port (the kernel's pick; the server binds it right after). */
 static int free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -624,6 +682,7 @@ int main(int argc, char **argv) {
     {"options", test_options, 0},
     {"refusals", test_refusals, 0},
     {"cli", test_cli, 0},
+    {"cluster", test_cluster, 0},
     {NULL, NULL, 0},
   };
   const char *ci = getenv("CI");
