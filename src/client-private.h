@@ -4,6 +4,7 @@
 
 #include <sluice/client.h>
 
+#include "cluster.h"
 #include "conn.h"
 #include "guard.h"
 #include "histogram.h"
@@ -21,11 +22,11 @@ struct sluice_client {
   char id[33];                    /* random id of this client instance */
 
   sluice__conn cmd;               /* the command connection */
-  uint64_t last_reply_ms;         /* monotonic: last reply on it */
   uint64_t up_since_ms;           /* monotonic: last handshake completed */
   sluice__list ops;               /* operations not yet completed */
   sluice__list unsent;            /* waiting for the first connection's context */
   sluice__sentinel *sentinel;     /* redis+sentinel://: finds the master */
+  sluice__cluster *cluster;       /* redis+cluster://: the map and the masters */
   sluice__guard_home home;        /* every object created on the client */
   sluice__blocker *blocker;       /* created on first listen */
 
@@ -79,6 +80,9 @@ void sluice__blocker_free(sluice__blocker *b);
 void sluice__blocker_kick(sluice__blocker *b);
 /* The master moved: drop the blocking connection now (it reconnects). */
 void sluice__blocker_moved(sluice__blocker *b);
+/* A cluster's map changed: blocking connections whose slot moved to
+ * another node reconnect there; those waiting for an address connect. */
+void sluice__blocker_remap(sluice__blocker *b);
 /* Data connections may connect now (the sentinels named the master). */
 int sluice__client_ready(sluice__conn *conn, void *ud);
 /* A data connection failed: ask the sentinels again before reconnecting. */

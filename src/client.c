@@ -27,13 +27,18 @@ struct sluice__op {
   void *ud;
   struct event timer;             /* deadline, or deferred completion */
   int deferred_status;            /* status to report when timer fires early */
-  unsigned in_hiredis : 2;        /* hiredis callbacks still due (reply, WAIT) */
+  unsigned in_hiredis : 4;        /* hiredis callbacks still due (replies, WAITs) */
   unsigned waits : 1;             /* a WAIT follows it (wait_replicas) */
   redisReply *held;               /* its reply, copied, until the WAIT answers */
   unsigned done : 1;              /* fn called, or detached */
   unsigned retried : 1;           /* EVAL fallback already sent */
   unsigned sent_up : 1;           /* handed over while the connection was up */
   unsigned long ups_at_send;      /* handshakes completed when handed over */
+  sluice__conn *conn;             /* where it was handed over last */
+  int slot;                       /* cluster: hash slot of KEYS[1]; -1 any node */
+  unsigned redirects;             /* cluster: MOVED, ASK and retries so far */
+  char *ask;                      /* cluster: "host:port" of an ASK, for one send */
+  struct event retry;             /* cluster: the backoff before a retry */
   uint64_t start_us;              /* monotonic: started (latency metrics) */
   const sluice__script *script;   /* NULL for plain commands */
   int argc;                       /* sent argv: "EVALSHA" sha nkeys ... */
@@ -43,8 +48,15 @@ struct sluice__op {
 
 /* ---- operations ---------------------------------------------------------- */
 
+/* Up: the command connection, or a cluster's map with every master in use. */
+static int client_up(const sluice_client *c) {
+  return c->cluster ? sluice__cluster_up(c->cluster) : c->cmd.state == SLUICE_CONN_UP;
+}
+
 static void op_release_if_unused(sluice__op *op) {
   if (op->done && !op->in_hiredis && !evtimer_pending(&op->timer, NULL)) {
+    evtimer_del(&op->retry);
+    free(op->ask);
     sluice__reply_free(op->held);
     sluice__free(op);
   }
@@ -77,6 +89,7 @@ static void op_complete_replicas(sluice__op *op, int status, const redisReply *r
   op->done = 1;
   op_count(op->c, op, status);
   evtimer_del(&op->timer);
+  evtimer_del(&op->retry);
   op_unlink(op);
   op->c->replicas = replicas;
   op->fn(op->ud, status, reply);
@@ -91,10 +104,11 @@ static void op_complete(sluice__op *op, int status, const redisReply *reply) {
  * operation timeout, the connection is presumed dead (a host gone without a
  * reset never closes it): replace it, so callers see ECONNECTION and fail
  * fast instead of timing out one by one, and reconnect with backoff. */
-static void check_connection_alive(sluice_client *c) {
-  if (c->cmd.state != SLUICE_CONN_UP) return;
-  if (sluice__mono_ms() - c->last_reply_ms < c->opts.op_timeout_ms) return;
-  sluice__conn_fail(&c->cmd, "no reply within the operation timeout: connection presumed dead");
+static void check_connection_alive(sluice__op *op) {
+  sluice__conn *conn = op->in_hiredis ? op->conn : NULL; /* else it may be gone */
+  if (!conn || conn->state != SLUICE_CONN_UP) return;
+  if (sluice__mono_ms() - conn->last_reply_ms < op->c->opts.op_timeout_ms) return;
+  sluice__conn_fail(conn, "no reply within the operation timeout: connection presumed dead");
 }
 
 static void op_timer_cb(evutil_socket_t fd, short what, void *arg) {
@@ -102,7 +116,7 @@ static void op_timer_cb(evutil_socket_t fd, short what, void *arg) {
   int status = op->deferred_status ? op->deferred_status : SLUICE_ETIMEDOUT;
   if (status == SLUICE_ETIMEDOUT) {
     op->c->stats.ops_timed_out++;
-    check_connection_alive(op->c);
+    check_connection_alive(op);
   }
   op_complete(op, status, NULL);
   op_release_if_unused(op);
@@ -116,6 +130,9 @@ static void op_defer(sluice__op *op, int status) {
 }
 
 static int op_send(sluice__op *op);
+static int op_dispatch(sluice__op *op);
+static void op_retry_cb(evutil_socket_t fd, short what, void *arg);
+static int cluster_redirect(sluice__op *op, const redisReply *reply);
 
 static int starts(const redisReply *r, const char *word) {
   size_t n = strlen(word);
@@ -134,7 +151,7 @@ static void op_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
   sluice__op *op = privdata;
   redisReply *reply = r;
   op->in_hiredis--;
-  if (reply) op->c->last_reply_ms = sluice__mono_ms();
+  if (reply) op->conn->last_reply_ms = sluice__mono_ms(); /* alive: a reply came on it */
   if (op->done) {
     op_release_if_unused(op);
     return;
@@ -144,11 +161,12 @@ static void op_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
      * report from our own timer, outside hiredis. Redis may have run a
      * command that left on a connection that was up; one that only waited
      * behind a handshake that never completed did not run. */
-    sluice__conn *conn = &op->c->cmd;
+    sluice__conn *conn = op->conn;
     int maybe_ran = op->sent_up || conn->ups > op->ups_at_send;
     op_defer(op, op->c->closing ? SLUICE_ECANCELED : maybe_ran ? SLUICE_EINDOUBT : SLUICE_ECONNECTION);
     return;
   }
+  if (op->c->cluster && reply->type == REDIS_REPLY_ERROR && cluster_redirect(op, reply)) return;
   if (op->script && !op->retried && is_noscript(reply)) {
     /* Redis restarted or SCRIPT FLUSH: send the body once (EVAL loads it). */
     op->retried = 1;
@@ -167,7 +185,7 @@ static void op_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
     /* A replica, or a node still loading or cut off from its master: the
      * step did not run. Find the master again (a failover). */
     snprintf(op->c->last_error, sizeof op->c->last_error, "Redis: %s", reply->str);
-    sluice__conn_fail(&op->c->cmd, reply->str);
+    sluice__conn_fail(op->conn, reply->str);
     op_complete(op, SLUICE_ECONNECTION, NULL);
     op_release_if_unused(op);
     return;
@@ -209,14 +227,32 @@ static void send_wait(sluice__op *op) {
   const char *argv[3] = {"WAIT", n, t};
   size_t lens[3] = {4, sluice__fmt_u64(n, c->opts.wait_replicas),
                     sluice__fmt_u64(t, c->opts.wait_timeout_ms)};
-  if (sluice__conn_send(&c->cmd, wait_reply_cb, op, 3, argv, lens) == REDIS_OK) op->in_hiredis++;
+  if (sluice__conn_send(op->conn, wait_reply_cb, op, 3, argv, lens) == REDIS_OK) op->in_hiredis++;
   else op->waits = 0;
 }
 
+/* Where op goes: the one connection, or in a cluster the master of its
+ * slot (or the node an ASK named). NULL: nowhere now. */
+static sluice__conn *op_route(sluice__op *op) {
+  sluice_client *c = op->c;
+  if (!c->cluster) return &c->cmd;
+  if (op->ask) return sluice__cluster_conn_at(c->cluster, op->ask, strlen(op->ask), op->conn);
+  return sluice__cluster_conn(c->cluster, op->slot);
+}
+
+static void ignore_asking(redisAsyncContext *ac, void *r, void *privdata) {}
+
 static int op_send(sluice__op *op) {
-  sluice__conn *conn = &op->c->cmd;
+  sluice__conn *conn = op_route(op);
+  if (!conn) return SLUICE_ECONNECTION;
+  /* ASKING lets the importing node serve the one command that follows it
+   * on the same connection. */
+  static const char *asking[1] = {"ASKING"};
+  if (op->ask && sluice__conn_send(conn, ignore_asking, NULL, 1, asking, NULL) != REDIS_OK)
+    return SLUICE_ECONNECTION;
   if (sluice__conn_send(conn, op_reply_cb, op, op->argc, op->argv, op->lens) != REDIS_OK)
     return SLUICE_ECONNECTION;
+  op->conn = conn;
   op->in_hiredis++;
   if (op->waits) send_wait(op);
   op->sent_up = conn->state == SLUICE_CONN_UP;
@@ -251,7 +287,95 @@ static sluice__op *op_new(sluice_client *c, int nhead, const char *const *head,
     p += n + 1;
   }
   evtimer_assign(&op->timer, c->base, op_timer_cb, op);
+  evtimer_assign(&op->retry, c->base, op_retry_cb, op);
+  op->slot = -1;
   return op;
+}
+
+/* Send op now, or queue it until the first connection (or the cluster's
+ * first map) exists: 0. A status < 0 when it cannot go: it never left. */
+static int op_dispatch(sluice__op *op) {
+  sluice_client *c = op->c;
+  sluice__conn *conn = &c->cmd;
+  int waits_first = c->cluster ? !sluice__cluster_known(c->cluster)
+                               : !c->cmd.ac && !c->cmd.failed;
+  if (c->cluster && waits_first && !sluice__cluster_reachable(c->cluster))
+    return SLUICE_ECONNECTION; /* no map, and every node tried failed */
+  if (waits_first) {
+    /* No context (its address is being looked up) or no map yet: wait
+     * for it, within the deadline. */
+    op->unsent = 1;
+    sluice__list_append(&c->unsent, &op->ulink);
+    return SLUICE_OK;
+  }
+  if (c->cluster && !(conn = op_route(op))) {
+    snprintf(c->last_error, sizeof c->last_error,
+             "Redis Cluster: no node serves slot %d (the map is being refreshed)", op->slot);
+    return SLUICE_ECONNECTION;
+  }
+  /* Fail fast once the connection was lost: callers never wait out a
+   * reconnect. Before the first connection, ops queue behind the handshake. */
+  if (conn->state != SLUICE_CONN_UP && conn->failed) return SLUICE_ECONNECTION;
+  return op_send(op);
+}
+
+static void op_retry_cb(evutil_socket_t fd, short what, void *arg) {
+  sluice__op *op = arg;
+  int rc = op_dispatch(op);
+  if (rc != SLUICE_OK) {
+    op_complete(op, rc, NULL);
+    op_release_if_unused(op);
+  }
+}
+
+/* Redirect limits: a step follows at most this many MOVED/ASK replies and
+ * retries, waiting RETRY_MIN_MS, doubling up to RETRY_MAX_MS, in between
+ * retries (its deadline bounds them too). */
+#define MAX_REDIRECTS 16
+#define RETRY_MIN_MS 10
+#define RETRY_MAX_MS 200
+
+/* A cluster's answer that the step did not run here: follow MOVED and ASK
+ * at once; retry after a backoff on TRYAGAIN (a slot moving), CLUSTERDOWN,
+ * and the signs of a failover (READONLY: our map names a replica; LOADING,
+ * MASTERDOWN). 1 when handled, 0 for any other error. */
+static int cluster_redirect(sluice__op *op, const redisReply *r) {
+  sluice_client *c = op->c;
+  int moved = starts(r, "MOVED "), ask = starts(r, "ASK ");
+  int again = starts(r, "TRYAGAIN") || starts(r, "CLUSTERDOWN") || not_master(r);
+  unsigned slot;
+  const char *addr;
+  size_t len;
+  if (!moved && !ask && !again) return 0;
+  snprintf(c->last_error, sizeof c->last_error, "Redis: %s", r->str);
+  if (++op->redirects > MAX_REDIRECTS) {
+    snprintf(c->last_error, sizeof c->last_error,
+             "Redis Cluster: no node ran the step after %d redirects and retries; the last "
+             "said: %.300s", MAX_REDIRECTS, r->str);
+    op_complete(op, SLUICE_ECONNECTION, NULL);
+    op_release_if_unused(op);
+    return 1;
+  }
+  free(op->ask);
+  op->ask = NULL;
+  if ((moved || ask) && sluice__cluster_parse_redirect(r->str, r->len, &slot, &addr, &len) == 0) {
+    if (moved) sluice__cluster_moved(c->cluster, slot, addr, len, op->conn);
+    if (ask && (op->ask = malloc(len + 1))) {
+      memcpy(op->ask, addr, len);
+      op->ask[len] = '\0';
+    }
+    int rc = op_dispatch(op);
+    if (rc != SLUICE_OK) {
+      op_complete(op, rc, NULL);
+      op_release_if_unused(op);
+    }
+    return 1;
+  }
+  if (!starts(r, "TRYAGAIN")) sluice__cluster_refresh(c->cluster);
+  unsigned delay = RETRY_MIN_MS;
+  for (unsigned i = 1; i < op->redirects && delay < RETRY_MAX_MS; i++) delay *= 2;
+  sluice__timer_in(&op->retry, delay < RETRY_MAX_MS ? delay : RETRY_MAX_MS);
+  return 1;
 }
 
 static int op_start(sluice_client *c, sluice__op *op, unsigned timeout_ms,
@@ -264,29 +388,19 @@ static int op_start(sluice_client *c, sluice__op *op, unsigned timeout_ms,
   op->start_us = sluice__mono_us();
   if (op->script) c->m.evals++;
   else c->m.commands++;
-  if (c->cmd.state != SLUICE_CONN_UP && !c->cmd.failed) c->m.queued_connecting++;
+  if (!client_up(c)) c->m.queued_connecting++;
   if (out) *out = op;
-  /* Fail fast once the connection was lost: callers never wait out a
-   * reconnect. Before the first connection, ops queue behind the handshake. */
-  if (c->cmd.state != SLUICE_CONN_UP && c->cmd.failed) {
-    op_defer(op, SLUICE_ECONNECTION);
-    return SLUICE_OK;
-  }
   sluice__timer_in(&op->timer, timeout_ms ? timeout_ms : c->opts.op_timeout_ms);
-  if (!c->cmd.ac && !c->cmd.failed) {
-    /* The first connection has no context yet (its address is being
-     * looked up): the op waits for it, within its deadline. */
-    op->unsent = 1;
-    sluice__list_append(&c->unsent, &op->ulink);
-    return SLUICE_OK;
-  }
-  if (op_send(op) != 0) op_defer(op, SLUICE_ECONNECTION);
+  int rc = op_dispatch(op);
+  if (rc != SLUICE_OK) op_defer(op, rc);
   return SLUICE_OK;
 }
 
-int sluice__eval(sluice_client *c, const sluice__script *s, int nkeys, int argc,
-                 const char *const *argv, const size_t *lens, unsigned timeout_ms,
-                 sluice__reply_fn *fn, void *ud, sluice__op **out) {
+/* sluice__eval, on the node serving slot (-1: KEYS[1]'s, or any master
+ * for a script without keys). */
+static int eval_at(sluice_client *c, int slot, const sluice__script *s, int nkeys, int argc,
+                   const char *const *argv, const size_t *lens, unsigned timeout_ms,
+                   sluice__reply_fn *fn, void *ud, sluice__op **out) {
   if (!c || !s || !fn || nkeys < 0 || argc < nkeys || (argc && !argv)) return SLUICE_EINVAL;
   if (c->sealed) return SLUICE_ECLOSED;
   if (nkeys > 255) return SLUICE_EINVAL;
@@ -297,7 +411,15 @@ int sluice__eval(sluice_client *c, const sluice__script *s, int nkeys, int argc,
   if (!op) return SLUICE_ENOMEM;
   op->script = s;
   op->waits = c->opts.wait_replicas > 0 && script_writes(s);
+  op->slot = slot;
+  if (slot < 0 && nkeys > 0) op->slot = (int)sluice__keyslot(argv[0], lens ? lens[0] : strlen(argv[0]));
   return op_start(c, op, timeout_ms, fn, ud, out);
+}
+
+int sluice__eval(sluice_client *c, const sluice__script *s, int nkeys, int argc,
+                 const char *const *argv, const size_t *lens, unsigned timeout_ms,
+                 sluice__reply_fn *fn, void *ud, sluice__op **out) {
+  return eval_at(c, -1, s, nkeys, argc, argv, lens, timeout_ms, fn, ud, out);
 }
 
 int sluice__command(sluice_client *c, int argc, const char *const *argv,
@@ -320,16 +442,33 @@ void sluice__op_detach(sluice__op *op) {
 
 /* ---- connection events --------------------------------------------------- */
 
-/* The first context exists, its handshake queued: the ops that waited go
- * behind it, in order. */
-static void cmd_context(sluice__conn *conn, void *ud) {
-  sluice_client *c = ud;
+/* Ops that waited for the first context (or the cluster's first map) go
+ * now, in order; with none to be had, they fail as never sent. */
+static void send_unsent(sluice_client *c, int fail) {
   while (c->unsent.head) {
     sluice__op *op = sluice__container_of(c->unsent.head, sluice__op, ulink);
     sluice__list_remove(&c->unsent, &op->ulink);
     op->unsent = 0;
-    if (op_send(op) != 0) op_defer(op, SLUICE_ECONNECTION);
+    int rc = fail ? SLUICE_ECONNECTION : op_dispatch(op);
+    if (rc != SLUICE_OK) op_defer(op, rc);
   }
+}
+
+/* The first context exists, its handshake queued: the ops that waited go
+ * behind it. */
+static void cmd_context(sluice__conn *conn, void *ud) { send_unsent(ud, 0); }
+
+/* A cluster map arrived, or the cluster said it has none for us. */
+static void map_changed(void *ud) {
+  sluice_client *c = ud;
+  if (c->closing) return;
+  if (sluice__cluster_known(c->cluster)) {
+    send_unsent(c, 0);
+  } else if (*sluice__cluster_error(c->cluster)) {
+    snprintf(c->last_error, sizeof c->last_error, "%s", sluice__cluster_error(c->cluster));
+    send_unsent(c, 1);
+  }
+  if (c->blocker) sluice__blocker_remap(c->blocker);
 }
 
 int sluice__client_ready(sluice__conn *conn, void *ud) {
@@ -339,6 +478,7 @@ int sluice__client_ready(sluice__conn *conn, void *ud) {
 
 void sluice__client_data_down(sluice_client *c) {
   if (c->sentinel) sluice__sentinel_stale(c->sentinel);
+  if (c->cluster) sluice__cluster_refresh(c->cluster);
 }
 
 /* The sentinels named a new master: connections to the old one go now
@@ -357,49 +497,52 @@ static void master_known(void *ud) {
   if (c->blocker) sluice__blocker_kick(c->blocker);
 }
 
-/* "host:port" or the socket path, for log messages. */
-static const char *where(const sluice_client *c, char *buf, size_t size) {
-  const sluice__endpoint *ep = &c->endpoint;
+/* "host:port", the socket path, or a cluster's seeds, for log messages. */
+static const char *where(const sluice_client *c, const sluice__conn *conn, char *buf,
+                         size_t size) {
+  const sluice__endpoint *ep = conn ? conn->cfg.endpoint : &c->endpoint;
   if (ep->unix_path) snprintf(buf, size, "%s", ep->unix_path);
+  else if (!conn && ep->cluster)
+    snprintf(buf, size, "the cluster at %s:%d%s", ep->seed_hosts[0], ep->seed_ports[0],
+             ep->nseeds > 1 ? ",..." : "");
   else snprintf(buf, size, "%s:%d", ep->host ? ep->host : "?", ep->port);
   return buf;
 }
 
-static void cmd_up(sluice__conn *conn, void *ud) {
+/* A data connection's handshake completed: the command connection, or in
+ * a cluster one master's. */
+static void data_up(sluice__conn *conn, void *ud) {
   sluice_client *c = ud;
   char w[128];
-  c->last_reply_ms = c->up_since_ms = sluice__mono_ms();
+  conn->last_reply_ms = c->up_since_ms = sluice__mono_ms();
   if (conn->ups > 1) c->stats.reconnects++;
   if (c->m_fails)
     sluice__log(c, SLUICE_LOG_INFO, "connected to %s after %u failed attempt(s)",
-                where(c, w, sizeof w), c->m_fails);
+                where(c, conn, w, sizeof w), c->m_fails);
   else
-    sluice__log(c, SLUICE_LOG_INFO, "connected to %s", where(c, w, sizeof w));
-  c->m_up = 1;
+    sluice__log(c, SLUICE_LOG_INFO, "connected to %s", where(c, conn, w, sizeof w));
   c->m_fails = 0;
   c->m_last_down[0] = '\0';
   if (c->blocker) sluice__blocker_kick(c->blocker);
   sluice__guard_home_resume(&c->home); /* releases first, then everyone else */
-  if (c->state_cb) c->state_cb(c, 1, SLUICE_OK, c->state_ud);
+  if (client_up(c) && !c->m_up) {
+    c->m_up = 1;
+    if (c->state_cb) c->state_cb(c, 1, SLUICE_OK, c->state_ud);
+  }
 }
 
-static void cmd_down(sluice__conn *conn, int status, void *ud) {
+static void data_down(sluice__conn *conn, int status, void *ud) {
   sluice_client *c = ud;
   sluice__client_data_down(c);
   /* Ops that waited for a first connection that failed were never sent. */
-  while (c->unsent.head) {
-    sluice__op *op = sluice__container_of(c->unsent.head, sluice__op, ulink);
-    sluice__list_remove(&c->unsent, &op->ulink);
-    op->unsent = 0;
-    op_defer(op, SLUICE_ECONNECTION);
-  }
+  if (!c->cluster || !sluice__cluster_reachable(c->cluster)) send_unsent(c, 1);
   const char *serr = c->sentinel ? sluice__sentinel_error(c->sentinel) : "";
   snprintf(c->last_error, sizeof c->last_error, "%.240s%s%.260s", conn->errstr, *serr ? "; " : "",
            serr);
   char w[128];
-  where(c, w, sizeof w);
-  if (c->m_up) {
-    c->m_up = 0;
+  where(c, conn, w, sizeof w);
+  c->m_up = 0;
+  if (conn->was_up) {
     c->m.disconnects++;
     sluice__log(c, SLUICE_LOG_WARN, "connection to %s down: %s; reconnecting in %u ms", w,
                 conn->errstr, conn->retry_ms);
@@ -451,6 +594,11 @@ static int build_endpoint(sluice_client *c, const sluice_client_options *o) {
     sluice__endpoint_clear(ep);
     return SLUICE_ENOMEM;
   }
+  if (o->cluster_seeds) {
+    int rc = o->unix_path || o->master_name ? SLUICE_EINVAL : sluice__endpoint_cluster(ep, o->cluster_seeds);
+    if (rc) sluice__endpoint_clear(ep);
+    return rc;
+  }
   if (o->master_name) {
     int rc = o->unix_path ? SLUICE_EINVAL
                           : sluice__endpoint_sentinels(ep, o->master_name, o->sentinels,
@@ -463,6 +611,7 @@ static int build_endpoint(sluice_client *c, const sluice_client_options *o) {
 
 static void client_destroy(sluice_client *c) {
   sluice__sentinel_free(c->sentinel);
+  sluice__cluster_free(c->cluster);
   sluice__endpoint_clear(&c->endpoint);
   free(c->key_prefix);
   if (c->reaper) event_free(c->reaper);
@@ -483,6 +632,7 @@ static void home_empty(sluice__guard_home *h) {
 
 static void reaper_cb(evutil_socket_t fd, short what, void *arg);
 static void cmd_drained(sluice__conn *conn, void *ud);
+static void cluster_drained(void *ud);
 static void log_deliver(evutil_socket_t fd, short what, void *arg);
 static void clock_check(evutil_socket_t fd, short what, void *arg);
 
@@ -529,14 +679,23 @@ int sluice_client_new(struct event_base *base, const sluice_client_options *opts
                              .reconnect_min_ms = c->opts.reconnect_min_ms,
                              .reconnect_max_ms = c->opts.reconnect_max_ms,
                              .scripts = sluice__lua_all,
-                             .on_up = cmd_up,
-                             .on_down = cmd_down,
+                             .on_up = data_up,
+                             .on_down = data_down,
                              .ready = sluice__client_ready,
                              .on_context = cmd_context,
                              .userdata = c};
   sluice__sentinel_config scfg = {&c->endpoint, c->opts.connect_timeout_ms,
                                   c->opts.reconnect_min_ms, c->opts.reconnect_max_ms,
                                   master_moved, master_known, c};
+  sluice__cluster_config ccfg = {.ep = &c->endpoint,
+                                 .connect_timeout_ms = c->opts.connect_timeout_ms,
+                                 .reconnect_min_ms = c->opts.reconnect_min_ms,
+                                 .reconnect_max_ms = c->opts.reconnect_max_ms,
+                                 .scripts = sluice__lua_all,
+                                 .node_up = data_up,
+                                 .node_down = data_down,
+                                 .map_changed = map_changed,
+                                 .userdata = c};
   if (!c->key_prefix || !c->reaper || !c->log_ev || !c->clock_ev ||
       sluice__guard_home_init(&c->home, base, home_empty) != 0 ||
       (c->endpoint.master_name && !(c->sentinel = sluice__sentinel_new(base, &scfg))) ||
@@ -544,7 +703,13 @@ int sluice_client_new(struct event_base *base, const sluice_client_options *opts
     client_destroy(c);
     return SLUICE_ENOMEM;
   }
-  sluice__conn_start(&c->cmd);
+  /* A cluster's connections are its masters' (cluster.c); c->cmd stays idle. */
+  if (c->endpoint.cluster && !(c->cluster = sluice__cluster_new(base, &ccfg))) {
+    sluice__conn_shutdown(&c->cmd);
+    client_destroy(c);
+    return SLUICE_ENOMEM;
+  }
+  if (!c->cluster) sluice__conn_start(&c->cmd);
   *out = c;
   return SLUICE_OK;
 }
@@ -556,13 +721,14 @@ void sluice_client_set_state_cb(sluice_client *c, sluice_client_state_cb *cb, vo
 }
 
 int sluice_client_is_connected(const sluice_client *c) {
-  return c && !c->closing && c->cmd.state == SLUICE_CONN_UP;
+  return c && !c->closing && client_up(c);
 }
 
 const char *sluice_client_last_error(const sluice_client *c) {
   if (!c) return sluice__endpoint_error(); /* why sluice_client_new failed */
   /* Still looking for the master: the sentinels' answer is the news. */
   if (!c->last_error[0] && c->sentinel) return sluice__sentinel_error(c->sentinel);
+  if (!c->last_error[0] && c->cluster) return sluice__cluster_error(c->cluster);
   return c->last_error;
 }
 
@@ -598,12 +764,17 @@ static void reaper_cb(evutil_socket_t fd, short what, void *arg) {
   c->sentinel = NULL;
   /* Let steps already sent (releases, leaves) reach Redis before we go. */
   unsigned grace = c->opts.op_timeout_ms < 2000 ? c->opts.op_timeout_ms : 2000;
-  sluice__conn_drain(&c->cmd, grace, cmd_drained);
+  if (c->cluster) sluice__cluster_drain(c->cluster, grace, cluster_drained, c);
+  else sluice__conn_drain(&c->cmd, grace, cmd_drained);
 }
+
+static void cluster_drained(void *ud) { cmd_drained(NULL, ud); }
 
 static void cmd_drained(sluice__conn *conn, void *ud) {
   sluice_client *c = ud;
   sluice__conn_shutdown(&c->cmd);
+  sluice__cluster_free(c->cluster);
+  c->cluster = NULL;
   if (c->close_cb) c->close_cb(c->close_ud); /* may free the client's objects */
   c->reaped = 1;
   maybe_release(c);
@@ -636,7 +807,9 @@ void sluice__client_note_abandoned(sluice_client *c, const char *permit_id) {
            (unsigned long long)c->stats.releases_abandoned);
 }
 
-unsigned sluice__client_route(const sluice_client *c, const char *key) { return 0; }
+unsigned sluice__client_route(const sluice_client *c, const char *key) {
+  return c->cluster ? sluice__keyslot(key, strlen(key)) : 0;
+}
 
 int sluice__client_closing(const sluice_client *c) { return c->closing; }
 struct event_base *sluice__client_base(const sluice_client *c) { return c->base; }
@@ -687,7 +860,7 @@ void sluice_client_get_metrics(const sluice_client *c, sluice_client_metrics *ou
   out->queued_connecting = c->m.queued_connecting;
   out->in_flight = c->stats.ops_in_flight;
   out->releases_abandoned = c->stats.releases_abandoned;
-  if (c->cmd.state != SLUICE_CONN_UP)
+  if (!client_up(c))
     for (const sluice__link *l = c->ops.head; l; l = l->next)
       if (!sluice__container_of(l, sluice__op, link)->sent_up) out->waiting_connect++;
   for (unsigned k = 0; k <= SLUICE__LUA_COUNT && out->nkinds < SLUICE_METRICS_MAX_KINDS; k++) {
@@ -791,9 +964,10 @@ void sluice_client_set_log_cb(sluice_client *c, sluice_log_cb *cb, void *ud) {
     c->log_len = c->log_dropped = 0;
     return;
   }
-  if (!was_on && c->cmd.state == SLUICE_CONN_CONNECTING) {
+  if (!was_on && (c->cluster ? !sluice__cluster_known(c->cluster)
+                             : c->cmd.state == SLUICE_CONN_CONNECTING)) {
     char w[128];
-    sluice__log(c, SLUICE_LOG_INFO, "connecting to %s", where(c, w, sizeof w));
+    sluice__log(c, SLUICE_LOG_INFO, "connecting to %s", where(c, NULL, w, sizeof w));
   }
   if (!c->clock_checked && !c->clock_turns) sluice__timer_in(c->clock_ev, 0);
 }
@@ -814,7 +988,14 @@ typedef struct scan_req {
   sluice_client *c;
   sluice_scan_cb *cb;
   void *ud;
+  unsigned node;                  /* cluster: which master (by its lowest slot) */
 } scan_req;
+
+/* On a cluster the cursor names the master too: SCAN visits one node's
+ * keys, so the scan goes through the masters one after another, the
+ * master's index in the bits above NODE_CURSOR_BITS. */
+#define NODE_CURSOR_BITS 40
+#define NODE_CURSOR_MASK ((UINT64_C(1) << NODE_CURSOR_BITS) - 1)
 
 static void scan_done(void *ud, int status, const redisReply *r) {
   scan_req *q = ud;
@@ -849,6 +1030,12 @@ static void scan_done(void *ud, int status, const redisReply *r) {
     e[i].ttl_ms = ttl;
   }
   if (status != SLUICE_OK) n = 0, next = 0;
+  if (status == SLUICE_OK && q->c->cluster) {
+    if (next > NODE_CURSOR_MASK) status = SLUICE_EPROTOCOL, n = 0, next = 0;
+    else if (next) next |= (uint64_t)q->node << NODE_CURSOR_BITS;
+    else if (sluice__cluster_master_slot(q->c->cluster, q->node + 1) >= 0)
+      next = (uint64_t)(q->node + 1) << NODE_CURSOR_BITS;
+  }
   q->cb(q->c, status, next, status == SLUICE_OK ? e : NULL, n, q->ud);
   free(e);
   sluice__free(q);
@@ -894,6 +1081,18 @@ int sluice_client_scan(sluice_client *c, const char *kind, const char *match, ui
     n += (size_t)sprintf(pat + n, "%s", match);
   sprintf(pat + n, "%s", tail);
   char cur[24];
+  int slot = -1;
+  unsigned node = 0;
+  if (c->cluster) {
+    node = (unsigned)(cursor >> NODE_CURSOR_BITS);
+    cursor &= NODE_CURSOR_MASK;
+    slot = sluice__cluster_master_slot(c->cluster, node);
+    if (slot < 0 && node > 0) { /* the map changed under the scan: it ends */
+      free(head);
+      free(pat);
+      return SLUICE_EINVAL;
+    }
+  }
   sluice__fmt_u64(cur, cursor);
   const char *argv[5] = {cur, pat, "200", kind, head};
   scan_req *q = sluice__calloc(1, sizeof *q);
@@ -902,7 +1101,8 @@ int sluice_client_scan(sluice_client *c, const char *kind, const char *match, ui
     q->c = c;
     q->cb = cb;
     q->ud = ud;
-    rc = sluice__eval(c, &sluice__lua_top_scan, 0, 5, argv, NULL, 0, scan_done, q, NULL);
+    q->node = node;
+    rc = eval_at(c, slot, &sluice__lua_top_scan, 0, 5, argv, NULL, 0, scan_done, q, NULL);
     if (rc != SLUICE_OK) sluice__free(q);
   }
   free(head);

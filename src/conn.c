@@ -89,6 +89,7 @@ static void connect_cb(const redisAsyncContext *ac, int status) {
     tls_reason(conn);
     conn->ac = NULL;
     conn->failed = 1;
+    conn->was_up = 0;
     evtimer_del(conn->timer);
     schedule_retry(conn);
     if (conn->cfg.on_down) conn->cfg.on_down(conn, SLUICE_ECONNECTION, conn->cfg.userdata);
@@ -107,6 +108,7 @@ static void disconnect_cb(const redisAsyncContext *ac, int status) {
   tls_reason(conn);
   conn->ac = NULL; /* hiredis frees it after we return */
   conn->failed = 1;
+  conn->was_up = conn->state == SLUICE_CONN_UP;
   evtimer_del(conn->timer);
   schedule_retry(conn);
   if (conn->cfg.on_down) conn->cfg.on_down(conn, SLUICE_ECONNECTION, conn->cfg.userdata);
@@ -211,6 +213,7 @@ int sluice__conn_init(sluice__conn *conn, struct event_base *base,
  * report it from the loop, since we may be inside sluice_client_new. */
 static void start_failed(sluice__conn *conn) {
   conn->failed = 1;
+  conn->was_up = 0;
   conn->down_pending = 1;
   schedule_retry(conn);
   event_active(conn->drop_ev, 0, 0);
@@ -274,6 +277,7 @@ static void conn_drop(sluice__conn *conn, const char *reason) {
   if (reason) set_err(conn, reason, NULL);
   conn->ac = NULL;
   conn->failed = 1;
+  conn->was_up = conn->state == SLUICE_CONN_UP;
   evtimer_del(conn->timer);
   schedule_retry(conn);
   /* Pending callbacks run inside with NULL replies; disconnect_cb ignores

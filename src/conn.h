@@ -12,6 +12,8 @@
 #ifndef SLUICE_CONN_H
 #define SLUICE_CONN_H
 
+#include <stdint.h>
+
 #include <event2/event.h>
 #include <hiredis/async.h>
 
@@ -64,6 +66,8 @@ struct sluice__conn {
   unsigned attempts;              /* consecutive failed attempts */
   unsigned retry_ms;              /* the delay of the reconnect scheduled last */
   unsigned long ups;              /* handshakes completed */
+  int was_up;                     /* in on_down: it had been up (lost, not failed) */
+  uint64_t last_reply_ms;         /* monotonic: last reply (the client's steps) */
   struct event *timer;            /* connect timeout, or reconnect delay */
   struct event *drop_ev;          /* deferred drop out of hiredis frames */
   char errstr[256];                /* "<what>: <detail>", truncated to fit */

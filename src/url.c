@@ -1,4 +1,5 @@
-/* redis://, rediss:// and unix:// URL parsing. Percent-escapes are decoded
+/* redis://, rediss://, redis+sentinel://, redis+cluster:// and unix:// URL
+ * parsing. Percent-escapes are decoded
  * in the user and password parts so passwords may hold ':' or '@', and in
  * query values (file paths). */
 #include <ctype.h>
@@ -67,6 +68,9 @@ static int parse_int(const char *s, size_t len, int min, int max, int *out) {
 
 void sluice__endpoint_clear(sluice__endpoint *ep) {
   for (int i = 0; i < ep->nsentinels; i++) free(ep->sentinel_hosts[i]);
+  for (int i = 0; i < ep->nseeds; i++) free(ep->seed_hosts[i]);
+  free(ep->seed_hosts);
+  free(ep->seed_ports);
   free(ep->sentinel_hosts);
   free(ep->sentinel_ports);
   free(ep->master_name);
@@ -224,21 +228,23 @@ static int parse_redis(const char *rest, sluice__endpoint *ep) {
   return query ? parse_query(query + 1, ep) : SLUICE_OK;
 }
 
-/* "host:port[,host:port...]" of s[0..len) into the endpoint's sentinels. */
-static int parse_sentinels(const char *s, size_t len, sluice__endpoint *ep) {
+/* "host:port[,host:port...]" of s[0..len) into a list of addresses (the
+ * sentinels, or a cluster's seed nodes). */
+static int parse_hostlist(const char *s, size_t len, char ***hosts_out, int **ports_out,
+                          int *count) {
   int n = 1;
   for (size_t i = 0; i < len; i++) n += s[i] == ',';
   if (n > 64) return SLUICE_EINVAL;
-  ep->sentinel_hosts = calloc((size_t)n, sizeof *ep->sentinel_hosts);
-  ep->sentinel_ports = calloc((size_t)n, sizeof *ep->sentinel_ports);
-  if (!ep->sentinel_hosts || !ep->sentinel_ports) return SLUICE_ENOMEM;
-  while (ep->nsentinels < n) {
+  char **hosts = *hosts_out = calloc((size_t)n, sizeof *hosts);
+  int *ports = *ports_out = calloc((size_t)n, sizeof *ports);
+  if (!hosts || !ports) return SLUICE_ENOMEM;
+  while (*count < n) {
     const char *comma = memchr(s, ',', len);
     size_t one = comma ? (size_t)(comma - s) : len;
     const char *colon = NULL;
     for (size_t i = one; i > 0; i--)
       if (s[i - 1] == ':') { colon = s + i - 1; break; }
-    if (!colon || colon == s) return SLUICE_EINVAL; /* a sentinel needs host and port */
+    if (!colon || colon == s) return SLUICE_EINVAL; /* each needs host and port */
     int port;
     if (parse_int(colon + 1, (size_t)(s + one - colon - 1), 1, 65535, &port)) return SLUICE_EINVAL;
     const char *h = s, *hend = colon;
@@ -246,34 +252,65 @@ static int parse_sentinels(const char *s, size_t len, sluice__endpoint *ep) {
     if (hend == h) return SLUICE_EINVAL;
     char *host = dup_decoded(h, (size_t)(hend - h));
     if (!host) return SLUICE_ENOMEM;
-    ep->sentinel_hosts[ep->nsentinels] = host;
-    ep->sentinel_ports[ep->nsentinels++] = port;
+    hosts[*count] = host;
+    ports[(*count)++] = port;
     if (!comma) break;
     len -= one + 1;
     s = comma + 1;
   }
-  return ep->nsentinels == n ? SLUICE_OK : SLUICE_EINVAL;
+  return *count == n ? SLUICE_OK : SLUICE_EINVAL;
+}
+
+static int parse_sentinels(const char *s, size_t len, sluice__endpoint *ep) {
+  return parse_hostlist(s, len, &ep->sentinel_hosts, &ep->sentinel_ports, &ep->nsentinels);
+}
+
+/* "[[user]:password@]" at the start of rest[0..restlen) into ep; returns
+ * where the hosts start, or NULL on OOM. */
+static const char *parse_userinfo(const char *rest, size_t restlen, sluice__endpoint *ep) {
+  const char *at = NULL;
+  for (size_t i = restlen; i > 0; i--)
+    if (rest[i - 1] == '@') { at = rest + i - 1; break; }
+  if (!at) return rest;
+  const char *colon = memchr(rest, ':', (size_t)(at - rest));
+  if (colon) {
+    if (colon > rest && !(ep->username = dup_decoded(rest, (size_t)(colon - rest)))) return NULL;
+    if (!(ep->password = dup_decoded(colon + 1, (size_t)(at - colon - 1)))) return NULL;
+  } else if (at > rest && !(ep->password = dup_decoded(rest, (size_t)(at - rest)))) {
+    return NULL;
+  }
+  return at + 1;
+}
+
+/* "[[user]:password@]host:port[,host:port...][/][?query]": seed nodes of a
+ * cluster, which has only database 0. */
+static int parse_cluster(const char *rest, sluice__endpoint *ep) {
+  const char *query = strchr(rest, '?');
+  size_t restlen = query ? (size_t)(query - rest) : strlen(rest);
+  const char *hosts = parse_userinfo(rest, restlen, ep);
+  if (!hosts) return SLUICE_ENOMEM;
+  const char *end = rest + restlen;
+  const char *slash = memchr(hosts, '/', (size_t)(end - hosts));
+  if (slash && !(slash + 1 == end || (slash + 2 == end && slash[1] == '0'))) {
+    sluice__endpoint_set_error("a Redis Cluster has only database 0: nothing may follow the "
+                               "seed nodes but \"/\" or \"/0\"");
+    return SLUICE_EINVAL;
+  }
+  size_t hlen = (size_t)((slash ? slash : end) - hosts);
+  if (hlen == 0 || parse_hostlist(hosts, hlen, &ep->seed_hosts, &ep->seed_ports, &ep->nseeds)) {
+    sluice__endpoint_set_error("redis+cluster:// needs seed nodes as host:port[,host:port...]");
+    return SLUICE_EINVAL;
+  }
+  ep->cluster = 1;
+  return query ? parse_query(query + 1, ep) : SLUICE_OK;
 }
 
 /* "[[user]:password@]sentinels/NAME[/db][?query]". */
 static int parse_sentinel(const char *rest, sluice__endpoint *ep) {
   const char *query = strchr(rest, '?');
   size_t restlen = query ? (size_t)(query - rest) : strlen(rest);
-  const char *at = NULL;
-  for (size_t i = restlen; i > 0; i--)
-    if (rest[i - 1] == '@') { at = rest + i - 1; break; }
-  const char *hosts = rest;
-  if (at) {
-    const char *colon = memchr(rest, ':', (size_t)(at - rest));
-    if (colon) {
-      if (colon > rest && !(ep->username = dup_decoded(rest, (size_t)(colon - rest))))
-        return SLUICE_ENOMEM;
-      if (!(ep->password = dup_decoded(colon + 1, (size_t)(at - colon - 1)))) return SLUICE_ENOMEM;
-    } else if (at > rest && !(ep->password = dup_decoded(rest, (size_t)(at - rest)))) {
-      return SLUICE_ENOMEM;
-    }
-    hosts = at + 1;
-  }
+  const char *hosts = parse_userinfo(rest, restlen, ep);
+  if (!hosts) return SLUICE_ENOMEM;
   const char *end = rest + restlen;
   const char *slash = memchr(hosts, '/', (size_t)(end - hosts));
   if (!slash || slash == hosts) {
@@ -307,6 +344,11 @@ int sluice__parse_url(const char *url, sluice__endpoint *ep) {
   } else if (strncmp(url, "rediss://", 9) == 0) {
     ep->tls = 1;
     rc = parse_redis(url + 9, ep);
+  } else if (strncmp(url, "redis+cluster://", 16) == 0) {
+    rc = parse_cluster(url + 16, ep);
+  } else if (strncmp(url, "rediss+cluster://", 17) == 0) {
+    ep->tls = 1;
+    rc = parse_cluster(url + 17, ep);
   } else if (strncmp(url, "redis+sentinel://", 17) == 0) {
     rc = parse_sentinel(url + 17, ep);
   } else if (strncmp(url, "unix://", 7) == 0) {
@@ -322,7 +364,8 @@ int sluice__parse_url(const char *url, sluice__endpoint *ep) {
     sluice__endpoint_clear(ep);
     if (rc == SLUICE_EINVAL && !endpoint_err[0])
       sluice__endpoint_set_error("invalid Redis URL: expected redis://[[user]:password@]host"
-                                 "[:port][/db][?query], rediss://... or unix:///path[?db=N]");
+                                 "[:port][/db][?query], rediss://..., redis+sentinel://..., "
+                                 "redis+cluster://... or unix:///path[?db=N]");
   }
   return rc;
 }
@@ -342,6 +385,21 @@ int sluice__endpoint_sentinels(sluice__endpoint *ep, const char *master_name, co
       (username && !(ep->sentinel_username = strdup(username))) ||
       (password && !(ep->sentinel_password = strdup(password))))
     return SLUICE_ENOMEM;
+  return SLUICE_OK;
+}
+
+int sluice__endpoint_cluster(sluice__endpoint *ep, const char *seeds) {
+  endpoint_err[0] = '\0';
+  if (!*seeds ||
+      parse_hostlist(seeds, strlen(seeds), &ep->seed_hosts, &ep->seed_ports, &ep->nseeds)) {
+    sluice__endpoint_set_error("cluster_seeds must be \"host:port[,host:port...]\"");
+    return SLUICE_EINVAL;
+  }
+  if (ep->db) {
+    sluice__endpoint_set_error("a Redis Cluster has only database 0");
+    return SLUICE_EINVAL;
+  }
+  ep->cluster = 1;
   return SLUICE_OK;
 }
 

@@ -32,12 +32,21 @@ typedef struct sluice__endpoint {
   int nsentinels;
   char *sentinel_username;
   char *sentinel_password;
+  /* redis+cluster://: the seed nodes the slot map is first asked of; host
+   * and port above are unused, each node has its own copy of this endpoint
+   * with its address (cluster.c). */
+  int cluster;
+  char **seed_hosts;
+  int *seed_ports;
+  int nseeds;
 } sluice__endpoint;
 
 /* Parse "redis://[[user]:password@]host[:port][/db][?query]",
  * "redis+sentinel://[[user]:password@]host:port[,host:port...]/NAME[/db]
  * [?sentinel_username=U&sentinel_password=P]" (the credentials are the data
  * nodes'; the sentinels' have their own parameters),
+ * "redis+cluster://[[user]:password@]host:port[,host:port...][/][?query]"
+ * (seed nodes of a Redis Cluster; "rediss+cluster://" with TLS),
  * "rediss://..." (TLS; the query may hold ca=, ca_dir=, cert=, key=, sni=,
  * verify=0|1) or "unix:///path[?db=N]" (also "unix:/path", "/path").
  * Returns 0 or SLUICE_EINVAL / SLUICE_ENOMEM; on error *ep holds nothing to
@@ -52,6 +61,8 @@ void sluice__endpoint_clear(sluice__endpoint *ep);
 /* The sentinel fields of the client options (no URL): "host:port,...". */
 int sluice__endpoint_sentinels(sluice__endpoint *ep, const char *master_name, const char *list,
                                const char *username, const char *password);
+/* The cluster fields of the client options (no URL): seeds "host:port,...". */
+int sluice__endpoint_cluster(sluice__endpoint *ep, const char *seeds);
 /* Why the last parse or finish on this thread failed ("" after a success). */
 const char *sluice__endpoint_error(void);
 void sluice__endpoint_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

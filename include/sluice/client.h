@@ -64,7 +64,8 @@ struct event_base;
 typedef struct sluice_client_options {
   /* "redis://[[user]:password@]host[:port][/db]", "rediss://..." (TLS, with
    * an optional ?query, see tls below), "redis+sentinel://..." (see
-   * master_name below) or "unix:///path/to/sock[?db=N]".
+   * master_name below), "redis+cluster://..." (see cluster_seeds below) or
+   * "unix:///path/to/sock[?db=N]".
    * When set it overrides host, port, unix_path, username, password and db. */
   const char *url;
   const char *host;           /* default "127.0.0.1" */
@@ -110,6 +111,13 @@ typedef struct sluice_client_options {
    * (sluice_permit_replicated(), stats.writes_not_replicated). 0: no WAIT. */
   unsigned wait_replicas;
   unsigned wait_timeout_ms;
+  /* Redis Cluster, as "redis+cluster://[[user]:password@]host:port[,host:port
+   * ...]" ("rediss+cluster://" with TLS) does: with cluster_seeds set (and no
+   * url), the client asks these nodes for the slot map, connects to each
+   * master it names on demand, and follows MOVED/ASK redirects, resharding
+   * and failovers; host, port and db are ignored (a cluster has only db 0),
+   * username and password are every node's. */
+  const char *cluster_seeds;      /* "host:port[,host:port...]" */
 } sluice_client_options;
 
 /* Fill *opts with the defaults. */
