@@ -6,7 +6,11 @@
  *  - A query connection to one sentinel at a time asks
  *    SENTINEL get-master-addr-by-name; a sentinel that fails (connect,
  *    timeout, no answer) gives way to the next one in the list, and the one
- *    that answers stays in use.
+ *    that answers stays in use and moves to the front of the list.
+ *  - The list is the link's own: the configured sentinels, then those a
+ *    sentinel that answered reports (SENTINEL sentinels, asked after each
+ *    answer), without duplicates and at most 16 in all, so that the master
+ *    is still found when every configured sentinel is gone.
  *  - A second connection subscribes to +switch-master: when the master of
  *    our name moves, the data connections are dropped at once, since the
  *    old master may accept writes for seconds after the switch and lose
@@ -45,5 +49,14 @@ int sluice__sentinel_address(sluice__sentinel *s);
 void sluice__sentinel_stale(sluice__sentinel *s);
 /* The last sentinel error ("" if none). */
 const char *sluice__sentinel_error(const sluice__sentinel *s);
+
+/* The list of sentinels (exposed for tests): add host:port unless it is
+ * there already or the list is full (1 added, 0 not, -1 out of memory);
+ * how many are known; the i-th (NULL past the end); and how many times a
+ * sentinel named the master. */
+int sluice__sentinel_learn(sluice__sentinel *s, const char *host, size_t hlen, int port);
+int sluice__sentinel_count(const sluice__sentinel *s);
+const char *sluice__sentinel_at(const sluice__sentinel *s, int i, int *port);
+unsigned long sluice__sentinel_answers(const sluice__sentinel *s);
 
 #endif

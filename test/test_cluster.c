@@ -3,7 +3,11 @@
  * slots at once, the hand-off's computed wake-list key under the cluster's
  * script rules, a scan over every master, and the bad inputs. Suite
  * "cluster": each case starts its own cluster (a few seconds). */
+#include <signal.h>
+#include <stdarg.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "dq_util.h"
 #include "sem_util.h"
@@ -258,10 +262,381 @@ static void test_bad_input(void) {
   event_base_free(base);
 }
 
+/* ---- resharding under load ---------------------------------------------- */
+
+static redisReply *node_cmd(const th_node *n, const char *fmt, ...) {
+  redisContext *x = th_node_connect(n);
+  if (!x) return NULL;
+  va_list ap;
+  va_start(ap, fmt);
+  redisReply *r = redisvCommand(x, fmt, ap);
+  va_end(ap);
+  redisFree(x);
+  return r;
+}
+
+static int node_ok(const th_node *n, const char *fmt, ...) {
+  redisContext *x = th_node_connect(n);
+  if (!x) return 0;
+  va_list ap;
+  va_start(ap, fmt);
+  redisReply *r = redisvCommand(x, fmt, ap);
+  va_end(ap);
+  redisFree(x);
+  int ok = r && r->type == REDIS_REPLY_STATUS;
+  if (!ok) fprintf(stderr, "# %s: %s\n", n->addr, r && r->type == REDIS_REPLY_ERROR ? r->str : "failed");
+  if (r) freeReplyObject(r);
+  return ok;
+}
+
+/* Moves slot from one master to another the slow way, one key at a time
+ * with a pause between, so that clients meet ASK and TRYAGAIN for a while:
+ * run in a child process while the test's loop keeps working. */
+static int migrate_slowly(th_node *from, th_node *to, unsigned slot, unsigned pause_ms) {
+  if (!node_ok(to, "CLUSTER SETSLOT %u IMPORTING %s", slot, from->id) ||
+      !node_ok(from, "CLUSTER SETSLOT %u MIGRATING %s", slot, to->id))
+    return -1;
+  for (int round = 0; round < 100000; round++) {
+    redisReply *keys = node_cmd(from, "CLUSTER GETKEYSINSLOT %u 1", slot);
+    if (!keys || keys->type != REDIS_REPLY_ARRAY) return -1;
+    if (keys->elements == 0) {
+      freeReplyObject(keys);
+      break;
+    }
+    redisReply *r = node_cmd(from, "MIGRATE 127.0.0.1 %d %b 0 5000 REPLACE", to->port,
+                             keys->element[0]->str, keys->element[0]->len);
+    int ok = r && r->type == REDIS_REPLY_STATUS;
+    if (!ok) fprintf(stderr, "# MIGRATE: %s\n", r && r->type == REDIS_REPLY_ERROR ? r->str : "failed");
+    if (r) freeReplyObject(r);
+    freeReplyObject(keys);
+    if (!ok) return -1;
+    usleep(pause_ms * 1000);
+  }
+  for (int i = 0; i < topo.n; i++) {
+    th_node *m = &topo.node[i];
+    if (m != to && m != from && m->is_master && !node_ok(m, "CLUSTER SETSLOT %u NODE %s", slot, to->id))
+      return -1;
+  }
+  return node_ok(to, "CLUSTER SETSLOT %u NODE %s", slot, to->id) &&
+                 node_ok(from, "CLUSTER SETSLOT %u NODE %s", slot, to->id)
+             ? 0
+             : -1;
+}
+
+#define WORKERS 6
+#define PERMITS 2
+
+typedef struct load {
+  struct event_base *base;
+  sluice_sem *sem[WORKERS];
+  sluice_dq *dq;
+  int stop;
+  int holders, max_holders;         /* this process holds all of them */
+  long grants, refusals, acquires, acquire_cbs, late, twice;
+  long pushes, pushed_ok, push_cbs;
+  char seen[4096];                  /* message i delivered */
+  char pushed[4096];                /* message i accepted by Redis */
+  long delivered, dup;
+} load;
+
+typedef struct worker {
+  load *L;
+  int i;
+  int busy;                         /* an acquire is outstanding */
+  uint64_t started_ms;
+  long cbs;                         /* callbacks of the acquire in flight */
+  sluice_permit *permit;
+  struct event *hold;
+} worker;
+
+static worker workers[WORKERS];
+
+static void start_acquire(worker *w);
+
+static void hold_done(evutil_socket_t fd, short what, void *arg) {
+  worker *w = arg;
+  w->L->holders--;
+  sluice_permit_release(w->permit, NULL, NULL);
+  w->permit = NULL;
+  start_acquire(w);
+}
+
+static void worker_cb(sluice_sem *sem, int status, sluice_permit *permit, void *ud) {
+  worker *w = ud;
+  load *L = w->L;
+  L->acquire_cbs++;
+  if (++w->cbs > 1) L->twice++;
+  w->busy = 0;
+  if (th_now_ms() - w->started_ms > 3000 + 500) L->late++; /* its timeout, and some slack */
+  if (status == SLUICE_OK) {
+    L->grants++;
+    if (++L->holders > L->max_holders) L->max_holders = L->holders;
+    w->permit = permit;
+    struct timeval two = {0, 2000};
+    evtimer_add(w->hold, &two);
+  } else {
+    L->refusals++;
+    start_acquire(w);
+  }
+}
+
+static void start_acquire(worker *w) {
+  if (w->L->stop) return;
+  w->busy = 1;
+  w->cbs = 0;
+  w->started_ms = th_now_ms();
+  w->L->acquires++;
+  TH_ASSERT_EQ(sluice_sem_acquire(w->L->sem[w->i], 3000, worker_cb, w, NULL), SLUICE_OK);
+}
+
+static void on_pushed(sluice_dq *dq, int status, const char *id, int64_t due, void *ud) {
+  load *L = ud;
+  L->push_cbs++;
+  if (status == SLUICE_OK) {
+    L->pushed_ok++;
+    L->pushed[atoi(id + 1)] = 1;
+  }
+}
+
+static void on_load_msg(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
+  load *L = ud;
+  const char *id = sluice_dq_msg_id(m);
+  int i = atoi(id + 1);
+  if (i >= 0 && i < (int)sizeof L->seen) {
+    if (L->seen[i]) L->dup++;
+    else L->delivered++;
+    L->seen[i] = 1;
+  }
+  sluice_dq_ack(m, NULL, NULL);
+}
+
+static void push_tick(evutil_socket_t fd, short what, void *arg) {
+  load *L = arg;
+  if (L->stop || L->pushes >= (long)sizeof L->pushed) return;
+  char id[32];
+  snprintf(id, sizeof id, "m%ld", L->pushes++);
+  sluice_dq_item it = {id, 1, 0, 0, id};
+  TH_ASSERT_EQ(sluice_dq_push(L->dq, &it, on_pushed, L), SLUICE_OK);
+}
+
+/* Runs the loop while a child process moves slot to `to`. */
+static void migrate_under_load(struct event_base *base, unsigned slot, th_node *to) {
+  th_node *from = th_cluster_master_for_slot(&topo, slot);
+  TH_ASSERT(from && from != to);
+  pid_t pid = fork();
+  TH_ASSERT(pid >= 0);
+  if (pid == 0) _exit(migrate_slowly(from, to, slot, 30) == 0 ? 0 : 1);
+  int st = 0;
+  uint64_t until = th_now_ms() + 60000;
+  while (waitpid(pid, &st, WNOHANG) == 0 && th_now_ms() < until) th_loop_for(base, 20);
+  TH_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  TH_ASSERT_EQ(th_cluster_wait_ok(&topo, 30000), 0);
+  TH_ASSERT(th_cluster_master_for_slot(&topo, slot) == to);
+  printf("# slot %u moved from %s to %s\n", slot, from->addr, to->addr);
+}
+
+static th_node *other_master(const th_node *not) {
+  for (int i = 0; i < topo.n; i++)
+    if (topo.node[i].is_master && &topo.node[i] != not) return &topo.node[i];
+  return NULL;
+}
+
+/* The slots of a busy semaphore (holders, blocked waiters on six handles,
+ * hand-offs through computed wake-list keys) and of a busy queue (a
+ * producer every 5 ms, a blocked consumer) migrate while they work: no
+ * over-issue, no lost message, no waiter past its timeout, every callback
+ * exactly once. */
+static void test_resharding(void) {
+  start(0);
+  static load L;
+  memset(&L, 0, sizeof L);
+  struct event_base *base = L.base = event_base_new();
+  sluice_client *c = client_at(base, url);
+  for (int i = 0; i < WORKERS; i++) {
+    L.sem[i] = sem_test_new(c, "busy", PERMITS, 3000, i % 2);
+    workers[i] = (worker){.L = &L, .i = i};
+    workers[i].hold = evtimer_new(base, hold_done, &workers[i]);
+  }
+  L.dq = dqt_queue(c, "busyq");
+  sluice_dq_consumer *con = NULL;
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "busyq", NULL, on_load_msg, &L, &con), SLUICE_OK);
+  struct event *pusher = event_new(base, -1, EV_PERSIST, push_tick, &L);
+  struct timeval five = {0, 5000};
+  event_add(pusher, &five);
+  for (int i = 0; i < WORKERS; i++) start_acquire(&workers[i]);
+  th_loop_for(base, 500);
+  long before = L.grants;
+  TH_ASSERT_CMP(before, >, 10);
+
+  unsigned sem_slot = th_keyslot("{busy}", 6), q_slot = th_keyslot("{busyq}", 7);
+  th_node *sem_home = th_cluster_master_for_slot(&topo, sem_slot);
+  migrate_under_load(base, sem_slot, other_master(sem_home));
+  migrate_under_load(base, q_slot, other_master(th_cluster_master_for_slot(&topo, q_slot)));
+  migrate_under_load(base, sem_slot, sem_home); /* and back */
+  long during = L.grants - before;
+  th_loop_for(base, 500);
+  long after = L.grants - before - during;
+
+  L.stop = 1;
+  event_del(pusher);
+  uint64_t until = th_now_ms() + 8000;
+  for (;;) {
+    int busy = 0;
+    for (int i = 0; i < WORKERS; i++) busy += workers[i].busy || workers[i].permit;
+    if ((!busy && L.push_cbs == L.pushes && L.delivered == L.pushed_ok) || th_now_ms() > until) break;
+    th_loop_for(base, 20);
+  }
+  printf("# grants %ld (during the moves %ld, after %ld), refusals %ld, max holders %d, "
+         "pushes %ld ok %ld delivered %ld dup %ld\n", L.grants, during, after, L.refusals,
+         L.max_holders, L.pushes, L.pushed_ok, L.delivered, L.dup);
+  sluice_client_metrics m;
+  sluice_client_get_metrics(c, &m);
+  for (unsigned k = 0; k < m.nkinds; k++)
+    printf("# %s: %llu ops, %llu errors\n", m.kinds[k].name, (unsigned long long)m.kinds[k].ops,
+           (unsigned long long)m.kinds[k].errors);
+  printf("# Redis errors: %llu; last error: %s\n", (unsigned long long)m.by_status[-SLUICE_EREDIS],
+         sluice_client_last_error(c));
+  TH_ASSERT_EQ(m.by_status[-SLUICE_EREDIS], 0); /* no script broke a cluster rule */
+  TH_ASSERT_CMP(L.max_holders, <=, PERMITS);   /* no over-issue */
+  TH_ASSERT_EQ(L.twice, 0);                   /* every callback once */
+  TH_ASSERT_EQ(L.acquire_cbs, L.acquires);
+  TH_ASSERT_EQ(L.late, 0);                    /* nobody past its timeout */
+  TH_ASSERT_EQ(L.push_cbs, L.pushes);
+  for (int i = 0; i < L.pushes; i++)          /* no accepted message lost */
+    if (L.pushed[i] && !L.seen[i]) th_fail(__FILE__, __LINE__, "message m%d lost", i);
+  TH_ASSERT_CMP(after, >, 10);                /* and it all still works */
+
+  event_free(pusher);
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(L.dq);
+  for (int i = 0; i < WORKERS; i++) {
+    event_free(workers[i].hold);
+    sluice_sem_free(L.sem[i]);
+  }
+  sluice_client_free(c);
+  TH_ASSERT(th_loop_drain(base, 5000));
+  event_base_free(base);
+  th_cluster_stop(&topo);
+}
+
+/* ---- failover ------------------------------------------------------------ */
+
+/* Runs the loop while a child process does `what` to the cluster (the
+ * topology helpers block), then brings this process's view up to date. */
+static void in_child_under_loop(struct event_base *base, int (*what)(th_node *), th_node *m) {
+  pid_t pid = fork();
+  TH_ASSERT(pid >= 0);
+  if (pid == 0) _exit(what(m) == 0 ? 0 : 1);
+  int st = 0;
+  uint64_t until = th_now_ms() + 90000;
+  while (waitpid(pid, &st, WNOHANG) == 0 && th_now_ms() < until) th_loop_for(base, 20);
+  TH_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  TH_ASSERT_EQ(th_cluster_wait_ok(&topo, 30000), 0);
+}
+
+static int manual_failover(th_node *m) { return th_cluster_failover(&topo, m) ? 0 : -1; }
+static int await_failover(th_node *m) { return th_cluster_wait_ok(&topo, 60000); }
+
+typedef struct fo_load {
+  sluice_sem *holder_sem, *waiter_sem;
+  sluice_dq *dq;
+  acq_result held, waited;
+  got g;
+} fo_load;
+
+/* Pushes until one is accepted (a push during the switch may fail fast),
+ * then waits for its delivery; returns ms from `since`. */
+static uint64_t push_until_delivered(struct event_base *base, fo_load *f, uint64_t since) {
+  int before = f->g.n;
+  dqt_push p;
+  uint64_t end = th_now_ms() + 20000;
+  do {
+    memset(&p, 0, sizeof p);
+    sluice_dq_item it = {"x", 1, 0, 0, NULL};
+    TH_ASSERT_EQ(sluice_dq_push(f->dq, &it, dqt_on_push, &p), SLUICE_OK);
+    TH_ASSERT(th_loop_until(base, &p.done, 5000));
+    if (p.status != SLUICE_OK) th_loop_for(base, 50);
+  } while (p.status != SLUICE_OK && th_now_ms() < end);
+  TH_ASSERT_EQ(p.status, SLUICE_OK);
+  end = th_now_ms() + 10000;
+  while (f->g.n == before && th_now_ms() < end) th_loop_for(base, 5);
+  TH_ASSERT_CMP(f->g.n, >, before);
+  return th_now_ms() - since;
+}
+
+/* A manual failover (CLUSTER FAILOVER) of the semaphore's master while a
+ * waiter is blocked on it, then SIGKILL of the queue's master (the cluster
+ * fails over by itself after its node timeout) while a consumer idles:
+ * both go on against the new masters without any action, and the time to
+ * recover is printed. */
+static void test_failover(void) {
+  start(1);
+  struct event_base *base = event_base_new();
+  sluice_client *c = client_at(base, url);
+  fo_load f;
+  memset(&f, 0, sizeof f);
+  f.holder_sem = sem_test_new(c, "f", 1, 3000, 0);
+  f.waiter_sem = sem_test_new(c, "f", 1, 3000, 0);
+  f.held = sem_try(base, f.holder_sem);
+  TH_ASSERT_EQ(f.held.status, SLUICE_OK);
+  TH_ASSERT_EQ(sluice_sem_acquire(f.waiter_sem, 30000, acq_cb, &f.waited, NULL), SLUICE_OK);
+  f.dq = dqt_queue(c, "fq");
+  sluice_dq_consumer *con = NULL;
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "fq", NULL, on_msg, &f.g, &con), SLUICE_OK);
+  push_until_delivered(base, &f, th_now_ms());
+  th_loop_for(base, 200);
+  TH_ASSERT_EQ(f.waited.done, 0);
+
+  th_node *sem_master = th_cluster_master_for_key(&topo, "{f}");
+  uint64_t t0 = th_now_ms();
+  in_child_under_loop(base, manual_failover, sem_master);
+  TH_ASSERT(th_cluster_master_for_key(&topo, "{f}") != sem_master);
+  printf("# manual failover of %s done after %llu ms\n", sem_master->addr,
+         (unsigned long long)(th_now_ms() - t0));
+  /* The holder's renewals went on; its release on the new master hands the
+   * waiter the permit through the re-armed blocking connection. */
+  th_loop_for(base, 200);
+  TH_ASSERT_EQ(sluice_permit_lost(f.held.permit), 0);
+  TH_ASSERT_EQ(f.waited.done, 0);
+  t0 = th_now_ms();
+  sluice_permit_release(f.held.permit, NULL, NULL);
+  TH_ASSERT(th_loop_until(base, &f.waited.done, 5000));
+  TH_ASSERT_EQ(f.waited.status, SLUICE_OK);
+  printf("# release to hand-off on the new master: %llu ms\n",
+         (unsigned long long)(th_now_ms() - t0));
+
+  th_node *q_master = th_cluster_master_for_key(&topo, "{fq}");
+  t0 = th_now_ms();
+  kill(q_master->pid, SIGKILL);
+  q_master->pid = 0;
+  in_child_under_loop(base, await_failover, q_master);
+  TH_ASSERT(th_cluster_master_for_key(&topo, "{fq}") != q_master);
+  uint64_t agreed = th_now_ms() - t0;
+  uint64_t recovered = push_until_delivered(base, &f, t0);
+  printf("# SIGKILL of %s: cluster agreed after %llu ms, a push delivered %llu ms after the "
+         "kill\n", q_master->addr, (unsigned long long)agreed, (unsigned long long)recovered);
+  TH_ASSERT_CMP(recovered, <, agreed + 5000);
+
+  sluice_client_health h;
+  sluice_client_get_health(c, &h);
+  TH_ASSERT_EQ(h.command_up, 1);
+  sluice_permit_release(f.waited.permit, NULL, NULL);
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(f.dq);
+  sluice_sem_free(f.holder_sem);
+  sluice_sem_free(f.waiter_sem);
+  sluice_client_free(c);
+  TH_ASSERT(th_loop_drain(base, 5000));
+  event_base_free(base);
+  th_cluster_stop(&topo);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"primitives", test_primitives, 120},
       {"bad_input", test_bad_input, 60},
+      {"resharding", test_resharding, 240},
+      {"failover", test_failover, 300},
       {NULL, NULL, 0},
   };
   return th_topology_main(argc, argv, cases);

@@ -1,10 +1,15 @@
 /* A Sentinel-managed master (redis+sentinel:// URLs): every primitive
  * through the sentinels, a failover during activity (a blocked waiter and a
- * consumer resume against the new master without any action), and the bad
- * inputs: an unknown master name, no sentinel reachable, malformed URLs.
+ * consumer resume against the new master without any action), the
+ * sentinels the client learns (SENTINEL sentinels) carrying it through a
+ * failover when the one it was given is gone, the replies and reconnects
+ * that make it ask the sentinels again, and the bad inputs: an unknown
+ * master name, no sentinel reachable, malformed URLs.
  * Suite "sentinel": the topology takes a second or two to start. */
+#include <stdlib.h>
 #include <string.h>
 
+#include "client-private.h" /* the client's sentinel link, to look at its list */
 #include "dq_util.h"
 #include "sem_util.h"
 #include "topology.h"
@@ -271,12 +276,280 @@ static void test_wait_replicas(void) {
   th_sentinel_stop(&topo);
 }
 
+static void on_release(sluice_sem *sem, int status, void *ud) { *(int *)ud = 1; }
+
+/* Runs the loop until the link knows n sentinels; 1, or 0 after ms. */
+static int until_known(struct event_base *base, sluice_client *c, int n, unsigned ms) {
+  uint64_t end = th_now_ms() + ms;
+  while (sluice__sentinel_count(c->sentinel) != n && th_now_ms() < end) th_loop_for(base, 20);
+  return sluice__sentinel_count(c->sentinel) == n;
+}
+
+/* Runs the loop until a sentinel has named the master more than `than`
+ * times; 1, or 0 after ms. */
+static int until_asked(struct event_base *base, sluice_client *c, unsigned long than, unsigned ms) {
+  uint64_t end = th_now_ms() + ms;
+  while (sluice__sentinel_answers(c->sentinel) <= than && th_now_ms() < end) th_loop_for(base, 20);
+  return sluice__sentinel_answers(c->sentinel) > than;
+}
+
+/* Runs the loop until the client's command connection is up; 1, or 0
+ * after ms. */
+static int until_connected(struct event_base *base, sluice_client *c, unsigned ms) {
+  uint64_t end = th_now_ms() + ms;
+  while (!sluice_client_is_connected(c) && th_now_ms() < end) th_loop_for(base, 20);
+  return sluice_client_is_connected(c);
+}
+
+/* No two entries of the link's list name the same address. */
+static void assert_no_duplicates(const sluice__sentinel *sl) {
+  for (int i = 0; i < sluice__sentinel_count(sl); i++)
+    for (int j = i + 1; j < sluice__sentinel_count(sl); j++) {
+      int pi, pj;
+      const char *hi = sluice__sentinel_at(sl, i, &pi), *hj = sluice__sentinel_at(sl, j, &pj);
+      if (pi == pj && strcmp(hi, hj) == 0) th_fail(__FILE__, __LINE__, "%s:%d twice", hi, pi);
+    }
+}
+
+/* Given one sentinel, the client learns the other two; with that one
+ * killed and a failover forced through another, it still follows the
+ * master: only a sentinel it learned can have named the new one. */
+static void test_discovery(void) {
+  start();
+  struct event_base *base = event_base_new();
+  char one[128];
+  snprintf(one, sizeof one, "redis+sentinel://%s/mymaster", topo.sent[0].addr);
+  sluice_client *c = client_at(base, one);
+  sluice_sem *s = sem_test_new(c, "d", 1, 5000, 0);
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  int released = 0;
+  TH_ASSERT_EQ(sluice_permit_release(a.permit, on_release, &released), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &released, 5000));
+  TH_ASSERT(until_known(base, c, 3, 5000));
+  assert_no_duplicates(c->sentinel);
+  for (int i = 0; i < 3; i++) {
+    int port = 0, found = 0;
+    for (int j = 0; j < 3; j++)
+      if (sluice__sentinel_at(c->sentinel, j, &port) && port == topo.sent[i].port) found = 1;
+    TH_ASSERT(found);
+  }
+
+  unsigned long asked = sluice__sentinel_answers(c->sentinel);
+  TH_ASSERT_EQ(th_sentinel_stop_one(&topo, 0), 0);
+  th_node *nm = th_sentinel_failover(&topo); /* asks the first live one: s1 */
+  TH_ASSERT(nm != NULL);
+  /* Acquire until the grant is on the new master: one that reached the
+   * old master before it was demoted is lost with its data, and tried
+   * again. */
+  redisContext *m = th_node_connect(nm);
+  TH_ASSERT(m != NULL);
+  int there = 0;
+  uint64_t end = th_now_ms() + 20000;
+  while (!there && th_now_ms() < end) {
+    acq_result b = {0};
+    TH_ASSERT_EQ(sluice_sem_try_acquire(s, acq_cb, &b), SLUICE_OK);
+    TH_ASSERT(th_loop_until(base, &b.done, 5000));
+    if (b.status != SLUICE_OK) {
+      th_loop_for(base, 100);
+      continue;
+    }
+    redisReply *r = redisCommand(m, "ZSCORE sluice:sem:{d}:holders %s", sluice_permit_id(b.permit));
+    TH_ASSERT(r != NULL);
+    there = r->type == REDIS_REPLY_STRING;
+    freeReplyObject(r);
+    sluice_permit_release(b.permit, NULL, NULL);
+    if (!there) th_loop_for(base, 100);
+  }
+  redisFree(m);
+  TH_ASSERT(there);
+  TH_ASSERT_EQ(c->endpoint.port, nm->port);
+  /* A learned sentinel answered since, and went to the front. */
+  TH_ASSERT_CMP(sluice__sentinel_answers(c->sentinel), >, asked);
+  int first = 0;
+  TH_ASSERT(sluice__sentinel_at(c->sentinel, 0, &first) != NULL);
+  TH_ASSERT(first == topo.sent[1].port || first == topo.sent[2].port);
+  TH_ASSERT_EQ(sluice__sentinel_count(c->sentinel), 3);
+  assert_no_duplicates(c->sentinel);
+
+  sluice_sem_free(s);
+  sluice_client_free(c);
+  TH_ASSERT(th_loop_drain(base, 5000));
+  event_base_free(base);
+  th_sentinel_stop(&topo);
+}
+
+/* The list is the configured sentinels plus learned ones, without
+ * duplicates and at most 16; a longer configured list is kept whole. No
+ * sentinel needs to answer for this. */
+static void test_list_bounds(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = client_at(base, "redis+sentinel://127.0.0.1:1,127.0.0.1:1,127.0.0.1:2/m");
+  sluice__sentinel *sl = c->sentinel;
+  TH_ASSERT_EQ(sluice__sentinel_count(sl), 2); /* the configured duplicate once */
+  TH_ASSERT_EQ(sluice__sentinel_learn(sl, "127.0.0.1", 9, 2), 0);
+  TH_ASSERT_EQ(sluice__sentinel_learn(sl, "127.0.0.1", 9, 0), 0);
+  TH_ASSERT_EQ(sluice__sentinel_learn(sl, "127.0.0.1", 9, 65536), 0);
+  TH_ASSERT_EQ(sluice__sentinel_learn(sl, "", 0, 3), 0);
+  int added = 0;
+  for (int round = 0; round < 2; round++) /* the second round: all known or no room */
+    for (int port = 100; port < 130; port++) added += sluice__sentinel_learn(sl, "127.0.0.2", 9, port);
+  TH_ASSERT_EQ(added, 14);
+  TH_ASSERT_EQ(sluice__sentinel_count(sl), 16);
+  int port = 0;
+  TH_ASSERT(strcmp(sluice__sentinel_at(sl, 0, &port), "127.0.0.1") == 0 && port == 1);
+  TH_ASSERT(strcmp(sluice__sentinel_at(sl, 1, &port), "127.0.0.1") == 0 && port == 2);
+  TH_ASSERT(sluice__sentinel_at(sl, 16, NULL) == NULL);
+  assert_no_duplicates(sl);
+  sluice_client_free(c);
+  TH_ASSERT(th_loop_drain(base, 5000));
+
+  char many[512] = "redis+sentinel://";
+  for (int i = 0; i < 18; i++)
+    snprintf(many + strlen(many), sizeof many - strlen(many), "%s127.0.0.1:%d", i ? "," : "", 10 + i);
+  strcat(many, "/m");
+  c = client_at(base, many);
+  TH_ASSERT_EQ(sluice__sentinel_count(c->sentinel), 18);
+  TH_ASSERT_EQ(sluice__sentinel_learn(c->sentinel, "127.0.0.3", 9, 1), 0);
+  sluice_client_free(c);
+  TH_ASSERT(th_loop_drain(base, 5000));
+  event_base_free(base);
+}
+
+typedef struct cmd_result {
+  int done, status;
+} cmd_result;
+
+static void on_cmd(void *ud, int status, const redisReply *reply) {
+  cmd_result *r = ud;
+  r->status = status;
+  r->done = 1;
+}
+
+/* The client id of the master's connection now running `cmd`, or -1. */
+static long long client_running(redisContext *m, const char *cmd) {
+  redisReply *r = redisCommand(m, "CLIENT LIST");
+  long long id = -1;
+  char want[64];
+  snprintf(want, sizeof want, " cmd=%s ", cmd);
+  for (char *line = r && r->type == REDIS_REPLY_STRING ? r->str : NULL; line && id < 0;) {
+    char *nl = strchr(line, '\n');
+    if (nl) *nl = '\0';
+    if (strstr(line, want) && strncmp(line, "id=", 3) == 0) id = atoll(line + 3);
+    line = nl ? nl + 1 : NULL;
+  }
+  if (r) freeReplyObject(r);
+  return id;
+}
+
+/* Drops the master's connections to the client under test: all but the
+ * sentinels' (named "sentinel-..."), the replica's and m's own. How many
+ * went. */
+static int kill_client_connections(redisContext *m) {
+  redisReply *me = redisCommand(m, "CLIENT ID"), *r = redisCommand(m, "CLIENT LIST");
+  TH_ASSERT(me && me->type == REDIS_REPLY_INTEGER && r && r->type == REDIS_REPLY_STRING);
+  int killed = 0;
+  for (char *line = r->str; line && *line;) {
+    char *nl = strchr(line, '\n');
+    if (nl) *nl = '\0';
+    long long id = strncmp(line, "id=", 3) == 0 ? atoll(line + 3) : -1;
+    if (id >= 0 && id != me->integer && !strstr(line, " name=sentinel-") &&
+        !strstr(line, " flags=S ")) { /* nor the replica's link */
+      redisReply *k = redisCommand(m, "CLIENT KILL ID %lld", id);
+      killed += k && k->type == REDIS_REPLY_INTEGER ? (int)k->integer : 0;
+      if (k) freeReplyObject(k);
+    }
+    line = nl ? nl + 1 : NULL;
+  }
+  freeReplyObject(me);
+  freeReplyObject(r);
+  return killed;
+}
+
+/* Replies that say "not the master here" (READONLY, LOADING, MASTERDOWN on
+ * the command connection, -UNBLOCKED on the blocking one) and a plain
+ * reconnect each make the client ask the sentinels again; a blocked waiter
+ * gets its permit at the end all the same. */
+static void test_re_resolve(void) {
+  start();
+  struct event_base *base = event_base_new();
+  sluice_client *c = client_at(base, url);
+  sluice_sem *s = sem_test_new(c, "u", 1, 10000, 0);
+  acq_result h = sem_try(base, s);
+  TH_ASSERT_EQ(h.status, SLUICE_OK);
+  acq_result w = {0};
+  TH_ASSERT_EQ(sluice_sem_acquire(s, 30000, acq_cb, &w, NULL), SLUICE_OK);
+  redisContext *m = th_node_connect(th_sentinel_master(&topo));
+  TH_ASSERT(m != NULL);
+  uint64_t end = th_now_ms() + 5000;
+  while (client_running(m, "brpop") < 0 && th_now_ms() < end) th_loop_for(base, 20);
+  TH_ASSERT(client_running(m, "brpop") >= 0);
+
+  static const char *const refusals[] = {"READONLY You cannot write against a read only replica.",
+                                         "LOADING Redis is loading the dataset in memory",
+                                         "MASTERDOWN Link with MASTER is down", NULL};
+  for (int i = 0; refusals[i]; i++) {
+    /* Connected again first: an op meets a lost connection with a fast
+     * SLUICE_ECONNECTION, without reaching Redis. */
+    TH_ASSERT(until_connected(base, c, 5000));
+    unsigned long asked = sluice__sentinel_answers(c->sentinel);
+    char script[160];
+    snprintf(script, sizeof script, "return redis.error_reply('%s')", refusals[i]);
+    const char *argv[3] = {"EVAL", script, "0"};
+    cmd_result r = {0};
+    TH_ASSERT_EQ(sluice__command(c, 3, argv, NULL, 0, on_cmd, &r, NULL), SLUICE_OK);
+    TH_ASSERT(th_loop_until(base, &r.done, 5000));
+    char word[16];
+    snprintf(word, sizeof word, "%.*s", (int)strcspn(refusals[i], " "), refusals[i]);
+    if (r.status != SLUICE_ECONNECTION || !strstr(sluice_client_last_error(c), word))
+      th_fail(__FILE__, __LINE__, "%s: %s", sluice_err_name(r.status), sluice_client_last_error(c));
+    if (!until_asked(base, c, asked, 5000))
+      th_fail(__FILE__, __LINE__, "the sentinels were not asked again after %.10s", refusals[i]);
+  }
+
+  /* -UNBLOCKED: a failover unblocks the blocked clients with it. */
+  unsigned long asked = sluice__sentinel_answers(c->sentinel);
+  int unblocked = 0; /* 0 when caught between two BRPOPs: again */
+  end = th_now_ms() + 5000;
+  while (!unblocked && th_now_ms() < end) {
+    long long blk = client_running(m, "brpop");
+    redisReply *r = blk >= 0 ? redisCommand(m, "CLIENT UNBLOCK %lld ERROR", blk) : NULL;
+    unblocked = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    if (r) freeReplyObject(r);
+    if (!unblocked) th_loop_for(base, 20);
+  }
+  TH_ASSERT(unblocked);
+  TH_ASSERT(until_asked(base, c, asked, 5000));
+
+  /* A reconnect: the client's connections dropped by the master. */
+  asked = sluice__sentinel_answers(c->sentinel);
+  TH_ASSERT_CMP(kill_client_connections(m), >=, 1);
+  TH_ASSERT(until_asked(base, c, asked, 5000));
+  redisFree(m);
+
+  TH_ASSERT_EQ(w.done, 0);
+  sluice_permit_release(h.permit, NULL, NULL);
+  TH_ASSERT(th_loop_until(base, &w.done, 10000));
+  TH_ASSERT_EQ(w.status, SLUICE_OK);
+  TH_ASSERT_EQ(sluice__sentinel_count(c->sentinel), 3);
+  assert_no_duplicates(c->sentinel);
+  sluice_permit_release(w.permit, NULL, NULL);
+  sluice_sem_free(s);
+  sluice_client_free(c);
+  TH_ASSERT(th_loop_drain(base, 5000));
+  event_base_free(base);
+  th_sentinel_stop(&topo);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"primitives", test_primitives, 60},
       {"failover", test_failover, 90},
       {"bad_input", test_bad_input, 60},
       {"wait_replicas", test_wait_replicas, 60},
+      {"discovery", test_discovery, 90},
+      {"list_bounds", test_list_bounds, 30},
+      {"re_resolve", test_re_resolve, 60},
       {NULL, NULL, 0},
   };
   return th_topology_main(argc, argv, cases);

@@ -1313,6 +1313,15 @@ int th_sentinel_replica_restart(th_sentinel *s) {
   return 0;
 }
 
+int th_sentinel_stop_one(th_sentinel *s, int i) {
+  if (i < 0 || i > 2 || s->sent[i].pid <= 0) {
+    say("sentinel %d is not running", i);
+    return -1;
+  }
+  node_kill(&s->sent[i]);
+  return 0;
+}
+
 int th_topology_main(int argc, char **argv, const th_case *cases) {
   if (!th_topology_available()) {
     const char *ci = getenv("CI");

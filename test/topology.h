@@ -23,9 +23,9 @@
  *    the current master (SENTINEL get-master-addr-by-name), a forced
  *    SENTINEL FAILOVER, SIGSTOP or kill of the master waiting for the
  *    automatic failover, waiting for the old master to be made a replica,
- *    stop/restart of a replica, and stop. The sentinels' INFO and hello
- *    periods are shortened with SENTINEL DEBUG (1 s, 500 ms; see
- *    topology.c) unless TH_SENTINEL_DEFAULT_TIMERS=1.
+ *    stop/restart of a replica, kill of one sentinel, and stop. The
+ *    sentinels' INFO and hello periods are shortened with SENTINEL DEBUG
+ *    (1 s, 500 ms; see topology.c) unless TH_SENTINEL_DEFAULT_TIMERS=1.
  *
  * TH_TOPOLOGY_KEEP=1 keeps the directories (logs, nodes.conf,
  * sentinel.conf) after stop, to look at a failure.
@@ -171,5 +171,8 @@ int th_sentinel_resume_node(th_sentinel *s, th_node *n);
  * current master and wait until its link is up and the master lists it. */
 int th_sentinel_replica_stop(th_sentinel *s);
 int th_sentinel_replica_restart(th_sentinel *s);
+/* Kill sentinel i (0..2); the others go on without it (they still count it
+ * among the sentinels they know). 0, or -1 if it was not running. */
+int th_sentinel_stop_one(th_sentinel *s, int i);
 
 #endif

@@ -55,39 +55,60 @@ end
 -- process that is gone would strand the permit for a lease): non-fair mode
 -- skips a stale one; fair mode stops there, since nobody may pass the head
 -- (it is evicted after its heartbeat). Returns how many were handed.
+--
+-- The wake list is the one key a script computes instead of declaring (the
+-- handle that gets the grant is only known here). It shares the declared
+-- keys' hash tag, hence their slot, so Redis Cluster runs it on the node
+-- that owns them -- except while that slot migrates, when a node refuses a
+-- key it does not hold ("non local key"). So the wake-up is pushed first,
+-- by pcall, and only a handle whose push landed is granted anything: a
+-- refused push grants nothing (scripts are not rolled back, so granting
+-- first would leave a permit nobody is woken for); the permit stays free
+-- and the waiters take it with their next attempt, within a heartbeat.
+-- In fair mode a refused head stops the hand-off, so nobody passes it.
 local function hand_off(H, Q, B, M, n, wake_base, hb, fair)
   if n <= 0 then return 0 end
   local stale = now + hb / 2
-  local given, grants, order = 0, {}, {}
+  local picked, byhandle, order = 0, {}, {}
   for _, m in ipairs(redis.call('ZRANGE', Q, 0, fair and n - 1 or n + 7)) do
-    if given >= n then break end
+    if picked >= n then break end
     local live = tonumber(redis.call('ZSCORE', B, m) or '0') >= stale
     if fair and not live then break end
     local sep = string.find(m, ':', 1, true)
     local lease = sep and tonumber(redis.call('HGET', M, 't:' .. string.sub(m, 1, sep - 1)) or '0')
     if live and lease and lease > 0 then
-      local handle, waiter = string.sub(m, 1, sep - 1), string.sub(m, sep + 1)
-      local fence = n2s(next_fence(M))
-      local expiry = n2s(now + lease)
-      redis.call('ZADD', H, expiry, waiter)
-      redis.call('ZREM', Q, m)
-      redis.call('ZREM', B, m)
-      redis.call('HSET', M, 'g:' .. waiter, fence)
-      local grant = waiter .. ':' .. fence .. ':' .. expiry
-      if grants[handle] then
-        grants[handle] = grants[handle] .. ',' .. grant
-      else
-        grants[handle] = grant
+      local handle = string.sub(m, 1, sep - 1)
+      if not byhandle[handle] then
+        byhandle[handle] = {}
         order[#order + 1] = handle
       end
-      given = given + 1
+      local g = byhandle[handle]
+      g[#g + 1] = {m, string.sub(m, sep + 1), lease}
+      picked = picked + 1
     end
   end
+  local given = 0
   for _, handle in ipairs(order) do
+    local texts = {}
+    for _, g in ipairs(byhandle[handle]) do
+      g[4] = n2s(next_fence(M))
+      g[5] = n2s(now + g[3])
+      texts[#texts + 1] = g[2] .. ':' .. g[4] .. ':' .. g[5]
+    end
     local wk = wake_base .. handle
-    redis.call('LPUSH', wk, grants[handle])
-    redis.call('LTRIM', wk, 0, 63)
-    redis.call('PEXPIRE', wk, hb * 2 + 1000)
+    if type(redis.pcall('LPUSH', wk, table.concat(texts, ','))) == 'number' then
+      redis.call('LTRIM', wk, 0, 63)
+      redis.call('PEXPIRE', wk, hb * 2 + 1000)
+      for _, g in ipairs(byhandle[handle]) do
+        redis.call('ZADD', H, g[5], g[2])
+        redis.call('ZREM', Q, g[1])
+        redis.call('ZREM', B, g[1])
+        redis.call('HSET', M, 'g:' .. g[2], g[4])
+      end
+      given = given + #byhandle[handle]
+    elseif fair then
+      break
+    end
   end
   return given
 end
