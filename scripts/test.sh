@@ -5,22 +5,30 @@
 #
 # Passes, each in its own build directory (all warnings are errors):
 #   gcc       build-ci           meson test: the quick suite (no Redis) first,
-#                                then every other suite
-#   asan      build-ci-asan      meson test under AddressSanitizer + UBSan
+#                                then every other suite but the topology
+#                                variants
+#   topo      build-ci           meson test: the behavioural tests again on
+#                                a local Redis Cluster and a sentinel-managed
+#                                master (suites cluster-suites,
+#                                sentinel-suites; about 75 s each)
+#   asan      build-ci-asan      meson test under AddressSanitizer + UBSan,
+#                                the topology variants included
 #   soak      build-ci           test/soak for SLUICE_SOAK_S seconds (default
 #                                60): every primitive under injected Redis
 #                                faults (scripts/soak.sh); one case; a 15 s run
 #                                under ASan follows the asan pass's tests
 #   clang     build-ci-clang     compile only, to stay warning-free on clang
-#   hiredis1  build-ci-hiredis1  meson test, every suite, against Debian 13's
+#   hiredis1  build-ci-hiredis1  meson test, every suite but the topology
+#                                variants, against Debian 13's
 #                                hiredis 1.x with TLS (-Dtls=enabled), which
 #                                scripts/hiredis1.sh unpacks into
 #                                build-hiredis1/ (not installed; the binaries
 #                                load it by their rpath); then the same
 #                                configuration built with clang (compile
-#                                only) and every suite under ASan + UBSan
+#                                only) and the same suites under ASan + UBSan
 #                                (build-ci-hiredis1-clang, -asan)
-#   valgrind  build-ci           meson test --setup valgrind; then the same
+#   valgrind  build-ci           meson test --setup valgrind (which leaves
+#                                the topology variants out); then the same
 #                                for build-ci-hiredis1
 # The valgrind pass runs when the time spent so far leaves room for it
 # (estimated at 4x the gcc pass) within SLUICE_TEST_BUDGET_S for the whole
@@ -41,7 +49,7 @@ for arg in "$@"; do
   case $arg in
     --valgrind) valgrind=yes ;;
     --no-valgrind) valgrind=no ;;
-    -h | --help) sed -n '2,33s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,41s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
@@ -100,6 +108,10 @@ run_tests() {
 
 pass_done() { took[$1]=$((SECONDS - $2)); timings+=("$1"); }
 
+# The behavioural tests on a cluster and a sentinel set (test/meson.build):
+# the gcc and asan passes run them, hiredis1 and valgrind do not (time).
+no_topo_variants=(--no-suite cluster-suites --no-suite sentinel-suites)
+
 banner "gcc: build-ci (--werror)"
 t=$SECONDS
 gcc_ok=0
@@ -107,11 +119,22 @@ if build gcc build-ci -Dbuildtype=debugoptimized; then
   gcc_ok=1
   # Seconds, no Redis: a broken basic shows before the slow suites run.
   run_tests quick build-ci --suite quick
-  run_tests gcc build-ci --no-suite quick
+  run_tests gcc build-ci --no-suite quick "${no_topo_variants[@]}"
 else
   count --label gcc --step "configure + build" --failed
 fi
 pass_done gcc $t
+
+# A pass of its own, so that the valgrind estimate (from the gcc pass)
+# does not count suites valgrind leaves out.
+banner "topo: build-ci (suites cluster-suites, sentinel-suites)"
+t=$SECONDS
+if [ $gcc_ok = 1 ]; then
+  run_tests topo build-ci --suite cluster-suites --suite sentinel-suites
+else
+  count --label topo --step "needs the gcc build" --failed
+fi
+pass_done topo $t
 
 # run_soak LABEL DIR SECONDS: the fault soak as one case; its report goes to
 # build-ci-logs/LABEL.log, the summary (and any violation) is shown here.
@@ -167,7 +190,7 @@ if pcdir=$(scripts/hiredis1.sh 2>"$logs/hiredis1-fetch.log" | tail -n 1) && [ -n
   if build hiredis1 build-ci-hiredis1 "${h1[@]}"; then
     # Which hiredis the tests load, for the log (test_tls checks it too).
     ldd build-ci-hiredis1/src/libsluice.so | grep hiredis | sed 's/^[[:space:]]*/  /'
-    run_tests hiredis1 build-ci-hiredis1
+    run_tests hiredis1 build-ci-hiredis1 "${no_topo_variants[@]}"
   else
     count --label hiredis1 --step "configure + build" --failed
   fi
@@ -179,7 +202,7 @@ if pcdir=$(scripts/hiredis1.sh 2>"$logs/hiredis1-fetch.log" | tail -n 1) && [ -n
     count --label hiredis1-clang --step "clang --werror build" --failed
   fi
   if build hiredis1-asan build-ci-hiredis1-asan "${h1[@]}" -Db_sanitize=address,undefined; then
-    run_tests hiredis1-asan build-ci-hiredis1-asan --timeout-multiplier 3
+    run_tests hiredis1-asan build-ci-hiredis1-asan --timeout-multiplier 3 "${no_topo_variants[@]}"
   else
     count --label hiredis1-asan --step "configure + build" --failed
   fi

@@ -15,6 +15,7 @@
 
 #include <event2/event.h>
 
+#include "server_topo.h"
 #include "sluice-internal.h"
 
 th_redis th_server;
@@ -22,6 +23,24 @@ const char *const *th_server_args;
 static const char *const *server_extra;
 static pid_t harness_pid;
 static int no_redis; /* th_main_local: no server to reset, adopt or stop */
+static th_topo topo = TH_TOPO_STANDALONE;
+
+th_topo th_server_topo(void) { return topo; }
+
+const char *th_server_topo_name(void) {
+  return topo == TH_TOPO_CLUSTER ? "cluster" : topo == TH_TOPO_SENTINEL ? "sentinel" : "standalone";
+}
+
+/* th_server is a cluster or sentinel set, not one process of ours. */
+static int topo_server(const th_redis *r) { return r == &th_server && topo != TH_TOPO_STANDALONE; }
+
+/* A case that stops or restarts th_server cannot run on a topology (its
+ * pid is 0 there: kill(0, ...) would hit the harness itself). */
+static void need_standalone(const th_redis *r, const char *what) {
+  if (topo_server(r))
+    th_fail(__FILE__, __LINE__, "%s of the %s server: mark the case standalone_only", what,
+            th_server_topo_name());
+}
 
 uint64_t th_now_ms(void) {
   struct timespec ts;
@@ -147,28 +166,58 @@ void th_redis_stop(th_redis *r) {
 }
 
 void th_redis_restart(th_redis *r) {
+  need_standalone(r, "restart");
   kill_wait(r);
   unlink(r->sock);
   if (spawn(r, server_extra) != 0) th_fail(__FILE__, __LINE__, "redis-server restart failed");
 }
 
-void th_redis_pause(th_redis *r) { kill(r->pid, SIGSTOP); }
-void th_redis_resume(th_redis *r) { kill(r->pid, SIGCONT); }
+void th_redis_pause(th_redis *r) {
+  need_standalone(r, "pause");
+  kill(r->pid, SIGSTOP);
+}
+
+void th_redis_resume(th_redis *r) {
+  need_standalone(r, "resume");
+  kill(r->pid, SIGCONT);
+}
 
 redisContext *th_redis_connect(const th_redis *r) {
+  if (topo_server(r)) return th__server_topo_master(0);
   struct timeval tv = {2, 0};
   return redisConnectUnixWithTimeout(r->sock, tv);
 }
 
-long long th_redis_int(const th_redis *r, const char *fmt, ...) {
+static redisReply *vcommand(const th_redis *r, const char *fmt, va_list ap) {
+  char *cmd = NULL;
+  int len = redisvFormatCommand(&cmd, fmt, ap);
+  if (len < 0) th_fail(__FILE__, __LINE__, "bad command format: %s", fmt);
+  redisReply *rep = NULL;
+  if (topo_server(r)) {
+    rep = th__server_topo_command(cmd, (size_t)len);
+  } else {
+    redisContext *c = th_redis_connect(r);
+    if (c && !c->err && redisAppendFormattedCommand(c, cmd, (size_t)len) == REDIS_OK)
+      redisGetReply(c, (void **)&rep);
+    if (c) redisFree(c);
+  }
+  redisFreeCommand(cmd);
+  if (!rep) th_fail(__FILE__, __LINE__, "no reply from the test redis to: %s", fmt);
+  return rep;
+}
+
+redisReply *th_redis_command(const th_redis *r, const char *fmt, ...) {
   va_list ap;
-  redisContext *c = th_redis_connect(r);
-  if (!c || c->err) th_fail(__FILE__, __LINE__, "cannot connect to test redis");
   va_start(ap, fmt);
-  redisReply *rep = redisvCommand(c, fmt, ap);
+  redisReply *rep = vcommand(r, fmt, ap);
   va_end(ap);
+  return rep;
+}
+
+/* The reply's number (freeing it); an error reply fails the case. */
+static long long reply_int(redisReply *rep) {
   long long v = 0;
-  if (!rep) th_fail(__FILE__, __LINE__, "command failed: %s", c->errstr);
+  if (!rep) th_fail(__FILE__, __LINE__, "no reply from the test redis");
   if (rep->type == REDIS_REPLY_INTEGER) v = rep->integer;
   else if (rep->type == REDIS_REPLY_STRING) v = strtoll(rep->str, NULL, 10);
   else if (rep->type == REDIS_REPLY_NIL) v = 0;
@@ -176,13 +225,122 @@ long long th_redis_int(const th_redis *r, const char *fmt, ...) {
   else th_fail(__FILE__, __LINE__, "unexpected reply type %d (%s)", rep->type,
                rep->type == REDIS_REPLY_ERROR ? rep->str : "");
   freeReplyObject(rep);
-  redisFree(c);
   return v;
 }
 
+long long th_redis_int(const th_redis *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  redisReply *rep = vcommand(r, fmt, ap);
+  va_end(ap);
+  return reply_int(rep);
+}
+
+int th_redis_masters(void) { return topo == TH_TOPO_STANDALONE ? 1 : th__server_topo_masters(); }
+
+redisContext *th_redis_connect_master(int i) {
+  redisContext *c = topo == TH_TOPO_STANDALONE ? th_redis_connect(&th_server) : th__server_topo_master(i);
+  if (!c || c->err) th_fail(__FILE__, __LINE__, "cannot connect to master %d of the test redis", i);
+  return c;
+}
+
+long long th_redis_int_all(const char *fmt, ...) {
+  long long sum = 0;
+  for (int i = 0; i < th_redis_masters(); i++) {
+    redisContext *c = th_redis_connect_master(i);
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *rep = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    if (!rep) th_fail(__FILE__, __LINE__, "%s on master %d: %s", fmt, i, c->errstr);
+    redisFree(c);
+    sum += reply_int(rep);
+  }
+  return sum;
+}
+
+long long th_redis_info_sum(const char *section, const char *field) {
+  long long sum = 0;
+  for (int i = 0; i < th_redis_masters(); i++) {
+    redisContext *c = th_redis_connect_master(i);
+    redisReply *rep = redisCommand(c, "INFO %s", section);
+    if (!rep || rep->type != REDIS_REPLY_STRING)
+      th_fail(__FILE__, __LINE__, "INFO %s on master %d failed", section, i);
+    const char *p = strstr(rep->str, field);
+    if (p) sum += strtoll(p + strlen(field), NULL, 10);
+    freeReplyObject(rep);
+    redisFree(c);
+  }
+  return sum;
+}
+
+/* One CLIENT LIST line: its id, and whether it is one of the topology's
+ * own links (a sentinel's, named "sentinel-<id>-cmd" or "-pubsub", or a
+ * replica's, flag S) rather than a client's, and blocked (flag b). */
+typedef struct client_line {
+  long long id;
+  int topology_link, blocked;
+} client_line;
+
+static client_line parse_client(const char *line) {
+  client_line cl = {strtoll(line + strlen("id="), NULL, 10), 0, 0};
+  const char *name = strstr(line, " name="), *flags = strstr(line, " flags=");
+  size_t nflags = flags ? strcspn(flags + 7, " ") : 0;
+  cl.topology_link = (name && strncmp(name, " name=sentinel-", 15) == 0) ||
+                     (flags && memchr(flags + 7, 'S', nflags));
+  cl.blocked = flags && memchr(flags + 7, 'b', nflags);
+  return cl;
+}
+
+/* Clients on one master but the one asking; with kill, killed (by id, so
+ * that the sentinels' links stay: killing them every few hundred ms could
+ * get the master flagged down). Returns how many. */
+static long long clients_on(redisContext *c, int blocked_only, int kill) {
+  long long n = 0, self = reply_int(redisCommand(c, "CLIENT ID"));
+  redisReply *list = redisCommand(c, kill ? "CLIENT LIST TYPE normal" : "CLIENT LIST");
+  if (!list || list->type != REDIS_REPLY_STRING) th_fail(__FILE__, __LINE__, "CLIENT LIST failed");
+  for (const char *line = list->str; line && strncmp(line, "id=", 3) == 0;) {
+    client_line cl = parse_client(line);
+    line = strchr(line, '\n');
+    line = line ? line + 1 : NULL;
+    if (cl.id == self || cl.topology_link || (blocked_only && !cl.blocked)) continue;
+    if (kill) {
+      redisReply *k = redisCommand(c, "CLIENT KILL ID %lld", cl.id);
+      n += k && k->type == REDIS_REPLY_INTEGER ? k->integer : 0;
+      if (k) freeReplyObject(k);
+    } else {
+      n++;
+    }
+  }
+  freeReplyObject(list);
+  return n;
+}
+
+static long long clients_all(int blocked_only, int kill) {
+  long long n = 0;
+  for (int i = 0; i < th_redis_masters(); i++) {
+    redisContext *c = th_redis_connect_master(i);
+    n += clients_on(c, blocked_only, kill);
+    redisFree(c);
+  }
+  return n;
+}
+
+long long th_redis_clients(int blocked_only) { return clients_all(blocked_only, 0); }
+
+long long th_redis_kill_clients(void) {
+  if (topo == TH_TOPO_STANDALONE) return th_redis_int(&th_server, "CLIENT KILL TYPE normal SKIPME yes");
+  return clients_all(0, 1);
+}
+
 void th_redis_reset(void) {
-  th_redis_int(&th_server, "FLUSHALL");
-  th_redis_int(&th_server, "SCRIPT FLUSH");
+  if (topo == TH_TOPO_STANDALONE) {
+    th_redis_int(&th_server, "FLUSHALL");
+    th_redis_int(&th_server, "SCRIPT FLUSH");
+    return;
+  }
+  th_redis_int_all("FLUSHALL");
+  th_redis_int_all("SCRIPT FLUSH");
 }
 
 static void flag_timeout_cb(evutil_socket_t fd, short what, void *arg) { *(int *)arg = 1; }
@@ -218,7 +376,9 @@ void th_loop_for(struct event_base *base, unsigned ms) {
 }
 
 static void cleanup(void) {
-  if (getpid() == harness_pid && !no_redis) th_redis_stop(&th_server);
+  if (getpid() != harness_pid || no_redis) return;
+  if (topo == TH_TOPO_STANDALONE) th_redis_stop(&th_server);
+  else th__server_topo_stop();
 }
 
 static void on_signal(int sig) {
@@ -276,7 +436,7 @@ static int run_case(const th_case *tc) {
             WTERMSIG(st) == SIGALRM ? " (time limit)" : "");
     return 1;
   }
-  if (no_redis) return WEXITSTATUS(st);
+  if (no_redis || topo != TH_TOPO_STANDALONE) return WEXITSTATUS(st);
   adopt_restarted(&th_server);
   /* The case may have stopped or killed the server: bring it back. */
   if (kill(th_server.pid, 0) != 0 || waitpid(th_server.pid, NULL, WNOHANG) == th_server.pid) {
@@ -303,6 +463,10 @@ static int run_cases(int argc, char **argv, const th_case *cases) {
   for (const th_case *tc = cases; tc->name; tc++) {
     if (!selected(argc, argv, tc->name)) continue;
     n++;
+    if (topo != TH_TOPO_STANDALONE && tc->standalone_only) {
+      printf("ok %d - %s # SKIP %s\n", n, tc->name, tc->standalone_only);
+      continue;
+    }
     uint64_t t0 = th_now_ms();
     int bad = run_case(tc) != 0;
     failed += bad;
@@ -316,21 +480,25 @@ int th_main(int argc, char **argv, const th_case *cases) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   signal(SIGPIPE, SIG_IGN);
   harness_pid = getpid();
-  int rc = th_redis_start(&th_server, 0, th_server_args);
+  if (th__server_topo_parse(&topo) != 0) return 1;
+  int rc = topo == TH_TOPO_STANDALONE ? th_redis_start(&th_server, 0, th_server_args)
+                                      : th__server_topo_start(topo);
   if (rc == -2) {
+    const char *what = topo == TH_TOPO_STANDALONE ? "redis-server" : "redis-server or redis-cli";
     const char *ci = getenv("CI");
     if (ci && strcmp(ci, "true") == 0) {
-      printf("Bail out! redis-server not found (required under CI)\n");
+      printf("Bail out! %s not found (required under CI)\n", what);
       return 1;
     }
-    printf("1..0 # SKIP redis-server not found\n");
+    printf("1..0 # SKIP %s not found\n", what);
     return 77;
   }
   if (rc != 0) {
-    printf("Bail out! cannot start redis-server\n");
-    th_redis_stop(&th_server);
+    printf("Bail out! cannot start the %s redis\n", th_server_topo_name());
+    if (topo == TH_TOPO_STANDALONE) th_redis_stop(&th_server);
     return 1;
   }
+  if (topo != TH_TOPO_STANDALONE) printf("# %s: %s\n", th_server_topo_name(), th_server.url);
   atexit(cleanup);
   signal(SIGTERM, on_signal);
   signal(SIGINT, on_signal);

@@ -4,6 +4,12 @@
  * with a time limit, TAP output for meson, typed assertions, and an event
  * loop runner that waits on conditions instead of sleeping.
  *
+ * TH_TOPOLOGY picks what the binary's server is: "standalone" (the default,
+ * as above), "cluster" (a local Redis Cluster, 3 masters) or "sentinel" (a
+ * master, its replica and three sentinels); see server_topo.c. The same
+ * cases then run through redis+cluster:// or redis+sentinel:// URLs, and
+ * the check helpers below reach the right node.
+ *
  * Without redis-server the binary exits 77 (meson: SKIP) — except under
  * CI=true, where a missing server is a failure.
  */
@@ -27,8 +33,14 @@ typedef struct th_redis {
   int port;          /* TCP port, 0 for unix only */
 } th_redis;
 
-/* The binary's server (started by th_main). */
+/* The binary's server (started by th_main). Under a cluster or sentinel
+ * topology only url is set (pid 0, no socket). */
 extern th_redis th_server;
+
+typedef enum th_topo { TH_TOPO_STANDALONE, TH_TOPO_CLUSTER, TH_TOPO_SENTINEL } th_topo;
+/* What th_server is (TH_TOPOLOGY, read by th_main). */
+th_topo th_server_topo(void);
+const char *th_server_topo_name(void);
 /* Extra redis-server arguments (NULL-terminated) for th_server; set before
  * th_main (e.g. a TLS port). */
 extern const char *const *th_server_args;
@@ -40,13 +52,40 @@ void th_redis_stop(th_redis *r);
 void th_redis_restart(th_redis *r);
 void th_redis_pause(th_redis *r);   /* SIGSTOP */
 void th_redis_resume(th_redis *r);  /* SIGCONT */
+/* (restart, pause and resume of th_server fail the case under a cluster or
+ * sentinel topology: such cases are marked standalone_only.) */
 
-/* A synchronous hiredis connection to r, for checks; free with redisFree. */
+/* A synchronous hiredis connection to r, for checks; free with redisFree.
+ * For th_server under a topology: its first master (cluster; keyed
+ * commands may answer MOVED there, use th_redis_command) or the current
+ * master (sentinel). */
 redisContext *th_redis_connect(const th_redis *r);
-/* Run a command on a fresh sync connection and return its integer reply
- * (or, for a string reply, its numeric value); aborts the case on error. */
+/* Run a command on a fresh sync connection and return its reply (free with
+ * freeReplyObject); aborts the case if none comes. For th_server on a
+ * cluster it follows MOVED and ASK to the node that has the key. */
+redisReply *th_redis_command(const th_redis *r, const char *fmt, ...);
+/* The same, returning its integer reply (or, for a string reply, its
+ * numeric value); aborts the case on an error reply. */
 long long th_redis_int(const th_redis *r, const char *fmt, ...);
-/* FLUSHALL + SCRIPT FLUSH on the binary's server. */
+/* The masters of th_server: 3 on the cluster, else 1; a connection to the
+ * i-th (0 <= i < th_redis_masters()). */
+int th_redis_masters(void);
+redisContext *th_redis_connect_master(int i);
+/* A keyless command on every master of th_server (FLUSHALL, DBSIZE...):
+ * the sum of their integer replies, as th_redis_int reads them. */
+long long th_redis_int_all(const char *fmt, ...);
+/* An INFO field's number summed over every master of th_server: section
+ * "commandstats", field "cmdstat_evalsha:calls=". 0 where absent. */
+long long th_redis_info_sum(const char *section, const char *field);
+/* Client connections on every master of th_server, or those blocked in a
+ * command (BRPOP...): the library's and the cases', not the topology's own
+ * (sentinels, replicas) nor the one asking. */
+long long th_redis_clients(int blocked_only);
+/* Kill the connections of every client (the library's and the cases'):
+ * CLIENT KILL TYPE normal on each master, sparing the sentinels' own
+ * monitoring connections. Returns how many were killed. */
+long long th_redis_kill_clients(void);
+/* FLUSHALL + SCRIPT FLUSH on the binary's server (every master). */
 void th_redis_reset(void);
 
 /* Run the loop until *flag becomes non-zero or timeout_ms passes.
@@ -89,10 +128,15 @@ typedef struct th_case {
   const char *name;
   void (*fn)(void);
   unsigned timeout_s;  /* 0: 60 */
+  /* Why the case needs the standalone server (it restarts, pauses or kills
+   * it...): under a cluster or sentinel topology it is reported as a TAP
+   * "# SKIP <this>". NULL: it runs on every topology. */
+  const char *standalone_only;
 } th_case;
 
-/* Runs every case (or those named in argv), each in a forked child, and
- * prints TAP. Every case starts with an empty Redis (th_redis_reset). After
+/* Starts th_server (TH_TOPOLOGY), runs every case (or those named in
+ * argv), each in a forked child, and prints TAP. Every case starts with an
+ * empty Redis (th_redis_reset). After
  * each case the harness checks that the library's live-object counter is 0
  * (cases must close everything they open). Returns the exit status. */
 int th_main(int argc, char **argv, const th_case *cases);

@@ -460,7 +460,8 @@ int main(int argc, char **argv) {
       {"many_messages_many_consumers", test_many_messages_many_consumers, 120},
       {"crash_redelivery", test_crash_redelivery, 30},
       {"crash_dead_letters", test_crash_dead_letters, 30},
-      {"restart_and_client_kill", test_restart_and_client_kill, 60},
+      {"restart_and_client_kill", test_restart_and_client_kill, 60,
+       .standalone_only = "restarts the server"},
       {"lateness", test_lateness, 60},
       {NULL, NULL, 0},
   };

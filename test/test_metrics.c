@@ -226,7 +226,7 @@ static void test_counters(void) {
 
 int main(int argc, char **argv) {
   static const th_case cases[] = {
-      {"log_down_up", test_log_down_up, 30},
+      {"log_down_up", test_log_down_up, 30, .standalone_only = "restarts the server"},
       {"log_failed_auth", test_log_failed_auth, 30},
       {"precise_clock", test_precise_clock, 30},
       {"counters", test_counters, 30},

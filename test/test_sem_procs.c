@@ -209,7 +209,7 @@ static void test_client_kill_chaos(void) {
     if (!running) break;
     struct timespec ts = {0, 250 * 1000 * 1000};
     nanosleep(&ts, NULL);
-    th_redis_int(&th_server, "CLIENT KILL TYPE normal SKIPME yes");
+    th_redis_kill_clients();
     kills++;
   }
   printf("# grants %d, losses %d, CLIENT KILLs %d, max holders %d\n", atomic_load(&sh->grants),
