@@ -1,6 +1,11 @@
 -- Shared by the delay-queue scripts (inlined at build time by embed_lua.py).
 -- KEYS[1..4] are a queue's z (delayed), f (in flight), d (dead) and h
 -- (per-message data, counters and the key horizon '#exp').
+-- Redis Cluster rule: while the slot migrates, its source node runs a script
+-- only when all declared keys exist there, then refuses any later access to
+-- a key the script emptied, keeping the writes before it. So a removal that
+-- may empty z, f or d is that key's last access (after dq_expire too); h
+-- keeps its counters (#seq) and is never emptied.
 
 -- Wake idle consumers only when the earliest due time moved earlier than
 -- old: their timers are armed for the old head. At most 4 tokens wait.

@@ -4,19 +4,39 @@
 -- (hash: permits, fence, seq; "t:<handle>" the first lease of a permit
 -- handed to one of that handle's waiters; "g:<waiter>" the fence of a permit
 -- handed to a waiter).
+--
+-- Redis Cluster rule: while the slot migrates, its source node runs a script
+-- only when all declared keys exist there, and then refuses any later access
+-- to a key the script itself emptied (deleted) -- without undoing the writes
+-- before it. So in every script a removal that may empty a key is that key's
+-- last access: reads, additions and expiry first, removals last (the
+-- expired leases and dead waiters are skipped until then). M is never
+-- emptied: a "g:" field is only ever written with "fence" beside it.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local function n2s(x) return string.format('%.0f', x) end
 
--- Drop waiters that stopped heart-beating; returns how many went.
-local function evict_waiters(Q, B)
-  local dead = redis.call('ZRANGEBYSCORE', B, '-inf', now, 'LIMIT', 0, 1000)
-  if #dead > 0 then
-    redis.call('ZREM', B, unpack(dead))
-    redis.call('ZREM', Q, unpack(dead))
-  end
-  return #dead
+-- Waiters that stopped heart-beating (at most 1000 per step).
+local function dead_waiters(B)
+  return redis.call('ZRANGEBYSCORE', B, '-inf', now, 'LIMIT', 0, 1000)
+end
+
+-- Remove the waiters in list from Q and B (the last removals from them before
+-- hand_off); true when both still hold someone, i.e. hand_off may read them.
+local function drop_waiters(Q, B, list)
+  if #list == 0 then return true end
+  local nq, nb = redis.call('ZCARD', Q), redis.call('ZCARD', B)
+  nb = nb - redis.call('ZREM', B, unpack(list))
+  nq = nq - redis.call('ZREM', Q, unpack(list))
+  return nq > 0 and nb > 0
+end
+
+-- A lease's expiry if it is live, else nil (expired ones are removed last).
+local function live_lease(H, id)
+  local s = redis.call('ZSCORE', H, id)
+  if s and tonumber(s) > now then return s end
+  return nil
 end
 
 -- Extend k's idle expiry to keep ms, never shorten it (handles with longer
@@ -66,7 +86,10 @@ end
 -- first would leave a permit nobody is woken for); the permit stays free
 -- and the waiters take it with their next attempt, within a heartbeat.
 -- In fair mode a refused head stops the hand-off, so nobody passes it.
-local function hand_off(H, Q, B, M, n, wake_base, hb, fair)
+-- Callers run it before removing anything from H (it adds there) and only
+-- while Q and B hold someone; it may empty them, so they touch Q and B
+-- before it, never after. The ids it grants go into `got` (a set) if given.
+local function hand_off(H, Q, B, M, n, wake_base, hb, fair, got)
   if n <= 0 then return 0 end
   local stale = now + hb / 2
   local picked, byhandle, order = 0, {}, {}
@@ -104,6 +127,7 @@ local function hand_off(H, Q, B, M, n, wake_base, hb, fair)
         redis.call('ZREM', Q, g[1])
         redis.call('ZREM', B, g[1])
         redis.call('HSET', M, 'g:' .. g[2], g[4])
+        if got then got[g[2]] = true end
       end
       given = given + #byhandle[handle]
     elseif fair then

@@ -57,9 +57,10 @@ for k = 1, #dls do
   end
   out[k] = code
 end
-if #gone > 0 then redis.call('ZREM', f, unpack(gone)) end
 if #hdel > 0 then redis.call('HDEL', h, unpack(hdel)) end
 
 if mindue then dq_wake(w, mindue, old) end
 if next(wrote) then dq_expire(h, maxdue + ret, ret, wrote) end
+-- Last: this may empty f (see _dq_common.lua).
+if #gone > 0 then redis.call('ZREM', f, unpack(gone)) end
 return out

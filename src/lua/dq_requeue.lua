@@ -21,7 +21,8 @@ for _, id in ipairs(ids) do
   redis.call('HSET', h, 's' .. id, s, 'a' .. id, 0)
   redis.call('ZADD', z, now, s .. id)
 end
-redis.call('ZREM', d, unpack(ids))
 dq_wake(w, now, old)
 dq_expire(h, now + ret, ret, {[z] = true})
+-- Last: this may empty d (see _dq_common.lua).
+redis.call('ZREM', d, unpack(ids))
 return #ids

@@ -14,6 +14,9 @@ local ret, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
 local vis, maxa = tonumber(ARGV[3]), tonumber(ARGV[4])
 local wrote = {}
 
+-- Removals come last, after every read, addition and dq_expire (a removal
+-- may empty z or f: see _dq_common.lua): the late ones leave f at the end,
+-- but for those taken again here, whose new deadline replaced theirs.
 local late = redis.call('ZRANGEBYSCORE', f, '-inf', '(' .. now, 'LIMIT', 0, 100)
 if #late > 0 then
   local seq = redis.call('HINCRBY', h, '#seq', #late) - #late
@@ -30,7 +33,6 @@ if #late > 0 then
       wrote[z] = true
     end
   end
-  redis.call('ZREM', f, unpack(late))
 end
 
 local out = {now_us, -1, 0}
@@ -38,8 +40,8 @@ local cand = redis.call('ZRANGE', z, 0, batch, 'WITHSCORES')
 local n = 0
 while n < batch and cand[2 * n + 2] and tonumber(cand[2 * n + 2]) <= now do n = n + 1 end
 local nextdue = tonumber(cand[2 * n + 2])
+local taken = {}
 if n > 0 then
-  redis.call('ZREMRANGEBYRANK', z, 0, n - 1)
   -- Payloads and attempt counts in one HMGET, new counts in one HSET.
   local fields = {}
   for i = 1, n do
@@ -60,6 +62,7 @@ if n > 0 then
       out[#out + 1] = tonumber(cand[2 * i])
       out[#out + 1] = v[i]
       count = count + 1
+      taken[id] = true
     end
   end
   if count > 0 then
@@ -69,9 +72,25 @@ if n > 0 then
   end
   out[3] = count
 end
-local fh = redis.call('ZRANGE', f, 0, 0, 'WITHSCORES')
-if fh[2] and (not nextdue or tonumber(fh[2]) + 1 < nextdue) then nextdue = tonumber(fh[2]) + 1 end
+local drop = {}
+for _, id in ipairs(late) do
+  if not taken[id] then drop[#drop + 1] = id end
+end
+-- The earliest deadline that stays: the late ones still in f are its
+-- lowest entries (new deadlines are later than now).
+local fh = redis.call('ZRANGE', f, 0, #drop, 'WITHSCORES')
+local dropping = {}
+for _, id in ipairs(drop) do dropping[id] = true end
+for i = 1, #fh, 2 do
+  if not dropping[fh[i]] then
+    local dl = tonumber(fh[i + 1]) + 1
+    if not nextdue or dl < nextdue then nextdue = dl end
+    break
+  end
+end
 if nextdue then out[2] = nextdue end
 
 if next(wrote) then dq_expire(h, now + vis + ret, ret, wrote) end
+if n > 0 then redis.call('ZREMRANGEBYRANK', z, 0, n - 1) end
+if #drop > 0 then redis.call('ZREM', f, unpack(drop)) end
 return out

@@ -16,14 +16,12 @@ return each(function(key, cost, peek)
   if last[2] and tonumber(last[2]) >= now then now = tonumber(last[2]) + 1 end
   -- An entry admitted at s counts while now < s + span.
   local floor = format('%d', now - span)
-  local n
-  if peek then
-    n = rcall('ZCOUNT', key, '(' .. floor, '+inf')
-  else
-    rcall('ZREMRANGEBYSCORE', key, '-inf', floor)
-    n = rcall('ZCARD', key)
-  end
+  -- The expired entries are dropped only once the new ones are in (or when
+  -- refused, n > 0 live ones stay): on a migrating cluster slot a script may
+  -- not touch a key it emptied, and the key may come again in this call.
+  local n = rcall('ZCOUNT', key, '(' .. floor, '+inf')
   if n + cost > limit then
+    if not peek then rcall('ZREMRANGEBYSCORE', key, '-inf', floor) end
     -- The (n + cost - limit)-th oldest live entry has to leave first.
     local first = rcall('ZRANGEBYSCORE', key, '(' .. floor, '+inf', 'WITHSCORES',
                              'LIMIT', n + cost - limit - 1, 1)
@@ -42,6 +40,7 @@ return each(function(key, cost, peek)
       rcall('ZADD', key, unpack(args))
       i = i + 1000
     end
+    rcall('ZREMRANGEBYSCORE', key, '-inf', floor) -- cost >= 1: the new entries stay
     rcall('PEXPIRE', key, period + 100)
   end
   return 1, limit - n - cost, 0, period

@@ -10,21 +10,41 @@
 local H, Q, B, M = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local permits, hb, fair = tonumber(ARGV[1]), tonumber(ARGV[3]), ARGV[4] == '1'
 local wake_base, keep = ARGV[5], tonumber(ARGV[6])
-local out, handed = {}, {}
+local out, handed, rel, seen, freed = {}, {}, {}, {}, 0
 for i = 7, #ARGV do
-  local score = redis.call('ZSCORE', H, ARGV[i])
-  if score then redis.call('ZREM', H, ARGV[i]) end
-  out[#out + 1] = (score and tonumber(score) > now) and 1 or 0
-  handed[#handed + 1] = 'g:' .. ARGV[i]
+  local id = ARGV[i]
+  local score = not seen[id] and redis.call('ZSCORE', H, id)
+  seen[id] = true
+  if score then rel[#rel + 1] = id end
+  local live = score and tonumber(score) > now
+  if live then freed = freed + 1 end
+  out[#out + 1] = live and 1 or 0
+  handed[#handed + 1] = 'g:' .. id
 end
 if #handed > 0 then redis.call('HDEL', M, unpack(handed)) end
+-- The released and expired leases leave H last (it may become empty), so
+-- the hand-off counts without them and adds its grants first.
+local sweep, got = false, {}
 if redis.call('ZCARD', Q) > 0 then
-  redis.call('ZREMRANGEBYSCORE', H, '-inf', now)
-  evict_waiters(Q, B)
-  if hand_off(H, Q, B, M, permits - redis.call('ZCARD', H), wake_base, hb, fair) > 0 then
-    save_fence(M, permits)
-    touch(H, keep)
-    touch(M, keep)
+  sweep = true
+  if drop_waiters(Q, B, dead_waiters(B)) then
+    local held = redis.call('ZCOUNT', H, '(' .. n2s(now), '+inf') - freed
+    if hand_off(H, Q, B, M, permits - held, wake_base, hb, fair, got) > 0 then
+      save_fence(M, permits)
+      touch(H, keep)
+      touch(M, keep)
+    end
   end
+end
+local left = {}
+for _, id in ipairs(rel) do
+  if not got[id] then left[#left + 1] = id end
+end
+if sweep then
+  local n = redis.call('ZCARD', H)
+  if #left > 0 then n = n - redis.call('ZREM', H, unpack(left)) end
+  if n > 0 then redis.call('ZREMRANGEBYSCORE', H, '-inf', now) end
+elseif #left > 0 then
+  redis.call('ZREM', H, unpack(left))
 end
 return out

@@ -5,14 +5,14 @@
 -- Returns {r1, r2, ...}: ttl_ms when that lease was extended, 0 when gone.
 --@include _sem_common.lua
 local H, ttl, keep = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2])
-local out, extended = {}, false
+local out, extended, expired = {}, false, {}
 for i = 3, #ARGV do
   local id = ARGV[i]
   local score = redis.call('ZSCORE', H, id)
   if not score then
     out[#out + 1] = 0
   elseif tonumber(score) <= now then
-    redis.call('ZREM', H, id)
+    expired[#expired + 1] = id
     out[#out + 1] = 0
   else
     redis.call('ZADD', H, 'XX', n2s(now + ttl), id)
@@ -21,4 +21,6 @@ for i = 3, #ARGV do
   end
 end
 if extended then touch(H, keep) end
+-- Last: removing the expired ones may empty H (see _sem_common.lua).
+if #expired > 0 then redis.call('ZREM', H, unpack(expired)) end
 return out

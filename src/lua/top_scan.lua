@@ -34,8 +34,12 @@ for _, k in ipairs(page[2]) do
       if len and algo and #after > tonumber(len) then
         local name = string.sub(after, 1, tonumber(len))
         local key = string.sub(after, tonumber(len) + 2)
-        local state = ''
-        if suffix == 'gcra' then
+        -- A key of a slot being imported here is refused to a script (the
+        -- slot is not this node's yet): such a key is listed without state.
+        local state, ttl = '', redis.pcall('PTTL', k)
+        if type(ttl) ~= 'number' then
+          ttl = -1
+        elseif suffix == 'gcra' then
           local tat = tonumber(redis.call('GET', k) or '0') or 0
           if tat > now_us then state = string.format('tat +%.1fms', (tat - now_us) / 1000)
           else state = 'idle' end
@@ -48,7 +52,7 @@ for _, k in ipairs(page[2]) do
         else
           state = string.format('entries=%d', redis.call('ZCARD', k))
         end
-        add(name, key, algo, state, redis.call('PTTL', k))
+        add(name, key, algo, state, ttl)
       end
     end
   end
