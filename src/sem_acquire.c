@@ -15,10 +15,13 @@
  * however many wait, and what keeps their places in the queue.
  *
  * Attempts ready in the same loop turn go to Redis together, in order, in
- * one script call. An acquire decided while its attempt is in flight
- * (deadline, cancel, free) leaves the call at once; if Redis granted that
- * attempt anyway, its permit is released right behind it on the same
- * connection, so it never lingers for a whole lease.
+ * one script call; while the handle's waiters are queued, only after the
+ * answer to the releases in flight, so that Redis hands their permits on
+ * (and answers the woken waiter) before it runs the attempts. An acquire
+ * decided while its attempt is in flight (deadline, cancel, free) leaves
+ * the call at once; if Redis granted that attempt anyway, its permit is
+ * released right behind it on the same connection, so it never lingers for
+ * a whole lease.
  */
 #include <stdlib.h>
 #include <string.h>
