@@ -10,13 +10,17 @@
 local H, Q, B, M = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local permits, hb, fair = tonumber(ARGV[1]), tonumber(ARGV[3]), ARGV[4] == '1'
 local wake_base, keep = ARGV[5], tonumber(ARGV[6])
-local out, handed = {}, {}
+-- One ZREM and one HDEL for the whole batch (a call costs Redis more than
+-- an argument, and this step delays the hand-off's grant).
+local out, held, handed, seen = {}, {}, {}, {}
 for i = 7, #ARGV do
-  local score = redis.call('ZSCORE', H, ARGV[i])
-  if score then redis.call('ZREM', H, ARGV[i]) end
+  local score = not seen[ARGV[i]] and redis.call('ZSCORE', H, ARGV[i])
+  seen[ARGV[i]] = true -- an id twice in a batch: the second finds it gone
+  if score then held[#held + 1] = ARGV[i] end
   out[#out + 1] = (score and tonumber(score) > now) and 1 or 0
   handed[#handed + 1] = 'g:' .. ARGV[i]
 end
+if #held > 0 then redis.call('ZREM', H, unpack(held)) end
 if #handed > 0 then redis.call('HDEL', M, unpack(handed)) end
 if redis.call('ZCARD', Q) > 0 then
   redis.call('ZREMRANGEBYSCORE', H, '-inf', now)
