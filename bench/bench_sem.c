@@ -14,8 +14,9 @@
  *    granted), beside redis-semaphore's acquire(), which polls every 10 ms;
  *  - contention: 32 blocking waiters cycling through a 1- and a 16-permit
  *    semaphore with holds of 1 ms: grants/s against the ideal, the idle gap
- *    from a release to the next grant, how long holds really lasted, and one
- *    Redis round trip (PING) taken at the same cadence as the yardstick.
+ *    from a release to the next grant, how long holds really lasted, the
+ *    release's own round trip (called -> answered), and one Redis round trip
+ *    (PING) taken at the same cadence as the yardstick.
  *    `bench_sem --contention` runs only this table.
  *
  * Fairness of the redis-benchmark reference (see bench/README.md):
@@ -445,7 +446,7 @@ typedef struct cont_worker {
   cont_run *run;
   sluice_permit *p;
   struct event *hold;
-  uint64_t granted_us;
+  uint64_t granted_us, released_us;
 } cont_worker;
 
 struct cont_run {
@@ -454,16 +455,22 @@ struct cont_run {
   uint64_t last_release_us;  /* 0: a permit is free only when none is released */
   bench_lat *gap;
   bench_lat *held;           /* how long holds really last (the timer's lateness) */
+  bench_lat *release_rtt;    /* release called -> its answer */
   int running;
 };
 
 static void cont_acquire(cont_worker *w);
 
+static void cont_released(sluice_sem *sem, int status, void *ud) {
+  cont_worker *w = ud;
+  if (status == SLUICE_OK) bench_lat_add(w->run->release_rtt, (double)(bench_now_us() - w->released_us));
+}
+
 static void cont_release(evutil_socket_t fd, short what, void *arg) {
   cont_worker *w = arg;
-  w->run->last_release_us = bench_now_us();
+  w->run->last_release_us = w->released_us = bench_now_us();
   bench_lat_add(w->run->held, (double)(w->run->last_release_us - w->granted_us));
-  sluice_permit_release(w->p, NULL, NULL);
+  sluice_permit_release(w->p, cont_released, w);
   w->p = NULL;
   cont_acquire(w);
 }
@@ -540,7 +547,7 @@ static double rtt_p50_ms(void) {
 }
 
 typedef struct cont_result {
-  double grants_per_s, ideal, gap_p50_ms, gap_p99_ms, rtt_ms, held_p50_ms;
+  double grants_per_s, ideal, gap_p50_ms, gap_p99_ms, rtt_ms, held_p50_ms, release_rtt_ms;
   long long calls;
 } cont_result;
 
@@ -550,10 +557,10 @@ static int contention_run(unsigned permits, cont_result *out) {
   out->rtt_ms = rtt_p50_ms();
   sluice_client *c = new_client();
   sluice_sem *sem = new_sem(c, name, permits);
-  cont_run r = {sem, 0, 0, 0, 0, bench_lat_new(), bench_lat_new(), 0};
+  cont_run r = {sem, 0, 0, 0, 0, bench_lat_new(), bench_lat_new(), bench_lat_new(), 0};
   cont_worker w[CONT_WAITERS];
   for (int i = 0; i < CONT_WAITERS; i++) {
-    w[i] = (cont_worker){&r, NULL, evtimer_new(base, cont_release, &w[i]), 0};
+    w[i] = (cont_worker){&r, NULL, evtimer_new(base, cont_release, &w[i]), 0, 0};
   }
   uint64_t t0 = bench_now_us();
   long long c0 = script_calls();
@@ -579,9 +586,11 @@ static int contention_run(unsigned permits, cont_result *out) {
   out->gap_p50_ms = bench_lat_pct(r.gap, 50) / 1000;
   out->gap_p99_ms = bench_lat_pct(r.gap, 99) / 1000;
   out->held_p50_ms = bench_lat_pct(r.held, 50) / 1000;
+  out->release_rtt_ms = bench_lat_pct(r.release_rtt, 50) / 1000;
   out->calls = c1 - c0;
   bench_lat_free(r.gap);
   bench_lat_free(r.held);
+  bench_lat_free(r.release_rtt);
   if (r.errors) fprintf(stderr, "bench_sem: contention: %llu errors\n", (unsigned long long)r.errors);
   return r.errors ? -1 : 0;
 }
@@ -624,14 +633,17 @@ static int contention_table(void) {
   for (int i = 0; i < 2; i++) have_cont = have_cont && contention_run(cont_permits[i], &cr[i]) == 0;
   if (have_cont) {
     static const char *const ccols[] = {"permits", "grants/s", "ideal", "of ideal", "gap p50 ms",
-                                        "gap p99 ms", "RTT p50 ms", "hold p50 ms", "calls/grant", NULL};
+                                        "gap p99 ms", "RTT p50 ms", "release p50 ms", "hold p50 ms",
+                                        "calls/grant", NULL};
     t = bench_table_new("contention: 32 blocking waiters in one process, holds of 1 ms; gap = "
-                        "release called -> next grant; RTT = PING, one a ms",
+                        "release called -> next grant; RTT = PING, one a ms; release = "
+                        "release called -> its answer",
                         ccols);
     for (int i = 0; i < 2; i++)
-      bench_table_row(t, "%u|%.0f|%.0f|%.0f%%|%.3f|%.3f|%.3f|%.3f|%.2f", cont_permits[i],
+      bench_table_row(t, "%u|%.0f|%.0f|%.0f%%|%.3f|%.3f|%.3f|%.3f|%.3f|%.2f", cont_permits[i],
                       cr[i].grants_per_s, cr[i].ideal, 100 * cr[i].grants_per_s / cr[i].ideal,
-                      cr[i].gap_p50_ms, cr[i].gap_p99_ms, cr[i].rtt_ms, cr[i].held_p50_ms,
+                      cr[i].gap_p50_ms, cr[i].gap_p99_ms, cr[i].rtt_ms, cr[i].release_rtt_ms,
+                      cr[i].held_p50_ms,
                       (double)cr[i].calls / (cr[i].grants_per_s * CONT_SECONDS));
     bench_table_print(t, stdout);
     bench_table_free(t);
