@@ -11,7 +11,13 @@
  *    doing the same acquire -> release loop (bench/node/sem.js);
  *  - blocking wake-up latency: a waiter blocked in sluice_sem_acquire on its
  *    own client, woken by another client's release (release called -> waiter
- *    granted), beside redis-semaphore's acquire(), which polls every 10 ms.
+ *    granted), beside redis-semaphore's acquire(), which polls every 10 ms;
+ *  - contention: 32 blocking waiters cycling through a 1- and a 16-permit
+ *    semaphore with holds of 1 ms: grants/s against the ideal, the idle gap
+ *    from a release to the next grant, how long holds really lasted, the
+ *    release's own round trip (called -> answered), and one Redis round trip
+ *    (PING) taken at the same cadence as the yardstick.
+ *    `bench_sem --contention` runs only this table.
  *
  * Fairness of the redis-benchmark reference (see bench/README.md):
  *  - The semaphore has PERMITS permits, so every acquire is a grant; the
@@ -40,6 +46,8 @@
 #include <string.h>
 
 #include <event2/event.h>
+#include <hiredis/adapters/libevent.h>
+#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 #include <sluice/sluice.h>
 
@@ -438,6 +446,7 @@ typedef struct cont_worker {
   cont_run *run;
   sluice_permit *p;
   struct event *hold;
+  uint64_t granted_us, released_us;
 } cont_worker;
 
 struct cont_run {
@@ -445,15 +454,23 @@ struct cont_run {
   uint64_t end_us, grants, errors;
   uint64_t last_release_us;  /* 0: a permit is free only when none is released */
   bench_lat *gap;
+  bench_lat *held;           /* how long holds really last (the timer's lateness) */
+  bench_lat *release_rtt;    /* release called -> its answer */
   int running;
 };
 
 static void cont_acquire(cont_worker *w);
 
+static void cont_released(sluice_sem *sem, int status, void *ud) {
+  cont_worker *w = ud;
+  if (status == SLUICE_OK) bench_lat_add(w->run->release_rtt, (double)(bench_now_us() - w->released_us));
+}
+
 static void cont_release(evutil_socket_t fd, short what, void *arg) {
   cont_worker *w = arg;
-  w->run->last_release_us = bench_now_us();
-  sluice_permit_release(w->p, NULL, NULL);
+  w->run->last_release_us = w->released_us = bench_now_us();
+  bench_lat_add(w->run->held, (double)(w->run->last_release_us - w->granted_us));
+  sluice_permit_release(w->p, cont_released, w);
   w->p = NULL;
   cont_acquire(w);
 }
@@ -470,6 +487,7 @@ static void cont_granted(sluice_sem *sem, int status, sluice_permit *p, void *ud
   r->grants++;
   if (r->last_release_us) bench_lat_add(r->gap, (double)(now - r->last_release_us));
   r->last_release_us = 0;
+  w->granted_us = now;
   w->p = p;
   struct timeval tv = {0, CONT_HOLD_US};
   evtimer_add(w->hold, &tv);
@@ -482,20 +500,67 @@ static void cont_acquire(cont_worker *w) {
   else r->errors++;
 }
 
+/* The yardstick for the gap: one Redis round trip (PING on its own
+ * connection, same loop) taken at the contention run's cadence, one every
+ * hold, so both CPUs idle between requests as they do between grants. */
+#define RTT_PINGS 1000
+
+typedef struct rtt_run {
+  redisAsyncContext *ac;
+  struct event *tick;
+  bench_lat *lat;
+  uint64_t sent_us;
+  int sent, answered, failed;
+} rtt_run;
+
+static void rtt_pong(redisAsyncContext *ac, void *reply, void *ud) {
+  rtt_run *r = ud;
+  if (!reply) r->failed = 1;
+  else bench_lat_add(r->lat, (double)(bench_now_us() - r->sent_us));
+  r->answered++;
+}
+
+static void rtt_tick(evutil_socket_t fd, short what, void *arg) {
+  rtt_run *r = arg;
+  if (r->failed || r->sent >= RTT_PINGS) return;
+  r->sent_us = bench_now_us();
+  if (redisAsyncCommand(r->ac, rtt_pong, r, "PING") != REDIS_OK) r->failed = 1;
+  r->sent++;
+  struct timeval tv = {0, CONT_HOLD_US};
+  evtimer_add(r->tick, &tv);
+}
+
+/* p50 of the round trip in ms, or -1. */
+static double rtt_p50_ms(void) {
+  rtt_run r = {redisAsyncConnect(rs.host, rs.port), NULL, bench_lat_new(), 0, 0, 0, 0};
+  double p50 = -1;
+  if (r.ac && !r.ac->err && r.lat && redisLibeventAttach(r.ac, base) == REDIS_OK &&
+      (r.tick = evtimer_new(base, rtt_tick, &r))) {
+    rtt_tick(-1, 0, &r);
+    while (!r.failed && r.answered < RTT_PINGS) event_base_loop(base, EVLOOP_ONCE);
+    if (!r.failed) p50 = bench_lat_pct(r.lat, 50) / 1000;
+  }
+  if (r.tick) event_free(r.tick);
+  if (r.ac) redisAsyncFree(r.ac);
+  if (r.lat) bench_lat_free(r.lat);
+  return p50;
+}
+
 typedef struct cont_result {
-  double grants_per_s, ideal, gap_p50_ms, gap_p99_ms;
+  double grants_per_s, ideal, gap_p50_ms, gap_p99_ms, rtt_ms, held_p50_ms, release_rtt_ms;
   long long calls;
 } cont_result;
 
 static int contention_run(unsigned permits, cont_result *out) {
   char name[32];
   snprintf(name, sizeof name, "cont%u", permits);
+  out->rtt_ms = rtt_p50_ms();
   sluice_client *c = new_client();
   sluice_sem *sem = new_sem(c, name, permits);
-  cont_run r = {sem, 0, 0, 0, 0, bench_lat_new(), 0};
+  cont_run r = {sem, 0, 0, 0, 0, bench_lat_new(), bench_lat_new(), bench_lat_new(), 0};
   cont_worker w[CONT_WAITERS];
   for (int i = 0; i < CONT_WAITERS; i++) {
-    w[i] = (cont_worker){&r, NULL, evtimer_new(base, cont_release, &w[i])};
+    w[i] = (cont_worker){&r, NULL, evtimer_new(base, cont_release, &w[i]), 0, 0};
   }
   uint64_t t0 = bench_now_us();
   long long c0 = script_calls();
@@ -520,8 +585,12 @@ static int contention_run(unsigned permits, cont_result *out) {
   out->ideal = permits * 1e6 / CONT_HOLD_US;
   out->gap_p50_ms = bench_lat_pct(r.gap, 50) / 1000;
   out->gap_p99_ms = bench_lat_pct(r.gap, 99) / 1000;
+  out->held_p50_ms = bench_lat_pct(r.held, 50) / 1000;
+  out->release_rtt_ms = bench_lat_pct(r.release_rtt, 50) / 1000;
   out->calls = c1 - c0;
   bench_lat_free(r.gap);
+  bench_lat_free(r.held);
+  bench_lat_free(r.release_rtt);
   if (r.errors) fprintf(stderr, "bench_sem: contention: %llu errors\n", (unsigned long long)r.errors);
   return r.errors ? -1 : 0;
 }
@@ -555,7 +624,39 @@ static int node_lines(const char *args, char lines[][512], int n) {
 
 /* ---- main ------------------------------------------------------------------- */
 
-int main(void) {
+/* Both contention cells and their table; -1 when a run failed. */
+static int contention_table(void) {
+  bench_table *t;
+  static const unsigned cont_permits[] = {1, 16};
+  cont_result cr[2];
+  int have_cont = 1;
+  for (int i = 0; i < 2; i++) have_cont = have_cont && contention_run(cont_permits[i], &cr[i]) == 0;
+  if (have_cont) {
+    static const char *const ccols[] = {"permits", "grants/s", "ideal", "of ideal", "gap p50 ms",
+                                        "gap p99 ms", "RTT p50 ms", "release p50 ms", "hold p50 ms",
+                                        "calls/grant", NULL};
+    t = bench_table_new("contention: 32 blocking waiters in one process, holds of 1 ms; gap = "
+                        "release called -> next grant; RTT = PING, one a ms; release = "
+                        "release called -> its answer",
+                        ccols);
+    for (int i = 0; i < 2; i++)
+      bench_table_row(t, "%u|%.0f|%.0f|%.0f%%|%.3f|%.3f|%.3f|%.3f|%.3f|%.2f", cont_permits[i],
+                      cr[i].grants_per_s, cr[i].ideal, 100 * cr[i].grants_per_s / cr[i].ideal,
+                      cr[i].gap_p50_ms, cr[i].gap_p99_ms, cr[i].rtt_ms, cr[i].release_rtt_ms,
+                      cr[i].held_p50_ms,
+                      (double)cr[i].calls / (cr[i].grants_per_s * CONT_SECONDS));
+    bench_table_print(t, stdout);
+    bench_table_free(t);
+  }
+  return have_cont ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+  int only_contention = argc > 1 && strcmp(argv[1], "--contention") == 0;
+  if (argc > 1 && !only_contention) {
+    fprintf(stderr, "usage: bench_sem [--contention]  (only the contention table)\n");
+    return 2;
+  }
   if (bench_redis_start(&rs) != 0) return 1;
   if (bench_can_pin()) bench_pin_self(BENCH_CPU_CLIENT);
   struct event_config *cfg = event_config_new();
@@ -566,6 +667,12 @@ int main(void) {
   printf("semaphore: Redis at %s, %d CPUs, pinning %s; %d permits, ttl 30 s, auto-renew on\n",
          rs.url, bench_ncpus(), bench_can_pin() ? "on (server CPU 0, client CPU 1)" : "off",
          PERMITS);
+  if (only_contention) {
+    int crc = contention_table();
+    event_base_free(base);
+    bench_redis_stop(&rs);
+    return crc == 0 ? 0 : 1;
+  }
 
   sluice_client *c = new_client();
   { /* warm up: scripts cached, buffers grown */
@@ -691,24 +798,7 @@ int main(void) {
     bench_table_free(t);
   }
   bench_lat_free(lat);
-  static const unsigned cont_permits[] = {1, 16};
-  cont_result cr[2];
-  int have_cont = 1;
-  for (int i = 0; i < 2; i++) have_cont = have_cont && contention_run(cont_permits[i], &cr[i]) == 0;
-  if (have_cont) {
-    static const char *const ccols[] = {"permits", "grants/s", "ideal", "of ideal", "gap p50 ms",
-                                        "gap p99 ms", "calls/grant", NULL};
-    t = bench_table_new("contention: 32 blocking waiters in one process, holds of 1 ms; gap = "
-                        "release called -> next grant",
-                        ccols);
-    for (int i = 0; i < 2; i++)
-      bench_table_row(t, "%u|%.0f|%.0f|%.0f%%|%.3f|%.3f|%.2f", cont_permits[i], cr[i].grants_per_s,
-                      cr[i].ideal, 100 * cr[i].grants_per_s / cr[i].ideal, cr[i].gap_p50_ms,
-                      cr[i].gap_p99_ms,
-                      (double)cr[i].calls / (cr[i].grants_per_s * CONT_SECONDS));
-    bench_table_print(t, stdout);
-    bench_table_free(t);
-  }
+  if (contention_table() != 0) rc = -1;
   double idle = idle_waiters_run();
   if (idle >= 0)
     printf("\n%d waiters blocked on one handle (heartbeat 3 s): %.2f script calls/s over %d s\n",

@@ -57,7 +57,41 @@ void sluice__batcher_init(sluice__batcher *b, const sluice__batch_kind *kind, sl
   b->nqueued = b->ninflight = 0;
   b->timeout_ms = timeout_ms;
   b->send = sluice__eval;
+  b->leader = b->follower = NULL;
+  b->hold = NULL;
+  b->sent = b->settled = b->wait_for = 0;
+  b->holding = 0;
   sluice__list_append(&f->batchers, &b->flink);
+}
+
+void sluice__batcher_follow(sluice__batcher *b, sluice__batcher *leader, int (*hold)(void *owner)) {
+  b->leader = leader;
+  b->hold = hold;
+  leader->follower = b;
+}
+
+/* Whether b keeps its queue this flush (see sluice__batcher_follow). */
+static int held(sluice__batcher *b) {
+  const sluice__batcher *l = b->leader;
+  if (!l || !b->queue.head) return 0;
+  if (!b->holding) {
+    if (l->settled == l->sent || !b->hold(b->owner)) return 0;
+    b->holding = 1;
+    b->wait_for = l->sent;
+  }
+  if (l->settled < b->wait_for) return 1;
+  b->holding = 0;
+  return 0;
+}
+
+/* A call of b left b->inflight (answered, failed or dropped). Called before
+ * any answer runs: answers may free the owner. */
+static void settle(sluice__batcher *b, sluice__batch *batch) {
+  sluice__list_remove(&b->inflight, &batch->link);
+  batch->inflight = 0;
+  b->settled++;
+  const sluice__batcher *f = b->follower;
+  if (f && f->holding && b->settled >= f->wait_for) schedule(b->flusher);
 }
 
 void sluice__batcher_queue(sluice__batcher *b, sluice__breq *r, unsigned route) {
@@ -93,7 +127,7 @@ void sluice__batcher_leave(sluice__batcher *b, sluice__breq *r) {
    * destroyed before that reply comes, so the call must not outlive this.
    * A call being fanned out is no longer in flight: fan_out frees it. */
   if (!batch->left && batch->inflight) {
-    sluice__list_remove(&b->inflight, &batch->link);
+    settle(b, batch);
     sluice__op_detach(batch->op);
     sluice__free(batch);
   }
@@ -127,8 +161,7 @@ static void fan_out(sluice__batch *batch, int status, const redisReply *reply, i
 
 static void on_reply(void *ud, int status, const redisReply *reply) {
   sluice__batch *batch = ud;
-  sluice__list_remove(&batch->b->inflight, &batch->link);
-  batch->inflight = 0;
+  settle(batch->b, batch);
   /* Only the client knows about replication (a fake sender in tests does not). */
   int replicated = batch->b->send == sluice__eval ? sluice__client_replicated(batch->b->c) : -1;
   fan_out(batch, status, reply, replicated);
@@ -180,6 +213,7 @@ static int send_batch(sluice__batcher *b, sluice__batch *batch) {
 }
 
 void sluice__batcher_flush(sluice__batcher *b) {
+  if (held(b)) return;
   while (b->queue.head) {
     sluice__batch *batch = take(b);
     if (!batch) { /* out of memory: try again next turn */
@@ -193,6 +227,7 @@ void sluice__batcher_flush(sluice__batcher *b) {
     }
     sluice__list_append(&b->inflight, &batch->link);
     batch->inflight = 1;
+    b->sent++;
   }
 }
 
@@ -200,8 +235,7 @@ void sluice__batcher_cancel(sluice__batcher *b, int status) {
   if (b->guard) sluice__guard_enter(b->guard);
   while (b->inflight.head) {
     sluice__batch *batch = sluice__container_of(b->inflight.head, sluice__batch, link);
-    sluice__list_remove(&b->inflight, &batch->link);
-    batch->inflight = 0;
+    settle(b, batch);
     sluice__op_detach(batch->op);
     fan_out(batch, status, NULL, -1);
   }

@@ -16,7 +16,11 @@
  *    or its slot in the call in flight; its part of the reply is dropped;
  *  - fan-out: each request gets its part of the reply, or the call's error,
  *    with the owner's guard entered (callbacks may free the owner);
- *  - cancel: every request, queued or in flight, is answered with a status.
+ *  - cancel: every request, queued or in flight, is answered with a status;
+ *  - follow: a batcher may wait for another (its leader): while the owner
+ *    says so, what it has queued is sent only once every call the leader
+ *    had sent by then is answered, so Redis runs those calls, and answers
+ *    what they woke, before it reads these requests.
  */
 #ifndef SLUICE_BATCHER_H
 #define SLUICE_BATCHER_H
@@ -85,6 +89,12 @@ typedef struct sluice__batcher {
   size_t nqueued, ninflight;      /* requests in each */
   unsigned timeout_ms;            /* 0: the client's default */
   sluice__send_fn *send;
+  /* follow (sluice__batcher_follow) */
+  struct sluice__batcher *leader, *follower;
+  int (*hold)(void *owner);       /* whether to wait for the leader now */
+  uint64_t sent, settled;         /* calls sent; of them, answered or dropped */
+  uint64_t wait_for;              /* holding: the leader's `sent` to wait for */
+  unsigned holding : 1;
 } sluice__batcher;
 
 int sluice__flusher_init(sluice__flusher *f, struct event_base *base);
@@ -95,6 +105,11 @@ void sluice__flusher_run(sluice__flusher *f);
 void sluice__batcher_init(sluice__batcher *b, const sluice__batch_kind *kind, sluice_client *c,
                           void *owner, sluice__guard *guard, sluice__flusher *f,
                           unsigned timeout_ms);
+/* b follows leader (same flusher, flushed before it): when hold(owner)
+ * says so at a flush, b keeps what it has queued until every call leader
+ * had sent by then is answered; the requests then go at once, even if the
+ * leader sent more meanwhile (b never waits twice for the same requests). */
+void sluice__batcher_follow(sluice__batcher *b, sluice__batcher *leader, int (*hold)(void *owner));
 /* Queue r for this loop turn's flush. */
 void sluice__batcher_queue(sluice__batcher *b, sluice__breq *r, unsigned route);
 /* r leaves its queue or its call in flight, unanswered. */

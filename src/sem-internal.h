@@ -12,6 +12,8 @@
  * its three batchers, which its one flusher sends in a fixed order each loop
  * turn: releases first (they free permits for the attempts behind them),
  * then renewals (a lease about to run out matters more), then attempts.
+ * While the handle's waiters are queued in Redis, attempts also wait for
+ * the releases in flight to be answered (see sem_acquire.c).
  */
 #ifndef SLUICE_SEM_INTERNAL_H
 #define SLUICE_SEM_INTERNAL_H

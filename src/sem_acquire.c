@@ -15,10 +15,13 @@
  * however many wait, and what keeps their places in the queue.
  *
  * Attempts ready in the same loop turn go to Redis together, in order, in
- * one script call. An acquire decided while its attempt is in flight
- * (deadline, cancel, free) leaves the call at once; if Redis granted that
- * attempt anyway, its permit is released right behind it on the same
- * connection, so it never lingers for a whole lease.
+ * one script call; while the handle's waiters are queued, only after the
+ * answer to the releases in flight, so that Redis hands their permits on
+ * (and answers the woken waiter) before it runs the attempts. An acquire
+ * decided while its attempt is in flight (deadline, cancel, free) leaves
+ * the call at once; if Redis granted that attempt anyway, its permit is
+ * released right behind it on the same connection, so it never lingers for
+ * a whole lease.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -387,10 +390,20 @@ static void acquire_deadline_cb(evutil_socket_t fd, short what, void *arg) {
 
 /* ---- setup and teardown -------------------------------------------------- */
 
+/* Our waiters are queued in Redis, so a permit our releases free goes to
+ * the queue's head by hand-off, not to an attempt sent beside them: those
+ * attempts wait for the releases' answers (one round trip at most), so
+ * Redis answers the woken waiter's BRPOP before it runs them. */
+static int attempts_wait_for_releases(void *owner) {
+  const sluice_sem *sem = owner;
+  return sem->nwaiting > 0;
+}
+
 int sluice__acquire_setup(sluice_sem *sem) {
   struct event_base *base = sluice__client_base(sem->c);
   sluice__batcher_init(&sem->attempts, &attempt_kind, sem->c, sem, &sem->guard, &sem->flusher,
                        sem->o.op_timeout_ms);
+  sluice__batcher_follow(&sem->attempts, &sem->releases, attempts_wait_for_releases);
   sem->beat = event_new(base, -1, EV_PERSIST, beat_cb, sem);
   sem->expiry = evtimer_new(base, expiry_cb, sem);
   return sem->beat && sem->expiry ? SLUICE_OK : SLUICE_ENOMEM;

@@ -484,6 +484,89 @@ static void test_call_forgotten_when_empty(void) {
   teardown(NULL);
 }
 
+/* A follower keeps its queue while the owner says so, until every call its
+ * leader had sent by then is answered (or dropped); never twice for the
+ * same requests. */
+static int hold_now;
+static int hold_pred(void *ow) { return hold_now; }
+
+typedef struct pair_owner {
+  sluice__flusher f;
+  sluice__batcher lead, follow;
+} pair_owner;
+
+static void test_follower_waits_for_leader(void) {
+  setup();
+  kind.max = 8;
+  pair_owner o;
+  TH_ASSERT_EQ(sluice__flusher_init(&o.f, base), SLUICE_OK);
+  sluice__batcher_init(&o.lead, &kind, NULL, &o, NULL, &o.f, 0);
+  sluice__batcher_init(&o.follow, &kind, NULL, &o, NULL, &o.f, 0);
+  o.lead.send = o.follow.send = fake_send;
+  sluice__batcher_follow(&o.follow, &o.lead, hold_pred);
+  treq r[8];
+  init_reqs(r, 8);
+  hold_now = 1;
+  /* Nothing of the leader in flight: nothing to wait for. */
+  sluice__batcher_queue(&o.follow, &r[0].br, 0);
+  TH_ASSERT(th_loop_drain(base, 1000));
+  TH_ASSERT_EQ(ncalls, 1);
+  expect_call(0, (const int[]){1}, 1);
+  answer_call(0, SLUICE_OK);
+  /* Same turn: the leader's call goes, the follower's waits for its answer. */
+  sluice__batcher_queue(&o.lead, &r[1].br, 0);
+  sluice__batcher_queue(&o.follow, &r[2].br, 0);
+  TH_ASSERT(th_loop_drain(base, 1000));
+  TH_ASSERT_EQ(ncalls, 2);
+  expect_call(1, (const int[]){2}, 1);
+  /* A later leader call is not waited for... */
+  sluice__batcher_queue(&o.lead, &r[3].br, 0);
+  TH_ASSERT(th_loop_drain(base, 1000));
+  TH_ASSERT_EQ(ncalls, 3);
+  expect_call(2, (const int[]){4}, 1);
+  TH_ASSERT_EQ(r[2].answers, 0);
+  TH_ASSERT(sluice__breq_busy(&r[2].br));
+  /* ...once the one it waited for is answered, it goes. */
+  answer_call(1, SLUICE_OK);
+  TH_ASSERT_EQ(ncalls, 3); /* from the loop, not inside the answer */
+  TH_ASSERT(th_loop_drain(base, 1000));
+  TH_ASSERT_EQ(ncalls, 4);
+  expect_call(3, (const int[]){3}, 1);
+  answer_call(3, SLUICE_OK);
+  TH_ASSERT_EQ(r[2].val, 30);
+  /* The owner says no: the follower goes beside the leader's call in flight. */
+  hold_now = 0;
+  sluice__batcher_queue(&o.follow, &r[4].br, 0);
+  TH_ASSERT(th_loop_drain(base, 1000));
+  TH_ASSERT_EQ(ncalls, 5);
+  expect_call(4, (const int[]){5}, 1);
+  answer_call(4, SLUICE_OK);
+  /* A leader call that fails, or that every request left, ends the wait too. */
+  hold_now = 1;
+  sluice__batcher_queue(&o.follow, &r[5].br, 0);
+  TH_ASSERT(th_loop_drain(base, 1000));
+  TH_ASSERT_EQ(ncalls, 5); /* waits for call 2 */
+  answer_call(2, SLUICE_ECONNECTION);
+  TH_ASSERT_EQ(r[3].status, SLUICE_ECONNECTION);
+  TH_ASSERT(th_loop_drain(base, 1000));
+  TH_ASSERT_EQ(ncalls, 6);
+  expect_call(5, (const int[]){6}, 1);
+  answer_call(5, SLUICE_OK);
+  sluice__batcher_queue(&o.lead, &r[6].br, 0);
+  sluice__batcher_queue(&o.follow, &r[7].br, 0);
+  TH_ASSERT(th_loop_drain(base, 1000));
+  TH_ASSERT_EQ(ncalls, 7);
+  sluice__batcher_leave(&o.lead, &r[6].br); /* its call is forgotten */
+  TH_ASSERT(th_loop_drain(base, 1000));
+  TH_ASSERT_EQ(ncalls, 8);
+  expect_call(7, (const int[]){8}, 1);
+  answer_call(7, SLUICE_OK);
+  TH_ASSERT_EQ(r[7].val, 80);
+  TH_ASSERT_EQ(sluice__batcher_pending(&o.lead) + sluice__batcher_pending(&o.follow), 0);
+  sluice__flusher_clear(&o.f);
+  teardown(NULL);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"one_turn_one_call", test_one_turn_one_call, 10},
@@ -496,6 +579,7 @@ int main(int argc, char **argv) {
       {"cancel_answers_once", test_cancel_answers_once, 10},
       {"answer_frees_owner", test_answer_frees_owner, 10},
       {"call_forgotten_when_empty", test_call_forgotten_when_empty, 10},
+      {"follower_waits_for_leader", test_follower_waits_for_leader, 10},
       {NULL, NULL, 0},
   };
   return th_main_local(argc, argv, cases);

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "lua_scripts.h"
 #include "sem_util.h"
 
 static void test_try_acquire_counts_permits(void) {
@@ -645,6 +646,52 @@ static void test_free_with_attempt_in_flight(void) {
   sem_fx_close(&fx);
 }
 
+/* One step hands out more permits than Lua can unpack into one Redis call
+ * (the hand-off writes each key with few calls, in slices): the release
+ * script run by hand on a queue of 4500 live waiters of one handle. */
+static void test_hand_off_many_in_one_step(void) {
+  enum { N = 4500 };
+  static const char H[] = "hs:{big}:holders", Q[] = "hs:{big}:queue", B[] = "hs:{big}:beats",
+                    M[] = "hs:{big}:meta", WAKE[] = "hs:{big}:wake:";
+  char handle[33], member[80], wake[80];
+  snprintf(handle, sizeof handle, "%032x", 0xabcu);
+  snprintf(wake, sizeof wake, "%s%s", WAKE, handle);
+  redisContext *rc = th_redis_connect(&th_server);
+  TH_ASSERT(rc != NULL);
+  freeReplyObject(redisCommand(rc, "HSET %s t:%s 3000", M, handle));
+  for (int i = 0; i < N; i++) { /* pipelined */
+    snprintf(member, sizeof member, "%s:%032x", handle, i + 1);
+    redisAppendCommand(rc, "ZADD %s %d %s", Q, i + 1, member);
+    redisAppendCommand(rc, "ZADD %s 99999999999999 %s", B, member);
+  }
+  for (int i = 0; i < 2 * N; i++) {
+    void *ok = NULL;
+    TH_ASSERT_EQ(redisGetReply(rc, &ok), REDIS_OK);
+    freeReplyObject(ok);
+  }
+  const char *argv[] = {"EVAL", sluice__lua_sem_release.body, "4", H, Q, B, M,
+                        "4500", "30000", "3000", "0", WAKE, "120000",
+                        "0123456789abcdef0123456789abcdef"};
+  redisReply *r = redisCommandArgv(rc, 14, argv, NULL);
+  TH_ASSERT(r != NULL);
+  TH_ASSERT_EQ(r->type, REDIS_REPLY_ARRAY);
+  TH_ASSERT_EQ(r->elements, 1);
+  TH_ASSERT_EQ(r->element[0]->integer, 0); /* that id was not held */
+  freeReplyObject(r);
+  r = redisCommand(rc, "LINDEX %s 0", wake);
+  TH_ASSERT(r != NULL && r->type == REDIS_REPLY_STRING);
+  int grants = 1;
+  for (size_t i = 0; i < r->len; i++) grants += r->str[i] == ',';
+  TH_ASSERT_EQ(grants, N); /* every grant in the handle's one wake-up */
+  freeReplyObject(r);
+  redisFree(rc);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD %s", H), N);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD %s", Q), 0);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD %s", B), 0);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "HEXISTS %s g:%032x", M, N), 1);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "LLEN %s", wake), 1);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"try_acquire_counts_permits", test_try_acquire_counts_permits, 0},
@@ -672,6 +719,8 @@ int main(int argc, char **argv) {
       {"waiters_share_one_connection", test_waiters_share_one_connection, 0},
       {"free_with_attempt_in_flight", test_free_with_attempt_in_flight, 0,
        .standalone_only = "pauses the server"},
+      {"hand_off_many_in_one_step", test_hand_off_many_in_one_step, 0,
+       .standalone_only = "runs the release script by hand on one node"},
       {NULL, NULL, 0}};
   return th_main(argc, argv, cases);
 }

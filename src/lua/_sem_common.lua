@@ -60,6 +60,14 @@ local function save_fence(M, permits)
   if last_fence then redis.call('HSET', M, 'fence', n2s(last_fence), 'permits', permits) end
 end
 
+-- redis.call(cmd, key, ...) over list, at most 1000 arguments a call (unpack
+-- has a limit); an even slice keeps (score, member) and (field, value) pairs.
+local function call_in_slices(cmd, key, list)
+  for i = 1, #list, 1000 do
+    redis.call(cmd, key, unpack(list, i, math.min(i + 999, #list)))
+  end
+end
+
 -- Hand up to n free permits to queued waiters, oldest first, in this same
 -- step: the permit's id is the waiter's id, its first lease the waiter
 -- handle's heartbeat ("t:<handle>"; the waiter renews it to a full lease at
@@ -89,18 +97,24 @@ end
 -- Callers run it before removing anything from H (it adds there) and only
 -- while Q and B hold someone; it may empty them, so they touch Q and B
 -- before it, never after. The ids it grants go into `got` (a set) if given.
+-- The grants' writes go as one call per key after the pushes, not one per
+-- waiter: this step delays the grant it hands.
 local function hand_off(H, Q, B, M, n, wake_base, hb, fair, got)
   if n <= 0 then return 0 end
   local stale = now + hb / 2
-  local picked, byhandle, order = 0, {}, {}
+  local picked, byhandle, order, leases = 0, {}, {}, {}
   for _, m in ipairs(redis.call('ZRANGE', Q, 0, fair and n - 1 or n + 7)) do
     if picked >= n then break end
     local live = tonumber(redis.call('ZSCORE', B, m) or '0') >= stale
     if fair and not live then break end
     local sep = string.find(m, ':', 1, true)
-    local lease = sep and tonumber(redis.call('HGET', M, 't:' .. string.sub(m, 1, sep - 1)) or '0')
+    local handle = sep and string.sub(m, 1, sep - 1)
+    local lease = handle and leases[handle]
+    if handle and not lease then
+      lease = tonumber(redis.call('HGET', M, 't:' .. handle) or '0')
+      leases[handle] = lease
+    end
     if live and lease and lease > 0 then
-      local handle = string.sub(m, 1, sep - 1)
       if not byhandle[handle] then
         byhandle[handle] = {}
         order[#order + 1] = handle
@@ -110,7 +124,7 @@ local function hand_off(H, Q, B, M, n, wake_base, hb, fair, got)
       picked = picked + 1
     end
   end
-  local given = 0
+  local given, holders, members, fences = 0, {}, {}, {} -- written with few calls
   for _, handle in ipairs(order) do
     local texts = {}
     for _, g in ipairs(byhandle[handle]) do
@@ -119,14 +133,16 @@ local function hand_off(H, Q, B, M, n, wake_base, hb, fair, got)
       texts[#texts + 1] = g[2] .. ':' .. g[4] .. ':' .. g[5]
     end
     local wk = wake_base .. handle
-    if type(redis.pcall('LPUSH', wk, table.concat(texts, ','))) == 'number' then
-      redis.call('LTRIM', wk, 0, 63)
+    local len = redis.pcall('LPUSH', wk, table.concat(texts, ','))
+    if type(len) == 'number' then
+      if len > 64 then redis.call('LTRIM', wk, 0, 63) end
       redis.call('PEXPIRE', wk, hb * 2 + 1000)
       for _, g in ipairs(byhandle[handle]) do
-        redis.call('ZADD', H, g[5], g[2])
-        redis.call('ZREM', Q, g[1])
-        redis.call('ZREM', B, g[1])
-        redis.call('HSET', M, 'g:' .. g[2], g[4])
+        holders[#holders + 1] = g[5]
+        holders[#holders + 1] = g[2]
+        members[#members + 1] = g[1]
+        fences[#fences + 1] = 'g:' .. g[2]
+        fences[#fences + 1] = g[4]
         if got then got[g[2]] = true end
       end
       given = given + #byhandle[handle]
@@ -134,5 +150,10 @@ local function hand_off(H, Q, B, M, n, wake_base, hb, fair, got)
       break
     end
   end
+  if given == 0 then return 0 end
+  call_in_slices('ZADD', H, holders)
+  call_in_slices('ZREM', Q, members)
+  call_in_slices('ZREM', B, members)
+  call_in_slices('HSET', M, fences)
   return given
 end
