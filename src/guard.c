@@ -113,6 +113,10 @@ void sluice__guard_free(sluice__guard *g) {
   /* Nothing owed and nothing on the stack: cancel runs no callback. */
   g->cancelled = 1;
   run_cancel(g);
+  /* Cancelling may start work that outlives it (a held permit's release
+   * goes out now): the object stays until that is answered, then the
+   * answer's poke reaps it. */
+  if (!is_idle(g)) return;
   sluice__guard_home *h = g->home;
   finalize(g);
   check_empty(h);

@@ -26,6 +26,7 @@ struct fobj {
   fstate *st;
   int pending;        /* operations owed a callback */
   int owed;           /* something else owed (not settled by cancel) */
+  int cancel_starts;  /* cancel starts this much owed work (a release) */
   struct event *done; /* completes one pending operation (a "reply") */
   fobj_cb *cb;
   void *ud;
@@ -59,6 +60,8 @@ static void quiesce(sluice__guard *g) {
 static void cancel(sluice__guard *g) {
   fobj *o = sluice__container_of(g, fobj, g);
   o->st->cancels++;
+  o->owed += o->cancel_starts;
+  o->cancel_starts = 0;
   event_del(o->done);
   while (o->pending > 0) {
     o->pending--;
@@ -341,6 +344,27 @@ static void test_poke_after_last_owed(void) {
   teardown();
 }
 
+/* Freed while idle, but cancelling starts work (a held permit's release
+ * goes out): the object lives until that work settles. */
+static void test_cancel_starts_work(void) {
+  setup();
+  fstate st;
+  fobj *o = fobj_new(&st, 0, NULL, NULL);
+  o->cancel_starts = 1;
+  struct event *settle = event_new(base, -1, 0, settle_cb, o);
+  fobj_free(o);
+  TH_ASSERT_EQ(st.cancels, 1);
+  TH_ASSERT_EQ(st.destroyed, 0); /* its work is in flight */
+  TH_ASSERT(th_loop_drain(base, 1000));
+  TH_ASSERT_EQ(st.destroyed, 0);
+  event_active(settle, 0, 0);
+  TH_ASSERT(th_loop_drain(base, 1000));
+  TH_ASSERT_EQ(st.destroyed, 1);
+  TH_ASSERT_EQ(st.cancels, 1);
+  event_free(settle);
+  teardown();
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"free_idle_at_once", test_free_idle_at_once, 10},
@@ -351,6 +375,7 @@ int main(int argc, char **argv) {
       {"home_close", test_home_close, 10},
       {"on_empty_last_guard", test_on_empty_last_guard, 10},
       {"poke_after_last_owed", test_poke_after_last_owed, 10},
+      {"cancel_starts_work", test_cancel_starts_work, 10},
       {NULL, NULL, 0},
   };
   return th_main_local(argc, argv, cases);

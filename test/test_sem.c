@@ -259,6 +259,30 @@ static void test_lost_uncertain(void) {
   sem_fx_close(&fx);
 }
 
+/* A handle freed while Redis is unreachable, holding a permit whose lease
+ * ran out (released or not), then the client closed: every pending step
+ * ends without touching the freed handle. */
+static void free_lapsed(int release) {
+  sem_fx fx = sem_fx_open();
+  sluice_sem *s = sem_test_new(fx.c, "t", 1, 400, 0);
+  acq_result a = sem_try(fx.base, s);
+  lost_result l = {0};
+  sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
+  th_redis_pause(&th_server);
+  TH_ASSERT(th_loop_until(fx.base, &l.done, 3000));
+  if (release) sluice_permit_release(a.permit, NULL, NULL);
+  sluice_sem_free(s);
+  th_loop_for(fx.base, 300);
+  sluice_client_close(fx.c, NULL, NULL);
+  th_loop_for(fx.base, 300);
+  th_redis_resume(&th_server);
+  TH_ASSERT(th_loop_drain(fx.base, 5000));
+  event_base_free(fx.base);
+}
+
+static void test_free_lapsed_released(void) { free_lapsed(1); }
+static void test_free_lapsed_held(void) { free_lapsed(0); }
+
 static void test_restart_loses_permits(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_test_new(fx.c, "t", 1, 1500, 0);
@@ -703,7 +727,9 @@ int main(int argc, char **argv) {
       {"renewal_keeps_permit", test_renewal_keeps_permit, 0},
       {"renewals_batched", test_renewals_batched, 0},
       {"lost_definite", test_lost_definite, 0},
-      {"lost_uncertain", test_lost_uncertain, 0, .standalone_only = "pauses the server"},
+      {"free_lapsed_released", test_free_lapsed_released, 0, .standalone_only = "pauses the server"},
+    {"free_lapsed_held", test_free_lapsed_held, 0, .standalone_only = "pauses the server"},
+    {"lost_uncertain", test_lost_uncertain, 0, .standalone_only = "pauses the server"},
       {"restart_loses_permits", test_restart_loses_permits, 0,
        .standalone_only = "restarts the server"},
       {"fencing_increases", test_fencing_increases, 0},
