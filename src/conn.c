@@ -158,7 +158,10 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
     set_err(conn, "connect timed out", NULL);
     conn_drop(conn, NULL);
   } else if (conn->state == SLUICE_CONN_RESOLVING) {
-    set_err(conn, "no address: the sentinels did not name the master in time", NULL);
+    set_err(conn, conn->cfg.endpoint->cluster
+                      ? "no address: the cluster map names no node for this slot yet"
+                      : "no address: the sentinels did not name the master in time",
+            NULL);
     conn_drop(conn, NULL);
   } else if (conn->state == SLUICE_CONN_WAITING) {
     sluice__conn_start(conn);
