@@ -614,6 +614,37 @@ static void test_kill_master(void) {
   th_sentinel_stop(&topo);
 }
 
+/* `sluice ARGS` through sh, with SLUICE_REDIS the sentinel URL; its output
+ * (first 1 KB) into out, its exit status returned. */
+static int tool(char *out, size_t size, const char *args) {
+  const char *bin = getenv("SLUICE_BIN");
+  TH_ASSERT(bin != NULL);
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "SLUICE_REDIS='%s' %s %s 2>&1", url, bin, args);
+  FILE *p = popen(cmd, "r");
+  TH_ASSERT(p != NULL);
+  size_t n = fread(out, 1, size - 1, p);
+  out[n] = '\0';
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The tool, unchanged but for the URL. */
+static void test_tool(void) {
+  start();
+  char out[1024];
+  int rc = tool(out, sizeof out, "sem run job -n 1 --ttl 5000 -- echo ran");
+  if (rc || !strstr(out, "ran")) th_fail(__FILE__, __LINE__, "sem run: %d: %s", rc, out);
+  TH_ASSERT_EQ(tool(out, sizeof out, "sem status job"), 0);
+  TH_ASSERT_EQ(tool(out, sizeof out, "rl check api u --algo fixed --limit 1 --period 60000"), 0);
+  TH_ASSERT_EQ(tool(out, sizeof out, "rl check api u --algo fixed --limit 1 --period 60000"), 1);
+  TH_ASSERT_EQ(tool(out, sizeof out, "dq push jobs --id j1 hello"), 0);
+  TH_ASSERT_EQ(tool(out, sizeof out, "dq consume jobs --count 1 -- cat"), 0);
+  TH_ASSERT(strstr(out, "hello") != NULL);
+  TH_ASSERT_EQ(tool(out, sizeof out, "top --once"), 0);
+  th_sentinel_stop(&topo);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"primitives", test_primitives, 60},
@@ -624,6 +655,7 @@ int main(int argc, char **argv) {
       {"list_bounds", test_list_bounds, 30},
       {"re_resolve", test_re_resolve, 60},
       {"kill_master", test_kill_master, 120},
+      {"tool", test_tool, 60},
       {NULL, NULL, 0},
   };
   return th_topology_main(argc, argv, cases);
