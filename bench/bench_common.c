@@ -375,6 +375,7 @@ int bench_redis_benchmark(const bench_redis *r, const bench_rb_opts *opts, int a
     snprintf(k, sizeof k, "%d", opts->keyspace);
     av[i++] = "-r"; av[i++] = k;
   }
+  if (opts && opts->cluster) av[i++] = "--cluster";
   av[i++] = "--csv";
   for (int a = 0; a < argc; a++) av[i++] = argv[a];
   av[i] = NULL;
@@ -579,6 +580,39 @@ void bench_table_free(bench_table *t) {
   for (int c = 0; c < t->ncols; c++) free(t->head[c]);
   free(t->title);
   free(t);
+}
+
+/* ---- the private cluster --------------------------------------------------- */
+
+int bench_cluster_attach(bench_cluster *cl) {
+  memset(cl, 0, sizeof *cl);
+  const char *env = getenv("SLUICE_BENCH_CLUSTER");
+  if (!env || !*env) {
+    printf("cluster section skipped: SLUICE_BENCH_CLUSTER unset (bench/run.sh starts one)\n");
+    return 1;
+  }
+  snprintf(cl->seeds, sizeof cl->seeds, "%s", env);
+  snprintf(cl->url, sizeof cl->url, "redis+cluster://%s", cl->seeds);
+  char list[sizeof cl->seeds];
+  snprintf(list, sizeof list, "%s", env);
+  for (char *save = NULL, *a = strtok_r(list, ",", &save); a && cl->n < BENCH_CLUSTER_MAX;
+       a = strtok_r(NULL, ",", &save))
+    if (attach_shared(&cl->node[cl->n], a) != 0) return -1;
+    else cl->n++;
+  return cl->n > 0 ? 0 : -1;
+}
+
+int bench_cluster_flush(const bench_cluster *cl) {
+  int rc = 0;
+  for (int i = 0; i < cl->n; i++) rc |= bench_redis_flush(&cl->node[i]);
+  return rc;
+}
+
+int bench_cluster_script_load(const bench_cluster *cl, const sluice__script *script,
+                              char sha[41]) {
+  for (int i = 0; i < cl->n; i++)
+    if (bench_script_load(&cl->node[i], script, sha) != 0) return -1;
+  return cl->n > 0 ? 0 : -1;
 }
 
 /* ---- Node peers ---------------------------------------------------------- */

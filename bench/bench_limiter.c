@@ -175,7 +175,7 @@ static int run_rb(const bench_redis *rs, sluice_client *c, sluice_rl_algo algo, 
     sluice__rl_check_item(&a, 1, 0);
     rc = a.failed ? -1 : 0;
   }
-  bench_rb_opts o = {lv->rb_clients, lv->requests, lv->rb_pipeline, (int)w->keyspace};
+  bench_rb_opts o = {lv->rb_clients, lv->requests, lv->rb_pipeline, (int)w->keyspace, 0};
   bench_rb_result rb;
   bench_cpu cpu = bench_cpu_start();
   if (rc == 0) rc = bench_evalsha(rs, &o, sha, a.nkeys, a.argc, a.argv, &rb);
