@@ -60,7 +60,8 @@ typedef struct bench_rb_opts {
   int keyspace;    /* -r: replace __rand_int__ in keys/args; 0: off */
   int cluster;     /* --cluster: r is one seed; a key must contain "{tag}",
                       which each connection replaces with a tag of a slot of
-                      its node (connections spread over the masters) */
+                      its node (connections spread over the masters);
+                      run with --threads 1 */
 } bench_rb_opts;
 
 typedef struct bench_rb_result {
