@@ -144,6 +144,9 @@ int bench_cluster_flush(const bench_cluster *cl);
 int bench_cluster_script_load(const bench_cluster *cl, const sluice__script *script,
                               char sha[41]);
 
+/* Absolute path of bench/topology.sh (private clusters and Sentinel sets). */
+const char *bench_topology_script(void);
+
 /* Whether the Node peer benchmarks can run: node on PATH and
  * bench/node/node_modules installed (bench/run.sh does that). */
 int bench_node_available(void);

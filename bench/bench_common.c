@@ -625,6 +625,8 @@ int bench_cluster_script_load(const bench_cluster *cl, const sluice__script *scr
 
 const char *bench_node_dir(void) { return BENCH_NODE_DIR; }
 
+const char *bench_topology_script(void) { return BENCH_NODE_DIR "/../topology.sh"; }
+
 int bench_node_available(void) {
   char buf[512];
   return find_in_path("node", buf, sizeof buf) != NULL &&

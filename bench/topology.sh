@@ -71,13 +71,17 @@ cluster() { # dir masters replicas
   done
   redis-cli --cluster create "${addrs[@]}" --cluster-replicas "$replicas" --cluster-yes \
     >"$dir/create.log" 2>&1 || { cat "$dir/create.log" >&2; die "redis-cli --cluster create failed"; }
-  # Every node agrees the cluster is ok, and every replica's link is up.
+  # Every node agrees the cluster is ok and knows every replica, and every
+  # replica's link is up.
   local ok=0
   for _ in $(seq 600); do
     ok=1
     for a in "${addrs[@]}"; do
       local p=${a##*:}
       redis-cli -p "$p" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || { ok=0; break; }
+      # ...and knows every replica (gossip spreads them after the create).
+      [ "$(redis-cli -p "$p" cluster nodes 2>/dev/null | awk '$3 ~ /slave/' | wc -l)" = $((masters * replicas)) ] ||
+        { ok=0; break; }
       if redis-cli -p "$p" role 2>/dev/null | head -1 | grep -q slave; then
         redis-cli -p "$p" role | sed -n 4p | grep -q '^connected' || { ok=0; break; }
       fi
