@@ -143,8 +143,9 @@ EOF
 stop() { # dir
   local dir=$1
   [ -d "$dir" ] || return 0
-  for f in "$dir"/*/redis.pid; do
-    [ -f "$f" ] || continue
+  local f
+  # DIR may be a topology's directory or one holding several.
+  for f in $(find "$dir" -name redis.pid); do
     local pid
     pid=$(cat "$f")
     kill -CONT "$pid" 2>/dev/null || true
