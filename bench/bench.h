@@ -58,6 +58,10 @@ typedef struct bench_rb_opts {
   int requests;    /* -n, 0: 100000 */
   int pipeline;    /* -P, 0: 1 */
   int keyspace;    /* -r: replace __rand_int__ in keys/args; 0: off */
+  int cluster;     /* --cluster: r is one seed; a key must contain "{tag}",
+                      which each connection replaces with a tag of a slot of
+                      its node (connections spread over the masters);
+                      run with --threads 1 */
 } bench_rb_opts;
 
 typedef struct bench_rb_result {
@@ -117,6 +121,31 @@ void bench_table_row(bench_table *t, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void bench_table_print(const bench_table *t, FILE *out);
 void bench_table_free(bench_table *t);
+
+/* ---- the private Redis Cluster of bench/run.sh ----------------------------
+ * run.sh starts 3 masters (no replicas, bench/topology.sh) pinned to the
+ * server CPU and names them in SLUICE_BENCH_CLUSTER ("host:port,..."); a
+ * benchmark run without it skips its cluster section. */
+#define BENCH_CLUSTER_MAX 8
+
+typedef struct bench_cluster {
+  int n;                             /* masters */
+  bench_redis node[BENCH_CLUSTER_MAX];
+  char seeds[BENCH_CLUSTER_MAX * 24];
+  char url[BENCH_CLUSTER_MAX * 24 + 20]; /* "redis+cluster://seeds" */
+} bench_cluster;
+
+/* 0 when attached, 1 when SLUICE_BENCH_CLUSTER is unset (prints that the
+ * cluster section is skipped), -1 when a node does not answer. */
+int bench_cluster_attach(bench_cluster *cl);
+/* FLUSHALL on every master; 0 or -1. */
+int bench_cluster_flush(const bench_cluster *cl);
+/* bench_script_load on every master (EVALSHA may land on any). */
+int bench_cluster_script_load(const bench_cluster *cl, const sluice__script *script,
+                              char sha[41]);
+
+/* Absolute path of bench/topology.sh (private clusters and Sentinel sets). */
+const char *bench_topology_script(void);
 
 /* Whether the Node peer benchmarks can run: node on PATH and
  * bench/node/node_modules installed (bench/run.sh does that). */

@@ -362,7 +362,7 @@ int bench_redis_benchmark(const bench_redis *r, const bench_rb_opts *opts, int a
   snprintf(c, sizeof c, "%d", opts && opts->clients > 0 ? opts->clients : 50);
   snprintf(n, sizeof n, "%d", opts && opts->requests > 0 ? opts->requests : 100000);
   snprintf(p, sizeof p, "%d", opts && opts->pipeline > 0 ? opts->pipeline : 1);
-  const char **av = calloc((size_t)argc + 16, sizeof *av);
+  const char **av = calloc((size_t)argc + 20, sizeof *av);
   if (!av) return -1;
   int i = 0;
   av[i++] = bin;
@@ -374,6 +374,13 @@ int bench_redis_benchmark(const bench_redis *r, const bench_rb_opts *opts, int a
   if (opts && opts->keyspace > 0) {
     snprintf(k, sizeof k, "%d", opts->keyspace);
     av[i++] = "-r"; av[i++] = k;
+  }
+  if (opts && opts->cluster) {
+    /* One thread, like the standalone runs: with its default of a thread
+     * per node it notices the end only every few hundred ms, which rounds
+     * a short run's time up (a 0.2 s run reported as 0.5 s). */
+    av[i++] = "--cluster";
+    av[i++] = "--threads"; av[i++] = "1";
   }
   av[i++] = "--csv";
   for (int a = 0; a < argc; a++) av[i++] = argv[a];
@@ -581,9 +588,44 @@ void bench_table_free(bench_table *t) {
   free(t);
 }
 
+/* ---- the private cluster --------------------------------------------------- */
+
+int bench_cluster_attach(bench_cluster *cl) {
+  memset(cl, 0, sizeof *cl);
+  const char *env = getenv("SLUICE_BENCH_CLUSTER");
+  if (!env || !*env) {
+    printf("cluster section skipped: SLUICE_BENCH_CLUSTER unset (bench/run.sh starts one)\n");
+    return 1;
+  }
+  snprintf(cl->seeds, sizeof cl->seeds, "%s", env);
+  snprintf(cl->url, sizeof cl->url, "redis+cluster://%s", cl->seeds);
+  char list[sizeof cl->seeds];
+  snprintf(list, sizeof list, "%s", env);
+  for (char *save = NULL, *a = strtok_r(list, ",", &save); a && cl->n < BENCH_CLUSTER_MAX;
+       a = strtok_r(NULL, ",", &save))
+    if (attach_shared(&cl->node[cl->n], a) != 0) return -1;
+    else cl->n++;
+  return cl->n > 0 ? 0 : -1;
+}
+
+int bench_cluster_flush(const bench_cluster *cl) {
+  int rc = 0;
+  for (int i = 0; i < cl->n; i++) rc |= bench_redis_flush(&cl->node[i]);
+  return rc;
+}
+
+int bench_cluster_script_load(const bench_cluster *cl, const sluice__script *script,
+                              char sha[41]) {
+  for (int i = 0; i < cl->n; i++)
+    if (bench_script_load(&cl->node[i], script, sha) != 0) return -1;
+  return cl->n > 0 ? 0 : -1;
+}
+
 /* ---- Node peers ---------------------------------------------------------- */
 
 const char *bench_node_dir(void) { return BENCH_NODE_DIR; }
+
+const char *bench_topology_script(void) { return BENCH_NODE_DIR "/../topology.sh"; }
 
 int bench_node_available(void) {
   char buf[512];

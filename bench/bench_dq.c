@@ -308,6 +308,111 @@ static int node_run(const char *args, const char *const *keys, double *vals, int
   return 0;
 }
 
+/* ---- cluster ---------------------------------------------------------------- */
+
+/* Pushes (batches of 100) and consumption (take + ack) spread over CL_QUEUES
+ * queues, whose slots spread over the masters, on the private cluster and,
+ * in the same run, on the standalone server. No redis-benchmark beside it:
+ * its --cluster picks the slot of each "{tag}" itself, so the take script
+ * would find no messages there to take. The servers share one core here:
+ * this shows the client's routing cost, not scaling. */
+#define CL_QUEUES 16
+#define CL_MSGS 50000
+
+typedef struct cl_result {
+  double push, push_cpu, consume, consume_cpu;
+} cl_result;
+
+static double cl_push(struct event_base *base, sluice_dq **dqs, uint64_t total, double *cpu_us) {
+  static sluice_dq_item items[TAKE_BATCH];
+  for (size_t i = 0; i < TAKE_BATCH; i++) items[i] = (sluice_dq_item){"payload-0123456789", 18, 0, 0, NULL};
+  pusher p = {NULL, 0, 0, 0, total};
+  uint64_t t0 = bench_now_us();
+  bench_cpu cpu = bench_cpu_start();
+  for (int q = 0; p.sent < total || p.outstanding; ) {
+    while (p.sent < total && p.outstanding < 16) {
+      if (sluice_dq_push_batch(dqs[q++ % CL_QUEUES], items, TAKE_BATCH, on_batch, &p) != 0) exit(1);
+      p.outstanding++;
+      p.sent += TAKE_BATCH;
+    }
+    event_base_loop(base, EVLOOP_ONCE);
+  }
+  if (p.failed) fprintf(stderr, "bench_dq: cluster: %d pushes failed\n", p.failed);
+  *cpu_us = bench_cpu_us_per_op(&cpu, (long)total);
+  return (double)total * 1e6 / (double)(bench_now_us() - t0);
+}
+
+static void cl_one(const char *url, cl_result *out) {
+  struct event_base *base = new_base();
+  sluice_client_options o;
+  sluice_client *c = NULL;
+  sluice_client_options_init(&o);
+  o.url = url;
+  o.op_timeout_ms = 30000;
+  if (sluice_client_new(base, &o, &c) != 0) exit(1);
+  sluice_dq *dqs[CL_QUEUES];
+  char name[CL_QUEUES][16];
+  for (int i = 0; i < CL_QUEUES; i++) {
+    snprintf(name[i], sizeof name[i], "cq%d", i);
+    sluice_dq_new(c, name[i], NULL, &dqs[i]);
+  }
+  double cpu;
+  cl_push(base, dqs, 10000, &cpu); /* warm up, and drained below with the rest */
+  out->push = cl_push(base, dqs, CL_MSGS, &out->push_cpu);
+  sink s = {0, 0, CL_MSGS + 10000, NULL};
+  uint64_t t0 = bench_now_us();
+  bench_cpu cc = bench_cpu_start();
+  sluice_dq_consumer *cons[CL_QUEUES];
+  for (int i = 0; i < CL_QUEUES; i++) cons[i] = consumer(c, name[i], &s);
+  while (s.acked < s.want) event_base_loop(base, EVLOOP_ONCE);
+  out->consume = (double)s.want * 1e6 / (double)(bench_now_us() - t0);
+  out->consume_cpu = bench_cpu_us_per_op(&cc, (long)s.want);
+  for (int i = 0; i < CL_QUEUES; i++) {
+    sluice_dq_consumer_free(cons[i]);
+    sluice_dq_free(dqs[i]);
+  }
+  finish(base, c);
+}
+
+static void cluster_run(void) {
+  bench_cluster cl;
+  if (bench_cluster_attach(&cl) != 0) return;
+  cl_result best[2];
+  memset(best, 0, sizeof best);
+  const char *urls[2] = {rs.url, cl.url};
+  for (int rep = 0; rep < 2; rep++)
+    for (int k = 0; k < 2; k++) {
+      cl_result one;
+      cl_one(urls[k], &one);
+      if (one.push > best[k].push) {
+        best[k].push = one.push;
+        best[k].push_cpu = one.push_cpu;
+      }
+      if (one.consume > best[k].consume) {
+        best[k].consume = one.consume;
+        best[k].consume_cpu = one.consume_cpu;
+      }
+      if (k) bench_cluster_flush(&cl);
+      else bench_redis_flush(&rs);
+    }
+  static const char *const cols[] = {"messages/s", "standalone", "CPU us/msg", "cluster",
+                                     "CPU us/msg", "cluster/standalone", NULL};
+  char title[200];
+  snprintf(title, sizeof title,
+           "Delay queue: cluster (%d masters, one core between them) vs standalone, same run, %d "
+           "queues, best of 2",
+           cl.n, CL_QUEUES);
+  bench_table *t = bench_table_new(title, cols);
+  bench_table_row(t, "push, batches of 100|%.0f|%.2f|%.0f|%.2f|%.2f", best[0].push,
+                  best[0].push_cpu, best[1].push, best[1].push_cpu, best[1].push / best[0].push);
+  bench_table_row(t, "consume (take + ack), a consumer per queue|%.0f|%.2f|%.0f|%.2f|%.2f",
+                  best[0].consume, best[0].consume_cpu, best[1].consume, best[1].consume_cpu,
+                  best[1].consume / best[0].consume);
+  bench_table_print(t, stdout);
+  bench_table_free(t);
+  printf("cluster: BullMQ not run on the cluster (not measured here)\n\n");
+}
+
 int main(void) {
   char args[256];
   signal(SIGPIPE, SIG_IGN);
@@ -384,6 +489,8 @@ int main(void) {
   }
   bench_table_print(t, stdout);
   bench_table_free(t);
+
+  cluster_run();
 
   double idle = idle_run(IDLE_SECONDS), bull_idle = -1;
   static const char *const k_idle[] = {"idle_cmds_per_s"};

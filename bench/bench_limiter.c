@@ -175,7 +175,7 @@ static int run_rb(const bench_redis *rs, sluice_client *c, sluice_rl_algo algo, 
     sluice__rl_check_item(&a, 1, 0);
     rc = a.failed ? -1 : 0;
   }
-  bench_rb_opts o = {lv->rb_clients, lv->requests, lv->rb_pipeline, (int)w->keyspace};
+  bench_rb_opts o = {lv->rb_clients, lv->requests, lv->rb_pipeline, (int)w->keyspace, 0};
   bench_rb_result rb;
   bench_cpu cpu = bench_cpu_start();
   if (rc == 0) rc = bench_evalsha(rs, &o, sha, a.nkeys, a.argc, a.argv, &rb);
@@ -292,6 +292,127 @@ static int selected(int argc, char **argv, const char *name, int is_workload) {
   return !any;
 }
 
+/* ---- cluster ---------------------------------------------------------------- */
+
+/* The same workloads and levels on the private 3-master cluster and, in the
+ * same run, on the standalone server (random: 10,000 keys, their slots
+ * spread over the masters; hot: one key, so one master), then
+ * redis-benchmark's script on both with -c min(N,3) -P N/c: --cluster needs
+ * "{tag}" in the key, which each connection replaces with a tag of its own
+ * node's slots, so the key's hash tag is swapped for "{tag}" on both sides
+ * (same length to within a few bytes). The servers share one core here:
+ * this shows the client's routing cost, not scaling. */
+static int rb_cluster_key(sluice_client *c, sluice_rl_algo algo, unsigned limit, char *out,
+                          size_t cap) {
+  sluice_limiter *lim = make_limiter(c, algo, "rb", limit);
+  char *key = lim ? sluice__rl_redis_key(lim, "__rand_int__") : NULL;
+  sluice_limiter_free(lim);
+  if (!key) return -1;
+  char *open = strchr(key, '{'), *close = open ? strchr(open, '}') : NULL;
+  if (!close) {
+    free(key);
+    return -1;
+  }
+  *close = '\0';
+  snprintf(out, cap, "%.*s{tag}%s%s", (int)(open - key), key, open + 1, close + 1);
+  free(key);
+  return 0;
+}
+
+static int cl_rb(const bench_redis *at, int cluster, const char *sha, const char *key,
+                 const workload *w, const level *lv, result *out) {
+  sluice__rl_call call = {w->limit, PERIOD_MS, w->limit};
+  sluice__args a;
+  if (sluice__args_init(&a, RL_CHECK_ARGS_HEAD + RL_CHECK_ARGS_PER,
+                        RL_CHECK_NUMS_HEAD + RL_CHECK_NUMS_PER) != 0)
+    return -1;
+  sluice__rl_check_key(&a, key);
+  sluice__rl_check_head(&a, &call);
+  sluice__rl_check_item(&a, 1, 0);
+  int clients = lv->in_flight < 3 ? lv->in_flight : 3;
+  bench_rb_opts o = {clients, lv->requests, lv->in_flight / clients, (int)w->keyspace, cluster};
+  bench_rb_result rb;
+  bench_cpu cpu = bench_cpu_start();
+  int rc = a.failed ? -1 : bench_evalsha(at, &o, sha, a.nkeys, a.argc, a.argv, &rb);
+  sluice__args_clear(&a);
+  if (rc == 0)
+    *out = (result){rb.rps, rb.p50_ms, rb.p99_ms, bench_cpu_children_us_per_op(&cpu, lv->requests),
+                    0, 0, 0};
+  return rc;
+}
+
+static int cluster_run(const bench_redis *rs, struct event_base *base, int argc, char **argv) {
+  bench_cluster cl;
+  int at = bench_cluster_attach(&cl);
+  if (at != 0) return at > 0 ? 0 : -1;
+  const char *urls[2] = {rs->url, cl.url};
+  sluice_client *cs[2] = {NULL, NULL};
+  for (int k = 0; k < 2; k++) {
+    sluice_client_options o;
+    sluice_client_options_init(&o);
+    o.url = urls[k];
+    if (sluice_client_new(base, &o, &cs[k]) != SLUICE_OK || wait_connected(base, cs[k]) != 0) {
+      fprintf(stderr, "bench_limiter: cannot connect to %s\n", urls[k]);
+      return -1;
+    }
+  }
+  const char *cols[] = {"keys", "algorithm", "in flight", "standalone/s", "p50 ms", "p99 ms",
+                        "CPU us/op", "cluster/s", "p50 ms", "p99 ms", "CPU us/op",
+                        "cluster/standalone", "rb standalone/s", "rb --cluster/s", NULL};
+  char title[256];
+  snprintf(title, sizeof title,
+           "cluster (%d masters, one core between them) vs standalone, same run; redis-benchmark "
+           "-c min(N,3) -P N/c on each ({tag} key)", cl.n);
+  bench_table *t = bench_table_new(title, cols);
+  int rc = 0;
+  for (size_t wi = 0; wi < 2 && rc == 0; wi++) {
+    const workload *w = &workloads[wi];
+    if (!selected(argc, argv, w->name, 1)) continue;
+    for (size_t ai = 0; ai < 4 && rc == 0; ai++) {
+      if (!selected(argc, argv, sluice_rl_algo_name(algos[ai]), 0)) continue;
+      char sha[41], key[160];
+      int have_rb = bench_have_redis_benchmark() &&
+                    bench_script_load(rs, script_of(algos[ai]), sha) == 0 &&
+                    bench_cluster_script_load(&cl, script_of(algos[ai]), sha) == 0 &&
+                    rb_cluster_key(cs[0], algos[ai], w->limit, key, sizeof key) == 0;
+      for (size_t li = 0; li < 3 && rc == 0; li++) {
+        const level *lv = &levels[li];
+        result best[2], rb[2], one;
+        memset(best, 0, sizeof best);
+        memset(rb, 0, sizeof rb);
+        sluice_limiter *lims[2];
+        for (int k = 0; k < 2; k++) {
+          char name[32];
+          snprintf(name, sizeof name, "c%zu%zu%zu", wi, ai, li);
+          lims[k] = make_limiter(cs[k], algos[ai], name, w->limit);
+          if (!lims[k] || run_sluice(base, lims[k], w->keyspace, 50, 2000, &one) != 0) rc = -1;
+        }
+        for (int rep = 0; rep < REPS && rc == 0; rep++)
+          for (int k = 0; k < 2 && rc == 0; k++) {
+            rc = run_sluice(base, lims[k], w->keyspace, lv->in_flight, lv->requests, &one);
+            keep_best(&best[k], &one);
+            if (have_rb && cl_rb(k ? &cl.node[0] : rs, k, sha, key, w, lv, &one) == 0)
+              keep_best(&rb[k], &one);
+          }
+        for (int k = 0; k < 2; k++) sluice_limiter_free(lims[k]);
+        if (rc == 0)
+          bench_table_row(t, "%s|%s|%d|%.0f|%.3f|%.3f|%.2f|%.0f|%.3f|%.3f|%.2f|%.2f|%.0f|%.0f",
+                          w->name, sluice_rl_algo_name(algos[ai]), lv->in_flight, best[0].rps,
+                          best[0].p50_ms, best[0].p99_ms, best[0].cpu_us, best[1].rps,
+                          best[1].p50_ms, best[1].p99_ms, best[1].cpu_us,
+                          best[1].rps / best[0].rps, rb[0].rps, rb[1].rps);
+      }
+      bench_redis_flush(rs);
+      bench_cluster_flush(&cl);
+    }
+  }
+  if (rc == 0) bench_table_print(t, stdout);
+  bench_table_free(t);
+  printf("cluster: rate-limiter-flexible not run on the cluster (not measured here)\n");
+  for (int k = 0; k < 2; k++) sluice_client_free(cs[k]);
+  return rc;
+}
+
 /* bench_limiter [ALGO...] [hot|random]: only the named algorithms and
  * workloads (the Node peer needs fixed). */
 int main(int argc, char **argv) {
@@ -331,6 +452,7 @@ int main(int argc, char **argv) {
   int want_node = rc == 0 && selected(argc, argv, "fixed", 0); /* it compares fixed windows */
   if (want_node && bench_node_available()) node_table(&rs, fixed);
   else if (want_node) printf("limiter: node peer skipped (node or bench/node/node_modules missing)\n");
+  if (rc == 0 && cluster_run(&rs, base, argc, argv) != 0) rc = -1;
   if (c) sluice_client_free(c);
   if (base) {
     event_base_dispatch(base);

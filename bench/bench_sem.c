@@ -126,6 +126,7 @@ typedef struct runner runner;
 typedef struct slot {
   runner *r;
   uint64_t t0;
+  sluice_sem *sem; /* this loop's semaphore; NULL: the runner's */
 } slot;
 
 struct runner {
@@ -178,16 +179,17 @@ static void start_one(slot *s) {
   int i = r->started++;
   s->t0 = bench_now_us();
   int rc = r->mode == RELEASE ? sluice_permit_release(r->held[i], on_release, s)
-                              : sluice_sem_try_acquire(r->sem, on_acquire, s);
+                              : sluice_sem_try_acquire(s->sem ? s->sem : r->sem, on_acquire, s);
   if (rc != SLUICE_OK) {
     r->errors++;
     r->done++;
   }
 }
 
-/* total operations (pairs in PAIR mode) with in_flight outstanding. */
-static int run_sluice(sluice_sem *sem, enum mode mode, int in_flight, int total,
-                      sluice_permit **held, result *out) {
+/* total operations (pairs in PAIR mode) with in_flight outstanding; loop i
+ * uses sems[i % nsems] (nsems 0: sem). */
+static int run_sluice_spread(sluice_sem *sem, sluice_sem **sems, int nsems, enum mode mode,
+                             int in_flight, int total, sluice_permit **held, result *out) {
   runner r = {sem, mode, total, 0, 0, 0, held, bench_lat_new()};
   slot *slots = calloc((size_t)in_flight, sizeof *slots);
   if (!r.lat || !slots) exit(1);
@@ -195,6 +197,7 @@ static int run_sluice(sluice_sem *sem, enum mode mode, int in_flight, int total,
   bench_cpu cpu = bench_cpu_start();
   for (int i = 0; i < in_flight && r.started < total; i++) {
     slots[i].r = &r;
+    slots[i].sem = nsems > 0 ? sems[i % nsems] : NULL;
     start_one(&slots[i]);
   }
   while (r.done < total) event_base_loop(base, EVLOOP_ONCE);
@@ -206,6 +209,11 @@ static int run_sluice(sluice_sem *sem, enum mode mode, int in_flight, int total,
   free(slots);
   if (r.errors) fprintf(stderr, "bench_sem: %d operations failed\n", r.errors);
   return r.errors ? -1 : 0;
+}
+
+static int run_sluice(sluice_sem *sem, enum mode mode, int in_flight, int total,
+                      sluice_permit **held, result *out) {
+  return run_sluice_spread(sem, NULL, 0, mode, in_flight, total, held, out);
 }
 
 /* ---- redis-benchmark: the same scripts, same KEYS/ARGV ------------------- */
@@ -237,7 +245,7 @@ static int rb_prepare(sluice_sem *sem, rb_args *a) {
 
 static int run_rb(const rb_args *a, int release, int clients, int pipeline, int total,
                   result *out) {
-  bench_rb_opts o = {clients, total, pipeline, RB_KEYSPACE};
+  bench_rb_opts o = {clients, total, pipeline, RB_KEYSPACE, 0};
   bench_rb_result rb;
   const sluice__args *x = release ? &a->rel : &a->acq;
   bench_cpu cpu = bench_cpu_start();
@@ -622,6 +630,140 @@ static int node_lines(const char *args, char lines[][512], int n) {
   return 0;
 }
 
+/* ---- cluster ---------------------------------------------------------------- */
+
+/* The acquire / release / pair workloads of bench_level on CL_NAMES
+ * semaphores (their slots spread over the masters), on the private cluster
+ * and, in the same run, on the standalone server; then redis-benchmark's
+ * acquire script on both (--cluster: a "{tag}" semaphore name, replaced by
+ * each connection with a tag of its own node's slots). Three servers share
+ * one core here, so this shows the client's routing cost, not scaling. */
+#define CL_NAMES 64
+
+typedef struct cl_cell {
+  result acq[2], rel[2], pair[2]; /* [0] standalone, [1] cluster */
+  result rb[2];
+} cl_cell;
+
+static sluice_client *client_at(const char *url) {
+  sluice_client_options o;
+  sluice_client *c = NULL;
+  sluice_client_options_init(&o);
+  o.url = url;
+  if (sluice_client_new(base, &o, &c) != SLUICE_OK || wait_connected(c) != 0) {
+    fprintf(stderr, "bench_sem: cannot connect to %s\n", url);
+    exit(1);
+  }
+  return c;
+}
+
+static int cl_rb(const rb_args *a, const bench_redis *at, int cluster, const level *lv,
+                 result *out) {
+  int clients = lv->in_flight < 3 ? lv->in_flight : 3; /* one connection per master */
+  bench_rb_opts o = {clients, lv->ops, lv->in_flight / clients, RB_KEYSPACE, cluster};
+  bench_rb_result rb;
+  bench_cpu cpu = bench_cpu_start();
+  if (bench_evalsha(at, &o, a->acq_sha, a->acq.nkeys, a->acq.argc, a->acq.argv, &rb) != 0)
+    return -1;
+  *out = (result){rb.rps, rb.p50_ms, rb.p99_ms, bench_cpu_children_us_per_op(&cpu, lv->ops)};
+  return 0;
+}
+
+/* One level: standalone then cluster, REPS times, best of each. */
+static int cl_level(sluice_client *cs[2], const bench_cluster *cl, const rb_args *a, int rb,
+                    const level *lv, cl_cell *out) {
+  sluice_sem *sems[2][CL_NAMES];
+  sluice_permit **held = calloc((size_t)lv->ops, sizeof *held);
+  result one;
+  int rc = held ? 0 : -1;
+  memset(out, 0, sizeof *out);
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < CL_NAMES; i++) {
+      char name[32];
+      snprintf(name, sizeof name, "cl%d-%d", lv->in_flight, i);
+      sems[k][i] = new_sem(cs[k], name, PERMITS);
+    }
+  for (int rep = 0; rep < REPS && rc == 0; rep++)
+    for (int k = 0; k < 2 && rc == 0; k++) {
+      rc = run_sluice_spread(NULL, sems[k], CL_NAMES, ACQUIRE, lv->in_flight, lv->ops, held, &one);
+      keep_best(&out->acq[k], &one);
+      if (rc == 0)
+        rc = run_sluice_spread(NULL, sems[k], CL_NAMES, RELEASE, lv->in_flight, lv->ops, held, &one);
+      keep_best(&out->rel[k], &one);
+      if (rc == 0)
+        rc = run_sluice_spread(NULL, sems[k], CL_NAMES, PAIR, lv->in_flight, lv->ops, NULL, &one);
+      keep_best(&out->pair[k], &one);
+      if (rb && cl_rb(a, k ? &cl->node[0] : &rs, k, lv, &one) == 0) keep_best(&out->rb[k], &one);
+    }
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < CL_NAMES; i++) sluice_sem_free(sems[k][i]);
+  free(held);
+  bench_redis_flush(&rs);
+  bench_cluster_flush(cl);
+  return rc;
+}
+
+static void cl_row(bench_table *t, const char *op, int in_flight, const result r[2]) {
+  bench_table_row(t, "%s|%d|%.0f|%.3f|%.3f|%.2f|%.0f|%.3f|%.3f|%.2f|%.2f", op, in_flight,
+                  r[0].rps, r[0].p50_ms, r[0].p99_ms, r[0].cpu_us, r[1].rps, r[1].p50_ms,
+                  r[1].p99_ms, r[1].cpu_us, r[1].rps / r[0].rps);
+}
+
+static int cluster_run(void) {
+  bench_cluster cl;
+  int at = bench_cluster_attach(&cl);
+  if (at != 0) return at > 0 ? 0 : -1;
+  sluice_client *cs[2] = {client_at(rs.url), client_at(cl.url)};
+  /* "{tag}" in every key: redis-benchmark --cluster's placeholder. */
+  sluice_sem *tag = new_sem(cs[0], "tag", PERMITS);
+  rb_args a;
+  int rb = bench_have_redis_benchmark() && rb_prepare(tag, &a) == 0 &&
+           bench_cluster_script_load(&cl, &sluice__lua_sem_acquire, a.acq_sha) == 0;
+  cl_cell cells[NLEVELS]; /* tag lives on: a's KEYS/ARGV point into it */
+  int rc = 0;
+  for (size_t i = 0; i < NLEVELS && rc == 0; i++) rc = cl_level(cs, &cl, &a, rb, &levels[i], &cells[i]);
+  if (rb) {
+    sluice__args_clear(&a.acq);
+    sluice__args_clear(&a.rel);
+  }
+  sluice_sem_free(tag);
+  for (int k = 0; k < 2; k++) sluice_client_free(cs[k]);
+  event_base_loop(base, EVLOOP_NONBLOCK);
+  if (rc != 0) {
+    fprintf(stderr, "bench_sem: cluster run failed\n");
+    return -1;
+  }
+  static const char *const cols[] = {"op", "in flight", "standalone/s", "p50 ms", "p99 ms",
+                                     "CPU us", "cluster/s", "p50 ms", "p99 ms", "CPU us",
+                                     "cluster/standalone", NULL};
+  char title[256];
+  snprintf(title, sizeof title,
+           "cluster (%d masters, one core between them) vs standalone, same run: %d semaphore "
+           "names spread over the slots, one client",
+           cl.n, CL_NAMES);
+  bench_table *t = bench_table_new(title, cols);
+  for (size_t i = 0; i < NLEVELS; i++) cl_row(t, "try_acquire", levels[i].in_flight, cells[i].acq);
+  for (size_t i = 0; i < NLEVELS; i++) cl_row(t, "release", levels[i].in_flight, cells[i].rel);
+  for (size_t i = 0; i < NLEVELS; i++) cl_row(t, "acquire->release pair", levels[i].in_flight, cells[i].pair);
+  bench_table_print(t, stdout);
+  bench_table_free(t);
+  if (rb) {
+    static const char *const rcols[] = {"in flight", "rb standalone/s", "rb --cluster/s", "ratio",
+                                        NULL};
+    t = bench_table_new("redis-benchmark EVALSHA sem_acquire, -c min(N,3) -P N/c (--cluster: one "
+                        "connection per master, its own {tag} semaphore)",
+                        rcols);
+    for (size_t i = 0; i < NLEVELS; i++)
+      bench_table_row(t, "%d|%.0f|%.0f|%.2f", levels[i].in_flight, cells[i].rb[0].rps,
+                      cells[i].rb[1].rps, cells[i].rb[1].rps / cells[i].rb[0].rps);
+    bench_table_print(t, stdout);
+    bench_table_free(t);
+  }
+  printf("cluster: redis-semaphore not run on the cluster (its Semaphore takes one ioredis "
+         "client; not measured here)\n");
+  return 0;
+}
+
 /* ---- main ------------------------------------------------------------------- */
 
 /* Both contention cells and their table; -1 when a run failed. */
@@ -799,6 +941,7 @@ int main(int argc, char **argv) {
   }
   bench_lat_free(lat);
   if (contention_table() != 0) rc = -1;
+  if (cluster_run() != 0) rc = -1;
   double idle = idle_waiters_run();
   if (idle >= 0)
     printf("\n%d waiters blocked on one handle (heartbeat 3 s): %.2f script calls/s over %d s\n",

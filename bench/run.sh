@@ -2,15 +2,20 @@
 # Build every benchmark (release, build-bench/) and run them one after the
 # other against one private redis-server, printing their tables.
 #
-#   bench/run.sh [--no-node] [--redis HOST:PORT] [bench_NAME... | gateway]
+#   bench/run.sh [--no-node] [--no-cluster] [--redis HOST:PORT]
+#                [bench_NAME... | gateway]
 #
 # The server is pinned to the first CPU, and each benchmark pins itself to
-# the second (see bench/README.md). With node and npm on PATH the Node peer
-# libraries of bench/node/package.json are installed first (--no-node skips
-# them; scripts/deps.sh --bench installs Node.js). --redis shares a
-# scratch server of yours instead (benchmarks write keys to it; only the
-# private server is flushed between benchmarks). Names select benchmarks;
-# by default every executable build-bench/bench/bench_* runs. "gateway" runs
+# the second (see bench/README.md). A private 3-master Redis Cluster (no
+# replicas, bench/topology.sh, also on the first CPU) runs beside it for the
+# benchmarks' cluster sections (SLUICE_BENCH_CLUSTER=host:port,...);
+# --no-cluster skips it. With node and npm on PATH the Node peer libraries
+# of bench/node/package.json are installed first (--no-node skips them;
+# scripts/deps.sh --bench installs Node.js). --redis shares a scratch server
+# of yours instead (benchmarks write keys to it; only the private server is
+# flushed between benchmarks). Names select benchmarks; by default every
+# executable build-bench/bench/bench_* runs but bench_failover (a minute or
+# two of failovers on topologies of its own). "gateway" runs
 # bench/gateway.sh (wrk against examples/gateway, its own private Redis)
 # after the benchmarks named with it; it is not part of the default set.
 set -euo pipefail
@@ -18,16 +23,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 node=1
+cluster=1
 shared=
 only=()
 while [ $# -gt 0 ]; do
   case $1 in
     --no-node) node=0; shift ;;
+    --no-cluster) cluster=0; shift ;;
     --redis)
       [ $# -ge 2 ] || { echo "run.sh: --redis needs HOST:PORT" >&2; exit 2; }
       shared=$2
       shift 2 ;;
-    -h | --help) sed -n '2,15s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,21s/^# \{0,1\}//p' "$0"; exit 0 ;;
     -*) echo "run.sh: unknown argument: $1" >&2; exit 2 ;;
     *) only+=("$1"); shift ;;
   esac
@@ -73,6 +80,8 @@ for f in "$build"/bench/bench_*; do
   name=$(basename "$f")
   if [ ${#only[@]} -gt 0 ]; then
     printf '%s\n' "${only[@]}" | grep -qx "$name" || continue
+  elif [ "$name" = bench_failover ]; then
+    continue # a minute or two of failovers: only when named
   fi
   benches+=("$f")
 done
@@ -86,11 +95,13 @@ read -r cpu0 cpu1 < <(python3 -c 'import os; c = sorted(os.sched_getaffinity(0))
 
 server_pid=
 tmp=
+cluster_dir=
 cleanup() {
   if [ -n "$server_pid" ]; then
     kill "$server_pid" 2>/dev/null || true
     wait "$server_pid" 2>/dev/null || true
   fi
+  [ -n "$cluster_dir" ] && bench/topology.sh stop "$cluster_dir"
   [ -n "$tmp" ] && rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -117,10 +128,24 @@ export SLUICE_BENCH_REDIS=$shared
 host=${shared%:*}
 port=${shared##*:}
 
+seeds=
+if [ "$cluster" = 1 ]; then
+  cluster_dir=$(mktemp -d "${TMPDIR:-/tmp}/sluice-bench-cluster-XXXXXX")
+  seeds=$(bench/topology.sh cluster "$cluster_dir/c" 3 0)
+  export SLUICE_BENCH_CLUSTER=$seeds
+  echo "run.sh: private Redis Cluster (3 masters, no replicas) at $seeds${cpu1:+ on CPU $cpu0}"
+fi
+# FLUSHALL on every master of the cluster (keys live on all three).
+flush_cluster() {
+  local a
+  for a in ${seeds//,/ }; do redis-cli -h "${a%:*}" -p "${a##*:}" flushall >/dev/null; done
+}
+
 failed=0
 for b in "${benches[@]}"; do
   printf '\n===== %s =====\n' "$(basename "$b")"
   [ -n "$server_pid" ] && redis-cli -h "$host" -p "$port" flushall >/dev/null
+  [ -n "$seeds" ] && flush_cluster
   t=$SECONDS
   if "$b"; then
     echo "($(basename "$b"): $((SECONDS - t)) s)"
