@@ -548,6 +548,13 @@ static int phase(const char *url, const char *spec, enum kind first, enum kind l
   }
   event_del(r.push_ev);
   event_del(r.pipe_ev);
+  /* Freeing a semaphore returns and frees its permits: no timer may touch
+   * them afterwards. */
+  r.stopping = 1;
+  event_del(r.hold_ev);
+  event_del(r.retry_hold);
+  event_del(r.retry_wait);
+  r.held = NULL;
   sluice_dq_consumer_free(con);
   sluice_dq_free(r.dq);
   sluice_sem_free(r.wait_sem);
