@@ -760,6 +760,46 @@ static void test_pause_master(void) {
   th_cluster_stop(&topo);
 }
 
+/* A release sent while the master is stopped (it cannot be answered there)
+ * reaches the new master after the failover, and the blocked waiter gets
+ * the permit then, not when the holder's 30 s lease ends. */
+static void test_release_during_pause(void) {
+  start(1);
+  struct event_base *base = event_base_new();
+  sluice_client *c = client_at(base, url);
+  if (getenv("TEST_LOG")) sluice_client_set_log_cb(c, print_log, NULL);
+  sluice_sem *hs = sem_test_new(c, "r", 1, 30000, 0), *ws = sem_test_new(c, "r", 1, 30000, 0);
+  acq_result h = sem_try(base, hs);
+  TH_ASSERT_EQ(h.status, SLUICE_OK);
+  acq_result w = {0};
+  TH_ASSERT_EQ(sluice_sem_acquire(ws, 60000, acq_cb, &w, NULL), SLUICE_OK);
+  th_loop_for(base, 300); /* queued, its replica in sync */
+  th_node *m = th_cluster_master_for_key(&topo, "{r}");
+  pid_t pid = fork();
+  TH_ASSERT(pid >= 0);
+  if (pid == 0) _exit(pause_master(m) == 0 ? 0 : 1);
+  th_loop_for(base, 300); /* stopped by now */
+  uint64_t t0 = th_now_ms();
+  sluice_permit_release(h.permit, NULL, NULL);
+  int st = 0;
+  while (waitpid(pid, &st, WNOHANG) == 0 && th_now_ms() - t0 < 60000) th_loop_for(base, 20);
+  TH_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  m->paused = 1;
+  TH_ASSERT_EQ(th_cluster_wait_ok(&topo, 30000), 0);
+  uint64_t took = th_now_ms() - t0;
+  TH_ASSERT(th_loop_until(base, &w.done, 10000));
+  TH_ASSERT_EQ(w.status, SLUICE_OK);
+  printf("# released during the pause; taken over after %llu ms, waiter granted after %llu ms\n",
+         (unsigned long long)took, (unsigned long long)(th_now_ms() - t0));
+  sluice_permit_release(w.permit, NULL, NULL);
+  sluice_sem_free(hs);
+  sluice_sem_free(ws);
+  sluice_client_free(c);
+  TH_ASSERT(th_loop_drain(base, 5000));
+  event_base_free(base);
+  th_cluster_stop(&topo);
+}
+
 /* ---- a node joins, a node leaves ----------------------------------------- */
 
 /* Every live master of the topology, and `extra` if given, maps slot to
@@ -965,6 +1005,7 @@ int main(int argc, char **argv) {
       {"resharding", test_resharding, 240},
       {"failover", test_failover, 300},
       {"pause_master", test_pause_master, 300},
+      {"release_during_pause", test_release_during_pause, 180},
       {"tool", test_tool, 120},
       {"join_leave", test_join_leave, 180},
       {NULL, NULL, 0},
