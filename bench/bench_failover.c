@@ -22,6 +22,8 @@
  * rejoins as a replica), SENTINEL FAILOVER, SIGSTOP of the Sentinel master.
  * It reports when it acted and when the new master answered ROLE master.
  *
+ * SLUICE_BENCH_LOG=1 prints every client's log on stderr.
+ *
  * Recovery of a round = the longest stretch without a success from the last
  * success before the driver acted to the first success after the new master
  * answered ROLE master: last success before -> first success after.
@@ -452,7 +454,13 @@ static double recovery_ms(const times *t, const round *rd, uint64_t until) {
   return -1;
 }
 
-static sluice_client *client_at(struct event_base *base, const char *url) {
+/* SLUICE_BENCH_LOG=1: every client's log on stderr, to see a slow round. */
+static void print_log(sluice_client *c, int level, const char *msg, void *ud) {
+  fprintf(stderr, "%.3f %s %s: %s\n", (double)bench_now_us() / 1e6, (const char *)ud,
+          sluice_log_level_name(level), msg);
+}
+
+static sluice_client *client_at(struct event_base *base, const char *url, const char *who) {
   sluice_client_options o;
   sluice_client *c = NULL;
   sluice_client_options_init(&o);
@@ -461,6 +469,8 @@ static sluice_client *client_at(struct event_base *base, const char *url) {
     fprintf(stderr, "bench_failover: %s: %s\n", url, sluice_client_last_error(NULL));
     exit(1);
   }
+  const char *log = getenv("SLUICE_BENCH_LOG");
+  if (log && *log == '1') sluice_client_set_log_cb(c, print_log, (void *)who);
   return c;
 }
 
@@ -499,8 +509,8 @@ static int phase(const char *url, const char *spec, enum kind first, enum kind l
   memset(&r, 0, sizeof r);
   r.base = event_base_new_with_config(cfg);
   event_config_free(cfg);
-  sluice_client *hc = client_at(r.base, url), *wc = client_at(r.base, url),
-                *pc = client_at(r.base, url), *cc = client_at(r.base, url);
+  sluice_client *hc = client_at(r.base, url, "holder"), *wc = client_at(r.base, url, "waiter"),
+                *pc = client_at(r.base, url, "producer"), *cc = client_at(r.base, url, "consumer");
   sluice_sem_options so;
   sluice_sem_options_init(&so);
   so.permits = 1; /* default lease (30 s) */

@@ -61,6 +61,9 @@ struct sluice_sem {
 
   /* sem_release.c */
   sluice__list parked;            /* releases waiting to be sent again */
+  sluice__list unconfirmed;       /* ran, but fewer replicas than wait_replicas
+                                     saw them: sent again after a reconnect */
+  unsigned nunconfirmed;
   struct event *release_retry;
   unsigned retry_ms;
 

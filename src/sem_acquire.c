@@ -65,6 +65,8 @@ static void leave_attempt(sluice_acquire *a) {
   int in_flight = a->attempt.batch != NULL;
   sluice__batcher_leave(&sem->attempts, &a->attempt);
   if (!in_flight) return;
+  sluice__log(sem->c, SLUICE_LOG_DEBUG, "semaphore '%s': attempt for permit %.32s left in flight: "
+              "released behind it", sem->name, a->permit_id);
   sluice__release_queue(sem, a->permit_id, NULL, NULL);
   sluice__random_hex(a->permit_id);
   a->maybe_granted = 0;
@@ -102,8 +104,11 @@ static void finish(sluice_acquire *a, int status, sluice_permit *permit) {
   void *ud = a->ud;
   leave_attempt(a);
   /* An unanswered attempt may hold a permit that is not the one granted. */
-  if (a->maybe_granted && (!permit || strcmp(permit->id, a->permit_id) != 0))
+  if (a->maybe_granted && (!permit || strcmp(permit->id, a->permit_id) != 0)) {
+    sluice__log(sem->c, SLUICE_LOG_DEBUG, "semaphore '%s': permit %.32s may have been granted to "
+                "an unanswered attempt: released", sem->name, a->permit_id);
     sluice__release_queue(sem, a->permit_id, NULL, NULL);
+  }
   if (!permit) send_leave(a); /* a grant already left the queue */
   if (status == SLUICE_OK) sem->m.grants++;
   else if (status == SLUICE_EBUSY) sem->m.busy++;
@@ -138,6 +143,8 @@ static int is_transport(int status) {
 }
 
 static void on_attempt_failed(sluice_acquire *a, int status) {
+  sluice__log(a->sem->c, SLUICE_LOG_DEBUG, "semaphore '%s': attempt for permit %.32s: %s",
+              a->sem->name, a->permit_id, sluice_err_name(status));
   if (status == SLUICE_EINDOUBT && a->blocking) {
     /* It may have run before the connection went: the next attempt asks
      * for the same id, and gets that grant back if there was one. */
@@ -250,6 +257,9 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
   a->last_error = 0;
   a->retry_ms = RETRY_MIN_MS;
   uint64_t deadline = sluice__permit_deadline(a->sem, br->sent_ms, (uint64_t)lease);
+  if (a->maybe_granted)
+    sluice__log(a->sem->c, SLUICE_LOG_DEBUG, "semaphore '%s': retried attempt for permit %.32s: %s",
+                a->sem->name, a->permit_id, g == 1 ? "granted" : g == 2 ? "handed" : "refused");
   if (g == 1) {
     a->maybe_granted = 0;
     granted(a, a->permit_id, (uint64_t)value, deadline, br->replicated);

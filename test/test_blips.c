@@ -367,6 +367,56 @@ static void test_release_by_id(void) {
   sem_fx_close(&fx);
 }
 
+static void on_rel_done(sluice_sem *sem, int status, void *ud) {
+  *(int *)ud = status == SLUICE_OK ? 1 : -1;
+}
+
+static uint64_t release_calls(sluice_client *c) {
+  sluice_client_metrics m;
+  sluice_client_get_metrics(c, &m);
+  for (unsigned k = 0; k < m.nkinds; k++)
+    if (strcmp(m.kinds[k].name, "sem_release") == 0) return m.kinds[k].ops;
+  return 0;
+}
+
+/* With wait_replicas, a release that ran but that too few replicas saw may
+ * be missing after a failover: it is answered (it ran), and sent once more
+ * after the next reconnect, which a failover always brings. (No replica
+ * here: every write falls short.) */
+static void test_unreplicated_release_repeated(void) {
+  struct event_base *base = event_base_new();
+  sluice_client_options o;
+  sluice_client_options_init(&o);
+  o.unix_path = th_server.sock;
+  o.reconnect_min_ms = 20;
+  o.reconnect_max_ms = 200;
+  o.op_timeout_ms = 2000;
+  o.wait_replicas = 1;
+  o.wait_timeout_ms = 50;
+  sluice_client *c = NULL;
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  sluice_sem *s = sem_test_new(c, "unrep", 1, 30000, 0);
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  TH_ASSERT_EQ(sluice_permit_replicated(a.permit), 0);
+  int done = 0;
+  TH_ASSERT_EQ(sluice_permit_release(a.permit, on_rel_done, &done), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &done, 3000));
+  TH_ASSERT_EQ(done, 1); /* it ran: answered as usual */
+  TH_ASSERT_EQ(release_calls(c), 1);
+  th_loop_for(base, 200);
+  TH_ASSERT_EQ(release_calls(c), 1); /* not before a reconnect */
+  th_redis_int(&th_server, "CLIENT KILL TYPE normal SKIPME yes");
+  uint64_t until = th_now_ms() + 3000;
+  while (release_calls(c) < 2 && th_now_ms() < until) th_loop_for(base, 10);
+  TH_ASSERT_EQ(release_calls(c), 2);
+  th_loop_for(base, 200);
+  TH_ASSERT_EQ(release_calls(c), 2); /* once per reconnect */
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"releases_survive_kill", test_releases_survive_kill, 0},
@@ -378,6 +428,8 @@ int main(int argc, char **argv) {
       {"release_hands_off", test_release_hands_off, 0},
       {"hand_off_long_lease", test_hand_off_long_lease, 0},
       {"release_by_id", test_release_by_id, 0},
+      {"unreplicated_release_repeated", test_unreplicated_release_repeated, 0,
+       .standalone_only = "kills the one server's clients"},
       {NULL, NULL, 0},
   };
   return th_main(argc, argv, cases);

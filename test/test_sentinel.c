@@ -614,6 +614,147 @@ static void test_kill_master(void) {
   th_sentinel_stop(&topo);
 }
 
+/* A holder that takes the permit, holds it 50 ms, releases and asks again,
+ * and a waiter that blocks for it, through a SIGSTOP of the master until
+ * the sentinels promote the replica: the waiter is served again within a
+ * few seconds of the switch, not after a lease. */
+typedef struct churn2 {
+  struct event_base *base;
+  sluice_sem *hs, *ws;
+  sluice_permit *held;
+  struct event *hold_ev, *retry_ev;
+  uint64_t last_grant, longest_gap;
+  long grants, errs;
+  int stop, hbusy, wbusy;
+} churn2;
+
+static void churn_hold(churn2 *k);
+static void churn_wait(churn2 *k);
+
+static void on_churn_hold(sluice_sem *s, int status, sluice_permit *p, void *ud) {
+  churn2 *k = ud;
+  k->hbusy = 0;
+  struct timeval tv = {0, 50000};
+  if (status == SLUICE_OK) {
+    k->held = p;
+    evtimer_add(k->hold_ev, &tv);
+  } else {
+    k->errs++;
+    if (!k->stop) evtimer_add(k->retry_ev, &tv);
+  }
+}
+
+static void churn_release(evutil_socket_t fd, short what, void *arg) {
+  churn2 *k = arg;
+  if (k->held) sluice_permit_release(k->held, NULL, NULL);
+  k->held = NULL;
+  churn_hold(k);
+}
+
+static void churn_retry(evutil_socket_t fd, short what, void *arg) { churn_hold(arg); }
+
+static void churn_hold(churn2 *k) {
+  if (k->stop) return;
+  k->hbusy = 1;
+  TH_ASSERT_EQ(sluice_sem_acquire(k->hs, 10000, on_churn_hold, k, NULL), SLUICE_OK);
+}
+
+static void on_churn_wait(sluice_sem *s, int status, sluice_permit *p, void *ud) {
+  churn2 *k = ud;
+  k->wbusy = 0;
+  if (status == SLUICE_OK) {
+    uint64_t now = th_now_ms();
+    if (k->last_grant && now - k->last_grant > k->longest_gap) k->longest_gap = now - k->last_grant;
+    k->last_grant = now;
+    k->grants++;
+    sluice_permit_release(p, NULL, NULL);
+  } else {
+    k->errs++;
+  }
+  churn_wait(k);
+}
+
+static void churn_wait(churn2 *k) {
+  if (k->stop) return;
+  k->wbusy = 1;
+  TH_ASSERT_EQ(sluice_sem_acquire(k->ws, 10000, on_churn_wait, k, NULL), SLUICE_OK);
+}
+
+static void print_log(sluice_client *c, int level, const char *msg, void *ud) {
+  printf("# %llu %s %s\n", (unsigned long long)(th_now_ms() % 100000), (const char *)ud, msg);
+}
+
+static void test_pause_churn(void) {
+  start();
+  struct event_base *base = event_base_new();
+  sluice_client *hc = client_at(base, url), *wc = client_at(base, url);
+  if (getenv("TEST_LOG")) {
+    sluice_client_set_log_cb(hc, print_log, (void *)"holder");
+    sluice_client_set_log_cb(wc, print_log, (void *)"waiter");
+  }
+  churn2 k = {0};
+  k.base = base;
+  k.hs = sem_test_new(hc, "fo", 1, 30000, 0);
+  k.ws = sem_test_new(wc, "fo", 1, 30000, 0);
+  k.hold_ev = evtimer_new(base, churn_release, &k);
+  k.retry_ev = evtimer_new(base, churn_retry, &k);
+  churn_hold(&k);
+  churn_wait(&k);
+  th_loop_for(base, 1000);
+  TH_ASSERT_CMP(k.grants, >, 5);
+  for (int round = 0; round < 2; round++) {
+    th_node *old = th_sentinel_master(&topo);
+    uint64_t t0 = th_now_ms();
+    pid_t pid = fork();
+    TH_ASSERT(pid >= 0);
+    if (pid == 0) _exit(th_sentinel_pause_master(&topo) ? 0 : 1);
+    int st = 0;
+    while (waitpid(pid, &st, WNOHANG) == 0 && th_now_ms() - t0 < 60000) th_loop_for(base, 20);
+    TH_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    old->paused = 1;
+    uint64_t switched = th_now_ms() - t0;
+    long before = k.grants;
+    uint64_t until = th_now_ms() + 10000;
+    while (k.grants == before && th_now_ms() < until) th_loop_for(base, 20);
+    printf("# round %d: switched after %llu ms; waiter served again %llu ms after the stop; "
+           "errors %ld\n", round, (unsigned long long)switched,
+           (unsigned long long)(th_now_ms() - t0), k.errs);
+    if (k.grants == before) {
+      redisContext *m = th_node_connect(th_sentinel_master(&topo));
+      redisReply *r = m ? redisCommand(m, "ZRANGE sluice:sem:{fo}:holders 0 -1 WITHSCORES") : NULL;
+      for (size_t i = 0; r && i < r->elements; i++) printf("#   holders: %s\n", r->element[i]->str);
+      if (r) freeReplyObject(r);
+      if (m) redisFree(m);
+    }
+    TH_ASSERT_CMP(k.grants, >, before);
+    /* The old master comes back as a replica, the loop running meanwhile. */
+    pid = fork();
+    TH_ASSERT(pid >= 0);
+    if (pid == 0) _exit(th_sentinel_resume_node(&topo, old) == 0 ? 0 : 1);
+    t0 = th_now_ms();
+    while (waitpid(pid, &st, WNOHANG) == 0 && th_now_ms() - t0 < 60000) th_loop_for(base, 20);
+    TH_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    old->paused = 0;
+    th_loop_for(base, 500);
+  }
+  k.stop = 1;
+  event_del(k.hold_ev);
+  event_del(k.retry_ev);
+  if (k.held) sluice_permit_release(k.held, NULL, NULL);
+  k.held = NULL;
+  uint64_t until = th_now_ms() + 15000;
+  while ((k.hbusy || k.wbusy) && th_now_ms() < until) th_loop_for(base, 20);
+  event_free(k.hold_ev);
+  event_free(k.retry_ev);
+  sluice_sem_free(k.hs);
+  sluice_sem_free(k.ws);
+  sluice_client_free(hc);
+  sluice_client_free(wc);
+  TH_ASSERT(th_loop_drain(base, 5000));
+  event_base_free(base);
+  th_sentinel_stop(&topo);
+}
+
 /* `sluice ARGS` through sh, with SLUICE_REDIS the sentinel URL; its output
  * (first 1 KB) into out, its exit status returned. */
 static int tool(char *out, size_t size, const char *args) {
@@ -656,6 +797,7 @@ int main(int argc, char **argv) {
       {"re_resolve", test_re_resolve, 60},
       {"kill_master", test_kill_master, 120},
       {"tool", test_tool, 60},
+      {"pause_churn", test_pause_churn, 180},
       {NULL, NULL, 0},
   };
   return th_topology_main(argc, argv, cases);
