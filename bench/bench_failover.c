@@ -22,7 +22,8 @@
  * rejoins as a replica), SENTINEL FAILOVER, SIGSTOP of the Sentinel master.
  * It reports when it acted and when the new master answered ROLE master.
  *
- * SLUICE_BENCH_LOG=1 prints every client's log on stderr.
+ * SLUICE_BENCH_LOG=1 prints every client's log on stderr;
+ * SLUICE_BENCH_WAIT_REPLICAS=N runs every client with wait_replicas = N.
  *
  * Recovery of a round = the longest stretch without a success from the last
  * success before the driver acted to the first success after the new master
@@ -465,6 +466,8 @@ static sluice_client *client_at(struct event_base *base, const char *url, const 
   sluice_client *c = NULL;
   sluice_client_options_init(&o);
   o.url = url;
+  const char *wait = getenv("SLUICE_BENCH_WAIT_REPLICAS");
+  if (wait && atoi(wait) > 0) o.wait_replicas = (unsigned)atoi(wait);
   if (sluice_client_new(base, &o, &c) != SLUICE_OK) {
     fprintf(stderr, "bench_failover: %s: %s\n", url, sluice_client_last_error(NULL));
     exit(1);
@@ -656,9 +659,11 @@ int main(int argc, char **argv) {
   signal(SIGSEGV, on_signal);
   signal(SIGABRT, on_signal);
   if (bench_can_pin()) bench_pin_self(BENCH_CPU_CLIENT);
+  const char *wait = getenv("SLUICE_BENCH_WAIT_REPLICAS");
   printf("failover recovery: %d rounds per kind; semaphore waiter (holder releases every %d ms), "
-         "delay-queue consumer (a push every %d ms); pinning %s\n",
-         rounds, HOLD_MS, PUSH_MS, bench_can_pin() ? "on (servers CPU 0, client CPU 1)" : "off");
+         "delay-queue consumer (a push every %d ms); wait_replicas %d; pinning %s\n",
+         rounds, HOLD_MS, PUSH_MS, wait ? atoi(wait) : 0,
+         bench_can_pin() ? "on (servers CPU 0, client CPU 1)" : "off");
   stats st[NKINDS];
   for (int k = 0; k < NKINDS; k++) st[k] = (stats){bench_lat_new(), bench_lat_new(), 0, 0, 0, 0};
   int rc = run_topology(0, rounds, st);
