@@ -169,6 +169,42 @@ static void test_long_inputs(void) {
   free(want);
 }
 
+/* redis+cluster:// and rediss+cluster://: the seeds, credentials for every
+ * node, TLS, and what a cluster URL cannot say. */
+static void test_cluster_forms(void) {
+  sluice__endpoint ep;
+  TH_ASSERT_EQ(sluice__parse_url("redis+cluster://u:p%40ss@10.0.0.1:7000,[::1]:7001,h:7002/",
+                                 &ep), SLUICE_OK);
+  TH_ASSERT_EQ(ep.cluster, 1);
+  TH_ASSERT_EQ(ep.nseeds, 3);
+  TH_ASSERT_STR_EQ(ep.seed_hosts[0], "10.0.0.1");
+  TH_ASSERT_EQ(ep.seed_ports[0], 7000);
+  TH_ASSERT_STR_EQ(ep.seed_hosts[1], "::1");
+  TH_ASSERT_STR_EQ(ep.seed_hosts[2], "h");
+  TH_ASSERT_EQ(ep.seed_ports[2], 7002);
+  TH_ASSERT_STR_EQ(ep.username, "u");
+  TH_ASSERT_STR_EQ(ep.password, "p@ss");
+  TH_ASSERT_EQ(ep.tls, 0);
+  sluice__endpoint_clear(&ep);
+  TH_ASSERT_EQ(sluice__parse_url("rediss+cluster://h:7000/0?verify=0", &ep), SLUICE_OK);
+  TH_ASSERT_EQ(ep.tls, 1);
+  TH_ASSERT_EQ(ep.tls_skip_verify, 1);
+  TH_ASSERT_EQ(ep.nseeds, 1);
+  sluice__endpoint_clear(&ep);
+  static const char *const bad[] = {"redis+cluster://", "redis+cluster://h", "redis+cluster://h:1/1",
+                                    "redis+cluster://h:1,,h:2", "redis+cluster://h:99999",
+                                    "redis+cluster://h:1?verify=0", "redis+cluster://h:1?x=1", NULL};
+  for (int i = 0; bad[i]; i++) expect_rc(bad[i], SLUICE_EINVAL);
+  /* From the options, no URL. */
+  memset(&ep, 0, sizeof ep);
+  TH_ASSERT_EQ(sluice__endpoint_cluster(&ep, "a:1,b:2"), SLUICE_OK);
+  TH_ASSERT_EQ(ep.nseeds, 2);
+  sluice__endpoint_clear(&ep);
+  memset(&ep, 0, sizeof ep);
+  TH_ASSERT_EQ(sluice__endpoint_cluster(&ep, "a"), SLUICE_EINVAL);
+  sluice__endpoint_clear(&ep);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"redis_forms", test_redis_forms, 10},
@@ -179,6 +215,7 @@ int main(int argc, char **argv) {
       {"rediss_form", test_rediss_form, 0},
       {"bad_schemes", test_bad_schemes, 10},
       {"long_inputs", test_long_inputs, 10},
+      {"cluster_forms", test_cluster_forms, 10},
       {NULL, NULL, 0},
   };
   return th_main_local(argc, argv, cases);
