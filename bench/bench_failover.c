@@ -357,6 +357,10 @@ static void on_hold(sluice_sem *sem, int status, sluice_permit *p, void *ud) {
   struct timeval tv = {0, (status == SLUICE_OK ? HOLD_MS : RETRY_MS) * 1000};
   if (status == SLUICE_OK) r->held = p;
   else if (status != SLUICE_ECANCELED) r->errors++;
+  const char *log = getenv("SLUICE_BENCH_LOG");
+  if (status != SLUICE_OK && log && *log == '1')
+    fprintf(stderr, "%.3f hold acquire failed: %s\n", (double)bench_now_us() / 1e6,
+            sluice_err_name(status));
   if (status != SLUICE_ECANCELED) evtimer_add(status == SLUICE_OK ? r->hold_ev : r->retry_hold, &tv);
 }
 
@@ -402,6 +406,9 @@ static void wait_acquire(run *r) {
 
 static void on_pushed(sluice_dq *dq, int status, const char *id, int64_t due, void *ud) {
   if (status != SLUICE_OK) ((run *)ud)->errors++;
+  const char *log = getenv("SLUICE_BENCH_LOG");
+  if (status != SLUICE_OK && log && *log == '1')
+    fprintf(stderr, "%.3f push failed: %s\n", (double)bench_now_us() / 1e6, sluice_err_name(status));
 }
 
 static void push_tick(evutil_socket_t fd, short what, void *arg) {
