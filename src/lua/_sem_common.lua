@@ -39,25 +39,25 @@ local function live_lease(H, id)
   return nil
 end
 
--- Extend k's idle expiry to keep ms, never shorten it (handles with longer
--- leases may share the semaphore).
+-- Extend k's idle expiry to keep ms once half of it has passed, never
+-- shorten it (handles with longer leases may share the semaphore). Waiting
+-- for the half spares a write in almost every step, and an abandoned key
+-- still outlives every lease: keep is twice the longest plus a minute.
 local function touch(k, keep)
-  if redis.call('PTTL', k) < keep then redis.call('PEXPIRE', k, keep) end
+  if redis.call('PTTL', k) < keep / 2 then redis.call('PEXPIRE', k, keep) end
 end
 
 -- The next fencing token: strictly increasing, and never below the
 -- server's clock in microseconds, so it keeps increasing even after the
--- meta key expired or Redis restarted empty. `last` caches the stored one
--- within a script; save_fence writes it back once.
-local last_fence = nil
+-- meta key expired or Redis restarted empty. `last_fence` caches the stored
+-- one within a script; save_fence writes it back once, with the "g:" fields
+-- the hand-off queued in `fence_fields` (one write to M per step).
+local last_fence, fence_fields = nil, {}
 local function next_fence(M)
   if not last_fence then last_fence = tonumber(redis.call('HGET', M, 'fence') or '0') end
   last_fence = last_fence + 1
   if last_fence < now_us then last_fence = now_us end
   return last_fence
-end
-local function save_fence(M, permits)
-  if last_fence then redis.call('HSET', M, 'fence', n2s(last_fence), 'permits', permits) end
 end
 
 -- redis.call(cmd, key, ...) over list, at most 1000 arguments a call (unpack
@@ -66,6 +66,15 @@ local function call_in_slices(cmd, key, list)
   for i = 1, #list, 1000 do
     redis.call(cmd, key, unpack(list, i, math.min(i + 999, #list)))
   end
+end
+
+local function save_fence(M, permits)
+  if not last_fence then return end
+  fence_fields[#fence_fields + 1] = 'fence'
+  fence_fields[#fence_fields + 1] = n2s(last_fence)
+  fence_fields[#fence_fields + 1] = 'permits'
+  fence_fields[#fence_fields + 1] = permits
+  call_in_slices('HSET', M, fence_fields)
 end
 
 -- Hand up to n free permits to queued waiters, oldest first, in this same
@@ -82,7 +91,9 @@ end
 -- Only waiters that kept their heartbeat are served (a wake-up sent to a
 -- process that is gone would strand the permit for a lease): non-fair mode
 -- skips a stale one; fair mode stops there, since nobody may pass the head
--- (it is evicted after its heartbeat). Returns how many were handed.
+-- (it is evicted after its heartbeat). A dead one met on the way (heartbeat
+-- deadline passed) leaves the queue with the granted ones, so a release
+-- need not sweep the whole queue first. Returns how many were handed.
 --
 -- The wake list is the one key a script computes instead of declaring (the
 -- handle that gets the grant is only known here). It shares the declared
@@ -96,25 +107,46 @@ end
 -- In fair mode a refused head stops the hand-off, so nobody passes it.
 -- Callers run it before removing anything from H (it adds there) and only
 -- while Q and B hold someone; it may empty them, so they touch Q and B
--- before it, never after. The ids it grants go into `got` (a set) if given.
--- The grants' writes go as one call per key after the pushes, not one per
--- waiter: this step delays the grant it hands.
+-- before it, never after. The ids it grants go into `got` (a set) if given;
+-- callers that hand anything run save_fence afterwards (it writes the
+-- grants' fences). The grants' writes go as one call per key after the
+-- pushes, not one per waiter: this step delays the grant it hands.
 local function hand_off(H, Q, B, M, n, wake_base, hb, fair, got)
   if n <= 0 then return 0 end
   local stale = now + hb / 2
-  local picked, byhandle, order, leases = 0, {}, {}, {}
-  for _, m in ipairs(redis.call('ZRANGE', Q, 0, fair and n - 1 or n + 7)) do
+  local heads = redis.call('ZRANGE', Q, 0, n + 7)
+  -- One read of M for the fence and the first lease of every handle here.
+  local fields, asked = {'fence'}, {}
+  for _, m in ipairs(heads) do
+    local sep = string.find(m, ':', 1, true)
+    local handle = sep and string.sub(m, 1, sep - 1)
+    if handle and not asked[handle] then
+      asked[handle] = true
+      fields[#fields + 1] = 't:' .. handle
+    end
+  end
+  local vals = redis.call('HMGET', M, unpack(fields))
+  if not last_fence then last_fence = tonumber(vals[1] or '0') end
+  local leases = {}
+  for i = 2, #fields do leases[string.sub(fields[i], 3)] = tonumber(vals[i] or '0') end
+  -- The heartbeats due within half a beat, usually none: one read instead
+  -- of one per head (only past 1000 of them are heads looked up alone).
+  local weak, wl = {}, redis.call('ZRANGEBYSCORE', B, '-inf', '(' .. n2s(math.ceil(stale)),
+                                  'WITHSCORES', 'LIMIT', 0, 1000)
+  for i = 1, #wl, 2 do weak[wl[i]] = tonumber(wl[i + 1]) end
+  local picked, byhandle, order, members = 0, {}, {}, {}
+  for _, m in ipairs(heads) do
     if picked >= n then break end
-    local live = tonumber(redis.call('ZSCORE', B, m) or '0') >= stale
-    if fair and not live then break end
+    local beat = weak[m] or stale
+    if #wl >= 2000 and not weak[m] then beat = tonumber(redis.call('ZSCORE', B, m) or '0') end
     local sep = string.find(m, ':', 1, true)
     local handle = sep and string.sub(m, 1, sep - 1)
     local lease = handle and leases[handle]
-    if handle and not lease then
-      lease = tonumber(redis.call('HGET', M, 't:' .. handle) or '0')
-      leases[handle] = lease
-    end
-    if live and lease and lease > 0 then
+    if beat <= now then
+      members[#members + 1] = m
+    elseif beat < stale then
+      if fair then break end
+    elseif lease and lease > 0 then
       if not byhandle[handle] then
         byhandle[handle] = {}
         order[#order + 1] = handle
@@ -124,7 +156,7 @@ local function hand_off(H, Q, B, M, n, wake_base, hb, fair, got)
       picked = picked + 1
     end
   end
-  local given, holders, members, fences = 0, {}, {}, {} -- written with few calls
+  local given, holders = 0, {} -- written with few calls
   for _, handle in ipairs(order) do
     local texts = {}
     for _, g in ipairs(byhandle[handle]) do
@@ -141,8 +173,8 @@ local function hand_off(H, Q, B, M, n, wake_base, hb, fair, got)
         holders[#holders + 1] = g[5]
         holders[#holders + 1] = g[2]
         members[#members + 1] = g[1]
-        fences[#fences + 1] = 'g:' .. g[2]
-        fences[#fences + 1] = g[4]
+        fence_fields[#fence_fields + 1] = 'g:' .. g[2]
+        fence_fields[#fence_fields + 1] = g[4]
         if got then got[g[2]] = true end
       end
       given = given + #byhandle[handle]
@@ -150,10 +182,8 @@ local function hand_off(H, Q, B, M, n, wake_base, hb, fair, got)
       break
     end
   end
-  if given == 0 then return 0 end
-  call_in_slices('ZADD', H, holders)
+  if given > 0 then call_in_slices('ZADD', H, holders) end
   call_in_slices('ZREM', Q, members)
   call_in_slices('ZREM', B, members)
-  call_in_slices('HSET', M, fences)
   return given
 end

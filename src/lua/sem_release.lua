@@ -23,24 +23,27 @@ for i = 7, #ARGV do
 end
 if #handed > 0 then redis.call('HDEL', M, unpack(handed)) end
 -- The released and expired leases leave H last (it may become empty), so
--- the hand-off counts without them and adds its grants first.
-local sweep, got = false, {}
+-- the hand-off counts without them and adds its grants first. It also
+-- drops the dead waiters it meets; acquires sweep the rest of the queue.
+local given, got = nil, {}
 if redis.call('ZCARD', Q) > 0 then
-  sweep = true
-  if drop_waiters(Q, B, dead_waiters(B)) then
-    local held = redis.call('ZCOUNT', H, '(' .. n2s(now), '+inf') - freed
-    if hand_off(H, Q, B, M, permits - held, wake_base, hb, fair, got) > 0 then
-      save_fence(M, permits)
-      touch(H, keep)
-      touch(M, keep)
-    end
+  local held = redis.call('ZCOUNT', H, '(' .. n2s(now), '+inf') - freed
+  given = hand_off(H, Q, B, M, permits - held, wake_base, hb, fair, got)
+  if given > 0 then
+    save_fence(M, permits)
+    touch(H, keep)
+    touch(M, keep)
   end
 end
 local left = {}
 for _, id in ipairs(rel) do
   if not got[id] then left[#left + 1] = id end
 end
-if sweep then
+if given and given > 0 then
+  -- H holds the live grants just made: neither removal can empty it.
+  if #left > 0 then redis.call('ZREM', H, unpack(left)) end
+  redis.call('ZREMRANGEBYSCORE', H, '-inf', now)
+elseif given then
   local n = redis.call('ZCARD', H)
   if #left > 0 then n = n - redis.call('ZREM', H, unpack(left)) end
   if n > 0 then redis.call('ZREMRANGEBYSCORE', H, '-inf', now) end
