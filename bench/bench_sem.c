@@ -103,16 +103,22 @@ static sluice_client *new_client(void) {
   return c;
 }
 
-static sluice_sem *new_sem(sluice_client *c, const char *name, unsigned permits) {
+static sluice_sem *new_sem_with(sluice_client *c, const char *name, unsigned permits,
+                                int local_handoff) {
   sluice_sem_options o;
   sluice_sem *sem = NULL;
   sluice_sem_options_init(&o); /* defaults: ttl 30 s, auto-renew, not fair */
   o.permits = permits;
+  o.local_handoff = local_handoff;
   if (sluice_sem_new(c, name, &o, &sem) != SLUICE_OK) {
     fprintf(stderr, "bench_sem: sluice_sem_new failed\n");
     exit(1);
   }
   return sem;
+}
+
+static sluice_sem *new_sem(sluice_client *c, const char *name, unsigned permits) {
+  return new_sem_with(c, name, permits, 0);
 }
 
 /* ---- sluice: N loops on one client --------------------------------------- */
@@ -556,15 +562,16 @@ static double rtt_p50_ms(void) {
 
 typedef struct cont_result {
   double grants_per_s, ideal, gap_p50_ms, gap_p99_ms, rtt_ms, held_p50_ms, release_rtt_ms;
+  double local_share; /* of the grants, handed on in-process (local_handoff) */
   long long calls;
 } cont_result;
 
-static int contention_run(unsigned permits, cont_result *out) {
+static int contention_run(unsigned permits, int local_handoff, cont_result *out) {
   char name[32];
-  snprintf(name, sizeof name, "cont%u", permits);
+  snprintf(name, sizeof name, "cont%u%s", permits, local_handoff ? "l" : "");
   out->rtt_ms = rtt_p50_ms();
   sluice_client *c = new_client();
-  sluice_sem *sem = new_sem(c, name, permits);
+  sluice_sem *sem = new_sem_with(c, name, permits, local_handoff);
   cont_run r = {sem, 0, 0, 0, 0, bench_lat_new(), bench_lat_new(), bench_lat_new(), 0};
   cont_worker w[CONT_WAITERS];
   for (int i = 0; i < CONT_WAITERS; i++) {
@@ -578,6 +585,8 @@ static int contention_run(unsigned permits, cont_result *out) {
   double secs = (double)(bench_now_us() - t0) / 1e6;
   long long c1 = script_calls();
   uint64_t grants = r.grants;
+  sluice_sem_metrics m;
+  sluice_sem_get_metrics(sem, &m);
   for (int i = 0; i < CONT_WAITERS; i++) {
     evtimer_del(w[i].hold);
     if (w[i].p) sluice_permit_release(w[i].p, NULL, NULL);
@@ -596,6 +605,7 @@ static int contention_run(unsigned permits, cont_result *out) {
   out->held_p50_ms = bench_lat_pct(r.held, 50) / 1000;
   out->release_rtt_ms = bench_lat_pct(r.release_rtt, 50) / 1000;
   out->calls = c1 - c0;
+  out->local_share = grants ? (double)m.local_handoffs / (double)grants : 0;
   bench_lat_free(r.gap);
   bench_lat_free(r.held);
   bench_lat_free(r.release_rtt);
@@ -768,24 +778,28 @@ static int cluster_run(void) {
 
 /* Both contention cells and their table; -1 when a run failed. */
 static int contention_table(void) {
-  bench_table *t;
-  static const unsigned cont_permits[] = {1, 16};
-  cont_result cr[2];
+  enum { NCONT = 4 };
+  static const unsigned cont_permits[NCONT] = {1, 16, 1, 16};
+  static const int cont_local[NCONT] = {0, 0, 1, 1};
+  cont_result cr[NCONT];
   int have_cont = 1;
-  for (int i = 0; i < 2; i++) have_cont = have_cont && contention_run(cont_permits[i], &cr[i]) == 0;
+  for (int i = 0; i < NCONT; i++)
+    have_cont = have_cont && contention_run(cont_permits[i], cont_local[i], &cr[i]) == 0;
   if (have_cont) {
-    static const char *const ccols[] = {"permits", "grants/s", "ideal", "of ideal", "gap p50 ms",
-                                        "gap p99 ms", "RTT p50 ms", "release p50 ms", "hold p50 ms",
+    static const char *const ccols[] = {"permits", "local_handoff", "grants/s", "ideal",
+                                        "of ideal", "gap p50 ms", "gap p99 ms", "RTT p50 ms",
+                                        "release p50 ms", "hold p50 ms", "handed locally",
                                         "calls/grant", NULL};
-    t = bench_table_new("contention: 32 blocking waiters in one process, holds of 1 ms; gap = "
-                        "release called -> next grant; RTT = PING, one a ms; release = "
-                        "release called -> its answer",
-                        ccols);
-    for (int i = 0; i < 2; i++)
-      bench_table_row(t, "%u|%.0f|%.0f|%.0f%%|%.3f|%.3f|%.3f|%.3f|%.3f|%.2f", cont_permits[i],
-                      cr[i].grants_per_s, cr[i].ideal, 100 * cr[i].grants_per_s / cr[i].ideal,
-                      cr[i].gap_p50_ms, cr[i].gap_p99_ms, cr[i].rtt_ms, cr[i].release_rtt_ms,
-                      cr[i].held_p50_ms,
+    bench_table *t = bench_table_new(
+        "contention: 32 blocking waiters in one process, holds of 1 ms; gap = release called -> "
+        "next grant; RTT = PING, one a ms; release = release called -> its answer",
+        ccols);
+    for (int i = 0; i < NCONT; i++)
+      bench_table_row(t, "%u|%s|%.0f|%.0f|%.0f%%|%.3f|%.3f|%.3f|%.3f|%.3f|%.0f%%|%.2f",
+                      cont_permits[i], cont_local[i] ? "on" : "off", cr[i].grants_per_s,
+                      cr[i].ideal, 100 * cr[i].grants_per_s / cr[i].ideal, cr[i].gap_p50_ms,
+                      cr[i].gap_p99_ms, cr[i].rtt_ms, cr[i].release_rtt_ms, cr[i].held_p50_ms,
+                      100 * cr[i].local_share,
                       (double)cr[i].calls / (cr[i].grants_per_s * CONT_SECONDS));
     bench_table_print(t, stdout);
     bench_table_free(t);

@@ -181,6 +181,38 @@ sluice_permit *sluice__permit_new(sluice_sem *sem, const char *id, uint64_t fenc
   return p;
 }
 
+sluice_permit *sluice__permit_from_pass(sluice_sem *sem, const sluice__pass *pass) {
+  sluice_permit *p = sluice__permit_new(sem, pass->id, pass->fence, pass->deadline_ms,
+                                        pass->replicated);
+  if (!p) return NULL;
+  p->handoffs = pass->handoffs;
+  evtimer_del(p->renew_timer);
+  if (pass->renew_in_ms) sluice__timer_in(p->renew_timer, pass->renew_in_ms);
+  else sluice__permit_renew_now(p);
+  return p;
+}
+
+/* local_handoff: give the lease to a waiter of this handle if one is queued
+ * and the lease is sound (not lost, renewals on time), keeping its renewal
+ * cadence: the next one is due when a lease renewed on time has renew_ms
+ * less left than a fresh one. 1 when a waiter took it. */
+static int hand_on(sluice_permit *p, sluice_release_cb *cb, void *ud) {
+  sluice_sem *sem = p->sem;
+  if (!sem->o.local_handoff || sem->o.fair || !sem->o.auto_renew || p->lost ||
+      p->handoffs >= SLUICE_LOCAL_HANDOFFS_MAX)
+    return 0;
+  uint64_t left = ms_left(p);
+  if (left < sem->o.renew_ms) return 0;
+  uint64_t fresh = sluice__permit_deadline(sem, 0, sem->o.ttl_ms);
+  uint64_t due_at = fresh > sem->o.renew_ms ? fresh - sem->o.renew_ms : 0;
+  sluice__pass pass = {.fence = p->fence, .deadline_ms = p->deadline_ms,
+                       .renew_in_ms = left > due_at ? left - due_at : 0,
+                       .replicated = p->replicated, .handoffs = p->handoffs + 1,
+                       .cb = cb, .ud = ud};
+  memcpy(pass.id, p->id, sizeof pass.id);
+  return sluice__acquire_take_pass(sem, &pass);
+}
+
 void sluice__permits_quiesce(sluice_sem *sem) {
   sluice__batcher_cancel(&sem->renewals, SLUICE_ECANCELED); /* no callback */
   for (sluice__link *l = sem->permits.head; l; l = l->next)
@@ -226,7 +258,7 @@ int sluice_permit_release(sluice_permit *p, sluice_release_cb *cb, void *ud) {
   int rc = SLUICE_OK;
   if (p->guard.closed || !sluice__guard_live(&sem->guard))
     rc = SLUICE_ECLOSED; /* the lease will simply expire */
-  else
+  else if (!hand_on(p, cb, ud))
     rc = sluice__release_queue(sem, p->id, cb, ud);
   detach(p);
   sluice__guard_free(&p->guard);

@@ -77,6 +77,19 @@ struct sluice_sem {
   sluice__hist wait_hist;
 };
 
+/* A held lease handed on in-process (local_handoff): what the waiter's
+ * permit takes over, and the releaser's callback, answered SLUICE_OK. */
+typedef struct sluice__pass {
+  char id[33];
+  uint64_t fence;
+  uint64_t deadline_ms;
+  uint64_t renew_in_ms;           /* when the lease's next renewal is due */
+  int replicated;
+  unsigned handoffs;              /* in a row, this one included */
+  sluice_release_cb *cb;
+  void *ud;
+} sluice__pass;
+
 struct sluice_permit {
   sluice__guard guard;            /* its lost callback may release it */
   sluice_sem *sem;                /* NULL once released */
@@ -91,6 +104,7 @@ struct sluice_permit {
   void *lost_ud;
   int lost;                       /* 0 or a sluice_lost_reason */
   int replicated;                 /* last grant or renewal: 1, 0, -1 not asked */
+  unsigned handoffs;              /* local hand-offs of this lease in a row */
 };
 
 /* sem_acquire.c */
@@ -103,6 +117,9 @@ void sluice__acquire_resume(sluice_sem *sem);
 /* Leave calls in flight and stop timers, without callbacks. */
 void sluice__acquire_quiesce(sluice_sem *sem);
 int sluice__acquire_idle(const sluice_sem *sem);
+/* Hand a released lease to the oldest of our queued blocking waiters; 0
+ * when none waits. The grant and pass->cb are answered from the loop. */
+int sluice__acquire_take_pass(sluice_sem *sem, const sluice__pass *pass);
 
 /* sem_release.c */
 int sluice__release_setup(sluice_sem *sem);
@@ -126,6 +143,8 @@ sluice_permit *sluice__permit_new(sluice_sem *sem, const char *id, uint64_t fenc
 uint64_t sluice__permit_deadline(const sluice_sem *sem, uint64_t base_ms, uint64_t lease_ms);
 /* Renew on this loop turn (a handed-off permit's short first lease). */
 void sluice__permit_renew_now(sluice_permit *p);
+/* The permit a local hand-off gives its waiter (NULL: out of memory). */
+sluice_permit *sluice__permit_from_pass(sluice_sem *sem, const sluice__pass *pass);
 /* Stop renewing, without callbacks (inside sluice_sem_free). */
 void sluice__permits_quiesce(sluice_sem *sem);
 /* Client closed: stop renewing. Handle freed: release and drop permits. */

@@ -51,9 +51,14 @@ struct sluice_acquire {
   int last_error;                 /* last transport failure of an attempt */
   int final_status;               /* decided; reported from the timer */
   unsigned retry_ms;              /* backoff after transport failures */
+  int passed;                     /* handed a lease in-process, not yet told */
+  sluice__pass pass;
 };
 
 static void listen_update(sluice_sem *sem);
+
+/* The outcome is settled and waits for the timer to report it. */
+static int decided(const sluice_acquire *a) { return a->final_status || a->passed; }
 
 /* ---- leaving ------------------------------------------------------------- */
 
@@ -109,6 +114,17 @@ static void finish(sluice_acquire *a, int status, sluice_permit *permit) {
                 "an unanswered attempt: released", sem->name, a->permit_id);
     sluice__release_queue(sem, a->permit_id, NULL, NULL);
   }
+  if (a->passed) {
+    /* A lease handed to us in-process that never reached the caller goes
+     * back to Redis; its releaser hears that release's answer. */
+    a->passed = 0;
+    if (sluice__release_queue(sem, a->pass.id, a->pass.cb, a->pass.ud) != SLUICE_OK &&
+        a->pass.cb) {
+      sluice__guard_enter(&sem->guard);
+      a->pass.cb(sem, SLUICE_ECANCELED, a->pass.ud);
+      sluice__guard_leave(&sem->guard);
+    }
+  }
   if (!permit) send_leave(a); /* a grant already left the queue */
   if (status == SLUICE_OK) sem->m.grants++;
   else if (status == SLUICE_EBUSY) sem->m.busy++;
@@ -127,7 +143,7 @@ static void finish(sluice_acquire *a, int status, sluice_permit *permit) {
 
 /* Decide status now but report it from the loop (never inside the caller). */
 static void finish_later(sluice_acquire *a, int status) {
-  if (a->final_status) return;
+  if (decided(a)) return;
   a->final_status = status;
   leave_attempt(a);
   evtimer_del(a->timer);
@@ -279,7 +295,7 @@ static const sluice__batch_kind attempt_kind = {
 /* ---- wake-ups, heartbeats ------------------------------------------------ */
 
 static void poke(sluice_acquire *a) {
-  if (a->final_status) return;
+  if (decided(a)) return;
   if (sluice__breq_busy(&a->attempt)) {
     a->wake_pending = 1;
     return;
@@ -316,7 +332,7 @@ static void handed(sluice_sem *sem, const char *data, size_t len) {
   unsigned long long fence = strtoull(buf + 33, &end, 10);
   long long expiry = *end == ':' ? strtoll(end + 1, &end, 10) : -1;
   sluice_acquire *a = find_waiter(sem, buf);
-  if (!a || a->final_status || buf[32] != ':' || *end || expiry < 0) return;
+  if (!a || decided(a) || buf[32] != ':' || *end || expiry < 0) return;
   uint64_t first = sem->o.ttl_ms < sem->o.heartbeat_ms ? sem->o.ttl_ms : sem->o.heartbeat_ms;
   uint64_t deadline = sluice__permit_deadline(sem, a->first_sent_ms, first);
   if (sem->clock_sent_ms && expiry > sem->clock_redis_ms) {
@@ -386,15 +402,33 @@ static void beat_cb(evutil_socket_t fd, short what, void *arg) {
 
 /* ---- timers -------------------------------------------------------------- */
 
+/* A lease handed on in-process: its releaser hears SLUICE_OK first, then
+ * the waiter gets it (unless the releaser freed the handle meanwhile: then
+ * the cancellation returns it to Redis). */
+static void deliver_pass(sluice_acquire *a) {
+  sluice_sem *sem = a->sem;
+  sluice_release_cb *cb = a->pass.cb;
+  a->pass.cb = NULL;
+  sluice__guard_enter(&sem->guard);
+  if (cb) cb(sem, SLUICE_OK, a->pass.ud);
+  if (sluice__guard_live(&sem->guard)) {
+    sluice_permit *p = sluice__permit_from_pass(sem, &a->pass);
+    if (p) a->passed = 0;
+    finish(a, p ? SLUICE_OK : SLUICE_ENOMEM, p);
+  }
+  sluice__guard_leave(&sem->guard);
+}
+
 static void acquire_timer_cb(evutil_socket_t fd, short what, void *arg) {
   sluice_acquire *a = arg;
-  if (a->final_status) finish(a, a->final_status, NULL);
+  if (a->passed) deliver_pass(a);
+  else if (a->final_status) finish(a, a->final_status, NULL);
   else queue_attempt(a);
 }
 
 static void acquire_deadline_cb(evutil_socket_t fd, short what, void *arg) {
   sluice_acquire *a = arg;
-  if (a->final_status) return;
+  if (decided(a)) return;
   finish(a, a->last_error ? a->last_error : SLUICE_ETIMEDOUT, NULL);
 }
 
@@ -440,6 +474,25 @@ void sluice__acquire_quiesce(sluice_sem *sem) {
 }
 
 int sluice__acquire_idle(const sluice_sem *sem) { return sem->acquires.head == NULL; }
+
+int sluice__acquire_take_pass(sluice_sem *sem, const sluice__pass *pass) {
+  sluice_acquire *a = NULL;
+  for (sluice__link *l = sem->acquires.head; l && !a; l = l->next) {
+    sluice_acquire *w = sluice__container_of(l, sluice_acquire, link);
+    if (w->blocking && w->waiting && !decided(w)) a = w;
+  }
+  if (!a) return 0;
+  /* It leaves Redis's queue now, so no release hands it a second permit
+   * (one handed meanwhile is returned by the leave step). */
+  leave_attempt(a);
+  send_leave(a);
+  a->pass = *pass;
+  a->passed = 1;
+  evtimer_del(a->timer);
+  sluice__timer_in(a->timer, 0);
+  sem->m.local_handoffs++;
+  return 1;
+}
 
 void sluice__acquire_cancel_all(sluice_sem *sem) {
   /* Attempts in flight leave their calls (returning what they may be

@@ -716,6 +716,254 @@ static void test_hand_off_many_in_one_step(void) {
   TH_ASSERT_EQ(th_redis_int(&th_server, "LLEN %s", wake), 1);
 }
 
+/* ---- local hand-off ------------------------------------------------------ */
+
+static sluice_sem *sem_local_handoff(sluice_client *c, const char *name, int fair) {
+  sluice_sem_options o;
+  sluice_sem_options_init(&o);
+  o.permits = 1;
+  o.ttl_ms = 10000;
+  o.fair = fair;
+  o.local_handoff = 1;
+  sluice_sem *s = NULL;
+  TH_ASSERT_EQ(sluice_sem_new(c, name, &o, &s), SLUICE_OK);
+  return s;
+}
+
+static sluice_sem_metrics sem_metrics(const sluice_sem *s) {
+  sluice_sem_metrics m;
+  sluice_sem_get_metrics(s, &m);
+  return m;
+}
+
+/* Run the loop until n blocking acquires of s were refused once (queued). */
+static void loop_until_queued(struct event_base *base, const sluice_sem *s, uint64_t n) {
+  uint64_t until = th_now_ms() + 5000;
+  while (sem_metrics(s).waits < n && th_now_ms() < until) th_loop_for(base, 5);
+  TH_ASSERT_EQ(sem_metrics(s).waits, n);
+}
+
+/* Run the loop until the sorted set key holds want members. */
+static void loop_until_zcard(struct event_base *base, const char *key, long long want) {
+  uint64_t until = th_now_ms() + 5000;
+  while (th_redis_int(&th_server, "ZCARD %s", key) != want && th_now_ms() < until)
+    th_loop_for(base, 5);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD %s", key), want);
+}
+
+typedef struct handoff_log {
+  int next;
+  int released_at, granted_at, release_status;
+} handoff_log;
+
+static void handoff_released(sluice_sem *sem, int status, void *ud) {
+  handoff_log *o = ud;
+  o->released_at = ++o->next;
+  o->release_status = status;
+}
+
+typedef struct handoff_acq {
+  acq_result r;
+  handoff_log *log;
+} handoff_acq;
+
+static void handoff_granted(sluice_sem *sem, int status, sluice_permit *permit, void *ud) {
+  handoff_acq *a = ud;
+  a->log->granted_at = ++a->log->next;
+  acq_cb(sem, status, permit, &a->r);
+}
+
+/* The lease goes to the queued waiter of the same handle without a Redis
+ * step: same id and token, the releaser answered first, the waiter out of
+ * Redis's queue, one holder in Redis throughout. */
+static void test_local_handoff_passes_lease(void) {
+  sem_fx fx = sem_fx_open();
+  sluice_sem *s = sem_local_handoff(fx.c, "lh", 0);
+  acq_result a = sem_try(fx.base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  char id[33];
+  memcpy(id, sluice_permit_id(a.permit), sizeof id);
+  uint64_t fence = sluice_permit_fence(a.permit);
+  handoff_log log = {0};
+  handoff_acq w = {{0}, &log};
+  TH_ASSERT_EQ(sluice_sem_acquire(s, 5000, handoff_granted, &w, NULL), SLUICE_OK);
+  loop_until_queued(fx.base, s, 1);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{lh}:queue"), 1);
+  TH_ASSERT_EQ(sluice_permit_release(a.permit, handoff_released, &log), SLUICE_OK);
+  TH_ASSERT_EQ(log.next, 0); /* nothing inside the call */
+  TH_ASSERT(th_loop_until(fx.base, &w.r.done, 1000));
+  TH_ASSERT_EQ(w.r.status, SLUICE_OK);
+  TH_ASSERT_EQ(log.release_status, SLUICE_OK);
+  TH_ASSERT_EQ(log.released_at, 1);
+  TH_ASSERT_EQ(log.granted_at, 2);
+  TH_ASSERT_STR_EQ(sluice_permit_id(w.r.permit), id);
+  TH_ASSERT_EQ(sluice_permit_fence(w.r.permit), fence);
+  TH_ASSERT_CMP(sluice_permit_remaining_ms(w.r.permit), >, 5000);
+  TH_ASSERT_EQ(sem_metrics(s).local_handoffs, 1);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{lh}:holders"), 1);
+  TH_ASSERT_CMP(th_redis_int(&th_server, "ZSCORE sluice:sem:{lh}:holders %s", id), >, 0);
+  loop_until_zcard(fx.base, "sluice:sem:{lh}:queue", 0);
+  /* The lease renews under its new holder. */
+  TH_ASSERT_EQ(sluice_permit_lost(w.r.permit), 0);
+  /* Nobody waits now: the release goes to Redis. */
+  TH_ASSERT_EQ(sluice_permit_release(w.r.permit, NULL, NULL), SLUICE_OK);
+  loop_until_zcard(fx.base, "sluice:sem:{lh}:holders", 0);
+  acq_result r = sem_try(fx.base, s);
+  TH_ASSERT_EQ(r.status, SLUICE_OK);
+  TH_ASSERT(strcmp(sluice_permit_id(r.permit), id) != 0);
+  TH_ASSERT_CMP(sluice_permit_fence(r.permit), >, fence);
+  sluice_permit_release(r.permit, NULL, NULL);
+  TH_ASSERT_EQ(sem_metrics(s).local_handoffs, 1);
+  sluice_sem_free(s);
+  sem_fx_close(&fx);
+}
+
+/* A chain of waiters, each releasing as soon as it is granted: a lease is
+ * handed on SLUICE_LOCAL_HANDOFFS_MAX times in a row, then its release goes
+ * through Redis, whose queue serves the oldest waiter with a new lease. That
+ * one's first lease is short until its renewal lands (released before, it
+ * goes through Redis too). */
+enum { CHAIN = SLUICE_LOCAL_HANDOFFS_MAX + 2 };
+typedef struct chain_link {
+  int done, status;
+  char id[33];
+} chain_link;
+
+static void chain_granted(sluice_sem *sem, int status, sluice_permit *permit, void *ud) {
+  chain_link *l = ud;
+  l->done++;
+  l->status = status;
+  if (status != SLUICE_OK) return;
+  memcpy(l->id, sluice_permit_id(permit), sizeof l->id);
+  sluice_permit_release(permit, NULL, NULL);
+}
+
+static void test_local_handoff_bounded(void) {
+  sem_fx fx = sem_fx_open();
+  sluice_sem *s = sem_local_handoff(fx.c, "lhb", 0);
+  acq_result a = sem_try(fx.base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  chain_link w[CHAIN];
+  memset(w, 0, sizeof w);
+  for (int i = 0; i < CHAIN; i++) {
+    TH_ASSERT_EQ(sluice_sem_acquire(s, 5000, chain_granted, &w[i], NULL), SLUICE_OK);
+    loop_until_queued(fx.base, s, (uint64_t)i + 1); /* arrival order in Redis too */
+  }
+  const char *first = sluice_permit_id(a.permit);
+  char id[33];
+  memcpy(id, first, sizeof id);
+  sluice_permit_release(a.permit, NULL, NULL);
+  TH_ASSERT(th_loop_until(fx.base, &w[CHAIN - 1].done, 5000));
+  for (int i = 0; i < CHAIN; i++) {
+    TH_ASSERT_EQ(w[i].done, 1);
+    TH_ASSERT_EQ(w[i].status, SLUICE_OK);
+  }
+  for (int i = 0; i < SLUICE_LOCAL_HANDOFFS_MAX; i++) TH_ASSERT_STR_EQ(w[i].id, id);
+  TH_ASSERT(strcmp(w[CHAIN - 2].id, id) != 0); /* through Redis: a new lease */
+  TH_ASSERT(strcmp(w[CHAIN - 1].id, id) != 0);
+  TH_ASSERT(strcmp(w[CHAIN - 1].id, w[CHAIN - 2].id) != 0);
+  TH_ASSERT_EQ(sem_metrics(s).local_handoffs, SLUICE_LOCAL_HANDOFFS_MAX);
+  loop_until_zcard(fx.base, "sluice:sem:{lhb}:holders", 0);
+  loop_until_zcard(fx.base, "sluice:sem:{lhb}:queue", 0);
+  sluice_sem_free(s);
+  sem_fx_close(&fx);
+}
+
+/* Two releases in one loop turn go to two different waiters. */
+static void test_local_handoff_two_in_one_turn(void) {
+  sem_fx fx = sem_fx_open();
+  sluice_sem_options o;
+  sluice_sem_options_init(&o);
+  o.permits = 2;
+  o.ttl_ms = 10000;
+  o.local_handoff = 1;
+  sluice_sem *s = NULL;
+  TH_ASSERT_EQ(sluice_sem_new(fx.c, "lh2", &o, &s), SLUICE_OK);
+  acq_result h[2], w[2];
+  memset(w, 0, sizeof w);
+  h[0] = sem_try(fx.base, s);
+  h[1] = sem_try(fx.base, s);
+  TH_ASSERT_EQ(h[0].status, SLUICE_OK);
+  TH_ASSERT_EQ(h[1].status, SLUICE_OK);
+  char id[2][33];
+  for (int i = 0; i < 2; i++) {
+    memcpy(id[i], sluice_permit_id(h[i].permit), sizeof id[i]);
+    TH_ASSERT_EQ(sluice_sem_acquire(s, 5000, acq_cb, &w[i], NULL), SLUICE_OK);
+  }
+  loop_until_queued(fx.base, s, 2);
+  for (int i = 0; i < 2; i++) sluice_permit_release(h[i].permit, NULL, NULL);
+  TH_ASSERT(th_loop_until(fx.base, &w[1].done, 1000));
+  TH_ASSERT(th_loop_until(fx.base, &w[0].done, 1000));
+  for (int i = 0; i < 2; i++) {
+    TH_ASSERT_EQ(w[i].done, 1);
+    TH_ASSERT_EQ(w[i].status, SLUICE_OK);
+    TH_ASSERT_STR_EQ(sluice_permit_id(w[i].permit), id[i]); /* oldest waiter first */
+  }
+  TH_ASSERT_EQ(sem_metrics(s).local_handoffs, 2);
+  loop_until_zcard(fx.base, "sluice:sem:{lh2}:queue", 0);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{lh2}:holders"), 2);
+  for (int i = 0; i < 2; i++) sluice_permit_release(w[i].permit, NULL, NULL);
+  loop_until_zcard(fx.base, "sluice:sem:{lh2}:holders", 0);
+  sluice_sem_free(s);
+  sem_fx_close(&fx);
+}
+
+/* Fair order belongs to Redis's queue: no local hand-off. */
+static void test_local_handoff_not_fair(void) {
+  sem_fx fx = sem_fx_open();
+  sluice_sem *s = sem_local_handoff(fx.c, "lhf", 1);
+  acq_result a = sem_try(fx.base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  char id[33];
+  memcpy(id, sluice_permit_id(a.permit), sizeof id);
+  acq_result w = {0};
+  TH_ASSERT_EQ(sluice_sem_acquire(s, 5000, acq_cb, &w, NULL), SLUICE_OK);
+  loop_until_queued(fx.base, s, 1);
+  sluice_permit_release(a.permit, NULL, NULL);
+  TH_ASSERT(th_loop_until(fx.base, &w.done, 3000));
+  TH_ASSERT_EQ(w.status, SLUICE_OK);
+  TH_ASSERT(strcmp(sluice_permit_id(w.permit), id) != 0);
+  TH_ASSERT_EQ(sem_metrics(s).local_handoffs, 0);
+  sluice_permit_release(w.permit, NULL, NULL);
+  sluice_sem_free(s);
+  sem_fx_close(&fx);
+}
+
+/* The releaser frees the handle in its callback, before the waiter is told:
+ * the waiter hears SLUICE_ECANCELED and the lease goes back to Redis. */
+typedef struct free_on_release {
+  sluice_sem *sem;
+  int done, status;
+} free_on_release;
+
+static void release_then_free(sluice_sem *sem, int status, void *ud) {
+  free_on_release *f = ud;
+  f->done++;
+  f->status = status;
+  sluice_sem_free(f->sem);
+}
+
+static void test_local_handoff_free_in_release_cb(void) {
+  sem_fx fx = sem_fx_open();
+  sluice_sem *s = sem_local_handoff(fx.c, "lhx", 0);
+  acq_result a = sem_try(fx.base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result w = {0};
+  TH_ASSERT_EQ(sluice_sem_acquire(s, 5000, acq_cb, &w, NULL), SLUICE_OK);
+  loop_until_queued(fx.base, s, 1);
+  free_on_release f = {s, 0, 0};
+  sluice_permit_release(a.permit, release_then_free, &f);
+  TH_ASSERT(th_loop_until(fx.base, &w.done, 3000));
+  TH_ASSERT_EQ(f.done, 1);
+  TH_ASSERT_EQ(f.status, SLUICE_OK);
+  TH_ASSERT_EQ(w.done, 1);
+  TH_ASSERT_EQ(w.status, SLUICE_ECANCELED);
+  TH_ASSERT(w.permit == NULL);
+  loop_until_zcard(fx.base, "sluice:sem:{lhx}:holders", 0);
+  loop_until_zcard(fx.base, "sluice:sem:{lhx}:queue", 0);
+  sem_fx_close(&fx);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"try_acquire_counts_permits", test_try_acquire_counts_permits, 0},
@@ -747,6 +995,11 @@ int main(int argc, char **argv) {
        .standalone_only = "pauses the server"},
       {"hand_off_many_in_one_step", test_hand_off_many_in_one_step, 0,
        .standalone_only = "runs the release script by hand on one node"},
+      {"local_handoff_passes_lease", test_local_handoff_passes_lease, 0},
+      {"local_handoff_bounded", test_local_handoff_bounded, 0},
+      {"local_handoff_two_in_one_turn", test_local_handoff_two_in_one_turn, 0},
+      {"local_handoff_not_fair", test_local_handoff_not_fair, 0},
+      {"local_handoff_free_in_release_cb", test_local_handoff_free_in_release_cb, 0},
       {NULL, NULL, 0}};
   return th_main(argc, argv, cases);
 }

@@ -27,6 +27,9 @@
 extern "C" {
 #endif
 
+/* See local_handoff below. */
+#define SLUICE_LOCAL_HANDOFFS_MAX 32
+
 typedef struct sluice_sem_options {
   unsigned permits;        /* >= 1; default 1 */
   unsigned ttl_ms;         /* lease length, >= 10; default 30000 */
@@ -39,6 +42,16 @@ typedef struct sluice_sem_options {
    * cannot be reached, instead of retrying until its timeout (the choice for
    * a request path that should answer "unavailable" quickly); default 0. */
   int fail_fast;
+  /* 1: a permit released through this handle while one of its own blocking
+   * acquires waits in the queue goes straight to the oldest such waiter,
+   * with no Redis step between (non-fair semaphores with auto_renew only).
+   * It is the same lease: id, fencing token and expiry carry over (a token
+   * guards against a paused process, and both sides share one loop). A
+   * lease is handed on at most SLUICE_LOCAL_HANDOFFS_MAX times in a row; its
+   * next release goes through Redis, whose queue serves the oldest waiter of
+   * any process. The choice for one process serving many requests (a
+   * gateway), where the round trip would idle the permit; default 0. */
+  int local_handoff;
 } sluice_sem_options;
 
 SLUICE_EXPORT void sluice_sem_options_init(sluice_sem_options *opts);
@@ -101,7 +114,8 @@ SLUICE_EXPORT void sluice_permit_set_lost_cb(sluice_permit *permit,
 SLUICE_EXPORT sluice_sem *sluice_permit_sem(const sluice_permit *permit);
 /* Unique id of this grant (32 hex characters). */
 SLUICE_EXPORT const char *sluice_permit_id(const sluice_permit *permit);
-/* Fencing token: strictly increases with every grant of the semaphore. */
+/* Fencing token: strictly increases with every grant of the semaphore (a
+ * local_handoff passes the holder's lease on, token included). */
 SLUICE_EXPORT uint64_t sluice_permit_fence(const sluice_permit *permit);
 /* Local estimate of the lease time left (conservative); 0 once lost. */
 SLUICE_EXPORT int64_t sluice_permit_remaining_ms(const sluice_permit *permit);
@@ -120,7 +134,9 @@ SLUICE_EXPORT int sluice_permit_replicated(const sluice_permit *permit);
 typedef void sluice_release_cb(sluice_sem *sem, int status, void *userdata);
 
 /* Release the permit and free its handle (invalid after this call, even when
- * an error is returned). cb may be NULL. Releasing frees only this permit,
+ * an error is returned). cb may be NULL. With local_handoff the lease may go
+ * to a waiter of the same handle instead, answered SLUICE_OK before that
+ * waiter's grant. Releasing frees only this permit,
  * never another holder's; releasing a lost permit is harmless. After the
  * client was closed it returns SLUICE_ECLOSED and the lease simply expires. */
 SLUICE_EXPORT int sluice_permit_release(sluice_permit *permit,
@@ -170,6 +186,7 @@ typedef struct sluice_sem_metrics {
   uint64_t lost_uncertain;  /* SLUICE_LOST_UNCERTAIN */
   uint64_t releases_parked; /* releases that could not reach Redis and wait to retry */
   sluice_latency wait;
+  uint64_t local_handoffs;  /* permits handed to a waiter of this handle (local_handoff) */
 } sluice_sem_metrics;
 SLUICE_EXPORT void sluice_sem_get_metrics(const sluice_sem *sem, sluice_sem_metrics *out);
 
