@@ -375,6 +375,19 @@ void th_loop_for(struct event_base *base, unsigned ms) {
   th_loop_until(base, &never, ms);
 }
 
+int th_tool(const char *url, char *out, size_t size, const char *args) {
+  const char *bin = getenv("SLUICE_BIN");
+  TH_ASSERT(bin != NULL);
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "SLUICE_REDIS='%s' %s %s 2>&1", url, bin, args);
+  FILE *p = popen(cmd, "r");
+  TH_ASSERT(p != NULL);
+  size_t n = fread(out, 1, size - 1, p);
+  out[n] = '\0';
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 static void cleanup(void) {
   if (getpid() != harness_pid || no_redis) return;
   if (topo == TH_TOPO_STANDALONE) th_redis_stop(&th_server);

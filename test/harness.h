@@ -99,6 +99,12 @@ void th_loop_for(struct event_base *base, unsigned ms);
 
 uint64_t th_now_ms(void);
 
+/* `$SLUICE_BIN ARGS` through sh, with SLUICE_REDIS=url and stderr joined
+ * to stdout: the start of its output (size - 1 bytes at most) into out, its
+ * exit status returned (-1 if it did not exit). Fails the case without
+ * SLUICE_BIN. For the topology tests' runs of the tool on their URLs. */
+int th_tool(const char *url, char *out, size_t size, const char *args);
+
 /* Assertions: print both sides and location, then fail the case. */
 void th_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 3, 4)));

@@ -957,20 +957,8 @@ static void test_join_leave(void) {
 
 /* ---- the tool ------------------------------------------------------------ */
 
-/* `sluice ARGS` through sh, with SLUICE_REDIS the cluster's URL; its output (first 1 KB)
- * into out, its exit status returned. */
-static int tool(char *out, size_t size, const char *args) {
-  const char *bin = getenv("SLUICE_BIN");
-  TH_ASSERT(bin != NULL);
-  char cmd[1024];
-  snprintf(cmd, sizeof cmd, "SLUICE_REDIS='%s' %s %s 2>&1", url, bin, args);
-  FILE *p = popen(cmd, "r");
-  TH_ASSERT(p != NULL);
-  size_t n = fread(out, 1, size - 1, p);
-  out[n] = '\0';
-  int st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+/* The tool on this topology's URL (th_tool). */
+static int tool(char *out, size_t size, const char *args) { return th_tool(url, out, size, args); }
 
 /* sem run / status / release, rl check, dq push / consume / status and top,
  * unchanged but for the URL. */

@@ -755,20 +755,8 @@ static void test_pause_churn(void) {
   th_sentinel_stop(&topo);
 }
 
-/* `sluice ARGS` through sh, with SLUICE_REDIS the sentinel URL; its output
- * (first 1 KB) into out, its exit status returned. */
-static int tool(char *out, size_t size, const char *args) {
-  const char *bin = getenv("SLUICE_BIN");
-  TH_ASSERT(bin != NULL);
-  char cmd[1024];
-  snprintf(cmd, sizeof cmd, "SLUICE_REDIS='%s' %s %s 2>&1", url, bin, args);
-  FILE *p = popen(cmd, "r");
-  TH_ASSERT(p != NULL);
-  size_t n = fread(out, 1, size - 1, p);
-  out[n] = '\0';
-  int st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+/* The tool on this topology's URL (th_tool). */
+static int tool(char *out, size_t size, const char *args) { return th_tool(url, out, size, args); }
 
 /* The tool, unchanged but for the URL. */
 static void test_tool(void) {
