@@ -21,18 +21,6 @@ static void start(int replicas) {
   snprintf(url, sizeof url, "redis+cluster://%s", topo.seeds);
 }
 
-static sluice_client *client_at(struct event_base *base, const char *u) {
-  sluice_client_options o;
-  sluice_client_options_init(&o);
-  o.url = u;
-  o.reconnect_min_ms = 20;
-  o.reconnect_max_ms = 200;
-  o.op_timeout_ms = 2000;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
-  return c;
-}
-
 /* A name whose semaphore keys live on master m (by index among masters),
  * other than `not`. */
 static void name_on(const th_node *m, const char *kind, char *out, size_t size) {
@@ -93,7 +81,7 @@ static void on_scan(sluice_client *c, int status, uint64_t next, const sluice_sc
 static void test_primitives(void) {
   start(0);
   struct event_base *base = event_base_new();
-  sluice_client *c = client_at(base, url);
+  sluice_client *c = sem_test_client_at(base, url, 2000);
   sluice_sem *s[3], *t[3];
   acq_result held[3], waited[3];
   char names[3][32];
@@ -212,7 +200,7 @@ static void test_bad_input(void) {
   TH_ASSERT_EQ(rc, 0);
   snprintf(plain, sizeof plain, "redis+cluster://127.0.0.1:%d", port);
   {
-    sluice_client *c = client_at(base, plain);
+    sluice_client *c = sem_test_client_at(base, plain, 2000);
     sluice_sem *s = sem_test_new(c, "b", 1, 1000, 0);
     acq_result a = {0};
     TH_ASSERT_EQ(sluice_sem_try_acquire(s, acq_cb, &a), SLUICE_OK);
@@ -226,7 +214,7 @@ static void test_bad_input(void) {
     TH_ASSERT(th_loop_drain(base, 5000));
     th_redis_stop(&r);
   }
-  sluice_client *c = client_at(base, "redis+cluster://127.0.0.1:1,127.0.0.1:2");
+  sluice_client *c = sem_test_client_at(base, "redis+cluster://127.0.0.1:1,127.0.0.1:2", 2000);
   sluice_sem *s = sem_test_new(c, "b", 1, 1000, 0);
   acq_result a = {0};
   TH_ASSERT_EQ(sluice_sem_try_acquire(s, acq_cb, &a), SLUICE_OK);
@@ -451,7 +439,7 @@ static void test_resharding(void) {
   static load L;
   memset(&L, 0, sizeof L);
   struct event_base *base = L.base = event_base_new();
-  sluice_client *c = client_at(base, url);
+  sluice_client *c = sem_test_client_at(base, url, 2000);
   for (int i = 0; i < WORKERS; i++) {
     L.sem[i] = sem_test_new(c, "busy", PERMITS, 3000, i % 2);
     workers[i] = (worker){.L = &L, .i = i};
@@ -577,7 +565,7 @@ static uint64_t push_until_delivered(struct event_base *base, fo_load *f, uint64
 static void test_failover(void) {
   start(1);
   struct event_base *base = event_base_new();
-  sluice_client *c = client_at(base, url);
+  sluice_client *c = sem_test_client_at(base, url, 2000);
   fo_load f;
   memset(&f, 0, sizeof f);
   f.holder_sem = sem_test_new(c, "f", 1, 3000, 0);
@@ -766,7 +754,7 @@ static void test_pause_master(void) {
 static void test_release_during_pause(void) {
   start(1);
   struct event_base *base = event_base_new();
-  sluice_client *c = client_at(base, url);
+  sluice_client *c = sem_test_client_at(base, url, 2000);
   if (getenv("TEST_LOG")) sluice_client_set_log_cb(c, print_log, NULL);
   sluice_sem *hs = sem_test_new(c, "r", 1, 30000, 0), *ws = sem_test_new(c, "r", 1, 30000, 0);
   acq_result h = sem_try(base, hs);
@@ -912,7 +900,7 @@ static void test_join_leave(void) {
   }
 
   struct event_base *base = event_base_new();
-  sluice_client *c = client_at(base, url);
+  sluice_client *c = sem_test_client_at(base, url, 2000);
   churn ch = {0};
   ch.sem = sem_test_new(c, "j", 1, 3000, 0);
   ch.tick = event_new(base, -1, EV_PERSIST, churn_tick, &ch);

@@ -87,18 +87,6 @@ static void stable(void) {
   node_ok(src, "CLUSTER SETSLOT %u STABLE", cur_slot);
 }
 
-static sluice_client *client_at(struct event_base *base) {
-  sluice_client_options o;
-  sluice_client_options_init(&o);
-  o.url = url;
-  o.reconnect_min_ms = 20;
-  o.reconnect_max_ms = 200;
-  o.op_timeout_ms = 2000;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
-  return c;
-}
-
 static unsigned long long redis_errors(const sluice_client *c) {
   sluice_client_metrics m;
   sluice_client_get_metrics(c, &m);
@@ -265,7 +253,7 @@ static void test_semaphores(void) {
   TH_ASSERT_EQ(th_cluster_start(&topo, 3, 0), 0);
   snprintf(url, sizeof url, "redis+cluster://%s", topo.seeds);
   struct event_base *base = event_base_new();
-  sluice_client *c = client_at(base);
+  sluice_client *c = sem_test_client_at(base, url, 2000);
   release_last(base, c, 0);
   release_last(base, c, 1);
   expired_renew_leave(base, c);
@@ -296,7 +284,7 @@ static void test_limiters(void) {
   TH_ASSERT_EQ(th_cluster_start(&topo, 3, 0), 0);
   snprintf(url, sizeof url, "redis+cluster://%s", topo.seeds);
   struct event_base *base = event_base_new();
-  sluice_client *c = client_at(base);
+  sluice_client *c = sem_test_client_at(base, url, 2000);
   static const struct {
     sluice_rl_algo algo;
     const char *name, *suffix;
@@ -405,7 +393,7 @@ static void test_queue(void) {
   TH_ASSERT_EQ(th_cluster_start(&topo, 3, 0), 0);
   snprintf(url, sizeof url, "redis+cluster://%s", topo.seeds);
   struct event_base *base = event_base_new();
-  sluice_client *c = client_at(base);
+  sluice_client *c = sem_test_client_at(base, url, 2000);
   const char *keys[] = {"sluice:dq:{q}:z", "sluice:dq:{q}:f", "sluice:dq:{q}:d",
                         "sluice:dq:{q}:h", "sluice:dq:{q}:w", NULL};
   th_node *home = th_cluster_master_for_key(&topo, keys[0]);

@@ -24,18 +24,6 @@ static void start(void) {
   snprintf(url, sizeof url, "redis+sentinel://%s/mymaster", topo.sentinels);
 }
 
-static sluice_client *client_at(struct event_base *base, const char *u) {
-  sluice_client_options o;
-  sluice_client_options_init(&o);
-  o.url = u;
-  o.reconnect_min_ms = 20;
-  o.reconnect_max_ms = 200;
-  o.op_timeout_ms = 1000;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
-  return c;
-}
-
 static void on_check(sluice_limiter *lim, int status, const sluice_rl_result *res, void *ud) {
   *(int *)ud = status == SLUICE_OK && res->allowed ? 1 : -1;
 }
@@ -54,7 +42,7 @@ static void on_msg(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
 static void test_primitives(void) {
   start();
   struct event_base *base = event_base_new();
-  sluice_client *c = client_at(base, url);
+  sluice_client *c = sem_test_client_at(base, url, 1000);
   sluice_sem *s = sem_test_new(c, "s", 1, 5000, 0);
   acq_result a = sem_try(base, s); /* sent before the sentinels answered */
   TH_ASSERT_EQ(a.status, SLUICE_OK);
@@ -119,7 +107,7 @@ static void test_primitives(void) {
 static void test_failover(void) {
   start();
   struct event_base *base = event_base_new();
-  sluice_client *c = client_at(base, url);
+  sluice_client *c = sem_test_client_at(base, url, 1000);
   sluice_sem *s = sem_test_new(c, "f", 1, 2000, 0);
   acq_result h = sem_try(base, s);
   TH_ASSERT_EQ(h.status, SLUICE_OK);
@@ -191,7 +179,7 @@ static void test_bad_input(void) {
   struct event_base *base = event_base_new();
   char bad[256];
   snprintf(bad, sizeof bad, "redis+sentinel://%s/nosuchmaster", topo.sentinels);
-  sluice_client *c = client_at(base, bad);
+  sluice_client *c = sem_test_client_at(base, bad, 1000);
   sluice_sem *s = sem_test_new(c, "b", 1, 1000, 0);
   acq_result a = {0};
   TH_ASSERT_EQ(sluice_sem_try_acquire(s, acq_cb, &a), SLUICE_OK);
@@ -205,7 +193,7 @@ static void test_bad_input(void) {
   sluice_client_free(c);
   TH_ASSERT(th_loop_drain(base, 5000));
 
-  c = client_at(base, "redis+sentinel://127.0.0.1:1,127.0.0.1:2/mymaster");
+  c = sem_test_client_at(base, "redis+sentinel://127.0.0.1:1,127.0.0.1:2/mymaster", 1000);
   s = sem_test_new(c, "b", 1, 1000, 0);
   memset(&a, 0, sizeof a);
   TH_ASSERT_EQ(sluice_sem_try_acquire(s, acq_cb, &a), SLUICE_OK);
@@ -217,7 +205,7 @@ static void test_bad_input(void) {
 
   /* Closed while the sentinels are still being asked, with an object alive:
    * the answer that comes later must not start a connection. */
-  c = client_at(base, url);
+  c = sem_test_client_at(base, url, 1000);
   s = sem_test_new(c, "b", 1, 1000, 0);
   sluice_client_close(c, NULL, NULL);
   th_loop_for(base, 500);
@@ -321,7 +309,7 @@ static void test_discovery(void) {
   struct event_base *base = event_base_new();
   char one[128];
   snprintf(one, sizeof one, "redis+sentinel://%s/mymaster", topo.sent[0].addr);
-  sluice_client *c = client_at(base, one);
+  sluice_client *c = sem_test_client_at(base, one, 1000);
   sluice_sem *s = sem_test_new(c, "d", 1, 5000, 0);
   acq_result a = sem_try(base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
@@ -386,7 +374,8 @@ static void test_discovery(void) {
  * sentinel needs to answer for this. */
 static void test_list_bounds(void) {
   struct event_base *base = event_base_new();
-  sluice_client *c = client_at(base, "redis+sentinel://127.0.0.1:1,127.0.0.1:1,127.0.0.1:2/m");
+  sluice_client *c =
+      sem_test_client_at(base, "redis+sentinel://127.0.0.1:1,127.0.0.1:1,127.0.0.1:2/m", 1000);
   sluice__sentinel *sl = c->sentinel;
   TH_ASSERT_EQ(sluice__sentinel_count(sl), 2); /* the configured duplicate once */
   TH_ASSERT_EQ(sluice__sentinel_learn(sl, "127.0.0.1", 9, 2), 0);
@@ -410,7 +399,7 @@ static void test_list_bounds(void) {
   for (int i = 0; i < 18; i++)
     snprintf(many + strlen(many), sizeof many - strlen(many), "%s127.0.0.1:%d", i ? "," : "", 10 + i);
   strcat(many, "/m");
-  c = client_at(base, many);
+  c = sem_test_client_at(base, many, 1000);
   TH_ASSERT_EQ(sluice__sentinel_count(c->sentinel), 18);
   TH_ASSERT_EQ(sluice__sentinel_learn(c->sentinel, "127.0.0.3", 9, 1), 0);
   sluice_client_free(c);
@@ -475,7 +464,7 @@ static int kill_client_connections(redisContext *m) {
 static void test_re_resolve(void) {
   start();
   struct event_base *base = event_base_new();
-  sluice_client *c = client_at(base, url);
+  sluice_client *c = sem_test_client_at(base, url, 1000);
   sluice_sem *s = sem_test_new(c, "u", 1, 10000, 0);
   acq_result h = sem_try(base, s);
   TH_ASSERT_EQ(h.status, SLUICE_OK);
@@ -553,7 +542,7 @@ static void on_lost_count(sluice_permit *p, int reason, void *ud) { ++*(int *)ud
 static void test_kill_master(void) {
   start();
   struct event_base *base = event_base_new();
-  sluice_client *c = client_at(base, url);
+  sluice_client *c = sem_test_client_at(base, url, 1000);
   sluice_sem *hs = sem_test_new(c, "k", 1, 3000, 0), *ws = sem_test_new(c, "k", 1, 3000, 0);
   acq_result h = sem_try(base, hs);
   TH_ASSERT_EQ(h.status, SLUICE_OK);
@@ -687,7 +676,8 @@ static void print_log(sluice_client *c, int level, const char *msg, void *ud) {
 static void test_pause_churn(void) {
   start();
   struct event_base *base = event_base_new();
-  sluice_client *hc = client_at(base, url), *wc = client_at(base, url);
+  sluice_client *hc = sem_test_client_at(base, url, 1000);
+  sluice_client *wc = sem_test_client_at(base, url, 1000);
   if (getenv("TEST_LOG")) {
     sluice_client_set_log_cb(hc, print_log, (void *)"holder");
     sluice_client_set_log_cb(wc, print_log, (void *)"waiter");
