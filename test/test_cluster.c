@@ -537,23 +537,10 @@ typedef struct fo_load {
   got g;
 } fo_load;
 
-/* Pushes until one is accepted (a push during the switch may fail fast),
- * then waits for its delivery; returns ms from `since`. */
+/* A push accepted and delivered (20 s to be accepted, 10 s more to
+ * arrive); returns ms from `since`. */
 static uint64_t push_until_delivered(struct event_base *base, fo_load *f, uint64_t since) {
-  int before = f->g.n;
-  dqt_push p;
-  uint64_t end = th_now_ms() + 20000;
-  do {
-    memset(&p, 0, sizeof p);
-    sluice_dq_item it = {"x", 1, 0, 0, NULL};
-    TH_ASSERT_EQ(sluice_dq_push(f->dq, &it, dqt_on_push, &p), SLUICE_OK);
-    TH_ASSERT(th_loop_until(base, &p.done, 5000));
-    if (p.status != SLUICE_OK) th_loop_for(base, 50);
-  } while (p.status != SLUICE_OK && th_now_ms() < end);
-  TH_ASSERT_EQ(p.status, SLUICE_OK);
-  end = th_now_ms() + 10000;
-  while (f->g.n == before && th_now_ms() < end) th_loop_for(base, 5);
-  TH_ASSERT_CMP(f->g.n, >, before);
+  dqt_push_until_delivered(base, f->dq, &f->g.n, 20000, 10000);
   return th_now_ms() - since;
 }
 

@@ -144,17 +144,7 @@ static void test_failover(void) {
   TH_ASSERT(th_loop_until(base, &w.done, 10000));
   TH_ASSERT_EQ(w.status, SLUICE_OK);
   /* A push after the failover reaches the consumer. */
-  dqt_push p = {0};
-  uint64_t end = th_now_ms() + 10000;
-  do {
-    memset(&p, 0, sizeof p);
-    sluice_dq_item it = {"x", 1, 0, 0, NULL};
-    TH_ASSERT_EQ(sluice_dq_push(dq, &it, dqt_on_push, &p), SLUICE_OK);
-    TH_ASSERT(th_loop_until(base, &p.done, 5000));
-    if (p.status != SLUICE_OK) th_loop_for(base, 100);
-  } while (p.status != SLUICE_OK && th_now_ms() < end);
-  TH_ASSERT_EQ(p.status, SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &g.n, 5000));
+  dqt_push_until_delivered(base, dq, &g.n, 10000, 5000);
   printf("# failover to delivery: %llu ms\n", (unsigned long long)(th_now_ms() - t0));
   /* The client talks to the new master now. */
   redisContext *m = th_node_connect(nm);
@@ -579,17 +569,7 @@ static void test_kill_master(void) {
   }
   TH_ASSERT_EQ(w.status, SLUICE_OK);
   TH_ASSERT_CMP(lost, <=, 1);
-  dqt_push p = {0};
-  uint64_t end = th_now_ms() + 10000;
-  do {
-    memset(&p, 0, sizeof p);
-    sluice_dq_item it = {"x", 1, 0, 0, NULL};
-    TH_ASSERT_EQ(sluice_dq_push(dq, &it, dqt_on_push, &p), SLUICE_OK);
-    TH_ASSERT(th_loop_until(base, &p.done, 5000));
-    if (p.status != SLUICE_OK) th_loop_for(base, 50);
-  } while (p.status != SLUICE_OK && th_now_ms() < end);
-  TH_ASSERT_EQ(p.status, SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &g.n, 5000));
+  dqt_push_until_delivered(base, dq, &g.n, 10000, 5000);
   printf("# kill to delivery: %llu ms\n", (unsigned long long)(th_now_ms() - t0));
   if (h.permit) sluice_permit_release(h.permit, NULL, NULL); /* harmless when lost */
   sluice_permit_release(w.permit, NULL, NULL);
