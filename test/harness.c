@@ -375,6 +375,20 @@ void th_loop_for(struct event_base *base, unsigned ms) {
   th_loop_until(base, &never, ms);
 }
 
+pid_t th_child_start(int (*fn)(void *arg), void *arg) {
+  pid_t pid = fork();
+  TH_ASSERT(pid >= 0);
+  if (pid == 0) _exit(fn(arg) == 0 ? 0 : 1);
+  return pid;
+}
+
+void th_loop_until_child(struct event_base *base, pid_t pid, unsigned timeout_ms) {
+  int st = 0;
+  uint64_t until = th_now_ms() + timeout_ms;
+  while (waitpid(pid, &st, WNOHANG) == 0 && th_now_ms() < until) th_loop_for(base, 20);
+  TH_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 int th_tool(const char *url, char *out, size_t size, const char *args) {
   const char *bin = getenv("SLUICE_BIN");
   TH_ASSERT(bin != NULL);

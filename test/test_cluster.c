@@ -6,7 +6,6 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "dq_util.h"
@@ -311,6 +310,17 @@ static int migrate_slowly(th_node *from, th_node *to, unsigned slot, unsigned pa
              : -1;
 }
 
+/* A slot's slow move, as a child's work (th_child_start). */
+typedef struct slot_move {
+  th_node *from, *to;
+  unsigned slot, pause_ms;
+} slot_move;
+
+static int move_slot(void *arg) {
+  const slot_move *m = arg;
+  return migrate_slowly(m->from, m->to, m->slot, m->pause_ms);
+}
+
 #define WORKERS 6
 #define PERMITS 2
 
@@ -411,13 +421,8 @@ static void push_tick(evutil_socket_t fd, short what, void *arg) {
 static void migrate_under_load(struct event_base *base, unsigned slot, th_node *to) {
   th_node *from = th_cluster_master_for_slot(&topo, slot);
   TH_ASSERT(from && from != to);
-  pid_t pid = fork();
-  TH_ASSERT(pid >= 0);
-  if (pid == 0) _exit(migrate_slowly(from, to, slot, 30) == 0 ? 0 : 1);
-  int st = 0;
-  uint64_t until = th_now_ms() + 60000;
-  while (waitpid(pid, &st, WNOHANG) == 0 && th_now_ms() < until) th_loop_for(base, 20);
-  TH_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  slot_move mv = {from, to, slot, 30};
+  th_loop_until_child(base, th_child_start(move_slot, &mv), 60000);
   TH_ASSERT_EQ(th_cluster_wait_ok(&topo, 30000), 0);
   TH_ASSERT(th_cluster_master_for_slot(&topo, slot) == to);
   printf("# slot %u moved from %s to %s\n", slot, from->addr, to->addr);
@@ -510,25 +515,18 @@ static void test_resharding(void) {
 /* ---- failover ------------------------------------------------------------ */
 
 /* SIGSTOP m and wait until a replica took over (m stays stopped). */
-static int pause_master(th_node *m) { return th_cluster_pause_master(&topo, m) ? 0 : -1; }
+static int pause_master(void *m) { return th_cluster_pause_master(&topo, m) ? 0 : -1; }
 
 /* Runs the loop while a child process does `what` to the cluster (the
  * topology helpers block), then brings this process's view up to date. */
-static void in_child_under_loop(struct event_base *base, int (*what)(th_node *), th_node *m) {
-  int pausing = what == pause_master;
-  pid_t pid = fork();
-  TH_ASSERT(pid >= 0);
-  if (pid == 0) _exit(what(m) == 0 ? 0 : 1);
-  int st = 0;
-  uint64_t until = th_now_ms() + 90000;
-  while (waitpid(pid, &st, WNOHANG) == 0 && th_now_ms() < until) th_loop_for(base, 20);
-  TH_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-  if (pausing) m->paused = 1; /* stopped by the child: skipped by the waits */
+static void in_child_under_loop(struct event_base *base, int (*what)(void *), th_node *m) {
+  th_loop_until_child(base, th_child_start(what, m), 90000);
+  if (what == pause_master) m->paused = 1; /* stopped by the child: skipped by the waits */
   TH_ASSERT_EQ(th_cluster_wait_ok(&topo, 30000), 0);
 }
 
-static int manual_failover(th_node *m) { return th_cluster_failover(&topo, m) ? 0 : -1; }
-static int await_failover(th_node *m) { return th_cluster_wait_ok(&topo, 60000); }
+static int manual_failover(void *m) { return th_cluster_failover(&topo, m) ? 0 : -1; }
+static int await_failover(void *m) { return th_cluster_wait_ok(&topo, 60000); }
 
 typedef struct fo_load {
   sluice_sem *holder_sem, *waiter_sem;
@@ -611,7 +609,7 @@ static void test_failover(void) {
   th_cluster_stop(&topo);
 }
 
-static int rejoin(th_node *m) { return th_cluster_resume_node(&topo, m); }
+static int rejoin(void *m) { return th_cluster_resume_node(&topo, m); }
 
 static void on_lost(sluice_permit *p, int reason, void *ud) { ++*(int *)ud; }
 
@@ -750,15 +748,11 @@ static void test_release_during_pause(void) {
   TH_ASSERT_EQ(sluice_sem_acquire(ws, 60000, acq_cb, &w, NULL), SLUICE_OK);
   th_loop_for(base, 300); /* queued, its replica in sync */
   th_node *m = th_cluster_master_for_key(&topo, "{r}");
-  pid_t pid = fork();
-  TH_ASSERT(pid >= 0);
-  if (pid == 0) _exit(pause_master(m) == 0 ? 0 : 1);
+  pid_t pausing = th_child_start(pause_master, m);
   th_loop_for(base, 300); /* stopped by now */
   uint64_t t0 = th_now_ms();
   sluice_permit_release(h.permit, NULL, NULL);
-  int st = 0;
-  while (waitpid(pid, &st, WNOHANG) == 0 && th_now_ms() - t0 < 60000) th_loop_for(base, 20);
-  TH_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  th_loop_until_child(base, pausing, 60000);
   m->paused = 1;
   TH_ASSERT_EQ(th_cluster_wait_ok(&topo, 30000), 0);
   uint64_t took = th_now_ms() - t0;
@@ -799,8 +793,6 @@ static int slot_at_port_everywhere(unsigned slot, int port, const th_node *extra
 
 static th_node joiner;
 static unsigned join_slot;
-static int move_to_joiner(th_node *from) { return migrate_slowly(from, &joiner, join_slot, 20); }
-static int move_back(th_node *to) { return migrate_slowly(&joiner, to, join_slot, 20); }
 
 typedef struct churn {
   sluice_sem *sem;
@@ -826,19 +818,15 @@ static void churn_tick(evutil_socket_t fd, short what, void *arg) {
   TH_ASSERT_EQ(sluice_sem_acquire(ch->sem, 2000, churn_cb, ch, NULL), SLUICE_OK);
 }
 
-/* Runs the loop while a child runs what(arg); then until the whole cluster
- * maps join_slot to port. */
-static void under_churn(struct event_base *base, int (*what)(th_node *), th_node *arg, int port) {
-  pid_t pid = fork();
-  TH_ASSERT(pid >= 0);
-  if (pid == 0) _exit(what(arg) == 0 ? 0 : 1);
-  int st = 0;
+/* Runs the loop while a child moves join_slot between from and to; then
+ * until the whole cluster maps it to `to`. */
+static void under_churn(struct event_base *base, th_node *from, th_node *to) {
   uint64_t until = th_now_ms() + 60000;
-  while (waitpid(pid, &st, WNOHANG) == 0 && th_now_ms() < until) th_loop_for(base, 20);
-  TH_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-  while (!slot_at_port_everywhere(join_slot, port, &joiner) && th_now_ms() < until)
+  slot_move mv = {from, to, join_slot, 20};
+  th_loop_until_child(base, th_child_start(move_slot, &mv), 60000);
+  while (!slot_at_port_everywhere(join_slot, to->port, &joiner) && th_now_ms() < until)
     th_loop_for(base, 20);
-  TH_ASSERT(slot_at_port_everywhere(join_slot, port, &joiner));
+  TH_ASSERT(slot_at_port_everywhere(join_slot, to->port, &joiner));
 }
 
 /* A master that joins the cluster after the client started (never a seed,
@@ -898,7 +886,7 @@ static void test_join_leave(void) {
   join_slot = th_keyslot("{j}", 3);
   th_node *home = th_cluster_master_for_slot(&topo, join_slot);
 
-  under_churn(base, move_to_joiner, home, joiner.port);
+  under_churn(base, home, &joiner);
   int before = ch.ok;
   th_loop_for(base, 500);
   printf("# on the new node: %d grants in 0.5 s, %d failed so far\n", ch.ok - before, ch.failed);
@@ -907,7 +895,7 @@ static void test_join_leave(void) {
   TH_ASSERT(meta && meta->type == REDIS_REPLY_INTEGER && meta->integer == 1);
   freeReplyObject(meta);
 
-  under_churn(base, move_back, home, home->port);
+  under_churn(base, &joiner, home);
   for (int i = 0; i < topo.n; i++)
     if (topo.node[i].is_master) node_ok(&topo.node[i], "CLUSTER FORGET %s", joiner.id);
   char conf[300];

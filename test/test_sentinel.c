@@ -8,7 +8,6 @@
  * Suite "sentinel": the topology takes a second or two to start. */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "client-private.h" /* the client's sentinel link, to look at its list */
@@ -524,6 +523,12 @@ static void test_re_resolve(void) {
 
 static void on_lost_count(sluice_permit *p, int reason, void *ud) { ++*(int *)ud; }
 
+/* The sentinels' failovers and rejoins, as a child's work (th_child_start):
+ * they wait, while the case's loop must keep running. */
+static int kill_master(void *unused) { return th_sentinel_kill_master(&topo) ? 0 : -1; }
+static int pause_master(void *unused) { return th_sentinel_pause_master(&topo) ? 0 : -1; }
+static int rejoin(void *node) { return th_sentinel_resume_node(&topo, node); }
+
 /* SIGKILL of the master while a holder renews, a waiter is blocked and a
  * consumer idles, the loop running all along (the sentinels' wait runs in
  * a child): the sentinels promote the replica by themselves; the holder
@@ -548,12 +553,7 @@ static void test_kill_master(void) {
   th_node *old = th_sentinel_master(&topo);
   TH_ASSERT(old != NULL);
   uint64_t t0 = th_now_ms();
-  pid_t pid = fork();
-  TH_ASSERT(pid >= 0);
-  if (pid == 0) _exit(th_sentinel_kill_master(&topo) ? 0 : 1);
-  int st = 0;
-  while (waitpid(pid, &st, WNOHANG) == 0 && th_now_ms() - t0 < 60000) th_loop_for(base, 20);
-  TH_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  th_loop_until_child(base, th_child_start(kill_master, NULL), 60000);
   old->pid = 0; /* killed by the child */
   printf("# sentinels promoted the replica after %llu ms; holder lost %d, waiter done %d\n",
          (unsigned long long)(th_now_ms() - t0), lost, w.done);
@@ -675,12 +675,7 @@ static void test_pause_churn(void) {
   for (int round = 0; round < 2; round++) {
     th_node *old = th_sentinel_master(&topo);
     uint64_t t0 = th_now_ms();
-    pid_t pid = fork();
-    TH_ASSERT(pid >= 0);
-    if (pid == 0) _exit(th_sentinel_pause_master(&topo) ? 0 : 1);
-    int st = 0;
-    while (waitpid(pid, &st, WNOHANG) == 0 && th_now_ms() - t0 < 60000) th_loop_for(base, 20);
-    TH_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    th_loop_until_child(base, th_child_start(pause_master, NULL), 60000);
     old->paused = 1;
     uint64_t switched = th_now_ms() - t0;
     long before = k.grants;
@@ -698,12 +693,7 @@ static void test_pause_churn(void) {
     }
     TH_ASSERT_CMP(k.grants, >, before);
     /* The old master comes back as a replica, the loop running meanwhile. */
-    pid = fork();
-    TH_ASSERT(pid >= 0);
-    if (pid == 0) _exit(th_sentinel_resume_node(&topo, old) == 0 ? 0 : 1);
-    t0 = th_now_ms();
-    while (waitpid(pid, &st, WNOHANG) == 0 && th_now_ms() - t0 < 60000) th_loop_for(base, 20);
-    TH_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    th_loop_until_child(base, th_child_start(rejoin, old), 60000);
     old->paused = 0;
     th_loop_for(base, 500);
   }
