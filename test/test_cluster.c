@@ -531,6 +531,7 @@ static int await_failover(void *m) { return th_cluster_wait_ok(&topo, 60000); }
 typedef struct fo_load {
   sluice_sem *holder_sem, *waiter_sem;
   sluice_dq *dq;
+  sluice_dq_consumer *con;
   acq_result held, waited;
   got g;
 } fo_load;
@@ -540,6 +541,35 @@ typedef struct fo_load {
 static uint64_t push_until_delivered(struct event_base *base, fo_load *f, uint64_t since) {
   dqt_push_until_delivered(base, f->dq, &f->g.n, 20000, 10000);
   return th_now_ms() - since;
+}
+
+/* The load's semaphore `name` (1 permit, ttl_ms): the holder's grant, and
+ * a second handle for the waiter. */
+static void fo_hold(struct event_base *base, sluice_client *c, fo_load *f, const char *name,
+                    unsigned ttl_ms) {
+  f->holder_sem = sem_test_new(c, name, 1, ttl_ms, 0);
+  f->waiter_sem = sem_test_new(c, name, 1, ttl_ms, 0);
+  f->held = sem_try(base, f->holder_sem);
+  TH_ASSERT_EQ(f->held.status, SLUICE_OK);
+}
+
+/* The load's queue and its consumer, a first message through them. */
+static void fo_queue(struct event_base *base, sluice_client *c, fo_load *f, const char *qname) {
+  f->dq = dqt_queue(c, qname);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, qname, NULL, on_msg, &f->g, &f->con), SLUICE_OK);
+  push_until_delivered(base, f, th_now_ms());
+}
+
+/* Frees the load, the client and the loop; stops the cluster. */
+static void fo_finish(struct event_base *base, sluice_client *c, fo_load *f) {
+  sluice_dq_consumer_free(f->con);
+  sluice_dq_free(f->dq);
+  sluice_sem_free(f->holder_sem);
+  sluice_sem_free(f->waiter_sem);
+  sluice_client_free(c);
+  TH_ASSERT(th_loop_drain(base, 5000));
+  event_base_free(base);
+  th_cluster_stop(&topo);
 }
 
 /* A manual failover (CLUSTER FAILOVER) of the semaphore's master while a
@@ -553,15 +583,9 @@ static void test_failover(void) {
   sluice_client *c = sem_test_client_at(base, url, 2000);
   fo_load f;
   memset(&f, 0, sizeof f);
-  f.holder_sem = sem_test_new(c, "f", 1, 3000, 0);
-  f.waiter_sem = sem_test_new(c, "f", 1, 3000, 0);
-  f.held = sem_try(base, f.holder_sem);
-  TH_ASSERT_EQ(f.held.status, SLUICE_OK);
+  fo_hold(base, c, &f, "f", 3000);
   TH_ASSERT_EQ(sluice_sem_acquire(f.waiter_sem, 30000, acq_cb, &f.waited, NULL), SLUICE_OK);
-  f.dq = dqt_queue(c, "fq");
-  sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "fq", NULL, on_msg, &f.g, &con), SLUICE_OK);
-  push_until_delivered(base, &f, th_now_ms());
+  fo_queue(base, c, &f, "fq");
   th_loop_for(base, 200);
   TH_ASSERT_EQ(f.waited.done, 0);
 
@@ -599,14 +623,7 @@ static void test_failover(void) {
   sluice_client_get_health(c, &h);
   TH_ASSERT_EQ(h.command_up, 1);
   sluice_permit_release(f.waited.permit, NULL, NULL);
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(f.dq);
-  sluice_sem_free(f.holder_sem);
-  sluice_sem_free(f.waiter_sem);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  th_cluster_stop(&topo);
+  fo_finish(base, c, &f);
 }
 
 static int rejoin(void *m) { return th_cluster_resume_node(&topo, m); }
@@ -657,10 +674,7 @@ static void test_pause_master(void) {
   th_node *m = th_cluster_master_for_key(&topo, "{p}");
   char qname[32];
   name_on(m, "dq", qname, sizeof qname); /* the queue on the same master */
-  f.holder_sem = sem_test_new(c, "p", 1, 2000, 0);
-  f.waiter_sem = sem_test_new(c, "p", 1, 2000, 0);
-  f.held = sem_try(base, f.holder_sem);
-  TH_ASSERT_EQ(f.held.status, SLUICE_OK);
+  fo_hold(base, c, &f, "p", 2000);
   TH_ASSERT_EQ(sluice_permit_replicated(f.held.permit), 1);
   int lost = 0;
   sluice_permit_set_lost_cb(f.held.permit, on_lost, &lost);
@@ -668,10 +682,7 @@ static void test_pause_master(void) {
   snprintf(holder_id, sizeof holder_id, "%s", sluice_permit_id(f.held.permit));
   uint64_t asked = th_now_ms();
   TH_ASSERT_EQ(sluice_sem_acquire(f.waiter_sem, 20000, acq_cb, &f.waited, NULL), SLUICE_OK);
-  f.dq = dqt_queue(c, qname);
-  sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, qname, NULL, on_msg, &f.g, &con), SLUICE_OK);
-  push_until_delivered(base, &f, th_now_ms());
+  fo_queue(base, c, &f, qname);
 
   uint64_t t0 = th_now_ms();
   in_child_under_loop(base, pause_master, m);
@@ -722,15 +733,7 @@ static void test_pause_master(void) {
     th_loop_for(base, 100);
   }
   sluice_permit_release(again.permit, NULL, NULL);
-
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(f.dq);
-  sluice_sem_free(f.holder_sem);
-  sluice_sem_free(f.waiter_sem);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  th_cluster_stop(&topo);
+  fo_finish(base, c, &f);
 }
 
 /* A release sent while the master is stopped (it cannot be answered there)
