@@ -402,6 +402,19 @@ int th_tool(const char *url, char *out, size_t size, const char *args) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+void th_assert_urls_refused(struct event_base *base, const char *const *urls) {
+  for (int i = 0; urls[i]; i++) {
+    sluice_client_options o;
+    sluice_client_options_init(&o);
+    o.url = urls[i];
+    sluice_client *x = NULL;
+    if (sluice_client_new(base, &o, &x) != SLUICE_EINVAL)
+      th_fail(__FILE__, __LINE__, "accepted \"%s\"", urls[i]);
+    TH_ASSERT(x == NULL);
+    TH_ASSERT(strlen(sluice_client_last_error(NULL)) > 0);
+  }
+}
+
 static void cleanup(void) {
   if (getpid() != harness_pid || no_redis) return;
   if (topo == TH_TOPO_STANDALONE) th_redis_stop(&th_server);

@@ -113,6 +113,10 @@ void th_loop_until_child(struct event_base *base, pid_t pid, unsigned timeout_ms
  * exit status returned (-1 if it did not exit). Fails the case without
  * SLUICE_BIN. For the topology tests' runs of the tool on their URLs. */
 int th_tool(const char *url, char *out, size_t size, const char *args);
+/* Every URL of urls (NULL-terminated) is refused at once by
+ * sluice_client_new on base: SLUICE_EINVAL, no client, a last error that
+ * says why. Fails the case at the first one accepted. */
+void th_assert_urls_refused(struct event_base *base, const char *const *urls);
 
 /* Assertions: print both sides and location, then fail the case. */
 void th_fail(const char *file, int line, const char *fmt, ...)
