@@ -20,6 +20,14 @@ static void start(int replicas) {
   snprintf(url, sizeof url, "redis+cluster://%s", topo.seeds);
 }
 
+/* The end of a case: its client closed (the loop drained), the loop freed,
+ * the topology stopped. */
+static void finish(struct event_base *base, sluice_client *c) {
+  client_close_drain(base, c);
+  event_base_free(base);
+  th_cluster_stop(&topo);
+}
+
 /* A name whose semaphore keys live on master m (by index among masters),
  * other than `not`. */
 static void name_on(const th_node *m, const char *kind, char *out, size_t size) {
@@ -179,10 +187,7 @@ static void test_primitives(void) {
   printf("# ops %llu, timed out %llu\n", (unsigned long long)st.ops_started,
          (unsigned long long)st.ops_timed_out);
   TH_ASSERT_EQ(st.ops_timed_out, 0);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  th_cluster_stop(&topo);
+  finish(base, c);
 }
 
 /* Bad input: a plain Redis behind a cluster URL and unreachable seeds give a
@@ -209,8 +214,7 @@ static void test_bad_input(void) {
     if (!strstr(err, "cluster support disabled"))
       th_fail(__FILE__, __LINE__, "unclear error: \"%s\"", err);
     sluice_sem_free(s);
-    sluice_client_free(c);
-    TH_ASSERT(th_loop_drain(base, 5000));
+    client_close_drain(base, c);
     th_redis_stop(&r);
   }
   sluice_client *c = sem_test_client_at(base, "redis+cluster://127.0.0.1:1,127.0.0.1:2", 2000);
@@ -222,8 +226,7 @@ static void test_bad_input(void) {
   if (!strstr(sluice_client_last_error(c), "127.0.0.1:") || !strstr(sluice_client_last_error(c), "connect"))
     th_fail(__FILE__, __LINE__, "unclear error: \"%s\"", sluice_client_last_error(c));
   sluice_sem_free(s);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
+  client_close_drain(base, c);
 
   static const char *const malformed[] = {
       "redis+cluster://", "redis+cluster://h", "redis+cluster://h:0",
@@ -497,10 +500,7 @@ static void test_resharding(void) {
     event_free(workers[i].hold);
     sluice_sem_free(L.sem[i]);
   }
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  th_cluster_stop(&topo);
+  finish(base, c);
 }
 
 /* ---- failover ------------------------------------------------------------ */
@@ -557,10 +557,7 @@ static void fo_finish(struct event_base *base, sluice_client *c, fo_load *f) {
   sluice_dq_free(f->dq);
   sluice_sem_free(f->holder_sem);
   sluice_sem_free(f->waiter_sem);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  th_cluster_stop(&topo);
+  finish(base, c);
 }
 
 /* A manual failover (CLUSTER FAILOVER) of the semaphore's master while a
@@ -757,10 +754,7 @@ static void test_release_during_pause(void) {
   sluice_permit_release(w.permit, NULL, NULL);
   sluice_sem_free(hs);
   sluice_sem_free(ws);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  th_cluster_stop(&topo);
+  finish(base, c);
 }
 
 /* ---- a node joins, a node leaves ----------------------------------------- */
@@ -906,10 +900,7 @@ static void test_join_leave(void) {
   until = th_now_ms() + 5000;
   while (ch.inflight && th_now_ms() < until) th_loop_for(base, 10);
   sluice_sem_free(ch.sem);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  th_cluster_stop(&topo);
+  finish(base, c);
 }
 
 /* ---- the tool ------------------------------------------------------------ */

@@ -101,8 +101,7 @@ static sluice_client *start(struct event_base *base) {
 }
 
 static void finish(struct event_base *base, sluice_client *c) {
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
+  client_close_drain(base, c);
   event_base_free(base);
   th_cluster_stop(&topo);
 }

@@ -23,6 +23,14 @@ static void start(void) {
   snprintf(url, sizeof url, "redis+sentinel://%s/mymaster", topo.sentinels);
 }
 
+/* The end of a case: its client closed (the loop drained), the loop freed,
+ * the topology stopped. */
+static void finish(struct event_base *base, sluice_client *c) {
+  client_close_drain(base, c);
+  event_base_free(base);
+  th_sentinel_stop(&topo);
+}
+
 static void on_check(sluice_limiter *lim, int status, const sluice_rl_result *res, void *ud) {
   *(int *)ud = status == SLUICE_OK && res->allowed ? 1 : -1;
 }
@@ -95,10 +103,7 @@ static void test_primitives(void) {
   sluice_dq_free(dq);
   sluice_limiter_free(lim);
   sluice_sem_free(s);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  th_sentinel_stop(&topo);
+  finish(base, c);
 }
 
 /* SENTINEL FAILOVER while a waiter is blocked and a consumer idles: both
@@ -155,10 +160,7 @@ static void test_failover(void) {
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
   sluice_sem_free(s);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  th_sentinel_stop(&topo);
+  finish(base, c);
 }
 
 /* Bad input: an unknown master name and no sentinel reachable give a clear
@@ -179,8 +181,7 @@ static void test_bad_input(void) {
   if (!strstr(err, "nosuchmaster") && !strstr(err, "sentinel"))
     th_fail(__FILE__, __LINE__, "unclear error: \"%s\"", err);
   sluice_sem_free(s);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
+  client_close_drain(base, c);
 
   c = sem_test_client_at(base, "redis+sentinel://127.0.0.1:1,127.0.0.1:2/mymaster", 1000);
   s = sem_test_new(c, "b", 1, 1000, 0);
@@ -189,8 +190,7 @@ static void test_bad_input(void) {
   TH_ASSERT(th_loop_until(base, &a.done, 5000));
   TH_ASSERT(a.status == SLUICE_ETIMEDOUT || a.status == SLUICE_ECONNECTION);
   sluice_sem_free(s);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
+  client_close_drain(base, c);
 
   /* Closed while the sentinels are still being asked, with an object alive:
    * the answer that comes later must not start a connection. */
@@ -240,10 +240,7 @@ static void test_wait_replicas(void) {
   sluice_permit_release(a.permit, NULL, NULL);
   sluice_permit_release(b.permit, NULL, NULL);
   sluice_sem_free(s);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  th_sentinel_stop(&topo);
+  finish(base, c);
 }
 
 static void on_release(sluice_sem *sem, int status, void *ud) { *(int *)ud = 1; }
@@ -343,10 +340,7 @@ static void test_discovery(void) {
   assert_no_duplicates(c->sentinel);
 
   sluice_sem_free(s);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  th_sentinel_stop(&topo);
+  finish(base, c);
 }
 
 /* The list is the configured sentinels plus learned ones, without
@@ -372,8 +366,7 @@ static void test_list_bounds(void) {
   TH_ASSERT(strcmp(sluice__sentinel_at(sl, 1, &port), "127.0.0.1") == 0 && port == 2);
   TH_ASSERT(sluice__sentinel_at(sl, 16, NULL) == NULL);
   assert_no_duplicates(sl);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
+  client_close_drain(base, c);
 
   char many[512] = "redis+sentinel://";
   for (int i = 0; i < 18; i++)
@@ -382,8 +375,7 @@ static void test_list_bounds(void) {
   c = sem_test_client_at(base, many, 1000);
   TH_ASSERT_EQ(sluice__sentinel_count(c->sentinel), 18);
   TH_ASSERT_EQ(sluice__sentinel_learn(c->sentinel, "127.0.0.3", 9, 1), 0);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
+  client_close_drain(base, c);
   event_base_free(base);
 }
 
@@ -506,10 +498,7 @@ static void test_re_resolve(void) {
   assert_no_duplicates(c->sentinel);
   sluice_permit_release(w.permit, NULL, NULL);
   sluice_sem_free(s);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  th_sentinel_stop(&topo);
+  finish(base, c);
 }
 
 static void on_lost_count(sluice_permit *p, int reason, void *ud) { ++*(int *)ud; }
@@ -568,10 +557,7 @@ static void test_kill_master(void) {
   sluice_dq_free(dq);
   sluice_sem_free(hs);
   sluice_sem_free(ws);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  th_sentinel_stop(&topo);
+  finish(base, c);
 }
 
 /* A holder that takes the permit, holds it 50 ms, releases and asks again,
@@ -700,10 +686,7 @@ static void test_pause_churn(void) {
   sluice_sem_free(k.hs);
   sluice_sem_free(k.ws);
   sluice_client_free(hc);
-  sluice_client_free(wc);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  th_sentinel_stop(&topo);
+  finish(base, wc);
 }
 
 /* The tool on this topology's URL (th_tool). */
