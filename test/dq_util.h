@@ -75,6 +75,23 @@ static inline int dqt_push_wait(struct event_base *base, sluice_dq *dq, const ch
   return p->status;
 }
 
+/* Pushes "x" until one is accepted (during a failover a push may fail
+ * fast: tried again every 50 ms, for push_ms at most), then runs the loop
+ * until *delivered, the consumer's count, grows (deliver_ms at most). */
+static inline void dqt_push_until_delivered(struct event_base *base, sluice_dq *dq,
+                                            const int *delivered, unsigned push_ms,
+                                            unsigned deliver_ms) {
+  int before = *delivered;
+  dqt_push p;
+  uint64_t end = th_now_ms() + push_ms;
+  while (dqt_push_wait(base, dq, NULL, "x", 0, &p) != SLUICE_OK && th_now_ms() < end)
+    th_loop_for(base, 50);
+  TH_ASSERT_EQ(p.status, SLUICE_OK);
+  end = th_now_ms() + deliver_ms;
+  while (*delivered == before && th_now_ms() < end) th_loop_for(base, 5);
+  TH_ASSERT_CMP(*delivered, >, before);
+}
+
 typedef struct dqt_info {
   int done;
   int status;

@@ -375,6 +375,46 @@ void th_loop_for(struct event_base *base, unsigned ms) {
   th_loop_until(base, &never, ms);
 }
 
+pid_t th_child_start(int (*fn)(void *arg), void *arg) {
+  pid_t pid = fork();
+  TH_ASSERT(pid >= 0);
+  if (pid == 0) _exit(fn(arg) == 0 ? 0 : 1);
+  return pid;
+}
+
+void th_loop_until_child(struct event_base *base, pid_t pid, unsigned timeout_ms) {
+  int st = 0;
+  uint64_t until = th_now_ms() + timeout_ms;
+  while (waitpid(pid, &st, WNOHANG) == 0 && th_now_ms() < until) th_loop_for(base, 20);
+  TH_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+int th_tool(const char *url, char *out, size_t size, const char *args) {
+  const char *bin = getenv("SLUICE_BIN");
+  TH_ASSERT(bin != NULL);
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "SLUICE_REDIS='%s' %s %s 2>&1", url, bin, args);
+  FILE *p = popen(cmd, "r");
+  TH_ASSERT(p != NULL);
+  size_t n = fread(out, 1, size - 1, p);
+  out[n] = '\0';
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+void th_assert_urls_refused(struct event_base *base, const char *const *urls) {
+  for (int i = 0; urls[i]; i++) {
+    sluice_client_options o;
+    sluice_client_options_init(&o);
+    o.url = urls[i];
+    sluice_client *x = NULL;
+    if (sluice_client_new(base, &o, &x) != SLUICE_EINVAL)
+      th_fail(__FILE__, __LINE__, "accepted \"%s\"", urls[i]);
+    TH_ASSERT(x == NULL);
+    TH_ASSERT(strlen(sluice_client_last_error(NULL)) > 0);
+  }
+}
+
 static void cleanup(void) {
   if (getpid() != harness_pid || no_redis) return;
   if (topo == TH_TOPO_STANDALONE) th_redis_stop(&th_server);

@@ -99,6 +99,25 @@ void th_loop_for(struct event_base *base, unsigned ms);
 
 uint64_t th_now_ms(void);
 
+/* Work that blocks (the topology helpers' waits) done while the case's loop
+ * keeps running: th_child_start forks a child that runs fn(arg) and exits
+ * 0 if it returned 0, else 1; th_loop_until_child runs the loop until that
+ * child exits or timeout_ms passes, and fails the case if it exited other
+ * than 0. (A child still running at timeout_ms is neither waited for nor,
+ * here, a failure.) */
+pid_t th_child_start(int (*fn)(void *arg), void *arg);
+void th_loop_until_child(struct event_base *base, pid_t pid, unsigned timeout_ms);
+
+/* `$SLUICE_BIN ARGS` through sh, with SLUICE_REDIS=url and stderr joined
+ * to stdout: the start of its output (size - 1 bytes at most) into out, its
+ * exit status returned (-1 if it did not exit). Fails the case without
+ * SLUICE_BIN. For the topology tests' runs of the tool on their URLs. */
+int th_tool(const char *url, char *out, size_t size, const char *args);
+/* Every URL of urls (NULL-terminated) is refused at once by
+ * sluice_client_new on base: SLUICE_EINVAL, no client, a last error that
+ * says why. Fails the case at the first one accepted. */
+void th_assert_urls_refused(struct event_base *base, const char *const *urls);
+
 /* Assertions: print both sides and location, then fail the case. */
 void th_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 3, 4)));

@@ -25,16 +25,23 @@ static inline void acq_cb(sluice_sem *sem, int status, sluice_permit *permit, vo
   r->at_ms = th_now_ms();
 }
 
-static inline sluice_client *sem_test_client(struct event_base *base) {
+/* A client of url that reconnects quickly (20-200 ms), each operation
+ * bounded by op_timeout_ms. */
+static inline sluice_client *sem_test_client_at(struct event_base *base, const char *url,
+                                                unsigned op_timeout_ms) {
   sluice_client_options o;
   sluice_client_options_init(&o);
-  o.url = th_server.url;
+  o.url = url;
   o.reconnect_min_ms = 20;
   o.reconnect_max_ms = 200;
-  o.op_timeout_ms = 2000;
+  o.op_timeout_ms = op_timeout_ms;
   sluice_client *c = NULL;
   TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
   return c;
+}
+
+static inline sluice_client *sem_test_client(struct event_base *base) {
+  return sem_test_client_at(base, th_server.url, 2000);
 }
 
 static inline sluice_sem *sem_test_new(sluice_client *c, const char *name, unsigned permits,

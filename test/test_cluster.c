@@ -6,7 +6,6 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "dq_util.h"
@@ -21,16 +20,12 @@ static void start(int replicas) {
   snprintf(url, sizeof url, "redis+cluster://%s", topo.seeds);
 }
 
-static sluice_client *client_at(struct event_base *base, const char *u) {
-  sluice_client_options o;
-  sluice_client_options_init(&o);
-  o.url = u;
-  o.reconnect_min_ms = 20;
-  o.reconnect_max_ms = 200;
-  o.op_timeout_ms = 2000;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
-  return c;
+/* The end of a case: its client closed (the loop drained), the loop freed,
+ * the topology stopped. */
+static void finish(struct event_base *base, sluice_client *c) {
+  client_close_drain(base, c);
+  event_base_free(base);
+  th_cluster_stop(&topo);
 }
 
 /* A name whose semaphore keys live on master m (by index among masters),
@@ -93,7 +88,7 @@ static void on_scan(sluice_client *c, int status, uint64_t next, const sluice_sc
 static void test_primitives(void) {
   start(0);
   struct event_base *base = event_base_new();
-  sluice_client *c = client_at(base, url);
+  sluice_client *c = sem_test_client_at(base, url, 2000);
   sluice_sem *s[3], *t[3];
   acq_result held[3], waited[3];
   char names[3][32];
@@ -192,10 +187,7 @@ static void test_primitives(void) {
   printf("# ops %llu, timed out %llu\n", (unsigned long long)st.ops_started,
          (unsigned long long)st.ops_timed_out);
   TH_ASSERT_EQ(st.ops_timed_out, 0);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  th_cluster_stop(&topo);
+  finish(base, c);
 }
 
 /* Bad input: a plain Redis behind a cluster URL and unreachable seeds give a
@@ -212,7 +204,7 @@ static void test_bad_input(void) {
   TH_ASSERT_EQ(rc, 0);
   snprintf(plain, sizeof plain, "redis+cluster://127.0.0.1:%d", port);
   {
-    sluice_client *c = client_at(base, plain);
+    sluice_client *c = sem_test_client_at(base, plain, 2000);
     sluice_sem *s = sem_test_new(c, "b", 1, 1000, 0);
     acq_result a = {0};
     TH_ASSERT_EQ(sluice_sem_try_acquire(s, acq_cb, &a), SLUICE_OK);
@@ -222,11 +214,10 @@ static void test_bad_input(void) {
     if (!strstr(err, "cluster support disabled"))
       th_fail(__FILE__, __LINE__, "unclear error: \"%s\"", err);
     sluice_sem_free(s);
-    sluice_client_free(c);
-    TH_ASSERT(th_loop_drain(base, 5000));
+    client_close_drain(base, c);
     th_redis_stop(&r);
   }
-  sluice_client *c = client_at(base, "redis+cluster://127.0.0.1:1,127.0.0.1:2");
+  sluice_client *c = sem_test_client_at(base, "redis+cluster://127.0.0.1:1,127.0.0.1:2", 2000);
   sluice_sem *s = sem_test_new(c, "b", 1, 1000, 0);
   acq_result a = {0};
   TH_ASSERT_EQ(sluice_sem_try_acquire(s, acq_cb, &a), SLUICE_OK);
@@ -235,23 +226,13 @@ static void test_bad_input(void) {
   if (!strstr(sluice_client_last_error(c), "127.0.0.1:") || !strstr(sluice_client_last_error(c), "connect"))
     th_fail(__FILE__, __LINE__, "unclear error: \"%s\"", sluice_client_last_error(c));
   sluice_sem_free(s);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
+  client_close_drain(base, c);
 
   static const char *const malformed[] = {
       "redis+cluster://", "redis+cluster://h", "redis+cluster://h:0",
       "redis+cluster://h:1,", "redis+cluster://:1", "redis+cluster://h:1/2",
       "redis+cluster://h:1?verify=0", "redis+cluster://h:1,h:x", NULL};
-  for (int i = 0; malformed[i]; i++) {
-    sluice_client_options o;
-    sluice_client_options_init(&o);
-    o.url = malformed[i];
-    sluice_client *x = NULL;
-    if (sluice_client_new(base, &o, &x) != SLUICE_EINVAL)
-      th_fail(__FILE__, __LINE__, "accepted \"%s\"", malformed[i]);
-    TH_ASSERT(x == NULL);
-    TH_ASSERT(strlen(sluice_client_last_error(NULL)) > 0);
-  }
+  th_assert_urls_refused(base, malformed);
   sluice_client_options o;
   sluice_client_options_init(&o);
   o.cluster_seeds = "127.0.0.1:7000";
@@ -321,6 +302,17 @@ static int migrate_slowly(th_node *from, th_node *to, unsigned slot, unsigned pa
                  node_ok(from, "CLUSTER SETSLOT %u NODE %s", slot, to->id)
              ? 0
              : -1;
+}
+
+/* A slot's slow move, as a child's work (th_child_start). */
+typedef struct slot_move {
+  th_node *from, *to;
+  unsigned slot, pause_ms;
+} slot_move;
+
+static int move_slot(void *arg) {
+  const slot_move *m = arg;
+  return migrate_slowly(m->from, m->to, m->slot, m->pause_ms);
 }
 
 #define WORKERS 6
@@ -423,13 +415,8 @@ static void push_tick(evutil_socket_t fd, short what, void *arg) {
 static void migrate_under_load(struct event_base *base, unsigned slot, th_node *to) {
   th_node *from = th_cluster_master_for_slot(&topo, slot);
   TH_ASSERT(from && from != to);
-  pid_t pid = fork();
-  TH_ASSERT(pid >= 0);
-  if (pid == 0) _exit(migrate_slowly(from, to, slot, 30) == 0 ? 0 : 1);
-  int st = 0;
-  uint64_t until = th_now_ms() + 60000;
-  while (waitpid(pid, &st, WNOHANG) == 0 && th_now_ms() < until) th_loop_for(base, 20);
-  TH_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  slot_move mv = {from, to, slot, 30};
+  th_loop_until_child(base, th_child_start(move_slot, &mv), 60000);
   TH_ASSERT_EQ(th_cluster_wait_ok(&topo, 30000), 0);
   TH_ASSERT(th_cluster_master_for_slot(&topo, slot) == to);
   printf("# slot %u moved from %s to %s\n", slot, from->addr, to->addr);
@@ -451,7 +438,7 @@ static void test_resharding(void) {
   static load L;
   memset(&L, 0, sizeof L);
   struct event_base *base = L.base = event_base_new();
-  sluice_client *c = client_at(base, url);
+  sluice_client *c = sem_test_client_at(base, url, 2000);
   for (int i = 0; i < WORKERS; i++) {
     L.sem[i] = sem_test_new(c, "busy", PERMITS, 3000, i % 2);
     workers[i] = (worker){.L = &L, .i = i};
@@ -513,60 +500,64 @@ static void test_resharding(void) {
     event_free(workers[i].hold);
     sluice_sem_free(L.sem[i]);
   }
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  th_cluster_stop(&topo);
+  finish(base, c);
 }
 
 /* ---- failover ------------------------------------------------------------ */
 
 /* SIGSTOP m and wait until a replica took over (m stays stopped). */
-static int pause_master(th_node *m) { return th_cluster_pause_master(&topo, m) ? 0 : -1; }
+static int pause_master(void *m) { return th_cluster_pause_master(&topo, m) ? 0 : -1; }
 
 /* Runs the loop while a child process does `what` to the cluster (the
  * topology helpers block), then brings this process's view up to date. */
-static void in_child_under_loop(struct event_base *base, int (*what)(th_node *), th_node *m) {
-  int pausing = what == pause_master;
-  pid_t pid = fork();
-  TH_ASSERT(pid >= 0);
-  if (pid == 0) _exit(what(m) == 0 ? 0 : 1);
-  int st = 0;
-  uint64_t until = th_now_ms() + 90000;
-  while (waitpid(pid, &st, WNOHANG) == 0 && th_now_ms() < until) th_loop_for(base, 20);
-  TH_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-  if (pausing) m->paused = 1; /* stopped by the child: skipped by the waits */
+static void in_child_under_loop(struct event_base *base, int (*what)(void *), th_node *m) {
+  th_loop_until_child(base, th_child_start(what, m), 90000);
+  if (what == pause_master) m->paused = 1; /* stopped by the child: skipped by the waits */
   TH_ASSERT_EQ(th_cluster_wait_ok(&topo, 30000), 0);
 }
 
-static int manual_failover(th_node *m) { return th_cluster_failover(&topo, m) ? 0 : -1; }
-static int await_failover(th_node *m) { return th_cluster_wait_ok(&topo, 60000); }
+static int manual_failover(void *m) { return th_cluster_failover(&topo, m) ? 0 : -1; }
+static int await_failover(void *m) { return th_cluster_wait_ok(&topo, 60000); }
 
 typedef struct fo_load {
   sluice_sem *holder_sem, *waiter_sem;
   sluice_dq *dq;
+  sluice_dq_consumer *con;
   acq_result held, waited;
   got g;
 } fo_load;
 
-/* Pushes until one is accepted (a push during the switch may fail fast),
- * then waits for its delivery; returns ms from `since`. */
+/* A push accepted and delivered (20 s to be accepted, 10 s more to
+ * arrive); returns ms from `since`. */
 static uint64_t push_until_delivered(struct event_base *base, fo_load *f, uint64_t since) {
-  int before = f->g.n;
-  dqt_push p;
-  uint64_t end = th_now_ms() + 20000;
-  do {
-    memset(&p, 0, sizeof p);
-    sluice_dq_item it = {"x", 1, 0, 0, NULL};
-    TH_ASSERT_EQ(sluice_dq_push(f->dq, &it, dqt_on_push, &p), SLUICE_OK);
-    TH_ASSERT(th_loop_until(base, &p.done, 5000));
-    if (p.status != SLUICE_OK) th_loop_for(base, 50);
-  } while (p.status != SLUICE_OK && th_now_ms() < end);
-  TH_ASSERT_EQ(p.status, SLUICE_OK);
-  end = th_now_ms() + 10000;
-  while (f->g.n == before && th_now_ms() < end) th_loop_for(base, 5);
-  TH_ASSERT_CMP(f->g.n, >, before);
+  dqt_push_until_delivered(base, f->dq, &f->g.n, 20000, 10000);
   return th_now_ms() - since;
+}
+
+/* The load's semaphore `name` (1 permit, ttl_ms): the holder's grant, and
+ * a second handle for the waiter. */
+static void fo_hold(struct event_base *base, sluice_client *c, fo_load *f, const char *name,
+                    unsigned ttl_ms) {
+  f->holder_sem = sem_test_new(c, name, 1, ttl_ms, 0);
+  f->waiter_sem = sem_test_new(c, name, 1, ttl_ms, 0);
+  f->held = sem_try(base, f->holder_sem);
+  TH_ASSERT_EQ(f->held.status, SLUICE_OK);
+}
+
+/* The load's queue and its consumer, a first message through them. */
+static void fo_queue(struct event_base *base, sluice_client *c, fo_load *f, const char *qname) {
+  f->dq = dqt_queue(c, qname);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, qname, NULL, on_msg, &f->g, &f->con), SLUICE_OK);
+  push_until_delivered(base, f, th_now_ms());
+}
+
+/* Frees the load, the client and the loop; stops the cluster. */
+static void fo_finish(struct event_base *base, sluice_client *c, fo_load *f) {
+  sluice_dq_consumer_free(f->con);
+  sluice_dq_free(f->dq);
+  sluice_sem_free(f->holder_sem);
+  sluice_sem_free(f->waiter_sem);
+  finish(base, c);
 }
 
 /* A manual failover (CLUSTER FAILOVER) of the semaphore's master while a
@@ -577,18 +568,12 @@ static uint64_t push_until_delivered(struct event_base *base, fo_load *f, uint64
 static void test_failover(void) {
   start(1);
   struct event_base *base = event_base_new();
-  sluice_client *c = client_at(base, url);
+  sluice_client *c = sem_test_client_at(base, url, 2000);
   fo_load f;
   memset(&f, 0, sizeof f);
-  f.holder_sem = sem_test_new(c, "f", 1, 3000, 0);
-  f.waiter_sem = sem_test_new(c, "f", 1, 3000, 0);
-  f.held = sem_try(base, f.holder_sem);
-  TH_ASSERT_EQ(f.held.status, SLUICE_OK);
+  fo_hold(base, c, &f, "f", 3000);
   TH_ASSERT_EQ(sluice_sem_acquire(f.waiter_sem, 30000, acq_cb, &f.waited, NULL), SLUICE_OK);
-  f.dq = dqt_queue(c, "fq");
-  sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "fq", NULL, on_msg, &f.g, &con), SLUICE_OK);
-  push_until_delivered(base, &f, th_now_ms());
+  fo_queue(base, c, &f, "fq");
   th_loop_for(base, 200);
   TH_ASSERT_EQ(f.waited.done, 0);
 
@@ -626,17 +611,10 @@ static void test_failover(void) {
   sluice_client_get_health(c, &h);
   TH_ASSERT_EQ(h.command_up, 1);
   sluice_permit_release(f.waited.permit, NULL, NULL);
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(f.dq);
-  sluice_sem_free(f.holder_sem);
-  sluice_sem_free(f.waiter_sem);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  th_cluster_stop(&topo);
+  fo_finish(base, c, &f);
 }
 
-static int rejoin(th_node *m) { return th_cluster_resume_node(&topo, m); }
+static int rejoin(void *m) { return th_cluster_resume_node(&topo, m); }
 
 static void on_lost(sluice_permit *p, int reason, void *ud) { ++*(int *)ud; }
 
@@ -684,10 +662,7 @@ static void test_pause_master(void) {
   th_node *m = th_cluster_master_for_key(&topo, "{p}");
   char qname[32];
   name_on(m, "dq", qname, sizeof qname); /* the queue on the same master */
-  f.holder_sem = sem_test_new(c, "p", 1, 2000, 0);
-  f.waiter_sem = sem_test_new(c, "p", 1, 2000, 0);
-  f.held = sem_try(base, f.holder_sem);
-  TH_ASSERT_EQ(f.held.status, SLUICE_OK);
+  fo_hold(base, c, &f, "p", 2000);
   TH_ASSERT_EQ(sluice_permit_replicated(f.held.permit), 1);
   int lost = 0;
   sluice_permit_set_lost_cb(f.held.permit, on_lost, &lost);
@@ -695,10 +670,7 @@ static void test_pause_master(void) {
   snprintf(holder_id, sizeof holder_id, "%s", sluice_permit_id(f.held.permit));
   uint64_t asked = th_now_ms();
   TH_ASSERT_EQ(sluice_sem_acquire(f.waiter_sem, 20000, acq_cb, &f.waited, NULL), SLUICE_OK);
-  f.dq = dqt_queue(c, qname);
-  sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, qname, NULL, on_msg, &f.g, &con), SLUICE_OK);
-  push_until_delivered(base, &f, th_now_ms());
+  fo_queue(base, c, &f, qname);
 
   uint64_t t0 = th_now_ms();
   in_child_under_loop(base, pause_master, m);
@@ -749,15 +721,7 @@ static void test_pause_master(void) {
     th_loop_for(base, 100);
   }
   sluice_permit_release(again.permit, NULL, NULL);
-
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(f.dq);
-  sluice_sem_free(f.holder_sem);
-  sluice_sem_free(f.waiter_sem);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  th_cluster_stop(&topo);
+  fo_finish(base, c, &f);
 }
 
 /* A release sent while the master is stopped (it cannot be answered there)
@@ -766,7 +730,7 @@ static void test_pause_master(void) {
 static void test_release_during_pause(void) {
   start(1);
   struct event_base *base = event_base_new();
-  sluice_client *c = client_at(base, url);
+  sluice_client *c = sem_test_client_at(base, url, 2000);
   if (getenv("TEST_LOG")) sluice_client_set_log_cb(c, print_log, NULL);
   sluice_sem *hs = sem_test_new(c, "r", 1, 30000, 0), *ws = sem_test_new(c, "r", 1, 30000, 0);
   acq_result h = sem_try(base, hs);
@@ -775,15 +739,11 @@ static void test_release_during_pause(void) {
   TH_ASSERT_EQ(sluice_sem_acquire(ws, 60000, acq_cb, &w, NULL), SLUICE_OK);
   th_loop_for(base, 300); /* queued, its replica in sync */
   th_node *m = th_cluster_master_for_key(&topo, "{r}");
-  pid_t pid = fork();
-  TH_ASSERT(pid >= 0);
-  if (pid == 0) _exit(pause_master(m) == 0 ? 0 : 1);
+  pid_t pausing = th_child_start(pause_master, m);
   th_loop_for(base, 300); /* stopped by now */
   uint64_t t0 = th_now_ms();
   sluice_permit_release(h.permit, NULL, NULL);
-  int st = 0;
-  while (waitpid(pid, &st, WNOHANG) == 0 && th_now_ms() - t0 < 60000) th_loop_for(base, 20);
-  TH_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  th_loop_until_child(base, pausing, 60000);
   m->paused = 1;
   TH_ASSERT_EQ(th_cluster_wait_ok(&topo, 30000), 0);
   uint64_t took = th_now_ms() - t0;
@@ -794,10 +754,7 @@ static void test_release_during_pause(void) {
   sluice_permit_release(w.permit, NULL, NULL);
   sluice_sem_free(hs);
   sluice_sem_free(ws);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  th_cluster_stop(&topo);
+  finish(base, c);
 }
 
 /* ---- a node joins, a node leaves ----------------------------------------- */
@@ -824,8 +781,6 @@ static int slot_at_port_everywhere(unsigned slot, int port, const th_node *extra
 
 static th_node joiner;
 static unsigned join_slot;
-static int move_to_joiner(th_node *from) { return migrate_slowly(from, &joiner, join_slot, 20); }
-static int move_back(th_node *to) { return migrate_slowly(&joiner, to, join_slot, 20); }
 
 typedef struct churn {
   sluice_sem *sem;
@@ -851,19 +806,15 @@ static void churn_tick(evutil_socket_t fd, short what, void *arg) {
   TH_ASSERT_EQ(sluice_sem_acquire(ch->sem, 2000, churn_cb, ch, NULL), SLUICE_OK);
 }
 
-/* Runs the loop while a child runs what(arg); then until the whole cluster
- * maps join_slot to port. */
-static void under_churn(struct event_base *base, int (*what)(th_node *), th_node *arg, int port) {
-  pid_t pid = fork();
-  TH_ASSERT(pid >= 0);
-  if (pid == 0) _exit(what(arg) == 0 ? 0 : 1);
-  int st = 0;
+/* Runs the loop while a child moves join_slot between from and to; then
+ * until the whole cluster maps it to `to`. */
+static void under_churn(struct event_base *base, th_node *from, th_node *to) {
   uint64_t until = th_now_ms() + 60000;
-  while (waitpid(pid, &st, WNOHANG) == 0 && th_now_ms() < until) th_loop_for(base, 20);
-  TH_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-  while (!slot_at_port_everywhere(join_slot, port, &joiner) && th_now_ms() < until)
+  slot_move mv = {from, to, join_slot, 20};
+  th_loop_until_child(base, th_child_start(move_slot, &mv), 60000);
+  while (!slot_at_port_everywhere(join_slot, to->port, &joiner) && th_now_ms() < until)
     th_loop_for(base, 20);
-  TH_ASSERT(slot_at_port_everywhere(join_slot, port, &joiner));
+  TH_ASSERT(slot_at_port_everywhere(join_slot, to->port, &joiner));
 }
 
 /* A master that joins the cluster after the client started (never a seed,
@@ -912,7 +863,7 @@ static void test_join_leave(void) {
   }
 
   struct event_base *base = event_base_new();
-  sluice_client *c = client_at(base, url);
+  sluice_client *c = sem_test_client_at(base, url, 2000);
   churn ch = {0};
   ch.sem = sem_test_new(c, "j", 1, 3000, 0);
   ch.tick = event_new(base, -1, EV_PERSIST, churn_tick, &ch);
@@ -923,7 +874,7 @@ static void test_join_leave(void) {
   join_slot = th_keyslot("{j}", 3);
   th_node *home = th_cluster_master_for_slot(&topo, join_slot);
 
-  under_churn(base, move_to_joiner, home, joiner.port);
+  under_churn(base, home, &joiner);
   int before = ch.ok;
   th_loop_for(base, 500);
   printf("# on the new node: %d grants in 0.5 s, %d failed so far\n", ch.ok - before, ch.failed);
@@ -932,7 +883,7 @@ static void test_join_leave(void) {
   TH_ASSERT(meta && meta->type == REDIS_REPLY_INTEGER && meta->integer == 1);
   freeReplyObject(meta);
 
-  under_churn(base, move_back, home, home->port);
+  under_churn(base, &joiner, home);
   for (int i = 0; i < topo.n; i++)
     if (topo.node[i].is_master) node_ok(&topo.node[i], "CLUSTER FORGET %s", joiner.id);
   char conf[300];
@@ -949,28 +900,13 @@ static void test_join_leave(void) {
   until = th_now_ms() + 5000;
   while (ch.inflight && th_now_ms() < until) th_loop_for(base, 10);
   sluice_sem_free(ch.sem);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  th_cluster_stop(&topo);
+  finish(base, c);
 }
 
 /* ---- the tool ------------------------------------------------------------ */
 
-/* `sluice ARGS` through sh, with SLUICE_REDIS the cluster's URL; its output (first 1 KB)
- * into out, its exit status returned. */
-static int tool(char *out, size_t size, const char *args) {
-  const char *bin = getenv("SLUICE_BIN");
-  TH_ASSERT(bin != NULL);
-  char cmd[1024];
-  snprintf(cmd, sizeof cmd, "SLUICE_REDIS='%s' %s %s 2>&1", url, bin, args);
-  FILE *p = popen(cmd, "r");
-  TH_ASSERT(p != NULL);
-  size_t n = fread(out, 1, size - 1, p);
-  out[n] = '\0';
-  int st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+/* The tool on this topology's URL (th_tool). */
+static int tool(char *out, size_t size, const char *args) { return th_tool(url, out, size, args); }
 
 /* sem run / status / release, rl check, dq push / consume / status and top,
  * unchanged but for the URL. */

@@ -20,26 +20,29 @@ static char url[TH_CLUSTER_MAX * 24 + 32];
 static th_node *src, *dst;
 static unsigned cur_slot;
 
-static redisReply *node_cmd(const th_node *n, const char *fmt, ...) {
+/* One command on a fresh connection to n; NULL if no reply came. */
+static redisReply *node_vcmd(const th_node *n, const char *fmt, va_list ap) {
   redisContext *x = th_node_connect(n);
   TH_ASSERT(x != NULL);
+  redisReply *r = redisvCommand(x, fmt, ap);
+  redisFree(x);
+  return r;
+}
+
+static redisReply *node_cmd(const th_node *n, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  redisReply *r = redisvCommand(x, fmt, ap);
+  redisReply *r = node_vcmd(n, fmt, ap);
   va_end(ap);
-  redisFree(x);
   TH_ASSERT(r != NULL);
   return r;
 }
 
 static void node_ok(const th_node *n, const char *fmt, ...) {
-  redisContext *x = th_node_connect(n);
-  TH_ASSERT(x != NULL);
   va_list ap;
   va_start(ap, fmt);
-  redisReply *r = redisvCommand(x, fmt, ap);
+  redisReply *r = node_vcmd(n, fmt, ap);
   va_end(ap);
-  redisFree(x);
   if (!r || r->type == REDIS_REPLY_ERROR)
     th_fail(__FILE__, __LINE__, "%s: %s", n->addr, r ? r->str : "no reply");
   freeReplyObject(r);
@@ -70,8 +73,10 @@ static void assert_on_source(const char *const *keys) {
       th_fail(__FILE__, __LINE__, "%s missing on %s", keys[i], src->addr);
 }
 
-/* The hash tag's slot starts migrating from its master to another one. */
-static void migrating(const char *tag) {
+/* The hash tag's slot starts migrating from its master to another one;
+ * every one of keys (NULL-terminated; NULL: none) is still on the source,
+ * so the step's script runs there. */
+static void migrating(const char *tag, const char *const *keys) {
   cur_slot = th_keyslot(tag, strlen(tag));
   src = th_cluster_master_for_slot(&topo, cur_slot);
   dst = NULL;
@@ -80,6 +85,7 @@ static void migrating(const char *tag) {
   TH_ASSERT(src && dst);
   node_ok(dst, "CLUSTER SETSLOT %u IMPORTING %s", cur_slot, src->id);
   node_ok(src, "CLUSTER SETSLOT %u MIGRATING %s", cur_slot, dst->id);
+  if (keys) assert_on_source(keys);
 }
 
 static void stable(void) {
@@ -87,16 +93,17 @@ static void stable(void) {
   node_ok(src, "CLUSTER SETSLOT %u STABLE", cur_slot);
 }
 
-static sluice_client *client_at(struct event_base *base) {
-  sluice_client_options o;
-  sluice_client_options_init(&o);
-  o.url = url;
-  o.reconnect_min_ms = 20;
-  o.reconnect_max_ms = 200;
-  o.op_timeout_ms = 2000;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
-  return c;
+/* The case's cluster (three masters, no replicas) and a client of it. */
+static sluice_client *start(struct event_base *base) {
+  TH_ASSERT_EQ(th_cluster_start(&topo, 3, 0), 0);
+  snprintf(url, sizeof url, "redis+cluster://%s", topo.seeds);
+  return sem_test_client_at(base, url, 2000);
+}
+
+static void finish(struct event_base *base, sluice_client *c) {
+  client_close_drain(base, c);
+  event_base_free(base);
+  th_cluster_stop(&topo);
 }
 
 static unsigned long long redis_errors(const sluice_client *c) {
@@ -155,6 +162,16 @@ static void release_wait(struct event_base *base, sluice_permit *p, int want) {
   TH_ASSERT_EQ(d.status, want);
 }
 
+/* An acquire on s (timeout_ms) into *r that queues: not answered
+ * settle_ms later. */
+static void acquire_queued(struct event_base *base, sluice_sem *s, unsigned timeout_ms,
+                           unsigned settle_ms, acq_result *r) {
+  memset(r, 0, sizeof *r);
+  TH_ASSERT_EQ(sluice_sem_acquire(s, timeout_ms, acq_cb, r, NULL), SLUICE_OK);
+  th_loop_for(base, settle_ms);
+  TH_ASSERT_EQ(r->done, 0);
+}
+
 /* The last holder releases while a waiter queues (fair and non-fair): the
  * release empties the holders, the hand-off still runs. */
 static void release_last(struct event_base *base, sluice_client *c, int fair) {
@@ -166,14 +183,11 @@ static void release_last(struct event_base *base, sluice_client *c, int fair) {
   sluice_sem *w = sem_test_new(c, name, 1, 5000, fair);
   acq_result held = sem_try(base, a);
   TH_ASSERT_EQ(held.status, SLUICE_OK);
-  acq_result waited = {0};
-  TH_ASSERT_EQ(sluice_sem_acquire(w, 15000, acq_cb, &waited, NULL), SLUICE_OK);
-  th_loop_for(base, 300);
-  TH_ASSERT_EQ(waited.done, 0);
+  acq_result waited;
+  acquire_queued(base, w, 15000, 300, &waited);
   char tag[16];
   snprintf(tag, sizeof tag, "{%s}", name);
-  migrating(tag);
-  assert_on_source(ptrs);
+  migrating(tag, ptrs);
 
   done_status rel = {0};
   TH_ASSERT_EQ(sluice_permit_release(held.permit, on_release, &rel), SLUICE_OK);
@@ -208,12 +222,9 @@ static void expired_renew_leave(struct event_base *base, sluice_client *c) {
   sluice_sem *l = sem_with(c, name, 900, 0, 1);
   acq_result held = sem_try(base, a);
   TH_ASSERT_EQ(held.status, SLUICE_OK);
-  acq_result waited = {0};
-  TH_ASSERT_EQ(sluice_sem_acquire(w, 15000, acq_cb, &waited, NULL), SLUICE_OK);
-  th_loop_for(base, 100);
-  TH_ASSERT_EQ(waited.done, 0);
-  migrating("{exp}");
-  assert_on_source(ptrs);
+  acq_result waited;
+  acquire_queued(base, w, 15000, 100, &waited);
+  migrating("{exp}", ptrs);
   /* The waiter's next attempt comes when the lease ends; all keys are there. */
   TH_ASSERT(th_loop_until(base, &waited.done, 5000));
   printf("# acquire after every lease expired: %s\n", sluice_err_name(waited.status));
@@ -222,12 +233,9 @@ static void expired_renew_leave(struct event_base *base, sluice_client *c) {
   no_redis_errors(c, "acquire after expiry");
   stable();
 
-  acq_result left = {0};
-  TH_ASSERT_EQ(sluice_sem_acquire(l, 1500, acq_cb, &left, NULL), SLUICE_OK);
-  th_loop_for(base, 300);
-  TH_ASSERT_EQ(left.done, 0);
-  migrating("{exp}");
-  assert_on_source(ptrs);
+  acq_result left;
+  acquire_queued(base, l, 1500, 300, &left);
+  migrating("{exp}", ptrs);
   TH_ASSERT(th_loop_until(base, &left.done, 5000));
   printf("# waiter giving up: %s\n", sluice_err_name(left.status));
   TH_ASSERT_EQ(left.status, SLUICE_ETIMEDOUT);
@@ -250,7 +258,7 @@ static void expired_renew_leave(struct event_base *base, sluice_client *c) {
 static void renew_expired_direct(void) {
   const char *h = "sluice:sem:{ren}:holders";
   node_ok(th_cluster_master_for_key(&topo, h), "ZADD %s 1 gone", h);
-  migrating("{ren}");
+  migrating("{ren}", NULL);
   redisReply *r = node_cmd(src, "EVAL %s 1 %s 1000 60000 gone other", sluice__lua_sem_renew.body, h);
   printf("# sem_renew, expired only holder then another id: %s\n",
          r->type == REDIS_REPLY_ERROR ? r->str : "ok");
@@ -262,19 +270,14 @@ static void renew_expired_direct(void) {
 }
 
 static void test_semaphores(void) {
-  TH_ASSERT_EQ(th_cluster_start(&topo, 3, 0), 0);
-  snprintf(url, sizeof url, "redis+cluster://%s", topo.seeds);
   struct event_base *base = event_base_new();
-  sluice_client *c = client_at(base);
+  sluice_client *c = start(base);
   release_last(base, c, 0);
   release_last(base, c, 1);
   expired_renew_leave(base, c);
   renew_expired_direct();
   no_redis_errors(c, "semaphores");
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  th_cluster_stop(&topo);
+  finish(base, c);
 }
 
 /* ---- limiters -------------------------------------------------------------- */
@@ -293,10 +296,8 @@ static void on_rl(sluice_limiter *lim, int status, const sluice_rl_result *res, 
 /* Every algorithm on a migrating slot, two checks of one key in one call; the
  * sliding log once all its entries expired (its key kept alive meanwhile). */
 static void test_limiters(void) {
-  TH_ASSERT_EQ(th_cluster_start(&topo, 3, 0), 0);
-  snprintf(url, sizeof url, "redis+cluster://%s", topo.seeds);
   struct event_base *base = event_base_new();
-  sluice_client *c = client_at(base);
+  sluice_client *c = start(base);
   static const struct {
     sluice_rl_algo algo;
     const char *name, *suffix;
@@ -322,9 +323,8 @@ static void test_limiters(void) {
     th_node *home = th_cluster_master_for_key(&topo, key);
     node_ok(home, "PEXPIRE %s 60000", key);
     if (algos[i].algo == SLUICE_RL_SLIDING_LOG) th_loop_for(base, 1100); /* all expired */
-    migrating(tag);
     const char *ptrs[] = {key, NULL};
-    assert_on_source(ptrs);
+    migrating(tag, ptrs);
     memset(&r, 0, sizeof r);
     TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 1, on_rl, &r), SLUICE_OK);
     TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 2, on_rl, &r), SLUICE_OK);
@@ -342,10 +342,7 @@ static void test_limiters(void) {
     stable();
     sluice_limiter_free(lim);
   }
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  th_cluster_stop(&topo);
+  finish(base, c);
 }
 
 /* ---- delay queue ----------------------------------------------------------- */
@@ -402,10 +399,8 @@ static void status_cb(sluice_dq *dq, int status, void *ud) {
 }
 
 static void test_queue(void) {
-  TH_ASSERT_EQ(th_cluster_start(&topo, 3, 0), 0);
-  snprintf(url, sizeof url, "redis+cluster://%s", topo.seeds);
   struct event_base *base = event_base_new();
-  sluice_client *c = client_at(base);
+  sluice_client *c = start(base);
   const char *keys[] = {"sluice:dq:{q}:z", "sluice:dq:{q}:f", "sluice:dq:{q}:d",
                         "sluice:dq:{q}:h", "sluice:dq:{q}:w", NULL};
   th_node *home = th_cluster_master_for_key(&topo, keys[0]);
@@ -441,8 +436,7 @@ static void test_queue(void) {
   TH_ASSERT(th_loop_until(base, &q.m1_deliveries, 5000));
   th_loop_for(base, 200);
   node_ok(home, "RPUSH %s 1 1 1 1", keys[4]); /* the wake list exists */
-  migrating("{q}");
-  assert_on_source(keys);
+  migrating("{q}", keys);
 
   /* m1's deadline passes; its late ack changes nothing; the next take
    * requeues it (the last in flight) and takes it again. */
@@ -481,8 +475,7 @@ static void test_queue(void) {
   TH_ASSERT(th_loop_until(base, &q.m2_deliveries, 5000));
   th_loop_for(base, 200);
   node_ok(home, "RPUSH %s 1 1 1 1", keys[4]);
-  migrating("{q}");
-  assert_on_source(keys);
+  migrating("{q}", keys);
   done_status rq = {0}, cx = {0};
   TH_ASSERT_EQ(sluice_dq_cancel(dq, "later", status_cb, &cx), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &cx.done, 5000));
@@ -510,10 +503,7 @@ static void test_queue(void) {
 
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  th_cluster_stop(&topo);
+  finish(base, c);
 }
 
 int main(int argc, char **argv) {

@@ -163,6 +163,29 @@ static sluice_client *fake_client(struct event_base *base, const fake *f) {
   return c;
 }
 
+/* A client of a TCP fake through a redis+cluster:// URL. */
+static sluice_client *fake_cluster_client(struct event_base *base, const fake *f,
+                                          unsigned op_timeout_ms) {
+  char url[64];
+  snprintf(url, sizeof url, "redis+cluster://127.0.0.1:%d", f->port);
+  sluice_client_options o;
+  sluice_client_options_init(&o);
+  o.url = url;
+  o.op_timeout_ms = op_timeout_ms;
+  sluice_client *c = NULL;
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  return c;
+}
+
+/* The end of a case against a fake: its semaphore, client and loop freed
+ * (the loop drained first), then the fake stopped. */
+static void fake_case_done(fake *f, struct event_base *base, sluice_client *c, sluice_sem *s) {
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+  fake_stop(f);
+}
+
 typedef struct info_r {
   int done, status;
 } info_r;
@@ -190,10 +213,7 @@ static void sem_steps_answer(const char *reply, int expected) {
   TH_ASSERT_EQ(sluice_sem_inspect(s, info_cb, &ir), 0);
   TH_ASSERT(th_loop_until(base, &ir.done, 2000));
   TH_ASSERT_EQ(ir.status, expected);
-  sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
-  fake_stop(&f);
+  fake_case_done(&f, base, c, s);
 }
 
 static void test_integer_instead_of_array(void) { sem_steps_answer(":7\r\n", SLUICE_EPROTOCOL); }
@@ -212,10 +232,7 @@ static void test_garbage_bytes(void) {
   sluice_sem *s = sem_test_new(c, "m", 1, 1000, 0);
   acq_result t = sem_try(base, s);
   TH_ASSERT_EQ(t.status, SLUICE_EINDOUBT);
-  sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
-  fake_stop(&f);
+  fake_case_done(&f, base, c, s);
 }
 
 /* A granted permit whose renewal gets nonsense: the permit is not renewed,
@@ -238,10 +255,7 @@ static void test_renewal_nonsense(void) {
   TH_ASSERT(th_loop_until(base, &reason, 2000));
   TH_ASSERT_EQ(reason, SLUICE_LOST_UNCERTAIN);
   sluice_permit_release(t.permit, NULL, NULL);
-  sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
-  fake_stop(&f);
+  fake_case_done(&f, base, c, s);
 }
 
 /* A cluster node that redirects every step to itself: the step follows a
@@ -251,14 +265,7 @@ static void moved_forever(const char *moved, int expected) {
   fake f;
   fake_start_tcp(&f, moved, NULL);
   struct event_base *base = event_base_new();
-  char url[64];
-  snprintf(url, sizeof url, "redis+cluster://127.0.0.1:%d", f.port);
-  sluice_client_options o;
-  sluice_client_options_init(&o);
-  o.url = url;
-  o.op_timeout_ms = 3000;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  sluice_client *c = fake_cluster_client(base, &f, 3000);
   sluice_sem *s = sem_test_new(c, "m", 1, 1000, 0);
   uint64_t t0 = th_now_ms();
   acq_result r = sem_try(base, s);
@@ -267,11 +274,7 @@ static void moved_forever(const char *moved, int expected) {
   const char *err = sluice_client_last_error(c);
   if (expected == SLUICE_ECONNECTION && !strstr(err, "redirects"))
     th_fail(__FILE__, __LINE__, "unclear error: \"%s\"", err);
-  sluice_sem_free(s);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  fake_stop(&f);
+  fake_case_done(&f, base, c, s);
 }
 
 static void test_moved_to_itself(void) {
@@ -292,24 +295,13 @@ static void test_slots_nonsense(void) {
   fake f;
   fake_start_tcp(&f, "+OK\r\n", ":7\r\n");
   struct event_base *base = event_base_new();
-  char url[64];
-  snprintf(url, sizeof url, "redis+cluster://127.0.0.1:%d", f.port);
-  sluice_client_options o;
-  sluice_client_options_init(&o);
-  o.url = url;
-  o.op_timeout_ms = 2000;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  sluice_client *c = fake_cluster_client(base, &f, 2000);
   sluice_sem *s = sem_test_new(c, "m", 1, 1000, 0);
   acq_result r = sem_try(base, s);
   TH_ASSERT_EQ(r.status, SLUICE_ECONNECTION);
   const char *err = sluice_client_last_error(c);
   if (!strstr(err, "CLUSTER SLOTS")) th_fail(__FILE__, __LINE__, "unclear error: \"%s\"", err);
-  sluice_sem_free(s);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
-  fake_stop(&f);
+  fake_case_done(&f, base, c, s);
 }
 
 int main(int argc, char **argv) {
