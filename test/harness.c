@@ -384,9 +384,15 @@ pid_t th_child_start(int (*fn)(void *arg), void *arg) {
 
 void th_loop_until_child(struct event_base *base, pid_t pid, unsigned timeout_ms) {
   int st = 0;
+  pid_t done = 0;
   uint64_t until = th_now_ms() + timeout_ms;
-  while (waitpid(pid, &st, WNOHANG) == 0 && th_now_ms() < until) th_loop_for(base, 20);
-  TH_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  while ((done = waitpid(pid, &st, WNOHANG)) == 0 && th_now_ms() < until) th_loop_for(base, 20);
+  if (done == 0) { /* still running: stop it, and the case fails */
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    th_fail(__FILE__, __LINE__, "child %d still running after %u ms", (int)pid, timeout_ms);
+  }
+  TH_ASSERT(done == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
 int th_tool(const char *url, char *out, size_t size, const char *args) {

@@ -102,9 +102,8 @@ uint64_t th_now_ms(void);
 /* Work that blocks (the topology helpers' waits) done while the case's loop
  * keeps running: th_child_start forks a child that runs fn(arg) and exits
  * 0 if it returned 0, else 1; th_loop_until_child runs the loop until that
- * child exits or timeout_ms passes, and fails the case if it exited other
- * than 0. (A child still running at timeout_ms is neither waited for nor,
- * here, a failure.) */
+ * child exits, and fails the case if it exited other than 0 or is still
+ * running after timeout_ms (then it is killed). */
 pid_t th_child_start(int (*fn)(void *arg), void *arg);
 void th_loop_until_child(struct event_base *base, pid_t pid, unsigned timeout_ms);
 
