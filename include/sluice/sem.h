@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 /* See local_handoff below. */
-#define SLUICE_LOCAL_HANDOFFS_MAX 32
+#define SLUICE_LOCAL_HANDOFFS_MAX 16
 
 typedef struct sluice_sem_options {
   unsigned permits;        /* >= 1; default 1 */
