@@ -5,7 +5,9 @@
 #                    [--build DIR]
 #   bench/run.sh gateway            (the same)
 #
-# Modes: sluice, sluice-fair (the semaphore fair: --fair), no-sluice.
+# Modes: sluice, sluice-fair (the semaphore fair: --fair), sluice-local
+# (--local-handoff: a released permit goes straight to a request waiting in
+# the same gateway), no-sluice.
 # Builds the release build (build-bench/, as bench/run.sh does), starts a
 # private redis-server on a unix socket in a temporary directory, and for
 # each mode (sluice, no-sluice) and connection count runs the gateway and
@@ -134,6 +136,7 @@ for mode in $modes; do
     case $mode in
       sluice) ;;
       sluice-fair) args+=(--fair) ;;
+      sluice-local) args+=(--local-handoff) ;;
       no-sluice) args+=(--no-sluice) ;;
       *) echo "gateway.sh: unknown mode $mode" >&2; exit 2 ;;
     esac

@@ -33,7 +33,8 @@
  *   gateway [--listen ADDR] [--port N] [--redis URL] [--permits N]
  *           [--rate N] [--period MS] [--burst N] [--work-ms MS]
  *           [--queue-timeout MS] [--op-timeout MS] [--followup-every N]
- *           [--followup-delay MS] [--prefix P] [--fair] [--no-sluice] [--quiet]
+ *           [--followup-delay MS] [--prefix P] [--fair] [--local-handoff]
+ *           [--no-sluice] [--quiet]
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -83,7 +84,7 @@ struct gw {
   struct event_base *base;
   struct evhttp *http;
   struct event *sigint, *sigterm;
-  int use_sluice, quiet, stopping, fair;
+  int use_sluice, quiet, stopping, fair, local_handoff;
   /* options */
   const char *listen_addr, *redis_url, *prefix;
   int port;
@@ -486,6 +487,7 @@ static void usage(FILE *f) {
       "  --followup-every N    push a follow-up job every N requests (default 10; 0 off)\n"
       "  --followup-delay MS   follow-up delay (default 100)\n"
       "  --fair                grant permits in arrival order (fair semaphore)\n"
+      "  --local-handoff       a released permit goes straight to a request waiting here\n"
       "  --no-sluice           same work without Redis (in-process permits, no limit)\n"
       "  --quiet               no progress lines\n");
 }
@@ -531,6 +533,8 @@ static int parse_args(gw *g, int argc, char **argv) {
       g->use_sluice = 0;
     } else if (strcmp(a, "--fair") == 0) {
       g->fair = 1;
+    } else if (strcmp(a, "--local-handoff") == 0) {
+      g->local_handoff = 1;
     } else if (strcmp(a, "--quiet") == 0) {
       g->quiet = 1;
     } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -594,6 +598,7 @@ static int start_sluice(gw *g) {
    * that crashed within seconds, and renewal (ttl/3) never runs. */
   so.ttl_ms = 5000;
   so.fair = g->fair;
+  so.local_handoff = g->local_handoff;
   so.fail_fast = 1; /* Redis unreachable: 503 at once, not after the queue timeout */
   if ((rc = sluice_sem_new(g->client, "gateway-work", &so, &g->sem)) != SLUICE_OK) goto fail;
 
