@@ -217,11 +217,8 @@ static void probe_next(sluice__cluster *cl) {
     int i = (int)(cl->probe++ % (unsigned)cl->nbook);
     node *n = node_get(cl, cl->book[i].host, strlen(cl->book[i].host), cl->book[i].port);
     if (!n) continue;
-    if (n->conn.state == SLUICE_CONN_IDLE) {
-      sluice__conn_start(&n->conn);
-      return;
-    }
-    if (n->conn.state == SLUICE_CONN_WAITING) { /* retrying already: try now */
+    /* Idle, or waiting to retry (then it tries now). */
+    if (n->conn.state == SLUICE_CONN_IDLE || n->conn.state == SLUICE_CONN_WAITING) {
       sluice__conn_start(&n->conn);
       return;
     }
