@@ -710,6 +710,7 @@ static int worker_main(int idx) {
   so.permits = PERMITS;
   so.ttl_ms = TTL_MS;
   so.heartbeat_ms = TTL_MS; /* a handed-off permit's first lease is one heartbeat */
+  so.local_handoff = idx % 2; /* half the workers hand leases on in-process */
   sluice_limiter_options lo;
   sluice_limiter_options_init(&lo);
   lo.algo = SLUICE_RL_SLIDING_LOG;
@@ -724,6 +725,7 @@ static int worker_main(int idx) {
   sluice_sem_options nro = so;
   nro.permits = NR_PERMITS;
   nro.auto_renew = 0;
+  nro.local_handoff = 0;
   if (sluice_sem_new(w->client, SEM_NAME, &so, &w->sem) != SLUICE_OK ||
       sluice_sem_new(w->client, NR_NAME, &nro, &w->nr_sem) != SLUICE_OK ||
       sluice_limiter_new(w->client, RL_NAME, &lo, &w->lim) != SLUICE_OK ||
