@@ -718,10 +718,11 @@ static void test_hand_off_many_in_one_step(void) {
 
 /* ---- local hand-off ------------------------------------------------------ */
 
-static sluice_sem *sem_local_handoff(sluice_client *c, const char *name, int fair) {
+static sluice_sem *sem_local_handoff(sluice_client *c, const char *name, unsigned permits,
+                                     int fair) {
   sluice_sem_options o;
   sluice_sem_options_init(&o);
-  o.permits = 1;
+  o.permits = permits;
   o.ttl_ms = 10000;
   o.fair = fair;
   o.local_handoff = 1;
@@ -778,7 +779,7 @@ static void handoff_granted(sluice_sem *sem, int status, sluice_permit *permit, 
  * Redis's queue, one holder in Redis throughout. */
 static void test_local_handoff_passes_lease(void) {
   sem_fx fx = sem_fx_open();
-  sluice_sem *s = sem_local_handoff(fx.c, "lh", 0);
+  sluice_sem *s = sem_local_handoff(fx.c, "lh", 1, 0);
   acq_result a = sem_try(fx.base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
   char id[33];
@@ -840,7 +841,7 @@ static void chain_granted(sluice_sem *sem, int status, sluice_permit *permit, vo
 
 static void test_local_handoff_bounded(void) {
   sem_fx fx = sem_fx_open();
-  sluice_sem *s = sem_local_handoff(fx.c, "lhb", 0);
+  sluice_sem *s = sem_local_handoff(fx.c, "lhb", 1, 0);
   acq_result a = sem_try(fx.base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
   chain_link w[CHAIN];
@@ -872,13 +873,7 @@ static void test_local_handoff_bounded(void) {
 /* Two releases in one loop turn go to two different waiters. */
 static void test_local_handoff_two_in_one_turn(void) {
   sem_fx fx = sem_fx_open();
-  sluice_sem_options o;
-  sluice_sem_options_init(&o);
-  o.permits = 2;
-  o.ttl_ms = 10000;
-  o.local_handoff = 1;
-  sluice_sem *s = NULL;
-  TH_ASSERT_EQ(sluice_sem_new(fx.c, "lh2", &o, &s), SLUICE_OK);
+  sluice_sem *s = sem_local_handoff(fx.c, "lh2", 2, 0);
   acq_result h[2], w[2];
   memset(w, 0, sizeof w);
   h[0] = sem_try(fx.base, s);
@@ -911,7 +906,7 @@ static void test_local_handoff_two_in_one_turn(void) {
 /* Fair order belongs to Redis's queue: no local hand-off. */
 static void test_local_handoff_not_fair(void) {
   sem_fx fx = sem_fx_open();
-  sluice_sem *s = sem_local_handoff(fx.c, "lhf", 1);
+  sluice_sem *s = sem_local_handoff(fx.c, "lhf", 1, 1);
   acq_result a = sem_try(fx.base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
   char id[33];
@@ -945,7 +940,7 @@ static void release_then_free(sluice_sem *sem, int status, void *ud) {
 
 static void test_local_handoff_free_in_release_cb(void) {
   sem_fx fx = sem_fx_open();
-  sluice_sem *s = sem_local_handoff(fx.c, "lhx", 0);
+  sluice_sem *s = sem_local_handoff(fx.c, "lhx", 1, 0);
   acq_result a = sem_try(fx.base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
   acq_result w = {0};
