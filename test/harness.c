@@ -371,8 +371,14 @@ int th_loop_drain(struct event_base *base, unsigned timeout_ms) {
 }
 
 void th_loop_for(struct event_base *base, unsigned ms) {
+  /* libevent's clock may be the coarse one (a tick behind), so its timer
+   * can fire a few ms early: run on until ms have surely passed (+1: this
+   * clock is read in whole ms). */
+  uint64_t end = th_now_ms() + ms + 1;
   int never = 0;
   th_loop_until(base, &never, ms);
+  for (uint64_t now = th_now_ms(); now < end; now = th_now_ms())
+    th_loop_until(base, &never, (unsigned)(end - now));
 }
 
 pid_t th_child_start(int (*fn)(void *arg), void *arg) {
