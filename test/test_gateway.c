@@ -51,8 +51,9 @@ typedef struct gateway {
   int wrapped;  /* under a wrapper (valgrind): slow, RSS meaningless */
 } gateway;
 
-/* Start the gateway and read "gateway listening on 127.0.0.1:PORT" from it. */
-static void gateway_start(gateway *gw) {
+/* Start the gateway (extra: one more option, or NULL) and read "gateway
+ * listening on 127.0.0.1:PORT" from it. */
+static void gateway_start(gateway *gw, const char *extra) {
   const char *bin = getenv("SLUICE_GATEWAY");
   if (!bin || !*bin) th_fail(__FILE__, __LINE__, "SLUICE_GATEWAY not set");
   const char *wrap = getenv("SLUICE_GATEWAY_WRAPPER");
@@ -66,6 +67,7 @@ static void gateway_start(gateway *gw) {
                         "--op-timeout", "100", "--queue-timeout", "200",
                         "--followup-every", "5", "--followup-delay", "20", NULL};
   for (int i = 0; args[i]; i++) argv[n++] = args[i];
+  if (extra) argv[n++] = extra;
   argv[n] = NULL;
   int fds[2];
   TH_ASSERT(pipe(fds) == 0);
@@ -284,10 +286,10 @@ static long wait_stat(int port, const char *name, long want, unsigned timeout_ms
   }
 }
 
-static void test_redis_restart_under_load(void) {
+static void redis_restart_under_load(const char *extra) {
   signal(SIGPIPE, SIG_IGN);
   gateway gw;
-  gateway_start(&gw);
+  gateway_start(&gw, extra);
   unsigned scale = gw.wrapped ? 4 : 1;  /* valgrind: longer phases */
   TH_ASSERT_EQ(wait_stat(gw.port, "connected", 1, 10000 * scale), 1);
 
@@ -354,9 +356,17 @@ static void test_redis_restart_under_load(void) {
   TH_ASSERT_EQ(gateway_stop(&gw), 0);
 }
 
+static void test_redis_restart_under_load(void) { redis_restart_under_load(NULL); }
+
+/* The same with leases handed on inside the gateway (local_handoff). */
+static void test_redis_restart_under_load_local_handoff(void) {
+  redis_restart_under_load("--local-handoff");
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"redis_restart_under_load", test_redis_restart_under_load, 180},
+      {"redis_restart_under_load_local_handoff", test_redis_restart_under_load_local_handoff, 180},
       {NULL, NULL, 0}};
   return th_main(argc, argv, cases);
 }
