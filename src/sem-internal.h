@@ -9,10 +9,11 @@
  *
  * The parts never call back into sem.c; acquire and permit queue releases
  * through sem_release.c. One call goes up: with local_handoff, permit.c
- * offers a released lease to a waiter of sem_acquire.c instead. Every Redis step of a handle goes through one of
- * its three batchers, which its one flusher sends in a fixed order each loop
- * turn: releases first (they free permits for the attempts behind them),
- * then renewals (a lease about to run out matters more), then attempts.
+ * offers a released lease to a waiter of sem_acquire.c instead. Every Redis
+ * step of a handle goes through one of its three batchers, which its one
+ * flusher sends in a fixed order each loop turn: releases first (they free
+ * permits for the attempts behind them), then renewals (a lease about to run
+ * out matters more), then attempts.
  * While the handle's waiters are queued in Redis, attempts also wait for
  * the releases in flight to be answered (see sem_acquire.c).
  */

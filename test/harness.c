@@ -376,7 +376,6 @@ void th_loop_for(struct event_base *base, unsigned ms) {
    * clock is read in whole ms). */
   uint64_t end = th_now_ms() + ms + 1;
   int never = 0;
-  th_loop_until(base, &never, ms);
   for (uint64_t now = th_now_ms(); now < end; now = th_now_ms())
     th_loop_until(base, &never, (unsigned)(end - now));
 }

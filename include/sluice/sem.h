@@ -136,8 +136,8 @@ typedef void sluice_release_cb(sluice_sem *sem, int status, void *userdata);
 /* Release the permit and free its handle (invalid after this call, even when
  * an error is returned). cb may be NULL. With local_handoff the lease may go
  * to a waiter of the same handle instead, answered SLUICE_OK before that
- * waiter's grant. Releasing frees only this permit,
- * never another holder's; releasing a lost permit is harmless. After the
+ * waiter's grant. Releasing frees only this permit, never another holder's;
+ * releasing a lost permit is harmless. After the
  * client was closed it returns SLUICE_ECLOSED and the lease simply expires. */
 SLUICE_EXPORT int sluice_permit_release(sluice_permit *permit,
                                         sluice_release_cb *cb, void *userdata);
