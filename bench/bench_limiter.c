@@ -32,8 +32,8 @@
 #include <event2/event.h>
 #include <sluice/sluice.h>
 
-#include "limiter-internal.h"
-#include "script_args.h"
+#include "limiter/limiter.h"
+#include "core/script_args.h"
 
 #define KEYSPACE 10000
 #define LIMIT 1000

@@ -51,7 +51,7 @@
 #include <hiredis/hiredis.h>
 #include <sluice/sluice.h>
 
-#include "sem-internal.h"
+#include "sem/sem.h"
 
 #define PERMITS 1000000
 #define REPS 2

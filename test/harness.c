@@ -16,7 +16,7 @@
 #include <event2/event.h>
 
 #include "server_topo.h"
-#include "sluice-internal.h"
+#include "core/engine.h"
 
 th_redis th_server;
 const char *const *th_server_args;

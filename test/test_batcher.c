@@ -1,4 +1,4 @@
-/* The per-loop-turn batcher (src/batcher.c) without Redis: a fake `send`
+/* The per-loop-turn batcher (src/core/batcher.c) without Redis: a fake `send`
  * captures each call (its arguments and reply callback); the test answers
  * it later with a hand-built reply. */
 #include <string.h>
@@ -6,7 +6,7 @@
 #include <event2/event.h>
 #include <sluice/sluice.h>
 
-#include "batcher.h"
+#include "core/batcher.h"
 #include "harness.h"
 
 /* ---- the fake send --------------------------------------------------------- */

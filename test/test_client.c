@@ -6,8 +6,8 @@
 #include <sluice/sluice.h>
 
 #include "harness.h"
-#include "sluice-internal.h"
-#include "url.h"
+#include "core/engine.h"
+#include "net/url.h"
 
 typedef struct result {
   int done;

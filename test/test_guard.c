@@ -1,4 +1,4 @@
-/* The lifetime guard (src/guard.c) without Redis: a fake object with
+/* The lifetime guard (src/core/guard.c) without Redis: a fake object with
  * operations that complete from timers, on a guard home with a real
  * event_base. Checks the rule in guard.h: no callback inside _free,
  * cancellations from the loop, freeing from any callback is safe, memory
@@ -8,9 +8,9 @@
 #include <event2/event.h>
 #include <sluice/sluice.h>
 
-#include "guard.h"
+#include "core/guard.h"
 #include "harness.h"
-#include "sluice-internal.h"
+#include "core/engine.h"
 
 typedef struct fobj fobj;
 typedef void fobj_cb(fobj *o, int status, void *ud);

@@ -1,10 +1,10 @@
-/* The fixed-size latency histogram (src/histogram.c), without Redis: bucket
+/* The fixed-size latency histogram (src/base/histogram.c), without Redis: bucket
  * layout, the 12.5% bound on what a percentile reads back, the tail and
  * saturation edges. */
 #include <string.h>
 
 #include "harness.h"
-#include "histogram.h"
+#include "base/histogram.h"
 
 /* Every value lands in a bucket whose bounds hold it, buckets are in order
  * and none is wider than an eighth of its values. */

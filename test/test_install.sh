@@ -115,7 +115,7 @@ else
 fi
 if [ -x "$tmp/app" ] && "$tmp/app" >"$tmp/out" 2>&1 &&
    grep -qx "$(sed -n 's/^#define SLUICE_VERSION_STRING "\(.*\)"/\1/p' \
-      "$root"/*/include/sluice/sluice.h "$root"/*/*/include/sluice/sluice.h 2>/dev/null |
+      "$root"/*/include/sluice/common.h "$root"/*/*/include/sluice/common.h 2>/dev/null |
       head -n1) SLUICE_ETIMEDOUT" "$tmp/out"; then
   ok "the program runs against the installed library"
 else

@@ -10,8 +10,8 @@
 #include <sluice/sluice.h>
 
 #include "harness.h"
-#include "limiter-internal.h"
-#include "sluice-internal.h"
+#include "limiter/limiter.h"
+#include "core/engine.h"
 #include "topology.h"
 
 static const sluice_rl_algo all_algos[] = {SLUICE_RL_FIXED, SLUICE_RL_SLIDING_LOG,

@@ -1,11 +1,11 @@
-/* The in-process limiter (src/limiter_local.c) without Redis: each
+/* The in-process limiter (src/limiter/limiter_local.c) without Redis: each
  * algorithm's decisions at the exact edges, on a synthetic clock (in us).
  * cost stays within 1..limit (burst for GCRA): sluice_limiter_* reject
  * anything else before the local limiter sees it. */
 #include <sluice/sluice.h>
 
 #include "harness.h"
-#include "limiter-internal.h"
+#include "limiter/limiter.h"
 
 /* A window boundary for every period used here, far from 0. */
 #define B 1000000000ull

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "client-private.h" /* the client's sentinel link, to look at its list */
+#include "core/client.h" /* the client's sentinel link, to look at its list */
 #include "dq_util.h"
 #include "sem_util.h"
 #include "topology.h"

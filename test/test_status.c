@@ -1,4 +1,4 @@
-/* The status table (include/sluice/sluice.h) without Redis: every code has
+/* The status table (include/sluice/common.h) without Redis: every code has
  * its own name and message, unknown codes get a fixed answer, never NULL. */
 #include <limits.h>
 #include <string.h>

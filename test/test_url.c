@@ -1,4 +1,4 @@
-/* The URL parser (src/url.c) without Redis: every accepted form, what is
+/* The URL parser (src/net/url.c) without Redis: every accepted form, what is
  * rejected and with which status, and that a rejected URL leaves nothing
  * to free. */
 #include <string.h>
@@ -6,7 +6,7 @@
 #include <sluice/sluice.h>
 
 #include "harness.h"
-#include "url.h"
+#include "net/url.h"
 
 /* Parse url, expect OK, and compare every field (NULL: field unset). */
 static void expect_ok(const char *url, const char *host, int port, const char *path,

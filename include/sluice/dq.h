@@ -32,7 +32,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <sluice/sluice.h>
+#include <sluice/common.h>
 #include <sluice/types.h>
 
 #ifdef __cplusplus

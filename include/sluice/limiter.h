@@ -48,7 +48,7 @@
 #define SLUICE_LIMITER_H
 
 #include <stdint.h>
-#include <sluice/sluice.h>
+#include <sluice/common.h>
 #include <sluice/types.h>
 
 #ifdef __cplusplus

@@ -9,7 +9,7 @@
 --       decide only, write nothing; '0': take the units if they fit).
 -- Returns a flat array, four numbers per request, in order:
 --   allowed (1/0), remaining, retry_after_ms, reset_after_ms.
--- The layout is built by sluice__rl_check_* in src/script_args.c.
+-- The layout is built by sluice__rl_check_* in src/core/script_args.c.
 -- Locals, not globals: the per-request loop looks these up on every request.
 local rcall, tonumber, format = redis.call, tonumber, string.format
 local limit, period, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])

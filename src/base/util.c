@@ -1,0 +1,160 @@
+/* Small helpers shared by every module: clocks, randomness, reply decoding. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "base/util.h"
+
+long sluice__live_objects;
+
+void *sluice__calloc(size_t n, size_t size) {
+  void *p = calloc(n, size);
+  if (p) sluice__live_objects++;
+  return p;
+}
+
+void sluice__free(void *p) {
+  if (!p) return;
+  sluice__live_objects--;
+  free(p);
+}
+
+uint64_t sluice__mono_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+uint64_t sluice__mono_ms(void) { return sluice__mono_us() / 1000u; }
+
+static void fill_random(unsigned char *buf, size_t len) {
+  size_t got = 0;
+  while (got < len) {
+    ssize_t n = getrandom(buf + got, len - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    got += (size_t)n;
+  }
+  /* getrandom cannot fail on Linux >= 3.17 once the pool is seeded; if it
+   * ever does, mix clock and pid rather than hand out a constant id. */
+  for (size_t i = got; i < len; i++)
+    buf[i] = (unsigned char)((sluice__mono_us() >> (i % 8)) ^ (unsigned)getpid() ^ i);
+}
+
+void sluice__random_hex(char out[33]) {
+  static const char hex[] = "0123456789abcdef";
+  unsigned char raw[16];
+  fill_random(raw, sizeof raw);
+  for (int i = 0; i < 16; i++) {
+    out[2 * i] = hex[raw[i] >> 4];
+    out[2 * i + 1] = hex[raw[i] & 15];
+  }
+  out[32] = '\0';
+}
+
+uint32_t sluice__random_below(uint32_t n) {
+  uint32_t v;
+  if (n == 0) return 0;
+  fill_random((unsigned char *)&v, sizeof v);
+  return v % n;
+}
+
+int sluice__valid_name(const char *name) {
+  if (!name) return 0;
+  size_t len = strnlen(name, SLUICE_NAME_MAX + 1);
+  return len >= 1 && len <= SLUICE_NAME_MAX;
+}
+
+size_t sluice__fmt_u64(char *buf, uint64_t v) {
+  char tmp[24];
+  size_t n = 0;
+  do {
+    tmp[n++] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v);
+  for (size_t i = 0; i < n; i++) buf[i] = tmp[n - 1 - i];
+  buf[n] = '\0';
+  return n;
+}
+
+size_t sluice__fmt_i64(char *buf, int64_t v) {
+  if (v >= 0) return sluice__fmt_u64(buf, (uint64_t)v);
+  buf[0] = '-';
+  return 1 + sluice__fmt_u64(buf + 1, (uint64_t)0 - (uint64_t)v);
+}
+
+int sluice__reply_i64(const redisReply *r, int64_t *out) {
+  if (!r) return SLUICE_EPROTOCOL;
+  if (r->type == REDIS_REPLY_INTEGER) {
+    *out = (int64_t)r->integer;
+    return SLUICE_OK;
+  }
+  if (r->type == REDIS_REPLY_STRING && r->len > 0 && r->len < 24) {
+    char buf[24], *end;
+    memcpy(buf, r->str, r->len);
+    buf[r->len] = '\0';
+    errno = 0;
+    long long v = strtoll(buf, &end, 10);
+    if (errno == 0 && *end == '\0') {
+      *out = (int64_t)v;
+      return SLUICE_OK;
+    }
+  }
+  return SLUICE_EPROTOCOL;
+}
+
+const redisReply *sluice__reply_at(const redisReply *r, size_t i) {
+  if (!r || r->type != REDIS_REPLY_ARRAY || i >= r->elements) return NULL;
+  return r->element[i];
+}
+
+void sluice__timer_in(struct event *ev, uint64_t ms) {
+  struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+  evtimer_add(ev, &tv);
+}
+
+void sluice__timer_every(struct event *ev, uint64_t ms) {
+  if (!evtimer_pending(ev, NULL)) sluice__timer_in(ev, ms);
+}
+
+
+/* Replies are freed by hiredis after their callback; an answer held until
+ * a later one (the WAIT after a script) is copied. NULL on OOM. */
+redisReply *sluice__reply_dup(const redisReply *r) {
+  redisReply *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->type = r->type;
+  c->integer = r->integer;
+  c->len = r->len;
+  if (r->str) {
+    if (!(c->str = malloc(r->len + 1))) goto oom;
+    memcpy(c->str, r->str, r->len);
+    c->str[r->len] = '\0';
+  }
+  if (r->type == REDIS_REPLY_ARRAY && r->elements) {
+    if (!(c->element = calloc(r->elements, sizeof *c->element))) goto oom;
+    c->elements = r->elements;
+    for (size_t i = 0; i < r->elements; i++)
+      if (!(c->element[i] = sluice__reply_dup(r->element[i]))) goto oom;
+  }
+  return c;
+oom:
+  sluice__reply_free(c);
+  return NULL;
+}
+
+void sluice__reply_free(redisReply *r) {
+  if (!r) return;
+  for (size_t i = 0; i < r->elements; i++) sluice__reply_free(r->element[i]);
+  free(r->element);
+  free(r->str);
+  free(r);
+}

@@ -1,0 +1,71 @@
+/* Script argument builder: see args.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/args.h"
+#include "base/util.h"
+
+#define NUM_SIZE 24 /* a 64-bit integer in decimal, sign and NUL included */
+
+int sluice__args_init(sluice__args *a, int cap, int nnums) {
+  memset(a, 0, sizeof *a);
+  a->cap = cap;
+  a->nums_cap = (size_t)nnums * NUM_SIZE;
+  a->argv = malloc((size_t)cap * sizeof *a->argv);
+  a->lens = malloc((size_t)cap * sizeof *a->lens);
+  a->nums = a->nums_cap ? malloc(a->nums_cap) : NULL;
+  if (!a->argv || !a->lens || (a->nums_cap && !a->nums)) {
+    sluice__args_clear(a);
+    a->failed = 1;
+    return SLUICE_ENOMEM;
+  }
+  return SLUICE_OK;
+}
+
+void sluice__args_clear(sluice__args *a) {
+  free(a->argv);
+  free(a->lens);
+  free(a->nums);
+  a->argv = NULL;
+  a->lens = NULL;
+  a->nums = NULL;
+  a->cap = 0;
+}
+
+void sluice__args_bin(sluice__args *a, const void *p, size_t len) {
+  if (a->argc >= a->cap) {
+    a->failed = 1;
+    return;
+  }
+  a->argv[a->argc] = p;
+  a->lens[a->argc] = len;
+  a->argc++;
+}
+
+void sluice__args_str(sluice__args *a, const char *s) { sluice__args_bin(a, s, strlen(s)); }
+
+void sluice__args_key(sluice__args *a, const char *key) {
+  if (a->nkeys != a->argc) a->failed = 1; /* a key after an argument */
+  sluice__args_str(a, key);
+  if (!a->failed) a->nkeys++;
+}
+
+static char *num_slot(sluice__args *a) {
+  if (a->nums_used + NUM_SIZE > a->nums_cap) {
+    a->failed = 1;
+    return NULL;
+  }
+  char *p = a->nums + a->nums_used;
+  a->nums_used += NUM_SIZE;
+  return p;
+}
+
+void sluice__args_u64(sluice__args *a, uint64_t v) {
+  char *p = num_slot(a);
+  if (p) sluice__args_bin(a, p, sluice__fmt_u64(p, v));
+}
+
+void sluice__args_i64(sluice__args *a, int64_t v) {
+  char *p = num_slot(a);
+  if (p) sluice__args_bin(a, p, sluice__fmt_i64(p, v));
+}

@@ -1,0 +1,249 @@
+/* The per-loop-turn batcher: see batcher.h. */
+#include <event2/event.h>
+
+#include "core/batcher.h"
+
+struct sluice__batch {
+  sluice__batcher *b;
+  sluice__link link;              /* in b->inflight */
+  sluice__op *op;
+  uint64_t sent_ms;
+  size_t n, left;                 /* slots, slots still occupied */
+  unsigned inflight : 1;          /* in b->inflight, its op live */
+  sluice__breq *slots[];          /* NULL once that request left */
+};
+
+/* ---- flusher ------------------------------------------------------------- */
+
+static void flush_cb(evutil_socket_t fd, short what, void *arg) { sluice__flusher_run(arg); }
+
+int sluice__flusher_init(sluice__flusher *f, struct event_base *base) {
+  f->batchers.head = f->batchers.tail = NULL;
+  f->scheduled = 0;
+  f->ev = event_new(base, -1, 0, flush_cb, f);
+  return f->ev ? SLUICE_OK : SLUICE_ENOMEM;
+}
+
+void sluice__flusher_clear(sluice__flusher *f) {
+  if (f->ev) event_free(f->ev);
+  f->ev = NULL;
+}
+
+void sluice__flusher_run(sluice__flusher *f) {
+  f->scheduled = 0;
+  if (f->ev) event_del(f->ev);
+  for (sluice__link *l = f->batchers.head; l; l = l->next)
+    sluice__batcher_flush(sluice__container_of(l, sluice__batcher, flink));
+}
+
+static void schedule(sluice__flusher *f) {
+  if (f->scheduled) return;
+  f->scheduled = 1;
+  event_active(f->ev, 0, 0);
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+void sluice__batcher_init(sluice__batcher *b, const sluice__batch_kind *kind, sluice_client *c,
+                          void *owner, sluice__guard *guard, sluice__flusher *f,
+                          unsigned timeout_ms) {
+  b->kind = kind;
+  b->c = c;
+  b->owner = owner;
+  b->guard = guard;
+  b->flusher = f;
+  b->queue.head = b->queue.tail = NULL;
+  b->inflight.head = b->inflight.tail = NULL;
+  b->nqueued = b->ninflight = 0;
+  b->timeout_ms = timeout_ms;
+  b->send = sluice__eval;
+  b->leader = b->follower = NULL;
+  b->hold = NULL;
+  b->sent = b->settled = b->wait_for = 0;
+  b->holding = 0;
+  sluice__list_append(&f->batchers, &b->flink);
+}
+
+void sluice__batcher_follow(sluice__batcher *b, sluice__batcher *leader, int (*hold)(void *owner)) {
+  b->leader = leader;
+  b->hold = hold;
+  leader->follower = b;
+}
+
+/* Whether b keeps its queue this flush (see sluice__batcher_follow). */
+static int held(sluice__batcher *b) {
+  const sluice__batcher *l = b->leader;
+  if (!l || !b->queue.head) return 0;
+  if (!b->holding) {
+    if (l->settled == l->sent || !b->hold(b->owner)) return 0;
+    b->holding = 1;
+    b->wait_for = l->sent;
+  }
+  if (l->settled < b->wait_for) return 1;
+  b->holding = 0;
+  return 0;
+}
+
+/* A call of b left b->inflight (answered, failed or dropped). Called before
+ * any answer runs: answers may free the owner. */
+static void settle(sluice__batcher *b, sluice__batch *batch) {
+  sluice__list_remove(&b->inflight, &batch->link);
+  batch->inflight = 0;
+  b->settled++;
+  const sluice__batcher *f = b->follower;
+  if (f && f->holding && b->settled >= f->wait_for) schedule(b->flusher);
+}
+
+void sluice__batcher_queue(sluice__batcher *b, sluice__breq *r, unsigned route) {
+  if (r->queued || r->batch) return;
+  r->route = route;
+  r->queued = 1;
+  sluice__list_append(&b->queue, &r->link);
+  b->nqueued++;
+  schedule(b->flusher);
+}
+
+static void unqueue(sluice__batcher *b, sluice__breq *r) {
+  sluice__list_remove(&b->queue, &r->link);
+  r->queued = 0;
+  b->nqueued--;
+}
+
+static void unslot(sluice__batcher *b, sluice__breq *r) {
+  sluice__batch *batch = r->batch;
+  batch->slots[r->slot] = NULL;
+  batch->left--;
+  b->ninflight--;
+  r->batch = NULL;
+}
+
+void sluice__batcher_leave(sluice__batcher *b, sluice__breq *r) {
+  if (r->queued) unqueue(b, r);
+  if (!r->batch) return;
+  sluice__batch *batch = r->batch;
+  unslot(b, r);
+  /* The last request left a call still in flight: its reply would answer
+   * nobody, and the owner counts itself idle (pending() is 0) and may be
+   * destroyed before that reply comes, so the call must not outlive this.
+   * A call being fanned out is no longer in flight: fan_out frees it. */
+  if (!batch->left && batch->inflight) {
+    settle(b, batch);
+    sluice__op_detach(batch->op);
+    sluice__free(batch);
+  }
+}
+
+/* ---- fan-out ------------------------------------------------------------- */
+
+static int reply_fits(const sluice__batch_kind *k, const redisReply *reply, size_t n) {
+  return reply->type == REDIS_REPLY_ARRAY && reply->elements == k->reply_head + k->reply_per * n;
+}
+
+/* Hand each request still in the call its part. Answers may make other
+ * requests of this call leave (their slots go NULL) or free the owner
+ * (destruction waits for the guard). */
+static void fan_out(sluice__batch *batch, int status, const redisReply *reply, int replicated) {
+  sluice__batcher *b = batch->b;
+  const sluice__batch_kind *k = b->kind;
+  if (status == SLUICE_OK && !reply_fits(k, reply, batch->n)) status = SLUICE_EPROTOCOL;
+  sluice__batch_reply br = {status == SLUICE_OK ? reply : NULL, 0, batch->sent_ms, replicated};
+  if (b->guard) sluice__guard_enter(b->guard);
+  for (size_t i = 0; i < batch->n; i++) {
+    sluice__breq *r = batch->slots[i];
+    if (!r) continue;
+    unslot(b, r);
+    br.at = k->reply_head + k->reply_per * i;
+    k->answer(b->owner, r, status, &br);
+  }
+  sluice__free(batch);
+  if (b->guard) sluice__guard_leave(b->guard);
+}
+
+static void on_reply(void *ud, int status, const redisReply *reply) {
+  sluice__batch *batch = ud;
+  settle(batch->b, batch);
+  /* Only the client knows about replication (a fake sender in tests does not). */
+  int replicated = batch->b->send == sluice__eval ? sluice__client_replicated(batch->b->c) : -1;
+  fan_out(batch, status, reply, replicated);
+}
+
+/* ---- flush --------------------------------------------------------------- */
+
+/* Take up to kind->max queued requests of the head's route, in order. */
+static sluice__batch *take(sluice__batcher *b) {
+  const sluice__batch_kind *k = b->kind;
+  unsigned route = sluice__container_of(b->queue.head, sluice__breq, link)->route;
+  size_t n = 0;
+  for (sluice__link *l = b->queue.head; l && n < k->max; l = l->next)
+    if (sluice__container_of(l, sluice__breq, link)->route == route) n++;
+  sluice__batch *batch = sluice__calloc(1, sizeof *batch + n * sizeof batch->slots[0]);
+  if (!batch) return NULL;
+  batch->b = b;
+  batch->n = batch->left = n;
+  size_t i = 0;
+  for (sluice__link *l = b->queue.head, *next; l && i < n; l = next) {
+    next = l->next;
+    sluice__breq *r = sluice__container_of(l, sluice__breq, link);
+    if (r->route != route) continue;
+    unqueue(b, r);
+    r->batch = batch;
+    r->slot = i;
+    batch->slots[i++] = r;
+    b->ninflight++;
+  }
+  return batch;
+}
+
+static int send_batch(sluice__batcher *b, sluice__batch *batch) {
+  const sluice__batch_kind *k = b->kind;
+  sluice__args a;
+  int n = (int)batch->n;
+  int rc = sluice__args_init(&a, (int)k->args_head + (int)k->args_per * n,
+                             (int)k->nums_head + (int)k->nums_per * n);
+  if (rc != SLUICE_OK) return rc;
+  k->build(&a, b->owner, batch->slots, batch->n);
+  unsigned timeout = k->timeout ? k->timeout(b->owner, batch->slots, batch->n) : 0;
+  if (!timeout) timeout = b->timeout_ms;
+  batch->sent_ms = sluice__mono_ms();
+  rc = a.failed ? SLUICE_EINVAL
+                : b->send(b->c, k->script, a.nkeys, a.argc, a.argv, a.lens, timeout, on_reply,
+                          batch, &batch->op);
+  sluice__args_clear(&a);
+  return rc;
+}
+
+void sluice__batcher_flush(sluice__batcher *b) {
+  if (held(b)) return;
+  while (b->queue.head) {
+    sluice__batch *batch = take(b);
+    if (!batch) { /* out of memory: try again next turn */
+      schedule(b->flusher);
+      return;
+    }
+    int rc = send_batch(b, batch);
+    if (rc != SLUICE_OK) {
+      fan_out(batch, rc, NULL, -1);
+      continue;
+    }
+    sluice__list_append(&b->inflight, &batch->link);
+    batch->inflight = 1;
+    b->sent++;
+  }
+}
+
+void sluice__batcher_cancel(sluice__batcher *b, int status) {
+  if (b->guard) sluice__guard_enter(b->guard);
+  while (b->inflight.head) {
+    sluice__batch *batch = sluice__container_of(b->inflight.head, sluice__batch, link);
+    settle(b, batch);
+    sluice__op_detach(batch->op);
+    fan_out(batch, status, NULL, -1);
+  }
+  while (b->queue.head) {
+    sluice__breq *r = sluice__container_of(b->queue.head, sluice__breq, link);
+    unqueue(b, r);
+    sluice__batch_reply br = {NULL, 0, 0, -1};
+    b->kind->answer(b->owner, r, status, &br);
+  }
+  if (b->guard) sluice__guard_leave(b->guard);
+}

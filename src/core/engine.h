@@ -1,0 +1,109 @@
+/*
+ * Private interface between the client (connections, scripts, blocking
+ * waits) and the primitives built on it. Never installed.
+ *
+ * Data flows one way: a primitive runs a script through sluice__eval(), the
+ * client sends it, and the reply comes back through the primitive's
+ * sluice__reply_fn from the loop. Primitives never touch hiredis contexts.
+ */
+#ifndef SLUICE_ENGINE_H
+#define SLUICE_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hiredis/hiredis.h>
+#include <sluice/client.h>
+#include <sluice/sluice.h>
+
+#include "base/list.h"
+#include "base/util.h"
+#include "lua_scripts.h"
+
+struct event_base;
+
+/* ---- operations ---------------------------------------------------------- */
+
+typedef struct sluice__op sluice__op;
+
+/* Completion of one Redis step, called once from the loop.
+ *  status == SLUICE_OK:      reply is the (non-error) reply, borrowed.
+ *  status == SLUICE_EREDIS:  reply is the error reply (reply->str says why).
+ *  otherwise (ETIMEDOUT, ECONNECTION, ECANCELED, ...): reply is NULL. */
+typedef void sluice__reply_fn(void *userdata, int status, const redisReply *reply);
+
+/* Run script s with nkeys KEYS followed by ARGV (argc strings in all) by
+ * EVALSHA, falling back to EVAL on NOSCRIPT. timeout_ms 0 = client default.
+ * Returns 0 (fn will be called exactly once, never before this returns) or
+ * SLUICE_EINVAL / SLUICE_ENOMEM / SLUICE_ECLOSED (fn will not be called).
+ * *op (optional) lets the caller detach from the operation later. */
+int sluice__eval(sluice_client *c, const sluice__script *s, int nkeys, int argc,
+                 const char *const *argv, const size_t *lens, unsigned timeout_ms,
+                 sluice__reply_fn *fn, void *userdata, sluice__op **op);
+
+/* Send one plain command, same contract as sluice__eval. */
+int sluice__command(sluice_client *c, int argc, const char *const *argv,
+                    const size_t *lens, unsigned timeout_ms,
+                    sluice__reply_fn *fn, void *userdata, sluice__op **op);
+
+/* Forget an operation: its fn will never be called. Safe at any time before
+ * fn ran; the late reply, if any, is dropped. */
+void sluice__op_detach(sluice__op *op);
+
+/* ---- blocking waits ------------------------------------------------------ */
+
+typedef struct sluice__listener sluice__listener;
+
+/* An element popped from the listened list (data/len), or data == NULL after
+ * the blocking connection was re-established, when wake-ups may have been
+ * missed and the listener should re-check its state. */
+typedef void sluice__wake_fn(void *userdata, const char *data, size_t len);
+
+/* Wait (BRPOP, on the client's one blocking connection) for elements pushed
+ * to the list key. Several listeners may share a key: each element goes to
+ * the oldest listener of that key. */
+int sluice__listen(sluice_client *c, const char *key, sluice__wake_fn *fn,
+                   void *userdata, sluice__listener **out);
+void sluice__unlisten(sluice__listener *l);
+
+/* ---- client lifetime ----------------------------------------------------- */
+
+/* Every object with callbacks embeds a guard (guard.h) attached to its
+ * client's home: the client outlives them, and closing it cancels their
+ * pending operations from the loop. */
+struct sluice__guard_home;
+struct sluice__guard_home *sluice__client_home(sluice_client *c);
+int sluice__client_closing(const sluice_client *c);
+struct event_base *sluice__client_base(const sluice_client *c);
+unsigned sluice__client_op_timeout(const sluice_client *c);
+/* Monotonic ms when the command connection last completed its handshake
+ * (0: never). */
+uint64_t sluice__client_up_since(const sluice_client *c);
+/* A permit release that could not reach Redis before the client closed. */
+void sluice__client_note_abandoned(sluice_client *c, const char *permit_id);
+/* The route (hash slot) a key's calls go to; one Redis has one route, 0. */
+unsigned sluice__client_route(const sluice_client *c, const char *key);
+
+/* Queue a message for the client's log hook (a no-op while none is set);
+ * delivered from the loop. */
+void sluice__log(sluice_client *c, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int sluice__log_enabled(const sluice_client *c);
+
+/* A histogram's summary for the metrics accessors (histogram.h). */
+struct sluice__hist;
+void sluice__latency_of(const struct sluice__hist *h, sluice_latency *out);
+
+/* During a script's completion callback: 1 when wait_replicas acknowledged
+ * its writes, 0 when fewer did in wait_timeout_ms, -1 when not asked. */
+int sluice__client_replicated(const sluice_client *c);
+
+/* A reply nobody waits for. */
+void sluice__ignore_reply(void *userdata, int status, const redisReply *reply);
+
+/* "<prefix><kind>:{<name>}:<part>" (part may be NULL: no trailing ":part"),
+ * malloc'd; NULL on OOM. The hash tag keeps one primitive in one slot. */
+char *sluice__key(const sluice_client *c, const char *kind, const char *name,
+                  const char *part);
+
+#endif /* SLUICE_ENGINE_H */

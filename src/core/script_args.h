@@ -1,0 +1,125 @@
+/*
+ * KEYS and ARGV of every batched script, built in one place per script from
+ * typed values. Each block repeats the layout its Lua file documents: change
+ * both together. The benchmarks build their redis-benchmark command lines
+ * through the same functions, so they send exactly what the library sends.
+ */
+#ifndef SLUICE_SCRIPT_ARGS_H
+#define SLUICE_SCRIPT_ARGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/args.h"
+
+/* ---- semaphores ---------------------------------------------------------- */
+
+enum { SEM_KEY_HOLDERS, SEM_KEY_QUEUE, SEM_KEY_BEATS, SEM_KEY_META, SEM_NKEYS };
+
+/* What every semaphore script of one handle shares. */
+typedef struct sluice__sem_call {
+  const char *keys[SEM_NKEYS];
+  const char *wake_base;     /* "<prefix>sem:{name}:wake:" */
+  unsigned permits;
+  uint64_t ttl_ms, heartbeat_ms, keep_ms;
+  int fair;
+} sluice__sem_call;
+
+/* Every semaphore script but sem_renew.lua starts with the same head:
+ * KEYS: 1 holders, 2 queue, 3 beats, 4 meta
+ * ARGV: 1 permits, 2 ttl_ms, 3 heartbeat_ms, 4 fair (0/1), 5 wake list base
+ *       ("<prefix>sem:{name}:wake:"), 6 keep_ms (idle expiry). */
+#define SEM_HEAD_ARGS 10
+#define SEM_HEAD_NUMS 4
+
+/* sem_acquire.lua: the head, then per request: permit id; waiter ("" for
+ * try_acquire, else "<handle id>:<waiter id>"); "1" if an earlier attempt
+ * with this id may have been granted, else "0".
+ * Reply: {wait, now, then granted, value, lease per request}. */
+#define SEM_ACQUIRE_ARGS_HEAD SEM_HEAD_ARGS
+#define SEM_ACQUIRE_ARGS_PER 3
+#define SEM_ACQUIRE_NUMS_HEAD SEM_HEAD_NUMS
+#define SEM_ACQUIRE_NUMS_PER 0
+void sluice__sem_acquire_head(sluice__args *a, const sluice__sem_call *s);
+void sluice__sem_acquire_item(sluice__args *a, const char *permit_id, const char *waiter,
+                              int maybe_granted);
+
+/* sem_release.lua: the head, then the permit ids.
+ * Reply: {held per request}. */
+#define SEM_RELEASE_ARGS_HEAD SEM_HEAD_ARGS
+#define SEM_RELEASE_ARGS_PER 1
+#define SEM_RELEASE_NUMS_HEAD SEM_HEAD_NUMS
+#define SEM_RELEASE_NUMS_PER 0
+void sluice__sem_release_head(sluice__args *a, const sluice__sem_call *s);
+void sluice__sem_release_item(sluice__args *a, const char *permit_id);
+
+/* sem_renew.lua
+ * KEYS: 1 holders; ARGV: 1 ttl_ms, 2 keep_ms, then permit ids.
+ * Reply: {ttl_ms or 0 per request}. */
+#define SEM_RENEW_ARGS_HEAD 3
+#define SEM_RENEW_ARGS_PER 1
+#define SEM_RENEW_NUMS_HEAD 2
+#define SEM_RENEW_NUMS_PER 0
+void sluice__sem_renew_head(sluice__args *a, const sluice__sem_call *s);
+void sluice__sem_renew_item(sluice__args *a, const char *permit_id);
+
+/* sem_leave.lua: the head, then the waiter ("<handle id>:<waiter id>"). */
+#define SEM_LEAVE_ARGS (SEM_HEAD_ARGS + 1)
+#define SEM_LEAVE_NUMS SEM_HEAD_NUMS
+void sluice__sem_leave_args(sluice__args *a, const sluice__sem_call *s, const char *waiter);
+
+/* ---- delay queue --------------------------------------------------------- */
+
+enum { DQ_KEY_DELAYED, DQ_KEY_FLIGHT, DQ_KEY_DEAD, DQ_KEY_HASH, DQ_KEY_WAKE, DQ_NKEYS };
+
+/* dq_take.lua
+ * KEYS: the queue's five keys
+ * ARGV: 1 retention_ms, 2 batch, 3 visibility_ms, 4 max_attempts (0: none).
+ * Reply: {now us, next wake-up ms or -1, count, then id, attempt, due ms,
+ * payload per message}. */
+#define DQ_TAKE_ARGS (DQ_NKEYS + 4)
+#define DQ_TAKE_NUMS 4
+void sluice__dq_take_args(sluice__args *a, char *const keys[DQ_NKEYS], uint64_t retention_ms,
+                          unsigned batch, uint64_t visibility_ms, unsigned max_attempts);
+
+/* dq_ack.lua
+ * KEYS: the queue's five keys
+ * ARGV: 1 retention_ms, 2 max_attempts, then per settlement: id, attempt,
+ *       op ('a' ack, 'r' retry, 'x' release), delay_ms.
+ * Reply: {result per settlement}. */
+#define DQ_ACK_ARGS_HEAD (DQ_NKEYS + 2)
+#define DQ_ACK_ARGS_PER 4
+#define DQ_ACK_NUMS_HEAD 2
+#define DQ_ACK_NUMS_PER 2
+void sluice__dq_ack_head(sluice__args *a, char *const keys[DQ_NKEYS], uint64_t retention_ms,
+                         unsigned max_attempts);
+void sluice__dq_ack_item(sluice__args *a, const char *id, unsigned attempt, char op,
+                         int64_t delay_ms);
+
+/* ---- rate limiters ------------------------------------------------------- */
+
+/* What every check script of one limiter shares. */
+typedef struct sluice__rl_call {
+  uint64_t limit, period_ms, burst;  /* burst: GCRA's capacity (= limit otherwise) */
+} sluice__rl_call;
+
+/* rl_fixed.lua, rl_sliding_log.lua, rl_sliding_counter.lua, rl_gcra.lua
+ * (their common part, _rl_common.lua, documents it too)
+ * KEYS: one per request, the request's key (a key may repeat: the requests
+ *       are decided in order and each sees what those before it took).
+ * ARGV: 1 limit, 2 period_ms, 3 burst, then per request: cost, peek ("1":
+ *       decide only, "0": take).
+ * Reply: {allowed, remaining, retry_after_ms, reset_after_ms per request}.
+ * KEYS come before ARGV, so a call is built as: sluice__rl_check_key for
+ * every request, then sluice__rl_check_head, then sluice__rl_check_item for
+ * every request, in the same order. */
+#define RL_CHECK_ARGS_HEAD 3
+#define RL_CHECK_ARGS_PER 3
+#define RL_CHECK_NUMS_HEAD 3
+#define RL_CHECK_NUMS_PER 1
+#define RL_CHECK_REPLY_PER 4
+void sluice__rl_check_key(sluice__args *a, const char *key);
+void sluice__rl_check_head(sluice__args *a, const sluice__rl_call *s);
+void sluice__rl_check_item(sluice__args *a, unsigned cost, int peek);
+
+#endif

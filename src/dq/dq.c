@@ -1,0 +1,452 @@
+/*
+ * Delay queue, producer side: push (one or a batch, one script call either
+ * way), cancel, inspect, dead letters. The consumer lives in dq_consumer.c.
+ *
+ * Storage (see src/lua/dq_push.lua): the delayed sorted set's members are a
+ * 12-hex-digit per-queue sequence number followed by the id, scored by the
+ * due time in whole ms. Scores stay exact integers (due times < 2^42, far
+ * inside a double's 53 bits) and equal scores sort by member, i.e. by push
+ * order, so no tie-breaker has to be squeezed into the score.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "dq/dq.h"
+
+enum req_kind { REQ_PUSH, REQ_BATCH, REQ_CANCEL, REQ_INSPECT, REQ_DEAD, REQ_REQUEUE };
+
+/* The user's callback; the request's kind says which member is set. */
+typedef union dq_cb {
+  sluice_dq_push_cb *push;
+  sluice_dq_batch_cb *batch;
+  sluice_dq_status_cb *cancel;
+  sluice_dq_info_cb *inspect;
+  sluice_dq_dead_cb *dead;
+  sluice_dq_count_cb *requeue;
+} dq_cb;
+
+typedef struct dq_req dq_req;
+struct dq_req {
+  sluice_dq *dq;
+  sluice__link link;     /* in dq->reqs */
+  sluice__op *op;
+  enum req_kind kind;
+  dq_cb cb;
+  void *ud;
+  size_t n;              /* ids below (push, batch) */
+  char **ids;
+};
+
+struct sluice_dq {
+  sluice__guard guard;   /* how the handle dies (guard.h) */
+  sluice_client *c;
+  char *name;
+  char *keys[DQ_NKEYS];
+  unsigned op_timeout_ms;
+  uint64_t retention_ms;
+  sluice__list reqs;     /* pending */
+  sluice_dq_metrics m;
+};
+
+/* ---- shared with dq_consumer.c -------------------------------------------- */
+
+int sluice__dq_keys(const sluice_client *c, const char *name, char *keys[DQ_NKEYS]) {
+  static const char *const parts[DQ_NKEYS] = {"z", "f", "d", "h", "w"};
+  for (int i = 0; i < DQ_NKEYS; i++) {
+    keys[i] = sluice__key(c, "dq", name, parts[i]);
+    if (!keys[i]) {
+      sluice__dq_keys_free(keys);
+      return SLUICE_ENOMEM;
+    }
+  }
+  return SLUICE_OK;
+}
+
+void sluice__dq_keys_free(char *keys[DQ_NKEYS]) {
+  for (int i = 0; i < DQ_NKEYS; i++) {
+    free(keys[i]);
+    keys[i] = NULL;
+  }
+}
+
+int sluice__dq_valid_id(const char *id) {
+  size_t len = id ? strnlen(id, SLUICE_DQ_ID_MAX + 1) : 0;
+  return len >= 1 && len <= SLUICE_DQ_ID_MAX;
+}
+
+/* ---- requests -------------------------------------------------------------- */
+
+static dq_req *req_new(sluice_dq *dq, enum req_kind kind, dq_cb cb, void *ud, size_t nids) {
+  dq_req *r = sluice__calloc(1, sizeof *r + nids * (sizeof(char *) + SLUICE_DQ_ID_MAX + 1));
+  if (!r) return NULL;
+  r->dq = dq;
+  r->kind = kind;
+  r->cb = cb;
+  r->ud = ud;
+  r->n = nids;
+  r->ids = (char **)(r + 1);
+  char *p = (char *)(r->ids + nids);
+  for (size_t i = 0; i < nids; i++) r->ids[i] = p + i * (SLUICE_DQ_ID_MAX + 1);
+  return r;
+}
+
+static void dq_destroy(sluice__guard *g) {
+  sluice_dq *dq = sluice__container_of(g, sluice_dq, guard);
+  sluice__dq_keys_free(dq->keys);
+  free(dq->name);
+  sluice__free(dq);
+}
+
+/* ---- replies --------------------------------------------------------------- */
+
+static int64_t int_at(const redisReply *r, size_t i, int *err) {
+  int64_t v = 0;
+  if (sluice__reply_i64(sluice__reply_at(r, i), &v) != 0) *err = 1;
+  return v;
+}
+
+static void finish_push(dq_req *r, int status, const redisReply *reply) {
+  sluice_dq_push_cb *cb = r->cb.push;
+  int64_t due = -1;
+  int err = 0;
+  if (status == SLUICE_OK) {
+    due = int_at(reply, 0, &err);
+    if (err) status = SLUICE_EPROTOCOL, due = -1;
+    else if (due < 0) status = SLUICE_EEXIST;
+  }
+  if (status == SLUICE_OK) r->dq->m.pushed++;
+  else if (status == SLUICE_EEXIST) r->dq->m.duplicates++;
+  else r->dq->m.errors++;
+  if (cb) cb(r->dq, status, r->ids[0], due, r->ud);
+}
+
+static void finish_batch(dq_req *r, int status, const redisReply *reply) {
+  sluice_dq_batch_cb *cb = r->cb.batch;
+  sluice_dq_push_result *res = NULL;
+  int err = 0;
+  if (!cb) return;
+  if (status == SLUICE_OK && !(res = malloc(r->n * sizeof *res))) status = SLUICE_ENOMEM;
+  for (size_t i = 0; res && i < r->n; i++) {
+    res[i].id = r->ids[i];
+    res[i].due_ms = int_at(reply, i, &err);
+    res[i].status = res[i].due_ms < 0 ? SLUICE_EEXIST : SLUICE_OK;
+    if (res[i].due_ms < 0) res[i].due_ms = -1;
+    if (res[i].status == SLUICE_OK) r->dq->m.pushed++;
+    else r->dq->m.duplicates++;
+  }
+  if (!res) r->dq->m.errors += r->n;
+  if (res && err) {
+    free(res);
+    res = NULL;
+    status = SLUICE_EPROTOCOL;
+  }
+  cb(r->dq, status, res, res ? r->n : 0, r->ud);
+  free(res);
+}
+
+static void finish_cancel(dq_req *r, int status, const redisReply *reply) {
+  sluice_dq_status_cb *cb = r->cb.cancel;
+  int64_t v = 0;
+  if (status == SLUICE_OK)
+    status = sluice__reply_i64(reply, &v) ? SLUICE_EPROTOCOL : v ? SLUICE_OK : SLUICE_ENOTFOUND;
+  if (cb) cb(r->dq, status, r->ud);
+}
+
+static void finish_inspect(dq_req *r, int status, const redisReply *reply) {
+  sluice_dq_info_cb *cb = r->cb.inspect;
+  sluice_dq_info info = {0};
+  char next_id[SLUICE_DQ_ID_MAX + 1];
+  int err = 0;
+  if (status == SLUICE_OK) {
+    info.now_ms = int_at(reply, 0, &err);
+    info.delayed = (uint64_t)int_at(reply, 1, &err);
+    info.ready = (uint64_t)int_at(reply, 2, &err);
+    info.in_flight = (uint64_t)int_at(reply, 3, &err);
+    info.expired = (uint64_t)int_at(reply, 4, &err);
+    info.dead = (uint64_t)int_at(reply, 5, &err);
+    info.next_due_ms = int_at(reply, 7, &err);
+    const redisReply *id = sluice__reply_at(reply, 6);
+    if (id && id->type == REDIS_REPLY_STRING && id->len <= SLUICE_DQ_ID_MAX) {
+      memcpy(next_id, id->str, id->len);
+      next_id[id->len] = '\0';
+      info.next_id = next_id;
+    }
+    if (err) status = SLUICE_EPROTOCOL;
+  }
+  cb(r->dq, status, status == SLUICE_OK ? &info : NULL, r->ud);
+}
+
+/* Dead-letter reply: {total, then id, died, attempts, payload per entry}. */
+static int parse_dead(const redisReply *reply, size_t *total, sluice_dq_dead_entry **out,
+                      size_t *n) {
+  int err = 0;
+  *total = (size_t)int_at(reply, 0, &err);
+  if (err || (reply->elements - 1) % 4) return SLUICE_EPROTOCOL;
+  *n = (reply->elements - 1) / 4;
+  *out = calloc(*n ? *n : 1, sizeof **out);
+  if (!*out) return SLUICE_ENOMEM;
+  for (size_t i = 0; i < *n; i++) {
+    const redisReply *id = reply->element[1 + 4 * i], *p = reply->element[4 + 4 * i];
+    if (id->type != REDIS_REPLY_STRING || p->type != REDIS_REPLY_STRING) err = 1;
+    (*out)[i].id = id->str;
+    (*out)[i].died_ms = int_at(reply, 2 + 4 * i, &err);
+    (*out)[i].attempts = (unsigned)int_at(reply, 3 + 4 * i, &err);
+    (*out)[i].payload = p->str;
+    (*out)[i].len = p->len;
+  }
+  return err ? SLUICE_EPROTOCOL : SLUICE_OK;
+}
+
+static void finish_dead(dq_req *r, int status, const redisReply *reply) {
+  sluice_dq_dead_cb *cb = r->cb.dead;
+  sluice_dq_dead_entry *entries = NULL;
+  size_t total = 0, n = 0;
+  if (status == SLUICE_OK) status = parse_dead(reply, &total, &entries, &n);
+  if (status != SLUICE_OK) total = n = 0;
+  cb(r->dq, status, total, status == SLUICE_OK ? entries : NULL, n, r->ud);
+  free(entries);
+}
+
+static void finish_requeue(dq_req *r, int status, const redisReply *reply) {
+  sluice_dq_count_cb *cb = r->cb.requeue;
+  int64_t v = 0;
+  if (status == SLUICE_OK && sluice__reply_i64(reply, &v) != 0) status = SLUICE_EPROTOCOL;
+  if (cb) cb(r->dq, status, status == SLUICE_OK ? (uint64_t)v : 0, r->ud);
+}
+
+/* Answer the user, then free r (its ids are borrowed until then). */
+static void req_finish(dq_req *r, int status, const redisReply *reply) {
+  sluice_dq *dq = r->dq;
+  sluice__list_remove(&dq->reqs, &r->link);
+  sluice__guard_enter(&dq->guard);
+  switch (r->kind) {
+  case REQ_PUSH: finish_push(r, status, reply); break;
+  case REQ_BATCH: finish_batch(r, status, reply); break;
+  case REQ_CANCEL: finish_cancel(r, status, reply); break;
+  case REQ_INSPECT: finish_inspect(r, status, reply); break;
+  case REQ_DEAD: finish_dead(r, status, reply); break;
+  case REQ_REQUEUE: finish_requeue(r, status, reply); break;
+  }
+  sluice__free(r);
+  sluice__guard_leave(&dq->guard);
+}
+
+static void on_reply(void *ud, int status, const redisReply *reply) {
+  dq_req *r = ud;
+  if (status == SLUICE_EREDIS) reply = NULL;
+  if (status == SLUICE_OK && (!reply || reply->type == REDIS_REPLY_NIL)) status = SLUICE_EPROTOCOL;
+  req_finish(r, status, reply);
+}
+
+/* Send script s for r with the queue's keys followed by args; on error r is
+ * freed and the error returned (its callback never runs). */
+static int req_send(dq_req *r, const sluice__script *s, int nargs, const char *const *args,
+                    const size_t *lens) {
+  sluice_dq *dq = r->dq;
+  const char **argv = malloc((size_t)(DQ_NKEYS + nargs) * sizeof *argv);
+  size_t *alens = malloc((size_t)(DQ_NKEYS + nargs) * sizeof *alens);
+  int rc = SLUICE_ENOMEM;
+  if (argv && alens) {
+    for (int i = 0; i < DQ_NKEYS; i++) argv[i] = dq->keys[i], alens[i] = strlen(dq->keys[i]);
+    for (int i = 0; i < nargs; i++)
+      argv[DQ_NKEYS + i] = args[i], alens[DQ_NKEYS + i] = lens ? lens[i] : strlen(args[i]);
+    rc = sluice__eval(dq->c, s, DQ_NKEYS, DQ_NKEYS + nargs, argv, alens, dq->op_timeout_ms,
+                      on_reply, r, &r->op);
+  }
+  free(argv);
+  free(alens);
+  if (rc != SLUICE_OK) {
+    sluice__free(r);
+    return rc;
+  }
+  sluice__list_append(&dq->reqs, &r->link);
+  return SLUICE_OK;
+}
+
+/* ---- lifetime -------------------------------------------------------------- */
+
+void sluice_dq_options_init(sluice_dq_options *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->retention_ms = DQ_DEFAULT_RETENTION_MS;
+}
+
+/* Client closed or handle freed: everything pending is cancelled. */
+/* Freed with requests pending: their replies are dropped from now on. */
+static void dq_quiesce(sluice__guard *g) {
+  sluice_dq *dq = sluice__container_of(g, sluice_dq, guard);
+  for (sluice__link *l = dq->reqs.head; l; l = l->next) {
+    dq_req *r = sluice__container_of(l, dq_req, link);
+    sluice__op_detach(r->op);
+    r->op = NULL;
+  }
+}
+
+static void dq_cancel(sluice__guard *g) {
+  sluice_dq *dq = sluice__container_of(g, sluice_dq, guard);
+  while (dq->reqs.head) {
+    dq_req *r = sluice__container_of(dq->reqs.head, dq_req, link);
+    sluice__op_detach(r->op);
+    req_finish(r, SLUICE_ECANCELED, NULL);
+  }
+}
+
+static int dq_idle(const sluice__guard *g) {
+  return !sluice__container_of(g, sluice_dq, guard)->reqs.head;
+}
+
+static const sluice__guard_ops dq_guard_ops = {
+    .quiesce = dq_quiesce, .cancel = dq_cancel, .idle = dq_idle, .destroy = dq_destroy};
+
+int sluice_dq_new(sluice_client *c, const char *name, const sluice_dq_options *opts,
+                  sluice_dq **out) {
+  sluice_dq_options defaults;
+  if (out) *out = NULL;
+  if (!c || !out || !sluice__valid_name(name)) return SLUICE_EINVAL;
+  if (sluice__client_closing(c)) return SLUICE_ECLOSED;
+  if (!opts) sluice_dq_options_init(&defaults), opts = &defaults;
+  if (opts->retention_ms < 1 || opts->retention_ms > (uint64_t)SLUICE_DQ_TIME_MAX)
+    return SLUICE_EINVAL;
+  sluice_dq *dq = sluice__calloc(1, sizeof *dq);
+  if (!dq) return SLUICE_ENOMEM;
+  dq->c = c;
+  dq->op_timeout_ms = opts->op_timeout_ms;
+  dq->retention_ms = opts->retention_ms;
+  dq->name = strdup(name);
+  if (!dq->name || sluice__dq_keys(c, name, dq->keys) != 0) {
+    dq_destroy(&dq->guard);
+    return SLUICE_ENOMEM;
+  }
+  sluice__guard_attach(&dq->guard, sluice__client_home(c), &dq_guard_ops);
+  *out = dq;
+  return SLUICE_OK;
+}
+
+void sluice_dq_free(sluice_dq *dq) {
+  if (dq) sluice__guard_free(&dq->guard);
+}
+
+const char *sluice_dq_name(const sluice_dq *dq) { return dq ? dq->name : NULL; }
+
+/* ---- push ------------------------------------------------------------------ */
+
+static int check_item(const sluice_dq_item *it) {
+  if (!it || (it->len && !it->payload)) return SLUICE_EINVAL;
+  if (it->len > SLUICE_DQ_PAYLOAD_MAX) return SLUICE_ETOOBIG;
+  if (it->at_ms < 0 || it->at_ms > SLUICE_DQ_TIME_MAX) return SLUICE_EINVAL;
+  if (!it->at_ms && (it->delay_ms < 0 || it->delay_ms > SLUICE_DQ_TIME_MAX)) return SLUICE_EINVAL;
+  if (it->id && !sluice__dq_valid_id(it->id)) return SLUICE_EINVAL;
+  return SLUICE_OK;
+}
+
+static int usable(const sluice_dq *dq) {
+  if (!dq || dq->guard.freeing) return SLUICE_EINVAL;
+  return sluice__guard_live(&dq->guard) && !sluice__client_closing(dq->c) ? SLUICE_OK
+                                                                         : SLUICE_ECLOSED;
+}
+
+/* Validate items, then send them as one dq_push call for r. */
+static int push_items(dq_req *r, const sluice_dq_item *items, size_t n) {
+  int nargs = 1 + 4 * (int)n, rc = SLUICE_ENOMEM;
+  const char **args = malloc((size_t)nargs * sizeof *args);
+  size_t *lens = malloc((size_t)nargs * sizeof *lens);
+  char *nums = malloc(n * 24 + 24);
+  if (args && lens && nums) {
+    lens[0] = sluice__fmt_u64(nums, r->dq->retention_ms);
+    args[0] = nums;
+    for (size_t i = 0; i < n; i++) {
+      const sluice_dq_item *it = &items[i];
+      char *num = nums + 24 * (i + 1);
+      if (it->id) strcpy(r->ids[i], it->id);
+      else sluice__random_hex(r->ids[i]);
+      args[1 + 4 * i] = r->ids[i], lens[1 + 4 * i] = strlen(r->ids[i]);
+      args[2 + 4 * i] = it->at_ms ? "a" : "d", lens[2 + 4 * i] = 1;
+      lens[3 + 4 * i] = sluice__fmt_i64(num, it->at_ms ? it->at_ms : it->delay_ms);
+      args[3 + 4 * i] = num;
+      args[4 + 4 * i] = it->len ? (const char *)it->payload : "", lens[4 + 4 * i] = it->len;
+    }
+    rc = req_send(r, &sluice__lua_dq_push, nargs, args, lens);
+    r = NULL;
+  }
+  if (r) sluice__free(r);
+  free(args);
+  free(lens);
+  free(nums);
+  return rc;
+}
+
+int sluice_dq_push(sluice_dq *dq, const sluice_dq_item *item, sluice_dq_push_cb *cb,
+                   void *ud) {
+  int rc = usable(dq);
+  if (rc == SLUICE_OK) rc = check_item(item);
+  if (rc != SLUICE_OK) return rc;
+  dq_req *r = req_new(dq, REQ_PUSH, (dq_cb){.push = cb}, ud, 1);
+  if (!r) return SLUICE_ENOMEM;
+  return push_items(r, item, 1);
+}
+
+int sluice_dq_push_batch(sluice_dq *dq, const sluice_dq_item *items, size_t n,
+                         sluice_dq_batch_cb *cb, void *ud) {
+  int rc = usable(dq);
+  if (rc != SLUICE_OK) return rc;
+  if (!items || n < 1 || n > SLUICE_DQ_BATCH_MAX) return SLUICE_EINVAL;
+  for (size_t i = 0; i < n; i++)
+    if ((rc = check_item(&items[i])) != SLUICE_OK) return rc;
+  dq_req *r = req_new(dq, REQ_BATCH, (dq_cb){.batch = cb}, ud, n);
+  if (!r) return SLUICE_ENOMEM;
+  return push_items(r, items, n);
+}
+
+/* ---- cancel, inspection, dead letters -------------------------------------- */
+
+int sluice_dq_cancel(sluice_dq *dq, const char *id, sluice_dq_status_cb *cb, void *ud) {
+  int rc = usable(dq);
+  if (rc != SLUICE_OK) return rc;
+  if (!sluice__dq_valid_id(id)) return SLUICE_EINVAL;
+  dq_req *r = req_new(dq, REQ_CANCEL, (dq_cb){.cancel = cb}, ud, 0);
+  if (!r) return SLUICE_ENOMEM;
+  return req_send(r, &sluice__lua_dq_cancel, 1, &id, NULL);
+}
+
+int sluice_dq_inspect(sluice_dq *dq, sluice_dq_info_cb *cb, void *ud) {
+  int rc = usable(dq);
+  if (rc != SLUICE_OK) return rc;
+  if (!cb) return SLUICE_EINVAL;
+  dq_req *r = req_new(dq, REQ_INSPECT, (dq_cb){.inspect = cb}, ud, 0);
+  if (!r) return SLUICE_ENOMEM;
+  return req_send(r, &sluice__lua_dq_status, 0, NULL, NULL);
+}
+
+int sluice_dq_dead_list(sluice_dq *dq, size_t offset, size_t limit, sluice_dq_dead_cb *cb,
+                        void *ud) {
+  char off[24], lim[24];
+  int rc = usable(dq);
+  if (rc != SLUICE_OK) return rc;
+  if (!cb || limit < 1 || limit > 1000 || offset > (size_t)1 << 40) return SLUICE_EINVAL;
+  sluice__fmt_u64(off, offset);
+  sluice__fmt_u64(lim, limit);
+  const char *args[2] = {off, lim};
+  dq_req *r = req_new(dq, REQ_DEAD, (dq_cb){.dead = cb}, ud, 0);
+  if (!r) return SLUICE_ENOMEM;
+  return req_send(r, &sluice__lua_dq_dead, 2, args, NULL);
+}
+
+int sluice_dq_dead_requeue(sluice_dq *dq, const char *id, sluice_dq_count_cb *cb, void *ud) {
+  char ret[24];
+  int rc = usable(dq);
+  if (rc != SLUICE_OK) return rc;
+  if (id && !sluice__dq_valid_id(id)) return SLUICE_EINVAL;
+  sluice__fmt_u64(ret, dq->retention_ms);
+  const char *args[3] = {ret, id ? id : "", "1000"};
+  dq_req *r = req_new(dq, REQ_REQUEUE, (dq_cb){.requeue = cb}, ud, 0);
+  if (!r) return SLUICE_ENOMEM;
+  return req_send(r, &sluice__lua_dq_requeue, 3, args, NULL);
+}
+
+void sluice_dq_get_metrics(const sluice_dq *dq, sluice_dq_metrics *out) {
+  if (!out) return;
+  memset(out, 0, sizeof *out);
+  if (dq) *out = dq->m;
+}

@@ -1,0 +1,463 @@
+/*
+ * Delay queue, consumer side.
+ *
+ * The consumer runs dq_take (a batch of due messages into the in-flight set)
+ * whenever something may be due: when its timer fires — armed for the next
+ * due time or in-flight deadline the script returned, capped by max_poll_ms —
+ * when a push made a new earliest message (a token on the wake list, popped
+ * by the client's shared BRPOP), or after the blocking connection came back.
+ * Precise times are libevent timers; BRPOP only tells "look again now".
+ *
+ * Settlements (ack, retry, and "release" of messages taken after the
+ * consumer was freed) go through the batcher: one dq_ack call per loop turn.
+ *
+ * Lifetime (guard.h): freeing stops taking; messages already delivered stay
+ * valid and are settled as usual, so the memory goes once every delivered
+ * message is settled and nothing is in flight.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "core/batcher.h"
+#include "dq/dq.h"
+#include "base/histogram.h"
+
+#define DQ_SETTLE_MAX 1000   /* settlements per dq_ack call */
+#define DQ_BACKOFF_MIN_MS 50   /* first retry after a failed take */
+#define DQ_BACKOFF_MAX_MS 2000 /* an outage is not an idle queue: look often */
+
+typedef struct settle {
+  sluice__breq req;          /* in con->settles */
+  sluice_dq_settle_cb *cb;
+  void *ud;
+  unsigned attempt;
+  char op;                   /* 'a' ack, 'r' retry, 'x' release */
+  int64_t delay_ms;
+  char id[];
+} settle;
+
+struct sluice_dq_msg {
+  sluice_dq_consumer *con;
+  unsigned attempt;
+  int64_t due_ms;
+  uint64_t deadline_ms;  /* monotonic, conservative */
+  size_t len;
+  char *id;              /* points after the payload */
+  char payload[];        /* len bytes + NUL, then the id + NUL */
+};
+
+struct sluice_dq_consumer {
+  sluice__guard guard;   /* how the consumer dies (guard.h) */
+  sluice_client *c;
+  char *keys[DQ_NKEYS];
+  sluice_dq_consumer_options o;
+  sluice_dq_handler *handler;
+  void *ud;
+  sluice_dq_error_cb *err_cb;
+  void *err_ud;
+  struct event *timer;   /* next take */
+  struct event *kick;    /* take on the next loop turn */
+  sluice__flusher flusher;
+  sluice__batcher settles;
+  sluice__listener *listener;
+  unsigned route;
+  unsigned in_flight;    /* delivered, not settled */
+  unsigned asked;        /* batch size of the take in flight */
+  unsigned backoff_ms;
+  uint64_t take_sent_ms;
+  int taking, again, starved;
+  sluice_dq_consumer_metrics m;  /* counters; m.lateness from lateness */
+  sluice__hist lateness;         /* in µs, from ms on Redis's clock */
+};
+
+static void take(sluice_dq_consumer *con);
+
+static int taking_allowed(const sluice_dq_consumer *con) { return sluice__guard_live(&con->guard); }
+
+static void on_wake(void *ud, const char *data, size_t len) { take(ud); }
+
+/* Listen for wake tokens only while a take could use them: a consumer at
+ * max_in_flight would swallow a token another consumer needs. */
+static void update_listen(sluice_dq_consumer *con) {
+  int want = taking_allowed(con) && con->in_flight < con->o.max_in_flight;
+  if (want && !con->listener) {
+    if (sluice__listen(con->c, con->keys[DQ_KEY_WAKE], on_wake, con, &con->listener) != 0)
+      con->listener = NULL; /* the poll timer still finds due messages */
+  } else if (!want && con->listener) {
+    sluice__unlisten(con->listener);
+    con->listener = NULL;
+  }
+}
+
+static void timer_in_us(struct event *ev, uint64_t us) {
+  struct timeval tv = {(time_t)(us / 1000000), (suseconds_t)(us % 1000000)};
+  evtimer_add(ev, &tv);
+}
+
+/* ---- settling -------------------------------------------------------------- */
+
+static void build(sluice__args *a, void *owner, sluice__breq *const *reqs, size_t n) {
+  sluice_dq_consumer *con = owner;
+  sluice__dq_ack_head(a, con->keys, con->o.retention_ms, con->o.max_attempts);
+  for (size_t i = 0; i < n; i++) {
+    const settle *s = sluice__container_of(reqs[i], settle, req);
+    sluice__dq_ack_item(a, s->id, s->attempt, s->op, s->delay_ms);
+  }
+}
+
+static void answer(void *owner, sluice__breq *r, int status, const sluice__batch_reply *br) {
+  sluice_dq_consumer *con = owner;
+  settle *s = sluice__container_of(r, settle, req);
+  int64_t v;
+  if (status == SLUICE_OK)
+    status = sluice__reply_i64(br->reply->element[br->at], &v) ? SLUICE_EPROTOCOL
+             : v > 0                                          ? SLUICE_OK
+             : v == -1                                        ? SLUICE_ELATE
+                                                              : SLUICE_ENOTFOUND;
+  if (status == SLUICE_OK && s->op == 'a') con->m.acked++;
+  else if (status == SLUICE_OK && s->op == 'r' && v == 2) con->m.dead_lettered++;
+  else if (status == SLUICE_OK && s->op == 'r') con->m.retried++;
+  else if (status == SLUICE_ELATE) con->m.late_settles++;
+  /* Accepted before the client began closing: cancelled, not refused. */
+  if (status == SLUICE_ECLOSED) status = SLUICE_ECANCELED;
+  if (s->cb) s->cb(con, status, s->id, s->ud);
+  sluice__free(s);
+  sluice__guard_poke(&con->guard);
+}
+
+static const sluice__batch_kind settle_kind = {
+    &sluice__lua_dq_ack, DQ_SETTLE_MAX,
+    DQ_ACK_ARGS_HEAD, DQ_ACK_ARGS_PER, DQ_ACK_NUMS_HEAD, DQ_ACK_NUMS_PER,
+    0, 1, build, answer, NULL};
+
+static int enqueue(sluice_dq_consumer *con, const char *id, unsigned attempt, char op,
+                   int64_t delay, sluice_dq_settle_cb *cb, void *ud) {
+  size_t len = strlen(id);
+  settle *s = sluice__calloc(1, sizeof *s + len + 1);
+  if (!s) return SLUICE_ENOMEM;
+  memcpy(s->id, id, len + 1);
+  s->attempt = attempt;
+  s->op = op;
+  s->delay_ms = delay;
+  s->cb = cb;
+  s->ud = ud;
+  sluice__batcher_queue(&con->settles, &s->req, con->route);
+  return SLUICE_OK;
+}
+
+/* A delivered message left the consumer's hands: capacity is back. */
+static void msg_release(sluice_dq_msg *msg) {
+  sluice_dq_consumer *con = msg->con;
+  sluice__free(msg);
+  con->in_flight--;
+  if (con->starved && taking_allowed(con)) {
+    con->starved = 0;
+    event_active(con->kick, 0, 0);
+  }
+  update_listen(con);
+  sluice__guard_poke(&con->guard);
+}
+
+static int settle_msg(sluice_dq_msg *msg, char op, int64_t delay, sluice_dq_settle_cb *cb,
+                      void *ud) {
+  if (!msg) return SLUICE_EINVAL;
+  sluice_dq_consumer *con = msg->con;
+  int rc = SLUICE_OK;
+  if (delay < 0 || delay > SLUICE_DQ_TIME_MAX) rc = SLUICE_EINVAL;
+  else if (con->guard.closed || sluice__client_closing(con->c)) rc = SLUICE_ECLOSED;
+  if (rc == SLUICE_OK) rc = enqueue(con, msg->id, msg->attempt, op, delay, cb, ud);
+  msg_release(msg);
+  return rc;
+}
+
+int sluice_dq_ack(sluice_dq_msg *msg, sluice_dq_settle_cb *cb, void *ud) {
+  return settle_msg(msg, 'a', 0, cb, ud);
+}
+
+int sluice_dq_retry(sluice_dq_msg *msg, int64_t delay_ms, sluice_dq_settle_cb *cb, void *ud) {
+  return settle_msg(msg, 'r', delay_ms, cb, ud);
+}
+
+/* ---- taking ---------------------------------------------------------------- */
+
+static void take_failed(sluice_dq_consumer *con, int status) {
+  if (!taking_allowed(con) || status == SLUICE_ECANCELED) return;
+  con->m.take_errors++;
+  unsigned cap = con->o.max_poll_ms < DQ_BACKOFF_MAX_MS ? con->o.max_poll_ms : DQ_BACKOFF_MAX_MS;
+  con->backoff_ms = con->backoff_ms ? con->backoff_ms * 2 : DQ_BACKOFF_MIN_MS;
+  if (con->backoff_ms > cap) con->backoff_ms = cap;
+  sluice__timer_in(con->timer, con->backoff_ms);
+  if (!con->err_cb) return;
+  sluice__guard_enter(&con->guard);
+  con->err_cb(con, status, con->err_ud);
+  sluice__guard_leave(&con->guard);
+}
+
+/* One message of a take reply (elements i..i+3), or NULL on a bad reply
+ * (*bad set) or out of memory. */
+static sluice_dq_msg *msg_from_reply(sluice_dq_consumer *con, const redisReply *r, size_t i,
+                                     int *bad) {
+  const redisReply *id = sluice__reply_at(r, i), *p = sluice__reply_at(r, i + 3);
+  int64_t attempt, due;
+  if (!id || !p || id->type != REDIS_REPLY_STRING || p->type != REDIS_REPLY_STRING ||
+      sluice__reply_i64(sluice__reply_at(r, i + 1), &attempt) ||
+      sluice__reply_i64(sluice__reply_at(r, i + 2), &due)) {
+    *bad = 1;
+    return NULL;
+  }
+  sluice_dq_msg *m = sluice__calloc(1, sizeof *m + p->len + id->len + 2);
+  if (!m) return NULL;
+  m->con = con;
+  m->attempt = (unsigned)attempt;
+  m->due_ms = due;
+  m->deadline_ms = con->take_sent_ms + con->o.visibility_ms;
+  m->len = p->len;
+  memcpy(m->payload, p->str, p->len);
+  m->id = m->payload + p->len + 1;
+  memcpy(m->id, id->str, id->len);
+  return m;
+}
+
+/* Hand count messages to the handler; once the consumer is freed (possibly
+ * by the handler) the rest go back to the queue at once. */
+static void deliver(sluice_dq_consumer *con, const redisReply *reply, size_t count,
+                    int64_t now_us) {
+  sluice__guard_enter(&con->guard);
+  for (size_t k = 0; k < count; k++) {
+    int bad = 0;
+    sluice_dq_msg *m = msg_from_reply(con, reply, 3 + 4 * k, &bad);
+    if (!m) continue; /* left in flight: redelivered after the deadline */
+    con->in_flight++;
+    con->m.delivered++;
+    if (m->attempt > 1) con->m.redelivered++;
+    int64_t late_ms = now_us / 1000 - m->due_ms;
+    sluice__hist_record(&con->lateness, late_ms > 0 ? (uint64_t)late_ms * 1000 : 0);
+    if (taking_allowed(con)) {
+      con->handler(con, m, con->ud);
+      continue;
+    }
+    if (!con->guard.closed && !sluice__client_closing(con->c))
+      enqueue(con, m->id, m->attempt, 'x', 0, NULL, NULL);
+    msg_release(m);
+  }
+  sluice__guard_leave(&con->guard);
+}
+
+/* After a take: go again at once if more may be due, else sleep until the
+ * next due time or deadline (µs from Redis's clock), capped by max_poll_ms. */
+static void schedule(sluice_dq_consumer *con, int64_t now_us, int64_t next_ms, size_t count) {
+  uint64_t cap_us = (uint64_t)con->o.max_poll_ms * 1000;
+  update_listen(con);
+  if (con->again || count >= con->asked) {
+    event_active(con->kick, 0, 0);
+    return;
+  }
+  if (next_ms < 0) {
+    timer_in_us(con->timer, cap_us);
+    return;
+  }
+  int64_t wait_us = next_ms * 1000 - now_us;
+  if (wait_us <= 0) event_active(con->kick, 0, 0);
+  else timer_in_us(con->timer, (uint64_t)wait_us < cap_us ? (uint64_t)wait_us : cap_us);
+}
+
+static void take_done(void *ud, int status, const redisReply *reply) {
+  sluice_dq_consumer *con = ud;
+  int64_t now_us = 0, next_ms = -1, count = 0;
+  con->taking = 0;
+  if (status == SLUICE_OK &&
+      (sluice__reply_i64(sluice__reply_at(reply, 0), &now_us) ||
+       sluice__reply_i64(sluice__reply_at(reply, 1), &next_ms) ||
+       sluice__reply_i64(sluice__reply_at(reply, 2), &count) || count < 0 ||
+       reply->elements != 3 + 4 * (size_t)count))
+    status = SLUICE_EPROTOCOL;
+  if (status != SLUICE_OK) {
+    take_failed(con, status);
+    sluice__guard_poke(&con->guard);
+    return;
+  }
+  con->backoff_ms = 0;
+  deliver(con, reply, (size_t)count, now_us);
+  if (!taking_allowed(con)) {
+    sluice__guard_poke(&con->guard);
+    return;
+  }
+  schedule(con, now_us, next_ms, (size_t)count);
+}
+
+static void take(sluice_dq_consumer *con) {
+  sluice__args args;
+  if (!taking_allowed(con)) return;
+  if (con->taking) {
+    con->again = 1;
+    return;
+  }
+  unsigned cap = con->o.max_in_flight > con->in_flight ? con->o.max_in_flight - con->in_flight : 0;
+  if (cap == 0) {
+    con->starved = 1;
+    return;
+  }
+  con->asked = cap < con->o.batch ? cap : con->o.batch;
+  evtimer_del(con->timer);
+  con->take_sent_ms = sluice__mono_ms();
+  int rc = sluice__args_init(&args, DQ_TAKE_ARGS, DQ_TAKE_NUMS);
+  if (rc == SLUICE_OK) {
+    sluice__dq_take_args(&args, con->keys, con->o.retention_ms, con->asked, con->o.visibility_ms,
+                         con->o.max_attempts);
+    rc = sluice__eval(con->c, &sluice__lua_dq_take, args.nkeys, args.argc, args.argv, args.lens,
+                      con->o.op_timeout_ms, take_done, con, NULL);
+    sluice__args_clear(&args);
+  }
+  if (rc != SLUICE_OK) {
+    if (rc == SLUICE_ECLOSED) return; /* the client's close cancels us next */
+    take_failed(con, rc);
+    return;
+  }
+  con->taking = 1;
+  con->again = 0;
+}
+
+static void take_cb(evutil_socket_t fd, short what, void *arg) { take(arg); }
+
+/* ---- public API ------------------------------------------------------------ */
+
+void sluice_dq_consumer_options_init(sluice_dq_consumer_options *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->batch = 16;
+  o->visibility_ms = 30000;
+  o->max_in_flight = 256;
+  o->max_attempts = 5;
+  o->max_poll_ms = 60000;
+  o->retention_ms = DQ_DEFAULT_RETENTION_MS;
+}
+
+/* Client closed or consumer freed: stop taking. On close, settlements
+ * still queued or in flight are cancelled; after a free they go on. */
+static void consumer_cancel(sluice__guard *g) {
+  sluice_dq_consumer *con = sluice__container_of(g, sluice_dq_consumer, guard);
+  evtimer_del(con->timer);
+  event_del(con->kick);
+  update_listen(con);
+  if (g->closed) sluice__batcher_cancel(&con->settles, SLUICE_ECANCELED);
+}
+
+static int consumer_idle(const sluice__guard *g) {
+  const sluice_dq_consumer *con = sluice__container_of(g, sluice_dq_consumer, guard);
+  return !con->in_flight && !con->taking && !sluice__batcher_pending(&con->settles);
+}
+
+static void consumer_destroy(sluice__guard *g) {
+  sluice_dq_consumer *con = sluice__container_of(g, sluice_dq_consumer, guard);
+  sluice__unlisten(con->listener);
+  if (con->timer) event_free(con->timer);
+  if (con->kick) event_free(con->kick);
+  sluice__flusher_clear(&con->flusher);
+  sluice__dq_keys_free(con->keys);
+  sluice__free(con);
+}
+
+/* The connection is back: due messages are taken at once, not after the
+ * backoff of the takes that failed meanwhile. */
+static void consumer_resume(sluice__guard *g) {
+  sluice_dq_consumer *con = sluice__container_of(g, sluice_dq_consumer, guard);
+  if (!taking_allowed(con)) return;
+  con->backoff_ms = 0;
+  evtimer_del(con->timer);
+  event_active(con->kick, 0, 0);
+}
+
+/* Inside free, stopping the takes is all (nothing of that calls back). */
+static const sluice__guard_ops consumer_guard_ops = {.quiesce = consumer_cancel,
+                                                     .cancel = consumer_cancel,
+                                                     .idle = consumer_idle,
+                                                     .destroy = consumer_destroy,
+                                                     .resume = consumer_resume};
+
+static int check_options(const sluice_dq_consumer_options *o) {
+  if (o->batch < 1 || o->batch > 1000 || o->visibility_ms < 10 || o->max_in_flight < 1 ||
+      o->max_poll_ms < 10 || o->retention_ms < 1 ||
+      o->retention_ms > (uint64_t)SLUICE_DQ_TIME_MAX)
+    return SLUICE_EINVAL;
+  return SLUICE_OK;
+}
+
+static int consumer_init(sluice_dq_consumer *con, sluice_client *c, const char *name) {
+  struct event_base *base = sluice__client_base(c);
+  con->timer = evtimer_new(base, take_cb, con);
+  con->kick = event_new(base, -1, 0, take_cb, con);
+  if (!con->timer || !con->kick || sluice__flusher_init(&con->flusher, base) != SLUICE_OK ||
+      sluice__dq_keys(c, name, con->keys) != 0)
+    return SLUICE_ENOMEM;
+  sluice__batcher_init(&con->settles, &settle_kind, c, con, &con->guard, &con->flusher,
+                       con->o.op_timeout_ms);
+  con->route = sluice__client_route(c, con->keys[0]);
+  return SLUICE_OK;
+}
+
+int sluice_dq_consumer_new(sluice_client *c, const char *name,
+                           const sluice_dq_consumer_options *opts, sluice_dq_handler *handler,
+                           void *ud, sluice_dq_consumer **out) {
+  sluice_dq_consumer_options o;
+  if (out) *out = NULL;
+  if (!c || !out || !handler || !sluice__valid_name(name)) return SLUICE_EINVAL;
+  if (opts) o = *opts;
+  else sluice_dq_consumer_options_init(&o);
+  if (check_options(&o) != 0) return SLUICE_EINVAL;
+  if (sluice__client_closing(c)) return SLUICE_ECLOSED;
+  sluice_dq_consumer *con = sluice__calloc(1, sizeof *con);
+  if (!con) return SLUICE_ENOMEM;
+  con->c = c;
+  con->o = o;
+  con->handler = handler;
+  con->ud = ud;
+  if (consumer_init(con, c, name) != 0) {
+    consumer_destroy(&con->guard);
+    return SLUICE_ENOMEM;
+  }
+  sluice__guard_attach(&con->guard, sluice__client_home(c), &consumer_guard_ops);
+  update_listen(con);
+  event_active(con->kick, 0, 0); /* first take from the loop */
+  *out = con;
+  return SLUICE_OK;
+}
+
+void sluice_dq_consumer_free(sluice_dq_consumer *con) {
+  if (con) sluice__guard_free(&con->guard);
+}
+
+void sluice_dq_consumer_set_error_cb(sluice_dq_consumer *con, sluice_dq_error_cb *cb,
+                                     void *ud) {
+  if (!con) return;
+  con->err_cb = cb;
+  con->err_ud = ud;
+}
+
+unsigned sluice_dq_consumer_in_flight(const sluice_dq_consumer *con) {
+  return con ? con->in_flight : 0;
+}
+
+const char *sluice_dq_msg_id(const sluice_dq_msg *m) { return m ? m->id : NULL; }
+
+const void *sluice_dq_msg_payload(const sluice_dq_msg *m, size_t *len) {
+  if (len) *len = m ? m->len : 0;
+  return m ? m->payload : NULL;
+}
+
+unsigned sluice_dq_msg_attempt(const sluice_dq_msg *m) { return m ? m->attempt : 0; }
+int64_t sluice_dq_msg_due_ms(const sluice_dq_msg *m) { return m ? m->due_ms : -1; }
+
+int64_t sluice_dq_msg_remaining_ms(const sluice_dq_msg *m) {
+  uint64_t now = sluice__mono_ms();
+  return m && m->deadline_ms > now ? (int64_t)(m->deadline_ms - now) : 0;
+}
+
+void sluice_dq_consumer_get_metrics(const sluice_dq_consumer *con, sluice_dq_consumer_metrics *out) {
+  if (!out) return;
+  memset(out, 0, sizeof *out);
+  if (!con) return;
+  *out = con->m;
+  sluice__latency_of(&con->lateness, &out->lateness);
+}

@@ -1,0 +1,314 @@
+/* Connection life cycle; see conn.h. */
+#include <stdio.h>
+#include <string.h>
+
+#include <hiredis/adapters/libevent.h>
+
+#include <sluice/common.h>
+
+#include "net/conn.h"
+#include "base/util.h"
+#include "lua_scripts.h"
+#include "net/tls.h"
+
+static void conn_drop(sluice__conn *conn, const char *reason);
+
+/* The whole text, bounded only by errstr itself: a fixed cut of `what`
+ * (once 60 bytes) truncated reasons such as the dead-connection one. */
+static void set_err(sluice__conn *conn, const char *what, const char *detail) {
+  snprintf(conn->errstr, sizeof conn->errstr, "%s%s%s", what, detail ? ": " : "",
+           detail ? detail : "");
+}
+
+/* Full jitter: a delay uniform in [d/2, d) of the exponential step d. */
+static unsigned backoff_ms(sluice__conn *conn) {
+  uint64_t d = conn->cfg.reconnect_min_ms ? conn->cfg.reconnect_min_ms : 1;
+  for (unsigned i = 1; i < conn->attempts && d < conn->cfg.reconnect_max_ms; i++) d *= 2;
+  if (d > conn->cfg.reconnect_max_ms) d = conn->cfg.reconnect_max_ms;
+  return (unsigned)(d / 2 + sluice__random_below((uint32_t)(d - d / 2)));
+}
+
+static void schedule_retry(sluice__conn *conn) {
+  conn->state = SLUICE_CONN_WAITING;
+  conn->attempts++;
+  conn->retry_ms = backoff_ms(conn);
+  sluice__timer_in(conn->timer, conn->retry_ms);
+}
+
+static void handshake_cb(redisAsyncContext *ac, void *r, void *privdata) {
+  sluice__conn *conn = ac->data;
+  redisReply *reply = r;
+  const char *step = privdata;
+  if (!conn || conn->ac != ac || !reply || conn->draining) return; /* dropped meanwhile */
+  /* The first failing step ends the attempt: the replies still due (they
+   * were pipelined behind it) neither replace its error nor count as up. */
+  if (conn->handshake_failed) return;
+  if (reply->type == REDIS_REPLY_ERROR) {
+    conn->handshake_failed = 1;
+    set_err(conn, step, reply->str);
+    sluice__conn_fail(conn, NULL);
+    return;
+  }
+  /* A sentinel's answer is checked: a failover may have made it a replica. */
+  if (strcmp(step, "ROLE") == 0 &&
+      !(reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
+        reply->element[0]->type == REDIS_REPLY_STRING &&
+        strcmp(reply->element[0]->str, "master") == 0)) {
+    conn->handshake_failed = 1;
+    set_err(conn, "ROLE", "not a master (a failover may be under way)");
+    sluice__conn_fail(conn, NULL);
+    return;
+  }
+  if (strcmp(step, "PING") != 0) return;
+  evtimer_del(conn->timer);
+  conn->state = SLUICE_CONN_UP;
+  conn->failed = 0;
+  conn->attempts = 0;
+  conn->ups++;
+  conn->errstr[0] = '\0';
+  if (conn->cfg.on_up) conn->cfg.on_up(conn, conn->cfg.userdata);
+}
+
+/* A TLS connection that fails before its handshake completes most often
+ * failed in TLS (certificate refused, client certificate missing), which
+ * hiredis reports only as an I/O error: say what OpenSSL saw instead. Only
+ * from hiredis callbacks for the current context, while conn->ssl lives. */
+static void tls_reason(sluice__conn *conn) {
+  char why[160];
+  if (conn->ssl && conn->state == SLUICE_CONN_CONNECTING &&
+      sluice__tls_explain(conn->ssl, why, sizeof why))
+    set_err(conn, "connect failed", why);
+}
+
+static void connect_cb(const redisAsyncContext *ac, int status) {
+  sluice__conn *conn = ac->data;
+  if (!conn || conn->ac != ac) return;
+  if (status != REDIS_OK) {
+    /* hiredis frees the context after this returns (0.14: ac->err may be 0,
+     * the text is in errstr). */
+    set_err(conn, "connect failed", ac->errstr[0] ? ac->errstr : ac->c.errstr);
+    tls_reason(conn);
+    conn->ac = NULL;
+    conn->failed = 1;
+    conn->was_up = 0;
+    evtimer_del(conn->timer);
+    schedule_retry(conn);
+    if (conn->cfg.on_down) conn->cfg.on_down(conn, SLUICE_ECONNECTION, conn->cfg.userdata);
+  }
+}
+
+static void disconnect_cb(const redisAsyncContext *ac, int status) {
+  sluice__conn *conn = ac->data;
+  if (!conn || conn->ac != ac) return; /* our own conn_drop: already handled */
+  if (conn->draining) {
+    conn->ac = NULL; /* hiredis frees it after we return */
+    event_active(conn->drop_ev, 0, 0); /* report from outside hiredis */
+    return;
+  }
+  set_err(conn, "connection lost", ac->errstr[0] ? ac->errstr : NULL);
+  tls_reason(conn);
+  conn->ac = NULL; /* hiredis frees it after we return */
+  conn->failed = 1;
+  conn->was_up = conn->state == SLUICE_CONN_UP;
+  evtimer_del(conn->timer);
+  schedule_retry(conn);
+  if (conn->cfg.on_down) conn->cfg.on_down(conn, SLUICE_ECONNECTION, conn->cfg.userdata);
+}
+
+static void send_handshake(sluice__conn *conn) {
+  const sluice__endpoint *ep = conn->cfg.endpoint;
+  if (ep->password) {
+    const char *argv[3] = {"AUTH", ep->username ? ep->username : ep->password, ep->password};
+    int argc = ep->username ? 3 : 2;
+    sluice__conn_send(conn, handshake_cb, (void *)"AUTH", argc, argv, NULL);
+  }
+  if (ep->db) {
+    char db[24];
+    sluice__fmt_i64(db, ep->db);
+    const char *argv[2] = {"SELECT", db};
+    sluice__conn_send(conn, handshake_cb, (void *)"SELECT", 2, argv, NULL);
+  }
+  for (const struct sluice__script *const *sc = conn->cfg.scripts; sc && *sc; sc++) {
+    const char *argv[3] = {"SCRIPT", "LOAD", (*sc)->body};
+    size_t lens[3] = {6, 4, (*sc)->len};
+    sluice__conn_send(conn, handshake_cb, (void *)"SCRIPT LOAD", 3, argv, lens);
+  }
+  if (ep->master_name) {
+    const char *role[1] = {"ROLE"};
+    sluice__conn_send(conn, handshake_cb, (void *)"ROLE", 1, role, NULL);
+  }
+  const char *ping[1] = {"PING"};
+  sluice__conn_send(conn, handshake_cb, (void *)"PING", 1, ping, NULL);
+}
+
+static void finish_drain(sluice__conn *conn) {
+  redisAsyncContext *ac = conn->ac;
+  void (*drained)(sluice__conn *, void *) = conn->drained;
+  conn->ac = NULL;
+  conn->drained = NULL;
+  evtimer_del(conn->timer);
+  if (ac) redisAsyncFree(ac); /* timed out: pending callbacks get NULL */
+  if (drained) drained(conn, conn->cfg.userdata);
+}
+
+static void timer_cb(evutil_socket_t fd, short what, void *arg) {
+  sluice__conn *conn = arg;
+  if (conn->draining) {
+    finish_drain(conn);
+  } else if (conn->state == SLUICE_CONN_CONNECTING) {
+    set_err(conn, "connect timed out", NULL);
+    conn_drop(conn, NULL);
+  } else if (conn->state == SLUICE_CONN_RESOLVING) {
+    set_err(conn, conn->cfg.endpoint->cluster
+                      ? "no address: the cluster map names no node for this slot yet"
+                      : "no address: the sentinels did not name the master in time",
+            NULL);
+    conn_drop(conn, NULL);
+  } else if (conn->state == SLUICE_CONN_WAITING) {
+    sluice__conn_start(conn);
+  }
+}
+
+static void drop_cb(evutil_socket_t fd, short what, void *arg) {
+  sluice__conn *conn = arg;
+  if (conn->draining) {
+    finish_drain(conn);
+  } else if (conn->ac) {
+    conn_drop(conn, NULL);
+  } else if (conn->down_pending) {
+    conn->down_pending = 0;
+    if (conn->cfg.on_down) conn->cfg.on_down(conn, SLUICE_ECONNECTION, conn->cfg.userdata);
+  }
+}
+
+void sluice__conn_drain(sluice__conn *conn, unsigned timeout_ms,
+                        void (*drained)(sluice__conn *conn, void *userdata)) {
+  conn->draining = 1;
+  conn->drained = drained;
+  conn->cfg.on_up = NULL;
+  conn->cfg.on_down = NULL;
+  evtimer_del(conn->timer);
+  if (!conn->ac || conn->state != SLUICE_CONN_UP) {
+    event_active(conn->drop_ev, 0, 0);
+    return;
+  }
+  sluice__timer_in(conn->timer, timeout_ms);
+  /* Waits for the replies still due, then disconnects (and may call
+   * disconnect_cb right here when none are due). */
+  redisAsyncDisconnect(conn->ac);
+}
+
+int sluice__conn_init(sluice__conn *conn, struct event_base *base,
+                      const sluice__conn_config *cfg) {
+  memset(conn, 0, sizeof *conn);
+  conn->cfg = *cfg;
+  conn->base = base;
+  conn->timer = evtimer_new(base, timer_cb, conn);
+  conn->drop_ev = event_new(base, -1, 0, drop_cb, conn);
+  if (!conn->timer || !conn->drop_ev) {
+    if (conn->timer) event_free(conn->timer);
+    if (conn->drop_ev) event_free(conn->drop_ev);
+    return SLUICE_ENOMEM;
+  }
+  return SLUICE_OK;
+}
+
+/* A connect that failed at once (e.g. no such socket): retry later, and
+ * report it from the loop, since we may be inside sluice_client_new. */
+static void start_failed(sluice__conn *conn) {
+  conn->failed = 1;
+  conn->was_up = 0;
+  conn->down_pending = 1;
+  schedule_retry(conn);
+  event_active(conn->drop_ev, 0, 0);
+}
+
+void sluice__conn_start(sluice__conn *conn) {
+  const sluice__endpoint *ep = conn->cfg.endpoint;
+  redisAsyncContext *ac;
+  if (conn->state != SLUICE_CONN_IDLE && conn->state != SLUICE_CONN_WAITING &&
+      conn->state != SLUICE_CONN_RESOLVING)
+    return;
+  evtimer_del(conn->timer);
+  if (conn->cfg.ready && !conn->cfg.ready(conn, conn->cfg.userdata)) {
+    conn->state = SLUICE_CONN_RESOLVING;
+    sluice__timer_in(conn->timer, conn->cfg.connect_timeout_ms);
+    return;
+  }
+  ac = ep->unix_path ? redisAsyncConnectUnix(ep->unix_path)
+                     : redisAsyncConnect(ep->host, ep->port);
+  if (!ac || ac->err) {
+    set_err(conn, "connect failed", ac ? ac->errstr : "out of memory");
+    if (ac) redisAsyncFree(ac);
+    start_failed(conn);
+    return;
+  }
+  ac->data = conn;
+  conn->ssl = NULL;
+  /* TLS starts before the loop is attached, as hiredis expects. */
+  if (ep->tls) {
+    char why[160];
+    if (sluice__tls_attach(ep, ac, &conn->ssl, why, sizeof why) != 0) {
+      set_err(conn, "connect failed", why);
+      redisAsyncFree(ac);
+      start_failed(conn);
+      return;
+    }
+  }
+  /* Lets the kernel notice a peer that vanished without a reset. */
+  if (!ep->unix_path) redisEnableKeepAlive(&ac->c);
+  /* Order matters: setting the connect callback already asks the adapter to
+   * watch for writability, so the loop must be attached first. */
+  if (redisLibeventAttach(ac, conn->base) != REDIS_OK) {
+    set_err(conn, "connect failed", "cannot attach to event loop");
+    redisAsyncFree(ac);
+    start_failed(conn);
+    return;
+  }
+  redisAsyncSetConnectCallback(ac, connect_cb);
+  redisAsyncSetDisconnectCallback(ac, disconnect_cb);
+  conn->ac = ac;
+  conn->state = SLUICE_CONN_CONNECTING;
+  conn->handshake_failed = 0;
+  sluice__timer_in(conn->timer, conn->cfg.connect_timeout_ms);
+  send_handshake(conn);
+  if (conn->cfg.on_context) conn->cfg.on_context(conn, conn->cfg.userdata);
+}
+
+/* Free the context now; only from outside hiredis callbacks. */
+static void conn_drop(sluice__conn *conn, const char *reason) {
+  redisAsyncContext *ac = conn->ac;
+  if (reason) set_err(conn, reason, NULL);
+  conn->ac = NULL;
+  conn->failed = 1;
+  conn->was_up = conn->state == SLUICE_CONN_UP;
+  evtimer_del(conn->timer);
+  schedule_retry(conn);
+  /* Pending callbacks run inside with NULL replies; disconnect_cb ignores
+   * it because conn->ac no longer matches. */
+  if (ac) redisAsyncFree(ac);
+  if (conn->cfg.on_down) conn->cfg.on_down(conn, SLUICE_ECONNECTION, conn->cfg.userdata);
+}
+
+void sluice__conn_fail(sluice__conn *conn, const char *reason) {
+  if (reason) set_err(conn, reason, NULL);
+  if (conn->ac) event_active(conn->drop_ev, 0, 0);
+}
+
+void sluice__conn_shutdown(sluice__conn *conn) {
+  redisAsyncContext *ac = conn->ac;
+  conn->ac = NULL;
+  conn->state = SLUICE_CONN_IDLE;
+  conn->cfg.on_up = NULL;
+  conn->cfg.on_down = NULL;
+  if (conn->timer) event_free(conn->timer);
+  if (conn->drop_ev) event_free(conn->drop_ev);
+  conn->timer = conn->drop_ev = NULL;
+  if (ac) redisAsyncFree(ac);
+}
+
+int sluice__conn_send(sluice__conn *conn, redisCallbackFn *fn, void *privdata,
+                      int argc, const char **argv, const size_t *lens) {
+  if (!conn->ac) return REDIS_ERR;
+  return redisAsyncCommandArgv(conn->ac, fn, privdata, argc, argv, lens);
+}

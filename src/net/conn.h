@@ -1,0 +1,100 @@
+/*
+ * One Redis connection with its own life cycle: connect (TCP, TLS over TCP,
+ * or unix), the AUTH/SELECT handshake, connect timeout, and reconnect with exponential
+ * backoff and full jitter after any failure. Used for the command connection
+ * (client.c) and the blocking connection (blocker.c).
+ *
+ * hiredis 0.14 rules this file keeps (each one a crash on 0.14 otherwise):
+ * never free or disconnect a context from inside a hiredis callback (we
+ * defer to our own event), forget the context as soon as hiredis says it is
+ * gone, and tolerate callbacks that run synchronously inside redisAsyncFree.
+ */
+#ifndef SLUICE_CONN_H
+#define SLUICE_CONN_H
+
+#include <stdint.h>
+
+#include <event2/event.h>
+#include <hiredis/async.h>
+
+#include "net/url.h"
+
+enum sluice__conn_state {
+  SLUICE_CONN_IDLE,        /* not started, or shut down */
+  SLUICE_CONN_CONNECTING,  /* TCP/unix connect or handshake in progress */
+  SLUICE_CONN_UP,          /* handshake done: commands flow */
+  SLUICE_CONN_WAITING,     /* lost; a reconnect is scheduled */
+  SLUICE_CONN_RESOLVING    /* waiting for the address (ready said not yet) */
+};
+
+typedef struct sluice__conn sluice__conn;
+
+typedef struct sluice__conn_config {
+  const sluice__endpoint *endpoint;  /* borrowed; outlives the conn */
+  unsigned connect_timeout_ms;
+  unsigned reconnect_min_ms;
+  unsigned reconnect_max_ms;
+  /* Scripts to SCRIPT LOAD in the handshake (NULL-terminated, or NULL), so
+   * that EVALSHA never meets NOSCRIPT on a fresh connection: a NOSCRIPT
+   * fallback re-sends the script later than commands pipelined after it,
+   * which would break the in-order guarantee callers rely on. */
+  const struct sluice__script *const *scripts;
+  /* Called from the loop when the handshake completes / the connection is
+   * lost or an attempt failed (status < 0). */
+  void (*on_up)(sluice__conn *conn, void *userdata);
+  void (*on_down)(sluice__conn *conn, int status, void *userdata);
+  /* Optional: 1 when the endpoint's address may be used now; 0 to wait
+   * (RESOLVING) until sluice__conn_start is called again. */
+  int (*ready)(sluice__conn *conn, void *userdata);
+  /* Optional: a context exists and the handshake is queued on it; commands
+   * sent now follow the handshake. */
+  void (*on_context)(sluice__conn *conn, void *userdata);
+  void *userdata;
+} sluice__conn_config;
+
+struct sluice__conn {
+  sluice__conn_config cfg;
+  struct event_base *base;
+  redisAsyncContext *ac;          /* NULL when no context exists */
+  void *ssl;                      /* ac's TLS object (owned by hiredis) or NULL */
+  enum sluice__conn_state state;
+  int failed;                     /* lost or failed since last UP */
+  int draining;                   /* graceful close in progress */
+  int down_pending;               /* report a failed start from the loop */
+  int handshake_failed;           /* a step of this attempt failed */
+  void (*drained)(sluice__conn *conn, void *userdata);
+  unsigned attempts;              /* consecutive failed attempts */
+  unsigned retry_ms;              /* the delay of the reconnect scheduled last */
+  unsigned long ups;              /* handshakes completed */
+  int was_up;                     /* in on_down: it had been up (lost, not failed) */
+  uint64_t last_reply_ms;         /* monotonic: last reply (the client's steps) */
+  /* The client's wait_replicas state for this connection (client.c). */
+  struct wait_batch *wait_open;   /* writes sent this turn, for one WAIT */
+  int replicas_short;             /* the last WAIT counted too few replicas */
+  uint64_t wait_probe_ms;         /* when a WAIT last had a longer timeout */
+  struct event *timer;            /* connect timeout, or reconnect delay */
+  struct event *drop_ev;          /* deferred drop out of hiredis frames */
+  char errstr[256];                /* "<what>: <detail>", truncated to fit */
+};
+
+int sluice__conn_init(sluice__conn *conn, struct event_base *base,
+                      const sluice__conn_config *cfg);
+/* Start connecting now (no-op unless IDLE or WAITING). */
+void sluice__conn_start(sluice__conn *conn);
+/* Drop the connection from the loop (safe inside hiredis callbacks) and
+ * reconnect after backoff; reason goes to errstr. */
+void sluice__conn_fail(sluice__conn *conn, const char *reason);
+/* Close gracefully: stop reconnecting, let hiredis write what is buffered
+ * and read the replies still due (so fire-and-forget steps such as releases
+ * reach Redis), then call drained from the loop. After timeout_ms, or at
+ * once when not connected, the context is dropped instead. */
+void sluice__conn_drain(sluice__conn *conn, unsigned timeout_ms,
+                        void (*drained)(sluice__conn *conn, void *userdata));
+/* Free the context and timers; no callbacks of this conn run afterwards
+ * (pending hiredis callbacks still run, with NULL, inside this call). */
+void sluice__conn_shutdown(sluice__conn *conn);
+/* Send a command on the context (UP or CONNECTING). REDIS_OK/REDIS_ERR. */
+int sluice__conn_send(sluice__conn *conn, redisCallbackFn *fn, void *privdata,
+                      int argc, const char **argv, const size_t *lens);
+
+#endif

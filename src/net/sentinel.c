@@ -1,0 +1,296 @@
+/* The link to Redis Sentinel: see sentinel.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "net/conn.h"
+#include "net/sentinel.h"
+#include "base/util.h"
+
+/* Sentinels known at most: the configured ones and those they report (a
+ * longer configured list is kept whole, and nothing is added to it). */
+#define SENTINELS_MAX 16
+
+typedef struct sentinel_addr {
+  char *host;                     /* owned; lives as long as the link */
+  int port;
+} sentinel_addr;
+
+struct sluice__sentinel {
+  sluice__sentinel_config cfg;
+  const sluice__endpoint *names;  /* the data endpoint: master name, credentials */
+  sentinel_addr *known;           /* the sentinels to try, in order */
+  int nknown, maxknown;
+  sluice__endpoint qep, wep;      /* the sentinel each connection uses now */
+  int qi, wi;                     /* their indexes in known */
+  unsigned long answers;          /* times a sentinel named the master */
+  sluice__conn query, watch;
+  struct event *ask_timer;        /* a question unanswered for too long */
+  int fresh;                      /* the address was given since it went stale */
+  int asking;                     /* a question is in flight */
+  int have;                       /* an address was ever given */
+  char err[384];                  /* room for a connection's errstr and more */
+};
+
+static void point_at(sluice__sentinel *s, sluice__endpoint *ep, int i) {
+  ep->host = s->known[i].host;
+  ep->port = s->known[i].port;
+}
+
+/* ---- the list of sentinels ----------------------------------------------- */
+
+int sluice__sentinel_learn(sluice__sentinel *s, const char *host, size_t hlen, int port) {
+  if (hlen == 0 || port <= 0 || port > 65535) return 0;
+  for (int i = 0; i < s->nknown; i++)
+    if (s->known[i].port == port && strlen(s->known[i].host) == hlen &&
+        memcmp(s->known[i].host, host, hlen) == 0)
+      return 0;
+  if (s->nknown == s->maxknown) return 0;
+  char *h = malloc(hlen + 1);
+  if (!h) return -1;
+  memcpy(h, host, hlen);
+  h[hlen] = '\0';
+  s->known[s->nknown++] = (sentinel_addr){h, port};
+  return 1;
+}
+
+static void forget_all(sluice__sentinel *s) {
+  for (int i = 0; i < s->nknown; i++) free(s->known[i].host);
+  free(s->known);
+  s->known = NULL;
+  s->nknown = 0;
+}
+
+/* The sentinel that answered goes first, so that the next round of asking
+ * starts with one known to work (as Redis documents for clients). */
+static void prefer(sluice__sentinel *s, int i) {
+  if (i == 0) return;
+  sentinel_addr a = s->known[i];
+  memmove(&s->known[1], &s->known[0], (size_t)i * sizeof a);
+  s->known[0] = a;
+  s->wi = s->wi == i ? 0 : s->wi < i ? s->wi + 1 : s->wi;
+  s->qi = s->qi == i ? 0 : s->qi < i ? s->qi + 1 : s->qi;
+}
+
+/* SENTINEL sentinels answers one field/value array per other sentinel:
+ * its "ip" and "port" join the list. */
+static void list_cb(redisAsyncContext *ac, void *r, void *privdata) {
+  sluice__sentinel *s = privdata;
+  redisReply *reply = r;
+  if (!reply || reply->type != REDIS_REPLY_ARRAY) return; /* lost, or refused: keep the list */
+  for (size_t i = 0; i < reply->elements; i++) {
+    const redisReply *e = reply->element[i], *ip = NULL, *port = NULL;
+    if (e->type != REDIS_REPLY_ARRAY) continue;
+    for (size_t j = 0; j + 1 < e->elements; j += 2) {
+      const redisReply *k = e->element[j], *v = e->element[j + 1];
+      if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING) continue;
+      if (strcmp(k->str, "ip") == 0) ip = v;
+      else if (strcmp(k->str, "port") == 0) port = v;
+    }
+    if (ip && port) sluice__sentinel_learn(s, ip->str, ip->len, (int)strtol(port->str, NULL, 10));
+  }
+}
+
+/* ---- asking -------------------------------------------------------------- */
+
+static int set_address(sluice__sentinel *s, const char *host, size_t hlen, int port) {
+  sluice__endpoint *d = s->cfg.data;
+  int changed = !d->host || strlen(d->host) != hlen || memcmp(d->host, host, hlen) != 0 ||
+                d->port != port;
+  if (changed) {
+    char *h = malloc(hlen + 1);
+    if (!h) return 0;
+    memcpy(h, host, hlen);
+    h[hlen] = '\0';
+    free(d->host);
+    d->host = h;
+    d->port = port;
+  }
+  int moved = changed && s->have;
+  s->have = s->fresh = 1;
+  s->err[0] = '\0';
+  if (moved) s->cfg.moved(s->cfg.userdata);
+  s->cfg.known(s->cfg.userdata);
+  return 1;
+}
+
+static void ask_cb(redisAsyncContext *ac, void *r, void *privdata) {
+  sluice__sentinel *s = privdata;
+  redisReply *reply = r;
+  if (!s->asking) return;
+  s->asking = 0;
+  evtimer_del(s->ask_timer);
+  if (!reply) return; /* lost: the query connection's on_down moves on */
+  long port = 0;
+  if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+      reply->element[0]->type == REDIS_REPLY_STRING &&
+      reply->element[1]->type == REDIS_REPLY_STRING)
+    port = strtol(reply->element[1]->str, NULL, 10);
+  if (port > 0 && port < 65536) {
+    /* This sentinel works: it goes first, and the others it knows join
+     * the list. */
+    const char *argv[3] = {"SENTINEL", "sentinels", s->names->master_name};
+    s->answers++;
+    prefer(s, s->qi);
+    sluice__conn_send(&s->query, list_cb, s, 3, argv, NULL);
+    if (set_address(s, reply->element[0]->str, reply->element[0]->len, (int)port)) return;
+  }
+  snprintf(s->err, sizeof s->err, "sentinel %s:%d %s master '%s'%s%s", s->qep.host, s->qep.port,
+           reply->type == REDIS_REPLY_ERROR ? "refused to name" : "does not know",
+           s->names->master_name, reply->type == REDIS_REPLY_ERROR ? ": " : "",
+           reply->type == REDIS_REPLY_ERROR ? reply->str : "");
+  sluice__conn_fail(&s->query, s->err); /* try the next sentinel */
+}
+
+static void ask(sluice__sentinel *s) {
+  if (s->asking || s->query.state != SLUICE_CONN_UP) return;
+  const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", s->names->master_name};
+  if (sluice__conn_send(&s->query, ask_cb, s, 3, argv, NULL) != REDIS_OK) return;
+  s->asking = 1;
+  sluice__timer_in(s->ask_timer, s->cfg.connect_timeout_ms);
+}
+
+static void ask_timeout_cb(evutil_socket_t fd, short what, void *arg) {
+  sluice__sentinel *s = arg;
+  if (!s->asking) return;
+  s->asking = 0;
+  snprintf(s->err, sizeof s->err, "sentinel %s:%d did not answer", s->qep.host, s->qep.port);
+  sluice__conn_fail(&s->query, s->err);
+}
+
+static void query_up(sluice__conn *conn, void *ud) {
+  sluice__sentinel *s = ud;
+  if (!s->fresh) ask(s);
+}
+
+/* A sentinel that failed gives way to the next; the one that answers
+ * stays. */
+static void query_down(sluice__conn *conn, int status, void *ud) {
+  sluice__sentinel *s = ud;
+  s->asking = 0;
+  evtimer_del(s->ask_timer);
+  if (strncmp(conn->errstr, "sentinel ", 9) == 0) /* our own verdict */
+    snprintf(s->err, sizeof s->err, "%s", conn->errstr);
+  else
+    snprintf(s->err, sizeof s->err, "sentinel %s:%d: %s", s->qep.host, s->qep.port,
+             conn->errstr);
+  s->qi = (s->qi + 1) % s->nknown;
+  point_at(s, &s->qep, s->qi);
+}
+
+/* ---- following failovers ------------------------------------------------- */
+
+/* "+switch-master" says "<name> <old ip> <old port> <new ip> <new port>". */
+static void watch_cb(redisAsyncContext *ac, void *r, void *privdata) {
+  sluice__sentinel *s = privdata;
+  redisReply *reply = r;
+  if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 3 ||
+      reply->element[2]->type != REDIS_REPLY_STRING)
+    return;
+  const char *m = reply->element[2]->str;
+  size_t nlen = strlen(s->names->master_name);
+  if (strncmp(m, s->names->master_name, nlen) != 0 || m[nlen] != ' ') return;
+  char ip[64];
+  int port;
+  if (sscanf(m + nlen, " %*s %*d %63s %d", ip, &port) != 2 || port <= 0 || port > 65535) return;
+  set_address(s, ip, strlen(ip), port);
+}
+
+static void watch_up(sluice__conn *conn, void *ud) {
+  const char *argv[2] = {"SUBSCRIBE", "+switch-master"};
+  sluice__conn_send(conn, watch_cb, ud, 2, argv, NULL);
+}
+
+static void watch_down(sluice__conn *conn, int status, void *ud) {
+  sluice__sentinel *s = ud;
+  s->wi = (s->wi + 1) % s->nknown;
+  point_at(s, &s->wep, s->wi);
+}
+
+/* ---- life cycle ---------------------------------------------------------- */
+
+static int link_init(sluice__sentinel *s, struct event_base *base, sluice__conn *conn,
+                     sluice__endpoint *ep, void (*up)(sluice__conn *, void *),
+                     void (*down)(sluice__conn *, int, void *)) {
+  ep->username = s->names->sentinel_username;
+  ep->password = s->names->sentinel_password;
+  sluice__conn_config cfg = {.endpoint = ep,
+                             .connect_timeout_ms = s->cfg.connect_timeout_ms,
+                             .reconnect_min_ms = s->cfg.reconnect_min_ms,
+                             .reconnect_max_ms = s->cfg.reconnect_max_ms,
+                             .on_up = up,
+                             .on_down = down,
+                             .userdata = s};
+  return sluice__conn_init(conn, base, &cfg);
+}
+
+sluice__sentinel *sluice__sentinel_new(struct event_base *base, const sluice__sentinel_config *cfg) {
+  sluice__sentinel *s = sluice__calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->cfg = *cfg;
+  s->names = cfg->data;
+  int n = cfg->data->nsentinels;
+  s->maxknown = n > SENTINELS_MAX ? n : SENTINELS_MAX;
+  s->known = calloc((size_t)s->maxknown, sizeof *s->known);
+  int seeded = s->known != NULL;
+  for (int i = 0; seeded && i < n; i++) {
+    const char *h = cfg->data->sentinel_hosts[i];
+    seeded = sluice__sentinel_learn(s, h, strlen(h), cfg->data->sentinel_ports[i]) >= 0;
+  }
+  if (!seeded || s->nknown == 0) {
+    forget_all(s);
+    sluice__free(s);
+    return NULL;
+  }
+  point_at(s, &s->qep, 0);
+  point_at(s, &s->wep, 0);
+  s->ask_timer = evtimer_new(base, ask_timeout_cb, s);
+  if (!s->ask_timer || link_init(s, base, &s->query, &s->qep, query_up, query_down) != 0) {
+    if (s->ask_timer) event_free(s->ask_timer);
+    forget_all(s);
+    sluice__free(s);
+    return NULL;
+  }
+  if (link_init(s, base, &s->watch, &s->wep, watch_up, watch_down) != 0) {
+    sluice__conn_shutdown(&s->query);
+    event_free(s->ask_timer);
+    forget_all(s);
+    sluice__free(s);
+    return NULL;
+  }
+  sluice__conn_start(&s->query);
+  sluice__conn_start(&s->watch);
+  return s;
+}
+
+void sluice__sentinel_free(sluice__sentinel *s) {
+  if (!s) return;
+  s->asking = 0;
+  sluice__conn_shutdown(&s->query);
+  sluice__conn_shutdown(&s->watch);
+  event_free(s->ask_timer);
+  forget_all(s);
+  sluice__free(s);
+}
+
+int sluice__sentinel_address(sluice__sentinel *s) {
+  if (s->fresh && s->cfg.data->host) return 1;
+  ask(s);
+  return 0;
+}
+
+void sluice__sentinel_stale(sluice__sentinel *s) { s->fresh = 0; }
+
+const char *sluice__sentinel_error(const sluice__sentinel *s) { return s->err; }
+
+int sluice__sentinel_count(const sluice__sentinel *s) { return s->nknown; }
+
+const char *sluice__sentinel_at(const sluice__sentinel *s, int i, int *port) {
+  if (i < 0 || i >= s->nknown) return NULL;
+  if (port) *port = s->known[i].port;
+  return s->known[i].host;
+}
+
+unsigned long sluice__sentinel_answers(const sluice__sentinel *s) { return s->answers; }

@@ -1,0 +1,62 @@
+/*
+ * The client's link to Redis Sentinel (redis+sentinel:// URLs): it finds
+ * the master's address and follows it through failovers, as Redis documents
+ * for clients.
+ *
+ *  - A query connection to one sentinel at a time asks
+ *    SENTINEL get-master-addr-by-name; a sentinel that fails (connect,
+ *    timeout, no answer) gives way to the next one in the list, and the one
+ *    that answers stays in use and moves to the front of the list.
+ *  - The list is the link's own: the configured sentinels, then those a
+ *    sentinel that answered reports (SENTINEL sentinels, asked after each
+ *    answer), without duplicates and at most 16 in all, so that the master
+ *    is still found when every configured sentinel is gone.
+ *  - A second connection subscribes to +switch-master: when the master of
+ *    our name moves, the data connections are dropped at once, since the
+ *    old master may accept writes for seconds after the switch and lose
+ *    them.
+ *  - The data connections ask for the address before every (re)connect
+ *    (sluice__sentinel_address); they verify with ROLE in their handshake
+ *    that it is a master, and a failed or lost connection asks again.
+ */
+#ifndef SLUICE_SENTINEL_H
+#define SLUICE_SENTINEL_H
+
+#include "net/url.h"
+
+struct event_base;
+typedef struct sluice__sentinel sluice__sentinel;
+
+typedef struct sluice__sentinel_config {
+  sluice__endpoint *data;         /* the data nodes' endpoint: its host/port are set here */
+  unsigned connect_timeout_ms;
+  unsigned reconnect_min_ms, reconnect_max_ms;
+  /* The master's address changed (or its old connections must go): drop
+   * and reconnect the data connections. */
+  void (*moved)(void *userdata);
+  /* A fresh address is known: data connections waiting for one may start. */
+  void (*known)(void *userdata);
+  void *userdata;
+} sluice__sentinel_config;
+
+sluice__sentinel *sluice__sentinel_new(struct event_base *base, const sluice__sentinel_config *cfg);
+void sluice__sentinel_free(sluice__sentinel *s);
+/* 1 when a fresh address is in the data endpoint (a data connection may
+ * connect now); 0 when one was asked for: `known` follows. */
+int sluice__sentinel_address(sluice__sentinel *s);
+/* A data connection failed or found no master there: ask again before the
+ * next connect. */
+void sluice__sentinel_stale(sluice__sentinel *s);
+/* The last sentinel error ("" if none). */
+const char *sluice__sentinel_error(const sluice__sentinel *s);
+
+/* The list of sentinels (exposed for tests): add host:port unless it is
+ * there already or the list is full (1 added, 0 not, -1 out of memory);
+ * how many are known; the i-th (NULL past the end); and how many times a
+ * sentinel named the master. */
+int sluice__sentinel_learn(sluice__sentinel *s, const char *host, size_t hlen, int port);
+int sluice__sentinel_count(const sluice__sentinel *s);
+const char *sluice__sentinel_at(const sluice__sentinel *s, int i, int *port);
+unsigned long sluice__sentinel_answers(const sluice__sentinel *s);
+
+#endif

@@ -1,0 +1,266 @@
+/*
+ * Held permits: the lease kept alive by renewals, and loss detection.
+ *
+ * Renewals that fall due in one loop turn go to Redis in one script call
+ * (the handle's renewal batcher); permits granted together renew together
+ * from then on.
+ *
+ * The local deadline is conservative: a lease granted or renewed by a script
+ * sent at time S (monotonic) expires in Redis no earlier than S + ttl, since
+ * Redis ran the script after S. We subtract a margin for clock-rate drift.
+ * If that deadline passes without a confirmed renewal, the permit is lost
+ * (UNCERTAIN): Redis may still hold it, but we can no longer promise it.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sem/sem.h"
+
+#define RENEW_RETRY_MIN_MS 10
+#define RENEW_TIMEOUT_MIN_MS 10
+
+static uint64_t ms_left(const sluice_permit *p) {
+  uint64_t now = sluice__mono_ms();
+  return p->deadline_ms > now ? p->deadline_ms - now : 0;
+}
+
+static void stop_renewing(sluice_permit *p) {
+  evtimer_del(p->renew_timer);
+  evtimer_del(p->lost_timer);
+  sluice__batcher_leave(&p->sem->renewals, &p->renewal);
+}
+
+/* Lost: tell the holder once, last (the callback may release the permit). */
+static void fire_lost(sluice_permit *p, int reason) {
+  if (p->lost) return;
+  p->lost = reason;
+  if (reason == SLUICE_LOST_DEFINITE) p->sem->m.lost_definite++;
+  else p->sem->m.lost_uncertain++;
+  sluice__log(p->sem->c, SLUICE_LOG_WARN, "semaphore '%s': permit %s lost (%s)", p->sem->name,
+              p->id, reason == SLUICE_LOST_DEFINITE ? "Redis says it is gone"
+                                                    : "lease ran out without a confirmed renewal");
+  stop_renewing(p);
+  if (!p->lost_cb) return;
+  sluice__guard_enter(&p->guard);
+  p->lost_cb(p, reason, p->lost_ud);
+  sluice__guard_leave(&p->guard);
+}
+
+static void lost_timer_cb(evutil_socket_t fd, short what, void *arg) {
+  fire_lost(arg, SLUICE_LOST_UNCERTAIN);
+}
+
+/* The margin for clock-rate drift grows with the span it covers: a twentieth
+ * of the lease counted from base_ms (a handed-off permit's first lease is a
+ * heartbeat, much shorter than ttl_ms). */
+uint64_t sluice__permit_deadline(const sluice_sem *sem, uint64_t base_ms, uint64_t lease_ms) {
+  uint64_t m = lease_ms / 20 ? lease_ms / 20 : 1;
+  return base_ms + (lease_ms > m ? lease_ms - m : 0);
+}
+
+static void set_deadline(sluice_permit *p, uint64_t deadline_ms) {
+  p->deadline_ms = deadline_ms;
+  evtimer_del(p->lost_timer);
+  sluice__timer_in(p->lost_timer, ms_left(p));
+}
+
+/* ---- renewal batches ----------------------------------------------------- */
+
+static void build(sluice__args *a, void *owner, sluice__breq *const *reqs, size_t n) {
+  sluice_sem *sem = owner;
+  sluice__sem_renew_head(a, &sem->call);
+  for (size_t i = 0; i < n; i++)
+    sluice__sem_renew_item(a, sluice__container_of(reqs[i], sluice_permit, renewal)->id);
+}
+
+/* Waiting for an answer past a lease's deadline is pointless. */
+static unsigned timeout(void *owner, sluice__breq *const *reqs, size_t n) {
+  sluice_sem *sem = owner;
+  uint64_t t = sem->o.op_timeout_ms ? sem->o.op_timeout_ms : sluice__client_op_timeout(sem->c);
+  for (size_t i = 0; i < n; i++) {
+    uint64_t left = ms_left(sluice__container_of(reqs[i], sluice_permit, renewal));
+    if (left < t) t = left;
+  }
+  return t < RENEW_TIMEOUT_MIN_MS ? RENEW_TIMEOUT_MIN_MS : (unsigned)t;
+}
+
+/* ttl > 0: extended; 0: gone. Errors: try again well before the deadline. */
+static void answer(void *owner, sluice__breq *r, int status, const sluice__batch_reply *br) {
+  sluice_permit *p = sluice__container_of(r, sluice_permit, renewal);
+  int64_t ttl = 0;
+  if (p->lost || status == SLUICE_ECANCELED) return;
+  if (status == SLUICE_OK && sluice__reply_i64(br->reply->element[br->at], &ttl))
+    status = SLUICE_EPROTOCOL;
+  if (status == SLUICE_OK && ttl == 0) {
+    fire_lost(p, SLUICE_LOST_DEFINITE);
+    return;
+  }
+  if (status == SLUICE_OK) {
+    p->sem->m.renewals++;
+    p->replicated = br->replicated;
+    set_deadline(p, sluice__permit_deadline(p->sem, br->sent_ms, (uint64_t)ttl));
+    /* Without auto_renew only a hand-off's first renewal runs. */
+    if (p->sem->o.auto_renew) sluice__timer_in(p->renew_timer, p->sem->o.renew_ms);
+    return;
+  }
+  p->sem->m.renew_errors++;
+  uint64_t again = ms_left(p) / 4;
+  if (again > p->sem->o.renew_ms) again = p->sem->o.renew_ms;
+  if (again < RENEW_RETRY_MIN_MS) again = RENEW_RETRY_MIN_MS;
+  sluice__timer_in(p->renew_timer, again);
+}
+
+static const sluice__batch_kind renew_kind = {
+    &sluice__lua_sem_renew, SEM_BATCH_MAX,
+    SEM_RENEW_ARGS_HEAD, SEM_RENEW_ARGS_PER, SEM_RENEW_NUMS_HEAD, SEM_RENEW_NUMS_PER,
+    0, 1, build, answer, timeout};
+
+void sluice__permit_setup(sluice_sem *sem) {
+  sluice__batcher_init(&sem->renewals, &renew_kind, sem->c, sem, &sem->guard, &sem->flusher,
+                       sem->o.op_timeout_ms);
+}
+
+void sluice__permit_renew_now(sluice_permit *p) {
+  evtimer_del(p->renew_timer);
+  sluice__batcher_queue(&p->sem->renewals, &p->renewal, p->sem->route);
+}
+
+static void renew_timer_cb(evutil_socket_t fd, short what, void *arg) {
+  sluice_permit *p = arg;
+  if (!p->lost) sluice__batcher_queue(&p->sem->renewals, &p->renewal, p->sem->route);
+}
+
+/* ---- lifetime ------------------------------------------------------------ */
+
+/* Leave the handle: no renewal, no timers, no place in its lists. */
+static void detach(sluice_permit *p) {
+  if (!p->sem) return;
+  stop_renewing(p);
+  sluice__list_remove(&p->sem->permits, &p->link);
+  p->sem = NULL;
+}
+
+/* Client closed: stop renewing (the lease can no longer be confirmed). */
+static void permit_cancel(sluice__guard *g) {
+  sluice_permit *p = sluice__container_of(g, sluice_permit, guard);
+  if (p->sem) stop_renewing(p);
+}
+
+static void permit_destroy(sluice__guard *g) {
+  sluice_permit *p = sluice__container_of(g, sluice_permit, guard);
+  detach(p);
+  if (p->renew_timer) event_free(p->renew_timer);
+  if (p->lost_timer) event_free(p->lost_timer);
+  sluice__free(p);
+}
+
+static const sluice__guard_ops permit_guard_ops = {
+    .cancel = permit_cancel, .destroy = permit_destroy};
+
+sluice_permit *sluice__permit_new(sluice_sem *sem, const char *id, uint64_t fence,
+                                  uint64_t deadline_ms, int replicated) {
+  struct event_base *base = sluice__client_base(sem->c);
+  sluice_permit *p = sluice__calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->sem = sem;
+  memcpy(p->id, id, 33);
+  p->fence = fence;
+  p->replicated = replicated;
+  p->renew_timer = evtimer_new(base, renew_timer_cb, p);
+  p->lost_timer = evtimer_new(base, lost_timer_cb, p);
+  if (!p->renew_timer || !p->lost_timer) {
+    if (p->renew_timer) event_free(p->renew_timer);
+    if (p->lost_timer) event_free(p->lost_timer);
+    sluice__free(p);
+    return NULL;
+  }
+  sluice__list_append(&sem->permits, &p->link);
+  sluice__guard_attach(&p->guard, sluice__client_home(sem->c), &permit_guard_ops);
+  set_deadline(p, deadline_ms);
+  if (sem->o.auto_renew) sluice__timer_in(p->renew_timer, sem->o.renew_ms);
+  return p;
+}
+
+sluice_permit *sluice__permit_from_pass(sluice_sem *sem, const sluice__pass *pass) {
+  sluice_permit *p = sluice__permit_new(sem, pass->id, pass->fence, pass->deadline_ms,
+                                        pass->replicated);
+  if (!p) return NULL;
+  p->handoffs = pass->handoffs;
+  evtimer_del(p->renew_timer);
+  if (pass->renew_in_ms) sluice__timer_in(p->renew_timer, pass->renew_in_ms);
+  else sluice__permit_renew_now(p);
+  return p;
+}
+
+/* local_handoff: give the lease to a waiter of this handle if one is queued
+ * and the lease is sound (not lost, renewals on time), keeping its renewal
+ * cadence: the next one is due when a lease renewed on time has renew_ms
+ * less left than a fresh one. 1 when a waiter took it. */
+static int hand_on(sluice_permit *p, sluice_release_cb *cb, void *ud) {
+  sluice_sem *sem = p->sem;
+  if (!sem->o.local_handoff || sem->o.fair || !sem->o.auto_renew || p->lost ||
+      p->handoffs >= SLUICE_LOCAL_HANDOFFS_MAX)
+    return 0;
+  uint64_t left = ms_left(p);
+  if (left < sem->o.renew_ms) return 0;
+  uint64_t fresh = sluice__permit_deadline(sem, 0, sem->o.ttl_ms);
+  uint64_t due_at = fresh > sem->o.renew_ms ? fresh - sem->o.renew_ms : 0;
+  sluice__pass pass = {.fence = p->fence, .deadline_ms = p->deadline_ms,
+                       .renew_in_ms = left > due_at ? left - due_at : 0,
+                       .replicated = p->replicated, .handoffs = p->handoffs + 1,
+                       .cb = cb, .ud = ud};
+  memcpy(pass.id, p->id, sizeof pass.id);
+  return sluice__acquire_take_pass(sem, &pass);
+}
+
+void sluice__permits_quiesce(sluice_sem *sem) {
+  sluice__batcher_cancel(&sem->renewals, SLUICE_ECANCELED); /* no callback */
+  for (sluice__link *l = sem->permits.head; l; l = l->next)
+    stop_renewing(sluice__container_of(l, sluice_permit, link));
+}
+
+void sluice__permits_cancel_all(sluice_sem *sem) {
+  sluice__batcher_cancel(&sem->renewals, SLUICE_ECANCELED);
+  for (sluice__link *l = sem->permits.head, *next; l; l = next) {
+    next = l->next;
+    sluice_permit *p = sluice__container_of(l, sluice_permit, link);
+    stop_renewing(p);
+    if (!sem->guard.freeing) continue;
+    /* The handle goes: its permits are returned and their handles freed. */
+    sluice__release_queue(sem, p->id, NULL, NULL); /* no-op once closed */
+    detach(p);
+    sluice__guard_free(&p->guard);
+  }
+}
+
+/* ---- public API ---------------------------------------------------------- */
+
+void sluice_permit_set_lost_cb(sluice_permit *p, sluice_lost_cb *cb, void *ud) {
+  if (!p) return;
+  p->lost_cb = cb;
+  p->lost_ud = ud;
+}
+
+sluice_sem *sluice_permit_sem(const sluice_permit *p) { return p ? p->sem : NULL; }
+const char *sluice_permit_id(const sluice_permit *p) { return p ? p->id : NULL; }
+uint64_t sluice_permit_fence(const sluice_permit *p) { return p ? p->fence : 0; }
+int sluice_permit_lost(const sluice_permit *p) { return p ? p->lost : SLUICE_LOST_DEFINITE; }
+int sluice_permit_replicated(const sluice_permit *p) { return p ? p->replicated : -1; }
+
+int64_t sluice_permit_remaining_ms(const sluice_permit *p) {
+  if (!p || p->lost) return 0;
+  return (int64_t)ms_left(p);
+}
+
+int sluice_permit_release(sluice_permit *p, sluice_release_cb *cb, void *ud) {
+  if (!p || !p->sem || p->guard.freeing) return SLUICE_EINVAL;
+  sluice_sem *sem = p->sem;
+  int rc = SLUICE_OK;
+  if (p->guard.closed || !sluice__guard_live(&sem->guard))
+    rc = SLUICE_ECLOSED; /* the lease will simply expire */
+  else if (!hand_on(p, cb, ud))
+    rc = sluice__release_queue(sem, p->id, cb, ud);
+  detach(p);
+  sluice__guard_free(&p->guard);
+  return rc;
+}

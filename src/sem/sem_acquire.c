@@ -1,0 +1,560 @@
+/*
+ * Acquisition: try_acquire (one attempt) and blocking acquire (attempts until
+ * granted).
+ *
+ * A blocking acquire's first attempt already queues it in Redis; only if it
+ * is refused does the handle listen on its wake list (a grant pushed there
+ * meanwhile waits in the list), so an acquire that gets a permit at once
+ * costs one call and no change to the client's BRPOP. A queued waiter is
+ * served by hand-off: a release grants it the freed permit in the same
+ * step and pushes the grant (its id is the waiter's id) onto the handle's
+ * wake list, which the client's shared BRPOP pops. A waiter also tries again
+ * at the earliest holder's lease expiry (a crashed holder; the handle's
+ * expiry timer) and at the handle's heartbeat, which every heartbeat_ms / 3
+ * re-runs the attempts of all its queued waiters together — one script call
+ * however many wait, and what keeps their places in the queue.
+ *
+ * Attempts ready in the same loop turn go to Redis together, in order, in
+ * one script call; while the handle's waiters are queued, only after the
+ * answer to the releases in flight, so that Redis hands their permits on
+ * (and answers the woken waiter) before it runs the attempts. An acquire
+ * decided while its attempt is in flight (deadline, cancel, free) leaves
+ * the call at once; if Redis granted that attempt anyway, its permit is
+ * released right behind it on the same connection, so it never lingers for
+ * a whole lease.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sem/sem.h"
+
+#define RETRY_MIN_MS 25
+#define RETRY_MAX_MS 1000
+
+struct sluice_acquire {
+  sluice_sem *sem;
+  sluice__link link;              /* in sem->acquires */
+  sluice__breq attempt;           /* in sem->attempts */
+  sluice_acquire_cb *cb;
+  void *ud;
+  int blocking;
+  char waiter_id[33];
+  char member[68];                /* "<handle id>:<waiter id>" in the queue */
+  char permit_id[33];             /* id the next attempt asks for */
+  int maybe_granted;              /* an attempt with permit_id got no answer */
+  int waiting;                    /* refused once: queued in Redis */
+  uint64_t first_sent_ms;         /* monotonic: the first attempt left */
+  uint64_t started_us;            /* monotonic: the call (wait metrics) */
+  struct event *timer;            /* retry after a failure, or deferred completion */
+  struct event *deadline;
+  int wake_pending;               /* woken while an attempt was under way */
+  int last_error;                 /* last transport failure of an attempt */
+  int final_status;               /* decided; reported from the timer */
+  unsigned retry_ms;              /* backoff after transport failures */
+  int passed;                     /* handed a lease in-process, not yet told */
+  sluice__pass pass;
+};
+
+static void listen_update(sluice_sem *sem);
+
+/* The outcome is settled and waits for the timer to report it. */
+static int decided(const sluice_acquire *a) { return a->final_status || a->passed; }
+
+/* ---- leaving ------------------------------------------------------------- */
+
+/* Leave the call in flight (or the queue); a permit Redis may grant the
+ * attempt in flight is released behind it, and the next attempt (if any)
+ * asks under a fresh id. */
+static void leave_attempt(sluice_acquire *a) {
+  sluice_sem *sem = a->sem;
+  int in_flight = a->attempt.batch != NULL;
+  sluice__batcher_leave(&sem->attempts, &a->attempt);
+  if (!in_flight) return;
+  sluice__log(sem->c, SLUICE_LOG_DEBUG, "semaphore '%s': attempt for permit %.32s left in flight: "
+              "released behind it", sem->name, a->permit_id);
+  sluice__release_queue(sem, a->permit_id, NULL, NULL);
+  sluice__random_hex(a->permit_id);
+  a->maybe_granted = 0;
+}
+
+/* Leave the queue in Redis (and return a permit handed to us meanwhile);
+ * also while the client closes, so a closing process never blocks a fair
+ * queue until its heartbeat runs out. */
+static void send_leave(sluice_acquire *a) {
+  sluice_sem *sem = a->sem;
+  sluice__args args;
+  if (!a->blocking) return;
+  if (sluice__args_init(&args, SEM_LEAVE_ARGS, SEM_LEAVE_NUMS) != SLUICE_OK) return;
+  sluice__sem_leave_args(&args, &sem->call, a->member);
+  if (!args.failed)
+    sluice__eval(sem->c, &sluice__lua_sem_leave, args.nkeys, args.argc, args.argv, args.lens,
+                 sem->o.op_timeout_ms, sluice__ignore_reply, NULL, NULL);
+  sluice__args_clear(&args);
+}
+
+static void acquire_free(sluice_acquire *a) {
+  sluice__list_remove(&a->sem->acquires, &a->link);
+  event_free(a->timer);
+  event_free(a->deadline);
+  sluice__free(a);
+}
+
+/* ---- completion ---------------------------------------------------------- */
+
+/* Tell the user (once) and free the acquire first: the callback may free
+ * the semaphore (the guard defers that until we are done). */
+static void finish(sluice_acquire *a, int status, sluice_permit *permit) {
+  sluice_sem *sem = a->sem;
+  sluice_acquire_cb *cb = a->cb;
+  void *ud = a->ud;
+  leave_attempt(a);
+  /* An unanswered attempt may hold a permit that is not the one granted. */
+  if (a->maybe_granted && (!permit || strcmp(permit->id, a->permit_id) != 0)) {
+    sluice__log(sem->c, SLUICE_LOG_DEBUG, "semaphore '%s': permit %.32s may have been granted to "
+                "an unanswered attempt: released", sem->name, a->permit_id);
+    sluice__release_queue(sem, a->permit_id, NULL, NULL);
+  }
+  if (a->passed) {
+    /* A lease handed to us in-process that never reached the caller goes
+     * back to Redis; its releaser hears that release's answer. */
+    a->passed = 0;
+    if (sluice__release_queue(sem, a->pass.id, a->pass.cb, a->pass.ud) != SLUICE_OK &&
+        a->pass.cb) {
+      sluice__guard_enter(&sem->guard);
+      a->pass.cb(sem, SLUICE_ECANCELED, a->pass.ud);
+      sluice__guard_leave(&sem->guard);
+    }
+  }
+  if (!permit) send_leave(a); /* a grant already left the queue */
+  if (status == SLUICE_OK) sem->m.grants++;
+  else if (status == SLUICE_EBUSY) sem->m.busy++;
+  else if (status == SLUICE_ETIMEDOUT && a->blocking) sem->m.timeouts++;
+  else sem->m.failures++;
+  if (status == SLUICE_OK && a->blocking)
+    sluice__hist_record(&sem->wait_hist, sluice__mono_us() - a->started_us);
+  if (a->blocking) sem->nblocking--;
+  if (a->waiting) sem->nwaiting--;
+  acquire_free(a);
+  listen_update(sem);
+  sluice__guard_enter(&sem->guard);
+  cb(sem, status, permit, ud);
+  sluice__guard_leave(&sem->guard);
+}
+
+/* Decide status now but report it from the loop (never inside the caller). */
+static void finish_later(sluice_acquire *a, int status) {
+  if (decided(a)) return;
+  a->final_status = status;
+  leave_attempt(a);
+  evtimer_del(a->timer);
+  sluice__timer_in(a->timer, 0);
+}
+
+static void queue_attempt(sluice_acquire *a) {
+  sluice__batcher_queue(&a->sem->attempts, &a->attempt, a->sem->route);
+}
+
+static int is_transport(int status) {
+  return status == SLUICE_ETIMEDOUT || status == SLUICE_ECONNECTION || status == SLUICE_EINDOUBT;
+}
+
+static void on_attempt_failed(sluice_acquire *a, int status) {
+  sluice__log(a->sem->c, SLUICE_LOG_DEBUG, "semaphore '%s': attempt for permit %.32s: %s",
+              a->sem->name, a->permit_id, sluice_err_name(status));
+  if (status == SLUICE_EINDOUBT && a->blocking) {
+    /* It may have run before the connection went: the next attempt asks
+     * for the same id, and gets that grant back if there was one. */
+    a->maybe_granted = 1;
+  } else if (status == SLUICE_ETIMEDOUT || status == SLUICE_EINDOUBT) {
+    /* It may still run, or have run: release its id (the release is
+     * retried until Redis confirms it) and ask under a fresh id. */
+    sluice__release_queue(a->sem, a->permit_id, NULL, NULL);
+    sluice__random_hex(a->permit_id);
+    a->maybe_granted = 0;
+  }
+  if (!a->blocking || !is_transport(status)) {
+    finish(a, status, NULL);
+    return;
+  }
+  if (a->sem->o.fail_fast) { /* whatever it may hold is released */
+    finish(a, SLUICE_ECONNECTION, NULL);
+    return;
+  }
+  /* At the deadline a wait reports Redis as unreachable, not in doubt:
+   * whatever an attempt may have been granted is released by us. */
+  a->last_error = status == SLUICE_ETIMEDOUT ? SLUICE_ETIMEDOUT : SLUICE_ECONNECTION;
+  evtimer_del(a->timer);
+  sluice__timer_in(a->timer, a->retry_ms);
+  a->retry_ms = a->retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : a->retry_ms * 2;
+}
+
+/* Wake every blocked waiter at the earliest lease expiry (wait ms). */
+static void arm_expiry(sluice_sem *sem, int64_t wait) {
+  if (wait < 0) return;
+  uint64_t at = sluice__mono_ms() + (uint64_t)wait + 1;
+  if (evtimer_pending(sem->expiry, NULL) && sem->expiry_at <= at) return;
+  sem->expiry_at = at;
+  evtimer_del(sem->expiry);
+  sluice__timer_in(sem->expiry, (uint64_t)wait + 1);
+}
+
+/* A grant of permit id with fence, surely valid until deadline_ms. A
+ * hand-off (id is the waiter's) comes with a short first lease: renew it to
+ * a full one at once. */
+static void granted(sluice_acquire *a, const char *id, uint64_t fence, uint64_t deadline_ms,
+                    int replicated) {
+  sluice_permit *p = sluice__permit_new(a->sem, id, fence, deadline_ms, replicated);
+  if (!p) {
+    sluice__release_queue(a->sem, id, NULL, NULL);
+    finish(a, SLUICE_ENOMEM, NULL);
+    return;
+  }
+  if (strcmp(id, a->waiter_id) == 0) sluice__permit_renew_now(p);
+  finish(a, SLUICE_OK, p);
+}
+
+/* Refused: wait in the queue, listening for a hand-off; wait = ms until
+ * the earliest lease expires (-1: none). */
+static void refused(sluice_acquire *a, int64_t wait) {
+  sluice_sem *sem = a->sem;
+  if (!a->blocking) {
+    finish(a, SLUICE_EBUSY, NULL);
+    return;
+  }
+  if (!a->waiting) {
+    a->waiting = 1;
+    sem->m.waits++;
+    sem->nwaiting++;
+    listen_update(sem);
+  }
+  arm_expiry(sem, wait);
+  if (a->wake_pending) queue_attempt(a);
+  a->wake_pending = 0;
+}
+
+/* ---- attempt batches ----------------------------------------------------- */
+
+static void build(sluice__args *args, void *owner, sluice__breq *const *reqs, size_t n) {
+  sluice_sem *sem = owner;
+  uint64_t now = sluice__mono_ms();
+  sluice__sem_acquire_head(args, &sem->call);
+  for (size_t i = 0; i < n; i++) {
+    sluice_acquire *a = sluice__container_of(reqs[i], sluice_acquire, attempt);
+    if (!a->first_sent_ms) a->first_sent_ms = now;
+    sluice__sem_acquire_item(args, a->permit_id, a->blocking ? a->member : "", a->maybe_granted);
+  }
+}
+
+/* Remember when Redis's clock read `redis_ms` (no earlier than sent_ms on
+ * ours): hand-offs carry expiry times on Redis's clock. */
+static void clock_sample(sluice_sem *sem, uint64_t sent_ms, int64_t redis_ms) {
+  if (sent_ms < sem->clock_sent_ms) return;
+  sem->clock_sent_ms = sent_ms;
+  sem->clock_redis_ms = redis_ms;
+}
+
+/* g 1: granted under our permit id; 2: handed a permit (the waiter's id)
+ * by a release; 0: refused. lease: ms the lease has left. */
+static void answer(void *owner, sluice__breq *r, int status, const sluice__batch_reply *br) {
+  sluice_acquire *a = sluice__container_of(r, sluice_acquire, attempt);
+  const redisReply *rep = br->reply;
+  int64_t wait = -1, now = 0, g = 0, value = 0, lease = 0;
+  if (status == SLUICE_OK &&
+      (sluice__reply_i64(rep->element[0], &wait) || sluice__reply_i64(rep->element[1], &now) ||
+       sluice__reply_i64(rep->element[br->at], &g) ||
+       sluice__reply_i64(rep->element[br->at + 1], &value) ||
+       sluice__reply_i64(rep->element[br->at + 2], &lease) || lease < 0))
+    status = SLUICE_EPROTOCOL;
+  if (status != SLUICE_OK) {
+    on_attempt_failed(a, status);
+    return;
+  }
+  clock_sample(a->sem, br->sent_ms, now);
+  a->last_error = 0;
+  a->retry_ms = RETRY_MIN_MS;
+  uint64_t deadline = sluice__permit_deadline(a->sem, br->sent_ms, (uint64_t)lease);
+  if (a->maybe_granted)
+    sluice__log(a->sem->c, SLUICE_LOG_DEBUG, "semaphore '%s': retried attempt for permit %.32s: %s",
+                a->sem->name, a->permit_id, g == 1 ? "granted" : g == 2 ? "handed" : "refused");
+  if (g == 1) {
+    a->maybe_granted = 0;
+    granted(a, a->permit_id, (uint64_t)value, deadline, br->replicated);
+  } else if (g == 2 && a->blocking) {
+    granted(a, a->waiter_id, (uint64_t)value, deadline, br->replicated);
+  } else {
+    a->maybe_granted = 0;
+    refused(a, wait);
+  }
+}
+
+static const sluice__batch_kind attempt_kind = {
+    &sluice__lua_sem_acquire, SEM_BATCH_MAX,
+    SEM_ACQUIRE_ARGS_HEAD, SEM_ACQUIRE_ARGS_PER, SEM_ACQUIRE_NUMS_HEAD, SEM_ACQUIRE_NUMS_PER,
+    2, 3, build, answer, NULL};
+
+/* ---- wake-ups, heartbeats ------------------------------------------------ */
+
+static void poke(sluice_acquire *a) {
+  if (decided(a)) return;
+  if (sluice__breq_busy(&a->attempt)) {
+    a->wake_pending = 1;
+    return;
+  }
+  evtimer_del(a->timer);
+  queue_attempt(a);
+}
+
+static void poke_all(sluice_sem *sem) {
+  for (sluice__link *l = sem->acquires.head; l; l = l->next) {
+    sluice_acquire *a = sluice__container_of(l, sluice_acquire, link);
+    if (a->blocking) poke(a);
+  }
+}
+
+static sluice_acquire *find_waiter(sluice_sem *sem, const char *waiter_id) {
+  for (sluice__link *l = sem->acquires.head; l; l = l->next) {
+    sluice_acquire *a = sluice__container_of(l, sluice_acquire, link);
+    if (a->blocking && memcmp(a->waiter_id, waiter_id, 32) == 0) return a;
+  }
+  return NULL;
+}
+
+/* A hand-off popped from our wake list: "<waiter id>:<fence>:<expiry>",
+ * the expiry on Redis's clock. Its lease began no earlier than the
+ * waiter's first attempt left, and ends no earlier than the expiry mapped
+ * through the latest clock sample: the later of the two bounds holds. */
+static void handed(sluice_sem *sem, const char *data, size_t len) {
+  char buf[80];
+  if (len < 34 || len >= sizeof buf) return;
+  memcpy(buf, data, len);
+  buf[len] = '\0';
+  char *end;
+  unsigned long long fence = strtoull(buf + 33, &end, 10);
+  long long expiry = *end == ':' ? strtoll(end + 1, &end, 10) : -1;
+  sluice_acquire *a = find_waiter(sem, buf);
+  if (!a || decided(a) || buf[32] != ':' || *end || expiry < 0) return;
+  uint64_t first = sem->o.ttl_ms < sem->o.heartbeat_ms ? sem->o.ttl_ms : sem->o.heartbeat_ms;
+  uint64_t deadline = sluice__permit_deadline(sem, a->first_sent_ms, first);
+  if (sem->clock_sent_ms && expiry > sem->clock_redis_ms) {
+    uint64_t mapped = sluice__permit_deadline(sem, sem->clock_sent_ms,
+                                              (uint64_t)(expiry - sem->clock_redis_ms));
+    if (mapped > deadline) deadline = mapped;
+  }
+  buf[32] = '\0';
+  /* The release that handed it was another client's step: its renewal
+   * (sent at once) reports on replication. */
+  granted(a, buf, fence, deadline, -1);
+}
+
+/* Hand-offs (one or more, joined by ","), a bare waiter id (a wake-up:
+ * look again), or NULL after the blocking connection came back (wake-ups
+ * may have been lost). */
+static void on_wake(void *ud, const char *data, size_t len) {
+  sluice_sem *sem = ud;
+  if (!data) {
+    poke_all(sem);
+  } else if (len == 32) {
+    sluice_acquire *a = find_waiter(sem, data);
+    if (a) poke(a);
+  } else {
+    while (len) {
+      const char *comma = memchr(data, ',', len);
+      size_t n = comma ? (size_t)(comma - data) : len;
+      handed(sem, data, n);
+      data += n;
+      len -= n;
+      if (comma) data++, len--;
+    }
+  }
+}
+
+static void expiry_cb(evutil_socket_t fd, short what, void *arg) { poke_all(arg); }
+
+/* Listen and beat while waiters are queued. The listener lingers for one
+ * heartbeat after the last one went, so a busy handle does not make the
+ * client re-issue its BRPOP for every acquire. */
+static void listen_update(sluice_sem *sem) {
+  int live = sluice__guard_live(&sem->guard);
+  if (live && sem->nwaiting > 0) {
+    /* On failure waiters still progress on the heartbeat. */
+    if (!sem->listener) sluice__listen(sem->c, sem->wake_key, on_wake, sem, &sem->listener);
+    sluice__timer_every(sem->beat, sem->o.heartbeat_ms / 3);
+    return;
+  }
+  if (!live || !sem->listener) {
+    if (sem->listener) sluice__unlisten(sem->listener);
+    sem->listener = NULL;
+    evtimer_del(sem->beat);
+  }
+  evtimer_del(sem->expiry);
+}
+
+static void beat_cb(evutil_socket_t fd, short what, void *arg) {
+  sluice_sem *sem = arg;
+  if (sem->nwaiting) {
+    poke_all(sem);
+    return;
+  }
+  if (sem->listener) sluice__unlisten(sem->listener);
+  sem->listener = NULL;
+  evtimer_del(sem->beat);
+}
+
+/* ---- timers -------------------------------------------------------------- */
+
+/* A lease handed on in-process: its releaser hears SLUICE_OK first, then
+ * the waiter gets it (unless the releaser freed the handle meanwhile: then
+ * the cancellation returns it to Redis). */
+static void deliver_pass(sluice_acquire *a) {
+  sluice_sem *sem = a->sem;
+  sluice_release_cb *cb = a->pass.cb;
+  a->pass.cb = NULL;
+  sluice__guard_enter(&sem->guard);
+  if (cb) cb(sem, SLUICE_OK, a->pass.ud);
+  if (sluice__guard_live(&sem->guard)) {
+    sluice_permit *p = sluice__permit_from_pass(sem, &a->pass);
+    if (p) a->passed = 0;
+    finish(a, p ? SLUICE_OK : SLUICE_ENOMEM, p);
+  }
+  sluice__guard_leave(&sem->guard);
+}
+
+static void acquire_timer_cb(evutil_socket_t fd, short what, void *arg) {
+  sluice_acquire *a = arg;
+  if (a->passed) deliver_pass(a);
+  else if (a->final_status) finish(a, a->final_status, NULL);
+  else queue_attempt(a);
+}
+
+static void acquire_deadline_cb(evutil_socket_t fd, short what, void *arg) {
+  sluice_acquire *a = arg;
+  if (decided(a)) return;
+  finish(a, a->last_error ? a->last_error : SLUICE_ETIMEDOUT, NULL);
+}
+
+/* ---- setup and teardown -------------------------------------------------- */
+
+/* Our waiters are queued in Redis, so a permit our releases free goes to
+ * the queue's head by hand-off, not to an attempt sent beside them: those
+ * attempts wait for the releases' answers (one round trip at most), so
+ * Redis answers the woken waiter's BRPOP before it runs them. */
+static int attempts_wait_for_releases(void *owner) {
+  const sluice_sem *sem = owner;
+  return sem->nwaiting > 0;
+}
+
+int sluice__acquire_setup(sluice_sem *sem) {
+  struct event_base *base = sluice__client_base(sem->c);
+  sluice__batcher_init(&sem->attempts, &attempt_kind, sem->c, sem, &sem->guard, &sem->flusher,
+                       sem->o.op_timeout_ms);
+  sluice__batcher_follow(&sem->attempts, &sem->releases, attempts_wait_for_releases);
+  sem->beat = event_new(base, -1, EV_PERSIST, beat_cb, sem);
+  sem->expiry = evtimer_new(base, expiry_cb, sem);
+  return sem->beat && sem->expiry ? SLUICE_OK : SLUICE_ENOMEM;
+}
+
+void sluice__acquire_teardown(sluice_sem *sem) {
+  if (sem->listener) sluice__unlisten(sem->listener);
+  sem->listener = NULL;
+  if (sem->beat) event_free(sem->beat);
+  if (sem->expiry) event_free(sem->expiry);
+  sem->beat = sem->expiry = NULL;
+}
+
+void sluice__acquire_resume(sluice_sem *sem) { poke_all(sem); }
+
+void sluice__acquire_quiesce(sluice_sem *sem) {
+  for (sluice__link *l = sem->acquires.head; l; l = l->next) {
+    sluice_acquire *a = sluice__container_of(l, sluice_acquire, link);
+    leave_attempt(a);
+    evtimer_del(a->timer);
+    evtimer_del(a->deadline);
+  }
+  listen_update(sem);
+}
+
+int sluice__acquire_idle(const sluice_sem *sem) { return sem->acquires.head == NULL; }
+
+int sluice__acquire_take_pass(sluice_sem *sem, const sluice__pass *pass) {
+  sluice_acquire *a = NULL;
+  for (sluice__link *l = sem->acquires.head; l && !a; l = l->next) {
+    sluice_acquire *w = sluice__container_of(l, sluice_acquire, link);
+    if (w->blocking && w->waiting && !decided(w)) a = w;
+  }
+  if (!a) return 0;
+  /* It leaves Redis's queue now, so no release hands it a second permit
+   * (one handed meanwhile is returned by the leave step). */
+  leave_attempt(a);
+  send_leave(a);
+  a->pass = *pass;
+  a->passed = 1;
+  /* Told from the loop as soon as the releaser's code returns: activated,
+   * not a zero timer (no extra trip through the poll and the timer fd). */
+  evtimer_del(a->timer);
+  event_active(a->timer, EV_TIMEOUT, 1);
+  sem->m.local_handoffs++;
+  return 1;
+}
+
+void sluice__acquire_cancel_all(sluice_sem *sem) {
+  /* Attempts in flight leave their calls (returning what they may be
+   * granted) before anyone is told. */
+  for (sluice__link *l = sem->acquires.head; l; l = l->next)
+    leave_attempt(sluice__container_of(l, sluice_acquire, link));
+  while (sem->acquires.head)
+    finish(sluice__container_of(sem->acquires.head, sluice_acquire, link), SLUICE_ECANCELED, NULL);
+  listen_update(sem);
+}
+
+/* ---- public API ---------------------------------------------------------- */
+
+static int start_acquire(sluice_sem *sem, int blocking, unsigned timeout_ms,
+                         sluice_acquire_cb *cb, void *ud, sluice_acquire **handle) {
+  if (!sem || !cb) return SLUICE_EINVAL;
+  if (!sluice__guard_live(&sem->guard)) return SLUICE_ECLOSED;
+  struct event_base *base = sluice__client_base(sem->c);
+  sluice_acquire *a = sluice__calloc(1, sizeof *a);
+  if (!a) return SLUICE_ENOMEM;
+  a->sem = sem;
+  a->cb = cb;
+  a->ud = ud;
+  a->blocking = blocking;
+  a->retry_ms = RETRY_MIN_MS;
+  if (blocking) a->started_us = sluice__mono_us(); /* try_acquire needs no clock */
+  a->timer = evtimer_new(base, acquire_timer_cb, a);
+  a->deadline = evtimer_new(base, acquire_deadline_cb, a);
+  if (!a->timer || !a->deadline) {
+    if (a->timer) event_free(a->timer);
+    if (a->deadline) event_free(a->deadline);
+    sluice__free(a);
+    return SLUICE_ENOMEM;
+  }
+  sluice__random_hex(a->waiter_id);
+  sluice__random_hex(a->permit_id);
+  memcpy(a->member, sem->handle_id, 32);
+  a->member[32] = ':';
+  memcpy(a->member + 33, a->waiter_id, 33);
+  sluice__list_append(&sem->acquires, &a->link);
+  if (blocking) {
+    sem->nblocking++;
+    if (timeout_ms) sluice__timer_in(a->deadline, timeout_ms);
+  }
+  if (handle) *handle = a;
+  queue_attempt(a);
+  return SLUICE_OK;
+}
+
+int sluice_sem_try_acquire(sluice_sem *sem, sluice_acquire_cb *cb, void *ud) {
+  return start_acquire(sem, 0, 0, cb, ud, NULL);
+}
+
+int sluice_sem_acquire(sluice_sem *sem, unsigned timeout_ms, sluice_acquire_cb *cb, void *ud,
+                       sluice_acquire **handle) {
+  return start_acquire(sem, 1, timeout_ms, cb, ud, handle);
+}
+
+int sluice_acquire_cancel(sluice_acquire *a) {
+  if (!a) return SLUICE_EINVAL;
+  finish_later(a, SLUICE_ECANCELED);
+  return SLUICE_OK;
+}
