@@ -79,10 +79,14 @@ compare() {
   abidiff --redundant --suppressions "$tmp/public.suppr" "$@"
 }
 
-# Exported symbols as dpkg-gensymbols names them: name@VERSION.
+# Exported symbols as dpkg-gensymbols names them: name@VERSION (a version
+# node's own symbol, which readelf shows bare, is NODE@NODE).
 exported() {
-  readelf --dyn-syms -W "$lib" |
-    awk '$5 == "GLOBAL" && $7 != "UND" { sub(/@@/, "@", $8); print $8 }' | sort -u
+  readelf --dyn-syms -W "$lib" | awk '$5 == "GLOBAL" && $7 != "UND" {
+    if ($8 !~ /@/) $8 = $8 "@" $8
+    sub(/@@/, "@", $8)
+    print $8
+  }' | sort -u
 }
 
 write_symbols() {
@@ -128,7 +132,7 @@ not_ok() {
   n=$((n + 1))
   echo "not ok $n - $1"
   shift
-  printf '%s\n' "$@" | sed 's/^/#   /' | tee /dev/stderr
+  printf '%s\n' "$@" | sed 's/^/#   /'
   status=1
 }
 # report FILE: the functions abidiff names, then the first of its details.
