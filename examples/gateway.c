@@ -1,5 +1,5 @@
 /*
- * gateway: sluice in a libevent evhttp server (README, "Using sluice in an
+ * gateway: sluice in a libevent evhttp server (docs/evhttp.md, "Using sluice in an
  * evhttp server").
  *
  * Per request, in one event_base:
