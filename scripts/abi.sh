@@ -29,6 +29,8 @@ set -uo pipefail
 
 cd "$(dirname "$0")/.." || exit 1
 root=$(pwd)
+# shellcheck source=scripts/tap.sh
+source scripts/tap.sh
 baseline=src/sluice.abi
 
 mode=${1:-}
@@ -40,23 +42,20 @@ case $mode in
 esac
 for tool in abidw abidiff readelf; do
   command -v "$tool" >/dev/null 2>&1 ||
-    { echo "Bail out! $tool not found (scripts/deps.sh --full installs abigail-tools)"; exit 1; }
+    tap_bail "$tool not found (scripts/deps.sh --full installs abigail-tools)"
 done
 
 if [ -z "$build" ]; then
   build="build-abi"
   if [ ! -f "$build/meson-private/coredata.dat" ]; then
     meson setup "$build" -Dbuildtype=debugoptimized -Dtests=false >/dev/null ||
-      { echo "Bail out! meson setup $build failed"; exit 1; }
+      tap_bail "meson setup $build failed"
   fi
   meson compile -C "$build" src/sluice:shared_library >/dev/null ||
-    { echo "Bail out! building the library in $build failed"; exit 1; }
+    tap_bail "building the library in $build failed"
 fi
 lib=$(readlink -f "$build/src/libsluice.so")
-if [ ! -f "$lib" ]; then
-  echo "Bail out! no $build/src/libsluice.so"
-  exit 1
-fi
+[ -f "$lib" ] || tap_bail "no $build/src/libsluice.so"
 soname=$(readelf -d "$lib" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 major=${soname##*.so.}
 package=libsluice$major
@@ -126,15 +125,6 @@ fi
 
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
-n=0 status=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() {
-  n=$((n + 1))
-  echo "not ok $n - $1"
-  shift
-  printf '%s\n' "$@" | sed 's/^/#   /'
-  status=1
-}
 # report FILE: the functions abidiff names, then the first of its details.
 report() {
   grep -E '^ +\[[ACD]\] ' "$1" | sed 's/ at [^ ]*:[0-9]*:[0-9]*//' | head -n 30
@@ -142,28 +132,28 @@ report() {
   grep -vE '^ +\[[ACD]\] |^$' "$1" | head -n 40
 }
 
-echo "1..5"
+tap_plan 5
 base_soname=$(sed -n "s/.*<abi-corpus [^>]* soname='\([^']*\)'.*/\1/p" "$baseline" 2>/dev/null | head -n1)
 arch=$(sed -n "s/.*<abi-corpus [^>]* architecture='\([^']*\)'.*/\1/p" "$baseline" 2>/dev/null | head -n1)
 dump_abi >"$tmp/now.abi"
 now_arch=$(sed -n "s/.*<abi-corpus [^>]* architecture='\([^']*\)'.*/\1/p" "$tmp/now.abi" | head -n1)
 if [ "$soname" = "$base_soname" ]; then
-  ok "$soname is the baseline's soname"
+  tap_ok "$soname is the baseline's soname"
 else
-  not_ok "$soname is the baseline's soname" \
+  tap_not_ok "$soname is the baseline's soname" \
     "$baseline is for '${base_soname:-nothing}'. A bumped soname takes a fresh baseline" \
     "in the same commit: scripts/abi.sh update"
 fi
 
 if [ "$arch" != "$now_arch" ]; then
   for what in "no incompatible change since the baseline" "the baseline has every exported function"; do
-    ok "$what # SKIP the baseline is for $arch, this library for $now_arch"
+    tap_ok "$what # SKIP the baseline is for $arch, this library for $now_arch"
   done
 else
   if compare --no-added-syms "$baseline" "$lib" >"$tmp/incompat" 2>&1; then
-    ok "no incompatible change since the baseline"
+    tap_ok "no incompatible change since the baseline"
   else
-    not_ok "no incompatible change since the baseline" "$(report "$tmp/incompat")" \
+    tap_not_ok "no incompatible change since the baseline" "$(report "$tmp/incompat")" \
       "This breaks programs built against $soname (docs/abi.md). Keep the ABI, or" \
       "bump sluice_soversion in src/meson.build, rename libsluice$major in debian/ and" \
       "run scripts/abi.sh update, all in one commit."
@@ -171,18 +161,18 @@ else
   compare "$baseline" "$lib" >"$tmp/all" 2>&1
   grep -E '^ +\[A\] ' "$tmp/all" | sed 's/ at [^ ]*:[0-9]*:[0-9]*//' | head -n 20 >"$tmp/added"
   if [ ! -s "$tmp/added" ]; then
-    ok "the baseline has every exported function"
+    tap_ok "the baseline has every exported function"
   else
-    not_ok "the baseline has every exported function" "$(cat "$tmp/added")" \
+    tap_not_ok "the baseline has every exported function" "$(cat "$tmp/added")" \
       "Added functions are compatible: record them with scripts/abi.sh update (and give" \
       "them a new version node in src/sluice.sym if $soname was released without them)."
   fi
 fi
 
 if grep -qx "Package: $package" debian/control && [ -f "$symbols" ]; then
-  ok "debian/ packages $soname as $package"
+  tap_ok "debian/ packages $soname as $package"
 else
-  not_ok "debian/ packages $soname as $package" \
+  tap_not_ok "debian/ packages $soname as $package" \
     "debian/control needs 'Package: $package' (and its .install, .symbols and the -dev" \
     "package's Depends renamed); scripts/abi.sh update writes $symbols"
 fi
@@ -190,10 +180,10 @@ fi
 exported >"$tmp/lib"
 sed -n 's/^ \([^ ]*\) .*/\1/p' "$symbols" 2>/dev/null | sort -u >"$tmp/sym"
 if [ -s "$tmp/lib" ] && cmp -s "$tmp/lib" "$tmp/sym"; then
-  ok "$symbols lists exactly the exported symbols"
+  tap_ok "$symbols lists exactly the exported symbols"
 else
-  not_ok "$symbols lists exactly the exported symbols" \
+  tap_not_ok "$symbols lists exactly the exported symbols" \
     "$(diff "$tmp/sym" "$tmp/lib" | sed -n 's/^< / not exported: /p; s/^> / not listed: /p')" \
     "scripts/abi.sh update rewrites it"
 fi
-exit $status
+exit "$tap_status"

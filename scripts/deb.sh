@@ -31,6 +31,8 @@ while [ $# -gt 0 ]; do
 done
 # shellcheck source=scripts/private_redis.sh
 source scripts/private_redis.sh
+# shellcheck source=scripts/tap.sh
+source scripts/tap.sh
 
 mapfile -t packages < <(sed -n 's/^Package: //p' debian/control)
 sudo=()
@@ -47,42 +49,36 @@ cleanup() {
 }
 trap cleanup EXIT
 
-n=0 status=0 plan=8
+plan=8
 [ $install = 1 ] || plan=3
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() {
-  n=$((n + 1))
-  echo "not ok $n - $1"
-  tail -n "${2:-40}" "$tmp/out" | sed 's/^/#   /'
-  status=1
-}
-bail() { echo "Bail out! $1"; exit 1; }
-echo "1..$plan"
+# not_ok DESCRIPTION [N]: a failed case, with the last N (40) lines of the
+# step's output.
+not_ok() { tap_not_ok "$1" "$(tail -n "${2:-40}" "$tmp/out")"; }
+tap_plan $plan
 
 version=$(meson introspect --projectinfo meson.build |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["version"])')
-changelog=$(dpkg-parsechangelog -S Version 2>"$tmp/out")
-echo "debian/changelog has $changelog, meson.build $version" >>"$tmp/out"
+changelog=$(dpkg-parsechangelog -S Version)
 if [ "$changelog" = "$version" ]; then
-  ok "debian/changelog's version is meson.build's ($version)"
+  tap_ok "debian/changelog's version is meson.build's ($version)"
 else
-  not_ok "debian/changelog's version is meson.build's ($version)"
-  echo "#   add an entry for $version at the top of debian/changelog"
+  tap_not_ok "debian/changelog's version is meson.build's ($version)" \
+    "debian/changelog has $changelog: add an entry for $version at its top"
 fi
 
 # 1. Build, on a copy: dpkg-buildpackage writes into the tree and its parent.
 src=$tmp/src/sluice-$version
 mkdir -p "$src"
 git ls-files -z --cached --others --exclude-standard |
-  xargs -0 cp --parents -t "$src" 2>"$tmp/out" || bail "copying the source tree failed"
+  xargs -0 cp --parents -t "$src" 2>"$tmp/out" || tap_bail "copying the source tree failed"
 if (cd "$src" && dpkg-buildpackage -us -uc -b -j"$(nproc)") >"$tmp/out" 2>&1; then
-  ok "dpkg-buildpackage -us -uc -b"
+  tap_ok "dpkg-buildpackage -us -uc -b"
   rm -rf "$out"
   mkdir -p "$out"
   cp "$tmp"/src/*.deb "$tmp"/src/*.changes "$tmp"/src/*.buildinfo "$out"/
 else
   not_ok "dpkg-buildpackage -us -uc -b" 60
-  bail "no packages to check"
+  tap_bail "no packages to check"
 fi
 
 # 2. lintian: errors fail; warnings and the rest are shown.
@@ -91,21 +87,21 @@ lintian --fail-on error --display-level '>=info' "$changes" >"$tmp/out" 2>&1
 rc=$?
 grep -v 'running with root privileges' "$tmp/out" | sed 's/^/#   /'
 if [ $rc -eq 0 ]; then
-  ok "lintian finds no error ($(grep -c '^W: ' "$tmp/out") warnings)"
+  tap_ok "lintian finds no error ($(grep -c '^W: ' "$tmp/out") warnings)"
 else
   not_ok "lintian finds no error" 0
 fi
-[ $install = 1 ] || exit $status
+[ $install = 1 ] || exit "$tap_status"
 
 # 3. Installed, used as a user would, removed.
 debs=()
 for p in "${packages[@]}"; do debs+=("$(ls "$out/${p}_"*.deb)"); done
 if "${apt[@]}" install --reinstall "${debs[@]}" >"$tmp/out" 2>&1; then
   installed=1
-  ok "apt-get installs ${packages[*]}"
+  tap_ok "apt-get installs ${packages[*]}"
 else
   not_ok "apt-get installs ${packages[*]}"
-  bail "not installed"
+  tap_bail "not installed"
 fi
 
 app=$tmp/app
@@ -116,15 +112,15 @@ if (cd "$app" && cc -std=c11 -Wall -Wextra -Werror mutex.c -o mutex \
       $(pkg-config --cflags --libs sluice)) >"$tmp/out" 2>&1 &&
    ldd "$app/mutex" >>"$tmp/out" 2>&1 &&
    grep -qE 'libsluice\.so\.[0-9]+ => (/usr)?/lib/' "$tmp/out"; then
-  ok "a program builds with pkg-config --cflags --libs sluice and loads the package's library"
+  tap_ok "a program builds with pkg-config --cflags --libs sluice and loads the package's library"
 else
   not_ok "a program builds with pkg-config --cflags --libs sluice and loads the package's library"
 fi
 
-private_redis_start "$tmp" 2>"$tmp/out" || bail "no private redis-server"
+private_redis_start "$tmp" 2>"$tmp/out" || tap_bail "no private redis-server"
 if timeout 60 "$app/mutex" "$private_redis_url" >"$tmp/out" 2>&1 &&
    grep -q '^holding permit ' "$tmp/out"; then
-  ok "the program holds and releases a permit on a private redis-server"
+  tap_ok "the program holds and releases a permit on a private redis-server"
 else
   not_ok "the program holds and releases a permit on a private redis-server"
 fi
@@ -137,7 +133,7 @@ if [ "$(command -v sluice)" = /usr/bin/sluice ] &&
    timeout 60 sluice sem run deb-test -n 1 --ttl 5000 --redis "$private_redis_url" \
      -- sh -c 'echo held' >"$tmp/out" 2>&1 && grep -qx held "$tmp/out" &&
    bash -c "source $completion && complete -p sluice" >>"$tmp/out" 2>&1; then
-  ok "the installed sluice runs a command under a permit; its completion loads"
+  tap_ok "the installed sluice runs a command under a permit; its completion loads"
 else
   not_ok "the installed sluice runs a command under a permit; its completion loads"
 fi
@@ -146,8 +142,8 @@ private_redis_stop
 if "${apt[@]}" purge "${packages[@]}" >"$tmp/out" 2>&1 && installed=0 &&
    ! dpkg-query -W -f='${Status}\n' "${packages[@]}" 2>/dev/null | grep -q 'ok installed' &&
    [ ! -e /usr/include/sluice ] && [ ! -e /usr/bin/sluice ]; then
-  ok "apt-get purge removes them"
+  tap_ok "apt-get purge removes them"
 else
   not_ok "apt-get purge removes them"
 fi
-exit $status
+exit "$tap_status"

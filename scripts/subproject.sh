@@ -17,17 +17,13 @@ cd "$(dirname "$0")/.." || exit 1
 root=$(pwd)
 # shellcheck source=scripts/private_redis.sh
 source scripts/private_redis.sh
+# shellcheck source=scripts/tap.sh
+source scripts/tap.sh
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/sluice-subproject-XXXXXX") || exit 1
 trap 'private_redis_stop; rm -rf "$tmp"' EXIT
-n=0 status=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() {
-  n=$((n + 1))
-  echo "not ok $n - $1"
-  tail -n 40 "$tmp/out" | sed 's/^/#   /'
-  status=1
-}
+# not_ok DESCRIPTION: a failed case, with the end of the step's output.
+not_ok() { tap_not_ok "$1" "$(tail -n 40 "$tmp/out")"; }
 
 app=$tmp/app
 mkdir -p "$app/subprojects"
@@ -45,17 +41,17 @@ project('sluice-user', 'c', default_options: ['c_std=c11', 'warning_level=2', 'w
 executable('mutex', 'mutex.c', dependencies: dependency('sluice'))
 BUILD
 
-echo "1..3"
+tap_plan 3
 if meson setup "$app/build" "$app" --wrap-mode=nodownload --force-fallback-for=sluice \
      >"$tmp/out" 2>&1 && ninja -C "$app/build" >>"$tmp/out" 2>&1; then
-  ok "a project builds with dependency('sluice') from the subproject"
+  tap_ok "a project builds with dependency('sluice') from the subproject"
 else
   not_ok "a project builds with dependency('sluice') from the subproject"
 fi
 
 ldd "$app/build/mutex" >"$tmp/out" 2>&1
 if grep -q "libsluice\.so\.[0-9]* => $app/build/subprojects/sluice/" "$tmp/out"; then
-  ok "the program loads the subproject's libsluice"
+  tap_ok "the program loads the subproject's libsluice"
 else
   not_ok "the program loads the subproject's libsluice"
 fi
@@ -63,8 +59,8 @@ fi
 if private_redis_start "$tmp" 2>"$tmp/out" &&
    timeout 60 "$app/build/mutex" "$private_redis_url" >"$tmp/out" 2>&1 &&
    grep -q '^holding permit ' "$tmp/out"; then
-  ok "the program holds and releases a permit on a private redis-server"
+  tap_ok "the program holds and releases a permit on a private redis-server"
 else
   not_ok "the program holds and releases a permit on a private redis-server"
 fi
-exit $status
+exit "$tap_status"
