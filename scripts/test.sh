@@ -187,6 +187,24 @@ pass_deb() {
   run_script deb scripts/deb.sh
 }
 
+# run_soak LABEL DIR SECONDS: the fault soak as one case; its report goes to
+# build-ci-logs/LABEL.log, the summary (and any violation) is shown here.
+run_soak() {
+  local label=$1 dir=$2 secs=$3 log=$logs/$1.log
+  # Bounded twice: the soak stops itself about 40 s after SECONDS at worst;
+  # timeout is the backstop (SIGTERM makes it kill its redis-server).
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    timeout --kill-after=10 $((secs + 120)) "$dir/test/soak" --seconds "$secs" >"$log" 2>&1
+  local rc=$?
+  grep -E '^(faults injected|  (sem|rl|dq):|soak:)|VIOLATION' "$log" | head -n 30 | sed 's/^/  /'
+  if [ $rc -eq 0 ]; then
+    count --label "$label" --step "soak ${secs} s" --ok
+  else
+    echo "  [$label] soak exited with status $rc; full report in $log"
+    count --label "$label" --step "soak ${secs} s" --failed
+  fi
+}
+
 pass_soak() {
   banner "soak: build-ci/test/soak (faults injected into redis-server)"
   need_gcc soak && run_soak soak build-ci "${SLUICE_SOAK_S:-60}"
