@@ -24,8 +24,11 @@ done
 # Debian packages (taskset comes with util-linux, which is essential).
 # libssl-dev and openssl: the TLS build (against hiredis 1.x, which
 # scripts/hiredis1.sh fetches) and its tests' certificates.
+# mandoc and man-db: the test 'man' lints the man pages (mandoc -T lint) and
+# renders them as a user's man(1) does.
 packages=(meson ninja-build pkg-config gcc libc6-dev clang libhiredis-dev libevent-dev
-          redis-server redis-tools valgrind python3 binutils libssl-dev openssl)
+          redis-server redis-tools valgrind python3 binutils libssl-dev openssl
+          mandoc man-db)
 # Node may come from elsewhere (nodesource's nodejs ships npm and conflicts
 # with Debian's npm), so for it the commands are what count.
 if [ "$bench" = 1 ]; then
