@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Documentation test: the examples in README.md, docs/ and bench/README.md.
 
-    test_docs.py SRC_DIR BUILD_DIR SLUICE_BIN
+    test_docs.py SRC_DIR BUILD_DIR SLUICE_BIN [SANITIZE]
 
 The rules (written for authors in docs/README.md, "Examples in these pages"):
   - every fenced block names its language: c, sh, console, text or meson;
@@ -16,6 +16,7 @@ The rules (written for authors in docs/README.md, "Examples in these pages"):
     command goes to bash in a temporary directory, with the built sluice on
     PATH and SLUICE_REDIS naming a private redis-server, and its output must
     be the lines shown up to the next "$ ").
+SANITIZE is the build's b_sanitize: programs link with the same runtime.
 Prints TAP.
 """
 import glob
@@ -80,7 +81,7 @@ class Tap:
                 print('#   ' + line)
 
 
-def compile_c(src, build, body, context, whole, tmp):
+def compile_c(src, build, body, context, whole, tmp, sanitize):
     cc = os.environ.get('CC') or shutil.which('cc') or 'gcc'
     path = os.path.join(tmp, 'snippet.c')
     with open(path, 'w') as f:
@@ -89,6 +90,8 @@ def compile_c(src, build, body, context, whole, tmp):
         f.write(body)
     flags = ['-std=c11', '-Wall', '-Wextra', '-Werror', '-Wno-unused-parameter',
              '-Wno-unused-function', '-I' + os.path.join(src, 'include')]
+    if sanitize not in ('', 'none'):
+        flags.append('-fsanitize=' + sanitize)
     if whole:
         cmd = [cc] + flags + [path, '-o', os.path.join(tmp, 'snippet'),
                               '-L' + os.path.join(build, 'src'), '-lsluice', '-levent_core',
@@ -163,6 +166,7 @@ def run_console(body, sluice_bin, redis, tmp):
 
 def main():
     src, build, sluice_bin = (os.path.abspath(a) for a in sys.argv[1:4])
+    sanitize = sys.argv[4] if len(sys.argv) > 4 else 'none'
     pages = [os.path.join(src, 'README.md'), os.path.join(src, 'bench', 'README.md')]
     pages += sorted(glob.glob(os.path.join(src, 'docs', '*.md')))
     tap = Tap()
@@ -178,7 +182,7 @@ def main():
                                'got "```%s"; use one of %s' % (lang, ', '.join(sorted(LANGS))))
                 elif lang == 'c':
                     whole = re.search(r'\bint main\(', body) is not None
-                    ok, out = compile_c(src, build, body, context, whole, tmp)
+                    ok, out = compile_c(src, build, body, context, whole, tmp, sanitize)
                     kind = 'program builds and links' if whole else 'fragment compiles'
                     tap.result(ok, '%s: C %s' % (where, kind), out)
                 elif lang in ('sh', 'console'):
