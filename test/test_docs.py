@@ -10,6 +10,8 @@ The rules (written for authors in docs/README.md, "Examples in these pages"):
     a fragment of top-level declarations, compiled alone after
     #include <sluice/sluice.h> and the C of a <!-- c-context ... --> comment
     placed right before the fence;
+  - a ```c block preceded by <!-- c-file: PATH --> must also be PATH's text
+    from its first #include on (a program the project builds, shown whole);
   - a ```sh or ```console block is preceded by <!-- illustrative --> (shown,
     not run: it needs a Redis of yours, an installed sluice, root or time) or
     by <!-- run --> (a ```console transcript this test runs: each "$ "
@@ -30,6 +32,7 @@ import time
 
 FENCE = re.compile(r'^```(\S*)\s*$')
 MARK = re.compile(r'^<!--\s*(illustrative|run)\s*-->$')
+CFILE = re.compile(r'^<!--\s*c-file:\s*(\S+)\s*-->$')
 LANGS = {'c', 'sh', 'console', 'text', 'meson'}
 STEP = '@@sluice-docs-step@@'
 
@@ -60,6 +63,9 @@ def preceding_comment(lines, start):
     m = MARK.match(lines[k].strip())
     if m:
         return m.group(1), ''
+    m = CFILE.match(lines[k].strip())
+    if m:
+        return 'c-file', m.group(1)
     first = k
     while first >= 0 and not lines[first].startswith('<!--'):
         first -= 1
@@ -100,6 +106,18 @@ def compile_c(src, build, body, context, whole, tmp, sanitize):
         cmd = [cc] + flags + ['-c', path, '-o', os.path.join(tmp, 'snippet.o')]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return r.returncode == 0, r.stdout
+
+
+def same_as_file(src, rel, body):
+    """A block marked <!-- c-file: PATH -->: PATH from its first #include on."""
+    text = open(os.path.join(src, rel), encoding='utf-8').read()
+    start = text.find('#include')
+    if text[start:] == body:
+        return True, ''
+    import difflib
+    diff = difflib.unified_diff(text[start:].split('\n'), body.split('\n'), rel, 'the block',
+                                lineterm='')
+    return False, '\n'.join(diff)
 
 
 class Redis:
@@ -185,6 +203,9 @@ def main():
                     ok, out = compile_c(src, build, body, context, whole, tmp, sanitize)
                     kind = 'program builds and links' if whole else 'fragment compiles'
                     tap.result(ok, '%s: C %s' % (where, kind), out)
+                    if marker == 'c-file':
+                        ok, out = same_as_file(src, context, body)
+                        tap.result(ok, '%s: C block is %s' % (where, context), out)
                 elif lang in ('sh', 'console'):
                     if marker == 'run' and lang == 'console':
                         ok, out = run_console(body, sluice_bin, redis, tmp)
