@@ -6,6 +6,7 @@
 #include <sluice/sluice.h>
 
 #include "harness.h"
+#include "prom_check.h"
 
 typedef struct logbook {
   char text[8192];
@@ -132,6 +133,39 @@ static void on_msg(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
   sluice_dq_ack(m, on_acked, ud);
 }
 
+/* The Prometheus text says what the getters say (nothing ran since). */
+static void check_exposition(const sluice_client *c, const sluice_client_metrics *m,
+                             const sluice_sem_metrics *sm, const sluice_limiter_metrics *lm,
+                             const sluice_dq_consumer_metrics *cm) {
+  char *text, series[128];
+  TH_ASSERT_EQ(sluice_client_prometheus(c, &text, NULL), SLUICE_OK);
+  prom_check_text(text);
+  TH_ASSERT_EQ(prom_value(text, "sluice_client_connection_up{connection=\"command\"}"), 1);
+  TH_ASSERT_EQ(prom_value(text, "sluice_client_scripts_started_total"), m->evals);
+  TH_ASSERT_EQ(prom_value(text, "sluice_client_completions_total{status=\"SLUICE_OK\"}"),
+               m->by_status[0]);
+  for (size_t i = 0; i < m->nkinds; i++) {
+    snprintf(series, sizeof series, "sluice_step_completed_total{step=\"%s\"}", m->kinds[i].name);
+    TH_ASSERT_EQ(prom_value(text, series), m->kinds[i].ops);
+    snprintf(series, sizeof series, "sluice_step_duration_seconds_count{step=\"%s\"}",
+             m->kinds[i].name);
+    TH_ASSERT_EQ(prom_value(text, series), m->kinds[i].latency.count);
+  }
+  TH_ASSERT_EQ(prom_value(text, "sluice_sem_grants_total{name=\"m\"}"), sm->grants);
+  TH_ASSERT_EQ(prom_value(text, "sluice_sem_busy_total{name=\"m\"}"), sm->busy);
+  TH_ASSERT_EQ(prom_value(text, "sluice_sem_wait_seconds_count{name=\"m\"}"), sm->wait.count);
+  /* Both waits ended well within a minute (the second had 5 s at most). */
+  TH_ASSERT_EQ(prom_value(text, "sluice_sem_wait_seconds_bucket{name=\"m\",le=\"67.108864\"}"), 2);
+  TH_ASSERT_EQ(prom_value(text, "sluice_limiter_denied_total{name=\"m\",algorithm=\"fixed\"}"),
+               lm->denied);
+  TH_ASSERT_EQ(prom_value(text, "sluice_dq_pushed_total{name=\"m\"}"), 1);
+  TH_ASSERT_EQ(prom_value(text, "sluice_dq_consumer_acked_total{name=\"m\"}"), cm->acked);
+  TH_ASSERT_EQ(prom_value(text, "sluice_dq_consumer_lateness_seconds_count{name=\"m\"}"),
+               cm->lateness.count);
+  prom_check_promtool(text);
+  sluice_prometheus_free(text);
+}
+
 static void test_counters(void) {
   struct event_base *base = event_base_new();
   sluice_client *c = client_on(base, &th_server);
@@ -214,6 +248,7 @@ static void test_counters(void) {
     if (strcmp(m.kinds[i].name, "sem_acquire") == 0) seen_acquire = m.kinds[i].ops >= 2;
   }
   TH_ASSERT(seen_acquire);
+  check_exposition(c, &m, &sm, &lm, &cm);
 
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
