@@ -98,6 +98,9 @@ int th_loop_drain(struct event_base *base, unsigned timeout_ms);
 void th_loop_for(struct event_base *base, unsigned ms);
 
 uint64_t th_now_ms(void);
+/* A free loopback TCP port (the kernel's pick, for a server that binds it
+ * right after), or -1. */
+int th_free_port(void);
 
 /* Work that blocks (the topology helpers' waits) done while the case's loop
  * keeps running: th_child_start forks a child that runs fn(arg) and exits
