@@ -11,12 +11,16 @@
 #include "harness.h"
 #include "prom_check.h"
 
+/* Both ways in: the text buffer, and the public function. */
 static void escapes_as(const char *value, const char *want) {
   sluice__text t = {0};
   sluice__prom_label_value(&t, value);
   TH_ASSERT(!t.oom);
   TH_ASSERT_STR_EQ(t.s ? t.s : "", want);
   sluice__text_reset(&t);
+  char buf[64];
+  TH_ASSERT_EQ(sluice_prometheus_escape(value, buf, sizeof buf), strlen(want));
+  TH_ASSERT_STR_EQ(buf, want);
 }
 
 /* The three escapes the format defines, nothing else touched. */
@@ -53,6 +57,21 @@ static void test_utf8(void) {
   escapes_as("\xF8\x88\x80\x80", want); /* five-byte form */
   snprintf(want, sizeof want, "%s%sx\\\"", fffd, fffd);
   escapes_as("\xE2\x82x\"", want);      /* cut short (each byte), then an escape */
+}
+
+/* sluice_prometheus_escape cuts short like snprintf and says how long the
+ * whole would be. */
+static void test_escape_api(void) {
+  char buf[8];
+  memset(buf, 'z', sizeof buf);
+  TH_ASSERT_EQ(sluice_prometheus_escape("a\"b\"c\"d", buf, sizeof buf), 10);
+  TH_ASSERT_STR_EQ(buf, "a\\\"b\\\"c");
+  TH_ASSERT_EQ(sluice_prometheus_escape("abc", buf, 1), 3);
+  TH_ASSERT_STR_EQ(buf, "");
+  TH_ASSERT_EQ(sluice_prometheus_escape("abc", NULL, 0), 3);
+  TH_ASSERT_EQ(sluice_prometheus_escape("abc", NULL, 99), 3); /* no buffer: nothing written */
+  TH_ASSERT_EQ(sluice_prometheus_escape(NULL, buf, sizeof buf), 0);
+  TH_ASSERT_STR_EQ(buf, "");
 }
 
 static void test_seconds_and_text(void) {
@@ -183,6 +202,7 @@ int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"escapes", test_escapes, 10},
       {"utf8", test_utf8, 10},
+      {"escape_api", test_escape_api, 10},
       {"seconds_and_text", test_seconds_and_text, 10},
       {"exposition", test_exposition, 30},
       {"bad_arguments", test_bad_arguments, 30},

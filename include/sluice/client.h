@@ -250,6 +250,23 @@ SLUICE_EXPORT int sluice_client_prometheus(const sluice_client *client, char **t
 /* Release a text of sluice_client_prometheus(). NULL is a no-op. */
 SLUICE_EXPORT void sluice_prometheus_free(char *text);
 
+/**
+ * sluice_prometheus_escape() - A label value as the Prometheus text writes it
+ * @value: NUL-terminated bytes, such as a primitive's name (NULL: "")
+ * @buf: where the escaped value and a NUL go (may be NULL when size is 0)
+ * @size: bytes available at buf
+ *
+ * For programs that add series of their own next to sluice's, labelled
+ * with the same names: the escaping of sluice_client_prometheus()
+ * (backslash, double quote and line feed escaped, each byte that is not
+ * valid UTF-8 replaced by U+FFFD), without the quotes around it. Cut short
+ * when it does not fit, like snprintf.
+ *
+ * Return: the length of the whole escaped value, without the NUL; it was
+ * cut short when this is >= size.
+ */
+SLUICE_EXPORT size_t sluice_prometheus_escape(const char *value, char *buf, size_t size);
+
 /* ---- log hook -------------------------------------------------------------
  *
  * What a user would otherwise never see: connection attempts, the

@@ -86,17 +86,30 @@ static size_t utf8_seq(const unsigned char *p) {
   return n;
 }
 
-void sluice__prom_label_value(sluice__text *t, const char *value) {
+size_t sluice__prom_escape(const char *value, char *buf, size_t size) {
   const unsigned char *p = (const unsigned char *)value;
+  size_t len = 0;
   while (*p) {
     size_t n = utf8_seq(p);
-    if (n == 0) sluice__text_puts(t, "\xEF\xBF\xBD"), n = 1;
-    else if (*p == '\\') sluice__text_puts(t, "\\\\");
-    else if (*p == '"') sluice__text_puts(t, "\\\"");
-    else if (*p == '\n') sluice__text_puts(t, "\\n");
-    else sluice__text_put(t, (const char *)p, n);
+    const char *out = (const char *)p;
+    size_t nout = n;
+    if (n == 0) out = "\xEF\xBF\xBD", nout = 3, n = 1;
+    else if (*p == '\\') out = "\\\\", nout = 2;
+    else if (*p == '"') out = "\\\"", nout = 2;
+    else if (*p == '\n') out = "\\n", nout = 2;
+    for (size_t i = 0; i < nout; i++, len++)
+      if (len + 1 < size) buf[len] = out[i];
     p += n;
   }
+  if (size) buf[len < size ? len : size - 1] = '\0';
+  return len;
+}
+
+void sluice__prom_label_value(sluice__text *t, const char *value) {
+  size_t n = sluice__prom_escape(value, NULL, 0);
+  if (!reserve(t, n)) return;
+  sluice__prom_escape(value, t->s + t->len, n + 1);
+  t->len += n;
 }
 
 void sluice__prom_seconds(char out[SLUICE__PROM_SECONDS_MAX], uint64_t us) {

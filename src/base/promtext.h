@@ -30,6 +30,9 @@ void sluice__text_reset(sluice__text *t);
  * belong to a well-formed UTF-8 sequence written as U+FFFD, since a
  * scraper refuses the whole exposition over one invalid label value. */
 void sluice__prom_label_value(sluice__text *t, const char *value);
+/* The same into buf (size bytes, NUL-terminated when size > 0), cut short
+ * if it does not fit; returns the whole escaped length, like snprintf. */
+size_t sluice__prom_escape(const char *value, char *buf, size_t size);
 /* us microseconds as seconds, exactly ("0.000064", "12.500000"). */
 #define SLUICE__PROM_SECONDS_MAX 32
 void sluice__prom_seconds(char out[SLUICE__PROM_SECONDS_MAX], uint64_t us);

@@ -453,3 +453,10 @@ int sluice_client_prometheus(const sluice_client *c, char **text, size_t *len) {
 }
 
 void sluice_prometheus_free(char *text) { free(text); }
+
+size_t sluice_prometheus_escape(const char *value, char *buf, size_t size) {
+  if (!buf) size = 0;
+  if (value) return sluice__prom_escape(value, buf, size);
+  if (size) buf[0] = '\0';
+  return 0;
+}
