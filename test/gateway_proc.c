@@ -27,10 +27,27 @@ void gateway_start(gateway *gw, const char *extra) {
   int n = 0;
   for (char *t = strtok(wrapcopy, " "); t && n < 40; t = strtok(NULL, " ")) argv[n++] = t;
   gw->wrapped = n > 0;
-  const char *args[] = {bin, "--redis", th_server.url, "--port", "0", "--quiet",
-                        "--rate", "1000000", "--permits", "4", "--work-ms", "1",
-                        "--op-timeout", "100", "--queue-timeout", "200",
-                        "--followup-every", "5", "--followup-delay", "20", NULL};
+  const char *args[] = {bin,
+                        "--redis",
+                        th_server.url,
+                        "--port",
+                        "0",
+                        "--quiet",
+                        "--rate",
+                        "1000000",
+                        "--permits",
+                        "4",
+                        "--work-ms",
+                        "1",
+                        "--op-timeout",
+                        "100",
+                        "--queue-timeout",
+                        "200",
+                        "--followup-every",
+                        "5",
+                        "--followup-delay",
+                        "20",
+                        NULL};
   for (int i = 0; args[i]; i++) argv[n++] = args[i];
   if (extra) argv[n++] = extra;
   argv[n] = NULL;
@@ -52,7 +69,7 @@ void gateway_start(gateway *gw, const char *extra) {
   gw->pid = pid;
   char line[256];
   size_t len = 0;
-  uint64_t end = th_now_ms() + 60000;  /* valgrind starts slowly */
+  uint64_t end = th_now_ms() + 60000; /* valgrind starts slowly */
   while (len < sizeof line - 1 && th_now_ms() < end) {
     struct pollfd p = {fds[0], POLLIN, 0};
     if (poll(&p, 1, 100) <= 0) continue;
@@ -105,19 +122,17 @@ static void get_done(struct evhttp_request *req, void *arg) {
 char *th_http_get(int port, const char *path) {
   get_req gr = {event_base_new(), NULL};
   TH_ASSERT(gr.base != NULL);
-  struct evhttp_connection *con =
-      evhttp_connection_base_new(gr.base, NULL, "127.0.0.1", (ev_uint16_t)port);
+  struct evhttp_connection *con = evhttp_connection_base_new(gr.base, NULL, "127.0.0.1",
+                                                             (ev_uint16_t)port);
   TH_ASSERT(con != NULL);
   evhttp_connection_set_timeout(con, 10);
   struct evhttp_request *req = evhttp_request_new(get_done, &gr);
   evhttp_add_header(evhttp_request_get_output_headers(req), "Host", "127.0.0.1");
-  if (evhttp_make_request(con, req, EVHTTP_REQ_GET, path) == 0)
-    event_base_dispatch(gr.base);
+  if (evhttp_make_request(con, req, EVHTTP_REQ_GET, path) == 0) event_base_dispatch(gr.base);
   evhttp_connection_free(con);
   event_base_free(gr.base);
   return gr.text;
 }
-
 
 char *th_http_wait(int port, const char *path, const char *needle, unsigned timeout_ms) {
   uint64_t end = th_now_ms() + timeout_ms;

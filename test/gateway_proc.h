@@ -11,7 +11,7 @@
 typedef struct gateway {
   pid_t pid;
   int port;
-  int wrapped;  /* under a wrapper (valgrind): slow, RSS meaningless */
+  int wrapped; /* under a wrapper (valgrind): slow, RSS meaningless */
 } gateway;
 
 /* Start the gateway (extra: one more option, or NULL) on a port it picks

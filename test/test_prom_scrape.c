@@ -107,8 +107,9 @@ static long long drive_gateway(const gateway *gw) {
   TH_ASSERT(prom_check_promtool(text));
   long long grants = prom_value(text, GRANTS);
   TH_ASSERT_CMP(grants, >=, 5);
-  TH_ASSERT_EQ(prom_value(text, "sluice_limiter_allowed_total{name=\"gateway\",algorithm=\"gcra\"}"),
-               grants);
+  TH_ASSERT_EQ(
+      prom_value(text, "sluice_limiter_allowed_total{name=\"gateway\",algorithm=\"gcra\"}"),
+      grants);
   free(text);
   return grants;
 }

@@ -39,16 +39,26 @@ static void test_escapes(void) {
  * sequence becomes U+FFFD (EF BF BD). */
 static void test_utf8(void) {
   const char *fffd = "\xEF\xBF\xBD";
-  escapes_as("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80", "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80");
+  escapes_as("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80",
+             "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80");
   escapes_as("\xEF\xBF\xBF\xF4\x8F\xBF\xBF", "\xEF\xBF\xBF\xF4\x8F\xBF\xBF"); /* U+FFFF, U+10FFFF */
   char want[64];
   snprintf(want, sizeof want, "a%sb", fffd);
-  escapes_as("a\xFF" "b", want);  /* never a lead byte */
-  escapes_as("a\x80" "b", want);  /* a lone continuation byte */
-  escapes_as("a\xC3" "b", want);  /* a lead byte without its continuation */
+  escapes_as(
+      "a\xFF"
+      "b",
+      want); /* never a lead byte */
+  escapes_as(
+      "a\x80"
+      "b",
+      want); /* a lone continuation byte */
+  escapes_as(
+      "a\xC3"
+      "b",
+      want); /* a lead byte without its continuation */
   snprintf(want, sizeof want, "%s%s", fffd, fffd);
-  escapes_as("\xC0\xAF", want);   /* overlong '/' */
-  escapes_as("\xC3", fffd);       /* cut short by the end */
+  escapes_as("\xC0\xAF", want); /* overlong '/' */
+  escapes_as("\xC3", fffd);     /* cut short by the end */
   snprintf(want, sizeof want, "%s%s%s", fffd, fffd, fffd);
   escapes_as("\xED\xA0\x80", want); /* a surrogate (U+D800) */
   escapes_as("\xE0\x80\xAF", want); /* overlong in three bytes */
@@ -56,7 +66,7 @@ static void test_utf8(void) {
   escapes_as("\xF4\x90\x80\x80", want); /* past U+10FFFF */
   escapes_as("\xF8\x88\x80\x80", want); /* five-byte form */
   snprintf(want, sizeof want, "%s%sx\\\"", fffd, fffd);
-  escapes_as("\xE2\x82x\"", want);      /* cut short (each byte), then an escape */
+  escapes_as("\xE2\x82x\"", want); /* cut short (each byte), then an escape */
 }
 
 /* sluice_prometheus_escape cuts short like snprintf and says how long the
@@ -149,10 +159,14 @@ static void test_exposition(void) {
   TH_ASSERT_EQ(prom_value(text, "sluice_client_connection_up{connection=\"command\"}"), 0);
   /* The two "db" handles are one series. */
   TH_ASSERT_EQ(prom_value(text, "sluice_sem_grants_total{name=\"db\"}"), 0);
-  TH_ASSERT_EQ(prom_value(text, "sluice_sem_grants_total{name=\"a\\\\b\\\"c\\nd\xEF\xBF\xBD\"}"), 0);
-  TH_ASSERT_EQ(prom_value(text, "sluice_limiter_allowed_total{name=\"api\",algorithm=\"gcra\"}"), 0);
-  TH_ASSERT_EQ(prom_value(text, "sluice_limiter_wait_seconds_bucket{name=\"api\",algorithm=\"gcra\","
-                                "le=\"+Inf\"}"), 0);
+  TH_ASSERT_EQ(prom_value(text, "sluice_sem_grants_total{name=\"a\\\\b\\\"c\\nd\xEF\xBF\xBD\"}"),
+               0);
+  TH_ASSERT_EQ(prom_value(text, "sluice_limiter_allowed_total{name=\"api\",algorithm=\"gcra\"}"),
+               0);
+  TH_ASSERT_EQ(prom_value(text,
+                          "sluice_limiter_wait_seconds_bucket{name=\"api\",algorithm=\"gcra\","
+                          "le=\"+Inf\"}"),
+               0);
   TH_ASSERT_EQ(prom_value(text, "sluice_dq_pushed_total{name=\"jobs\"}"), 0);
   TH_ASSERT_EQ(prom_value(text, "sluice_dq_consumer_in_flight{name=\"jobs\"}"), 0);
   TH_ASSERT(strstr(text, "# TYPE sluice_sem_wait_seconds histogram\n"));

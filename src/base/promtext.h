@@ -12,10 +12,10 @@
 #include <stdint.h>
 
 typedef struct sluice__text {
-  char *s;   /* NUL-terminated once anything was added; malloc'd */
+  char *s; /* NUL-terminated once anything was added; malloc'd */
   size_t len;
   size_t cap;
-  int oom;   /* an append failed: the text is incomplete */
+  int oom; /* an append failed: the text is incomplete */
 } sluice__text;
 
 void sluice__text_put(sluice__text *t, const char *s, size_t n);

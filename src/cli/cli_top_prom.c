@@ -34,8 +34,8 @@ static const struct family {
   int index;         /* into row.v */
   int ms;            /* the value is in ms, written as seconds */
 } families[] = {
-    {KIND_SEM, "sluice_sem_permits", "Permits, as last declared by an acquirer (0: unknown).",
-     NULL, 0, 0},
+    {KIND_SEM, "sluice_sem_permits", "Permits, as last declared by an acquirer (0: unknown).", NULL,
+     0, 0},
     {KIND_SEM, "sluice_sem_holders", "Permits held now.", NULL, 1, 0},
     {KIND_SEM, "sluice_sem_waiters", "Blocking acquirers queued now.", NULL, 2, 0},
     {KIND_DQ, "sluice_dq_messages",
@@ -105,8 +105,9 @@ static void write_family(const top_prom *p, const struct family *f, FILE *out) {
     fprintf(out, "%s{%s", f->name, r->labels);
     if (f->state) fprintf(out, ",state=\"%s\"", f->state);
     uint64_t v = r->v[f->index];
-    if (f->ms) fprintf(out, "} %llu.%03llu\n", (unsigned long long)(v / 1000),
-                       (unsigned long long)(v % 1000));
+    if (f->ms)
+      fprintf(out, "} %llu.%03llu\n", (unsigned long long)(v / 1000),
+              (unsigned long long)(v % 1000));
     else fprintf(out, "} %llu\n", (unsigned long long)v);
   }
 }

@@ -40,11 +40,12 @@ typedef struct field {
 } field;
 
 #define FIELD(st, member, type, name, help) \
-  {name, type, help, offsetof(st, member), sizeof ((st *)0)->member}
+  { name, type, help, offsetof(st, member), sizeof((st *)0)->member }
 #define COUNTER(st, member, name, help) FIELD(st, member, "counter", name "_total", help)
 #define GAUGE(st, member, name, help) FIELD(st, member, "gauge", name, help)
 /* Families whose series are added one by one (add_value). */
-#define LABELLED(type, name, help) {name, type, help, 0, 0}
+#define LABELLED(type, name, help) \
+  { name, type, help, 0, 0 }
 
 typedef struct group_desc {
   const char *prefix;
@@ -54,7 +55,7 @@ typedef struct group_desc {
 } group_desc;
 
 #define GROUP(prefix, fields, hist, hist_help) \
-  {prefix, fields, sizeof fields / sizeof fields[0], hist, hist_help}
+  { prefix, fields, sizeof fields / sizeof fields[0], hist, hist_help }
 
 /* ---- the tables ----------------------------------------------------------- */
 
@@ -83,10 +84,10 @@ static const field client_fields[] = {
             "Writes that fewer than wait_replicas replicas acknowledged in time."),
 };
 
-static const field connection_fields[] = {LABELLED(
-    "gauge", "connection_up",
-    "1 when the connection is up; blocking: the one waiters and consumers are woken on, "
-    "listed only while something listens.")};
+static const field connection_fields[] = {
+    LABELLED("gauge", "connection_up",
+             "1 when the connection is up; blocking: the one waiters and consumers are woken on, "
+             "listed only while something listens.")};
 static const field status_fields[] = {LABELLED(
     "counter", "completions_total", "Redis steps completed, by status (sluice_err_name).")};
 static const field handle_fields[] = {
@@ -153,9 +154,9 @@ static const group_desc client_group = GROUP("sluice_client_", client_fields, NU
 static const group_desc connection_group = GROUP("sluice_client_", connection_fields, NULL, NULL);
 static const group_desc status_group = GROUP("sluice_client_", status_fields, NULL, NULL);
 static const group_desc handle_group = GROUP("sluice_client_", handle_fields, NULL, NULL);
-static const group_desc step_group =
-    GROUP("sluice_step_", step_fields, "duration_seconds",
-          "Redis steps from the call to their completion (every status).");
+static const group_desc step_group = GROUP(
+    "sluice_step_", step_fields, "duration_seconds",
+    "Redis steps from the call to their completion (every status).");
 
 typedef struct obj_desc {
   group_desc group;
@@ -222,10 +223,10 @@ static uint64_t field_value(const field *f, const void *st) {
   uint16_t v16;
   uint8_t v8;
   switch (f->size) {
-  case 8: return memcpy(&v64, p, 8), v64;
-  case 4: return memcpy(&v32, p, 4), v32;
-  case 2: return memcpy(&v16, p, 2), v16;
-  default: return memcpy(&v8, p, 1), v8;
+    case 8: return memcpy(&v64, p, 8), v64;
+    case 4: return memcpy(&v32, p, 4), v32;
+    case 2: return memcpy(&v16, p, 2), v16;
+    default: return memcpy(&v8, p, 1), v8;
   }
 }
 
