@@ -573,6 +573,16 @@ static int run_cases(int argc, char **argv, const th_case *cases) {
   return failed ? 1 : 0;
 }
 
+int th_missing(const char *what) {
+  const char *ci = getenv("CI");
+  if (ci && strcmp(ci, "true") == 0) {
+    printf("Bail out! %s not found (required under CI)\n", what);
+    return 1;
+  }
+  printf("1..0 # SKIP %s not found\n", what);
+  return 77;
+}
+
 int th_main(int argc, char **argv, const th_case *cases) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   signal(SIGPIPE, SIG_IGN);
@@ -580,16 +590,8 @@ int th_main(int argc, char **argv, const th_case *cases) {
   if (th__server_topo_parse(&topo) != 0) return 1;
   int rc = topo == TH_TOPO_STANDALONE ? th_redis_start(&th_server, 0, th_server_args)
                                       : th__server_topo_start(topo);
-  if (rc == -2) {
-    const char *what = topo == TH_TOPO_STANDALONE ? "redis-server" : "redis-server or redis-cli";
-    const char *ci = getenv("CI");
-    if (ci && strcmp(ci, "true") == 0) {
-      printf("Bail out! %s not found (required under CI)\n", what);
-      return 1;
-    }
-    printf("1..0 # SKIP %s not found\n", what);
-    return 77;
-  }
+  if (rc == -2)
+    return th_missing(topo == TH_TOPO_STANDALONE ? "redis-server" : "redis-server or redis-cli");
   if (rc != 0) {
     printf("Bail out! cannot start the %s redis\n", th_server_topo_name());
     if (topo == TH_TOPO_STANDALONE) th_redis_stop(&th_server);
