@@ -260,12 +260,49 @@ static void test_counters(void) {
   event_base_free(base);
 }
 
+/* Two handles on one name are one series: their counts add up; freeing
+ * one takes its counts away. */
+static void test_prometheus_sums_handles(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = client_on(base, &th_server);
+  sluice_sem_options so;
+  sluice_sem *a, *b;
+  st x = {0, 0, NULL}, y = {0, 0, NULL};
+  sluice_sem_options_init(&so);
+  so.permits = 2;
+  TH_ASSERT_EQ(sluice_sem_new(c, "dup", &so, &a), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_sem_new(c, "dup", &so, &b), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_sem_try_acquire(a, on_acq, &x), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_sem_try_acquire(b, on_acq, &y), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &x.flag, 5000));
+  TH_ASSERT(th_loop_until(base, &y.flag, 5000));
+  TH_ASSERT(x.p && y.p);
+  char *text;
+  TH_ASSERT_EQ(sluice_client_prometheus(c, &text, NULL), SLUICE_OK);
+  prom_check_text(text);
+  TH_ASSERT_EQ(prom_value(text, "sluice_sem_grants_total{name=\"dup\"}"), 2);
+  TH_ASSERT_EQ(prom_value(text, "sluice_client_handles{kind=\"sem\"}"), 2);
+  sluice_prometheus_free(text);
+  sluice_permit_release(x.p, NULL, NULL);
+  sluice_sem_free(a);
+  TH_ASSERT_EQ(sluice_client_prometheus(c, &text, NULL), SLUICE_OK);
+  TH_ASSERT_EQ(prom_value(text, "sluice_sem_grants_total{name=\"dup\"}"), 1);
+  TH_ASSERT_EQ(prom_value(text, "sluice_client_handles{kind=\"sem\"}"), 1);
+  sluice_prometheus_free(text);
+  sluice_permit_release(y.p, NULL, NULL);
+  sluice_sem_free(b);
+  sluice_client_free(c);
+  TH_ASSERT(th_loop_drain(base, 10000));
+  event_base_free(base);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"log_down_up", test_log_down_up, 30, .standalone_only = "restarts the server"},
       {"log_failed_auth", test_log_failed_auth, 30},
       {"precise_clock", test_precise_clock, 30},
       {"counters", test_counters, 30},
+      {"prometheus_sums_handles", test_prometheus_sums_handles, 30},
       {NULL, NULL, 0},
   };
   return th_main(argc, argv, cases);
