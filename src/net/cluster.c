@@ -103,17 +103,15 @@ static node *node_get(sluice__cluster *cl, const char *host, size_t hlen, int po
   n = sluice__calloc(1, sizeof *n);
   if (!n) return NULL;
   n->cl = cl;
-  n->ep = *cl->cfg.ep;           /* shares credentials and TLS; owns only host */
+  n->ep = *cl->cfg.net.endpoint; /* shares credentials and TLS; owns only host */
   n->ep.port = port;
   n->ep.host = malloc(hlen + 1);
-  sluice__conn_config cfg = {.endpoint = &n->ep,
-                             .connect_timeout_ms = cl->cfg.connect_timeout_ms,
-                             .reconnect_min_ms = cl->cfg.reconnect_min_ms,
-                             .reconnect_max_ms = cl->cfg.reconnect_max_ms,
+  sluice__conn_config cfg = {.net = cl->cfg.net,
                              .scripts = cl->cfg.scripts,
                              .on_up = node_up,
                              .on_down = node_down,
                              .userdata = n};
+  cfg.net.endpoint = &n->ep;
   if (!n->ep.host || sluice__conn_init(&n->conn, cl->base, &cfg) != 0) {
     free(n->ep.host);
     sluice__free(n);
@@ -155,7 +153,7 @@ static void node_retire(node *n) {
   n->retiring = 1;
   n->master = 0;
   n->cl->draining++;
-  sluice__conn_drain(&n->conn, n->cl->cfg.connect_timeout_ms, node_drained);
+  sluice__conn_drain(&n->conn, n->cl->cfg.net.connect_timeout_ms, node_drained);
 }
 
 /* "host:port" (the host may be empty: like's host) into its parts. */
@@ -174,8 +172,8 @@ static int split_addr(const char *addr, size_t len, const sluice__conn *like, co
   *host = addr;
   *hlen = (size_t)(colon - addr);
   if (*hlen == 0) {
-    if (!like || !like->cfg.endpoint->host) return -1;
-    *host = like->cfg.endpoint->host;
+    if (!like || !like->cfg.net.endpoint->host) return -1;
+    *host = like->cfg.net.endpoint->host;
     *hlen = strlen(*host);
   }
   *port = (int)p;
@@ -246,7 +244,7 @@ static void ask_cb(redisAsyncContext *ac, void *r, void *privdata) {
                reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
       /* Not a cluster (or not yet): say so to those waiting for a map, and
        * ask again after the longest backoff. */
-      sluice__timer_in(cl->refresh_timer, cl->cfg.reconnect_max_ms);
+      sluice__timer_in(cl->refresh_timer, cl->cfg.net.reconnect_max_ms);
       cl->wanted = 1;
       if (cl->cfg.map_changed) cl->cfg.map_changed(cl->cfg.userdata);
     }
@@ -280,7 +278,7 @@ static void refresh_now(sluice__cluster *cl) {
     /* Whichever node comes up first asks (node_up); meanwhile try the
      * addresses we know, one per connect timeout. */
     probe_next(cl);
-    sluice__timer_in(cl->refresh_timer, cl->cfg.connect_timeout_ms);
+    sluice__timer_in(cl->refresh_timer, cl->cfg.net.connect_timeout_ms);
     return;
   }
   ask *a = sluice__calloc(1, sizeof *a);
@@ -299,7 +297,7 @@ static void refresh_now(sluice__cluster *cl) {
   cl->asking = a;
   cl->wanted = 0;
   cl->last_ask_ms = now;
-  sluice__timer_in(cl->refresh_timer, cl->cfg.connect_timeout_ms);
+  sluice__timer_in(cl->refresh_timer, cl->cfg.net.connect_timeout_ms);
 }
 
 static void refresh_timer_cb(evutil_socket_t fd, short what, void *arg) {
@@ -429,7 +427,7 @@ sluice__cluster *sluice__cluster_new(struct event_base *base, const sluice__clus
     sluice__cluster_free(cl);
     return NULL;
   }
-  const sluice__endpoint *ep = cfg->ep;
+  const sluice__endpoint *ep = cfg->net.endpoint;
   for (int i = 0; i < ep->nseeds; i++)
     book_add(cl, ep->seed_hosts[i], strlen(ep->seed_hosts[i]), ep->seed_ports[i]);
   /* Every seed at once: the first to answer gives the map, so one seed

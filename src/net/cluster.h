@@ -28,9 +28,7 @@ struct sluice__script;
 typedef struct sluice__cluster sluice__cluster;
 
 typedef struct sluice__cluster_config {
-  const sluice__endpoint *ep;    /* seeds, credentials, TLS; outlives the cluster */
-  unsigned connect_timeout_ms;
-  unsigned reconnect_min_ms, reconnect_max_ms;
+  sluice__net_config net;        /* endpoint: seeds, credentials, TLS */
   const struct sluice__script *const *scripts;
   /* A master's connection came up / went down (as conn.h's on_up/on_down). */
   void (*node_up)(sluice__conn *conn, void *userdata);

@@ -22,9 +22,9 @@ static void set_err(sluice__conn *conn, const char *what, const char *detail) {
 
 /* Full jitter: a delay uniform in [d/2, d) of the exponential step d. */
 static unsigned backoff_ms(sluice__conn *conn) {
-  uint64_t d = conn->cfg.reconnect_min_ms ? conn->cfg.reconnect_min_ms : 1;
-  for (unsigned i = 1; i < conn->attempts && d < conn->cfg.reconnect_max_ms; i++) d *= 2;
-  if (d > conn->cfg.reconnect_max_ms) d = conn->cfg.reconnect_max_ms;
+  uint64_t d = conn->cfg.net.reconnect_min_ms ? conn->cfg.net.reconnect_min_ms : 1;
+  for (unsigned i = 1; i < conn->attempts && d < conn->cfg.net.reconnect_max_ms; i++) d *= 2;
+  if (d > conn->cfg.net.reconnect_max_ms) d = conn->cfg.net.reconnect_max_ms;
   return (unsigned)(d / 2 + sluice__random_below((uint32_t)(d - d / 2)));
 }
 
@@ -116,7 +116,7 @@ static void disconnect_cb(const redisAsyncContext *ac, int status) {
 }
 
 static void send_handshake(sluice__conn *conn) {
-  const sluice__endpoint *ep = conn->cfg.endpoint;
+  const sluice__endpoint *ep = conn->cfg.net.endpoint;
   if (ep->password) {
     const char *argv[3] = {"AUTH", ep->username ? ep->username : ep->password, ep->password};
     int argc = ep->username ? 3 : 2;
@@ -159,7 +159,7 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
     set_err(conn, "connect timed out", NULL);
     conn_drop(conn, NULL);
   } else if (conn->state == SLUICE_CONN_RESOLVING) {
-    set_err(conn, conn->cfg.endpoint->cluster
+    set_err(conn, conn->cfg.net.endpoint->cluster
                       ? "no address: the cluster map names no node for this slot yet"
                       : "no address: the sentinels did not name the master in time",
             NULL);
@@ -224,7 +224,7 @@ static void start_failed(sluice__conn *conn) {
 }
 
 void sluice__conn_start(sluice__conn *conn) {
-  const sluice__endpoint *ep = conn->cfg.endpoint;
+  const sluice__endpoint *ep = conn->cfg.net.endpoint;
   redisAsyncContext *ac;
   if (conn->state != SLUICE_CONN_IDLE && conn->state != SLUICE_CONN_WAITING &&
       conn->state != SLUICE_CONN_RESOLVING)
@@ -232,7 +232,7 @@ void sluice__conn_start(sluice__conn *conn) {
   evtimer_del(conn->timer);
   if (conn->cfg.ready && !conn->cfg.ready(conn, conn->cfg.userdata)) {
     conn->state = SLUICE_CONN_RESOLVING;
-    sluice__timer_in(conn->timer, conn->cfg.connect_timeout_ms);
+    sluice__timer_in(conn->timer, conn->cfg.net.connect_timeout_ms);
     return;
   }
   ac = ep->unix_path ? redisAsyncConnectUnix(ep->unix_path)
@@ -270,7 +270,7 @@ void sluice__conn_start(sluice__conn *conn) {
   conn->ac = ac;
   conn->state = SLUICE_CONN_CONNECTING;
   conn->handshake_failed = 0;
-  sluice__timer_in(conn->timer, conn->cfg.connect_timeout_ms);
+  sluice__timer_in(conn->timer, conn->cfg.net.connect_timeout_ms);
   send_handshake(conn);
   if (conn->cfg.on_context) conn->cfg.on_context(conn, conn->cfg.userdata);
 }

@@ -1,8 +1,10 @@
 /*
  * One Redis connection with its own life cycle: connect (TCP, TLS over TCP,
  * or unix), the AUTH/SELECT handshake, connect timeout, and reconnect with exponential
- * backoff and full jitter after any failure. Used for the command connection
- * (client.c) and the blocking connection (blocker.c).
+ * backoff and full jitter after any failure. Its users: the topologies'
+ * data connections (net/topo_single.c, net/topo_sentinel.c, and through
+ * net/cluster.c one per master), the Sentinel link's own (net/sentinel.c)
+ * and the blocking connections (core/blocker.c).
  *
  * hiredis 0.14 rules this file keeps (each one a crash on 0.14 otherwise):
  * never free or disconnect a context from inside a hiredis callback (we
@@ -29,11 +31,17 @@ enum sluice__conn_state {
 
 typedef struct sluice__conn sluice__conn;
 
-typedef struct sluice__conn_config {
+/* Where and how a client's connections connect: one template, copied into
+ * every connection, the topology and the Sentinel link. */
+typedef struct sluice__net_config {
   const sluice__endpoint *endpoint;  /* borrowed; outlives the conn */
   unsigned connect_timeout_ms;
   unsigned reconnect_min_ms;
   unsigned reconnect_max_ms;
+} sluice__net_config;
+
+typedef struct sluice__conn_config {
+  sluice__net_config net;
   /* Scripts to SCRIPT LOAD in the handshake (NULL-terminated, or NULL), so
    * that EVALSHA never meets NOSCRIPT on a fresh connection: a NOSCRIPT
    * fallback re-sends the script later than commands pipelined after it,
