@@ -143,7 +143,7 @@ static void test_failover(void) {
   /* A waiter served before the release: the new master did not have the
    * holder's last renewal (replication is asynchronous) and its lease had
    * ended there. The holder hears it at its next renewal, a third of a lease
-   * later at most (README: the failover window). */
+   * later at most (docs/failures.md: the failover window). */
   if (w.done) {
     uint64_t until = th_now_ms() + 2500;
     while (!sluice_permit_lost(h.permit) && th_now_ms() < until) th_loop_for(base, 20);
