@@ -380,6 +380,13 @@ void th_loop_for(struct event_base *base, unsigned ms) {
     th_loop_until(base, &never, (unsigned)(end - now));
 }
 
+void th_redis_start_tcp(th_redis *r, const char *const *extra) {
+  int rc = -1;
+  for (int attempt = 0; attempt < 20 && rc != 0; attempt++)
+    rc = th_redis_start(r, 20000 + (int)(th_now_ms() * 7919 % 30000) + attempt * 97, extra);
+  TH_ASSERT_EQ(rc, 0);
+}
+
 int th__turn(struct event_base *base, uint64_t end) {
   uint64_t now = th_now_ms();
   if (now >= end) return 0;

@@ -168,6 +168,43 @@ static void test_failover(void) {
   finish(base, c);
 }
 
+typedef struct changes {
+  int changes, ups, change_at_up;
+} changes;
+
+static void count_changes(sluice_client *c, int level, const char *msg, void *ud) {
+  changes *b = ud;
+  if (strstr(msg, "a different Redis node serves every key")) b->changes++, b->change_at_up = b->ups;
+  if (strncmp(msg, "connected to ", 13) == 0) b->ups++;
+}
+
+/* SENTINEL FAILOVER: the client reports once that another node serves
+ * every key, before it is connected to the new master. */
+static void test_node_change(void) {
+  start();
+  struct event_base *base = event_base_new();
+  sluice_client *c = sem_test_client_at(base, url, 1000);
+  changes b = {0};
+  sluice_client_set_log_cb(c, count_changes, &b);
+  sluice_sem *s = sem_test_new(c, "n", 1, 5000, 0);
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  sluice_permit_release(a.permit, NULL, NULL);
+  th_loop_for(base, 50);
+  TH_ASSERT_EQ(b.changes, 0);
+  TH_ASSERT(th_sentinel_failover(&topo) != NULL);
+  uint64_t end = th_now_ms() + 15000;
+  do a = sem_try(base, s);
+  while (a.status != SLUICE_OK && th_now_ms() < end);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  sluice_permit_release(a.permit, NULL, NULL);
+  th_loop_for(base, 200);
+  TH_ASSERT_EQ(b.changes, 1);
+  TH_ASSERT_CMP(b.change_at_up, <, b.ups); /* "connected to" the new master came after */
+  sluice_sem_free(s);
+  finish(base, c);
+}
+
 /* Bad input: an unknown master name and no sentinel reachable give a clear
  * error and nothing hangs; malformed URLs are refused at once. */
 static void test_bad_input(void) {
@@ -715,6 +752,7 @@ int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"primitives", test_primitives, 60},
       {"failover", test_failover, 90},
+      {"node_change", test_node_change, 90},
       {"bad_input", test_bad_input, 60},
       {"wait_replicas", test_wait_replicas, 60},
       {"discovery", test_discovery, 90},

@@ -19,10 +19,10 @@
 static void routes_changed(int none, void *ud) {
   sluice_client *c = ud;
   if (sluice__topo_routing(c->topo) == SLUICE_TOPO_READY) {
-    sluice__engine_send_unsent(c, 0);
+    sluice__engine_send_unsent(c, SLUICE__WAITERS_ALL, NULL);
   } else if (none) {
     snprintf(c->last_error, sizeof c->last_error, "%s", sluice__topo_error(c->topo));
-    sluice__engine_send_unsent(c, 1);
+    sluice__engine_fail_unsent(c, SLUICE__WAITERS_ALL, NULL);
   }
   if (c->blocker && !c->closing) sluice__blocker_remap(c->blocker);
 }
@@ -32,6 +32,18 @@ static void routes_changed(int none, void *ud) {
 static void master_moved(void *ud) {
   sluice_client *c = ud;
   if (c->blocker && !c->closing) sluice__blocker_moved(c->blocker);
+}
+
+/* The node behind routes lo..hi is another one: what Redis acknowledged
+ * on the old one may be gone there. Counted and logged; the replay of
+ * unreplicated writes will start here. */
+static void node_changed(int lo, int hi, void *ud) {
+  sluice_client *c = ud;
+  c->node_changes++;
+  if (lo < 0)
+    sluice__log(c, SLUICE_LOG_INFO, "a different Redis node serves every key now");
+  else
+    sluice__log(c, SLUICE_LOG_INFO, "a different Redis node serves slots %d-%d now", lo, hi);
 }
 
 /* "host:port" or the socket path of conn, for log messages. */
@@ -56,6 +68,8 @@ static void data_up(sluice__conn *conn, void *ud) {
     sluice__log(c, SLUICE_LOG_INFO, "connected to %s", where(conn, w, sizeof w));
   c->m_fails = 0;
   c->m_last_down[0] = '\0';
+  /* The steps that waited for this handshake go first, in order. */
+  sluice__engine_send_unsent(c, SLUICE__WAITERS_OF_CONN, conn);
   if (c->blocker) sluice__blocker_kick(c->blocker);
   sluice__guard_home_resume(&c->home); /* releases first, then everyone else */
   if (sluice__topo_up(c->topo) && !c->m_up) {
@@ -77,11 +91,14 @@ static void note_down(sluice_client *c, const sluice__conn *conn, const char *w)
 
 static void data_down(sluice__conn *conn, int status, void *ud) {
   sluice_client *c = ud;
-  /* Ops that waited for a first connection that failed were never sent. */
-  if (sluice__topo_routing(c->topo) != SLUICE_TOPO_WAIT) sluice__engine_send_unsent(c, 1);
   char w[128];
   where(conn, w, sizeof w);
-  note_down(c, conn, w);
+  note_down(c, conn, w); /* first: the steps failed below report it */
+  /* Steps that waited for this handshake, or for a first connection that
+   * failed, were never sent. */
+  sluice__engine_fail_unsent(c, SLUICE__WAITERS_OF_CONN, conn);
+  if (sluice__topo_routing(c->topo) != SLUICE_TOPO_WAIT)
+    sluice__engine_fail_unsent(c, SLUICE__WAITERS_FOR_ROUTE, NULL);
   c->m_up = 0;
   if (conn->was_up) {
     c->m.disconnects++;
@@ -219,7 +236,8 @@ int sluice_client_new(struct event_base *base, const sluice_client_options *opts
                                 .reconnect_max_ms = c->opts.reconnect_max_ms};
   sluice__topo_config tcfg = {.net = c->net,
                               .scripts = sluice__lua_all,
-                              .ev = {data_up, data_down, routes_changed, master_moved, c}};
+                              .ev = {data_up, data_down, routes_changed, master_moved,
+                                     node_changed, c}};
   if (!c->key_prefix || !c->reaper || !c->log_ev || !c->clock_ev || !c->wait_ev ||
       sluice__guard_home_init(&c->home, base, home_empty) != 0 ||
       !(c->topo = sluice__topo_new(base, &tcfg))) {

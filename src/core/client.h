@@ -30,6 +30,7 @@ struct sluice_client {
   char id[33];                    /* random id of this client instance */
 
   sluice__topo *topo;             /* where steps go (net/topo.h) */
+  uint64_t node_changes;          /* the topology's node_changed events */
   uint64_t up_since_ms;           /* monotonic: last handshake completed */
   sluice__list ops;               /* operations not yet completed */
   sluice__list unsent;            /* waiting for a route (first connection, first map) */
@@ -82,8 +83,13 @@ struct sluice_client {
 };
 
 /* The engine (engine.c), for the client's own events and close. */
-/* Steps waiting for a route go now (fail = 0) or fail as never sent. */
-void sluice__engine_send_unsent(sluice_client *c, int fail);
+/* Steps wait for a route (no connection or map yet) or for a connection's
+ * handshake; the client's events let them go (send) or fail them as never
+ * sent (fail, with the reason in last_error): every waiting step, those
+ * waiting for conn's handshake, or those waiting for a route. */
+enum { SLUICE__WAITERS_ALL, SLUICE__WAITERS_OF_CONN, SLUICE__WAITERS_FOR_ROUTE };
+void sluice__engine_send_unsent(sluice_client *c, int which, const sluice__conn *conn);
+void sluice__engine_fail_unsent(sluice_client *c, int which, const sluice__conn *conn);
 /* Every pending step completes with ECANCELED (the close sequence). */
 void sluice__engine_cancel_all(sluice_client *c);
 /* Steps not handed over while a connection was up (metrics). */

@@ -25,6 +25,7 @@ struct sluice__op {
   sluice__link link;  /* in c->ops while not done */
   sluice__link ulink; /* in c->unsent while unsent */
   unsigned unsent : 1;
+  sluice__conn *waiting_on; /* unsent: the handshake it waits for (NULL: a route) */
   sluice__reply_fn *fn;
   void *ud;
   struct event timer;           /* deadline, or deferred completion */
@@ -358,29 +359,35 @@ static sluice__op *op_new(sluice_client *c, int nhead, const char *const *head,
   return op;
 }
 
-/* Send op now, or queue it until the first connection (or the cluster's
- * first map) exists: 0. A status < 0 when it cannot go: it never left. */
+/* Queue op until conn's handshake completes (conn NULL: until a route
+ * exists), within its deadline. */
+static int op_wait(sluice__op *op, sluice__conn *conn) {
+  op->unsent = 1;
+  op->waiting_on = conn;
+  sluice__list_append(&op->c->unsent, &op->ulink);
+  return SLUICE_OK;
+}
+
+/* Send op now, or queue it until its route exists (no context or no map
+ * yet) or its connection's handshake completed: 0. A status < 0 when it
+ * cannot go: it never left. */
 static int op_dispatch(sluice__op *op) {
   sluice_client *c = op->c;
   sluice__conn *conn;
   int routing = sluice__topo_routing(c->topo);
   if (routing == SLUICE_TOPO_NONE) return SLUICE_ECONNECTION; /* every node tried failed */
-  if (routing == SLUICE_TOPO_WAIT) {
-    /* No context (its address is being looked up) or no map yet: wait
-     * for it, within the deadline. */
-    op->unsent = 1;
-    sluice__list_append(&c->unsent, &op->ulink);
-    return SLUICE_OK;
-  }
+  if (routing == SLUICE_TOPO_WAIT) return op_wait(op, NULL);
   if (!(conn = op_route(op))) {
     snprintf(c->last_error, sizeof c->last_error,
              "Redis Cluster: no node serves slot %d (the map is being refreshed)", op->slot);
     return SLUICE_ECONNECTION;
   }
+  if (conn->state == SLUICE_CONN_UP) return op_send(op);
   /* Fail fast once the connection was lost: callers never wait out a
-   * reconnect. Before the first connection, ops queue behind the handshake. */
-  if (conn->state != SLUICE_CONN_UP && conn->failed) return SLUICE_ECONNECTION;
-  return op_send(op);
+   * reconnect. A connection not up yet gets nothing before its handshake
+   * completed (a failed SELECT must not leave the step in database 0):
+   * the step waits, and fails with the handshake's error if it fails. */
+  return conn->failed ? SLUICE_ECONNECTION : op_wait(op, conn);
 }
 
 static void op_retry_cb(evutil_socket_t fd, short what, void *arg) {
@@ -496,16 +503,32 @@ void sluice__op_detach(sluice__op *op) {
 
 /* ---- what the client asks of the engine ---------------------------------- */
 
-/* Ops that waited for a route (the first connection, the cluster's first
- * map) go now, in order; with none to be had, they fail as never sent. */
-void sluice__engine_send_unsent(sluice_client *c, int fail) {
-  while (c->unsent.head) {
-    sluice__op *op = sluice__container_of(c->unsent.head, sluice__op, ulink);
-    sluice__list_remove(&c->unsent, &op->ulink);
+/* The waiting ops that `which` picks go now, in order (they may queue
+ * again), or, with fail, fail as never sent; the others keep waiting. */
+static void settle(sluice_client *c, int which, const sluice__conn *conn, int fail) {
+  sluice__list pending = c->unsent;
+  c->unsent.head = c->unsent.tail = NULL;
+  while (pending.head) {
+    sluice__op *op = sluice__container_of(pending.head, sluice__op, ulink);
+    sluice__list_remove(&pending, &op->ulink);
     op->unsent = 0;
+    int picked = which == SLUICE__WAITERS_ALL ||
+                 (which == SLUICE__WAITERS_OF_CONN ? op->waiting_on == conn : !op->waiting_on);
+    if (!picked) {
+      op_wait(op, op->waiting_on);
+      continue;
+    }
     int rc = fail ? SLUICE_ECONNECTION : op_dispatch(op);
     if (rc != SLUICE_OK) op_defer(op, rc);
   }
+}
+
+void sluice__engine_send_unsent(sluice_client *c, int which, const sluice__conn *conn) {
+  settle(c, which, conn, 0);
+}
+
+void sluice__engine_fail_unsent(sluice_client *c, int which, const sluice__conn *conn) {
+  settle(c, which, conn, 1);
 }
 
 void sluice__engine_cancel_all(sluice_client *c) {

@@ -66,10 +66,24 @@ static void refresh_now(sluice__cluster *cl);
 
 /* ---- nodes --------------------------------------------------------------- */
 
+/* Every run of slots that old and the map give to two different nodes (a
+ * slot unserved in either is no news), or, with `only`, that old gives to
+ * `only`: one call of slots_changed each. */
+static void report_changes(sluice__cluster *cl, node *const *old, const node *only) {
+  for (int s = 0; s < SLUICE__SLOTS && cl->cfg.slots_changed;) {
+    const node *was = old[s], *is = only ? NULL : cl->slot[s];
+    int changed = only ? was == only : was && is && was != is;
+    int lo = s;
+    while (++s < SLUICE__SLOTS && old[s] == was && (only || cl->slot[s] == is)) {}
+    if (changed) cl->cfg.slots_changed(lo, s - 1, cl->cfg.userdata);
+  }
+}
+
 static void node_up(sluice__conn *conn, void *ud) {
   node *n = ud;
   sluice__cluster *cl = n->cl;
   if (cl->wanted && !cl->asking) refresh_now(cl);
+  if (n->master && conn->new_node) report_changes(cl, cl->slot, n); /* restarted */
   if (n->master && cl->cfg.node_up) cl->cfg.node_up(conn, cl->cfg.userdata);
 }
 
@@ -380,8 +394,11 @@ static void apply_map(evutil_socket_t fd, short what, void *arg) {
   sluice__reply_free(map);
   if (bad) snprintf(cl->err, sizeof cl->err, "CLUSTER SLOTS: part of the map was unreadable");
   else cl->err[0] = '\0';
-  memcpy(cl->slot, fresh, sizeof cl->slot);
-  free(fresh);
+  for (unsigned s = 0; s < SLUICE__SLOTS; s++) { /* fresh keeps the old map */
+    node *was = cl->slot[s];
+    cl->slot[s] = fresh[s];
+    fresh[s] = cl->known ? was : NULL; /* a first map changes nobody's node */
+  }
   for (sluice__link *l = cl->nodes.head; l; l = l->next) {
     node *n = sluice__container_of(l, node, link);
     n->was_master = n->master;
@@ -397,6 +414,8 @@ static void apply_map(evutil_socket_t fd, short what, void *arg) {
     node *n = sluice__container_of(l, node, link);
     if (!n->master && !n->retiring) node_retire(n);
   }
+  report_changes(cl, fresh, NULL);
+  free(fresh);
   if (cl->cfg.map_changed) cl->cfg.map_changed(cl->cfg.userdata);
   /* A connection that was up before its node became a master (a seed, a
    * promoted replica) is announced now, as if it had just come up. */
@@ -531,8 +550,11 @@ int sluice__cluster_moved(sluice__cluster *cl, unsigned slot, const char *addr, 
   if (slot >= SLUICE__SLOTS || split_addr(addr, len, from, &host, &hlen, &port) != 0) return -1;
   node *n = node_get(cl, host, hlen, port);
   if (!n) return -1;
+  node *was = cl->slot[slot];
   cl->slot[slot] = n;
   n->master = 1;
+  if (was && was != n && cl->cfg.slots_changed)
+    cl->cfg.slots_changed((int)slot, (int)slot, cl->cfg.userdata);
   refresh_now(cl);
   return 0;
 }

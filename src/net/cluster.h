@@ -37,6 +37,11 @@ typedef struct sluice__cluster_config {
    * sluice__cluster_error says why): steps waiting for one may go, blocking
    * waits re-resolve their node. */
   void (*map_changed)(void *userdata);
+  /* Slots lo..hi are served by another node than before: a new owner in
+   * the map (a failover, a MOVED, a migration), or their master answers
+   * with a new run_id (a restart). Called once per change, before the new
+   * map is announced (map_changed) or the restarted master's node_up. */
+  void (*slots_changed)(int lo, int hi, void *userdata);
   void *userdata;
 } sluice__cluster_config;
 

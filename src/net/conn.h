@@ -1,6 +1,7 @@
 /*
  * One Redis connection with its own life cycle: connect (TCP, TLS over TCP,
- * or unix), the AUTH/SELECT handshake, connect timeout, and reconnect with exponential
+ * or unix), the handshake (AUTH, SELECT, SCRIPT LOAD, ROLE for a Sentinel's
+ * master, INFO server for the node's run_id), connect timeout, and reconnect with exponential
  * backoff and full jitter after any failure. Its users: the topologies'
  * data connections (net/topo_single.c, net/topo_sentinel.c, and through
  * net/cluster.c one per master), the Sentinel link's own (net/sentinel.c)
@@ -75,6 +76,14 @@ struct sluice__conn {
   unsigned retry_ms;              /* the delay of the reconnect scheduled last */
   unsigned long ups;              /* handshakes completed */
   int was_up;                     /* in on_down: it had been up (lost, not failed) */
+  /* Who answers: the server's run_id (INFO server, in the handshake; ""
+   * when it could not be read, e.g. NOPERM) and address at the last up. In
+   * on_up, new_node says the node is another one than at the previous up
+   * (another address, or another run_id: a restart); never at the first. */
+  char run_id[41];
+  char up_addr[280];
+  int new_node;
+  char info_run_id[41];           /* this attempt's, until it is up */
   uint64_t last_reply_ms;         /* monotonic: last reply (the client's steps) */
   /* The client's wait_replicas state for this connection (client.c). */
   struct wait_batch *wait_open;   /* writes sent this turn, for one WAIT */

@@ -43,6 +43,13 @@ typedef struct sluice__topo_events {
   /* Every route's node was replaced at once (a Sentinel switch): drop the
    * connections to the old one now, it may accept writes and lose them. */
   void (*moved)(void *userdata);
+  /* The node behind routes lo..hi is another one than before (-1, -1:
+   * every route): a new master after a Sentinel switch, a slot's new owner
+   * after a cluster failover or a MOVED, the same address answering with a
+   * new run_id after a restart. Once per change, from the loop, before any
+   * step goes to the new node through these routes. A run_id that could
+   * not be read (INFO refused: NOPERM) hides a restart, never fails. */
+  void (*node_changed)(int lo, int hi, void *userdata);
   void *userdata;
 } sluice__topo_events;
 

@@ -25,6 +25,11 @@ static void node_down(sluice__conn *conn, int status, void *ud) {
   t->cfg.ev.down(conn, status, t->cfg.ev.userdata);
 }
 
+static void slots_changed(int lo, int hi, void *ud) {
+  sluice__topo *t = ud;
+  if (!t->closing) t->cfg.ev.node_changed(lo, hi, t->cfg.ev.userdata);
+}
+
 /* A map arrived, or the cluster said it has none for us. */
 static void map_changed(void *ud) {
   sluice__topo *t = ud;
@@ -137,6 +142,7 @@ sluice__topo *sluice__topo_cluster_new(struct event_base *base, const sluice__to
                                .node_up = node_up,
                                .node_down = node_down,
                                .map_changed = map_changed,
+                               .slots_changed = slots_changed,
                                .userdata = &tc->t};
   if (!(tc->cl = sluice__cluster_new(base, &cc))) {
     sluice__free(tc);

@@ -18,6 +18,7 @@ int sluice__topo_not_master(const redisReply *err) {
 
 static void one_up(sluice__conn *conn, void *ud) {
   sluice__topo *t = ud;
+  if (conn->new_node) t->cfg.ev.node_changed(-1, -1, t->cfg.ev.userdata);
   t->cfg.ev.up(conn, t->cfg.ev.userdata);
 }
 
