@@ -1,38 +1,39 @@
 /*
- * The backends with one data node at a time: one Redis (topo_single.c) and
- * the master Sentinel names (topo_sentinel.c). Both keep one command
- * connection; the Sentinel backend adds where it connects to.
+ * The backends with one data node at a time share one implementation
+ * (topo_single.c): one command connection, every route to it. What differs
+ * is how the node's address is found: one Redis has it in its endpoint; the
+ * Sentinel backend (topo_sentinel.c) asks the sentinels, through a finder.
  */
 #ifndef SLUICE_TOPO_ONE_H
 #define SLUICE_TOPO_ONE_H
 
 #include "net/topo.h"
 
-typedef struct sluice__topo_one {
+typedef struct sluice__topo_one sluice__topo_one;
+
+/* Finds the node and writes its address into the endpoint. */
+typedef struct sluice__topo_finder {
+  int (*ready)(sluice__topo_one *o);               /* 1: the address may be used now */
+  void (*stale)(sluice__topo_one *o);              /* a connection failed: look again */
+  const char *(*error)(const sluice__topo_one *o); /* why none was found ("") */
+  void (*stop)(sluice__topo_one *o);               /* before draining: no more lookups */
+  void (*free)(sluice__topo_one *o);
+} sluice__topo_finder;
+
+struct sluice__topo_one {
   sluice__topo t;
   sluice__conn conn;
-  void (*drained)(void *ud); /* sluice__topo_one_drain's */
+  const sluice__topo_finder *finder; /* NULL: the endpoint's own address */
+  void (*drained)(void *ud);         /* sluice__topo_drain's */
   void *drained_ud;
-} sluice__topo_one;
+};
 
-/* Set up o's connection (its `ready` hook may be NULL: always ready);
- * not started. 0, or -1 on OOM. */
-int sluice__topo_one_init(sluice__topo_one *o, struct event_base *base,
-                          const sluice__topo_config *cfg,
-                          int (*ready)(sluice__conn *conn, void *userdata));
-/* The operations both backends share (topo.h says what each does). */
-void sluice__topo_one_start(sluice__topo *t);
-void sluice__topo_one_drain(sluice__topo *t, unsigned timeout_ms, void (*done)(void *ud), void *ud);
-int sluice__topo_one_routing(const sluice__topo *t);
-int sluice__topo_one_up(const sluice__topo *t);
-int sluice__topo_one_route_of(const sluice__topo *t, const char *key, size_t len);
-sluice__conn *sluice__topo_one_conn(sluice__topo *t, int route);
-sluice__conn *sluice__topo_one_conn_at(sluice__topo *t, const char *addr, size_t len,
-                                       const sluice__conn *like);
-void sluice__topo_one_decide(sluice__topo *t, sluice__conn *from, const redisReply *err,
-                             sluice__topo_decision *d);
-int sluice__topo_one_node_route(const sluice__topo *t, unsigned i);
-void sluice__topo_one_where(const sluice__topo *t, char *buf, size_t size);
+/* A one-node topology of `size` bytes (at least sizeof(sluice__topo_one):
+ * a finder's state may follow), not started; NULL on OOM. */
+sluice__topo_one *sluice__topo_one_new(struct event_base *base, const sluice__topo_config *cfg,
+                                       const sluice__topo_finder *finder, size_t size);
+/* The topology's routes changed (a finder named the node): tell its user. */
+void sluice__topo_one_routes(sluice__topo_one *o);
 
 /* err starts with word. */
 int sluice__topo_says(const redisReply *err, const char *word);
