@@ -62,13 +62,18 @@ static void close_client(struct event_base *base, sluice_client *c) {
   event_base_free(base);
 }
 
+/* r restarted (its data and run_id gone), and c back on it. */
+static void restart_and_back(struct event_base *base, sluice_client *c, th_redis *r) {
+  th_redis_restart(r);
+  ping_until_ok(base, c);
+  th_loop_for(base, 100); /* the log leaves from the loop */
+}
+
 static void test_restart_reported_once(void) {
   struct event_base *base = event_base_new();
   logbook b = {0};
   sluice_client *c = logged_client(base, th_server.url, &b);
-  th_redis_restart(&th_server);
-  ping_until_ok(base, c);
-  th_loop_for(base, 100);
+  restart_and_back(base, c, &th_server);
   TH_ASSERT_EQ(b.changes, 1);
   TH_ASSERT_EQ(b.change_at_up, 1); /* logged before the new node's "connected" */
   TH_ASSERT_EQ(b.ups, 2);
@@ -92,9 +97,7 @@ static void test_info_refused(void) {
   struct event_base *base = event_base_new();
   logbook b = {0};
   sluice_client *c = logged_client(base, r.url, &b);
-  th_redis_restart(&r);
-  ping_until_ok(base, c);
-  th_loop_for(base, 100);
+  restart_and_back(base, c, &r);
   TH_ASSERT_EQ(b.ups, 2);
   TH_ASSERT_EQ(b.changes, 0);
   close_client(base, c);
