@@ -355,6 +355,24 @@ static int master_down(const sluice__cluster *cl) {
   return 0;
 }
 
+/* fresh becomes the map (and keeps the old one, for report_changes: empty
+ * before the first map, which changes nobody's node); masters are marked. */
+static void install_map(sluice__cluster *cl, node **fresh) {
+  for (unsigned s = 0; s < SLUICE__SLOTS; s++) {
+    node *was = cl->slot[s];
+    cl->slot[s] = fresh[s];
+    fresh[s] = cl->known ? was : NULL;
+  }
+  for (sluice__link *l = cl->nodes.head; l; l = l->next) {
+    node *n = sluice__container_of(l, node, link);
+    n->was_master = n->master;
+    n->master = 0;
+  }
+  for (unsigned s = 0; s < SLUICE__SLOTS; s++)
+    if (cl->slot[s]) cl->slot[s]->master = 1;
+  cl->known = 1;
+}
+
 static void apply_map(evutil_socket_t fd, short what, void *arg) {
   sluice__cluster *cl = arg;
   redisReply *map = cl->map;
@@ -394,19 +412,7 @@ static void apply_map(evutil_socket_t fd, short what, void *arg) {
   sluice__reply_free(map);
   if (bad) snprintf(cl->err, sizeof cl->err, "CLUSTER SLOTS: part of the map was unreadable");
   else cl->err[0] = '\0';
-  for (unsigned s = 0; s < SLUICE__SLOTS; s++) { /* fresh keeps the old map */
-    node *was = cl->slot[s];
-    cl->slot[s] = fresh[s];
-    fresh[s] = cl->known ? was : NULL; /* a first map changes nobody's node */
-  }
-  for (sluice__link *l = cl->nodes.head; l; l = l->next) {
-    node *n = sluice__container_of(l, node, link);
-    n->was_master = n->master;
-    n->master = 0;
-  }
-  for (unsigned s = 0; s < SLUICE__SLOTS; s++)
-    if (cl->slot[s]) cl->slot[s]->master = 1;
-  cl->known = 1;
+  install_map(cl, fresh);
   /* Nodes that serve nothing now go (seeds that are replicas, failed-over
    * masters); the rest stay, found again by address. */
   for (sluice__link *l = cl->nodes.head, *next; l; l = next) {

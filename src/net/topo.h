@@ -7,7 +7,7 @@
  * they have.
  *
  * A backend routes a key (a route: a hash slot, or -1 for "any node") to a
- * connection, connects and hands shakes through conn.c, reports up and down
+ * connection, connects (handshake included) through conn.c, reports up and down
  * through the events below, and turns a node's error reply into a decision
  * (sluice__topo_decide). It never sends or resends a step itself: the
  * engine does what the decision says.
