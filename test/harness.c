@@ -383,7 +383,8 @@ void th_loop_for(struct event_base *base, unsigned ms) {
 void th_redis_start_tcp(th_redis *r, const char *const *extra) {
   int rc = -1;
   for (int attempt = 0; attempt < 20 && rc != 0; attempt++)
-    rc = th_redis_start(r, 20000 + (int)(th_now_ms() * 7919 % 30000) + attempt * 97, extra);
+    rc = th_redis_start(r, 20000 + (int)(((uint64_t)getpid() * 7919 + th_now_ms() +
+                                          (uint64_t)attempt * 4099) % 30000), extra);
   TH_ASSERT_EQ(rc, 0);
 }
 

@@ -141,6 +141,15 @@ typedef struct th_argv {
 } th_argv;
 void th_argv_add(th_argv *a, ...);
 void th_argv_addv(th_argv *a, va_list ap);
+/* In a variadic function whose last named parameter is `last`: its
+ * NULL-terminated variable arguments added to a. */
+#define TH_ARGV_ADD_VA(a, last) \
+  do {                          \
+    va_list th_ap_;             \
+    va_start(th_ap_, last);     \
+    th_argv_addv(&(a), th_ap_); \
+    va_end(th_ap_);             \
+  } while (0)
 /* Start `$SLUICE_BIN a...` with stdin from /dev/null and only fds 0-2 open;
  * its stdout and stderr are appended to the file log, or inherited when
  * log is NULL. Returns its pid. */
