@@ -119,6 +119,20 @@ static void data_down(sluice__conn *conn, int status, void *ud) {
   if (c->state_cb && !c->closing) c->state_cb(c, 0, status, c->state_ud);
 }
 
+/* ---- blocking waits ------------------------------------------------------ */
+
+/* The blocker is made on the first listen, given what it needs once. */
+int sluice__listen(sluice_client *c, const char *key, sluice__wake_fn *fn, void *ud,
+                   sluice__listener **out) {
+  if (!c || !key || !fn || !out) return SLUICE_EINVAL;
+  if (c->closing) return SLUICE_ECLOSED;
+  if (!c->blocker) {
+    sluice__blocker_env env = {c, c->base, c->topo, c->net, c->id};
+    if (!(c->blocker = sluice__blocker_new(&env))) return SLUICE_ENOMEM;
+  }
+  return sluice__blocker_listen(c->blocker, key, fn, ud, out);
+}
+
 /* ---- public API ---------------------------------------------------------- */
 
 void sluice_client_options_init(sluice_client_options *o) {

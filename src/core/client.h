@@ -14,12 +14,12 @@
 #include <event2/util.h>
 
 #include "base/histogram.h"
+#include "core/blocker.h"
 #include "core/engine.h"
 #include "core/guard.h"
 #include "net/topo.h"
 #include "net/url.h"
 
-typedef struct sluice__blocker sluice__blocker;
 
 struct sluice_client {
   struct event_base *base;
@@ -101,21 +101,6 @@ void sluice__engine_wait_cb(evutil_socket_t fd, short what, void *arg);
 int sluice__eval_at(sluice_client *c, int route, const sluice__script *s, int nkeys, int argc,
                     const char *const *argv, const size_t *lens, unsigned timeout_ms,
                     sluice__reply_fn *fn, void *ud, sluice__op **out);
-
-/* The blocker (blocker.c), created on the first listen. It learns where
- * to connect from the topology (sluice__topo_address), never from the
- * client; the client tells it of routes and connections: */
-void sluice__blocker_free(sluice__blocker *b);
-/* The command connection is back: reconnect now if waiting out a backoff,
- * so the waiting side never lags. */
-void sluice__blocker_kick(sluice__blocker *b);
-/* Every route's node was replaced: drop the blocking connections now. */
-void sluice__blocker_moved(sluice__blocker *b);
-/* Routes changed: connections waiting for an address connect, those whose
- * route moved to another node reconnect there. */
-void sluice__blocker_remap(sluice__blocker *b);
-/* 1 up, 0 down, -1 nothing listens. */
-int sluice__blocker_up(const sluice__blocker *b);
 
 /* The log hook's clock probe and delivery (log.c): c->log_ev, c->clock_ev. */
 void sluice__log_deliver_cb(evutil_socket_t fd, short what, void *arg);
