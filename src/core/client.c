@@ -46,6 +46,19 @@ static void node_changed(int lo, int hi, void *ud) {
     sluice__log(c, SLUICE_LOG_INFO, "a different Redis node serves slots %d-%d now", lo, hi);
 }
 
+/* A connection's handshake completed: the steps that waited for it go,
+ * in order, before anything else. Or it failed: they fail with its error
+ * (in last_error for a data connection; else said here). */
+static void conn_state(sluice__conn *conn, int up, void *ud) {
+  sluice_client *c = ud;
+  if (up) {
+    sluice__engine_send_unsent(c, SLUICE__WAITERS_OF_CONN, conn);
+    return;
+  }
+  snprintf(c->last_error, sizeof c->last_error, "%s", conn->errstr);
+  sluice__engine_fail_unsent(c, SLUICE__WAITERS_OF_CONN, conn);
+}
+
 /* "host:port" or the socket path of conn, for log messages. */
 static const char *where(const sluice__conn *conn, char *buf, size_t size) {
   const sluice__endpoint *ep = conn->cfg.net.endpoint;
@@ -68,8 +81,6 @@ static void data_up(sluice__conn *conn, void *ud) {
     sluice__log(c, SLUICE_LOG_INFO, "connected to %s", where(conn, w, sizeof w));
   c->m_fails = 0;
   c->m_last_down[0] = '\0';
-  /* The steps that waited for this handshake go first, in order. */
-  sluice__engine_send_unsent(c, SLUICE__WAITERS_OF_CONN, conn);
   if (c->blocker) sluice__blocker_kick(c->blocker);
   sluice__guard_home_resume(&c->home); /* releases first, then everyone else */
   if (sluice__topo_up(c->topo) && !c->m_up) {
@@ -94,9 +105,7 @@ static void data_down(sluice__conn *conn, int status, void *ud) {
   char w[128];
   where(conn, w, sizeof w);
   note_down(c, conn, w); /* first: the steps failed below report it */
-  /* Steps that waited for this handshake, or for a first connection that
-   * failed, were never sent. */
-  sluice__engine_fail_unsent(c, SLUICE__WAITERS_OF_CONN, conn);
+  /* Steps that waited for a first connection that failed were never sent. */
   if (sluice__topo_routing(c->topo) != SLUICE_TOPO_WAIT)
     sluice__engine_fail_unsent(c, SLUICE__WAITERS_FOR_ROUTE, NULL);
   c->m_up = 0;
@@ -250,8 +259,8 @@ int sluice_client_new(struct event_base *base, const sluice_client_options *opts
                                 .reconnect_max_ms = c->opts.reconnect_max_ms};
   sluice__topo_config tcfg = {.net = c->net,
                               .scripts = sluice__lua_all,
-                              .ev = {data_up, data_down, routes_changed, master_moved,
-                                     node_changed, c}};
+                              .ev = {data_up, data_down, conn_state, routes_changed,
+                                     master_moved, node_changed, c}};
   if (!c->key_prefix || !c->reaper || !c->log_ev || !c->clock_ev || !c->wait_ev ||
       sluice__guard_home_init(&c->home, base, home_empty) != 0 ||
       !(c->topo = sluice__topo_new(base, &tcfg))) {

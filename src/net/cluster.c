@@ -84,6 +84,7 @@ static void node_up(sluice__conn *conn, void *ud) {
   sluice__cluster *cl = n->cl;
   if (cl->wanted && !cl->asking) refresh_now(cl);
   if (n->master && conn->new_node) report_changes(cl, cl->slot, n); /* restarted */
+  if (cl->cfg.conn_state) cl->cfg.conn_state(conn, 1, cl->cfg.userdata);
   if (n->master && cl->cfg.node_up) cl->cfg.node_up(conn, cl->cfg.userdata);
 }
 
@@ -94,6 +95,7 @@ static void node_down(sluice__conn *conn, int status, void *ud) {
   sluice__cluster_refresh(cl);
   /* Before a map, every seed's failure matters: with all of them down the
    * steps waiting for a map fail instead of waiting out their deadline. */
+  if (cl->cfg.conn_state) cl->cfg.conn_state(conn, 0, cl->cfg.userdata);
   if ((n->master || !cl->known) && cl->cfg.node_down)
     cl->cfg.node_down(conn, status, cl->cfg.userdata);
 }

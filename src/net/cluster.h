@@ -33,6 +33,10 @@ typedef struct sluice__cluster_config {
   /* A master's connection came up / went down (as conn.h's on_up/on_down). */
   void (*node_up)(sluice__conn *conn, void *userdata);
   void (*node_down)(sluice__conn *conn, int status, void *userdata);
+  /* Any node's connection (a master's, an ASK's target...) finished its
+   * handshake (up 1) or failed or was lost (up 0): before node_up or
+   * node_down, when those follow. */
+  void (*conn_state)(sluice__conn *conn, int up, void *userdata);
   /* A new map is in place (or no map could be had: then
    * sluice__cluster_error says why): steps waiting for one may go, blocking
    * waits re-resolve their node. */

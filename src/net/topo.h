@@ -35,6 +35,10 @@ typedef struct sluice__topo_events {
    * failed (conn.h's on_up and on_down). */
   void (*up)(sluice__conn *conn, void *userdata);
   void (*down)(sluice__conn *conn, int status, void *userdata);
+  /* Any connection steps may be routed to (a data connection, an ASK's
+   * target) finished its handshake (up 1: steps waiting for it go) or
+   * failed or was lost (up 0: they fail). Before up or down. */
+  void (*conn_state)(sluice__conn *conn, int up, void *userdata);
   /* Routes changed: a first connection or map exists (steps waiting for a
    * route may go), a master was named, slots moved (blocking connections
    * re-resolve); or, with none set, no route can be had (the cluster has

@@ -20,6 +20,11 @@ static void node_up(sluice__conn *conn, void *ud) {
   t->cfg.ev.up(conn, t->cfg.ev.userdata);
 }
 
+static void conn_state(sluice__conn *conn, int up, void *ud) {
+  sluice__topo *t = ud;
+  t->cfg.ev.conn_state(conn, up, t->cfg.ev.userdata);
+}
+
 static void node_down(sluice__conn *conn, int status, void *ud) {
   sluice__topo *t = ud;
   t->cfg.ev.down(conn, status, t->cfg.ev.userdata);
@@ -141,6 +146,7 @@ sluice__topo *sluice__topo_cluster_new(struct event_base *base, const sluice__to
                                .scripts = cfg->scripts,
                                .node_up = node_up,
                                .node_down = node_down,
+                               .conn_state = conn_state,
                                .map_changed = map_changed,
                                .slots_changed = slots_changed,
                                .userdata = &tc->t};

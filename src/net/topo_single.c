@@ -27,12 +27,14 @@ static const sluice__topo_one *of_c(const sluice__topo *t) { return (const sluic
 static void one_up(sluice__conn *conn, void *ud) {
   sluice__topo *t = ud;
   if (conn->new_node) t->cfg.ev.node_changed(-1, -1, t->cfg.ev.userdata);
+  t->cfg.ev.conn_state(conn, 1, t->cfg.ev.userdata);
   t->cfg.ev.up(conn, t->cfg.ev.userdata);
 }
 
 static void one_down(sluice__conn *conn, int status, void *ud) {
   sluice__topo_one *o = ud;
   if (o->finder) o->finder->stale(o);
+  o->t.cfg.ev.conn_state(conn, 0, o->t.cfg.ev.userdata);
   o->t.cfg.ev.down(conn, status, o->t.cfg.ev.userdata);
 }
 
