@@ -397,6 +397,14 @@ void th_loop_for(struct event_base *base, unsigned ms) {
     th_loop_until(base, &never, (unsigned)(end - now));
 }
 
+void th_redis_start_tcp(th_redis *r, const char *const *extra) {
+  int rc = -1;
+  for (int attempt = 0; attempt < 20 && rc != 0; attempt++)
+    rc = th_redis_start(r, 20000 + (int)(((uint64_t)getpid() * 7919 + th_now_ms() +
+                                          (uint64_t)attempt * 4099) % 30000), extra);
+  TH_ASSERT_EQ(rc, 0);
+}
+
 int th__turn(struct event_base *base, uint64_t end) {
   uint64_t now = th_now_ms();
   if (now >= end) return 0;

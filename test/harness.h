@@ -50,6 +50,9 @@ extern const char *const *th_server_args;
 /* Start/stop a redis-server; extra args (NULL-terminated) go to its command line. */
 int th_redis_start(th_redis *r, int tcp_port, const char *const *extra);
 void th_redis_stop(th_redis *r);
+/* th_redis_start on a free loopback TCP port (URLs with credentials need
+ * TCP); fails the case when none could be had. */
+void th_redis_start_tcp(th_redis *r, const char *const *extra);
 /* Kill -9 and start again on the same socket/port, empty (no persistence). */
 void th_redis_restart(th_redis *r);
 void th_redis_pause(th_redis *r);   /* SIGSTOP */
@@ -141,6 +144,15 @@ typedef struct th_argv {
 } th_argv;
 void th_argv_add(th_argv *a, ...);
 void th_argv_addv(th_argv *a, va_list ap);
+/* In a variadic function whose last named parameter is `last`: its
+ * NULL-terminated variable arguments added to a. */
+#define TH_ARGV_ADD_VA(a, last) \
+  do {                          \
+    va_list th_ap_;             \
+    va_start(th_ap_, last);     \
+    th_argv_addv(&(a), th_ap_); \
+    va_end(th_ap_);             \
+  } while (0)
 /* Start `$SLUICE_BIN a...` with stdin from /dev/null and only fds 0-2 open;
  * its stdout and stderr are appended to the file log, or inherited when
  * log is NULL. Returns its pid. */

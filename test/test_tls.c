@@ -99,10 +99,7 @@ typedef th_tool_out run_out;
 static run_out run_cli(const char *first, ...) {
   th_argv a = {.n = 0};
   th_argv_add(&a, first, NULL);
-  va_list ap;
-  va_start(ap, first);
-  th_argv_addv(&a, ap);
-  va_end(ap);
+  TH_ARGV_ADD_VA(a, first);
   run_out r;
   th_tool_run(&r, &a, 1);
   return r;

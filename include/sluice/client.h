@@ -1,10 +1,14 @@
 /*
- * sluice_client: the connection to one Redis server, attached to the caller's
- * libevent event_base. Every primitive (semaphore, limiter, delay queue) is
- * created on a client and shares its connections:
- *  - one command connection carrying all nonblocking scripts, pipelined;
- *  - one blocking connection, opened on first use, on which a single BRPOP
- *    waits for every wake-up list the client's primitives listen to.
+ * sluice_client: the connections to one Redis, a Sentinel-managed master or
+ * a Redis Cluster, attached to the caller's libevent event_base. Every
+ * primitive (semaphore, limiter, delay queue) is created on a client and
+ * shares its connections:
+ *  - one command connection per node (one Redis or the master: one; a
+ *    cluster: one per master in use) carrying all nonblocking scripts,
+ *    pipelined;
+ *  - blocking connections, opened on first use, on which a single BRPOP per
+ *    node (a cluster: per hash slot waited on) waits for every wake-up list
+ *    the client's primitives listen to.
  *
  * Connection loss: pending operations complete with SLUICE_EINDOUBT (sent,
  * may have run) or SLUICE_ECONNECTION (never sent), and the client reconnects

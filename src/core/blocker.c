@@ -25,12 +25,14 @@
  * master and reconnect, and every listener re-checks its state then, so a
  * lost or duplicated wake-up costs a round trip, never a permit.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <event2/event.h>
 
-#include "core/client.h"
+#include "core/blocker.h"
+#include "net/slot.h"
 
 /* Long enough that an idle client costs Redis almost nothing, short enough
  * that a half-open connection is replaced within a minute. */
@@ -57,8 +59,7 @@ struct group {
   sluice__blocker *b;
   sluice__link link;             /* in b->groups */
   int slot;                      /* -1: every key (one Redis) */
-  int own_ep;                    /* a cluster's group: ep below is its own */
-  sluice__endpoint ep;           /* then its slot master's address */
+  sluice__endpoint ep;           /* the route's node: host and port its own */
   sluice__conn conn;
   sluice__list listeners;
   char *ctl_key;
@@ -72,7 +73,7 @@ struct group {
 };
 
 struct sluice__blocker {
-  sluice_client *c;
+  sluice__blocker_env env;
   sluice__list groups;
 };
 
@@ -92,7 +93,7 @@ static void key_set_changed(group *g) {
   }
   if (g->interrupt) return;
   const char *argv[2] = {g->ctl_key, CTL_EXPIRE_MS};
-  sluice__eval(g->b->c, &sluice__lua_blk_interrupt, 1, 2, argv, NULL, 0, interrupt_done, g,
+  sluice__eval(g->b->env.c, &sluice__lua_blk_interrupt, 1, 2, argv, NULL, 0, interrupt_done, g,
                &g->interrupt);
 }
 
@@ -123,13 +124,8 @@ static void brpop_cb(redisAsyncContext *ac, void *r, void *privdata) {
   if (reply->type == REDIS_REPLY_ERROR) {
     /* MOVED: the slot migrated; -UNBLOCKED: a failover; NOAUTH after a
      * restart with new config... Reconnect (to the slot's master now). */
-    sluice_client *c = g->b->c;
-    unsigned slot;
-    const char *addr;
-    size_t len;
-    if (c->cluster && reply->len > 6 && memcmp(reply->str, "MOVED ", 6) == 0 &&
-        sluice__cluster_parse_redirect(reply->str, reply->len, &slot, &addr, &len) == 0)
-      sluice__cluster_moved(c->cluster, slot, addr, len, &g->conn);
+    sluice__topo_decision d; /* the topology learns from it (MOVED patches the map) */
+    sluice__topo_decide(g->b->env.topo, &g->conn, reply, &d);
     sluice__conn_fail(&g->conn, reply->str);
     return;
   }
@@ -192,30 +188,28 @@ static void notify_all(group *g) {
 
 static void blk_up(sluice__conn *conn, void *ud) {
   group *g = ud;
-  sluice__log(g->b->c, SLUICE_LOG_INFO, "blocking connection up (wake-ups flow)");
+  sluice__log(g->b->env.c, SLUICE_LOG_INFO, "blocking connection up (wake-ups flow)");
   issue(g);
   if (conn->ups > 1) notify_all(g);
 }
 
 static void blk_down(sluice__conn *conn, int status, void *ud) {
   group *g = ud;
-  sluice__log(g->b->c, SLUICE_LOG_WARN, "blocking connection down: %s; reconnecting in %u ms",
+  sluice__log(g->b->env.c, SLUICE_LOG_WARN, "blocking connection down: %s; reconnecting in %u ms",
               conn->errstr, conn->retry_ms);
   g->waiting = 0;
   evtimer_del(g->watchdog);
-  sluice__client_data_down(g->b->c);
+  sluice__topo_stale(g->b->env.topo);
 }
 
-/* The address to connect to: the one Redis (or the sentinels' master), or
- * the current master of the group's slot. */
+/* The address to connect to, the topology's for the group's route: the one
+ * Redis, the sentinels' master, or the current master of the slot. */
 static int blk_ready(sluice__conn *conn, void *ud) {
   group *g = ud;
-  sluice_client *c = g->b->c;
   const char *host;
   int port;
-  if (!c->cluster) return sluice__client_ready(conn, c);
-  if (!sluice__cluster_address(c->cluster, (unsigned)g->slot, &host, &port)) return 0;
-  if (!g->ep.host || strcmp(g->ep.host, host) != 0) {
+  if (!sluice__topo_address(g->b->env.topo, g->slot, &host, &port)) return 0;
+  if (host && (!g->ep.host || strcmp(g->ep.host, host) != 0)) {
     char *h = strdup(host);
     if (!h) return 0;
     free(g->ep.host);
@@ -235,7 +229,7 @@ static void group_free(group *g) {
   if (g->kick) event_free(g->kick);
   if (g->idle) event_free(g->idle);
   free(g->ctl_key);
-  if (g->own_ep) free(g->ep.host);
+  free(g->ep.host);
   sluice__free(g);
 }
 
@@ -246,48 +240,43 @@ static void idle_cb(evutil_socket_t fd, short what, void *arg) {
 
 /* "<prefix>blk:{<id>}:ctl", or on a cluster a key in the group's slot:
  * "<prefix>blk:{<key's tag>}:ctl:<id>". */
-static char *ctl_key_for(sluice_client *c, const char *key) {
-  if (!c->cluster) return sluice__key(c, "blk", c->id, "ctl");
+static char *ctl_key_for(const sluice__blocker_env *env, const char *key) {
+  if (!env->topo->ops->many) return sluice__key(env->c, "blk", env->id, "ctl");
   const char *part;
   size_t plen;
-  char part_id[sizeof c->id + 8] = "ctl:";
+  char part_id[48] = "ctl:";
   sluice__hashed_part(key, strlen(key), &part, &plen);
   char *tag = malloc(plen + 1);
   if (!tag) return NULL;
   memcpy(tag, part, plen);
   tag[plen] = '\0';
-  strcat(part_id, c->id);
-  char *k = sluice__key(c, "blk", tag, part_id);
+  snprintf(part_id + 4, sizeof part_id - 4, "%s", env->id);
+  char *k = sluice__key(env->c, "blk", tag, part_id);
   free(tag);
   return k;
 }
 
 static group *group_new(sluice__blocker *b, int slot, const char *key) {
-  sluice_client *c = b->c;
+  const sluice__blocker_env *env = &b->env;
   group *g = sluice__calloc(1, sizeof *g);
   if (!g) return NULL;
   g->b = b;
   g->slot = slot;
-  if (c->cluster) { /* credentials and TLS shared; the address its own */
-    g->ep = c->endpoint;
-    g->ep.host = NULL;
-    g->own_ep = 1;
-  }
+  g->ep = *env->net.endpoint; /* credentials and TLS shared; the address its own */
+  g->ep.host = NULL;
   sluice__list_append(&b->groups, &g->link);
-  g->ctl_key = ctl_key_for(c, key);
-  g->watchdog = evtimer_new(c->base, watchdog_cb, g);
-  g->kick = event_new(c->base, -1, 0, kick_cb, g);
-  g->idle = evtimer_new(c->base, idle_cb, g);
-  sluice__conn_config cfg = {.endpoint = c->cluster ? &g->ep : &c->endpoint,
-                             .connect_timeout_ms = c->opts.connect_timeout_ms,
-                             .reconnect_min_ms = c->opts.reconnect_min_ms,
-                             .reconnect_max_ms = c->opts.reconnect_max_ms,
+  g->ctl_key = ctl_key_for(env, key);
+  g->watchdog = evtimer_new(env->base, watchdog_cb, g);
+  g->kick = event_new(env->base, -1, 0, kick_cb, g);
+  g->idle = evtimer_new(env->base, idle_cb, g);
+  sluice__conn_config cfg = {.net = env->net,
                              .on_up = blk_up,
                              .on_down = blk_down,
                              .ready = blk_ready,
                              .userdata = g};
+  cfg.net.endpoint = &g->ep;
   if (!g->ctl_key || !g->watchdog || !g->kick || !g->idle ||
-      sluice__conn_init(&g->conn, c->base, &cfg)) {
+      sluice__conn_init(&g->conn, env->base, &cfg)) {
     group_free(g);
     return NULL;
   }
@@ -295,9 +284,9 @@ static group *group_new(sluice__blocker *b, int slot, const char *key) {
   return g;
 }
 
-sluice__blocker *sluice__blocker_new(sluice_client *c) {
+sluice__blocker *sluice__blocker_new(const sluice__blocker_env *env) {
   sluice__blocker *b = sluice__calloc(1, sizeof *b);
-  if (b) b->c = c;
+  if (b) b->env = *env;
   return b;
 }
 
@@ -318,16 +307,16 @@ void sluice__blocker_kick(sluice__blocker *b) {
 }
 
 void sluice__blocker_remap(sluice__blocker *b) {
-  sluice_client *c = b->c;
   EACH_GROUP(b, g) {
     const char *host;
     int port;
-    if (!c->cluster || !sluice__cluster_address(c->cluster, (unsigned)g->slot, &host, &port))
-      continue;
-    if (g->conn.state == SLUICE_CONN_RESOLVING)
+    if (!sluice__topo_address(b->env.topo, g->slot, &host, &port)) continue;
+    if (g->conn.state == SLUICE_CONN_RESOLVING || g->conn.state == SLUICE_CONN_WAITING) {
+      g->conn.attempts = 0; /* the address is known now: no reason to wait */
       sluice__conn_start(&g->conn);
-    else if (g->ep.host && (strcmp(g->ep.host, host) != 0 || g->ep.port != port))
-      sluice__conn_fail(&g->conn, "the slot moved to another node");
+    } else if (host && g->ep.host && (strcmp(g->ep.host, host) != 0 || g->ep.port != port)) {
+      sluice__conn_fail(&g->conn, "the route moved to another node");
+    }
   }
 }
 
@@ -348,13 +337,9 @@ void sluice__blocker_free(sluice__blocker *b) {
   sluice__free(b);
 }
 
-int sluice__listen(sluice_client *c, const char *key, sluice__wake_fn *fn, void *ud,
-                   sluice__listener **out) {
-  if (!c || !key || !fn || !out) return SLUICE_EINVAL;
-  if (c->closing) return SLUICE_ECLOSED;
-  if (!c->blocker && !(c->blocker = sluice__blocker_new(c))) return SLUICE_ENOMEM;
-  sluice__blocker *b = c->blocker;
-  int slot = c->cluster ? (int)sluice__keyslot(key, strlen(key)) : -1;
+int sluice__blocker_listen(sluice__blocker *b, const char *key, sluice__wake_fn *fn, void *ud,
+                           sluice__listener **out) {
+  int slot = sluice__topo_route_of(b->env.topo, key, strlen(key));
   group *g = NULL;
   EACH_GROUP(b, x) if (x->slot == slot) g = x;
   if (!g && !(g = group_new(b, slot, key))) return SLUICE_ENOMEM;

@@ -106,9 +106,7 @@ int sluice__client_replicated(const sluice_client *c);
 /* A reply nobody waits for. */
 void sluice__ignore_reply(void *userdata, int status, const redisReply *reply);
 
-/* "<prefix><kind>:{<name>}:<part>" (part may be NULL: no trailing ":part"),
- * malloc'd; NULL on OOM. The hash tag keeps one primitive in one slot. */
-char *sluice__key(const sluice_client *c, const char *kind, const char *name,
-                  const char *part);
+/* Key names (sluice__key...) are keys.h's. */
+#include "core/keys.h"
 
 #endif /* SLUICE_ENGINE_H */

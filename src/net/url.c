@@ -282,15 +282,30 @@ static const char *parse_userinfo(const char *rest, size_t restlen, sluice__endp
   return at + 1;
 }
 
+/* The parts every multi-host URL starts with: "[[user]:password@]HOSTS
+ * [/...][?query]"; credentials go into ep. */
+typedef struct url_parts {
+  const char *query;  /* after '?', or NULL */
+  const char *hosts;  /* after the credentials */
+  const char *end;    /* of the part before the query */
+  const char *slash;  /* the first '/' after hosts, or NULL */
+} url_parts;
+
+static int split_url(const char *rest, sluice__endpoint *ep, url_parts *u) {
+  u->query = strchr(rest, '?');
+  size_t restlen = u->query ? (size_t)(u->query - rest) : strlen(rest);
+  if (!(u->hosts = parse_userinfo(rest, restlen, ep))) return -1;
+  u->end = rest + restlen;
+  u->slash = memchr(u->hosts, '/', (size_t)(u->end - u->hosts));
+  return 0;
+}
+
 /* "[[user]:password@]host:port[,host:port...][/][?query]": seed nodes of a
  * cluster, which has only database 0. */
 static int parse_cluster(const char *rest, sluice__endpoint *ep) {
-  const char *query = strchr(rest, '?');
-  size_t restlen = query ? (size_t)(query - rest) : strlen(rest);
-  const char *hosts = parse_userinfo(rest, restlen, ep);
-  if (!hosts) return SLUICE_ENOMEM;
-  const char *end = rest + restlen;
-  const char *slash = memchr(hosts, '/', (size_t)(end - hosts));
+  url_parts u;
+  if (split_url(rest, ep, &u) != 0) return SLUICE_ENOMEM;
+  const char *query = u.query, *hosts = u.hosts, *end = u.end, *slash = u.slash;
   if (slash && !(slash + 1 == end || (slash + 2 == end && slash[1] == '0'))) {
     sluice__endpoint_set_error("a Redis Cluster has only database 0: nothing may follow the "
                                "seed nodes but \"/\" or \"/0\"");
@@ -307,12 +322,9 @@ static int parse_cluster(const char *rest, sluice__endpoint *ep) {
 
 /* "[[user]:password@]sentinels/NAME[/db][?query]". */
 static int parse_sentinel(const char *rest, sluice__endpoint *ep) {
-  const char *query = strchr(rest, '?');
-  size_t restlen = query ? (size_t)(query - rest) : strlen(rest);
-  const char *hosts = parse_userinfo(rest, restlen, ep);
-  if (!hosts) return SLUICE_ENOMEM;
-  const char *end = rest + restlen;
-  const char *slash = memchr(hosts, '/', (size_t)(end - hosts));
+  url_parts u;
+  if (split_url(rest, ep, &u) != 0) return SLUICE_ENOMEM;
+  const char *query = u.query, *hosts = u.hosts, *end = u.end, *slash = u.slash;
   if (!slash || slash == hosts) {
     sluice__endpoint_set_error("redis+sentinel:// needs host:port[,host:port...]/MASTER_NAME");
     return SLUICE_EINVAL;
