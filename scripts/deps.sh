@@ -24,8 +24,10 @@ done
 # Debian packages (taskset comes with util-linux, which is essential).
 # libssl-dev and openssl: the TLS build (against hiredis 1.x, which
 # scripts/hiredis1.sh fetches) and its tests' certificates.
-packages=(meson ninja-build pkg-config gcc libc6-dev clang libhiredis-dev libevent-dev
-          redis-server redis-tools valgrind python3 binutils libssl-dev openssl)
+# libclang-rt-dev: clang's runtime libraries, libFuzzer among them (the URL
+# fuzzer, test/fuzz/); clang only recommends it.
+packages=(meson ninja-build pkg-config gcc libc6-dev clang libclang-rt-dev libhiredis-dev
+          libevent-dev redis-server redis-tools valgrind python3 binutils libssl-dev openssl)
 # Node may come from elsewhere (nodesource's nodejs ships npm and conflicts
 # with Debian's npm), so for it the commands are what count.
 if [ "$bench" = 1 ]; then

@@ -17,7 +17,10 @@
 #                                60): every primitive under injected Redis
 #                                faults (scripts/soak.sh); one case; a 15 s run
 #                                under ASan follows the asan pass's tests
-#   clang     build-ci-clang     compile only, to stay warning-free on clang
+#   clang     build-ci-clang     compile only, to stay warning-free on clang;
+#                                then the URL fuzzer (libFuzzer, test/fuzz/)
+#                                for SLUICE_FUZZ_S seconds (default 60), one
+#                                case
 #   hiredis1  build-ci-hiredis1  meson test, every suite but the topology
 #                                variants, against Debian 13's
 #                                hiredis 1.x with TLS (-Dtls=enabled), which
@@ -49,7 +52,7 @@ for arg in "$@"; do
   case $arg in
     --valgrind) valgrind=yes ;;
     --no-valgrind) valgrind=no ;;
-    -h | --help) sed -n '2,41s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,44s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
@@ -154,6 +157,31 @@ run_soak() {
   fi
 }
 
+# run_fuzz LABEL FUZZER SEEDS SECONDS: a libFuzzer target for a bounded
+# time as one case. New inputs go to a temporary directory (the seeds in
+# the repository are only read); a crash's input is kept in build-ci-logs.
+run_fuzz() {
+  local label=$1 fuzzer=$2 seeds=$3 secs=$4 log=$logs/$1.log
+  if [ ! -x "$fuzzer" ]; then
+    echo "  [$label] $fuzzer was not built (clang's libFuzzer missing?)"
+    count --label "$label" --step "fuzz ${secs} s" --failed
+    return
+  fi
+  local work
+  work=$(mktemp -d)
+  timeout --kill-after=10 $((secs + 60)) "$fuzzer" -max_total_time="$secs" \
+    -dict="${seeds}.dict" -artifact_prefix="$logs/$label-" "$work" "$seeds" >"$log" 2>&1
+  local rc=$?
+  rm -rf "$work"
+  grep -E '^(#[0-9]+ +DONE|Done )|SUMMARY|fuzz_url:' "$log" | tail -n 5 | sed 's/^/  /'
+  if [ $rc -eq 0 ]; then
+    count --label "$label" --step "fuzz ${secs} s" --ok
+  else
+    echo "  [$label] the fuzzer exited with status $rc; its log: $log"
+    count --label "$label" --step "fuzz ${secs} s" --failed
+  fi
+}
+
 banner "soak: build-ci/test/soak (faults injected into redis-server)"
 t=$SECONDS
 if [ $gcc_ok = 1 ]; then
@@ -177,6 +205,7 @@ banner "clang: build-ci-clang (compile only, --werror)"
 t=$SECONDS
 if CC=clang build clang build-ci-clang -Dbuildtype=debugoptimized; then
   count --label clang --step "clang --werror build" --ok
+  run_fuzz fuzz-url build-ci-clang/test/fuzz/fuzz_url test/fuzz/url "${SLUICE_FUZZ_S:-60}"
 else
   count --label clang --step "clang --werror build" --failed
 fi
