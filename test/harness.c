@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -118,10 +119,16 @@ static int spawn(th_redis *r, const char *const *extra) {
   argv[n++] = "--pidfile"; argv[n++] = "redis.pid"; /* see adopt_restarted() */
   for (int i = 0; extra && extra[i] && n < 62; i++) argv[n++] = extra[i];
   argv[n] = NULL;
+  pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) {
     setpgid(0, 0);
+    /* A case's own server dies with the case, even one that failed before
+     * stopping it: left running, it would hold the test's output open.
+     * (th_server outlives a case that restarted it: see adopt_restarted.) */
+    if (r != &th_server && (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent))
+      _exit(127);
     int devnull = open("/dev/null", O_RDWR);
     if (devnull >= 0) { dup2(devnull, 0); dup2(devnull, 1); }
     execv(bin, (char *const *)argv);

@@ -26,7 +26,9 @@ enum {
 typedef struct cli_ctx {
   struct event_base *base;
   sluice_client *client;
-  const char *url;
+  const char *url;          /* --redis (a private copy: argv's is scrubbed) */
+  const char *password_file;/* --redis-password-file */
+  char *shown_url;          /* the URL used, its secrets masked: for messages */
   const char *prefix;       /* --prefix, or NULL for the library default */
   /* Redis's own words for the last failed operation, copied in its callback
    * (sluice_client_last_error() is valid only until the next loop turn). */
@@ -37,10 +39,16 @@ typedef struct cli_ctx {
 /* The subcommand being run ("sem run"): every message is prefixed with it. */
 void cli_set_command(const char *name);
 
+/* Secrets: called first by main. The tool's own copy of $SLUICE_REDIS is
+ * kept; the environment (which the commands run by `sem run` and `dq
+ * consume` inherit) gets it without credentials, and the original bytes,
+ * which /proc/PID/environ shows, are scrubbed. */
+void cli_secrets_init(void);
+
 /* Create the loop and client and wait (up to timeout_ms) for the connection;
- * on failure prints "sluice: CMD: cannot reach Redis at URL: why" (Redis's
- * own answer when it gave one, e.g. "AUTH: WRONGPASS ...") and returns
- * CLI_EXIT_UNAVAILABLE. */
+ * on failure prints "sluice: CMD: cannot reach Redis at URL: why" (the URL
+ * with its secrets masked; Redis's own answer when it gave one, e.g.
+ * "AUTH: WRONGPASS ...") and returns CLI_EXIT_UNAVAILABLE. */
 int cli_connect(cli_ctx *ctx, unsigned timeout_ms);
 /* Close the client, run the loop until everything is released, free the loop. */
 void cli_close(cli_ctx *ctx);
@@ -80,8 +88,10 @@ const char *cli_echo(const char *s);
  * prints why, with the limit, and returns -1. */
 int cli_check_len(const char *what, const char *name, size_t max);
 
-/* If argv[*i] is "--redis URL" / "--redis=URL" or "--prefix P", consume it
- * (advancing *i) and return 1; return -1 on a missing value; 0 otherwise. */
+/* If argv[*i] is "--redis URL" / "--redis=URL", "--redis-password-file F"
+ * or "--prefix P" (also "=F", "=P"), consume it (advancing *i) and return
+ * 1; return -1 on a missing value; 0 otherwise. The URL's secrets are
+ * scrubbed from argv (ps shows it) once copied. */
 int cli_common_option(cli_ctx *ctx, int argc, char **argv, int *i);
 
 /* Print "sluice: CMD: " + message to stderr. */

@@ -259,7 +259,7 @@ int cli_top_main(int argc, char **argv) {
      * flickers. */
     const char *eol = once ? "\n" : "\033[K\n";
     if (!once) fputs("\033[H", stdout);
-    printf("sluice top  %s  prefix %s%s%s%s%s", t.ctx.url, t.ctx.prefix ? t.ctx.prefix : "sluice:",
+    printf("sluice top  %s  prefix %s%s%s%s%s", t.ctx.shown_url, t.ctx.prefix ? t.ctx.prefix : "sluice:",
            once ? "" : "  ", once ? "" : stamp, eol, eol);
     for (size_t at = 0; text && at < len;) {
       const char *nl = memchr(text + at, '\n', len - at);

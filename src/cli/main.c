@@ -24,8 +24,12 @@ static void usage(FILE *out) {
       "Every command takes --redis URL (redis://[user:pass@]host:port/db,\n"
       "rediss://... (TLS), redis+sentinel://host:port[,host:port...]/MASTER,\n"
       "redis+cluster://host:port[,host:port...] or unix:///path; default\n"
-      "$SLUICE_REDIS or " CLI_DEFAULT_REDIS ")\n"
-      "and --prefix PREFIX (key prefix, default \"sluice:\"). `sluice COMMAND --help`\n"
+      "$SLUICE_REDIS or " CLI_DEFAULT_REDIS "),\n"
+      "--redis-password-file FILE (the password, kept out of the URL; default\n"
+      "$SLUICE_REDIS_PASSWORD_FILE) and --prefix PREFIX (key prefix, default\n"
+      "\"sluice:\"). A password given in --redis is scrubbed from the tool's\n"
+      "command line, and the commands run by sem run and dq consume get\n"
+      "$SLUICE_REDIS without its credentials. `sluice COMMAND --help`\n"
       "describes each command.\n"
       "\n"
       "Exit status (the same for every command):\n"
@@ -47,6 +51,7 @@ int main(int argc, char **argv) {
    * closed must be an error to handle (the client reconnects), not a signal
    * that kills the tool. Commands the tool runs get the default back. */
   signal(SIGPIPE, SIG_IGN);
+  cli_secrets_init();
   if (argc < 2) {
     usage(stderr);
     return CLI_EXIT_USAGE;

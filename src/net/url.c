@@ -506,9 +506,25 @@ static int copy_opt(char **dst, const char *src) {
   return *dst ? SLUICE_OK : SLUICE_ENOMEM;
 }
 
+/* "redis://user:@host" names the user and leaves the password to the file. */
+static int password_from_file(sluice__endpoint *ep, const char *path) {
+  if (ep->password && *ep->password) {
+    sluice__endpoint_set_error("a password is given twice: in password_file and in the URL or "
+                               "the options");
+    return SLUICE_EINVAL;
+  }
+  free(ep->password);
+  ep->password = NULL;
+  return sluice__read_secret_file(path, &ep->password);
+}
+
 int sluice__endpoint_finish(sluice__endpoint *ep, const sluice_client_options *o) {
   int rc = SLUICE_OK;
   endpoint_err[0] = '\0';
+  if (o->password_file && (rc = password_from_file(ep, o->password_file)) != SLUICE_OK) {
+    sluice__endpoint_clear(ep);
+    return rc;
+  }
   if (o->tls) ep->tls = 1;
   if (!ep->tls) return SLUICE_OK; /* TLS fields of the options are ignored */
   if (ep->tls_skip_verify == 0 && o->tls_skip_verify) ep->tls_skip_verify = 1;

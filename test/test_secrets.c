@@ -1,0 +1,371 @@
+/*
+ * Secrets never leak: a marker password (and a marker sentinel_password)
+ * is looked for in every output path of the tool and the library, on a
+ * single Redis and through Sentinel, and found nowhere:
+ *  - the tool's stdout and stderr: sem run, sem status, dq push, dq consume,
+ *    rl check, top --once, and the errors (wrong password, nothing
+ *    listening, a bad password file);
+ *  - the tool's /proc/PID/cmdline and /proc/PID/environ, and the
+ *    environment of the commands it runs (sem run, dq consume), read by
+ *    those commands themselves while the tool runs;
+ *  - the library's log hook and sluice_client_last_error.
+ * And the password file (option and tool, flag and environment) works.
+ * Suite "redis"; the Sentinel case starts its own sentinel set.
+ */
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sem_util.h"
+#include "topology.h"
+
+#define MARK "Mk7q"             /* in every secret, and nowhere else */
+#define DATA_PW MARK "-data-pw" /* the data nodes' password (user app) */
+#define SENT_PW MARK "-sent-pw" /* the sentinels' password (user sen) */
+
+static const char *sluice_bin(void) {
+  const char *b = getenv("SLUICE_BIN");
+  if (!b) th_fail(__FILE__, __LINE__, "SLUICE_BIN not set");
+  return b;
+}
+
+static void assert_no_marker(const char *what, const char *text) {
+  if (strstr(text, MARK)) th_fail(__FILE__, __LINE__, "%s shows a secret: %s", what, text);
+}
+
+static void assert_has(const char *what, const char *text, const char *want) {
+  if (!strstr(text, want)) th_fail(__FILE__, __LINE__, "%s: no '%s' in: %s", what, want, text);
+}
+
+typedef struct run_env {
+  const char *redis;          /* SLUICE_REDIS, or NULL: unset */
+  const char *password_file;  /* SLUICE_REDIS_PASSWORD_FILE, or NULL */
+} run_env;
+
+/* `sluice ARGS...` (argv without the program) with env; its stdout and
+ * stderr, and those of the commands it runs, into out. The exit status. */
+static int run(char *out, size_t cap, const run_env *env, const char *const *args) {
+  const char *argv[32] = {sluice_bin()};
+  int n = 1, p[2];
+  for (; args[n - 1] && n < 31; n++) argv[n] = args[n - 1];
+  argv[n] = NULL;
+  TH_ASSERT(pipe(p) == 0);
+  pid_t pid = fork();
+  TH_ASSERT(pid >= 0);
+  if (pid == 0) {
+    if (env->redis) setenv("SLUICE_REDIS", env->redis, 1);
+    else unsetenv("SLUICE_REDIS");
+    if (env->password_file) setenv("SLUICE_REDIS_PASSWORD_FILE", env->password_file, 1);
+    else unsetenv("SLUICE_REDIS_PASSWORD_FILE");
+    int null = open("/dev/null", O_RDONLY);
+    dup2(null, 0);
+    dup2(p[1], 1);
+    dup2(p[1], 2);
+    for (int fd = 3; fd < 1024; fd++) close(fd);
+    execv(argv[0], (char *const *)argv);
+    _exit(99);
+  }
+  close(p[1]);
+  size_t len = 0;
+  ssize_t got;
+  char sink[4096];
+  while ((got = read(p[0], len < cap - 1 ? out + len : sink,
+                     len < cap - 1 ? cap - 1 - len : sizeof sink)) > 0)
+    if (len < cap - 1) len += (size_t)got;
+  out[len] = '\0';
+  close(p[0]);
+  int st;
+  TH_ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* What a command run by the tool sees: the tool's command line and
+ * environment as /proc shows them to other processes, and its own. */
+#define DUMP "echo CMDLINE; tr '\\0' ' ' < /proc/$PPID/cmdline; echo; echo ENVIRON; " \
+             "tr '\\0' '\\n' < /proc/$PPID/environ; echo OWN; env"
+
+enum { OUT_CAP = 256 * 1024 };
+
+/* The tool on one URL: given by --redis, or in SLUICE_REDIS when by_env. */
+typedef struct on_url {
+  const char *url;
+  int by_env;
+} on_url;
+
+/* `sluice WORDS... [--redis URL] [-- sh -c DUMP]` into out; the exit status. */
+static int tool(char *out, const on_url *t, const char *const *words, int dump) {
+  const char *args[32];
+  int n = 0;
+  run_env env = {t->by_env ? t->url : NULL, NULL};
+  for (; words[n]; n++) args[n] = words[n];
+  if (!t->by_env) args[n++] = "--redis", args[n++] = t->url;
+  if (dump) args[n++] = "--", args[n++] = "sh", args[n++] = "-c", args[n++] = DUMP;
+  args[n] = NULL;
+  return run(out, OUT_CAP, &env, args);
+}
+
+/* A command that runs a command: the dump shows nothing secret. */
+static void check_dump(const char *what, const on_url *t, const char *const *words, char *out) {
+  int status = tool(out, t, words, 1);
+  if (status) th_fail(__FILE__, __LINE__, "%s: %d: %s", what, status, out);
+  assert_has(what, out, "OWN");
+  assert_has(what, out, t->by_env ? "SLUICE_REDIS=" : "--redis");
+  assert_no_marker(what, out);
+}
+
+/* Every command of the tool shows no secret anywhere. */
+static void tool_everywhere(const char *url, int by_env, const char *host_part) {
+  static const char *const sem_run[] = {"sem", "run", "job", "-n", "1", "--ttl", "5000", NULL};
+  static const char *const push[] = {"dq", "push", "q", "--id", "m1", "hello", NULL};
+  static const char *const consume[] = {"dq", "consume", "q", "--count", "1", NULL};
+  static const char *const status[] = {"sem", "status", "job", NULL};
+  static const char *const check[] = {"rl", "check", "api", "k", "--algo", "fixed", "--limit",
+                                      "5", "--period", "1000", NULL};
+  static const char *const top[] = {"top", "--once", NULL};
+  char *out = malloc(OUT_CAP);
+  TH_ASSERT(out != NULL);
+  on_url t = {url, by_env};
+  check_dump("sem run (cmdline, environ, the command's environment)", &t, sem_run, out);
+  TH_ASSERT_EQ(tool(out, &t, push, 0), 0);
+  check_dump("dq consume (cmdline, environ, the command's environment)", &t, consume, out);
+  TH_ASSERT_EQ(tool(out, &t, status, 0), 0);
+  assert_no_marker("sem status", out);
+  TH_ASSERT_EQ(tool(out, &t, check, 0), 0);
+  assert_no_marker("rl check", out);
+  TH_ASSERT_EQ(tool(out, &t, top, 0), 0);
+  assert_has("top", out, host_part);
+  assert_no_marker("top", out);
+  free(out);
+}
+
+/* The errors: each names the URL, masked. */
+static void tool_errors(const char *bad_url, const char *expect) {
+  char out[8192];
+  run_env env = {NULL, NULL};
+  const char *const args[] = {"sem", "status", "job", "--redis", bad_url, NULL};
+  TH_ASSERT_EQ(run(out, sizeof out, &env, args), 69);
+  assert_has("error", out, expect);
+  assert_has("error", out, "***");
+  assert_no_marker("error", out);
+  run_env by_env = {bad_url, NULL};
+  const char *const args2[] = {"top", "--once", NULL};
+  TH_ASSERT_EQ(run(out, sizeof out, &by_env, args2), 69);
+  assert_has("top's error", out, "***");
+  assert_no_marker("top's error", out);
+}
+
+static void start_tcp(th_redis *r, const char *const *extra) {
+  int rc = -1;
+  srand((unsigned)getpid());
+  for (int attempt = 0; attempt < 20 && rc != 0; attempt++)
+    rc = th_redis_start(r, 20000 + rand() % 30000, extra);
+  TH_ASSERT_EQ(rc, 0);
+}
+
+static const char *const app_user[] = {"--user", "app", "on", ">" DATA_PW, "~*", "&*", "+@all",
+                                       NULL};
+
+static void test_tool_standalone(void) {
+  th_redis r;
+  start_tcp(&r, app_user);
+  char url[160], host[64], wrong[160], dead[160];
+  snprintf(host, sizeof host, "127.0.0.1:%d", r.port);
+  snprintf(url, sizeof url, "redis://app:%s@%s/0", DATA_PW, host);
+  tool_everywhere(url, 0, host);
+  tool_everywhere(url, 1, host);
+  snprintf(wrong, sizeof wrong, "redis://app:%s-wrong@%s", MARK, host);
+  tool_errors(wrong, "WRONGPASS");
+  th_redis_stop(&r);
+  snprintf(dead, sizeof dead, "redis://:%s@%s", DATA_PW, host); /* nothing listens now */
+  tool_errors(dead, "cannot reach Redis at redis://:***@");
+}
+
+/* A password file: by flag or environment, one line with its line break;
+ * a password given twice, or a file missing, is refused naming the file. */
+static void test_password_file(void) {
+  th_redis r;
+  start_tcp(&r, app_user);
+  char url[96], file[256], out[8192];
+  snprintf(url, sizeof url, "redis://app:@127.0.0.1:%d", r.port); /* the user; no password */
+  snprintf(file, sizeof file, "%s/pw", r.dir);
+  FILE *f = fopen(file, "w");
+  TH_ASSERT(f != NULL);
+  fprintf(f, "%s\n", DATA_PW);
+  fclose(f);
+  chmod(file, 0600);
+  run_env env = {NULL, NULL};
+  const char *const by_flag[] = {"sem", "status", "s", "--redis", url, "--redis-password-file",
+                                 file, NULL};
+  TH_ASSERT_EQ(run(out, sizeof out, &env, by_flag), 0);
+  assert_no_marker("status", out);
+  run_env by_env = {url, file};
+  const char *const plain[] = {"top", "--once", NULL};
+  TH_ASSERT_EQ(run(out, sizeof out, &by_env, plain), 0);
+  assert_no_marker("top", out);
+
+  char twice[128];
+  snprintf(twice, sizeof twice, "redis://app:%s@127.0.0.1:%d", DATA_PW, r.port);
+  const char *const both[] = {"sem", "status", "s", "--redis", twice, "--redis-password-file",
+                              file, NULL};
+  TH_ASSERT_EQ(run(out, sizeof out, &env, both), 64);
+  assert_has("twice", out, "a password is given twice");
+  assert_no_marker("twice", out);
+  const char *const missing[] = {"sem", "status", "s", "--redis", url, "--redis-password-file",
+                                 "/nonexistent/pw", NULL};
+  TH_ASSERT_EQ(run(out, sizeof out, &env, missing), 64);
+  assert_has("missing", out, "password_file /nonexistent/pw: No such file or directory");
+
+  /* The library's option, and what it refuses. */
+  struct event_base *base = event_base_new();
+  sluice_client_options o;
+  sluice_client_options_init(&o);
+  o.url = url;
+  o.password_file = file;
+  sluice_client *c = NULL;
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  sluice_sem *s = sem_test_new(c, "s", 1, 5000, 0);
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  sluice_permit_release(a.permit, NULL, NULL);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  f = fopen(file, "w");
+  fprintf(f, "%s\nsecond line\n", DATA_PW);
+  fclose(f);
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_EINVAL);
+  assert_has("two lines", sluice_client_last_error(NULL), "more than one line");
+  assert_no_marker("two lines", sluice_client_last_error(NULL));
+  f = fopen(file, "w");
+  fclose(f);
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_EINVAL);
+  assert_has("empty", sluice_client_last_error(NULL), "is empty");
+  event_base_free(base);
+  th_redis_stop(&r);
+}
+
+/* ---- the library: log hook and last_error --------------------------------- */
+
+typedef struct seen {
+  char text[32 * 1024];
+  size_t len;
+  const char *want;  /* a log line with this sets found */
+  int found;
+} seen;
+
+static void on_log(sluice_client *c, int level, const char *msg, void *ud) {
+  seen *s = ud;
+  int n = snprintf(s->text + s->len, sizeof s->text - s->len, "%s\n", msg);
+  if (n > 0 && s->len + (size_t)n < sizeof s->text) s->len += (size_t)n;
+  if (s->want && strstr(msg, s->want)) s->found = 1;
+  assert_no_marker("log hook", msg);
+  assert_no_marker("last_error", sluice_client_last_error(c));
+}
+
+/* A client of url whose handshake fails: the log hook says it (want_log)
+ * and last_error why (want), never with the secret. */
+static void library_refused(const char *url, const char *want_log, const char *want) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = sem_test_client_at(base, url, 1000);
+  seen *s = calloc(1, sizeof *s);
+  s->want = want_log;
+  sluice_client_set_log_cb(c, on_log, s);
+  sluice_sem *sem = sem_test_new(c, "s", 1, 5000, 0);
+  sem_try(base, sem); /* whatever it answers, the handshake's failure is logged */
+  if (!th_loop_until(base, &s->found, 5000))
+    th_fail(__FILE__, __LINE__, "no '%s' in the log: %s", want_log, s->text);
+  assert_has("last_error", sluice_client_last_error(c), want);
+  assert_no_marker("last_error", sluice_client_last_error(c));
+  sluice_sem_free(sem);
+  client_close_drain(base, c);
+  event_base_free(base);
+  free(s);
+}
+
+/* A client of url that works: every log line, and last_error after a
+ * refused step (NOPERM), without the secret. */
+static void library_works(const char *url) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = sem_test_client_at(base, url, 2000);
+  seen *s = calloc(1, sizeof *s);
+  sluice_client_set_log_cb(c, on_log, s);
+  sluice_sem *sem = sem_test_new(c, "s", 1, 5000, 0);
+  acq_result a = sem_try(base, sem);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  sluice_permit_release(a.permit, NULL, NULL);
+  assert_no_marker("last_error", sluice_client_last_error(c));
+  sluice_sem_free(sem);
+  client_close_drain(base, c);
+  assert_has("log", s->text, "connected to");
+  event_base_free(base);
+  free(s);
+}
+
+static void test_library_standalone(void) {
+  th_redis r;
+  start_tcp(&r, app_user);
+  char url[128];
+  snprintf(url, sizeof url, "redis://app:%s@127.0.0.1:%d", DATA_PW, r.port);
+  library_works(url);
+  snprintf(url, sizeof url, "redis://app:%s-wrong@127.0.0.1:%d", MARK, r.port);
+  library_refused(url, "WRONGPASS", "WRONGPASS");
+  th_redis_stop(&r);
+}
+
+/* ---- Sentinel --------------------------------------------------------------- */
+
+/* ACL SETUSER user on >pw RULES... (NULL-terminated) on node n. */
+static void acl(const th_node *n, const char *user, const char *pw, const char *const *rules) {
+  const char *argv[16] = {"ACL", "SETUSER", user, "on"};
+  char pass[64];
+  int argc = 4;
+  snprintf(pass, sizeof pass, ">%s", pw);
+  argv[argc++] = pass;
+  while (*rules && argc < 16) argv[argc++] = *rules++;
+  redisContext *ctx = th_node_connect(n);
+  TH_ASSERT(ctx != NULL);
+  redisReply *rep = redisCommandArgv(ctx, argc, argv, NULL);
+  if (!rep || rep->type == REDIS_REPLY_ERROR)
+    th_fail(__FILE__, __LINE__, "ACL SETUSER on %s: %s", n->addr, rep ? rep->str : ctx->errstr);
+  freeReplyObject(rep);
+  redisFree(ctx);
+}
+
+static void test_sentinel(void) {
+  th_sentinel topo;
+  TH_ASSERT_EQ(th_sentinel_start(&topo, "mk"), 0);
+  /* The sentinels keep talking to the data nodes and to each other as the
+   * default user; sluice uses users of its own. */
+  static const char *const data_rules[] = {"~*", "&*", "+@all", NULL};
+  static const char *const sent_rules[] = {"+@all", NULL};
+  for (int i = 0; i < 2; i++) acl(&topo.data[i], "app", DATA_PW, data_rules);
+  for (int i = 0; i < 3; i++) acl(&topo.sent[i], "sen", SENT_PW, sent_rules);
+  char url[512], wrong[512], dead[512];
+  snprintf(url, sizeof url,
+           "redis+sentinel://app:%s@%s/mk?sentinel_username=sen&sentinel_password=%s", DATA_PW,
+           topo.sentinels, SENT_PW);
+  tool_everywhere(url, 0, topo.sentinels);
+  tool_everywhere(url, 1, topo.sentinels);
+  library_works(url);
+  snprintf(wrong, sizeof wrong,
+           "redis+sentinel://app:%s@%s/mk?sentinel_username=sen&sentinel_password=%s-wrong",
+           DATA_PW, topo.sentinels, MARK);
+  tool_errors(wrong, "WRONGPASS");
+  library_refused(wrong, "no address", "WRONGPASS");
+  th_sentinel_stop(&topo);
+  snprintf(dead, sizeof dead, "redis+sentinel://:%s@127.0.0.1:%d/mk?sentinel_password=%s",
+           DATA_PW, topo.sent[0].port, SENT_PW);
+  tool_errors(dead, "cannot reach Redis at redis+sentinel://:***@");
+}
+
+int main(int argc, char **argv) {
+  static const th_case cases[] = {
+      {"tool_standalone", test_tool_standalone, 60},
+      {"password_file", test_password_file, 30},
+      {"library_standalone", test_library_standalone, 30},
+      {"sentinel", test_sentinel, 120},
+      {NULL, NULL, 0},
+  };
+  return th_topology_main(argc, argv, cases);
+}
