@@ -12,24 +12,17 @@
  * And the password file (option and tool, flag and environment) works.
  * Suite "redis"; the Sentinel case starts its own sentinel set.
  */
-#include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "sem_util.h"
+#include "tool_run.h"
 #include "topology.h"
 
 #define MARK "Mk7q"             /* in every secret, and nowhere else */
 #define DATA_PW MARK "-data-pw" /* the data nodes' password (user app) */
 #define SENT_PW MARK "-sent-pw" /* the sentinels' password (user sen) */
-
-static const char *sluice_bin(void) {
-  const char *b = getenv("SLUICE_BIN");
-  if (!b) th_fail(__FILE__, __LINE__, "SLUICE_BIN not set");
-  return b;
-}
 
 static void assert_no_marker(const char *what, const char *text) {
   if (strstr(text, MARK)) th_fail(__FILE__, __LINE__, "%s shows a secret: %s", what, text);
@@ -39,54 +32,10 @@ static void assert_has(const char *what, const char *text, const char *want) {
   if (!strstr(text, want)) th_fail(__FILE__, __LINE__, "%s: no '%s' in: %s", what, want, text);
 }
 
-typedef struct run_env {
-  const char *redis;          /* SLUICE_REDIS, or NULL: unset */
-  const char *password_file;  /* SLUICE_REDIS_PASSWORD_FILE, or NULL */
-} run_env;
-
-/* `sluice ARGS...` (argv without the program) with env; its stdout and
- * stderr, and those of the commands it runs, into out. The exit status. */
-static int run(char *out, size_t cap, const run_env *env, const char *const *args) {
-  const char *argv[32] = {sluice_bin()};
-  int n = 1, p[2];
-  for (; args[n - 1] && n < 31; n++) argv[n] = args[n - 1];
-  argv[n] = NULL;
-  TH_ASSERT(pipe(p) == 0);
-  pid_t pid = fork();
-  TH_ASSERT(pid >= 0);
-  if (pid == 0) {
-    if (env->redis) setenv("SLUICE_REDIS", env->redis, 1);
-    else unsetenv("SLUICE_REDIS");
-    if (env->password_file) setenv("SLUICE_REDIS_PASSWORD_FILE", env->password_file, 1);
-    else unsetenv("SLUICE_REDIS_PASSWORD_FILE");
-    int null = open("/dev/null", O_RDONLY);
-    dup2(null, 0);
-    dup2(p[1], 1);
-    dup2(p[1], 2);
-    for (int fd = 3; fd < 1024; fd++) close(fd);
-    execv(argv[0], (char *const *)argv);
-    _exit(99);
-  }
-  close(p[1]);
-  size_t len = 0;
-  ssize_t got;
-  char sink[4096];
-  while ((got = read(p[0], len < cap - 1 ? out + len : sink,
-                     len < cap - 1 ? cap - 1 - len : sizeof sink)) > 0)
-    if (len < cap - 1) len += (size_t)got;
-  out[len] = '\0';
-  close(p[0]);
-  int st;
-  TH_ASSERT_EQ(waitpid(pid, &st, 0), pid);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* What a command run by the tool sees: the tool's command line and
  * environment as /proc shows them to other processes, and its own. */
 #define DUMP "echo CMDLINE; tr '\\0' ' ' < /proc/$PPID/cmdline; echo; echo ENVIRON; " \
              "tr '\\0' '\\n' < /proc/$PPID/environ; echo OWN; env"
-
-enum { OUT_CAP = 256 * 1024 };
 
 /* The tool on one URL: given by --redis, or in SLUICE_REDIS when by_env. */
 typedef struct on_url {
@@ -94,25 +43,39 @@ typedef struct on_url {
   int by_env;
 } on_url;
 
-/* `sluice WORDS... [--redis URL] [-- sh -c DUMP]` into out; the exit status. */
-static int tool(char *out, const on_url *t, const char *const *words, int dump) {
+/* `sluice WORDS... [--redis URL] [-- sh -c DUMP]`, stdout and stderr
+ * joined; env_more: one more environment change, or NULL. */
+static th_run tool(const on_url *t, const char *const *words, int dump, const char *env_more) {
   const char *args[32];
+  char redis[600];
   int n = 0;
-  run_env env = {t->by_env ? t->url : NULL, NULL};
+  snprintf(redis, sizeof redis, "SLUICE_REDIS=%s", t->url);
+  const char *env[] = {t->by_env ? redis : "SLUICE_REDIS", "SLUICE_REDIS_PASSWORD_FILE", env_more,
+                       NULL};
   for (; words[n]; n++) args[n] = words[n];
   if (!t->by_env) args[n++] = "--redis", args[n++] = t->url;
   if (dump) args[n++] = "--", args[n++] = "sh", args[n++] = "-c", args[n++] = DUMP;
   args[n] = NULL;
-  return run(out, OUT_CAP, &env, args);
+  return th_run_tool(args, env, 1);
+}
+
+/* The tool's WORDS exit with status and show no secret. */
+static void expect(const on_url *t, const char *const *words, int status, const char *want) {
+  th_run r = tool(t, words, 0, NULL);
+  if (r.status != status) th_fail(__FILE__, __LINE__, "%s: %d: %s", words[0], r.status, r.out);
+  if (want) assert_has(words[0], r.out, want);
+  assert_no_marker(words[0], r.out);
+  th_run_free(&r);
 }
 
 /* A command that runs a command: the dump shows nothing secret. */
-static void check_dump(const char *what, const on_url *t, const char *const *words, char *out) {
-  int status = tool(out, t, words, 1);
-  if (status) th_fail(__FILE__, __LINE__, "%s: %d: %s", what, status, out);
-  assert_has(what, out, "OWN");
-  assert_has(what, out, t->by_env ? "SLUICE_REDIS=" : "--redis");
-  assert_no_marker(what, out);
+static void check_dump(const char *what, const on_url *t, const char *const *words) {
+  th_run r = tool(t, words, 1, NULL);
+  if (r.status) th_fail(__FILE__, __LINE__, "%s: %d: %s", what, r.status, r.out);
+  assert_has(what, r.out, "OWN");
+  assert_has(what, r.out, t->by_env ? "SLUICE_REDIS=" : "--redis");
+  assert_no_marker(what, r.out);
+  th_run_free(&r);
 }
 
 /* Every command of the tool shows no secret anywhere. */
@@ -124,36 +87,23 @@ static void tool_everywhere(const char *url, int by_env, const char *host_part) 
   static const char *const check[] = {"rl", "check", "api", "k", "--algo", "fixed", "--limit",
                                       "5", "--period", "1000", NULL};
   static const char *const top[] = {"top", "--once", NULL};
-  char *out = malloc(OUT_CAP);
-  TH_ASSERT(out != NULL);
   on_url t = {url, by_env};
-  check_dump("sem run (cmdline, environ, the command's environment)", &t, sem_run, out);
-  TH_ASSERT_EQ(tool(out, &t, push, 0), 0);
-  check_dump("dq consume (cmdline, environ, the command's environment)", &t, consume, out);
-  TH_ASSERT_EQ(tool(out, &t, status, 0), 0);
-  assert_no_marker("sem status", out);
-  TH_ASSERT_EQ(tool(out, &t, check, 0), 0);
-  assert_no_marker("rl check", out);
-  TH_ASSERT_EQ(tool(out, &t, top, 0), 0);
-  assert_has("top", out, host_part);
-  assert_no_marker("top", out);
-  free(out);
+  check_dump("sem run (cmdline, environ, the command's environment)", &t, sem_run);
+  expect(&t, push, 0, NULL);
+  check_dump("dq consume (cmdline, environ, the command's environment)", &t, consume);
+  expect(&t, status, 0, "semaphore job");
+  expect(&t, check, 0, "allowed=1");
+  expect(&t, top, 0, host_part);
 }
 
 /* The errors: each names the URL, masked. */
-static void tool_errors(const char *bad_url, const char *expect) {
-  char out[8192];
-  run_env env = {NULL, NULL};
-  const char *const args[] = {"sem", "status", "job", "--redis", bad_url, NULL};
-  TH_ASSERT_EQ(run(out, sizeof out, &env, args), 69);
-  assert_has("error", out, expect);
-  assert_has("error", out, "***");
-  assert_no_marker("error", out);
-  run_env by_env = {bad_url, NULL};
-  const char *const args2[] = {"top", "--once", NULL};
-  TH_ASSERT_EQ(run(out, sizeof out, &by_env, args2), 69);
-  assert_has("top's error", out, "***");
-  assert_no_marker("top's error", out);
+static void tool_errors(const char *bad_url, const char *want) {
+  static const char *const status[] = {"sem", "status", "job", NULL};
+  static const char *const top[] = {"top", "--once", NULL};
+  on_url by_flag = {bad_url, 0}, by_env = {bad_url, 1};
+  expect(&by_flag, status, 69, want);
+  expect(&by_flag, status, 69, "***");
+  expect(&by_env, top, 69, "***");
 }
 
 static void start_tcp(th_redis *r, const char *const *extra) {
@@ -187,35 +137,30 @@ static void test_tool_standalone(void) {
 static void test_password_file(void) {
   th_redis r;
   start_tcp(&r, app_user);
-  char url[96], file[256], out[8192];
+  char url[96], file[256], env_file[300], twice[128];
   snprintf(url, sizeof url, "redis://app:@127.0.0.1:%d", r.port); /* the user; no password */
   snprintf(file, sizeof file, "%s/pw", r.dir);
+  snprintf(env_file, sizeof env_file, "SLUICE_REDIS_PASSWORD_FILE=%s", file);
   FILE *f = fopen(file, "w");
   TH_ASSERT(f != NULL);
   fprintf(f, "%s\n", DATA_PW);
   fclose(f);
   chmod(file, 0600);
-  run_env env = {NULL, NULL};
-  const char *const by_flag[] = {"sem", "status", "s", "--redis", url, "--redis-password-file",
-                                 file, NULL};
-  TH_ASSERT_EQ(run(out, sizeof out, &env, by_flag), 0);
-  assert_no_marker("status", out);
-  run_env by_env = {url, file};
-  const char *const plain[] = {"top", "--once", NULL};
-  TH_ASSERT_EQ(run(out, sizeof out, &by_env, plain), 0);
-  assert_no_marker("top", out);
+  on_url t = {url, 0};
+  const char *const by_flag[] = {"sem", "status", "s", "--redis-password-file", file, NULL};
+  expect(&t, by_flag, 0, "semaphore s");
+  const char *const by_env[] = {"top", "--once", NULL};
+  th_run run = tool(&t, by_env, 0, env_file);
+  TH_ASSERT_EQ(run.status, 0);
+  assert_no_marker("top", run.out);
+  th_run_free(&run);
 
-  char twice[128];
   snprintf(twice, sizeof twice, "redis://app:%s@127.0.0.1:%d", DATA_PW, r.port);
-  const char *const both[] = {"sem", "status", "s", "--redis", twice, "--redis-password-file",
-                              file, NULL};
-  TH_ASSERT_EQ(run(out, sizeof out, &env, both), 64);
-  assert_has("twice", out, "a password is given twice");
-  assert_no_marker("twice", out);
-  const char *const missing[] = {"sem", "status", "s", "--redis", url, "--redis-password-file",
-                                 "/nonexistent/pw", NULL};
-  TH_ASSERT_EQ(run(out, sizeof out, &env, missing), 64);
-  assert_has("missing", out, "password_file /nonexistent/pw: No such file or directory");
+  on_url t2 = {twice, 0};
+  expect(&t2, by_flag, 64, "a password is given twice");
+  const char *const missing[] = {"sem", "status", "s", "--redis-password-file", "/nonexistent/pw",
+                                 NULL};
+  expect(&t, missing, 64, "password_file /nonexistent/pw: No such file or directory");
 
   /* The library's option, and what it refuses. */
   struct event_base *base = event_base_new();

@@ -63,8 +63,9 @@ int cli_exit_status(int status, int own_deadline);
  * words (or why the connection went) for cli_fail. */
 void cli_capture(cli_ctx *ctx, int status);
 
-/* Print "sluice: CMD: <what>: <why>", why being Redis's own words when
- * captured, and return cli_exit_status(status, own_deadline). */
+/* Print "sluice: CMD: <what>: <why>" to stderr, why being Redis's own
+ * words when captured, and return cli_exit_status(status, own_deadline).
+ * Like cli_error, control characters in the message are escaped. */
 int cli_fail(const cli_ctx *ctx, int status, int own_deadline, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
@@ -78,6 +79,13 @@ int cli_number(const char *opt, const char *s, uint64_t min, uint64_t max, const
                uint64_t *out);
 int cli_number_u(const char *opt, const char *s, unsigned min, unsigned max, const char *unit,
                  unsigned *out);
+
+/* s for the tool's output when it came from Redis or names a thing (a
+ * semaphore, a holder, a key): s itself, or when it holds control
+ * characters (ESC, BEL, newline...) a copy showing each as \xNN, so none
+ * reaches the terminal or splits a line. A copy lives until the eighth
+ * call after. */
+const char *cli_clean(const char *s);
 
 /* s for an error message: whole when short, else its first 64 bytes and
  * "… (N bytes)", control characters shown as '?'. The result lives in one
@@ -94,7 +102,8 @@ int cli_check_len(const char *what, const char *name, size_t max);
  * scrubbed from argv (ps shows it) once copied. */
 int cli_common_option(cli_ctx *ctx, int argc, char **argv, int *i);
 
-/* Print "sluice: CMD: " + message to stderr. */
+/* Print "sluice: CMD: " + message to stderr, control characters escaped
+ * (cli_clean). */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* The fds the tool was started with, so that a child can be given those and

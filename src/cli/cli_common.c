@@ -16,18 +16,56 @@ static const char *command; /* "sem run": says which command speaks */
 
 void cli_set_command(const char *name) { command = name; }
 
-static void error_prefix(void) {
+/* Length of the control character at s (C0, DEL, or C1 as UTF-8
+ * U+0080..U+009F, which some terminals obey too), or 0. */
+static size_t control_at(const unsigned char *s) {
+  if (*s < 0x20 || *s == 0x7f) return 1;
+  return s[0] == 0xc2 && s[1] >= 0x80 && s[1] <= 0x9f ? 2 : 0;
+}
+
+/* s with every control character written as \xNN into out (4 bytes for
+ * each byte at most). */
+static void escape_into(const char *s, char *out) {
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p) {
+    size_t n = control_at(p);
+    if (!n) {
+      *out++ = (char)*p++;
+      continue;
+    }
+    for (; n > 0; n--) out += sprintf(out, "\\x%02x", *p++);
+  }
+  *out = '\0';
+}
+
+const char *cli_clean(const char *s) {
+  static char *bufs[8];
+  static unsigned next;
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p && !control_at(p)) p++;
+  if (!*p) return s; /* the common case: nothing to escape, no copy */
+  char **b = &bufs[next++ % 8];
+  free(*b);
+  if (!(*b = malloc(strlen(s) * 4 + 1))) return "(unprintable)";
+  escape_into(s, *b);
+  return *b;
+}
+
+/* "sluice: CMD: " + the message, its control characters escaped: it may
+ * quote Redis or a name. */
+static void verror(const char *fmt, va_list ap, const char *tail) {
+  char msg[2048];
+  vsnprintf(msg, sizeof msg, fmt, ap);
   fputs("sluice: ", stderr);
   if (command) fprintf(stderr, "%s: ", command);
+  fprintf(stderr, "%s%s\n", cli_clean(msg), tail ? cli_clean(tail) : "");
 }
 
 void cli_error(const char *fmt, ...) {
   va_list ap;
-  error_prefix();
   va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
+  verror(fmt, ap, NULL);
   va_end(ap);
-  fputc('\n', stderr);
 }
 
 int cli_exit_status(int status, int own_deadline) {
@@ -64,14 +102,14 @@ void cli_capture(cli_ctx *ctx, int status) {
 
 int cli_fail(const cli_ctx *ctx, int status, int own_deadline, const char *fmt, ...) {
   va_list ap;
+  char tail[sizeof ctx->why + 64];
   const char *why = ctx && ctx->why[0] && ctx->why_status == status ? ctx->why : NULL;
-  error_prefix();
+  if (status == SLUICE_EREDIS && why) snprintf(tail, sizeof tail, ": %s", why); /* "Redis: OOM ..." */
+  else if (why) snprintf(tail, sizeof tail, ": %s (%s)", sluice_strerror(status), why);
+  else snprintf(tail, sizeof tail, ": %s", sluice_strerror(status));
   va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
+  verror(fmt, ap, tail);
   va_end(ap);
-  if (status == SLUICE_EREDIS && why) fprintf(stderr, ": %s\n", why); /* "Redis: OOM ..." */
-  else if (why) fprintf(stderr, ": %s (%s)\n", sluice_strerror(status), why);
-  else fprintf(stderr, ": %s\n", sluice_strerror(status));
   return cli_exit_status(status, own_deadline);
 }
 

@@ -87,8 +87,9 @@ static void on_scan_rl(sluice_client *c, int status, uint64_t next,
   char ttl[24];
   for (size_t i = 0; i < n && t->nrl < TOP_MAX_OBJECTS; i++, t->nrl++) {
     fmt_ms(ttl, sizeof ttl, e[i].ttl_ms);
-    fprintf(t->out, "  %-16s %-20s %-16s %-24s %s\n", e[i].name, e[i].key ? e[i].key : "",
-            e[i].algo ? e[i].algo : "", e[i].state ? e[i].state : "", ttl);
+    fprintf(t->out, "  %-16s %-20s %-16s %-24s %s\n", cli_clean(e[i].name),
+            cli_clean(e[i].key ? e[i].key : ""), cli_clean(e[i].algo ? e[i].algo : ""),
+            cli_clean(e[i].state ? e[i].state : ""), ttl);
   }
   t->cursor = next;
   t->status = status;
@@ -115,19 +116,20 @@ static void on_sem_info(sluice_sem *sem, int status, const sluice_sem_info *info
   t->status = status;
   t->done = 1;
   if (status != SLUICE_OK) {
-    fprintf(t->out, "  %-16s error: %s\n", sluice_sem_name(sem), sluice_strerror(status));
+    fprintf(t->out, "  %-16s error: %s\n", cli_clean(sluice_sem_name(sem)),
+            sluice_strerror(status));
     return;
   }
   if (t->named && !info->nholders && !info->nwaiters && !info->last_fence) return;
   fprintf(t->out, "  %-16s permits %-4u holders %-4zu waiters %-4zu last fence %llu\n",
-          sluice_sem_name(sem), info->permits, info->nholders, info->nwaiters,
+          cli_clean(sluice_sem_name(sem)), info->permits, info->nholders, info->nwaiters,
           (unsigned long long)info->last_fence);
   for (size_t i = 0; i < info->nholders; i++) {
     fmt_ms(left, sizeof left, info->holders[i].remaining_ms);
-    fprintf(t->out, "    holder  %s  lease left %s\n", info->holders[i].id, left);
+    fprintf(t->out, "    holder  %s  lease left %s\n", cli_clean(info->holders[i].id), left);
   }
   for (size_t i = 0; i < info->nwaiters; i++)
-    fprintf(t->out, "    waiter  %zu. %s\n", i + 1, info->waiters[i]);
+    fprintf(t->out, "    waiter  %zu. %s\n", i + 1, cli_clean(info->waiters[i]));
 }
 
 static void on_dq_info(sluice_dq *dq, int status, const sluice_dq_info *info, void *ud) {
@@ -136,7 +138,7 @@ static void on_dq_info(sluice_dq *dq, int status, const sluice_dq_info *info, vo
   t->status = status;
   t->done = 1;
   if (status != SLUICE_OK) {
-    fprintf(t->out, "  %-16s error: %s\n", sluice_dq_name(dq), sluice_strerror(status));
+    fprintf(t->out, "  %-16s error: %s\n", cli_clean(sluice_dq_name(dq)), sluice_strerror(status));
     return;
   }
   /* The earliest message of the delayed set is the oldest due one when
@@ -144,7 +146,7 @@ static void on_dq_info(sluice_dq *dq, int status, const sluice_dq_info *info, vo
   if (t->named && !info->delayed && !info->in_flight && !info->dead) return;
   int64_t age = info->ready && info->next_due_ms >= 0 ? info->now_ms - info->next_due_ms : -1;
   fmt_ms(oldest, sizeof oldest, age);
-  fprintf(t->out, "  %-16s %8llu %10llu %10llu %6llu  %s\n", sluice_dq_name(dq),
+  fprintf(t->out, "  %-16s %8llu %10llu %10llu %6llu  %s\n", cli_clean(sluice_dq_name(dq)),
           (unsigned long long)info->ready, (unsigned long long)(info->delayed - info->ready),
           (unsigned long long)info->in_flight, (unsigned long long)info->dead, oldest);
 }
@@ -218,6 +220,7 @@ int cli_top_main(int argc, char **argv) {
   unsigned interval = 1000;
   char **names = calloc((size_t)argc + 1, sizeof *names);
   memset(&t, 0, sizeof t);
+  cli_set_command("top");
   if (!names) return CLI_EXIT_FAILURE;
   for (int i = 1; i < argc; i++) {
     int c = cli_common_option(&t.ctx, argc, argv, &i);
@@ -234,7 +237,7 @@ int cli_top_main(int argc, char **argv) {
                        &interval) != 0)
         goto usage_error;
     } else if (argv[i][0] == '-') {
-      cli_error("top: unknown option '%s'", cli_echo(argv[i]));
+      cli_error("unknown option '%s'", cli_echo(argv[i]));
       goto usage_error;
     } else {
       names[nnames++] = argv[i];
@@ -270,8 +273,10 @@ int cli_top_main(int argc, char **argv) {
     }
     free(text);
     if (st) {
+      /* The error itself goes to stderr; the view only says it is partial. */
       const char *why = sluice_client_last_error(t.ctx.client);
-      printf("%s(incomplete: %s%s%s)%s", eol, sluice_strerror(st), *why ? ": " : "", why, eol);
+      printf("%s(incomplete: see the error on stderr)%s", eol, eol);
+      cli_error("incomplete view: %s%s%s", sluice_strerror(st), *why ? ": " : "", why);
     }
     if (!once) fputs("\033[J", stdout);
     fflush(stdout);
