@@ -152,6 +152,14 @@ int th_redis_start(th_redis *r, int tcp_port, const char *const *extra) {
   return rc;
 }
 
+void th_redis_start_tcp(th_redis *r, const char *const *extra) {
+  int rc = -1;
+  srand((unsigned)getpid() ^ (unsigned)th_now_ms());
+  for (int attempt = 0; attempt < 20 && rc != 0; attempt++)
+    rc = th_redis_start(r, 20000 + rand() % 30000, extra);
+  TH_ASSERT_EQ(rc, 0);
+}
+
 static void kill_wait(th_redis *r) {
   if (r->pid > 0) {
     kill(r->pid, SIGCONT);

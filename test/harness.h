@@ -48,6 +48,9 @@ extern const char *const *th_server_args;
 /* Start/stop a redis-server; extra args (NULL-terminated) go to its command line. */
 int th_redis_start(th_redis *r, int tcp_port, const char *const *extra);
 void th_redis_stop(th_redis *r);
+/* th_redis_start on a free loopback TCP port (tried at random, 20 times);
+ * fails the case if none works. For URLs that need TCP (credentials, TLS). */
+void th_redis_start_tcp(th_redis *r, const char *const *extra);
 /* Kill -9 and start again on the same socket/port, empty (no persistence). */
 void th_redis_restart(th_redis *r);
 void th_redis_pause(th_redis *r);   /* SIGSTOP */

@@ -115,15 +115,6 @@ static void assert_has(const char *text, const char *want) {
   if (!strstr(text, want)) th_fail(__FILE__, __LINE__, "no '%s' in: %s", want, text);
 }
 
-/* A loopback TCP server on a free port (URLs with credentials need TCP). */
-static void start_tcp(th_redis *r, const char *const *extra) {
-  int rc = -1;
-  srand((unsigned)getpid());
-  for (int attempt = 0; attempt < 20 && rc != 0; attempt++)
-    rc = th_redis_start(r, 20000 + rand() % 30000, extra);
-  TH_ASSERT_EQ(rc, 0);
-}
-
 static void test_exit_status_and_release(void) {
   TH_ASSERT_EQ(wait_exit(start("run", "m", "--ttl", "1000", "--", "sh", "-c", "exit 7", NULL)), 7);
   TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{m}:holders"), 0);
@@ -252,7 +243,7 @@ static void test_redis_errors_verbatim(void) {
   th_redis_stop(&r);
 
   static const char *const pass[] = {"--requirepass", "sekret", NULL};
-  start_tcp(&r, pass);
+  th_redis_start_tcp(&r, pass);
   char url[96];
   snprintf(url, sizeof url, "redis://:wrong-one@127.0.0.1:%d", r.port);
   t = tool("run", "m", "--redis", url, "--", "true", NULL);

@@ -14,7 +14,6 @@
  */
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "sem_util.h"
 #include "tool_run.h"
@@ -106,20 +105,12 @@ static void tool_errors(const char *bad_url, const char *want) {
   expect(&by_env, top, 69, "***");
 }
 
-static void start_tcp(th_redis *r, const char *const *extra) {
-  int rc = -1;
-  srand((unsigned)getpid());
-  for (int attempt = 0; attempt < 20 && rc != 0; attempt++)
-    rc = th_redis_start(r, 20000 + rand() % 30000, extra);
-  TH_ASSERT_EQ(rc, 0);
-}
-
 static const char *const app_user[] = {"--user", "app", "on", ">" DATA_PW, "~*", "&*", "+@all",
                                        NULL};
 
 static void test_tool_standalone(void) {
   th_redis r;
-  start_tcp(&r, app_user);
+  th_redis_start_tcp(&r, app_user);
   char url[160], host[64], wrong[160], dead[160];
   snprintf(host, sizeof host, "127.0.0.1:%d", r.port);
   snprintf(url, sizeof url, "redis://app:%s@%s/0", DATA_PW, host);
@@ -136,7 +127,7 @@ static void test_tool_standalone(void) {
  * a password given twice, or a file missing, is refused naming the file. */
 static void test_password_file(void) {
   th_redis r;
-  start_tcp(&r, app_user);
+  th_redis_start_tcp(&r, app_user);
   char url[96], file[256], env_file[300], twice[128];
   snprintf(url, sizeof url, "redis://app:@127.0.0.1:%d", r.port); /* the user; no password */
   snprintf(file, sizeof file, "%s/pw", r.dir);
@@ -249,7 +240,7 @@ static void library_works(const char *url) {
 
 static void test_library_standalone(void) {
   th_redis r;
-  start_tcp(&r, app_user);
+  th_redis_start_tcp(&r, app_user);
   char url[128];
   snprintf(url, sizeof url, "redis://app:%s@127.0.0.1:%d", DATA_PW, r.port);
   library_works(url);
