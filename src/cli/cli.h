@@ -32,7 +32,7 @@ typedef struct cli_ctx {
   const char *prefix;       /* --prefix, or NULL for the library default */
   /* Redis's own words for the last failed operation, copied in its callback
    * (sluice_client_last_error() is valid only until the next loop turn). */
-  char why[320];
+  char why[512];
   int why_status;           /* the status why belongs to */
 } cli_ctx;
 
@@ -126,5 +126,6 @@ int cli_sem_main(int argc, char **argv);
 int cli_rl_main(int argc, char **argv);
 int cli_dq_main(int argc, char **argv);
 int cli_top_main(int argc, char **argv);
+int cli_acl_main(int argc, char **argv);
 
 #endif

@@ -20,6 +20,7 @@ static void usage(FILE *out) {
       "                  [--retry-delay MS] [--count N] -- CMD [ARGS]\n"
       "  sluice dq status QUEUE\n"
       "  sluice top [NAME...] [--once] [--interval MS]\n"
+      "  sluice acl [--prefix P] [--sentinel | --cluster] [--db] [--wait] [--scan] [sem rl dq]\n"
       "\n"
       "Every command takes --redis URL (redis://[user:pass@]host:port/db,\n"
       "rediss://... (TLS), redis+sentinel://host:port[,host:port...]/MASTER,\n"
@@ -69,6 +70,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "rl") == 0) return cli_rl_main(argc - 1, argv + 1);
   if (strcmp(cmd, "dq") == 0) return cli_dq_main(argc - 1, argv + 1);
   if (strcmp(cmd, "top") == 0) return cli_top_main(argc - 1, argv + 1);
+  if (strcmp(cmd, "acl") == 0) return cli_acl_main(argc - 1, argv + 1);
   cli_error("unknown command '%s' (try: sluice --help)", cli_echo(cmd));
   return CLI_EXIT_USAGE;
 }
