@@ -21,6 +21,8 @@
 #                                then the URL fuzzer (libFuzzer, test/fuzz/)
 #                                for SLUICE_FUZZ_S seconds (default 60), one
 #                                case
+#   format    (no build)         scripts/format.sh: the sources' layout
+#                                against .clang-format; one case
 #   hiredis1  build-ci-hiredis1  meson test, every suite but the topology
 #                                variants, against Debian 13's
 #                                hiredis 1.x with TLS (-Dtls=enabled), which
@@ -40,7 +42,8 @@
 #
 # Test binaries print TAP; scripts/count_tap.py counts their cases from
 # meson's test logs (a binary that dies part-way counts as failed). A build
-# that fails counts as one failed case; the clang build counts as one case.
+# that fails counts as one failed case; the clang build and the format
+# check count as one case each.
 # The last line is "N passed, N failed"; the exit status is 1 if any failed.
 set -uo pipefail
 
@@ -210,6 +213,15 @@ else
   count --label clang --step "clang --werror build" --failed
 fi
 pass_done clang $t
+
+banner "format: scripts/format.sh (.clang-format)"
+t=$SECONDS
+if scripts/format.sh; then
+  count --label format --step "clang-format check" --ok
+else
+  count --label format --step "clang-format check" --failed
+fi
+pass_done format $t
 
 banner "hiredis1: build-ci-hiredis1* (hiredis 1.x with TLS, --werror)"
 t=$SECONDS

@@ -14,7 +14,6 @@
 
 #include "dq_util.h"
 #include "sem_util.h"
-#include "tool_run.h"
 #include "topology.h"
 
 #define USER "sl"
@@ -23,7 +22,7 @@
 /* ---- the rule ---------------------------------------------------------- */
 
 typedef struct rule {
-  char text[2][2048];  /* [0] data nodes, [1] sentinels ("" elsewhere) */
+  char text[2][2048]; /* [0] data nodes, [1] sentinels ("" elsewhere) */
 } rule;
 
 /* `sluice acl ARGS...`: its rule lines. */
@@ -32,7 +31,7 @@ static rule acl_rule(const char *const *args) {
   int n = 1;
   for (; *args && n < 15; args++) argv[n++] = *args;
   argv[n] = NULL;
-  th_run r = th_run_tool(argv, NULL, 0);
+  th_run r = th_tool_capture(argv, NULL, 0);
   TH_ASSERT_EQ(r.status, 0);
   rule out;
   memset(&out, 0, sizeof out);
@@ -77,9 +76,9 @@ static int rule_commands(const char *text, char cmds[][48], int max) {
 typedef struct run {
   struct event_base *base;
   sluice_client *c;
-  const char *step;     /* the first that failed, or NULL */
-  char why[1024];       /* its status and sluice_client_last_error */
-  char log[32 * 1024];  /* every line of the log hook */
+  const char *step;    /* the first that failed, or NULL */
+  char why[1024];      /* its status and sluice_client_last_error */
+  char log[32 * 1024]; /* every line of the log hook */
   size_t loglen;
 } run;
 
@@ -178,13 +177,15 @@ static void sem_steps(run *r) {
   th_loop_for(r->base, 700); /* past the lease: it must have been renewed */
   if (!ok(r, "sem_renew", sluice_permit_lost(a.permit) ? SLUICE_EREDIS : SLUICE_OK, SLUICE_OK))
     goto out;
-  if (!ok(r, "sem_release", wait_done(r, sluice_permit_release(a.permit, on_sem_status, &rel),
-                                      &rel, 3000), SLUICE_OK))
+  if (!ok(r, "sem_release",
+          wait_done(r, sluice_permit_release(a.permit, on_sem_status, &rel), &rel, 3000),
+          SLUICE_OK))
     goto out;
   a.permit = NULL;
   if (!ok(r, "woken", wait_done(r, SLUICE_OK, &w, 3000), SLUICE_OK)) goto out;
-  if (!ok(r, "sem_leave", wait_done(r, sluice_sem_acquire(s, 100, on_acq, &late, NULL), &late,
-                                    3000), SLUICE_ETIMEDOUT))
+  if (!ok(r, "sem_leave",
+          wait_done(r, sluice_sem_acquire(s, 100, on_acq, &late, NULL), &late, 3000),
+          SLUICE_ETIMEDOUT))
     goto out;
   char id[64];
   snprintf(id, sizeof id, "%s", sluice_permit_id(w.permit));
@@ -254,8 +255,9 @@ static void dq_steps(run *r) {
   dqt_push p;
   done cancel = {0}, info = {0}, dead = {0}, requeue = {0};
   if (!ok(r, "dq_push", dqt_push_wait(r->base, dq, "later", "x", 60000, &p), SLUICE_OK) ||
-      !ok(r, "dq_cancel", wait_done(r, sluice_dq_cancel(dq, "later", on_dq_status, &cancel),
-                                    &cancel, 3000), SLUICE_OK) ||
+      !ok(r, "dq_cancel",
+          wait_done(r, sluice_dq_cancel(dq, "later", on_dq_status, &cancel), &cancel, 3000),
+          SLUICE_OK) ||
       !ok(r, "dq_status", wait_done(r, sluice_dq_inspect(dq, on_dq_info, &info), &info, 3000),
           SLUICE_OK) ||
       !ok(r, "dq_push", dqt_push_wait(r->base, dq, "dead", "x", 0, &p), SLUICE_OK) ||
@@ -263,15 +265,19 @@ static void dq_steps(run *r) {
     goto out;
   uint64_t end = th_now_ms() + 3000;
   while (k.settled < 2 && !k.took_error && th_now_ms() < end) th_loop_for(r->base, 5);
-  if (!ok(r, "dq_take", k.took_error ? k.took_error : k.settled < 2 ? SLUICE_ETIMEDOUT : SLUICE_OK,
+  if (!ok(r, "dq_take",
+          k.took_error    ? k.took_error
+          : k.settled < 2 ? SLUICE_ETIMEDOUT
+                          : SLUICE_OK,
           SLUICE_OK) ||
       !ok(r, "dq_ack, dq_requeue", k.status, SLUICE_OK) ||
       !ok(r, "dq_dead", wait_done(r, sluice_dq_dead_list(dq, 0, 10, on_dead, &dead), &dead, 3000),
           SLUICE_OK) ||
       !ok(r, "dq_dead (listed)", dead.allowed == 1 ? SLUICE_OK : SLUICE_EPROTOCOL, SLUICE_OK))
     goto out;
-  ok(r, "dq_requeue", wait_done(r, sluice_dq_dead_requeue(dq, "dead", on_count, &requeue),
-                                &requeue, 3000), SLUICE_OK);
+  ok(r, "dq_requeue",
+     wait_done(r, sluice_dq_dead_requeue(dq, "dead", on_count, &requeue), &requeue, 3000),
+     SLUICE_OK);
 out:
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
@@ -343,7 +349,7 @@ static int tool_all(const char *url, char *why, size_t size) {
   snprintf(env, sizeof env, "SLUICE_REDIS=%s", url);
   const char *const envs[] = {env, NULL};
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
-    th_run t = th_run_tool(cmds[i], envs, 1);
+    th_run t = th_tool_capture(cmds[i], envs, 1);
     int failed = t.status != 0;
     if (failed) snprintf(why, size, "%s %s: exit %d: %s", cmds[i][0], cmds[i][1], t.status, t.out);
     th_run_free(&t);
@@ -355,17 +361,18 @@ static int tool_all(const char *url, char *why, size_t size) {
 /* ---- the checks ------------------------------------------------------------ */
 
 typedef struct target {
-  th_node *data;      /* the nodes the data rule goes to */
+  th_node *data; /* the nodes the data rule goes to */
   int ndata;
   th_node *sentinels; /* and the sentinel rule */
   int nsentinels;
   const char *url;
   unsigned wait_replicas;
-  void (*admin)(const char *cmd);  /* a command on every data node, as admin */
+  void (*admin)(const char *cmd); /* a command on every data node, as admin */
 } target;
 
 static void apply(const target *t, const rule *ru, int which, const char *without) {
-  for (int i = 0; i < t->ndata; i++) set_user(&t->data[i], ru->text[0], which == 0 ? without : NULL);
+  for (int i = 0; i < t->ndata; i++)
+    set_user(&t->data[i], ru->text[0], which == 0 ? without : NULL);
   for (int i = 0; i < t->nsentinels; i++)
     set_user(&t->sentinels[i], ru->text[1], which == 1 ? without : NULL);
 }
@@ -397,7 +404,8 @@ static void without_fails_clearly(const target *t, const rule *ru, int which, co
   if (!strcasestr(r->why, cmd) && !logged)
     th_fail(__FILE__, __LINE__, "without +%s, %s failed without naming it: %s\nlog:\n%s", cmd,
             r->step, r->why, r->log);
-  if (r->step && strcasestr(r->why, cmd)) printf("# without +%s: %s: %.200s\n", cmd, r->step, r->why);
+  if (r->step && strcasestr(r->why, cmd))
+    printf("# without +%s: %s: %.200s\n", cmd, r->step, r->why);
   else printf("# without +%s: logged: %.200s\n", cmd, logged);
   free(r);
 }
@@ -446,7 +454,8 @@ static void test_single(void) {
     run *w = malloc(sizeof *w);
     apply(&t, &only, 0, NULL);
     run_one(w, url, each[i].steps, admin_single);
-    if (w->step) th_fail(__FILE__, __LINE__, "under `sluice acl %s`: %s: %s", each[i].name, w->step, w->why);
+    if (w->step)
+      th_fail(__FILE__, __LINE__, "under `sluice acl %s`: %s: %s", each[i].name, w->step, w->why);
     free(w);
   }
   th_redis_stop(&r);
@@ -463,7 +472,7 @@ static th_run tool_on(const char *url, const char *const *args) {
   argv[n++] = "--redis", argv[n++] = url;
   for (; *args && n < 19; args++) argv[n++] = *args;
   argv[n] = NULL;
-  return th_run_tool(argv, NULL, 1);
+  return th_tool_capture(argv, NULL, 1);
 }
 
 /* Two tenants of one Redis, each a user with `sluice acl --prefix` of its
@@ -485,8 +494,8 @@ static void test_tenants(void) {
   snprintf(url_b, sizeof url_b, "redis://127.0.0.1:%d", r.port); /* B: the default user */
   TH_ASSERT(strstr(rb.text[0], "~tB:*") != NULL);
 
-  static const char *const b_holds[] = {"sem", "run", "secret-b", "-n", "1", "--ttl", "60000",
-                                        "--prefix", "tB:", "--", "true", NULL};
+  static const char *const b_holds[] = {"sem",   "run",      "secret-b", "-n", "1",    "--ttl",
+                                        "60000", "--prefix", "tB:",      "--", "true", NULL};
   th_run t = tool_on(url_b, b_holds);
   if (t.status != 0) th_fail(__FILE__, __LINE__, "B's sem run: %d: %s", t.status, t.out);
   th_run_free(&t);
@@ -541,7 +550,8 @@ static void test_sentinel(void) {
   char url[512];
   snprintf(url, sizeof url,
            "redis+sentinel://" USER ":" PASS "@%s/mk?sentinel_username=" USER
-           "&sentinel_password=" PASS, sent.sentinels);
+           "&sentinel_password=" PASS,
+           sent.sentinels);
   static const char *const args[] = {"--sentinel", "--wait", NULL};
   rule ru = acl_rule(args);
   target t = {sent.data, 2, sent.sent, 3, url, 1, admin_sentinel};
@@ -557,7 +567,8 @@ static void test_sentinel(void) {
     run *r = malloc(sizeof *r);
     apply(&t, &ru, 1, for_failovers[i]);
     run_all(r, t.url, t.wait_replicas, t.admin);
-    if (r->step) th_fail(__FILE__, __LINE__, "without +%s: %s: %s", for_failovers[i], r->step, r->why);
+    if (r->step)
+      th_fail(__FILE__, __LINE__, "without +%s: %s: %s", for_failovers[i], r->step, r->why);
     free(r);
   }
   th_sentinel_stop(&sent);

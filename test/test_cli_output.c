@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "harness.h"
-#include "tool_run.h"
 
 #define EVIL "n\x1b[2J\x07\nX" /* clear screen, bell, a forged line */
 #define EVIL_SHOWN "n\\x1b[2J\\x07\\x0aX"
@@ -31,8 +30,9 @@ static void shows_escaped(const char *const *args, const char *want) {
   int n = 0;
   for (; args[n]; n++) argv[n] = args[n];
   argv[n++] = "--redis", argv[n++] = th_server.url, argv[n] = NULL;
-  th_run r = th_run_tool(argv, NULL, 0);
-  if (r.status) th_fail(__FILE__, __LINE__, "%s %s: %d: %s%s", args[0], args[1], r.status, r.out, r.err);
+  th_run r = th_tool_capture(argv, NULL, 0);
+  if (r.status)
+    th_fail(__FILE__, __LINE__, "%s %s: %d: %s%s", args[0], args[1], r.status, r.out, r.err);
   assert_clean(args[0], r.out);
   assert_clean(args[0], r.err);
   assert_has(args[0], r.out, want);
@@ -45,13 +45,13 @@ static void test_names_and_ids(void) {
   th_redis_command(&th_server, "HSET sluice:sem:{%s}:meta permits 1 fence 1", EVIL);
   th_redis_command(&th_server, "ZADD sluice:sem:{%s}:holders 99999999999999 %s", EVIL,
                    "id\x1b]0;pwned\x07");
-  static const char *const push[] = {"dq", "push", EVIL, "--id", EVIL, "x", "--delay", "60000",
-                                     "--redis", NULL};
+  static const char *const push[] = {"dq", "push",    EVIL,    "--id",    EVIL,
+                                     "x",  "--delay", "60000", "--redis", NULL};
   const char *argv[12];
   int n = 0;
   for (; push[n]; n++) argv[n] = push[n];
   argv[n++] = th_server.url, argv[n] = NULL;
-  th_run r = th_run_tool(argv, NULL, 0);
+  th_run r = th_tool_capture(argv, NULL, 0);
   TH_ASSERT_EQ(r.status, 0);
   assert_clean("dq push", r.out);
   th_run_free(&r);
@@ -73,7 +73,7 @@ static void test_redis_error_escaped(void) {
   th_redis r;
   TH_ASSERT_EQ(th_redis_start(&r, 0, no_evalsha), 0);
   const char *const status[] = {"sem", "status", EVIL, "--redis", r.url, NULL};
-  th_run run = th_run_tool(status, NULL, 0);
+  th_run run = th_tool_capture(status, NULL, 0);
   TH_ASSERT_EQ(run.status, 69);
   TH_ASSERT_STR_EQ(run.out, "");
   assert_has("sem status", run.err, "unknown command 'EVALSHA'");
@@ -83,7 +83,7 @@ static void test_redis_error_escaped(void) {
 
   /* top: the view on stdout says it is incomplete, the error is on stderr. */
   const char *const top[] = {"top", "--once", "--redis", r.url, NULL};
-  run = th_run_tool(top, NULL, 0);
+  run = th_tool_capture(top, NULL, 0);
   TH_ASSERT_EQ(run.status, 69);
   assert_has("top", run.out, "(incomplete: see the error on stderr)");
   TH_ASSERT(strstr(run.out, "EVALSHA") == NULL);

@@ -16,7 +16,6 @@
 #include <sys/stat.h>
 
 #include "sem_util.h"
-#include "tool_run.h"
 #include "topology.h"
 
 #define MARK "Mk7q"             /* in every secret, and nowhere else */
@@ -33,8 +32,9 @@ static void assert_has(const char *what, const char *text, const char *want) {
 
 /* What a command run by the tool sees: the tool's command line and
  * environment as /proc shows them to other processes, and its own. */
-#define DUMP "echo CMDLINE; tr '\\0' ' ' < /proc/$PPID/cmdline; echo; echo ENVIRON; " \
-             "tr '\\0' '\\n' < /proc/$PPID/environ; echo OWN; env"
+#define DUMP                                                               \
+  "echo CMDLINE; tr '\\0' ' ' < /proc/$PPID/cmdline; echo; echo ENVIRON; " \
+  "tr '\\0' '\\n' < /proc/$PPID/environ; echo OWN; env"
 
 /* The tool on one URL: given by --redis, or in SLUICE_REDIS when by_env. */
 typedef struct on_url {
@@ -55,7 +55,7 @@ static th_run tool(const on_url *t, const char *const *words, int dump, const ch
   if (!t->by_env) args[n++] = "--redis", args[n++] = t->url;
   if (dump) args[n++] = "--", args[n++] = "sh", args[n++] = "-c", args[n++] = DUMP;
   args[n] = NULL;
-  return th_run_tool(args, env, 1);
+  return th_tool_capture(args, env, 1);
 }
 
 /* The tool's WORDS exit with status and show no secret. */
@@ -83,8 +83,8 @@ static void tool_everywhere(const char *url, int by_env, const char *host_part) 
   static const char *const push[] = {"dq", "push", "q", "--id", "m1", "hello", NULL};
   static const char *const consume[] = {"dq", "consume", "q", "--count", "1", NULL};
   static const char *const status[] = {"sem", "status", "job", NULL};
-  static const char *const check[] = {"rl", "check", "api", "k", "--algo", "fixed", "--limit",
-                                      "5", "--period", "1000", NULL};
+  static const char *const check[] = {"rl",      "check", "api",      "k",    "--algo", "fixed",
+                                      "--limit", "5",     "--period", "1000", NULL};
   static const char *const top[] = {"top", "--once", NULL};
   on_url t = {url, by_env};
   check_dump("sem run (cmdline, environ, the command's environment)", &t, sem_run);
@@ -105,8 +105,8 @@ static void tool_errors(const char *bad_url, const char *want) {
   expect(&by_env, top, 69, "***");
 }
 
-static const char *const app_user[] = {"--user", "app", "on", ">" DATA_PW, "~*", "&*", "+@all",
-                                       NULL};
+static const char *const app_user[] = {"--user", "app", "on",    ">" DATA_PW,
+                                       "~*",     "&*",  "+@all", NULL};
 
 static void test_tool_standalone(void) {
   th_redis r;
@@ -186,7 +186,7 @@ static void test_password_file(void) {
 typedef struct seen {
   char text[32 * 1024];
   size_t len;
-  const char *want;  /* a log line with this sets found */
+  const char *want; /* a log line with this sets found */
   int found;
 } seen;
 
@@ -290,8 +290,8 @@ static void test_sentinel(void) {
   tool_errors(wrong, "WRONGPASS");
   library_refused(wrong, "no address", "WRONGPASS");
   th_sentinel_stop(&topo);
-  snprintf(dead, sizeof dead, "redis+sentinel://:%s@127.0.0.1:%d/mk?sentinel_password=%s",
-           DATA_PW, topo.sent[0].port, SENT_PW);
+  snprintf(dead, sizeof dead, "redis+sentinel://:%s@127.0.0.1:%d/mk?sentinel_password=%s", DATA_PW,
+           topo.sent[0].port, SENT_PW);
   tool_errors(dead, "cannot reach Redis at redis+sentinel://:***@");
 }
 

@@ -16,60 +16,65 @@
 /* What every client runs: the handshake (PING, SCRIPT LOAD), steps by
  * EVALSHA, EVAL when Redis lost a script (restart, SCRIPT FLUSH), and TIME,
  * which every script asks first. */
-static const char *const base_cmds[] = {"ping", "script|load", "evalsha", "eval", "time", NULL};
+static const char base_cmds[] = "ping script|load evalsha eval time";
 
 /* What each primitive's scripts call, and BRPOP for the blocking side
  * (waiters, consumers) with the wake-up lists it pushes to. */
 static const struct primitive {
   const char *name;
-  const char *const *cmds;
+  const char *cmds;
 } primitives[] = {
-    {"sem", (const char *const[]){"hdel", "hget", "hincrby", "hmget", "hset", "lpush", "ltrim",
-                                  "pexpire", "pttl", "zadd", "zcard", "zcount", "zrange",
-                                  "zrangebyscore", "zrank", "zrem", "zremrangebyscore", "zscore",
-                                  "brpop", NULL}},
-    {"rl", (const char *const[]){"get", "set", "hincrby", "hmget", "hset", "pexpire", "zadd",
-                                 "zcount", "zrange", "zrangebyscore", "zremrangebyscore", NULL}},
-    {"dq", (const char *const[]){"hdel", "hexists", "hget", "hincrby", "hmget", "hset", "hsetnx",
-                                 "llen", "lpush", "ltrim", "pexpire", "pexpireat", "zadd", "zcard",
-                                 "zcount", "zrange", "zrangebyscore", "zrem", "zremrangebyrank",
-                                 "zscore", "brpop", NULL}},
+    {"sem",
+     "hdel hget hincrby hmget hset lpush ltrim pexpire pttl zadd zcard zcount zrange "
+     "zrangebyscore zrank zrem zremrangebyscore zscore brpop"},
+    {"rl",
+     "get set hincrby hmget hset pexpire zadd zcount zrange zrangebyscore "
+     "zremrangebyscore"},
+    {"dq",
+     "hdel hexists hget hincrby hmget hset hsetnx llen lpush ltrim pexpire pexpireat zadd "
+     "zcard zcount zrange zrangebyscore zrem zremrangebyrank zscore brpop"},
 };
 #define NPRIMITIVES (sizeof primitives / sizeof primitives[0])
+
+/* `sluice top` without names: the discovery script's. */
+static const char scan_cmds[] = "scan get hmget pttl zcard";
 
 typedef struct acl_args {
   const char *prefix;
   int sentinel, cluster, db, wait, scan;
-  int want[NPRIMITIVES];  /* all 0: every primitive */
+  int want[NPRIMITIVES]; /* all 0: every primitive */
 } acl_args;
 
-/* The commands, each once, in a stable order. */
+/* The rule's commands, once each, in the order first added: " +a +b ",
+ * every word between spaces so that " +cmd " finds one. */
 typedef struct cmd_set {
-  const char *cmds[64];
-  size_t n;
+  char text[1024];
 } cmd_set;
 
-static void add(cmd_set *s, const char *cmd) {
-  for (size_t i = 0; i < s->n; i++)
-    if (strcmp(s->cmds[i], cmd) == 0) return;
-  if (s->n < sizeof s->cmds / sizeof s->cmds[0]) s->cmds[s->n++] = cmd;
-}
-
-static void add_all(cmd_set *s, const char *const *cmds) {
-  for (; *cmds; cmds++) add(s, *cmds);
+/* Adds each word of the space-separated cmds not there yet. */
+static void add(cmd_set *s, const char *cmds) {
+  if (!s->text[0]) strcpy(s->text, " ");
+  for (const char *p = cmds; *p;) {
+    size_t len = strcspn(p, " "), used = strlen(s->text);
+    char word[48];
+    snprintf(word, sizeof word, " +%.*s ", (int)len, p);
+    if (!strstr(s->text, word) && used + len + 2 < sizeof s->text)
+      snprintf(s->text + used, sizeof s->text - used, "+%.*s ", (int)len, p);
+    p += len + (p[len] == ' ');
+  }
 }
 
 static void data_node_commands(const acl_args *a, cmd_set *s) {
   int any = 0;
   for (size_t i = 0; i < NPRIMITIVES; i++) any |= a->want[i];
-  add_all(s, base_cmds);
+  add(s, base_cmds);
   for (size_t i = 0; i < NPRIMITIVES; i++)
-    if (!any || a->want[i]) add_all(s, primitives[i].cmds);
+    if (!any || a->want[i]) add(s, primitives[i].cmds);
   if (a->db) add(s, "select");
   if (a->wait) add(s, "wait");
-  if (a->sentinel) add(s, "role");     /* the master is verified with ROLE */
-  if (a->cluster) add(s, "cluster|slots"), add(s, "asking");
-  if (a->scan) add_all(s, (const char *const[]){"scan", "get", "hmget", "pttl", "zcard", NULL});
+  if (a->sentinel) add(s, "role"); /* the master is verified with ROLE */
+  if (a->cluster) add(s, "cluster|slots asking");
+  if (a->scan) add(s, scan_cmds);
 }
 
 /* The prefix as a key pattern: glob characters in it match themselves. */
@@ -83,40 +88,43 @@ static void print_pattern(const char *prefix) {
 }
 
 static void print_rule(const acl_args *a) {
-  cmd_set s = {{0}, 0};
+  cmd_set s = {{0}};
   data_node_commands(a, &s);
   printf("# %s: ACL SETUSER <user> on ><password> followed by\n",
-         a->sentinel ? "the master and its replicas"
-                     : a->cluster ? "every node of the cluster" : "the Redis server");
+         a->sentinel  ? "the master and its replicas"
+         : a->cluster ? "every node of the cluster"
+                      : "the Redis server");
   fputs("resetkeys ", stdout);
   print_pattern(a->prefix);
   fputs(" resetchannels -@all", stdout);
-  for (size_t i = 0; i < s.n; i++) printf(" +%s", s.cmds[i]);
-  fputc('\n', stdout);
+  s.text[strlen(s.text) - 1] = '\n'; /* its last space */
+  fputs(s.text, stdout);
   if (!a->sentinel) return;
-  printf("# every sentinel (its user: sentinel_username, sentinel_password). Needed: ping,\n"
-         "# sentinel|get-master-addr-by-name (finding the master); for failovers:\n"
-         "# sentinel|sentinels (the other sentinels, if the given ones go) and subscribe\n"
-         "# on +switch-master (hearing of a failover at once, not when the master fails)\n"
-         "resetkeys resetchannels &+switch-master -@all +ping +sentinel|get-master-addr-by-name "
-         "+sentinel|sentinels +subscribe\n");
+  printf(
+      "# every sentinel (its user: sentinel_username, sentinel_password). Needed: ping,\n"
+      "# sentinel|get-master-addr-by-name (finding the master); for failovers:\n"
+      "# sentinel|sentinels (the other sentinels, if the given ones go) and subscribe\n"
+      "# on +switch-master (hearing of a failover at once, not when the master fails)\n"
+      "resetkeys resetchannels &+switch-master -@all +ping +sentinel|get-master-addr-by-name "
+      "+sentinel|sentinels +subscribe\n");
 }
 
 static void usage(FILE *f) {
-  fputs("usage: sluice acl [--prefix P] [--sentinel | --cluster] [--db] [--wait] [--scan]\n"
-        "                  [sem] [rl] [dq]\n"
-        "\n"
-        "Print the ACL rule a Redis user needs to run sluice with key prefix P (default\n"
-        "\"sluice:\"): the keys under P, and only the commands sluice's steps run. Give\n"
-        "the primitives used (default all of them; the tool's commands use theirs:\n"
-        "sem run/status/release sem, rl check/wait rl, dq push/consume/status dq, top\n"
-        "sem and dq). --sentinel: also the sentinels' rule; --cluster: a cluster's\n"
-        "commands; --db: a database other than 0 (SELECT); --wait: the client's\n"
-        "wait_replicas option (WAIT); --scan: `sluice top` without NAMEs, which lists\n"
-        "objects by SCAN. SCAN is not confined by key patterns: a user allowed it can\n"
-        "list every key name of the server, other prefixes' too. Without --scan, give\n"
-        "`sluice top` the NAMEs to show.\n",
-        f);
+  fputs(
+      "usage: sluice acl [--prefix P] [--sentinel | --cluster] [--db] [--wait] [--scan]\n"
+      "                  [sem] [rl] [dq]\n"
+      "\n"
+      "Print the ACL rule a Redis user needs to run sluice with key prefix P (default\n"
+      "\"sluice:\"): the keys under P, and only the commands sluice's steps run. Give\n"
+      "the primitives used (default all of them; the tool's commands use theirs:\n"
+      "sem run/status/release sem, rl check/wait rl, dq push/consume/status dq, top\n"
+      "sem and dq). --sentinel: also the sentinels' rule; --cluster: a cluster's\n"
+      "commands; --db: a database other than 0 (SELECT); --wait: the client's\n"
+      "wait_replicas option (WAIT); --scan: `sluice top` without NAMEs, which lists\n"
+      "objects by SCAN. SCAN is not confined by key patterns: a user allowed it can\n"
+      "list every key name of the server, other prefixes' too. Without --scan, give\n"
+      "`sluice top` the NAMEs to show.\n",
+      f);
 }
 
 static int parse(int argc, char **argv, acl_args *a) {

@@ -79,8 +79,8 @@ static int refused_command(const sluice__script *s, const char *err, char *cmd, 
   return s && at && commands_on_line(s, strtol(at + 13, NULL, 10), cmd, size);
 }
 
-void sluice__error_text(char *out, size_t size, const sluice__script *script,
-                        const char *command, const char *err) {
+void sluice__error_text(char *out, size_t size, const sluice__script *script, const char *command,
+                        const char *err) {
   char cmd[96];
   if (!sluice__refused_by_acl(err)) {
     snprintf(out, size, "Redis: %s", err);
@@ -89,10 +89,13 @@ void sluice__error_text(char *out, size_t size, const sluice__script *script,
   } else if (refused_command(script, err, cmd, sizeof cmd)) {
     snprintf(out, size,
              "Redis: NOPERM: sluice step %s needs command %s, which this ACL user may not "
-             "run (%s)", script->name, cmd, err);
+             "run (%s)",
+             script->name, cmd, err);
   } else {
     /* The keys: the user's key patterns do not cover the prefix. */
-    snprintf(out, size, "Redis: NOPERM: sluice step %s was refused; are its keys outside this "
-             "ACL user's key patterns? (%s)", script->name, err);
+    snprintf(out, size,
+             "Redis: NOPERM: sluice step %s was refused; are its keys outside this "
+             "ACL user's key patterns? (%s)",
+             script->name, err);
   }
 }

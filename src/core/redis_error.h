@@ -15,7 +15,7 @@ int sluice__refused_by_acl(const char *err);
  * sem_acquire needs command 'zadd', which this ACL user may not run
  * (<err>)". script: the step's script (the command it calls is found at
  * the line Redis names), or NULL for a plain command. */
-void sluice__error_text(char *out, size_t size, const sluice__script *script,
-                        const char *command, const char *err);
+void sluice__error_text(char *out, size_t size, const sluice__script *script, const char *command,
+                        const char *err);
 
 #endif

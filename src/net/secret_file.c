@@ -24,9 +24,10 @@ static int one_line(const char *path, char *buf, size_t n) {
     unsigned char ch = (unsigned char)buf[i];
     if (ch < 0x20 || ch == 0x7f) {
       /* Never say which byte: it is part of the secret. */
-      sluice__endpoint_set_error("password_file %.200s holds more than one line or a control "
-                                 "character: it must hold the password alone",
-                                 path);
+      sluice__endpoint_set_error(
+          "password_file %.200s holds more than one line or a control "
+          "character: it must hold the password alone",
+          path);
       return -1;
     }
   }

@@ -37,9 +37,10 @@ static int clean_text(const char *s) {
 static int same(const char *a, const char *b) { return (!a && !b) || (a && b && !strcmp(a, b)); }
 
 static void check_accepted(const char *url, const sluice__endpoint *ep) {
-  const char *const texts[] = {ep->host, ep->unix_path, ep->username, ep->password,
-                               ep->master_name, ep->sentinel_username, ep->sentinel_password,
-                               ep->tls_ca_file, ep->tls_server_name};
+  const char *const texts[] = {
+      ep->host,           ep->unix_path,         ep->username,          ep->password,
+      ep->master_name,    ep->sentinel_username, ep->sentinel_password, ep->tls_ca_file,
+      ep->tls_server_name};
   for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++)
     check(clean_text(texts[i]), "a control byte accepted", url);
   check(ep->db >= 0 && ep->db <= (1 << 20), "db out of range", url);
@@ -56,7 +57,8 @@ static int all_stars(const char *s) { return s && *s && strspn(s, "*") == strlen
 /* The tool's copies of url parse as the original, secrets hidden. */
 static void check_masking(const char *url, const sluice__endpoint *ep) {
   sluice__endpoint m;
-  char *masked = cli_url_masked(url), *bare = cli_url_without_credentials(url), *scrubbed = strdup(url);
+  char *masked = cli_url_masked(url), *bare = cli_url_without_credentials(url),
+       *scrubbed = strdup(url);
   if (!masked || !bare || !scrubbed) abort();
   cli_url_scrub(scrubbed);
   check(sluice__parse_url(masked, &m) == SLUICE_OK, "masked copy refused", url);
