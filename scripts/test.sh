@@ -142,6 +142,17 @@ else
 fi
 pass_done topo $t
 
+# count_run LABEL STEP RC LOG: a program run as one case, passed when it
+# exited 0; else where its log is.
+count_run() {
+  if [ "$3" -eq 0 ]; then
+    count --label "$1" --step "$2" --ok
+  else
+    echo "  [$1] $2: exit status $3; its log: $4"
+    count --label "$1" --step "$2" --failed
+  fi
+}
+
 # run_soak LABEL DIR SECONDS: the fault soak as one case; its report goes to
 # build-ci-logs/LABEL.log, the summary (and any violation) is shown here.
 run_soak() {
@@ -152,12 +163,7 @@ run_soak() {
     timeout --kill-after=10 $((secs + 120)) "$dir/test/soak" --seconds "$secs" >"$log" 2>&1
   local rc=$?
   grep -E '^(faults injected|  (sem|rl|dq):|soak:)|VIOLATION' "$log" | head -n 30 | sed 's/^/  /'
-  if [ $rc -eq 0 ]; then
-    count --label "$label" --step "soak ${secs} s" --ok
-  else
-    echo "  [$label] soak exited with status $rc; full report in $log"
-    count --label "$label" --step "soak ${secs} s" --failed
-  fi
+  count_run "$label" "soak ${secs} s" $rc "$log"
 }
 
 # run_fuzz LABEL FUZZER SEEDS SECONDS: a libFuzzer target for a bounded
@@ -177,12 +183,7 @@ run_fuzz() {
   local rc=$?
   rm -rf "$work"
   grep -E '^(#[0-9]+ +DONE|Done )|SUMMARY|fuzz_url:' "$log" | tail -n 5 | sed 's/^/  /'
-  if [ $rc -eq 0 ]; then
-    count --label "$label" --step "fuzz ${secs} s" --ok
-  else
-    echo "  [$label] the fuzzer exited with status $rc; its log: $log"
-    count --label "$label" --step "fuzz ${secs} s" --failed
-  fi
+  count_run "$label" "fuzz ${secs} s" $rc "$log"
 }
 
 banner "soak: build-ci/test/soak (faults injected into redis-server)"

@@ -43,22 +43,9 @@ static rule acl_rule(const char *const *args) {
   return out;
 }
 
-/* "ACL SETUSER sl reset on >sl-pw" + the rule's words on node n, leaving
- * out "+without" when given. */
+/* The user sl with the rule's words on node n, without "+without". */
 static void set_user(const th_node *n, const char *text, const char *without) {
-  char copy[2048];
-  const char *argv[128] = {"ACL", "SETUSER", USER, "reset", "on", ">" PASS};
-  int argc = 6;
-  snprintf(copy, sizeof copy, "%s", text);
-  for (char *w = strtok(copy, " "); w && argc < 128; w = strtok(NULL, " "))
-    if (!without || w[0] != '+' || strcmp(w + 1, without) != 0) argv[argc++] = w;
-  redisContext *ctx = th_node_connect(n);
-  TH_ASSERT(ctx != NULL);
-  redisReply *rep = redisCommandArgv(ctx, argc, argv, NULL);
-  if (!rep || rep->type == REDIS_REPLY_ERROR)
-    th_fail(__FILE__, __LINE__, "ACL SETUSER on %s: %s", n->addr, rep ? rep->str : ctx->errstr);
-  freeReplyObject(rep);
-  redisFree(ctx);
+  th_node_acl_user(n, USER, PASS, text, without);
 }
 
 /* The commands of a rule line ("+x" words), into cmds; how many. */

@@ -251,32 +251,13 @@ static void test_library_standalone(void) {
 
 /* ---- Sentinel --------------------------------------------------------------- */
 
-/* ACL SETUSER user on >pw RULES... (NULL-terminated) on node n. */
-static void acl(const th_node *n, const char *user, const char *pw, const char *const *rules) {
-  const char *argv[16] = {"ACL", "SETUSER", user, "on"};
-  char pass[64];
-  int argc = 4;
-  snprintf(pass, sizeof pass, ">%s", pw);
-  argv[argc++] = pass;
-  while (*rules && argc < 16) argv[argc++] = *rules++;
-  redisContext *ctx = th_node_connect(n);
-  TH_ASSERT(ctx != NULL);
-  redisReply *rep = redisCommandArgv(ctx, argc, argv, NULL);
-  if (!rep || rep->type == REDIS_REPLY_ERROR)
-    th_fail(__FILE__, __LINE__, "ACL SETUSER on %s: %s", n->addr, rep ? rep->str : ctx->errstr);
-  freeReplyObject(rep);
-  redisFree(ctx);
-}
-
 static void test_sentinel(void) {
   th_sentinel topo;
   TH_ASSERT_EQ(th_sentinel_start(&topo, "mk"), 0);
   /* The sentinels keep talking to the data nodes and to each other as the
    * default user; sluice uses users of its own. */
-  static const char *const data_rules[] = {"~*", "&*", "+@all", NULL};
-  static const char *const sent_rules[] = {"+@all", NULL};
-  for (int i = 0; i < 2; i++) acl(&topo.data[i], "app", DATA_PW, data_rules);
-  for (int i = 0; i < 3; i++) acl(&topo.sent[i], "sen", SENT_PW, sent_rules);
+  for (int i = 0; i < 2; i++) th_node_acl_user(&topo.data[i], "app", DATA_PW, "~* &* +@all", NULL);
+  for (int i = 0; i < 3; i++) th_node_acl_user(&topo.sent[i], "sen", SENT_PW, "+@all", NULL);
   char url[512], wrong[512], dead[512];
   snprintf(url, sizeof url,
            "redis+sentinel://app:%s@%s/mk?sentinel_username=sen&sentinel_password=%s", DATA_PW,
