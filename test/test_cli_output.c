@@ -42,9 +42,10 @@ static void shows_escaped(const char *const *args, const char *want) {
 static void test_names_and_ids(void) {
   /* A semaphore whose holder id came from elsewhere (anyone who can write
    * the keys), a queue and a limiter key with the same evil name. */
-  th_redis_command(&th_server, "HSET sluice:sem:{%s}:meta permits 1 fence 1", EVIL);
-  th_redis_command(&th_server, "ZADD sluice:sem:{%s}:holders 99999999999999 %s", EVIL,
-                   "id\x1b]0;pwned\x07");
+  freeReplyObject(
+      th_redis_command(&th_server, "HSET sluice:sem:{%s}:meta permits 1 fence 1", EVIL));
+  freeReplyObject(th_redis_command(&th_server, "ZADD sluice:sem:{%s}:holders 99999999999999 %s",
+                                   EVIL, "id\x1b]0;pwned\x07"));
   static const char *const push[] = {"dq", "push",    EVIL,    "--id",    EVIL,
                                      "x",  "--delay", "60000", "--redis", NULL};
   const char *argv[12];
