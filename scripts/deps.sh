@@ -33,9 +33,11 @@ done
 # prometheus (about 20 MB): promtool checks the metrics exposition and the
 # test 'prom_scrape' runs its own server scraping the gateway; the
 # package's service is kept from starting and disabled (see below).
-packages=(meson ninja-build pkg-config gcc libc6-dev clang clang-format libhiredis-dev libevent-dev
-          redis-server redis-tools valgrind python3 binutils libssl-dev openssl
-          mandoc man-db prometheus)
+# libclang-rt-dev: clang's runtime libraries, libFuzzer among them (the URL
+# fuzzer, test/fuzz/); clang only recommends it.
+packages=(meson ninja-build pkg-config gcc libc6-dev clang clang-format libclang-rt-dev
+          libhiredis-dev libevent-dev redis-server redis-tools valgrind python3 binutils
+          libssl-dev openssl mandoc man-db prometheus)
 # --full: dpkg-dev (dpkg-buildpackage) and debhelper (dh) build debian/,
 # whose other Build-Depends are all above; build-essential, which
 # dpkg-buildpackage requires; lintian checks the packages (scripts/deb.sh);

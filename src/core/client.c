@@ -358,6 +358,10 @@ unsigned sluice__client_route(const sluice_client *c, const char *key) {
   return route < 0 ? 0 : (unsigned)route;
 }
 
+void sluice__client_set_error(sluice_client *c, const char *text) {
+  snprintf(c->last_error, sizeof c->last_error, "%s", text);
+}
+
 int sluice__client_closing(const sluice_client *c) { return c->closing; }
 struct event_base *sluice__client_base(const sluice_client *c) { return c->base; }
 unsigned sluice__client_op_timeout(const sluice_client *c) { return c->opts.op_timeout_ms; }

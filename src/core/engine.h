@@ -103,6 +103,9 @@ const struct sluice__guard_home *sluice__client_objects(const sluice_client *c);
  * its writes, 0 when fewer did in wait_timeout_ms, -1 when not asked. */
 int sluice__client_replicated(const sluice_client *c);
 
+/* Set what sluice_client_last_error() answers (text is copied). */
+void sluice__client_set_error(sluice_client *c, const char *text);
+
 /* A reply nobody waits for. */
 void sluice__ignore_reply(void *userdata, int status, const redisReply *reply);
 

@@ -203,7 +203,10 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
   if (conn->draining) {
     finish_drain(conn);
   } else if (conn->state == SLUICE_CONN_CONNECTING) {
-    set_err(conn, "connect timed out", NULL);
+    char why[160];
+    set_err(conn, conn->ssl && sluice__tls_timed_out(conn->ssl, why, sizeof why) ? why
+                                                                                  : "connect timed out",
+            NULL);
     conn_drop(conn, NULL);
   } else if (conn->state == SLUICE_CONN_RESOLVING) {
     set_err(conn, conn->cfg.net.endpoint->cluster
