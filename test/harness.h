@@ -216,8 +216,9 @@ typedef struct th_case {
   void (*fn)(void);
   unsigned timeout_s;  /* 0: 60 */
   /* Why the case needs the standalone server (it restarts, pauses or kills
-   * it...): under a cluster or sentinel topology it is reported as a TAP
-   * "# SKIP <this>". NULL: it runs on every topology. */
+   * it...): under a cluster or sentinel topology it is left out of the
+   * plan, with a "# <name>: not on <topology> (<this>)" comment. NULL: it
+   * runs on every topology. */
   const char *standalone_only;
 } th_case;
 
