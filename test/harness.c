@@ -66,6 +66,20 @@ int th_free_port(void) {
   return ntohs(a.sin_port);
 }
 
+void th_note(const char *fmt, ...) {
+  char text[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  for (char *line = text, *end; line; line = end ? end + 1 : NULL) {
+    end = strchr(line, '\n');
+    if (end) *end = '\0';
+    if (*line || end) printf("# %s\n", line);
+  }
+  fflush(stdout);
+}
+
 void th_fail(const char *file, int line, const char *fmt, ...) {
   va_list ap;
   fprintf(stderr, "# %s:%d: ", file, line);

@@ -91,7 +91,7 @@ static void on_batch(sluice_dq *dq, int status, const sluice_dq_push_result *res
   batch_wait *w = ud;
   w->outstanding--;
   if (status != SLUICE_OK) {
-    printf("# push batch failed: %s\n", sluice_err_name(status));
+    th_note("push batch failed: %s\n", sluice_err_name(status));
     w->failed++;
   }
   for (size_t i = 0; i < n; i++)
@@ -161,7 +161,7 @@ static void test_many_messages_many_consumers(void) {
   srand(42);
   uint64_t t0 = th_now_ms();
   push_range(base, dq, 0, (uint32_t)n, random_delay);
-  printf("# pushed %d messages in %llu ms\n", n, (unsigned long long)(th_now_ms() - t0));
+  th_note("pushed %d messages in %llu ms\n", n, (unsigned long long)(th_now_ms() - t0));
   static unsigned char seen[MANY];
   static int late[MANY];
   int delivered = 0, dups = 0;
@@ -179,10 +179,10 @@ static void test_many_messages_many_consumers(void) {
   struct pollfd pfd = {fds[0], POLLIN, 0};
   TH_ASSERT_EQ(poll(&pfd, 1, 300), 0);
   TH_ASSERT_EQ(dups, 0);
-  printf("# delivered all in %llu ms across %d processes\n",
+  th_note("delivered all in %llu ms across %d processes\n",
          (unsigned long long)(th_now_ms() - t0), PROCS);
   qsort(late, (size_t)n, sizeof late[0], cmp_int);
-  printf("# lateness under load: p50 %d ms, p99 %d ms, max %d ms\n", late[n / 2], late[n * 99 / 100],
+  th_note("lateness under load: p50 %d ms, p99 %d ms, max %d ms\n", late[n / 2], late[n * 99 / 100],
          late[n - 1]);
   for (int i = 0; i < PROCS; i++) kill_child(kids[i]);
   close(fds[0]);
@@ -441,7 +441,7 @@ static void test_lateness(void) {
   qsort(l->late_us, LATE_N, sizeof l->late_us[0], cmp_int);
   int p50 = l->late_us[LATE_N / 2], p99 = l->late_us[LATE_N * 99 / 100];
   int mx = l->late_us[LATE_N - 1];
-  printf("# lateness at ~1000 msg/s: p50 %.2f ms, p99 %.2f ms, max %.2f ms (min %.2f)\n",
+  th_note("lateness at ~1000 msg/s: p50 %.2f ms, p99 %.2f ms, max %.2f ms (min %.2f)\n",
          p50 / 1000.0, p99 / 1000.0, mx / 1000.0, l->late_us[0] / 1000.0);
   TH_ASSERT_CMP(l->late_us[0], >=, -1000); /* never early beyond clock granularity */
   TH_ASSERT_CMP(p99, <, 50000);

@@ -206,7 +206,7 @@ static void test_renewals_batched(void) {
   long long before = evalsha_calls();
   th_loop_for(fx.base, 1300); /* about six renewal rounds */
   long long calls = evalsha_calls() - before;
-  printf("# %d permits, %lld renewal script calls in 1.3 s\n", N, calls);
+  th_note("%d permits, %lld renewal script calls in 1.3 s\n", N, calls);
   TH_ASSERT_CMP(calls, >=, 4);
   TH_ASSERT_CMP(calls, <=, 30); /* unbatched: ~300 */
   for (int i = 0; i < N; i++) {
@@ -633,7 +633,7 @@ static void test_waiters_share_one_connection(void) {
    * a cluster: one blocking connection per slot waited on ({t}, {t2}), and
    * a command connection per master at most. */
   long long blocked = th_redis_clients(1), conns = th_redis_clients(0);
-  printf("# %lld connections, %lld of them blocked\n", conns, blocked);
+  th_note("%lld connections, %lld of them blocked\n", conns, blocked);
   if (th_server_topo() == TH_TOPO_CLUSTER) {
     TH_ASSERT_EQ(blocked, 2);
     TH_ASSERT_CMP(conns, <=, th_redis_masters() + 2);
