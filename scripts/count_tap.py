@@ -10,7 +10,9 @@ file (JSON lines) so the final line can cover every pass:
   count_tap.py --state F --label clang --step "clang --werror build" --ok
   count_tap.py --state F --label asan --step "configure + build" --failed
   count_tap.py --state F --label abi --tap build-ci-logs/abi.log --exit 0
-  count_tap.py --state F --final      # table per pass, then "N passed, N failed"
+  count_tap.py --state F --final      # table per pass (each failed test
+                                      # named, with its log), then
+                                      # "N passed, N failed"
 
 --tap counts the TAP a script printed (scripts/abi.sh, deb.sh, ...) as one
 binary whose exit status was --exit.
@@ -135,18 +137,39 @@ def do_log(args):
         print('  [%s] FAILED: no usable test log (%s)' % (args.label, e))
         return
     total = dict(passed=0, failed=0, skipped=0)
+    failures = []
     print('  [%s] per test binary:' % args.label)
     for e in entries:
         c = count_binary(e)
         for k in total:
             total[k] += c[k]
         print_binary(e, c)
+        if c['failed']:
+            failures.append(failure_line(e, c))
     if not entries:
         total['failed'] += 1
+        failures.append('no tests ran')
         print('    (no tests ran)')
-    record(args.state, dict(label=args.label, what='tests', notes=[], **total))
+    if failures:
+        failures.append('log: %s' % text_log(args.log))
+    record(args.state, dict(label=args.label, what='tests', notes=failures, **total))
     print('  [%s] %d passed, %d failed, %d skipped'
           % (args.label, total['passed'], total['failed'], total['skipped']))
+
+
+def failure_line(entry, c):
+    """"NAME: case, case" for the summary: which binary, which cases."""
+    cases = [n[len('not ok: '):] for n in c['notes'] if n.startswith('not ok: ')]
+    other = [n for n in c['notes'] if not n.startswith(('not ok: ', '  '))]
+    return '%s (%s): %s' % (entry.get('name', '?'), entry.get('result', '?'),
+                            ', '.join(cases + other) or 'failed')
+
+
+def text_log(json_log):
+    """meson writes testlog.txt (full output) beside testlog.json."""
+    if json_log.endswith('.json'):
+        return json_log[:-len('.json')] + '.txt'
+    return json_log
 
 
 def print_binary(entry, c):
@@ -168,7 +191,8 @@ def do_tap(args):
                  result='OK' if args.exit == 0 else 'FAIL')
     c = count_binary(entry)
     print_binary(entry, c)
-    record(args.state, dict(label=args.label, what='tests', notes=[],
+    notes = [failure_line(entry, c), 'log: %s' % args.tap] if c['failed'] else []
+    record(args.state, dict(label=args.label, what='tests', notes=notes,
                             **{k: c[k] for k in ('passed', 'failed', 'skipped')}))
 
 
@@ -196,6 +220,8 @@ def do_final(args):
     for r in rows:
         print('  %-10s %-24s %4d passed %4d failed %4d skipped'
               % (r['label'], r['what'], r['passed'], r['failed'], r['skipped']))
+        for n in r.get('notes') or []:
+            print('      %s' % n)
     if skipped:
         print('  (%d skipped)' % skipped)
     print('%d passed, %d failed' % (passed, failed))

@@ -53,7 +53,9 @@
 # cases from meson's test logs (a binary that dies part-way counts as
 # failed). A build that fails counts as one failed case; the clang build and
 # the format check count as one case each.
-# The last line is "N passed, N failed"; the exit status is 1 if any failed.
+# The summary names every failed test (binary and cases) under its pass,
+# with the log that holds its output (meson's testlog*.txt); the last line
+# is "N passed, N failed"; the exit status is 1 if any failed.
 set -uo pipefail
 
 cd "$(dirname "$0")/.." || exit 1

@@ -66,6 +66,58 @@ int th_free_port(void) {
   return ntohs(a.sin_port);
 }
 
+void th_note(const char *fmt, ...) {
+  char text[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  for (char *line = text, *end; line; line = end ? end + 1 : NULL) {
+    end = strchr(line, '\n');
+    if (end) *end = '\0';
+    if (*line || end) printf("# %s\n", line);
+  }
+  fflush(stdout);
+}
+
+/* The servers this process started that must not outlive it, by pid (each
+ * leads its own process group, which also holds its forks). A case that
+ * ends, fails or hits its time limit kills their groups on its way out:
+ * PR_SET_PDEATHSIG alone kills the server but not a fork of it, and any of
+ * them left running keeps the test alive for meson. */
+#define MAX_OWNED 32
+static struct {
+  pid_t pid, owner;
+} owned[MAX_OWNED];
+
+static void own(pid_t pid) {
+  for (int i = 0; i < MAX_OWNED; i++)
+    if (owned[i].pid == 0) {
+      owned[i].pid = pid;
+      owned[i].owner = getpid();
+      return;
+    }
+}
+
+static void disown(pid_t pid) {
+  for (int i = 0; i < MAX_OWNED; i++)
+    if (owned[i].pid == pid) owned[i].pid = 0;
+}
+
+static void kill_group(pid_t pid) {
+  kill(-pid, SIGCONT); /* a paused server keeps its group stopped */
+  kill(pid, SIGCONT);
+  kill(-pid, SIGKILL);
+  kill(pid, SIGKILL);
+}
+
+/* Async-signal-safe: also called from the case's SIGALRM handler. */
+static void kill_owned(void) {
+  pid_t me = getpid();
+  for (int i = 0; i < MAX_OWNED; i++)
+    if (owned[i].pid > 0 && owned[i].owner == me) kill_group(owned[i].pid);
+}
+
 void th_fail(const char *file, int line, const char *fmt, ...) {
   va_list ap;
   fprintf(stderr, "# %s:%d: ", file, line);
@@ -74,6 +126,7 @@ void th_fail(const char *file, int line, const char *fmt, ...) {
   va_end(ap);
   fprintf(stderr, "\n");
   fflush(stderr);
+  kill_owned();
   _exit(1);
 }
 
@@ -136,21 +189,30 @@ static int spawn(th_redis *r, const char *const *extra) {
   argv[n++] = "--pidfile"; argv[n++] = "redis.pid"; /* see adopt_restarted() */
   for (int i = 0; extra && extra[i] && n < 62; i++) argv[n++] = extra[i];
   argv[n] = NULL;
+  /* Its output (what it says before it reads --logfile) goes to its log,
+   * never to the test's stdout or stderr, which meson waits on. */
+  char log[300];
+  snprintf(log, sizeof log, "%s/redis.log", r->dir);
+  /* A server dies with the process that started it, even one that failed
+   * before stopping it; but th_server outlives a case that restarted it
+   * (see adopt_restarted). */
+  int dies_with_us = r != &th_server || getpid() == harness_pid;
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) {
     setpgid(0, 0);
-    /* A case's own server dies with the case, even one that failed before
-     * stopping it: left running, it would hold the test's output open.
-     * (th_server outlives a case that restarted it: see adopt_restarted.) */
-    if (r != &th_server && (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent))
+    if (dies_with_us && (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent))
       _exit(127);
-    int devnull = open("/dev/null", O_RDWR);
-    if (devnull >= 0) { dup2(devnull, 0); dup2(devnull, 1); }
+    int in = open("/dev/null", O_RDONLY);
+    int out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (in >= 0) dup2(in, 0);
+    if (out >= 0) { dup2(out, 1); dup2(out, 2); }
     execv(bin, (char *const *)argv);
     _exit(127);
   }
+  setpgid(pid, pid); /* also here: no window where a kill(-pid) misses it */
+  if (dies_with_us) own(pid);
   r->pid = pid;
   return wait_ready(r);
 }
@@ -180,9 +242,9 @@ void th_redis_start_tcp(th_redis *r, const char *const *extra) {
 
 static void kill_wait(th_redis *r) {
   if (r->pid > 0) {
-    kill(r->pid, SIGCONT);
-    kill(r->pid, SIGKILL);
+    kill_group(r->pid);
     waitpid(r->pid, NULL, 0);
+    disown(r->pid);
     r->pid = 0;
   }
 }
@@ -445,7 +507,10 @@ sluice_client *th_client(struct event_base *base, const char *url, unsigned op_t
 pid_t th_child_start(int (*fn)(void *arg), void *arg) {
   pid_t pid = fork();
   TH_ASSERT(pid >= 0);
-  if (pid == 0) _exit(fn(arg) == 0 ? 0 : 1);
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* it never outlives a case that failed */
+    _exit(fn(arg) == 0 ? 0 : 1);
+  }
   return pid;
 }
 
@@ -524,8 +589,17 @@ static void adopt_restarted(th_redis *r) {
   if (r->pid > 0) {
     kill(r->pid, SIGKILL);
     waitpid(r->pid, NULL, 0);
+    disown(r->pid);
   }
   r->pid = (pid_t)pid;
+}
+
+/* The case's time limit: its servers go first, then it dies of SIGALRM
+ * (which run_case reports). */
+static void on_time_limit(int sig) {
+  kill_owned();
+  signal(sig, SIG_DFL);
+  raise(sig);
 }
 
 static int run_case(const th_case *tc) {
@@ -533,13 +607,14 @@ static int run_case(const th_case *tc) {
   if (pid < 0) return -1;
   if (pid == 0) {
     alarm(tc->timeout_s ? tc->timeout_s : 60);
-    signal(SIGALRM, SIG_DFL);
+    signal(SIGALRM, on_time_limit);
     if (!no_redis) th_redis_reset();
     tc->fn();
     if (sluice__live_objects != 0)
       th_fail(__FILE__, __LINE__, "%ld sluice objects still alive after the case",
               sluice__live_objects);
     fflush(stdout);
+    kill_owned();
     _exit(0);
   }
   int st;
@@ -553,6 +628,7 @@ static int run_case(const th_case *tc) {
   adopt_restarted(&th_server);
   /* The case may have stopped or killed the server: bring it back. */
   if (kill(th_server.pid, 0) != 0 || waitpid(th_server.pid, NULL, WNOHANG) == th_server.pid) {
+    disown(th_server.pid);
     th_server.pid = 0;
     th_redis_restart(&th_server);
   }
@@ -567,19 +643,26 @@ static int selected(int argc, char **argv, const char *name) {
   return 0;
 }
 
+/* A case that needs the standalone server is not part of a topology's
+ * run at all (not planned, not a SKIP): on a topology it does not apply,
+ * and a skip count must only ever mean something is missing. */
+static int applies(const th_case *tc) {
+  return topo == TH_TOPO_STANDALONE || !tc->standalone_only;
+}
+
 /* The cases, as TAP; the server (if any) is already up. */
 static int run_cases(int argc, char **argv, const th_case *cases) {
   int total = 0, failed = 0, n = 0;
   for (const th_case *tc = cases; tc->name; tc++)
-    if (selected(argc, argv, tc->name)) total++;
+    if (selected(argc, argv, tc->name) && applies(tc)) total++;
   printf("1..%d\n", total);
   for (const th_case *tc = cases; tc->name; tc++) {
     if (!selected(argc, argv, tc->name)) continue;
-    n++;
-    if (topo != TH_TOPO_STANDALONE && tc->standalone_only) {
-      printf("ok %d - %s # SKIP %s\n", n, tc->name, tc->standalone_only);
+    if (!applies(tc)) {
+      printf("# %s: not on %s (%s)\n", tc->name, th_server_topo_name(), tc->standalone_only);
       continue;
     }
+    n++;
     uint64_t t0 = th_now_ms();
     int bad = run_case(tc) != 0;
     failed += bad;

@@ -186,6 +186,11 @@ void th_run_free(th_run *r);
  * says why. Fails the case at the first one accepted. */
 void th_assert_urls_refused(struct event_base *base, const char *const *urls);
 
+/* A diagnostic on stdout as TAP comments: every line of it gets "# ", so
+ * text with newlines in it (a log, a server's error) cannot break the TAP
+ * stream. Tests print their notes with this, never a bare printf. */
+void th_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Assertions: print both sides and location, then fail the case. */
 void th_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 3, 4)));
@@ -216,8 +221,9 @@ typedef struct th_case {
   void (*fn)(void);
   unsigned timeout_s;  /* 0: 60 */
   /* Why the case needs the standalone server (it restarts, pauses or kills
-   * it...): under a cluster or sentinel topology it is reported as a TAP
-   * "# SKIP <this>". NULL: it runs on every topology. */
+   * it...): under a cluster or sentinel topology it is left out of the
+   * plan, with a "# <name>: not on <topology> (<this>)" comment. NULL: it
+   * runs on every topology. */
   const char *standalone_only;
 } th_case;
 

@@ -138,7 +138,7 @@ int prom_check_promtool(const char *text) {
   if (system("command -v promtool >/dev/null 2>&1") != 0) {
     const char *ci = getenv("CI");
     if (ci && strcmp(ci, "true") == 0) th_fail(__FILE__, __LINE__, "promtool not found (CI)");
-    printf("# promtool not found: not checked with it\n");
+    th_note("promtool not found: not checked with it\n");
     return 0;
   }
   char path[] = "/tmp/sluice-prom-XXXXXX";
@@ -155,7 +155,7 @@ int prom_check_promtool(const char *text) {
   out[n] = '\0';
   int st = pclose(f);
   unlink(path);
-  if (n) printf("# promtool: %s\n", out);
+  if (n) th_note("promtool: %s\n", out);
   TH_ASSERT_EQ(st, 0);
   return 1;
 }

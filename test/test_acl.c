@@ -392,8 +392,8 @@ static void without_fails_clearly(const target *t, const rule *ru, int which, co
     th_fail(__FILE__, __LINE__, "without +%s, %s failed without naming it: %s\nlog:\n%s", cmd,
             r->step, r->why, r->log);
   if (r->step && strcasestr(r->why, cmd))
-    printf("# without +%s: %s: %.200s\n", cmd, r->step, r->why);
-  else printf("# without +%s: logged: %.200s\n", cmd, logged);
+    th_note("without +%s: %s: %.200s\n", cmd, r->step, r->why);
+  else th_note("without +%s: logged: %.200s\n", cmd, logged);
   free(r);
 }
 
@@ -621,7 +621,7 @@ static void test_cluster(void) {
   if (!r->step || !strcasestr(r->log, "'asking'"))
     th_fail(__FILE__, __LINE__, "asked, without +asking: %s: %s\nlog:\n%s", r->step, r->why,
             r->log);
-  printf("# without +asking: %s: %.200s\n", r->step, r->why);
+  th_note("without +asking: %s: %.200s\n", r->step, r->why);
   free(r);
   th_cluster_stop(&cl);
 }

@@ -138,8 +138,8 @@ static void test_once(void) {
   TH_ASSERT_EQ(run_top(base, &c, "--once", NULL), 0);
   static char copy[sizeof c.out];
   memcpy(copy, c.out, sizeof copy);
-  printf("# output:\n");
-  for (char *line = strtok(copy, "\n"); line; line = strtok(NULL, "\n")) printf("#   %s\n", line);
+  th_note("output:\n");
+  for (char *line = strtok(copy, "\n"); line; line = strtok(NULL, "\n")) th_note("  %s\n", line);
   TH_ASSERT(!strchr(c.out, '\033'));
   TH_ASSERT(strstr(c.out, "SEMAPHORES\n  web "));
   TH_ASSERT(strstr(c.out, "holders 1    waiters 1"));
@@ -198,7 +198,7 @@ static int pane_has(const char *session, const char *needle, char *last, size_t 
 
 static void test_tmux(void) {
   if (system("command -v tmux >/dev/null 2>&1") != 0) {
-    printf("# tmux not installed: live view not checked\n");
+    th_note("tmux not installed: live view not checked\n");
     return;
   }
   struct event_base *base = event_base_new();

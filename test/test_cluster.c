@@ -183,7 +183,7 @@ static void test_primitives(void) {
 
   sluice_client_stats st;
   sluice_client_get_stats(c, &st);
-  printf("# ops %llu, timed out %llu\n", (unsigned long long)st.ops_started,
+  th_note("ops %llu, timed out %llu\n", (unsigned long long)st.ops_started,
          (unsigned long long)st.ops_timed_out);
   TH_ASSERT_EQ(st.ops_timed_out, 0);
   finish(base, c);
@@ -418,7 +418,7 @@ static void migrate_under_load(struct event_base *base, unsigned slot, th_node *
   th_loop_until_child(base, th_child_start(move_slot, &mv), 60000);
   TH_ASSERT_EQ(th_cluster_wait_ok(&topo, 30000), 0);
   TH_ASSERT(th_cluster_master_for_slot(&topo, slot) == to);
-  printf("# slot %u moved from %s to %s\n", slot, from->addr, to->addr);
+  th_note("slot %u moved from %s to %s\n", slot, from->addr, to->addr);
 }
 
 static th_node *other_master(const th_node *not) {
@@ -472,15 +472,15 @@ static void test_resharding(void) {
     if ((!busy && L.push_cbs == L.pushes && L.delivered == L.pushed_ok) || th_now_ms() > until) break;
     th_loop_for(base, 20);
   }
-  printf("# grants %ld (during the moves %ld, after %ld), refusals %ld, max holders %d, "
+  th_note("grants %ld (during the moves %ld, after %ld), refusals %ld, max holders %d, "
          "pushes %ld ok %ld delivered %ld dup %ld\n", L.grants, during, after, L.refusals,
          L.max_holders, L.pushes, L.pushed_ok, L.delivered, L.dup);
   sluice_client_metrics m;
   sluice_client_get_metrics(c, &m);
   for (unsigned k = 0; k < m.nkinds; k++)
-    printf("# %s: %llu ops, %llu errors\n", m.kinds[k].name, (unsigned long long)m.kinds[k].ops,
+    th_note("%s: %llu ops, %llu errors\n", m.kinds[k].name, (unsigned long long)m.kinds[k].ops,
            (unsigned long long)m.kinds[k].errors);
-  printf("# Redis errors: %llu; last error: %s\n", (unsigned long long)m.by_status[-SLUICE_EREDIS],
+  th_note("Redis errors: %llu; last error: %s\n", (unsigned long long)m.by_status[-SLUICE_EREDIS],
          sluice_client_last_error(c));
   TH_ASSERT_EQ(m.by_status[-SLUICE_EREDIS], 0); /* no script broke a cluster rule */
   TH_ASSERT_CMP(L.max_holders, <=, PERMITS);   /* no over-issue */
@@ -580,7 +580,7 @@ static void test_failover(void) {
   uint64_t t0 = th_now_ms();
   in_child_under_loop(base, manual_failover, sem_master);
   TH_ASSERT(th_cluster_master_for_key(&topo, "{f}") != sem_master);
-  printf("# manual failover of %s done after %llu ms\n", sem_master->addr,
+  th_note("manual failover of %s done after %llu ms\n", sem_master->addr,
          (unsigned long long)(th_now_ms() - t0));
   /* The holder's renewals went on; its release on the new master hands the
    * waiter the permit through the re-armed blocking connection. */
@@ -591,7 +591,7 @@ static void test_failover(void) {
   sluice_permit_release(f.held.permit, NULL, NULL);
   TH_ASSERT(th_loop_until(base, &f.waited.done, 5000));
   TH_ASSERT_EQ(f.waited.status, SLUICE_OK);
-  printf("# release to hand-off on the new master: %llu ms\n",
+  th_note("release to hand-off on the new master: %llu ms\n",
          (unsigned long long)(th_now_ms() - t0));
 
   th_node *q_master = th_cluster_master_for_key(&topo, "{fq}");
@@ -602,7 +602,7 @@ static void test_failover(void) {
   TH_ASSERT(th_cluster_master_for_key(&topo, "{fq}") != q_master);
   uint64_t agreed = th_now_ms() - t0;
   uint64_t recovered = push_until_delivered(base, &f, t0);
-  printf("# SIGKILL of %s: cluster agreed after %llu ms, a push delivered %llu ms after the "
+  th_note("SIGKILL of %s: cluster agreed after %llu ms, a push delivered %llu ms after the "
          "kill\n", q_master->addr, (unsigned long long)agreed, (unsigned long long)recovered);
   TH_ASSERT_CMP(recovered, <, agreed + 5000);
 
@@ -689,7 +689,7 @@ static int rejoin(void *m) { return th_cluster_resume_node(&topo, m); }
 static void on_lost(sluice_permit *p, int reason, void *ud) { ++*(int *)ud; }
 
 static void print_log(sluice_client *c, int level, const char *msg, void *ud) {
-  printf("# %llu %s %s\n", (unsigned long long)(th_now_ms() % 100000), sluice_log_level_name(level), msg);
+  th_note("%llu %s %s\n", (unsigned long long)(th_now_ms() % 100000), sluice_log_level_name(level), msg);
 }
 
 /* The holder's id in the holders set of the master now serving "{p}". */
@@ -743,13 +743,13 @@ static void test_pause_master(void) {
   uint64_t t0 = th_now_ms();
   in_child_under_loop(base, pause_master, m);
   TH_ASSERT(th_cluster_master_for_key(&topo, "{p}") != m);
-  printf("# SIGSTOP of %s: taken over after %llu ms; holder lost: %d\n", m->addr,
+  th_note("SIGSTOP of %s: taken over after %llu ms; holder lost: %d\n", m->addr,
          (unsigned long long)(th_now_ms() - t0), lost);
   /* Within one lease the holder knows where it stands: held on the new
    * master, or told it is lost. */
   th_loop_for(base, 2000);
   int held = holds_there(holder_id);
-  printf("# after a lease: holder held there %d, lost callbacks %d, waiter done %d\n", held,
+  th_note("after a lease: holder held there %d, lost callbacks %d, waiter done %d\n", held,
          lost, f.waited.done);
   TH_ASSERT(held || lost == 1);
   TH_ASSERT_CMP(lost, <=, 1);
@@ -757,7 +757,7 @@ static void test_pause_master(void) {
     if (!th_loop_until(base, &f.waited.done, 5000)) {
       sluice_client_health hh;
       sluice_client_get_health(c, &hh);
-      printf("# waiter not served: health %d/%d, last error %s\n", hh.command_up, hh.blocking_up,
+      th_note("waiter not served: health %d/%d, last error %s\n", hh.command_up, hh.blocking_up,
              sluice_client_last_error(c));
       th_fail(__FILE__, __LINE__, "waiter not served");
     }
@@ -769,7 +769,7 @@ static void test_pause_master(void) {
   TH_ASSERT_EQ(f.waited.status, SLUICE_OK);
   TH_ASSERT_CMP(th_now_ms() - asked, <, 20000 + 500);
   uint64_t recovered = push_until_delivered(base, &f, t0);
-  printf("# a push delivered %llu ms after the SIGSTOP\n", (unsigned long long)recovered);
+  th_note("a push delivered %llu ms after the SIGSTOP\n", (unsigned long long)recovered);
 
   /* The old master returns as the new one's replica. */
   in_child_under_loop(base, rejoin, m);
@@ -817,7 +817,7 @@ static void test_release_during_pause(void) {
   uint64_t took = th_now_ms() - t0;
   TH_ASSERT(th_loop_until(base, &w.done, 10000));
   TH_ASSERT_EQ(w.status, SLUICE_OK);
-  printf("# released during the pause; taken over after %llu ms, waiter granted after %llu ms\n",
+  th_note("released during the pause; taken over after %llu ms, waiter granted after %llu ms\n",
          (unsigned long long)took, (unsigned long long)(th_now_ms() - t0));
   sluice_permit_release(w.permit, NULL, NULL);
   sluice_sem_free(hs);
@@ -945,7 +945,7 @@ static void test_join_leave(void) {
   under_churn(base, home, &joiner);
   int before = ch.ok;
   th_loop_for(base, 500);
-  printf("# on the new node: %d grants in 0.5 s, %d failed so far\n", ch.ok - before, ch.failed);
+  th_note("on the new node: %d grants in 0.5 s, %d failed so far\n", ch.ok - before, ch.failed);
   TH_ASSERT_CMP(ch.ok - before, >, 5);
   redisReply *meta = node_cmd(&joiner, "EXISTS sluice:sem:{j}:meta");
   TH_ASSERT(meta && meta->type == REDIS_REPLY_INTEGER && meta->integer == 1);
@@ -961,7 +961,7 @@ static void test_join_leave(void) {
   rmdir(r.dir);
   before = ch.ok;
   th_loop_for(base, 500);
-  printf("# after it left: %d grants in 0.5 s; %d failed in all\n", ch.ok - before, ch.failed);
+  th_note("after it left: %d grants in 0.5 s; %d failed in all\n", ch.ok - before, ch.failed);
   TH_ASSERT_CMP(ch.ok - before, >, 5);
 
   event_free(ch.tick);
@@ -998,7 +998,7 @@ static void test_tool(void) {
   TH_ASSERT_EQ(tool(out, sizeof out, "dq push other --id x y"), 0);
   TH_ASSERT_EQ(tool(out, sizeof out, "top --once"), 0);
   printf("%s", out[0] ? "# top:\n" : "");
-  for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) printf("#   %s\n", line);
+  for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) th_note("  %s\n", line);
   th_cluster_stop(&topo);
 }
 

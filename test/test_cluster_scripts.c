@@ -114,7 +114,7 @@ static unsigned long long redis_errors(const sluice_client *c) {
 
 static void no_redis_errors(const sluice_client *c, const char *step) {
   unsigned long long n = redis_errors(c);
-  printf("# %s: Redis errors %llu%s%s\n", step, n, n ? "; last: " : "",
+  th_note("%s: Redis errors %llu%s%s\n", step, n, n ? "; last: " : "",
          n ? sluice_client_last_error(c) : "");
   if (n) th_fail(__FILE__, __LINE__, "%s: %llu Redis errors", step, n);
 }
@@ -192,12 +192,12 @@ static void release_last(struct event_base *base, sluice_client *c, int fair) {
   done_status rel = {0};
   TH_ASSERT_EQ(sluice_permit_release(held.permit, on_release, &rel), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &rel.done, 5000));
-  printf("# %s release of the last holder: %s\n", fair ? "fair" : "non-fair",
+  th_note("%s release of the last holder: %s\n", fair ? "fair" : "non-fair",
          sluice_err_name(rel.status));
   TH_ASSERT_EQ(rel.status, SLUICE_OK);
   th_loop_for(base, 500);
   TH_ASSERT_CMP(src_zcard(keys[0]), <=, 1);
-  printf("# waiter %s while migrating (its next attempt needs the emptied holders key)\n",
+  th_note("waiter %s while migrating (its next attempt needs the emptied holders key)\n",
          waited.done ? "granted" : "still waiting");
   no_redis_errors(c, fair ? "fair release" : "non-fair release");
   stable();
@@ -227,7 +227,7 @@ static void expired_renew_leave(struct event_base *base, sluice_client *c) {
   migrating("{exp}", ptrs);
   /* The waiter's next attempt comes when the lease ends; all keys are there. */
   TH_ASSERT(th_loop_until(base, &waited.done, 5000));
-  printf("# acquire after every lease expired: %s\n", sluice_err_name(waited.status));
+  th_note("acquire after every lease expired: %s\n", sluice_err_name(waited.status));
   TH_ASSERT_EQ(waited.status, SLUICE_OK);
   TH_ASSERT_EQ(src_zcard(keys[0]), 1);
   no_redis_errors(c, "acquire after expiry");
@@ -237,7 +237,7 @@ static void expired_renew_leave(struct event_base *base, sluice_client *c) {
   acquire_queued(base, l, 1500, 300, &left);
   migrating("{exp}", ptrs);
   TH_ASSERT(th_loop_until(base, &left.done, 5000));
-  printf("# waiter giving up: %s\n", sluice_err_name(left.status));
+  th_note("waiter giving up: %s\n", sluice_err_name(left.status));
   TH_ASSERT_EQ(left.status, SLUICE_ETIMEDOUT);
   th_loop_for(base, 1000); /* renewals of the holder meanwhile */
   TH_ASSERT_EQ(sluice_permit_lost(waited.permit), 0);
@@ -260,7 +260,7 @@ static void renew_expired_direct(void) {
   node_ok(th_cluster_master_for_key(&topo, h), "ZADD %s 1 gone", h);
   migrating("{ren}", NULL);
   redisReply *r = node_cmd(src, "EVAL %s 1 %s 1000 60000 gone other", sluice__lua_sem_renew.body, h);
-  printf("# sem_renew, expired only holder then another id: %s\n",
+  th_note("sem_renew, expired only holder then another id: %s\n",
          r->type == REDIS_REPLY_ERROR ? r->str : "ok");
   TH_ASSERT_EQ(r->type, REDIS_REPLY_ARRAY);
   TH_ASSERT_EQ(r->elements, 2);
@@ -330,7 +330,7 @@ static void test_limiters(void) {
     TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 2, on_rl, &r), SLUICE_OK);
     uint64_t until = th_now_ms() + 5000;
     while (r.done < 2 && th_now_ms() < until) th_loop_for(base, 5);
-    printf("# %s on the migrating slot: %s, allowed %d of 2\n", algos[i].suffix,
+    th_note("%s on the migrating slot: %s, allowed %d of 2\n", algos[i].suffix,
            sluice_err_name(r.status), r.allowed);
     TH_ASSERT_EQ(r.done, 2);
     TH_ASSERT_EQ(r.status, SLUICE_OK);
@@ -443,11 +443,11 @@ static void test_queue(void) {
   th_loop_for(base, 600);
   TH_ASSERT_EQ(sluice_dq_ack(take_held(&q), on_settle, &q), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &q.settled, 5000));
-  printf("# late ack: %s\n", sluice_err_name(q.settle_status));
+  th_note("late ack: %s\n", sluice_err_name(q.settle_status));
   TH_ASSERT_EQ(q.settle_status, SLUICE_ELATE);
   uint64_t until = th_now_ms() + 5000;
   while (q.m1_deliveries < 2 && th_now_ms() < until) th_loop_for(base, 10);
-  printf("# m1 delivered %d times while migrating\n", q.m1_deliveries);
+  th_note("m1 delivered %d times while migrating\n", q.m1_deliveries);
   no_redis_errors(c, "take requeueing the last late message");
   TH_ASSERT_EQ(q.m1_deliveries, 2);
 
@@ -456,13 +456,13 @@ static void test_queue(void) {
   q.settled = 0;
   TH_ASSERT_EQ(sluice_dq_retry(take_held(&q), 600000, on_settle, &q), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &q.settled, 5000));
-  printf("# retry of the last in flight: %s\n", sluice_err_name(q.settle_status));
+  th_note("retry of the last in flight: %s\n", sluice_err_name(q.settle_status));
   TH_ASSERT_EQ(q.settle_status, SLUICE_OK);
   no_redis_errors(c, "retry");
   stable();
   dqt_info in;
   sluice_dq_info info = dqt_inspect(base, dq, &in);
-  printf("# delayed %llu, in flight %llu, dead %llu\n", (unsigned long long)info.delayed,
+  th_note("delayed %llu, in flight %llu, dead %llu\n", (unsigned long long)info.delayed,
          (unsigned long long)info.in_flight, (unsigned long long)info.dead);
   TH_ASSERT_EQ(info.delayed, 2); /* later, m1 */
   TH_ASSERT_EQ(info.in_flight, 0);
@@ -482,7 +482,7 @@ static void test_queue(void) {
   TH_ASSERT_EQ(cx.status, SLUICE_OK);
   TH_ASSERT_EQ(sluice_dq_dead_requeue(dq, NULL, count_cb, &rq), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &rq.done, 5000));
-  printf("# dead letters requeued: %d\n", rq.status);
+  th_note("dead letters requeued: %d\n", rq.status);
   TH_ASSERT_EQ(rq.status, 1);
   no_redis_errors(c, "cancel, dead requeue");
   stable();

@@ -674,7 +674,7 @@ static void test_early_push_wakes_consumer(void) {
   dqt_finish(base2, c2);
   TH_ASSERT(th_loop_until(fx.base, &r.reached, 1500));
   TH_ASSERT_STR_EQ(r.ids[0], "sooner");
-  printf("# early-inserted message delivered %lld ms late\n", (long long)r.late_ms[0]);
+  th_note("early-inserted message delivered %lld ms late\n", (long long)r.late_ms[0]);
   TH_ASSERT_CMP(r.late_ms[0], >=, -2);
   TH_ASSERT_CMP(r.late_ms[0], <, 50);
   /* A due-now push wakes an idle consumer at once too. */
@@ -721,7 +721,7 @@ static void test_idle_cost(void) {
    * INFO is counted). */
   long long own = th_server_topo() == TH_TOPO_SENTINEL ? 0 : th_redis_masters();
   long long used = total_commands() - before - own;
-  printf("# idle consumer: %lld Redis commands in 4 s\n", used);
+  th_note("idle consumer: %lld Redis commands in 4 s\n", used);
   /* Default max_poll 60 s, BRPOP blocks 30 s: at most one of each. */
   TH_ASSERT_CMP(used, <=, 4);
   TH_ASSERT_EQ(r.n, 0);

@@ -148,7 +148,7 @@ static void load_free(load *l) {
 }
 
 static void print_counts(const char *what, counts c) {
-  printf("# %-22s 200: %ld, 429: %ld, 503: %ld, other: %ld, failed: %ld\n", what, c.ok,
+  th_note("%-22s 200: %ld, 429: %ld, 503: %ld, other: %ld, failed: %ld\n", what, c.ok,
          c.limited, c.unavailable, c.other, c.failed);
   fflush(stdout);
 }
@@ -206,7 +206,7 @@ static void redis_restart_under_load(const char *extra) {
   counts back = load_for(&l, 1500 * scale);
   print_counts("after the restart:", back);
   TH_ASSERT(l.first_ok_ms != 0);
-  printf("# first 200 %lld ms after Redis answered again\n",
+  th_note("first 200 %lld ms after Redis answered again\n",
          (long long)l.first_ok_ms - (long long)up_ms);
   counts tail = load_for(&l, 500 * scale);
   print_counts("last 0.5 s:", tail);
@@ -217,7 +217,7 @@ static void redis_restart_under_load(const char *extra) {
   TH_ASSERT_CMP(tail.ok, >, tail.unavailable);
   load_settle(&l);
   load_free(&l);
-  printf("# load stopped\n");
+  th_note("load stopped\n");
   fflush(stdout);
 
   /* Nothing left in flight, in the gateway or in sluice; follow-up jobs
@@ -226,7 +226,7 @@ static void redis_restart_under_load(const char *extra) {
   TH_ASSERT_EQ(wait_stat(gw.port, "ops_in_flight", 0, 5000 * scale), 0);
   char *s = th_http_get(gw.port, "/stats");
   TH_ASSERT(s != NULL);
-  printf("# reconnects %ld, followups pushed %ld done %ld, unchecked decisions %ld\n",
+  th_note("reconnects %ld, followups pushed %ld done %ld, unchecked decisions %ld\n",
          stat_value(s, "reconnects"), stat_value(s, "followups_pushed"),
          stat_value(s, "followups_done"), stat_value(s, "unchecked"));
   TH_ASSERT_CMP(stat_value(s, "reconnects"), >=, 1);
@@ -234,7 +234,7 @@ static void redis_restart_under_load(const char *extra) {
   free(s);
 
   long rss1 = rss_kb(gw.pid);
-  printf("# gateway RSS %ld kB after warm-up, %ld kB at the end\n", rss0, rss1);
+  th_note("gateway RSS %ld kB after warm-up, %ld kB at the end\n", rss0, rss1);
   /* Flat memory: growth of more than 8 MB over tens of thousands of requests
    * would mean leaked request state (under valgrind or ASan RSS says
    * nothing; their leak checks at exit do). */

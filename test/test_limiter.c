@@ -407,7 +407,7 @@ static void report_memory(struct event_base *base, sluice_client *c, sluice_rl_a
   char *k = rkey(lim, "203.0.113.7");
   long long bytes = th_redis_int(&th_server, "MEMORY USAGE %s SAMPLES 0", k);
   TH_ASSERT_CMP(bytes, >, 0);
-  printf("# memory per key: %-15s limit %-5u %6lld bytes (key %zu bytes)\n",
+  th_note("memory per key: %-15s limit %-5u %6lld bytes (key %zu bytes)\n",
          sluice_rl_algo_name(algo), limit, bytes, strlen(k));
   free(k);
   sluice_limiter_free(lim);
@@ -559,7 +559,7 @@ static void test_concurrent_exact(void) {
       int64_t span = (int64_t)cfg.period * 1000;
       /* Same window (and, for the counter, a fresh previous one)? */
       if (t0 / span != t1 / span && attempt < 2) continue;
-      printf("# %s: %ld admitted, %ld denied of 1200 (limit %u)\n", sluice_rl_algo_name(algos[i]),
+      th_note("%s: %ld admitted, %ld denied of 1200 (limit %u)\n", sluice_rl_algo_name(algos[i]),
              s.allowed, s.denied, cfg.limit);
       TH_ASSERT_EQ(s.errors, 0);
       TH_ASSERT_EQ(s.allowed + s.denied, 1200);
@@ -625,7 +625,7 @@ static void test_concurrent_sliding_log_windows(void) {
     if (j - i > worst) worst = j - i;
   }
   double windows = (double)(t1 - t0) / (double)span;
-  printf("# sliding-log: %ld admitted over %.1f periods, at most %zu in any period (limit %u)\n",
+  th_note("sliding-log: %ld admitted over %.1f periods, at most %zu in any period (limit %u)\n",
          w.allowed, windows, worst, cfg.limit);
   TH_ASSERT_CMP(worst, <=, cfg.limit);
   TH_ASSERT_EQ(worst, cfg.limit); /* under load the limit is reached, too */
@@ -660,7 +660,7 @@ static void test_concurrent_gcra_rate(void) {
   double most = cfg.burst + (double)(t1 - t0) / (double)T;
   double busy = cfg.burst + (double)(w.last_send_us - w.first_admit_us) / (double)T;
   long long tat = watch.max;
-  printf("# gcra: %ld admitted; burst + rate x time = %.1f over the run (%.0f ms), "
+  th_note("gcra: %ld admitted; burst + rate x time = %.1f over the run (%.0f ms), "
          "%.1f while loaded; TAT - n*T - t0 = %.1f ms\n",
          w.allowed, most, (double)(t1 - t0) / 1000, busy,
          (double)(tat - w.allowed * T - t0) / 1000);
@@ -718,7 +718,7 @@ static void test_batch_one_call(void) {
     }
     TH_ASSERT(th_loop_until(base, &r[N - 1].done, 5000));
     long long calls = cmd_calls("evalsha") + cmd_calls("eval") - calls0;
-    printf("# %s: %d checks in one turn took %lld script calls\n",
+    th_note("%s: %d checks in one turn took %lld script calls\n",
            sluice_rl_algo_name(all_algos[a]), N, calls);
     TH_ASSERT_CMP(calls, <=, 2);
     TH_ASSERT_EQ(norder, N);
@@ -757,7 +757,7 @@ static void test_batch_one_call(void) {
   for (int i = 0; i < 300 && th_now_ms() < end; i += r[i].done)
     if (!r[i].done) event_base_loop(base, EVLOOP_ONCE);
   long long calls = cmd_calls("evalsha") + cmd_calls("eval") - calls0;
-  printf("# 300 checks on 150 keys in one turn took %lld script calls\n", calls);
+  th_note("300 checks on 150 keys in one turn took %lld script calls\n", calls);
   if (th_server_topo() == TH_TOPO_CLUSTER) TH_ASSERT_EQ(calls, distinct_slots(lim, 150));
   else TH_ASSERT_EQ(calls, 2); /* 255 + 45 */
   for (int i = 0; i < 300; i++) {
@@ -801,7 +801,7 @@ static void test_wait_fifo(void) {
   }
   /* No busy loop: about one script per waiter and retry. */
   sluice_client_get_stats(c, &st1);
-  printf("# 6 waits took %llu scripts\n", (unsigned long long)(st1.ops_started - st0.ops_started));
+  th_note("6 waits took %llu scripts\n", (unsigned long long)(st1.ops_started - st0.ops_started));
   TH_ASSERT_CMP(st1.ops_started - st0.ops_started, <=, 6 * 3);
   finish(base, c, lim);
 }

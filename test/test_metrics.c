@@ -18,7 +18,7 @@ static void on_log(sluice_client *c, int level, const char *msg, void *ud) {
   logbook *b = ud;
   size_t n = strlen(b->text);
   snprintf(b->text + n, sizeof b->text - n, "%s %s\n", sluice_log_level_name(level), msg);
-  printf("# log: %s %s\n", sluice_log_level_name(level), msg);
+  th_note("log: %s %s\n", sluice_log_level_name(level), msg);
   if (strstr(msg, "connected to")) b->up++, b->flag = 1;
   if (strstr(msg, "down:")) b->down++;
   if (level == SLUICE_LOG_ERROR) b->error++, b->flag = 1;
@@ -241,7 +241,7 @@ static void test_counters(void) {
   TH_ASSERT_CMP(m.by_status[0], >=, 6);
   int seen_acquire = 0;
   for (size_t i = 0; i < m.nkinds; i++) {
-    printf("# %-16s ops %llu errors %llu p50 %llu us p99 %llu us max %llu us\n", m.kinds[i].name,
+    th_note("%-16s ops %llu errors %llu p50 %llu us p99 %llu us max %llu us\n", m.kinds[i].name,
            (unsigned long long)m.kinds[i].ops, (unsigned long long)m.kinds[i].errors,
            (unsigned long long)m.kinds[i].latency.p50_us,
            (unsigned long long)m.kinds[i].latency.p99_us,

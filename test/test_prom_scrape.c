@@ -67,14 +67,14 @@ static void prom_start(prom_server *p, int target_port) {
     execlp("prometheus", "prometheus", config, storage, listen, "--log.level=warn", (char *)NULL);
     _exit(127);
   }
-  printf("# prometheus (pid %d) on 127.0.0.1:%d scraping 127.0.0.1:%d\n", (int)p->pid, p->port,
+  th_note("prometheus (pid %d) on 127.0.0.1:%d scraping 127.0.0.1:%d\n", (int)p->pid, p->port,
          target_port);
 }
 
 static void print_log(const prom_server *p) {
   char cmd[192];
   snprintf(cmd, sizeof cmd, "sed 's/^/# prometheus: /' '%s/prometheus.log' | tail -n 20", p->dir);
-  if (system(cmd) != 0) printf("# (no prometheus log)\n");
+  if (system(cmd) != 0) th_note("(no prometheus log)\n");
 }
 
 static void prom_stop(prom_server *p) {
@@ -132,7 +132,7 @@ static void test_scraped_by_prometheus(void) {
   char *answer = th_http_wait(p.port, "/api/v1/query?query=sluice_sem_grants_total", want, 30000);
   if (!answer) print_log(&p);
   TH_ASSERT(answer != NULL);
-  printf("# answered %llu ms after ready: %.300s\n", (unsigned long long)(th_now_ms() - t0),
+  th_note("answered %llu ms after ready: %.300s\n", (unsigned long long)(th_now_ms() - t0),
          answer);
   TH_ASSERT(strstr(answer, "\"status\":\"success\""));
   TH_ASSERT(strstr(answer, "\"name\":\"gateway-work\""));

@@ -151,7 +151,7 @@ static void test_exposition(void) {
   TH_ASSERT_EQ(sluice_dq_new(c, "jobs", NULL, &dq), SLUICE_OK);
   TH_ASSERT_EQ(sluice_dq_consumer_new(c, "jobs", NULL, on_msg, NULL, &con), SLUICE_OK);
   char *text = expose(c);
-  printf("# %zu bytes\n", strlen(text));
+  th_note("%zu bytes\n", strlen(text));
   TH_ASSERT_EQ(prom_value(text, "sluice_client_handles{kind=\"sem\"}"), 3);
   TH_ASSERT_EQ(prom_value(text, "sluice_client_handles{kind=\"limiter\"}"), 1);
   TH_ASSERT_EQ(prom_value(text, "sluice_client_handles{kind=\"dq\"}"), 1);

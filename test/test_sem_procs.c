@@ -178,7 +178,7 @@ static void test_stress_many_processes(void) {
   pid_t pids[PROCS];
   for (int i = 0; i < PROCS; i++) pids[i] = spawn_worker(PERMITS, 5000, CONC, EACH, 2);
   TH_ASSERT_EQ(wait_all(pids, PROCS), 0);
-  printf("# grants %d, max concurrent holders %d\n", atomic_load(&sh->grants),
+  th_note("grants %d, max concurrent holders %d\n", atomic_load(&sh->grants),
          atomic_load(&sh->max_holders));
   TH_ASSERT_EQ(atomic_load(&sh->violations), 0);
   /* Loops stop once their process has its share; acquires already under
@@ -212,7 +212,7 @@ static void test_client_kill_chaos(void) {
     th_redis_kill_clients();
     kills++;
   }
-  printf("# grants %d, losses %d, CLIENT KILLs %d, max holders %d\n", atomic_load(&sh->grants),
+  th_note("grants %d, losses %d, CLIENT KILLs %d, max holders %d\n", atomic_load(&sh->grants),
          atomic_load(&sh->losses), kills, atomic_load(&sh->max_holders));
   TH_ASSERT_EQ(atomic_load(&sh->violations), 0);
   TH_ASSERT_CMP(atomic_load(&sh->grants), >=, PROCS * EACH);

@@ -138,7 +138,7 @@ static void test_failover(void) {
    * the holder's short lease ran out during the switch, and the waiter got
    * it then). Either way the waiter gets it, without any action. */
   th_loop_for(base, 300);
-  printf("# waiter after the switch: done %d, status %s; holder lost: %d\n", w.done,
+  th_note("waiter after the switch: done %d, status %s; holder lost: %d\n", w.done,
          sluice_err_name(w.status), sluice_permit_lost(h.permit));
   /* A waiter served before the release: the new master did not have the
    * holder's last renewal (replication is asynchronous) and its lease had
@@ -154,7 +154,7 @@ static void test_failover(void) {
   TH_ASSERT_EQ(w.status, SLUICE_OK);
   /* A push after the failover reaches the consumer. */
   dqt_push_until_delivered(base, dq, &g.n, 10000, 5000);
-  printf("# failover to delivery: %llu ms\n", (unsigned long long)(th_now_ms() - t0));
+  th_note("failover to delivery: %llu ms\n", (unsigned long long)(th_now_ms() - t0));
   /* The client talks to the new master now. */
   redisContext *m = th_node_connect(nm);
   redisReply *r = m ? redisCommand(m, "ZCARD sluice:sem:{f}:holders") : NULL;
@@ -575,7 +575,7 @@ static void test_kill_master(void) {
   uint64_t t0 = th_now_ms();
   th_loop_until_child(base, th_child_start(kill_master, NULL), 60000);
   old->pid = 0; /* killed by the child */
-  printf("# sentinels promoted the replica after %llu ms; holder lost %d, waiter done %d\n",
+  th_note("sentinels promoted the replica after %llu ms; holder lost %d, waiter done %d\n",
          (unsigned long long)(th_now_ms() - t0), lost, w.done);
   if (!w.done) {
     /* The holder kept its permit on the new master (its lease outlived the
@@ -590,7 +590,7 @@ static void test_kill_master(void) {
   TH_ASSERT_EQ(w.status, SLUICE_OK);
   TH_ASSERT_CMP(lost, <=, 1);
   dqt_push_until_delivered(base, dq, &g.n, 10000, 5000);
-  printf("# kill to delivery: %llu ms\n", (unsigned long long)(th_now_ms() - t0));
+  th_note("kill to delivery: %llu ms\n", (unsigned long long)(th_now_ms() - t0));
   if (h.permit) sluice_permit_release(h.permit, NULL, NULL); /* harmless when lost */
   sluice_permit_release(w.permit, NULL, NULL);
   sluice_dq_consumer_free(con);
@@ -667,7 +667,7 @@ static void churn_wait(churn2 *k) {
 }
 
 static void print_log(sluice_client *c, int level, const char *msg, void *ud) {
-  printf("# %llu %s %s\n", (unsigned long long)(th_now_ms() % 100000), (const char *)ud, msg);
+  th_note("%llu %s %s\n", (unsigned long long)(th_now_ms() % 100000), (const char *)ud, msg);
 }
 
 static void test_pause_churn(void) {
@@ -698,13 +698,13 @@ static void test_pause_churn(void) {
     long before = k.grants;
     uint64_t until = th_now_ms() + 10000;
     while (k.grants == before && th_now_ms() < until) th_loop_for(base, 20);
-    printf("# round %d: switched after %llu ms; waiter served again %llu ms after the stop; "
+    th_note("round %d: switched after %llu ms; waiter served again %llu ms after the stop; "
            "errors %ld\n", round, (unsigned long long)switched,
            (unsigned long long)(th_now_ms() - t0), k.errs);
     if (k.grants == before) {
       redisContext *m = th_node_connect(th_sentinel_master(&topo));
       redisReply *r = m ? redisCommand(m, "ZRANGE sluice:sem:{fo}:holders 0 -1 WITHSCORES") : NULL;
-      for (size_t i = 0; r && i < r->elements; i++) printf("#   holders: %s\n", r->element[i]->str);
+      for (size_t i = 0; r && i < r->elements; i++) th_note("  holders: %s\n", r->element[i]->str);
       if (r) freeReplyObject(r);
       if (m) redisFree(m);
     }

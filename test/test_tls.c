@@ -77,7 +77,7 @@ static sluice_client *client_for(struct event_base *base, const char *url, state
 static void test_hiredis_build(void) {
   Dl_info info;
   TH_ASSERT(dladdr((void *)redisAsyncConnect, &info) != 0 && info.dli_fname);
-  printf("# built against hiredis %d.%d.%d, running %s; TLS %s\n", HIREDIS_MAJOR,
+  th_note("built against hiredis %d.%d.%d, running %s; TLS %s\n", HIREDIS_MAJOR,
          HIREDIS_MINOR, HIREDIS_PATCH, info.dli_fname,
 #ifdef SLUICE_HAVE_TLS
          "on"
@@ -335,7 +335,7 @@ static void expect_connect_error(const char *url, const char *want) {
   TH_ASSERT_EQ(st.up, 0);
   TH_ASSERT_EQ(st.status, SLUICE_ECONNECTION);
   TH_ASSERT(!sluice_client_is_connected(c));
-  printf("# %s\n", sluice_client_last_error(c));
+  th_note("%s\n", sluice_client_last_error(c));
   TH_ASSERT_CONTAINS(sluice_client_last_error(c), want);
   sluice_limiter_options o;
   sluice_limiter_options_init(&o);
@@ -674,7 +674,7 @@ int main(int argc, char **argv) {
     /* openssl missing or failing: the server cannot be set up. */
     char log[300];
     snprintf(log, sizeof log, "cat '%s/openssl.log' | sed 's/^/# /'", certs);
-    if (system(log) != 0) printf("# (no openssl log)\n");
+    if (system(log) != 0) th_note("(no openssl log)\n");
     remove_certs();
     if (under_ci) {
       printf("Bail out! cannot make certificates with openssl (required under CI)\n");

@@ -134,7 +134,7 @@ static void test_cluster(void) {
   step_t0 = th_now_ms();
   TH_ASSERT_EQ(th_cluster_start(&cl, 3, 1), 0);
   step("cluster start (3 masters + 3 replicas, all agreeing)");
-  printf("# seeds %s\n", cl.seeds);
+  th_note("seeds %s\n", cl.seeds);
   TH_ASSERT_EQ(cl.n, 6);
 
   check_keyslots(&cl.node[0]);
@@ -294,7 +294,7 @@ static void test_sentinel(void) {
   step_t0 = th_now_ms();
   TH_ASSERT_EQ(th_sentinel_start(&sn, "mymaster"), 0);
   step("sentinel start (master, replica, 3 sentinels knowing each other)");
-  printf("# sentinels %s\n", sn.sentinels);
+  th_note("sentinels %s\n", sn.sentinels);
   th_node *m = th_sentinel_master(&sn);
   TH_ASSERT(m == &sn.data[0]);
   TH_ASSERT_EQ(set_wait(m, "before", "failover", 5000), 1); /* the replica has it */
@@ -385,7 +385,7 @@ static void test_no_leaks(void) {
     if (fscanf(p, "%d", &all) != 1) all = -1;
     pclose(p);
   }
-  printf("# redis-server processes on the machine now (any owner): %d\n", all);
+  th_note("redis-server processes on the machine now (any owner): %d\n", all);
 }
 
 int main(int argc, char **argv) {
