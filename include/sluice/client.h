@@ -118,6 +118,10 @@ typedef struct sluice_client_options {
    * and failovers; host, port and db are ignored (a cluster has only db 0),
    * username and password are every node's. */
   const char *cluster_seeds;      /* "host:port[,host:port...]" */
+  /* Semaphore acquires (try and blocking) pending at once across all the
+   * client's handles; past it they fail at once with SLUICE_EFULL (about
+   * 0.7 KB each). 0: 250000. See also sluice_sem_options.max_pending. */
+  unsigned sem_pending_max;
 } sluice_client_options;
 
 /* Fill *opts with the defaults. */

@@ -52,6 +52,10 @@ typedef struct sluice_sem_options {
    * any process. The choice for one process serving many requests (a
    * gateway), where the round trip would idle the permit; default 0. */
   int local_handoff;
+  /* Acquires (try and blocking) pending at once on this handle; past it
+   * they fail at once with SLUICE_EFULL. 0: 100000. The client caps all
+   * its handles together too (sluice_client_options.sem_pending_max). */
+  unsigned max_pending;
 } sluice_sem_options;
 
 SLUICE_EXPORT void sluice_sem_options_init(sluice_sem_options *opts);
@@ -187,6 +191,11 @@ typedef struct sluice_sem_metrics {
   uint64_t releases_parked; /* releases that could not reach Redis and wait to retry */
   sluice_latency wait;
   uint64_t local_handoffs;  /* permits handed to a waiter of this handle (local_handoff) */
+  /* Attempts Redis read after their deadline and did nothing for (a stall,
+   * or a slow connection): never a grant to a caller that gave up. */
+  uint64_t late;
+  uint64_t pending;         /* now: acquires not yet answered (see max_pending) */
+  uint64_t queued;          /* now: of them, waiting in Redis's queue */
 } sluice_sem_metrics;
 SLUICE_EXPORT void sluice_sem_get_metrics(const sluice_sem *sem, sluice_sem_metrics *out);
 

@@ -6,6 +6,7 @@
 
 #include "net/cluster.h"
 #include "net/conn.h"
+#include "core/rclock.h"
 #include "core/guard.h"
 #include "base/histogram.h"
 #include "net/sentinel.h"
@@ -31,6 +32,8 @@ struct sluice_client {
   sluice__cluster *cluster;       /* redis+cluster://: the map and the masters */
   sluice__guard_home home;        /* every object created on the client */
   sluice__blocker *blocker;       /* created on first listen */
+  sluice__rclock rclock;          /* Redis's clock, from replies (rclock.h) */
+  unsigned sem_pending;           /* semaphore acquires pending, all handles */
 
   sluice_client_state_cb *state_cb;
   void *state_ud;

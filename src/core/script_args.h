@@ -32,17 +32,26 @@ typedef struct sluice__sem_call {
 #define SEM_HEAD_ARGS 10
 #define SEM_HEAD_NUMS 4
 
-/* sem_acquire.lua: the head, then per request: permit id; waiter ("" for
- * try_acquire, else "<handle id>:<waiter id>"); "1" if an earlier attempt
- * with this id may have been granted, else "0".
- * Reply: {wait, now, then granted, value, lease per request}. */
-#define SEM_ACQUIRE_ARGS_HEAD SEM_HEAD_ARGS
-#define SEM_ACQUIRE_ARGS_PER 3
-#define SEM_ACQUIRE_NUMS_HEAD SEM_HEAD_NUMS
-#define SEM_ACQUIRE_NUMS_PER 0
-void sluice__sem_acquire_head(sluice__args *a, const sluice__sem_call *s);
+/* A moment on Redis's clock (ms) that never comes: a deadline for requests
+ * built once and sent many times (the benchmarks' redis-benchmark calls). */
+#define SEM_REDIS_FOREVER INT64_C(9007199254740991)
+
+/* sem_acquire.lua: the head; the handle whose heartbeat this step is (""
+ * for none) and that heartbeat's deadline; then per request: permit id;
+ * waiter ("" for try_acquire, else "<handle id>:<waiter id>"); "1" if an
+ * earlier attempt with this id may have been granted, else "0"; the
+ * request's deadline; the waiter's own deadline in the queue (0: none).
+ * Deadlines are ms on Redis's clock (rclock.h).
+ * Reply: {wait, now, beat, then granted, value, lease per request}. */
+#define SEM_ACQUIRE_ARGS_HEAD (SEM_HEAD_ARGS + 2)
+#define SEM_ACQUIRE_ARGS_PER 5
+#define SEM_ACQUIRE_NUMS_HEAD (SEM_HEAD_NUMS + 1)
+#define SEM_ACQUIRE_NUMS_PER 2
+#define SEM_ACQUIRE_REPLY_HEAD 3
+void sluice__sem_acquire_head(sluice__args *a, const sluice__sem_call *s, const char *handle,
+                              int64_t beat_until);
 void sluice__sem_acquire_item(sluice__args *a, const char *permit_id, const char *waiter,
-                              int maybe_granted);
+                              int maybe_granted, int64_t until, int64_t own_until);
 
 /* sem_release.lua: the head, then the permit ids.
  * Reply: {held per request}. */

@@ -242,4 +242,6 @@ void sluice_sem_get_metrics(const sluice_sem *sem, sluice_sem_metrics *out) {
   if (!sem) return;
   *out = sem->m;
   sluice__latency_of(&sem->wait_hist, &out->wait);
+  out->pending = sem->npending;
+  out->queued = sem->nwaiting;
 }

@@ -52,12 +52,15 @@ struct sluice_sem {
 
   /* sem_acquire.c */
   sluice__list acquires;          /* every live acquire */
+  unsigned npending;              /* in acquires */
   sluice__listener *listener;     /* while blocking acquires wait */
-  unsigned nblocking;
-  struct event *beat;             /* heartbeat of every blocked waiter */
   unsigned nwaiting;              /* of them, queued in Redis (listening) */
-  uint64_t clock_sent_ms;         /* a reply read Redis's clock at */
-  int64_t clock_redis_ms;         /* clock_redis_ms, sent at clock_sent_ms */
+  struct event *beat;             /* the handle's heartbeat, while any wait */
+  sluice__op *beat_op;            /* a heartbeat step in flight */
+  uint64_t beat_sent_ms;
+  int beat_again;                 /* another one once it is answered */
+  struct event *requeue;          /* the heartbeat had stopped: queue again */
+  uint64_t requeue_before;        /* ... the waiters whose attempts left before */
   struct event *expiry;           /* earliest holder's lease expiry */
   uint64_t expiry_at;             /* monotonic ms, while expiry is pending */
 
