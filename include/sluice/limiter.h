@@ -185,6 +185,10 @@ typedef struct sluice_limiter_metrics {
   uint64_t local;       /* decided in process, Redis down (SLUICE_RL_FAIL_LOCAL) */
   uint64_t errors;      /* answered with a status other than SLUICE_OK */
   sluice_latency wait;
+  /* Requests Redis read after their deadline (a stall, a slow connection)
+   * and took nothing for: a wait then asks again or ends, a check or peek
+   * is answered as timed out (see on_redis_down). */
+  uint64_t late;
 } sluice_limiter_metrics;
 SLUICE_EXPORT void sluice_limiter_get_metrics(const sluice_limiter *limiter,
                                               sluice_limiter_metrics *out);

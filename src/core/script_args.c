@@ -87,7 +87,8 @@ void sluice__rl_check_head(sluice__args *a, const sluice__rl_call *s) {
   sluice__args_u64(a, s->burst);
 }
 
-void sluice__rl_check_item(sluice__args *a, unsigned cost, int peek) {
+void sluice__rl_check_item(sluice__args *a, unsigned cost, int peek, int64_t deadline) {
   sluice__args_u64(a, cost);
   sluice__args_bin(a, peek ? "1" : "0", 1);
+  sluice__args_i64(a, deadline);
 }

@@ -12,6 +12,10 @@
 
 #include "core/args.h"
 
+/* A moment on Redis's clock (ms) that never comes: the deadline of requests
+ * built once and sent many times (the benchmarks' redis-benchmark calls). */
+#define REDIS_FOREVER_MS INT64_C(9007199254740991)
+
 /* ---- semaphores ---------------------------------------------------------- */
 
 enum { SEM_KEY_HOLDERS, SEM_KEY_QUEUE, SEM_KEY_BEATS, SEM_KEY_META, SEM_NKEYS };
@@ -31,10 +35,6 @@ typedef struct sluice__sem_call {
  *       ("<prefix>sem:{name}:wake:"), 6 keep_ms (idle expiry). */
 #define SEM_HEAD_ARGS 10
 #define SEM_HEAD_NUMS 4
-
-/* A moment on Redis's clock (ms) that never comes: a deadline for requests
- * built once and sent many times (the benchmarks' redis-benchmark calls). */
-#define SEM_REDIS_FOREVER INT64_C(9007199254740991)
 
 /* sem_acquire.lua: the head; the handle whose heartbeat this step is (""
  * for none) and that heartbeat's deadline; then per request: permit id;
@@ -117,18 +117,20 @@ typedef struct sluice__rl_call {
  * KEYS: one per request, the request's key (a key may repeat: the requests
  *       are decided in order and each sees what those before it took).
  * ARGV: 1 limit, 2 period_ms, 3 burst, then per request: cost, peek ("1":
- *       decide only, "0": take).
- * Reply: {allowed, remaining, retry_after_ms, reset_after_ms per request}.
+ *       decide only, "0": take), deadline (ms on Redis's clock, rclock.h).
+ * Reply: {now ms, then allowed (-1: read past its deadline, nothing
+ * done), remaining, retry_after_ms, reset_after_ms per request}.
  * KEYS come before ARGV, so a call is built as: sluice__rl_check_key for
  * every request, then sluice__rl_check_head, then sluice__rl_check_item for
  * every request, in the same order. */
 #define RL_CHECK_ARGS_HEAD 3
-#define RL_CHECK_ARGS_PER 3
+#define RL_CHECK_ARGS_PER 4
 #define RL_CHECK_NUMS_HEAD 3
-#define RL_CHECK_NUMS_PER 1
+#define RL_CHECK_NUMS_PER 2
+#define RL_CHECK_REPLY_HEAD 1
 #define RL_CHECK_REPLY_PER 4
 void sluice__rl_check_key(sluice__args *a, const char *key);
 void sluice__rl_check_head(sluice__args *a, const sluice__rl_call *s);
-void sluice__rl_check_item(sluice__args *a, unsigned cost, int peek);
+void sluice__rl_check_item(sluice__args *a, unsigned cost, int peek, int64_t deadline);
 
 #endif
