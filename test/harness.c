@@ -182,6 +182,19 @@ void th_redis_resume(th_redis *r) {
   kill(r->pid, SIGCONT);
 }
 
+pid_t th_redis_stall(const char *key) {
+  pid_t pid = topo == TH_TOPO_STANDALONE ? th_server.pid : th__server_topo_pid(key);
+  if (pid <= 0) th_fail(__FILE__, __LINE__, "no server process serves %s", key);
+  kill(pid, SIGSTOP);
+  return pid;
+}
+
+void th_redis_unstall(pid_t pid) { kill(pid, SIGCONT); }
+
+unsigned th_redis_stall_max_ms(void) {
+  return topo == TH_TOPO_CLUSTER ? 1000 : topo == TH_TOPO_SENTINEL ? 600 : 0;
+}
+
 redisContext *th_redis_connect(const th_redis *r) {
   if (topo_server(r)) return th__server_topo_master(0);
   struct timeval tv = {2, 0};

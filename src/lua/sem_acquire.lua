@@ -125,15 +125,19 @@ for i = 9, #ARGV, 5 do
   end
 end
 
-if queued then touch(Q, keep) end
-if queued or beat > 0 then touch(B, keep) end
+-- Waiters and their heartbeats keep the queue's keys (and M, whose seq
+-- orders them) from expiring, however long they wait without new arrivals.
+if queued or beat > 0 then
+  touch(Q, keep)
+  touch(B, keep)
+end
 -- Free permits nobody in this batch could take belong to the queue's heads.
 if held < permits and hand_off(H, Q, B, M, permits - held, wake_base, hb, fair) > 0 then
   granted = true
 end
 save_fence(M, permits)
 if granted then touch(H, keep) end
-if granted or queued then touch(M, keep) end
+if granted or queued or beat > 0 then touch(M, keep) end
 if refused or handle ~= '' then
   local first = redis.call('ZRANGEBYSCORE', H, '(' .. n2s(now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if first[2] then out[1] = tonumber(first[2]) - now end
