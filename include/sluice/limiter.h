@@ -37,6 +37,14 @@
  * A cost larger than the capacity (limit; for GCRA, burst) can never pass:
  * check, peek and wait refuse it with SLUICE_EINVAL.
  *
+ * Deadlines: every request carries the latest moment, on Redis's clock, at
+ * which its caller still wants an answer (the step's deadline, or a wait's
+ * timeout if that comes first), and Redis takes no units for a request it
+ * reads later. So a stall, a paused client or a process that exited can
+ * delay a decision but never take units for a caller that already got a
+ * timeout. (The client learns Redis's clock as the semaphores do: see
+ * sluice/sem.h.)
+ *
  * Every limiter keeps its keys at
  *   <prefix>rl:{<strlen(name)>:<name>:<key>}:<fw|log|swc|gcra>
  * so names and keys cannot collide, each key has its own hash tag (one
