@@ -29,10 +29,10 @@ enum { LP_IDLE, LP_WAITING, LP_HOLDING };
 typedef struct lp_slot {
   _Atomic int pid;
   _Atomic int state;
-  _Atomic int stopped;            /* SIGSTOPped by the parent */
+  _Atomic int stopped; /* SIGSTOPped by the parent */
   _Atomic uint64_t wait_since_ns;
-  _Atomic uint32_t held_seq;      /* odd while held is written */
-  char held[33];                  /* the permit held now, "" none */
+  _Atomic uint32_t held_seq; /* odd while held is written */
+  char held[33];             /* the permit held now, "" none */
   _Atomic uint64_t grants, timeouts, errors, late, after_deadline;
 } lp_slot;
 
@@ -233,10 +233,12 @@ static struct {
   uint64_t (*quiet_since)(void);
   int stopping, inspecting, closed, attached;
   /* Spans in which a holder nobody received is no fault (below). */
-  struct { uint64_t from_ns, to_ns; } excuse[64];
+  struct {
+    uint64_t from_ns, to_ns;
+  } excuse[64];
   unsigned nexcuse;
   uint64_t stopped_at[LP_PROCS], resumed_at[LP_PROCS];
-  seen_id killed[LP_KILLED_MAX];  /* permits killed holders had, until their lease ends */
+  seen_id killed[LP_KILLED_MAX]; /* permits killed holders had, until their lease ends */
   seen_id unknown[LP_UNKNOWN_MAX];
   uint64_t free_since_ns, longest_free_ns;
   int free_flagged;
@@ -333,7 +335,6 @@ static int any_stopped(void) {
   return 0;
 }
 
-
 /* A holder no live process received must be gone within a heartbeat,
  * unless it was first seen in a client fault's span, or Redis was hurt
  * around it (a grant whose answer a fault lost is released after the
@@ -361,8 +362,8 @@ static void check_unknown(const char *id, uint64_t now) {
     return;
   }
   M.orphans++;
-  fprintf(stderr, "VIOLATION (semaphore liveness): permit %s held %.0f ms by no live process\n",
-          id, (double)(now - u->first_ns) / 1e6);
+  fprintf(stderr, "VIOLATION (semaphore liveness): permit %s held %.0f ms by no live process\n", id,
+          (double)(now - u->first_ns) / 1e6);
 }
 
 /* Since when a live process (running, not stopped) has waited: the
@@ -396,8 +397,10 @@ static void check_free(size_t live_holders, uint64_t now) {
     if (d > LP_IDLE_MAX_MS * MS && !M.free_flagged) {
       M.free_flagged = 1;
       M.idles++;
-      fprintf(stderr, "VIOLATION (semaphore liveness): the permit free %.0f ms while a live "
-              "process waited\n", (double)d / 1e6);
+      fprintf(stderr,
+              "VIOLATION (semaphore liveness): the permit free %.0f ms while a live "
+              "process waited\n",
+              (double)d / 1e6);
     }
     return;
   }
@@ -516,11 +519,13 @@ uint64_t soak_sem_report(void) {
          " killed, %" PRIu64 " stopped; %" PRIu64 " grants, %" PRIu64 " timeouts, %" PRIu64
          " other; attempts read past their deadline (not granted) %" PRIu64 "\n",
          LP_PROCS, LP_TTL_MS, LP_HB_MS, M.kills, M.stops, grants, timeouts, errors, late);
-  printf("  sem clients: %" PRIu64 " inspections; longest free while a live process waited: %.0f"
+  printf("  sem clients: %" PRIu64
+         " inspections; longest free while a live process waited: %.0f"
          " ms (bound %d, %" PRIu64 " over it); holders no live process received: %" PRIu64
-         " seen, of those outliving a heartbeat %" PRIu64 " in a fault's span, %" PRIu64 " not;"
-         " grants after the caller's deadline: %" PRIu64 "\n", M.inspections,
-         (double)M.longest_free_ns / 1e6, LP_IDLE_MAX_MS, M.idles, M.unknown_seen,
+         " seen, of those outliving a heartbeat %" PRIu64 " in a fault's span, %" PRIu64
+         " not;"
+         " grants after the caller's deadline: %" PRIu64 "\n",
+         M.inspections, (double)M.longest_free_ns / 1e6, LP_IDLE_MAX_MS, M.idles, M.unknown_seen,
          M.unknown_excused, M.orphans, after);
   if (hung) printf("  VIOLATION: %" PRIu64 " sem client processes did not exit\n", hung);
   free_events();

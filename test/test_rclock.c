@@ -25,7 +25,7 @@ static void test_narrowing(void) {
   TH_ASSERT(sluice__rclock_known(&k));
   TH_ASSERT(k.lo <= offset && offset <= k.hi);
   TH_ASSERT_EQ(k.hi - k.lo, 40 + 2); /* the round trip, and a ms each side */
-  sample(&k, now - 50, 4, 2); /* a faster one narrows them */
+  sample(&k, now - 50, 4, 2);        /* a faster one narrows them */
   TH_ASSERT(k.lo <= offset && offset <= k.hi);
   TH_ASSERT_CMP(k.hi - k.lo, <=, 4 + 2 + 2);
   sample(&k, now - 10, 300, 150); /* a slow one keeps the narrow bounds */
@@ -77,11 +77,10 @@ static void test_age_widens(void) {
 }
 
 int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"narrowing", test_narrowing, 0},
-      {"step_replaces", test_step_replaces, 0},
-      {"mappings_are_safe", test_mappings_are_safe, 0},
-      {"age_widens", test_age_widens, 0},
-      {NULL, NULL, 0}};
+  static const th_case cases[] = {{"narrowing", test_narrowing, 0},
+                                  {"step_replaces", test_step_replaces, 0},
+                                  {"mappings_are_safe", test_mappings_are_safe, 0},
+                                  {"age_widens", test_age_widens, 0},
+                                  {NULL, NULL, 0}};
   return th_main_local(argc, argv, cases);
 }

@@ -137,8 +137,9 @@ static void test_pending_caps(void) {
  * first lease in meta ("t:<handle>"), its own heartbeat in beats. */
 static void queue_legacy(const char *name, const char *handle, const char *waiter, long seq,
                          long long beat_ms_from_now) {
-  long long now = th_redis_int(&th_server, "EVAL %s 0",
-                               "local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000)");
+  long long now = th_redis_int(
+      &th_server, "EVAL %s 0",
+      "local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000)");
   th_redis_int(&th_server, "HSET sluice:sem:{%s}:meta t:%s 3000 seq %ld", name, handle, seq);
   th_redis_int(&th_server, "ZADD sluice:sem:{%s}:queue %ld %s:%s", name, seq, handle, waiter);
   th_redis_int(&th_server, "ZADD sluice:sem:{%s}:beats %lld %s:%s", name, now + beat_ms_from_now,
@@ -192,11 +193,10 @@ static void test_legacy_waiters_served(void) {
 }
 
 int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"idle_waiters_one_step", test_idle_waiters_one_step, 60},
-      {"renewals_in_rounds", test_renewals_in_rounds, 60},
-      {"pending_caps", test_pending_caps, 0},
-      {"legacy_waiters_served", test_legacy_waiters_served, 0},
-      {NULL, NULL, 0}};
+  static const th_case cases[] = {{"idle_waiters_one_step", test_idle_waiters_one_step, 60},
+                                  {"renewals_in_rounds", test_renewals_in_rounds, 60},
+                                  {"pending_caps", test_pending_caps, 0},
+                                  {"legacy_waiters_served", test_legacy_waiters_served, 0},
+                                  {NULL, NULL, 0}};
   return th_main(argc, argv, cases);
 }

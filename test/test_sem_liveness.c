@@ -21,8 +21,8 @@
 
 /* What each child reports (a shared page). */
 typedef struct report {
-  atomic_int status;            /* 1 + -status once answered (1: SLUICE_OK) */
-  atomic_uint_fast64_t at_ms;   /* th_now_ms() then: one clock for all */
+  atomic_int status;          /* 1 + -status once answered (1: SLUICE_OK) */
+  atomic_uint_fast64_t at_ms; /* th_now_ms() then: one clock for all */
 } report;
 
 static report *rep;
@@ -39,7 +39,7 @@ typedef struct child_opts {
   const char *name;
   int fair;
   unsigned ttl_ms, heartbeat_ms, timeout_ms;
-  unsigned hold_ms;             /* a grant is held this long, then released */
+  unsigned hold_ms; /* a grant is held this long, then released */
 } child_opts;
 
 static sluice_sem *child_sem(sluice_client *c, const child_opts *o) {
@@ -148,8 +148,8 @@ static void holder_killed(int fair) {
   child_kill(holder);
   TH_ASSERT_EQ(child_exit(w1), 0);
   TH_ASSERT_EQ(child_exit(w2), 0);
-  printf("# granted %llu ms and %llu ms after the kill\n",
-         (unsigned long long)(rep[1].at_ms - t0), (unsigned long long)(rep[2].at_ms - t0));
+  printf("# granted %llu ms and %llu ms after the kill\n", (unsigned long long)(rep[1].at_ms - t0),
+         (unsigned long long)(rep[2].at_ms - t0));
   TH_ASSERT_CMP(rep[1].at_ms - t0, <, 800 + 500); /* within the dead holder's lease */
   TH_ASSERT_CMP(rep[2].at_ms, >=, rep[1].at_ms);
   TH_ASSERT_CMP(rep[2].at_ms - rep[1].at_ms, <, 200 + 500);
@@ -443,17 +443,16 @@ static void test_cli_waiter_killed(void) {
 }
 
 int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"holder_killed", test_holder_killed, 60},
-      {"holder_killed_fair", test_holder_killed_fair, 60},
-      {"waiter_killed", test_waiter_killed, 60},
-      {"waiter_killed_fair", test_waiter_killed_fair, 60},
-      {"stall_gave_up", test_stall_gave_up, 60},
-      {"stall_gave_up_fair", test_stall_gave_up_fair, 60},
-      {"first_step_in_stall", test_first_step_in_stall, 60},
-      {"cli_stall_gave_up", test_cli_stall_gave_up, 90},
-      {"cli_holder_killed", test_cli_holder_killed, 60},
-      {"cli_waiter_killed", test_cli_waiter_killed, 60},
-      {NULL, NULL, 0}};
+  static const th_case cases[] = {{"holder_killed", test_holder_killed, 60},
+                                  {"holder_killed_fair", test_holder_killed_fair, 60},
+                                  {"waiter_killed", test_waiter_killed, 60},
+                                  {"waiter_killed_fair", test_waiter_killed_fair, 60},
+                                  {"stall_gave_up", test_stall_gave_up, 60},
+                                  {"stall_gave_up_fair", test_stall_gave_up_fair, 60},
+                                  {"first_step_in_stall", test_first_step_in_stall, 60},
+                                  {"cli_stall_gave_up", test_cli_stall_gave_up, 90},
+                                  {"cli_holder_killed", test_cli_holder_killed, 60},
+                                  {"cli_waiter_killed", test_cli_waiter_killed, 60},
+                                  {NULL, NULL, 0}};
   return th_main(argc, argv, cases);
 }

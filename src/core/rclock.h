@@ -23,14 +23,13 @@
 #include <stdint.h>
 
 typedef struct sluice__rclock {
-  int known;                      /* a sample arrived */
-  int64_t lo, hi;                 /* Redis ms - monotonic ms lies in [lo, hi] */
-  uint64_t at_ms;                 /* monotonic: the last sample */
+  int known;      /* a sample arrived */
+  int64_t lo, hi; /* Redis ms - monotonic ms lies in [lo, hi] */
+  uint64_t at_ms; /* monotonic: the last sample */
 } sluice__rclock;
 
 /* Redis's clock read redis_ms (whole ms) between sent_ms and recv_ms. */
-void sluice__rclock_sample(sluice__rclock *k, uint64_t sent_ms, uint64_t recv_ms,
-                           int64_t redis_ms);
+void sluice__rclock_sample(sluice__rclock *k, uint64_t sent_ms, uint64_t recv_ms, int64_t redis_ms);
 static inline int sluice__rclock_known(const sluice__rclock *k) { return k->known; }
 /* The width of the bounds now, in ms (-1: unknown). */
 int64_t sluice__rclock_error(const sluice__rclock *k);
