@@ -49,6 +49,15 @@ uint64_t th_now_ms(void) {
   return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+struct event_base *th_precise_base(void) {
+  struct event_config *cfg = event_config_new();
+  if (!cfg) return NULL;
+  event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+  struct event_base *b = event_base_new_with_config(cfg);
+  event_config_free(cfg);
+  return b;
+}
+
 int th_free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a;

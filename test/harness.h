@@ -111,6 +111,9 @@ int th_loop_drain(struct event_base *base, unsigned timeout_ms);
 void th_loop_for(struct event_base *base, unsigned ms);
 
 uint64_t th_now_ms(void);
+/* An event_base on libevent's precise clock (EVENT_BASE_FLAG_PRECISE_TIMER:
+ * sluice's deadlines and leases are its timers); NULL on failure. */
+struct event_base *th_precise_base(void);
 /* A free loopback TCP port (the kernel's pick, for a server that binds it
  * right after), or -1. */
 int th_free_port(void);

@@ -213,15 +213,8 @@ static void tv_ms(struct timeval *tv, unsigned ms) {
   tv->tv_usec = (ms % 1000) * 1000;
 }
 
-static struct event_base *new_base(void) {
-  /* sluice's leases and deadlines are libevent timers: use the precise clock. */
-  struct event_config *cfg = event_config_new();
-  if (!cfg) return NULL;
-  event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
-  struct event_base *b = event_base_new_with_config(cfg);
-  event_config_free(cfg);
-  return b;
-}
+/* sluice's leases and deadlines are libevent timers: the precise clock. */
+static struct event_base *new_base(void) { return th_precise_base(); }
 
 static int status_index(int st) { return st <= 0 && st > -NSTATUS ? -st : NSTATUS - 1; }
 

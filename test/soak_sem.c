@@ -16,6 +16,8 @@
 #include <event2/event.h>
 #include <sluice/sluice.h>
 
+#include "harness.h"
+
 #define LP_PROCS 3
 #define LP_NAME "soak-live"
 #define LP_TTL_MS 1500
@@ -63,15 +65,6 @@ static unsigned between(unsigned lo, unsigned hi) {
 static void in_ms(struct event *ev, unsigned ms) {
   struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
   evtimer_add(ev, &tv);
-}
-
-static struct event_base *precise_base(void) {
-  struct event_config *cfg = event_config_new();
-  if (!cfg) return NULL;
-  event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
-  struct event_base *b = event_base_new_with_config(cfg);
-  event_config_free(cfg);
-  return b;
 }
 
 static sluice_client *lp_client(struct event_base *base) {
@@ -187,7 +180,7 @@ static void lp_step(evutil_socket_t fd, short what, void *arg) {
 static void lp_closed(void *ud) { *(int *)ud = 1; }
 
 static int lp_main(int i) {
-  lp x = {&L->slot[i], precise_base(), NULL, NULL, NULL, NULL, 0, 0};
+  lp x = {&L->slot[i], th_precise_base(), NULL, NULL, NULL, NULL, 0, 0};
   lp_rng = (lp_seed ^ ((uint64_t)getpid() << 16)) | 1;
   if (!x.base || !(x.c = lp_client(x.base)) || !(x.sem = lp_sem(x.c))) return 2;
   x.timer = evtimer_new(x.base, lp_step, &x);

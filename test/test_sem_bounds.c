@@ -23,9 +23,7 @@ static sluice_sem *sem_with(sluice_client *c, const char *name, unsigned permits
   o.ttl_ms = ttl;
   o.heartbeat_ms = heartbeat;
   o.max_pending = max_pending;
-  sluice_sem *s = NULL;
-  TH_ASSERT_EQ(sluice_sem_new(c, name, &o, &s), SLUICE_OK);
-  return s;
+  return sem_test_new_opts(c, name, &o);
 }
 
 static void count_cb(sluice_sem *sem, int status, sluice_permit *p, void *ud) {
@@ -155,12 +153,7 @@ static void test_legacy_waiters_served(void) {
                     H2[] = "22222222222222222222222222222222",
                     W2[] = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
   sem_fx fx = sem_fx_open();
-  sluice_sem_options o;
-  sluice_sem_options_init(&o);
-  o.fair = 1;
-  o.ttl_ms = 10000;
-  sluice_sem *s = NULL;
-  TH_ASSERT_EQ(sluice_sem_new(fx.c, "lg", &o, &s), SLUICE_OK);
+  sluice_sem *s = sem_test_new(fx.c, "lg", 1, 10000, 1);
   acq_result h = sem_try(fx.base, s);
   TH_ASSERT_EQ(h.status, SLUICE_OK);
   queue_legacy("lg", H1, W1, 1, 60000); /* alive */

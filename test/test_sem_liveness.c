@@ -42,15 +42,14 @@ typedef struct child_opts {
   unsigned hold_ms; /* a grant is held this long, then released */
 } child_opts;
 
-static sluice_sem *child_sem(sluice_client *c, const child_opts *o) {
+/* The case's semaphore handle (in a child, a failure exits it with 1). */
+static sluice_sem *case_sem(sluice_client *c, const child_opts *o) {
   sluice_sem_options so;
   sluice_sem_options_init(&so);
   so.ttl_ms = o->ttl_ms;
   so.fair = o->fair;
   so.heartbeat_ms = o->heartbeat_ms;
-  sluice_sem *s = NULL;
-  if (sluice_sem_new(c, o->name, &so, &s) != SLUICE_OK) _exit(90);
-  return s;
+  return sem_test_new_opts(c, o->name, &so);
 }
 
 /* The child: acquire, report, hold, release, exit 0. A timeout exits 3 at
@@ -59,7 +58,7 @@ static sluice_sem *child_sem(sluice_client *c, const child_opts *o) {
 static void child_run(int slot, const child_opts *o) {
   struct event_base *base = event_base_new();
   sluice_client *c = sem_test_client_at(base, th_server.url, 10000);
-  sluice_sem *s = child_sem(c, o);
+  sluice_sem *s = case_sem(c, o);
   acq_result r = {0};
   if (sluice_sem_acquire(s, o->timeout_ms, acq_cb, &r, NULL) != SLUICE_OK) _exit(91);
   if (!th_loop_until(base, &r.done, o->timeout_ms + 30000)) _exit(92);
@@ -113,17 +112,6 @@ static int loop_until_reported(struct event_base *base, int slot, unsigned ms) {
   return rep[slot].status;
 }
 
-static sluice_sem *parent_sem(sluice_client *c, const child_opts *o) {
-  sluice_sem_options so;
-  sluice_sem_options_init(&so);
-  so.ttl_ms = o->ttl_ms;
-  so.fair = o->fair;
-  so.heartbeat_ms = o->heartbeat_ms;
-  sluice_sem *s = NULL;
-  TH_ASSERT_EQ(sluice_sem_new(c, o->name, &so, &s), SLUICE_OK);
-  return s;
-}
-
 /* ---- a holder killed ----------------------------------------------------- */
 
 /* The holder's process is killed with SIGKILL while two others wait: the
@@ -169,7 +157,7 @@ static void waiter_killed(int fair) {
   reports_open();
   child_opts o = {"wk", fair, 5000, 600, 20000, 100};
   sem_fx fx = sem_fx_open();
-  sluice_sem *s = parent_sem(fx.c, &o);
+  sluice_sem *s = case_sem(fx.c, &o);
   acq_result holder = sem_try(fx.base, s);
   TH_ASSERT_EQ(holder.status, SLUICE_OK);
   pid_t w1 = child_start(1, &o);
@@ -211,7 +199,7 @@ static void stall_gave_up(int fair) {
   child_opts o = {"sg", fair, 10000, 3000, stall / 2, 0};
   sem_fx fx = sem_fx_open();
   sluice_client *c2 = sem_test_client_at(fx.base, th_server.url, 10000);
-  sluice_sem *s = parent_sem(fx.c, &o), *s2 = parent_sem(c2, &o);
+  sluice_sem *s = case_sem(fx.c, &o), *s2 = case_sem(c2, &o);
   acq_result holder = sem_try(fx.base, s), next = {0};
   TH_ASSERT_EQ(holder.status, SLUICE_OK);
   pid_t w = child_start(1, &o);
