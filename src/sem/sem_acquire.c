@@ -315,6 +315,11 @@ static void note_beat(sluice_sem *sem, int64_t beat, int carried, uint64_t sent_
 static void too_late(sluice_acquire *a, int64_t redis_now) {
   sluice_sem *sem = a->sem;
   sem->m.late++;
+  sluice__log(sem->c, SLUICE_LOG_DEBUG,
+              "semaphore '%s': attempt for permit %.32s read past its deadline, nothing done "
+              "(Redis's clock known to +-%lld ms)",
+              sem->name, a->permit_id,
+              (long long)sluice__rclock_error(sluice__client_rclock(sem->c)) / 2);
   if (!a->blocking) {
     finish(a, SLUICE_ETIMEDOUT, NULL);
     return;
