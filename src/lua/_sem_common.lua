@@ -175,12 +175,15 @@ end
 -- refused push grants nothing (scripts are not rolled back, so granting
 -- first would leave a permit nobody is woken for); the permit stays free
 -- and the waiters take it with their next step, within a heartbeat.
--- In fair mode a refused head stops the hand-off, so nobody passes it.
+-- In fair mode a refused head stops the hand-off, so nobody passes it. The
+-- handles refused go into `unpushed` (a set): their waiters are told to ask
+-- themselves (see sem_acquire.lua).
 -- Callers run it before removing anything from H (it adds there). The ids
 -- it grants go into `got` (a set) if given; callers that hand anything run
 -- save_fence afterwards (it writes the grants' fences). The grants' writes
 -- go as one call per key after the pushes, not one per waiter: this step
 -- delays the grant it hands. Returns how many were handed.
+local unpushed = {}
 local function hand_off(H, Q, B, M, n, wake_base, hb, fair, got)
   if n <= 0 then return 0 end
   local picked, byhandle, order = 0, {}, {}
@@ -217,8 +220,9 @@ local function hand_off(H, Q, B, M, n, wake_base, hb, fair, got)
         if got then got[g[2]] = true end
       end
       given = given + #byhandle[h]
-    elseif fair then
-      break
+    else
+      unpushed[h] = true
+      if fair then break end
     end
   end
   if given > 0 then call_in_slices('ZADD', H, holders) end

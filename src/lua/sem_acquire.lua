@@ -19,11 +19,13 @@
 -- earliest lease expires (-1: none), now Redis's clock in ms, beat 0 when no
 -- heartbeat was beaten (none asked, or too late), 1 when it was, 2 when it
 -- was but the handle's heartbeat had stopped (its waiters may have left the
--- queue: they must queue again); g is 1 when the request was granted (v:
--- its fencing token, r: its lease in ms), 2 when a release already handed
--- this waiter a permit whose id is the waiter id (v: its fencing token, r:
--- the lease left), 0 when refused, 3 when its deadline had passed: nothing
--- was done for it, and it left the queue.
+-- queue: they must queue again), 3 when it was and a permit free for the
+-- handle's waiters could not be handed to them (their wake list was refused:
+-- a slot migrating), so they must ask for it; g is 1 when the request was
+-- granted (v: its fencing token, r: its lease in ms), 2 when a release
+-- already handed this waiter a permit whose id is the waiter id (v: its
+-- fencing token, r: the lease left), 0 when refused, 3 when its deadline
+-- had passed: nothing was done for it, and it left the queue.
 --@include _sem_common.lua
 local H, Q, B, M = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local permits, ttl, hb = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -135,6 +137,8 @@ end
 if held < permits and hand_off(H, Q, B, M, permits - held, wake_base, hb, fair) > 0 then
   granted = true
 end
+-- (Only from a heartbeat alone: attempts in this step had their answer.)
+if beat == 1 and unpushed[handle] and #ARGV < 9 then out[3] = 3 end
 save_fence(M, permits)
 if granted then touch(H, keep) end
 if granted or queued or beat > 0 then touch(M, keep) end
@@ -143,7 +147,9 @@ if refused or handle ~= '' then
   if first[2] then out[1] = tonumber(first[2]) - now end
 end
 -- Last: the leaving waiters (this may empty Q and B), then expired leases
--- (this may empty H).
+-- (this may empty H). Not when a hand-off was refused (a slot migrating):
+-- the waiters' own attempts, which follow, need H still on this node, and
+-- expired leases only count as free until then.
 remove_gone(Q, B)
-redis.call('ZREMRANGEBYSCORE', H, '-inf', now)
+if not next(unpushed) then redis.call('ZREMRANGEBYSCORE', H, '-inf', now) end
 return out

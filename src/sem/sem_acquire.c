@@ -302,9 +302,12 @@ static void requeue_before(sluice_sem *sem, uint64_t sent_ms) {
 }
 
 /* What a step said of the handle's heartbeat (see sem_acquire.lua): 2, it
- * had stopped; 0 from a step that carried it, it came too late: beat now. */
+ * had stopped; 3, a permit is free for our waiters that could not be handed
+ * to them (requeue_before now: they all ask); 0 from a step that carried
+ * it, it came too late: beat now. */
 static void note_beat(sluice_sem *sem, int64_t beat, int carried, uint64_t sent_ms) {
   if (beat == 2) requeue_before(sem, sent_ms);
+  else if (beat == 3) requeue_before(sem, sluice__mono_ms() + 1);
   else if (beat == 0 && carried) send_beat(sem);
 }
 
@@ -474,8 +477,8 @@ static void on_beat(void *ud, int status, const redisReply *reply) {
   if (beat == 0 || sem->beat_again) {
     sem->beat_again = 0;
     send_beat(sem);
-  } else if (beat == 2) {
-    requeue_before(sem, sem->beat_sent_ms);
+  } else {
+    note_beat(sem, beat, 1, sem->beat_sent_ms);
   }
   if (sem->nwaiting) arm_expiry(sem, wait);
 }
