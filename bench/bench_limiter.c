@@ -172,7 +172,7 @@ static int run_rb(const bench_redis *rs, sluice_client *c, sluice_rl_algo algo, 
   if (rc == 0) {
     sluice__rl_check_key(&a, key);
     sluice__rl_check_head(&a, &call);
-    sluice__rl_check_item(&a, 1, 0);
+    sluice__rl_check_item(&a, 1, 0, REDIS_FOREVER_MS);
     rc = a.failed ? -1 : 0;
   }
   bench_rb_opts o = {lv->rb_clients, lv->requests, lv->rb_pipeline, (int)w->keyspace, 0};
@@ -328,7 +328,7 @@ static int cl_rb(const bench_redis *at, int cluster, const char *sha, const char
     return -1;
   sluice__rl_check_key(&a, key);
   sluice__rl_check_head(&a, &call);
-  sluice__rl_check_item(&a, 1, 0);
+  sluice__rl_check_item(&a, 1, 0, REDIS_FOREVER_MS);
   int clients = lv->in_flight < 3 ? lv->in_flight : 3;
   bench_rb_opts o = {clients, lv->requests, lv->in_flight / clients, (int)w->keyspace, cluster};
   bench_rb_result rb;

@@ -242,8 +242,8 @@ static int rb_prepare(sluice_sem *sem, rb_args *a) {
       sluice__args_init(&a->rel, SEM_RELEASE_ARGS_HEAD + SEM_RELEASE_ARGS_PER,
                         SEM_RELEASE_NUMS_HEAD + SEM_RELEASE_NUMS_PER) != 0)
     return -1;
-  sluice__sem_acquire_head(&a->acq, &sem->call);
-  sluice__sem_acquire_item(&a->acq, id, "", 0);
+  sluice__sem_acquire_head(&a->acq, &sem->call, "", REDIS_FOREVER_MS);
+  sluice__sem_acquire_item(&a->acq, id, "", 0, REDIS_FOREVER_MS, 0);
   sluice__sem_release_head(&a->rel, &sem->call);
   sluice__sem_release_item(&a->rel, id);
   return a->acq.failed || a->rel.failed ? -1 : 0;

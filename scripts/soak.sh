@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fault soak: every primitive in several processes while redis-server is
 # hurt (connections killed, SIGSTOP stalls, kill -9 restarts with AOF,
-# SCRIPT FLUSH, DEBUG SLEEP); invariants checked, recovery times measured.
+# SCRIPT FLUSH, DEBUG SLEEP) and semaphore client processes are killed and
+# stopped; invariants checked, recovery times measured.
 #
 #   scripts/soak.sh [SECONDS] [-- soak options: --workers N --seed S --verbose]
 #

@@ -50,6 +50,15 @@ uint64_t th_now_ms(void) {
   return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+struct event_base *th_precise_base(void) {
+  struct event_config *cfg = event_config_new();
+  if (!cfg) return NULL;
+  event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+  struct event_base *b = event_base_new_with_config(cfg);
+  event_config_free(cfg);
+  return b;
+}
+
 int th_free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a;
@@ -275,6 +284,19 @@ void th_redis_pause(th_redis *r) {
 void th_redis_resume(th_redis *r) {
   need_standalone(r, "resume");
   kill(r->pid, SIGCONT);
+}
+
+pid_t th_redis_stall(const char *key) {
+  pid_t pid = topo == TH_TOPO_STANDALONE ? th_server.pid : th__server_topo_pid(key);
+  if (pid <= 0) th_fail(__FILE__, __LINE__, "no server process serves %s", key);
+  kill(pid, SIGSTOP);
+  return pid;
+}
+
+void th_redis_unstall(pid_t pid) { kill(pid, SIGCONT); }
+
+unsigned th_redis_stall_max_ms(void) {
+  return topo == TH_TOPO_CLUSTER ? 1000 : topo == TH_TOPO_SENTINEL ? 600 : 0;
 }
 
 redisContext *th_redis_connect(const th_redis *r) {

@@ -60,6 +60,17 @@ void th_redis_pause(th_redis *r);   /* SIGSTOP */
 void th_redis_resume(th_redis *r);  /* SIGCONT */
 /* (restart, pause and resume of th_server fail the case under a cluster or
  * sentinel topology: such cases are marked standalone_only.) */
+/* SIGSTOP the server process that serves key on th_server, on every
+ * topology: the standalone server, the cluster's master of the key's slot,
+ * the sentinels' master; returns its pid for th_redis_unstall (SIGCONT).
+ * A stall must stay shorter than the topology's failure detection, so
+ * that nothing is failed over (th_redis_stall_max_ms). */
+pid_t th_redis_stall(const char *key);
+void th_redis_unstall(pid_t pid);
+/* The longest stall that fails nothing over, with a margin for a loaded
+ * machine: unlimited (0) standalone, 1 s on the cluster (node timeout 2 s),
+ * 0.6 s under Sentinel (down-after 1 s). */
+unsigned th_redis_stall_max_ms(void);
 
 /* A synchronous hiredis connection to r, for checks; free with redisFree.
  * For th_server under a topology: its first master (cluster; keyed
@@ -104,6 +115,9 @@ int th_loop_drain(struct event_base *base, unsigned timeout_ms);
 void th_loop_for(struct event_base *base, unsigned ms);
 
 uint64_t th_now_ms(void);
+/* An event_base on libevent's precise clock (EVENT_BASE_FLAG_PRECISE_TIMER:
+ * sluice's deadlines and leases are its timers); NULL on failure. */
+struct event_base *th_precise_base(void);
 /* A free loopback TCP port (the kernel's pick, for a server that binds it
  * right after), or -1. */
 int th_free_port(void);

@@ -36,6 +36,14 @@ static inline sluice_client *sem_test_client(struct event_base *base) {
   return sem_test_client_at(base, th_server.url, 2000);
 }
 
+/* A handle with options o, which must be accepted. */
+static inline sluice_sem *sem_test_new_opts(sluice_client *c, const char *name,
+                                            const sluice_sem_options *o) {
+  sluice_sem *s = NULL;
+  TH_ASSERT_EQ(sluice_sem_new(c, name, o, &s), SLUICE_OK);
+  return s;
+}
+
 static inline sluice_sem *sem_test_new(sluice_client *c, const char *name, unsigned permits,
                                        unsigned ttl, int fair) {
   sluice_sem_options o;
@@ -43,9 +51,7 @@ static inline sluice_sem *sem_test_new(sluice_client *c, const char *name, unsig
   o.permits = permits;
   o.ttl_ms = ttl;
   o.fair = fair;
-  sluice_sem *s = NULL;
-  TH_ASSERT_EQ(sluice_sem_new(c, name, &o, &s), SLUICE_OK);
-  return s;
+  return sem_test_new_opts(c, name, &o);
 }
 
 /* try_acquire and wait for its answer. */

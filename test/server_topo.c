@@ -75,6 +75,12 @@ redisContext *th__server_topo_master(int i) {
   return n ? th_node_connect(n) : NULL;
 }
 
+pid_t th__server_topo_pid(const char *key) {
+  th_node *n = running == TH_TOPO_CLUSTER ? th_cluster_master_for_key(&cluster, key)
+                                          : th_sentinel_master(&sentinel);
+  return n ? n->pid : 0;
+}
+
 /* "MOVED 3999 127.0.0.1:6381" or "ASK ...": the node's port, 0 otherwise. */
 static int redirect_port(const redisReply *r, int *asking) {
   if (!r || r->type != REDIS_REPLY_ERROR) return 0;

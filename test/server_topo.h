@@ -19,6 +19,8 @@ void th__server_topo_stop(void);
 /* A sync connection to master i of the topology, NULL if it cannot. */
 redisContext *th__server_topo_master(int i);
 int th__server_topo_masters(void);
+/* The pid of the master serving key (cluster), or of the master (sentinel). */
+pid_t th__server_topo_pid(const char *key);
 /* One formatted command, sent where its key lives (MOVED and ASK
  * followed); NULL if no node answered. */
 redisReply *th__server_topo_command(const char *cmd, size_t len);

@@ -19,6 +19,10 @@
  *     admission recorded with the send and answer times of its check;
  *   - a delay-queue producer pushing unique ids and a consumer acking what
  *     it gets, both recorded per id in shared memory.
+ * Beside them, semaphore client processes (soak_sem.c) wait for and hold a
+ * fair semaphore while the parent kills and stops them too, and a monitor
+ * checks that no permit stays free while a live one waits and that none
+ * goes to a caller that gave up.
  * At the end the workers drain the queue and close; the parent waits one
  * lease past the last fault (and the last close), inspects, checks and
  * prints a report whose last line is "soak: N faults, M operations, V
@@ -50,6 +54,7 @@
 #include <sluice/sluice.h>
 
 #include "harness.h"
+#include "soak_sem.h"
 
 /* ---- parameters -------------------------------------------------------- */
 
@@ -208,15 +213,8 @@ static void tv_ms(struct timeval *tv, unsigned ms) {
   tv->tv_usec = (ms % 1000) * 1000;
 }
 
-static struct event_base *new_base(void) {
-  /* sluice's leases and deadlines are libevent timers: use the precise clock. */
-  struct event_config *cfg = event_config_new();
-  if (!cfg) return NULL;
-  event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
-  struct event_base *b = event_base_new_with_config(cfg);
-  event_config_free(cfg);
-  return b;
-}
+/* sluice's leases and deadlines are libevent timers: the precise clock. */
+static struct event_base *new_base(void) { return th_precise_base(); }
 
 static int status_index(int st) { return st <= 0 && st > -NSTATUS ? -st : NSTATUS - 1; }
 
@@ -888,6 +886,7 @@ static void end_cb(evutil_socket_t fd, short what, void *arg) {
   }
   evtimer_del(P.fault_timer);
   atomic_store(&S->stop, 1);
+  soak_sem_stop();
   if (verbose) fprintf(stderr, "[%8.3f] stop: workers drain and close\n", since_start());
 }
 
@@ -1010,6 +1009,12 @@ static void reap_cb(evutil_socket_t fd, short what, void *arg) {
 }
 
 static void on_parent_closed(void *ud) { P.closed = 1; }
+
+/* Since when Redis has not been hurt (0: a fault is under way). */
+static uint64_t redis_quiet_since(void) {
+  if (P.stalled) return 0;
+  return P.last_fault_end_ns ? P.last_fault_end_ns : t_origin;
+}
 
 /* ---- report ------------------------------------------------------------ */
 
@@ -1197,9 +1202,11 @@ static int report(uint64_t elapsed_ns) {
     violation(V_STRANDED, "final inspection of the semaphore failed (%s)",
               sluice_err_name(P.final_status));
 
+  uint64_t sem_clients = soak_sem_report();
+
   print_recovery();
 
-  uint64_t viol = 0, known = 0;
+  uint64_t viol = sem_clients, known = 0;
   printf("invariant violations:\n");
   for (int v = 0; v < NVIOL; v++) {
     uint64_t c = atomic_load(&S->viol[v]);
@@ -1303,6 +1310,10 @@ int main(int argc, char **argv) {
     P.pids[i] = pid;
     P.alive++;
   }
+  if (soak_sem_start(url, PREFIX, seed, sabotage) != 0) {
+    perror("soak: mmap");
+    atomic_store(&S->stop, 1);
+  }
 
   P.base = new_base();
   sluice_client_options co;
@@ -1317,9 +1328,11 @@ int main(int argc, char **argv) {
   so.heartbeat_ms = TTL_MS;
   if (!P.base || sluice_client_new(P.base, &co, &P.client) != SLUICE_OK ||
       sluice_sem_new(P.client, SEM_NAME, &so, &P.sem) != SLUICE_OK ||
-      sluice_dq_new(P.client, DQ_NAME, NULL, &P.dq) != SLUICE_OK) {
+      sluice_dq_new(P.client, DQ_NAME, NULL, &P.dq) != SLUICE_OK ||
+      soak_sem_attach(P.base, redis_quiet_since) != 0) {
     fprintf(stderr, "soak: monitor setup failed\n");
     atomic_store(&S->stop, 1);
+    soak_sem_stop();
     for (int i = 0; i < nworkers; i++) if (P.pids[i] > 0) waitpid(P.pids[i], NULL, 0);
     th_redis_stop(&th_server);
     return 2;
@@ -1347,7 +1360,7 @@ int main(int argc, char **argv) {
   sluice_dq_free(P.dq);
   sluice_sem_free(P.sem);
   sluice_client_close(P.client, on_parent_closed, NULL);
-  while (!P.closed && event_base_loop(P.base, EVLOOP_ONCE) == 0) {}
+  while ((!P.closed || !soak_sem_done()) && event_base_loop(P.base, EVLOOP_ONCE) == 0) {}
   event_free(P.fault_timer);
   event_free(P.inspect_timer);
   event_free(P.end_timer);

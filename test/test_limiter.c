@@ -39,6 +39,11 @@ static void on_res(sluice_limiter *lim, int status, const sluice_rl_result *res,
   if (r->order) r->order[(*r->norder)++] = r->id;
 }
 
+static void loop_until_connected(struct event_base *base, sluice_client *c, unsigned ms) {
+  TH_LOOP_UNTIL(base, sluice_client_is_connected(c), ms);
+  TH_ASSERT(sluice_client_is_connected(c));
+}
+
 static sluice_client *new_client(struct event_base *base, unsigned op_timeout) {
   sluice_client_options o;
   th_client_options(&o, th_server.url);
@@ -46,8 +51,7 @@ static sluice_client *new_client(struct event_base *base, unsigned op_timeout) {
   o.reconnect_min_ms = 20;
   o.reconnect_max_ms = 100;
   sluice_client *c = th_client_with(base, &o);
-  TH_LOOP_UNTIL(base, sluice_client_is_connected(c), 3000);
-  TH_ASSERT(sluice_client_is_connected(c));
+  loop_until_connected(base, c, 3000);
   return c;
 }
 
@@ -1026,9 +1030,7 @@ static void redis_kill(sluice_client *c, struct event_base *base) {
 /* Bring the server back (the harness adopts it after the case). */
 static void redis_back(sluice_client *c, struct event_base *base) {
   th_redis_restart(&th_server);
-  uint64_t end = th_now_ms() + 5000;
-  while (!sluice_client_is_connected(c) && th_now_ms() < end) event_base_loop(base, EVLOOP_ONCE);
-  TH_ASSERT(sluice_client_is_connected(c));
+  loop_until_connected(base, c, 5000);
 }
 
 static rcv timed(struct event_base *base, sluice_limiter *lim, const char *key, uint64_t *ms) {
@@ -1086,6 +1088,43 @@ static void test_down_fail_closed(void) {
   TH_ASSERT_EQ(r.res.source, SLUICE_RL_REDIS);
   TH_ASSERT_EQ(r.res.remaining, 2); /* a fresh server */
   finish(base, c, lim);
+}
+
+/* Redis stalls with a check and a wait of each algorithm in its socket:
+ * both time out at the client, and when Redis resumes and reads them it
+ * takes no units for them (their deadlines on its clock have passed). */
+static void test_stall_takes_nothing(void) {
+  unsigned most = th_redis_stall_max_ms(), stall = most && most < 1500 ? most : 1500;
+  struct event_base *base = event_base_new();
+  sluice_client *c = new_client(base, stall / 3);
+  for (size_t i = 0; i < sizeof all_algos / sizeof all_algos[0]; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "st%zu", i);
+    sluice_limiter *lim = new_lim(c, name, all_algos[i], 3, 60000, 0);
+    check_ok(base, lim, "k", 1);
+    rcv before = run(base, lim, "k", 1, 1);
+    char *k = rkey(lim, "k");
+    pid_t server = th_redis_stall(k);
+    uint64_t t0 = th_now_ms();
+    rcv chk = {0}, w = {0};
+    TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 1, on_res, &chk), SLUICE_OK);
+    TH_ASSERT_EQ(sluice_limiter_wait(lim, "k", 1, stall / 2, on_res, &w, NULL), SLUICE_OK);
+    TH_ASSERT(th_loop_until(base, &chk.done, stall));
+    TH_ASSERT(th_loop_until(base, &w.done, stall));
+    TH_ASSERT(chk.status == SLUICE_ETIMEDOUT || chk.status == SLUICE_ECONNECTION);
+    TH_ASSERT(w.status == SLUICE_ETIMEDOUT || w.status == SLUICE_ECONNECTION);
+    th_loop_for(base, (unsigned)(t0 + stall - th_now_ms()));
+    th_redis_unstall(server);
+    free(k);
+    loop_until_connected(base, c, 5000); /* it may have given up on the connection */
+    rcv after = run(base, lim, "k", 1, 1);
+    TH_ASSERT_EQ(after.status, SLUICE_OK);
+    TH_ASSERT_EQ(after.res.remaining, before.res.remaining); /* nothing more taken */
+    sluice_limiter_free(lim);
+  }
+  sluice_client_free(c);
+  TH_ASSERT(th_loop_drain(base, 5000));
+  event_base_free(base);
 }
 
 static void test_down_fail_open(void) {
@@ -1208,6 +1247,7 @@ int main(int argc, char **argv) {
       {"down_fail_open", test_down_fail_open, 0, .standalone_only = "pauses and kills the server"},
       {"down_local", test_down_local, 0, .standalone_only = "kills the server"},
       {"local_limiter_keys", test_local_limiter_keys, 0},
+      {"stall_takes_nothing", test_stall_takes_nothing, 0},
       {NULL, NULL, 0},
   };
   return th_main(argc, argv, cases);

@@ -1,8 +1,8 @@
 /* Unexpected replies from a fake server: every primitive step must answer
  * SLUICE_EPROTOCOL (or a connection error for bytes that are not RESP at
  * all), never crash, hang or leak. The fake server speaks just enough RESP:
- * the handshake (PING, SCRIPT LOAD, INFO) gets proper answers, every other command
- * gets the reply under test. */
+ * the handshake (PING, SCRIPT LOAD, INFO) and the clock probe (TIME) get
+ * proper answers, every other command gets the reply under test. */
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -82,6 +82,8 @@ static void serve(int lfd, const char *reply) {
       while ((clen = parse_command(b, used[i - 1], &first, &flen)) > 0) {
         const char *out = reply;
         if (flen == 4 && strncasecmp(first, "PING", 4) == 0) out = "+PONG\r\n";
+        else if (flen == 4 && strncasecmp(first, "TIME", 4) == 0)
+          out = "*2\r\n$10\r\n1700000000\r\n$1\r\n0\r\n";
         else if (flen == 7 && strncasecmp(first, "CLUSTER", 7) == 0 && cluster_slots[0])
           out = cluster_slots;
         else if (flen == 6 && strncasecmp(first, "SCRIPT", 6) == 0)
@@ -239,8 +241,8 @@ static void lost_cb(sluice_permit *p, int reason, void *ud) { *(int *)ud = reaso
 static void test_renewal_nonsense(void) {
   /* Every command gets a grant-shaped reply: nonsense for a renewal. */
   fake f;
-  /* {wait, now, granted, fence, lease} */
-  fake_start(&f, "*5\r\n:-1\r\n:0\r\n:1\r\n:42\r\n:300\r\n");
+  /* {wait, now, beat, granted, fence, lease} */
+  fake_start(&f, "*6\r\n:-1\r\n:1700000000000\r\n:0\r\n:1\r\n:42\r\n:300\r\n");
   struct event_base *base = event_base_new();
   sluice_client *c = fake_client(base, &f);
   sluice_sem *s = sem_test_new(c, "m", 1, 300, 0);

@@ -93,10 +93,7 @@ static void test_log_failed_auth(void) {
 
 /* A base on the precise clock gets no coarse-clock warning. */
 static void test_precise_clock(void) {
-  struct event_config *cfg = event_config_new();
-  event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
-  struct event_base *base = event_base_new_with_config(cfg);
-  event_config_free(cfg);
+  struct event_base *base = th_precise_base();
   logbook b;
   memset(&b, 0, sizeof b);
   sluice_client *c = client_on(base, &th_server);

@@ -131,6 +131,10 @@ typedef struct sluice_client_options {
    * unreadable, empty or multi-line file; sluice_client_last_error(NULL)
    * names the file, never its content. */
   const char *password_file;
+  /* Semaphore acquires (try and blocking) pending at once across all the
+   * client's handles; past it they fail at once with SLUICE_EFULL (about
+   * 0.7 KB each). 0: 250000. See also sluice_sem_options.max_pending. */
+  unsigned sem_pending_max;
 } sluice_client_options;
 
 /* Fill *opts with the defaults. */

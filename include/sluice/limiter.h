@@ -37,6 +37,14 @@
  * A cost larger than the capacity (limit; for GCRA, burst) can never pass:
  * check, peek and wait refuse it with SLUICE_EINVAL.
  *
+ * Deadlines: every request carries the latest moment, on Redis's clock, at
+ * which its caller still wants an answer (the step's deadline, or a wait's
+ * timeout if that comes first), and Redis takes no units for a request it
+ * reads later. So a stall, a paused client or a process that exited can
+ * delay a decision but never take units for a caller that already got a
+ * timeout. (The client learns Redis's clock as the semaphores do: see
+ * sluice/sem.h.)
+ *
  * Every limiter keeps its keys at
  *   <prefix>rl:{<strlen(name)>:<name>:<key>}:<fw|log|swc|gcra>
  * so names and keys cannot collide, each key has its own hash tag (one
@@ -185,6 +193,10 @@ typedef struct sluice_limiter_metrics {
   uint64_t local;       /* decided in process, Redis down (SLUICE_RL_FAIL_LOCAL) */
   uint64_t errors;      /* answered with a status other than SLUICE_OK */
   sluice_latency wait;
+  /* Requests Redis read after their deadline (a stall, a slow connection)
+   * and took nothing for: a wait then asks again or ends, a check or peek
+   * is answered as timed out (see on_redis_down). */
+  uint64_t late;
 } sluice_limiter_metrics;
 SLUICE_EXPORT void sluice_limiter_get_metrics(const sluice_limiter *limiter,
                                               sluice_limiter_metrics *out);

@@ -13,7 +13,19 @@
  * by all waiters), woken by releases; every wait is also bounded by the
  * earliest holder's lease expiry, so a crashed holder still lets waiters in.
  * Fair semaphores grant blocking acquirers in FIFO order of arrival across all
- * processes; a waiter that stops heart-beating is evicted from the queue.
+ * processes. A handle's waiters are kept in Redis's queue by one heartbeat
+ * per handle (one step every heartbeat_ms / 3, however many wait); a handle
+ * whose process stops beating loses its waiters' places.
+ *
+ * Deadlines: every acquire attempt carries the latest moment, on Redis's
+ * clock, at which its caller still wants a permit (its timeout, or the
+ * step's own deadline if that comes first), and Redis never grants, queues
+ * or hands a permit to an attempt past it. So a stall, a paused client or a
+ * process that exited can delay a grant but never create an orphan: a
+ * permit granted to a caller that gave up. The client learns Redis's clock
+ * from the replies it gets anyway (before the first one, one TIME goes
+ * first); a Cluster's or Sentinel set's servers are assumed to keep their
+ * clocks within a few ms of each other (NTP).
  */
 #ifndef SLUICE_SEM_H
 #define SLUICE_SEM_H
@@ -36,7 +48,10 @@ typedef struct sluice_sem_options {
   unsigned renew_ms;       /* renewal period, < ttl_ms; 0 = ttl_ms / 3 */
   int fair;                /* 1: FIFO-fair blocking acquire; default 0 */
   int auto_renew;          /* 1: renew while held (default); 0: lease just expires */
-  unsigned heartbeat_ms;   /* a waiter silent this long is evicted; default 3000 */
+  /* Waiters whose process stops beating this long lose their places (a
+   * killed process's waiters hold their places, or a permit handed to
+   * them, no longer than this); default 3000. */
+  unsigned heartbeat_ms;
   unsigned op_timeout_ms;  /* deadline of each Redis step; 0 = client default */
   /* 1: a blocking acquire gives up at once with SLUICE_ECONNECTION when Redis
    * cannot be reached, instead of retrying until its timeout (the choice for
@@ -52,6 +67,10 @@ typedef struct sluice_sem_options {
    * any process. The choice for one process serving many requests (a
    * gateway), where the round trip would idle the permit; default 0. */
   int local_handoff;
+  /* Acquires (try and blocking) pending at once on this handle; past it
+   * they fail at once with SLUICE_EFULL. 0: 100000. The client caps all
+   * its handles together too (sluice_client_options.sem_pending_max). */
+  unsigned max_pending;
 } sluice_sem_options;
 
 SLUICE_EXPORT void sluice_sem_options_init(sluice_sem_options *opts);
@@ -87,12 +106,17 @@ typedef void sluice_acquire_cb(sluice_sem *sem, int status,
                                sluice_permit *permit, void *userdata);
 
 /* Take a permit if one is free now; never waits for one. On a fair semaphore
- * it is refused (SLUICE_EBUSY) while blocking acquirers wait. */
+ * it is refused (SLUICE_EBUSY) while blocking acquirers wait. An answer that
+ * would come after the step's deadline is not given: Redis grants nothing
+ * it reads that late (SLUICE_ETIMEDOUT). SLUICE_EFULL as for acquire. */
 SLUICE_EXPORT int sluice_sem_try_acquire(sluice_sem *sem, sluice_acquire_cb *cb,
                                          void *userdata);
 
-/* Wait up to timeout_ms for a permit (0 = no limit). *handle (if non-NULL)
- * receives a handle for sluice_acquire_cancel, valid until cb runs. */
+/* Wait up to timeout_ms for a permit (0 = no limit). Redis grants none
+ * later than (about 20 ms before) the timeout, so the grant has time to
+ * arrive (see "Deadlines" above). *handle (if non-NULL) receives a handle
+ * for sluice_acquire_cancel, valid until cb runs. SLUICE_EFULL when the
+ * handle or the client has its most acquires pending (max_pending). */
 SLUICE_EXPORT int sluice_sem_acquire(sluice_sem *sem, unsigned timeout_ms,
                                      sluice_acquire_cb *cb, void *userdata,
                                      sluice_acquire **handle);
@@ -187,6 +211,11 @@ typedef struct sluice_sem_metrics {
   uint64_t releases_parked; /* releases that could not reach Redis and wait to retry */
   sluice_latency wait;
   uint64_t local_handoffs;  /* permits handed to a waiter of this handle (local_handoff) */
+  /* Attempts Redis read after their deadline and did nothing for (a stall,
+   * or a slow connection): never a grant to a caller that gave up. */
+  uint64_t late;
+  uint64_t pending;         /* now: acquires not yet answered (see max_pending) */
+  uint64_t queued;          /* now: of them, waiting in Redis's queue */
 } sluice_sem_metrics;
 SLUICE_EXPORT void sluice_sem_get_metrics(const sluice_sem *sem, sluice_sem_metrics *out);
 

@@ -26,7 +26,7 @@ static const struct primitive {
 } primitives[] = {
     {"sem",
      "hdel hget hincrby hmget hset lpush ltrim pexpire pttl zadd zcard zcount zrange "
-     "zrangebyscore zrank zrem zremrangebyscore zscore brpop"},
+     "zrangebyscore zrem zremrangebyscore zscore brpop"},
     {"rl",
      "get set hincrby hmget hset pexpire zadd zcount zrange zrangebyscore "
      "zremrangebyscore"},

@@ -4,6 +4,7 @@
 #include <event2/event.h>
 
 #include "core/batcher.h"
+#include "core/rclock.h"
 
 struct sluice__batch {
   sluice__batcher *b;
@@ -63,7 +64,15 @@ void sluice__batcher_init(sluice__batcher *b, const sluice__batch_kind *kind, sl
   b->hold = NULL;
   b->sent = b->settled = b->wait_for = 0;
   b->holding = 0;
+  b->redis_time = NULL;
+  b->probe = NULL;
+  b->probe_sent_ms = 0;
   sluice__list_append(&f->batchers, &b->flink);
+}
+
+void sluice__batcher_clock(sluice__batcher *b, int (*redis_time)(const redisReply *reply,
+                                                                 int64_t *ms)) {
+  b->redis_time = redis_time;
 }
 
 void sluice__batcher_follow(sluice__batcher *b, sluice__batcher *leader, int (*hold)(void *owner)) {
@@ -119,8 +128,15 @@ static void unslot(sluice__batcher *b, sluice__breq *r) {
   r->batch = NULL;
 }
 
+static void drop_probe(sluice__batcher *b) {
+  sluice__op_detach(b->probe);
+  b->probe = NULL;
+}
+
 void sluice__batcher_leave(sluice__batcher *b, sluice__breq *r) {
   if (r->queued) unqueue(b, r);
+  /* The probe answers nobody now, and the owner may go before it does. */
+  if (!b->queue.head && b->probe) drop_probe(b);
   if (!r->batch) return;
   sluice__batch *batch = r->batch;
   unslot(b, r);
@@ -161,12 +177,75 @@ static void fan_out(sluice__batch *batch, int status, const redisReply *reply, i
   if (b->guard) sluice__guard_leave(b->guard);
 }
 
+/* A reply that reports Redis's time: a sample of its clock. */
+static void sample_clock(sluice__batcher *b, uint64_t sent_ms, const redisReply *reply) {
+  int64_t ms;
+  if (b->redis_time && b->send == sluice__eval && b->redis_time(reply, &ms) == 0)
+    sluice__rclock_sample(sluice__client_rclock(b->c), sent_ms, sluice__mono_ms(), ms);
+}
+
 static void on_reply(void *ud, int status, const redisReply *reply) {
   sluice__batch *batch = ud;
   settle(batch->b, batch);
+  if (status == SLUICE_OK && reply_fits(batch->b->kind, reply, batch->n))
+    sample_clock(batch->b, batch->sent_ms, reply);
   /* Only the client knows about replication (a fake sender in tests does not). */
   int replicated = batch->b->send == sluice__eval ? sluice__client_replicated(batch->b->c) : -1;
   fan_out(batch, status, reply, replicated);
+}
+
+/* ---- clock probe --------------------------------------------------------- */
+
+/* Answer every queued request with status: none of them was sent. */
+static void fail_queue(sluice__batcher *b, int status) {
+  sluice__batch_reply br = {NULL, 0, 0, -1};
+  if (b->guard) sluice__guard_enter(b->guard);
+  while (b->queue.head) {
+    sluice__breq *r = sluice__container_of(b->queue.head, sluice__breq, link);
+    unqueue(b, r);
+    b->kind->answer(b->owner, r, status, &br);
+  }
+  if (b->guard) sluice__guard_leave(b->guard);
+}
+
+/* TIME's answer: {seconds, microseconds}, in ms. */
+static int time_ms(const redisReply *reply, int64_t *ms) {
+  int64_t s, us;
+  if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
+      sluice__reply_i64(reply->element[0], &s) || sluice__reply_i64(reply->element[1], &us))
+    return SLUICE_EPROTOCOL;
+  *ms = s * 1000 + us / 1000;
+  return SLUICE_OK;
+}
+
+static void on_probe(void *ud, int status, const redisReply *reply) {
+  sluice__batcher *b = ud;
+  int64_t ms;
+  b->probe = NULL;
+  if (status == SLUICE_OK && time_ms(reply, &ms) == 0) {
+    sluice__rclock_sample(sluice__client_rclock(b->c), b->probe_sent_ms, sluice__mono_ms(), ms);
+    schedule(b->flusher);
+    return;
+  }
+  /* The requests never left: in doubt is not what they are. */
+  fail_queue(b, status == SLUICE_OK ? SLUICE_EPROTOCOL
+                : status == SLUICE_EINDOUBT ? SLUICE_ECONNECTION : status);
+}
+
+/* Whether b must wait for Redis's clock before it sends; asks for it. */
+static int needs_clock(sluice__batcher *b) {
+  if (!b->redis_time || b->send != sluice__eval ||
+      sluice__rclock_known(sluice__client_rclock(b->c)))
+    return 0;
+  if (b->probe) return 1;
+  static const char *const time_cmd[1] = {"TIME"};
+  b->probe_sent_ms = sluice__mono_ms();
+  int rc = sluice__command(b->c, 1, time_cmd, NULL, b->timeout_ms, on_probe, b, &b->probe);
+  if (rc != SLUICE_OK) {
+    b->probe = NULL;
+    fail_queue(b, rc);
+  }
+  return 1;
 }
 
 /* ---- flush --------------------------------------------------------------- */
@@ -251,7 +330,7 @@ static int send_batch(sluice__batcher *b, sluice__batch *batch) {
 }
 
 void sluice__batcher_flush(sluice__batcher *b) {
-  if (held(b)) return;
+  if (held(b) || (b->queue.head && needs_clock(b))) return;
   if (b->queue.head) group_by_route(b);
   while (b->queue.head) {
     sluice__batch *batch = take(b);
@@ -271,6 +350,7 @@ void sluice__batcher_flush(sluice__batcher *b) {
 }
 
 void sluice__batcher_cancel(sluice__batcher *b, int status) {
+  if (b->probe) drop_probe(b);
   if (b->guard) sluice__guard_enter(b->guard);
   while (b->inflight.head) {
     sluice__batch *batch = sluice__container_of(b->inflight.head, sluice__batch, link);

@@ -20,7 +20,11 @@
  *  - follow: a batcher may wait for another (its leader): while the owner
  *    says so, what it has queued is sent only once every call the leader
  *    had sent by then is answered, so Redis runs those calls, and answers
- *    what they woke, before it reads these requests.
+ *    what they woke, before it reads these requests;
+ *  - clock: requests that carry deadlines on Redis's clock (rclock.h) feed
+ *    the client's estimate from every reply, and while the client has none
+ *    yet a probe of Redis's time goes first (one round trip, once per
+ *    client): a deadline is never sent without a clock to map it.
  */
 #ifndef SLUICE_BATCHER_H
 #define SLUICE_BATCHER_H
@@ -95,6 +99,10 @@ typedef struct sluice__batcher {
   uint64_t sent, settled;         /* calls sent; of them, answered or dropped */
   uint64_t wait_for;              /* holding: the leader's `sent` to wait for */
   unsigned holding : 1;
+  /* clock (sluice__batcher_clock) */
+  int (*redis_time)(const redisReply *reply, int64_t *ms);
+  sluice__op *probe;              /* in flight while the clock is unknown */
+  uint64_t probe_sent_ms;
 } sluice__batcher;
 
 int sluice__flusher_init(sluice__flusher *f, struct event_base *base);
@@ -110,6 +118,10 @@ void sluice__batcher_init(sluice__batcher *b, const sluice__batch_kind *kind, sl
  * had sent by then is answered; the requests then go at once, even if the
  * leader sent more meanwhile (b never waits twice for the same requests). */
 void sluice__batcher_follow(sluice__batcher *b, sluice__batcher *leader, int (*hold)(void *owner));
+/* b's requests carry deadlines on Redis's clock, and redis_time finds
+ * that clock (ms) in a reply of b's script (0, or non-zero if absent). */
+void sluice__batcher_clock(sluice__batcher *b, int (*redis_time)(const redisReply *reply,
+                                                                 int64_t *ms));
 /* Queue r for this loop turn's flush. */
 void sluice__batcher_queue(sluice__batcher *b, sluice__breq *r, unsigned route);
 /* r leaves its queue or its call in flight, unanswered. */

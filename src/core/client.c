@@ -365,4 +365,14 @@ void sluice__client_set_error(sluice_client *c, const char *text) {
 int sluice__client_closing(const sluice_client *c) { return c->closing; }
 struct event_base *sluice__client_base(const sluice_client *c) { return c->base; }
 unsigned sluice__client_op_timeout(const sluice_client *c) { return c->opts.op_timeout_ms; }
+sluice__rclock *sluice__client_rclock(sluice_client *c) { return &c->rclock; }
+
+#define SEM_PENDING_MAX_DEFAULT 250000
+
+int sluice__client_sem_pending(sluice_client *c, int delta) {
+  unsigned cap = c->opts.sem_pending_max ? c->opts.sem_pending_max : SEM_PENDING_MAX_DEFAULT;
+  if (delta > 0 && c->sem_pending >= cap) return SLUICE_EFULL;
+  c->sem_pending += (unsigned)delta;
+  return SLUICE_OK;
+}
 

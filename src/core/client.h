@@ -17,6 +17,7 @@
 #include "core/blocker.h"
 #include "core/engine.h"
 #include "core/guard.h"
+#include "core/rclock.h"
 #include "net/topo.h"
 #include "net/url.h"
 
@@ -38,6 +39,8 @@ struct sluice_client {
   struct event *wait_ev;          /* sends them, after the turn's scripts */
   sluice__guard_home home;        /* every object created on the client */
   sluice__blocker *blocker;       /* created on first listen */
+  sluice__rclock rclock;          /* Redis's clock, from replies (rclock.h) */
+  unsigned sem_pending;           /* semaphore acquires pending, all handles */
 
   sluice_client_state_cb *state_cb;
   void *state_ud;

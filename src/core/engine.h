@@ -76,6 +76,12 @@ struct sluice__guard_home *sluice__client_home(sluice_client *c);
 int sluice__client_closing(const sluice_client *c);
 struct event_base *sluice__client_base(const sluice_client *c);
 unsigned sluice__client_op_timeout(const sluice_client *c);
+/* What the client knows of Redis's clock (rclock.h). */
+struct sluice__rclock;
+struct sluice__rclock *sluice__client_rclock(sluice_client *c);
+/* Count a semaphore acquire pending on the client (+1: SLUICE_EFULL past
+ * its sem_pending_max) or one that ended (-1). */
+int sluice__client_sem_pending(sluice_client *c, int delta);
 /* Monotonic ms when the command connection last completed its handshake
  * (0: never). */
 uint64_t sluice__client_up_since(const sluice_client *c);

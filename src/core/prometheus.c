@@ -114,6 +114,10 @@ static const field sem_fields[] = {
             "Releases that could not reach Redis and waited to retry."),
     COUNTER(sluice_sem_metrics, local_handoffs, "local_handoffs",
             "Permits handed to a waiter of the same handle."),
+    COUNTER(sluice_sem_metrics, late, "late",
+            "Attempts Redis read after their deadline and did nothing for."),
+    GAUGE(sluice_sem_metrics, pending, "pending", "Acquires not yet answered."),
+    GAUGE(sluice_sem_metrics, queued, "queued", "Of them, waiting in Redis's queue."),
 };
 
 static const field limiter_fields[] = {
@@ -124,6 +128,8 @@ static const field limiter_fields[] = {
             "Allowed unchecked while Redis was down."),
     COUNTER(sluice_limiter_metrics, local, "local", "Decided in process while Redis was down."),
     COUNTER(sluice_limiter_metrics, errors, "errors", "Answered with an error status."),
+    COUNTER(sluice_limiter_metrics, late, "late",
+            "Requests Redis read after their deadline and took nothing for."),
 };
 
 static const field dq_fields[] = {

@@ -13,13 +13,20 @@ static void sem_head(sluice__args *a, const sluice__sem_call *s) {
   sluice__args_u64(a, s->keep_ms);
 }
 
-void sluice__sem_acquire_head(sluice__args *a, const sluice__sem_call *s) { sem_head(a, s); }
+void sluice__sem_acquire_head(sluice__args *a, const sluice__sem_call *s, const char *handle,
+                              int64_t beat_until) {
+  sem_head(a, s);
+  sluice__args_str(a, handle ? handle : "");
+  sluice__args_i64(a, beat_until);
+}
 
 void sluice__sem_acquire_item(sluice__args *a, const char *permit_id, const char *waiter,
-                              int maybe_granted) {
+                              int maybe_granted, int64_t until, int64_t own_until) {
   sluice__args_str(a, permit_id);
   sluice__args_str(a, waiter ? waiter : "");
   sluice__args_str(a, maybe_granted ? "1" : "0");
+  sluice__args_i64(a, until);
+  sluice__args_i64(a, own_until);
 }
 
 void sluice__sem_release_head(sluice__args *a, const sluice__sem_call *s) { sem_head(a, s); }
@@ -80,7 +87,8 @@ void sluice__rl_check_head(sluice__args *a, const sluice__rl_call *s) {
   sluice__args_u64(a, s->burst);
 }
 
-void sluice__rl_check_item(sluice__args *a, unsigned cost, int peek) {
+void sluice__rl_check_item(sluice__args *a, unsigned cost, int peek, int64_t deadline) {
   sluice__args_u64(a, cost);
   sluice__args_bin(a, peek ? "1" : "0", 1);
+  sluice__args_i64(a, deadline);
 }

@@ -12,6 +12,10 @@
 
 #include "core/args.h"
 
+/* A moment on Redis's clock (ms) that never comes: the deadline of requests
+ * built once and sent many times (the benchmarks' redis-benchmark calls). */
+#define REDIS_FOREVER_MS INT64_C(9007199254740991)
+
 /* ---- semaphores ---------------------------------------------------------- */
 
 enum { SEM_KEY_HOLDERS, SEM_KEY_QUEUE, SEM_KEY_BEATS, SEM_KEY_META, SEM_NKEYS };
@@ -32,17 +36,22 @@ typedef struct sluice__sem_call {
 #define SEM_HEAD_ARGS 10
 #define SEM_HEAD_NUMS 4
 
-/* sem_acquire.lua: the head, then per request: permit id; waiter ("" for
- * try_acquire, else "<handle id>:<waiter id>"); "1" if an earlier attempt
- * with this id may have been granted, else "0".
- * Reply: {wait, now, then granted, value, lease per request}. */
-#define SEM_ACQUIRE_ARGS_HEAD SEM_HEAD_ARGS
-#define SEM_ACQUIRE_ARGS_PER 3
-#define SEM_ACQUIRE_NUMS_HEAD SEM_HEAD_NUMS
-#define SEM_ACQUIRE_NUMS_PER 0
-void sluice__sem_acquire_head(sluice__args *a, const sluice__sem_call *s);
+/* sem_acquire.lua: the head; the handle whose heartbeat this step is (""
+ * for none) and that heartbeat's deadline; then per request: permit id;
+ * waiter ("" for try_acquire, else "<handle id>:<waiter id>"); "1" if an
+ * earlier attempt with this id may have been granted, else "0"; the
+ * request's deadline; the waiter's own deadline in the queue (0: none).
+ * Deadlines are ms on Redis's clock (rclock.h).
+ * Reply: {wait, now, beat, then granted, value, lease per request}. */
+#define SEM_ACQUIRE_ARGS_HEAD (SEM_HEAD_ARGS + 2)
+#define SEM_ACQUIRE_ARGS_PER 5
+#define SEM_ACQUIRE_NUMS_HEAD (SEM_HEAD_NUMS + 1)
+#define SEM_ACQUIRE_NUMS_PER 2
+#define SEM_ACQUIRE_REPLY_HEAD 3
+void sluice__sem_acquire_head(sluice__args *a, const sluice__sem_call *s, const char *handle,
+                              int64_t beat_until);
 void sluice__sem_acquire_item(sluice__args *a, const char *permit_id, const char *waiter,
-                              int maybe_granted);
+                              int maybe_granted, int64_t until, int64_t own_until);
 
 /* sem_release.lua: the head, then the permit ids.
  * Reply: {held per request}. */
@@ -108,18 +117,20 @@ typedef struct sluice__rl_call {
  * KEYS: one per request, the request's key (a key may repeat: the requests
  *       are decided in order and each sees what those before it took).
  * ARGV: 1 limit, 2 period_ms, 3 burst, then per request: cost, peek ("1":
- *       decide only, "0": take).
- * Reply: {allowed, remaining, retry_after_ms, reset_after_ms per request}.
+ *       decide only, "0": take), deadline (ms on Redis's clock, rclock.h).
+ * Reply: {now ms, then allowed (-1: read past its deadline, nothing
+ * done), remaining, retry_after_ms, reset_after_ms per request}.
  * KEYS come before ARGV, so a call is built as: sluice__rl_check_key for
  * every request, then sluice__rl_check_head, then sluice__rl_check_item for
  * every request, in the same order. */
 #define RL_CHECK_ARGS_HEAD 3
-#define RL_CHECK_ARGS_PER 3
+#define RL_CHECK_ARGS_PER 4
 #define RL_CHECK_NUMS_HEAD 3
-#define RL_CHECK_NUMS_PER 1
+#define RL_CHECK_NUMS_PER 2
+#define RL_CHECK_REPLY_HEAD 1
 #define RL_CHECK_REPLY_PER 4
 void sluice__rl_check_key(sluice__args *a, const char *key);
 void sluice__rl_check_head(sluice__args *a, const sluice__rl_call *s);
-void sluice__rl_check_item(sluice__args *a, unsigned cost, int peek);
+void sluice__rl_check_item(sluice__args *a, unsigned cost, int peek, int64_t deadline);
 
 #endif

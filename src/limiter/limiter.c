@@ -16,6 +16,12 @@
  * so two requests for one key in one call see each other's effect and the
  * decisions are exactly those of one call per request. Redis pays for the
  * script call and TIME once per batch instead of once per decision.
+ *
+ * Every request carries the moment on Redis's clock after which its caller
+ * wants nothing (core/rclock.h): a wait's timeout, or its call's op
+ * timeout if that ends first. A script run later (a stall, a slow
+ * connection) takes no units for it, so units are never taken for a caller
+ * that already got a timeout.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +31,7 @@
 
 #include "core/batcher.h"
 #include "core/guard.h"
+#include "core/rclock.h"
 #include "base/histogram.h"
 #include "limiter/limiter.h"
 #include "core/script_args.h"
@@ -257,12 +264,14 @@ static void rq_finish(rl_req *rq, int status, const sluice_rl_result *res) {
 /* ---- Redis --------------------------------------------------------------- */
 
 /* The request's four numbers, at `at` of a batch reply the batcher checked
- * to be an array of four per request. */
+ * to be an array of four per request. SLUICE_ELATE: Redis read the request
+ * past its deadline and did nothing. */
 static int parse_reply(const sluice_limiter *lim, const redisReply *r, size_t at,
                        sluice_rl_result *res) {
   int64_t v[4];
   for (size_t i = 0; i < 4; i++)
     if (sluice__reply_i64(r->element[at + i], &v[i]) != 0) return SLUICE_EPROTOCOL;
+  if (v[0] == -1) return SLUICE_ELATE;
   res->allowed = v[0] != 0;
   res->source = SLUICE_RL_REDIS;
   res->limit = capacity(lim);
@@ -321,14 +330,34 @@ static void rq_down(rl_req *rq, int status) {
 
 static rl_req *breq_rq(sluice__breq *r) { return sluice__container_of(r, rl_req, breq); }
 
+/* A request is decided only until its call's op timeout, or a wait's own
+ * deadline if that comes first. The clock is known here: the batcher
+ * probes it before the first call. */
 static void build(sluice__args *a, void *owner, sluice__breq *const *reqs, size_t n) {
   sluice_limiter *lim = owner;
+  const sluice__rclock *k = sluice__client_rclock(lim->c);
+  unsigned t = lim->opts.op_timeout_ms ? lim->opts.op_timeout_ms : sluice__client_op_timeout(lim->c);
+  uint64_t call_end = sluice__mono_ms() + t;
   for (size_t i = 0; i < n; i++) sluice__rl_check_key(a, breq_rq(reqs[i])->rkey);
   sluice__rl_check_head(a, &lim->call);
   for (size_t i = 0; i < n; i++) {
     const rl_req *rq = breq_rq(reqs[i]);
-    sluice__rl_check_item(a, rq->cost, rq->kind == RQ_PEEK);
+    uint64_t end = rq->deadline_ms && rq->deadline_ms < call_end ? rq->deadline_ms : call_end;
+    sluice__rl_check_item(a, rq->cost, rq->kind == RQ_PEEK, sluice__rclock_deadline(k, end));
   }
+}
+
+/* Redis's clock in a check call's reply (the batcher checked its shape). */
+static int reply_time(const redisReply *reply, int64_t *ms) {
+  return sluice__reply_i64(reply->element[0], ms);
+}
+
+/* Redis read the request too late to act on it: a wait asks again (or
+ * ends, its own deadline passed); a check or peek met its call's timeout. */
+static void rq_late(rl_req *rq) {
+  rq->lim->m.late++;
+  if (rq->kind == RQ_WAIT) rq_attempt(rq);
+  else rq_down(rq, SLUICE_ETIMEDOUT);
 }
 
 /* One request's part of a call's reply (or the call's failure). */
@@ -338,6 +367,7 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
   if (status == SLUICE_OK || status == SLUICE_EREDIS) rq->lim->seen_up = 1;
   if (status == SLUICE_OK) status = parse_reply(rq->lim, br->reply, br->at, &res);
   if (status == SLUICE_OK) rq_decided(rq, &res);
+  else if (status == SLUICE_ELATE) rq_late(rq);
   else if (status == SLUICE_ECONNECTION || status == SLUICE_ETIMEDOUT || status == SLUICE_EINDOUBT)
     rq_down(rq, status);
   else rq_finish(rq, status, NULL);
@@ -345,7 +375,7 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
 
 #define RL_KIND(script)                                                                    \
   {&(script), RL_BATCH_MAX, RL_CHECK_ARGS_HEAD, RL_CHECK_ARGS_PER, RL_CHECK_NUMS_HEAD,  \
-   RL_CHECK_NUMS_PER, 0, RL_CHECK_REPLY_PER, build, answer, NULL}
+   RL_CHECK_NUMS_PER, RL_CHECK_REPLY_HEAD, RL_CHECK_REPLY_PER, build, answer, NULL}
 
 /* One kind per algorithm (indexed by sluice_rl_algo): only the script differs. */
 static const sluice__batch_kind check_kinds[] = {
@@ -499,6 +529,7 @@ int sluice_limiter_new(sluice_client *c, const char *name, const sluice_limiter_
   }
   sluice__batcher_init(&lim->checks, &check_kinds[opts->algo], c, lim, &lim->guard, &lim->flusher,
                        lim->opts.op_timeout_ms);
+  sluice__batcher_clock(&lim->checks, reply_time);
   sluice__guard_attach(&lim->guard, sluice__client_home(c), &lim_guard_ops);
   *out = lim;
   return SLUICE_OK;

@@ -5,10 +5,13 @@
 -- decided at the one time read here (Redis's clock, never the client's).
 -- KEYS: one per request, the state of that request's key.
 -- ARGV: 1 limit, 2 period_ms, 3 burst (GCRA's capacity; the others ignore
---       it), then per request i: ARGV[2 + 2i] cost, ARGV[3 + 2i] peek ('1':
---       decide only, write nothing; '0': take the units if they fit).
--- Returns a flat array, four numbers per request, in order:
---   allowed (1/0), remaining, retry_after_ms, reset_after_ms.
+--       it), then per request i: ARGV[1 + 3i] cost, ARGV[2 + 3i] peek ('1':
+--       decide only, write nothing; '0': take the units if they fit),
+--       ARGV[3 + 3i] deadline (ms on Redis's clock: a request read at or
+--       after it is not decided and takes nothing -- its caller gave up).
+-- Returns a flat array: Redis's clock in ms, then four numbers per request,
+-- in order: allowed (1/0; -1 past its deadline), remaining,
+-- retry_after_ms, reset_after_ms.
 -- The layout is built by sluice__rl_check_* in src/core/script_args.c.
 -- Locals, not globals: the per-request loop looks these up on every request.
 local rcall, tonumber, format = redis.call, tonumber, string.format
@@ -19,9 +22,12 @@ local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- decide(key, cost, peek) returns the four numbers of one request.
 local function each(decide)
-  local out, n = {}, 0
+  local out, n = {now_ms}, 1
   for i = 1, #KEYS do
-    local a, r, w, z = decide(KEYS[i], tonumber(ARGV[2 + 2 * i]), ARGV[3 + 2 * i] == '1')
+    local a, r, w, z = -1, 0, 0, 0
+    if now_ms < tonumber(ARGV[3 + 3 * i]) then
+      a, r, w, z = decide(KEYS[i], tonumber(ARGV[1 + 3 * i]), ARGV[2 + 3 * i] == '1')
+    end
     out[n + 1], out[n + 2], out[n + 3], out[n + 4] = a, r, w, z
     n = n + 4
   end

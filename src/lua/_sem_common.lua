@@ -1,36 +1,31 @@
 -- Shared by the semaphore scripts (inlined at build time by embed_lua.py).
 -- Keys: H holders (zset permit id -> lease expiry ms), Q queue (zset waiter
--- -> arrival seq), B beats (zset waiter -> heartbeat deadline ms), M meta
--- (hash: permits, fence, seq; "t:<handle>" the first lease of a permit
--- handed to one of that handle's waiters; "g:<waiter>" the fence of a permit
--- handed to a waiter).
+-- "<handle id>:<waiter id>" -> arrival seq), B beats (zset, below), M meta
+-- (hash: permits, fence, seq; "g:<waiter>" the fence of a permit handed to
+-- a waiter). All times are Redis's, in ms.
+--
+-- B holds one heartbeat per handle with waiters queued, "<handle id>" ->
+-- the moment its process promised to be alive until (one entry however
+-- many of its waiters wait), and per waiter "<handle id>:<waiter id>" ->
+-- the moment its caller stops wanting a permit (FOREVER: no limit). A
+-- waiter is served only while both lie ahead: a stalled Redis, a paused or
+-- dead process can delay a grant, but never hand one to a caller that gave
+-- up. Waiters queued by an earlier sluice (a rolling upgrade) are told
+-- apart by "t:<handle>" in M, that version's first lease of a hand-off:
+-- their B entry is their own heartbeat, as that version keeps it.
 --
 -- Redis Cluster rule: while the slot migrates, its source node runs a script
 -- only when all declared keys exist there, and then refuses any later access
 -- to a key the script itself emptied (deleted) -- without undoing the writes
 -- before it. So in every script a removal that may empty a key is that key's
 -- last access: reads, additions and expiry first, removals last (the
--- expired leases and dead waiters are skipped until then). M is never
+-- expired leases and leaving waiters are skipped until then). M is never
 -- emptied: a "g:" field is only ever written with "fence" beside it.
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local function n2s(x) return string.format('%.0f', x) end
-
--- Waiters that stopped heart-beating (at most 1000 per step).
-local function dead_waiters(B)
-  return redis.call('ZRANGEBYSCORE', B, '-inf', now, 'LIMIT', 0, 1000)
-end
-
--- Remove the waiters in list from Q and B (the last removals from them before
--- hand_off); true when both still hold someone, i.e. hand_off may read them.
-local function drop_waiters(Q, B, list)
-  if #list == 0 then return true end
-  local nq, nb = redis.call('ZCARD', Q), redis.call('ZCARD', B)
-  nb = nb - redis.call('ZREM', B, unpack(list))
-  nq = nq - redis.call('ZREM', Q, unpack(list))
-  return nq > 0 and nb > 0
-end
 
 -- A lease's expiry if it is live, else nil (expired ones are removed last).
 local function live_lease(H, id)
@@ -77,23 +72,99 @@ local function save_fence(M, permits)
   call_in_slices('HSET', M, fence_fields)
 end
 
+
+-- ---- the queue -------------------------------------------------------------
+
+-- A waiter's deadline when its caller set none (2^53 - 1: exact in Lua).
+local FOREVER = 9007199254740991
+
+-- Q and B members that leave, removed by remove_gone as the last access to
+-- Q and B: gone[m] is true while m leaves, false once it was queued again;
+-- glist lists each one once.
+local gone, glist = {}, {}
+local function leave(m)
+  if gone[m] == nil then glist[#glist + 1] = m end
+  gone[m] = true
+end
+local function stay(m)
+  if gone[m] then gone[m] = false end
+end
+
+-- Every B entry whose moment passed leaves (waiters whose caller gave up,
+-- heartbeats that stopped; at most 1000 a step): linear in what leaves.
+local function sweep(B)
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', B, '-inf', now, 'LIMIT', 0, 1000)) do leave(m) end
+end
+
+local function remove_gone(Q, B)
+  local list = {}
+  for _, m in ipairs(glist) do
+    if gone[m] then list[#list + 1] = m end
+  end
+  if #list == 0 then return end
+  call_in_slices('ZREM', B, list)
+  call_in_slices('ZREM', Q, list)
+end
+
+-- A handle's heartbeat deadline, and for an earlier version's handle its
+-- first lease (else false); read once per step.
+local beats, legacy = {}, {}
+local function handle_beat(B, M, h)
+  if beats[h] == nil then
+    local b = redis.call('ZSCORE', B, h)
+    local t = not b and redis.call('HGET', M, 't:' .. h)
+    beats[h], legacy[h] = tonumber(b or '0'), t and tonumber(t) or false
+  end
+  return beats[h], legacy[h]
+end
+
+-- A queued waiter is 'dead' (it leaves), 'weak' (its heartbeat ends within
+-- half a beat: fair mode may not pass it, others skip it) or 'live', with
+-- the expiry of a permit handed to it now: its handle's heartbeat (the woken
+-- waiter renews it to a full lease at once; one that died meanwhile holds it
+-- no longer than it would have held its place).
+local function waiter_state(B, M, m, hb)
+  local beat, old = handle_beat(B, M, string.sub(m, 1, 32))
+  local own = tonumber(redis.call('ZSCORE', B, m) or '0')
+  if old then beat = own end
+  if own <= now or beat <= now then return 'dead' end
+  if beat < now + hb / 2 then return 'weak' end
+  return 'live', old and now + old or beat
+end
+
+-- Visit the queue from its head, in order, past the leaving: each waiter
+-- not dead goes to visit(m, state, expiry) until that returns false; the
+-- dead ones met leave. At most 1024 members are read a step. True when it
+-- reached the end of the queue.
+local function walk(Q, B, M, hb, visit)
+  for from = 0, 1023, 64 do
+    local page = redis.call('ZRANGE', Q, from, from + 63)
+    for _, m in ipairs(page) do
+      if not gone[m] then
+        local st, expiry = waiter_state(B, M, m, hb)
+        if st == 'dead' then
+          leave(m)
+        elseif not visit(m, st, expiry) then
+          return false
+        end
+      end
+    end
+    if #page < 64 then return true end
+  end
+  return false
+end
+
 -- Hand up to n free permits to queued waiters, oldest first, in this same
--- step: the permit's id is the waiter's id, its first lease the waiter
--- handle's heartbeat ("t:<handle>"; the waiter renews it to a full lease at
--- once, and one that died meanwhile holds it no longer than it would have
--- held its place in the queue), and the grant itself goes onto the handle's wake list
--- ("<wake_base><handle id>", which that handle's blocking connection waits
--- on) as "<waiter id>:<fence>:<lease expiry ms>", so the woken waiter owns
--- the permit without another round trip and no permit sits idle between a
--- release and the next grant. The grants of one handle go as one element,
--- joined by ",": one BRPOP wakes all of them. Queue members are
--- "<handle id>:<waiter id>".
--- Only waiters that kept their heartbeat are served (a wake-up sent to a
--- process that is gone would strand the permit for a lease): non-fair mode
--- skips a stale one; fair mode stops there, since nobody may pass the head
--- (it is evicted after its heartbeat). A dead one met on the way (heartbeat
--- deadline passed) leaves the queue with the granted ones, so a release
--- need not sweep the whole queue first. Returns how many were handed.
+-- step: the permit's id is the waiter's id, its first lease ends with the
+-- waiter's heartbeat (see waiter_state), and the grant itself goes onto the
+-- handle's wake list ("<wake_base><handle id>", which that handle's blocking
+-- connection waits on) as "<waiter id>:<fence>:<lease expiry ms>", so the
+-- woken waiter owns the permit without another round trip and no permit
+-- sits idle between a release and the next grant. The grants of one handle
+-- go as one element, joined by ",": one BRPOP wakes all of them.
+-- Only live waiters are served (a wake-up sent to a process that is gone
+-- would strand the permit): non-fair mode skips a weak one; fair mode stops
+-- there, since nobody may pass the head. Granted and dead waiters leave.
 --
 -- The wake list is the one key a script computes instead of declaring (the
 -- handle that gets the grant is only known here). It shares the declared
@@ -103,87 +174,57 @@ end
 -- by pcall, and only a handle whose push landed is granted anything: a
 -- refused push grants nothing (scripts are not rolled back, so granting
 -- first would leave a permit nobody is woken for); the permit stays free
--- and the waiters take it with their next attempt, within a heartbeat.
--- In fair mode a refused head stops the hand-off, so nobody passes it.
--- Callers run it before removing anything from H (it adds there) and only
--- while Q and B hold someone; it may empty them, so they touch Q and B
--- before it, never after. The ids it grants go into `got` (a set) if given;
--- callers that hand anything run save_fence afterwards (it writes the
--- grants' fences). The grants' writes go as one call per key after the
--- pushes, not one per waiter: this step delays the grant it hands.
+-- and the waiters take it with their next step, within a heartbeat.
+-- In fair mode a refused head stops the hand-off, so nobody passes it. The
+-- handles refused go into `unpushed` (a set): their waiters are told to ask
+-- themselves (see sem_acquire.lua).
+-- Callers run it before removing anything from H (it adds there). The ids
+-- it grants go into `got` (a set) if given; callers that hand anything run
+-- save_fence afterwards (it writes the grants' fences). The grants' writes
+-- go as one call per key after the pushes, not one per waiter: this step
+-- delays the grant it hands. Returns how many were handed.
+local unpushed = {}
 local function hand_off(H, Q, B, M, n, wake_base, hb, fair, got)
   if n <= 0 then return 0 end
-  local stale = now + hb / 2
-  local heads = redis.call('ZRANGE', Q, 0, n + 7)
-  -- One read of M for the fence and the first lease of every handle here.
-  local fields, asked = {'fence'}, {}
-  for _, m in ipairs(heads) do
-    local sep = string.find(m, ':', 1, true)
-    local handle = sep and string.sub(m, 1, sep - 1)
-    if handle and not asked[handle] then
-      asked[handle] = true
-      fields[#fields + 1] = 't:' .. handle
+  local picked, byhandle, order = 0, {}, {}
+  walk(Q, B, M, hb, function(m, st, expiry)
+    if st == 'weak' then return not fair end
+    local h = string.sub(m, 1, 32)
+    if not byhandle[h] then
+      byhandle[h] = {}
+      order[#order + 1] = h
     end
-  end
-  local vals = redis.call('HMGET', M, unpack(fields))
-  if not last_fence then last_fence = tonumber(vals[1] or '0') end
-  local leases = {}
-  for i = 2, #fields do leases[string.sub(fields[i], 3)] = tonumber(vals[i] or '0') end
-  -- The heartbeats due within half a beat, usually none: one read instead
-  -- of one per head (only past 1000 of them are heads looked up alone).
-  local weak, wl = {}, redis.call('ZRANGEBYSCORE', B, '-inf', '(' .. n2s(math.ceil(stale)),
-                                  'WITHSCORES', 'LIMIT', 0, 1000)
-  for i = 1, #wl, 2 do weak[wl[i]] = tonumber(wl[i + 1]) end
-  local picked, byhandle, order, members = 0, {}, {}, {}
-  for _, m in ipairs(heads) do
-    if picked >= n then break end
-    local beat = weak[m] or stale
-    if #wl >= 2000 and not weak[m] then beat = tonumber(redis.call('ZSCORE', B, m) or '0') end
-    local sep = string.find(m, ':', 1, true)
-    local handle = sep and string.sub(m, 1, sep - 1)
-    local lease = handle and leases[handle]
-    if beat <= now then
-      members[#members + 1] = m
-    elseif beat < stale then
-      if fair then break end
-    elseif lease and lease > 0 then
-      if not byhandle[handle] then
-        byhandle[handle] = {}
-        order[#order + 1] = handle
-      end
-      local g = byhandle[handle]
-      g[#g + 1] = {m, string.sub(m, sep + 1), lease}
-      picked = picked + 1
-    end
-  end
+    local g = byhandle[h]
+    g[#g + 1] = {m, string.sub(m, 34), expiry}
+    picked = picked + 1
+    return picked < n
+  end)
   local given, holders = 0, {} -- written with few calls
-  for _, handle in ipairs(order) do
+  for _, h in ipairs(order) do
     local texts = {}
-    for _, g in ipairs(byhandle[handle]) do
-      g[4] = n2s(next_fence(M))
-      g[5] = n2s(now + g[3])
+    for _, g in ipairs(byhandle[h]) do
+      g[4], g[5] = n2s(next_fence(M)), n2s(g[3])
       texts[#texts + 1] = g[2] .. ':' .. g[4] .. ':' .. g[5]
     end
-    local wk = wake_base .. handle
+    local wk = wake_base .. h
     local len = redis.pcall('LPUSH', wk, table.concat(texts, ','))
     if type(len) == 'number' then
       if len > 64 then redis.call('LTRIM', wk, 0, 63) end
       redis.call('PEXPIRE', wk, hb * 2 + 1000)
-      for _, g in ipairs(byhandle[handle]) do
+      for _, g in ipairs(byhandle[h]) do
         holders[#holders + 1] = g[5]
         holders[#holders + 1] = g[2]
-        members[#members + 1] = g[1]
+        leave(g[1])
         fence_fields[#fence_fields + 1] = 'g:' .. g[2]
         fence_fields[#fence_fields + 1] = g[4]
         if got then got[g[2]] = true end
       end
-      given = given + #byhandle[handle]
-    elseif fair then
-      break
+      given = given + #byhandle[h]
+    else
+      unpushed[h] = true
+      if fair then break end
     end
   end
   if given > 0 then call_in_slices('ZADD', H, holders) end
-  call_in_slices('ZREM', Q, members)
-  call_in_slices('ZREM', B, members)
   return given
 end

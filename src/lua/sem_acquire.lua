@@ -1,98 +1,120 @@
--- Try to grant permits to a batch of acquire requests, in order (one atomic
--- step; all times from Redis TIME, in ms). The client sends every attempt
--- that is ready at the same moment in one call: Redis pays for TIME, the
--- expiry sweep and the bookkeeping once per batch instead of once per permit.
+-- Try to grant permits to a batch of acquire requests, in order, and beat
+-- the handle's heartbeat (one atomic step; all times from Redis TIME, in
+-- ms). The client sends every attempt that is ready at the same moment in
+-- one call: Redis pays for TIME, the sweep and the bookkeeping once per
+-- batch instead of once per permit. With no requests it is the handle's
+-- heartbeat alone: it keeps all the handle's queued waiters alive (one
+-- step however many wait) and hands free permits to the queue's heads.
 -- KEYS: 1 holders, 2 queue, 3 beats, 4 meta
 -- ARGV: 1 permits, 2 ttl_ms, 3 heartbeat_ms, 4 fair (0/1), 5 wake list base
---       ("<prefix>sem:{name}:wake:"), 6 keep_ms (idle expiry), then three per
---       request: permit id; waiter ("" for try_acquire, else
+--       ("<prefix>sem:{name}:wake:"), 6 keep_ms (idle expiry), 7 the handle
+--       whose heartbeat this is ("": none), 8 the heartbeat's deadline (a
+--       step run at or after it beats nothing: its process may be gone),
+--       then five per request: permit id; waiter ("" for try_acquire, else
 --       "<handle id>:<waiter id>"); "1" if an earlier attempt with this id
---       may have been granted (its reply was lost), else "0".
--- Returns {wait, now, then g, v, r per request}: wait is ms until the
--- earliest lease expires (-1: none), now Redis's clock in ms; g is 1 when the
--- request was granted (v: its fencing token, r: its lease in ms), 2 when a
--- release already handed this waiter a permit whose id is the waiter id
--- (v: its fencing token, r: the lease left), 0 when refused (v: its queue
--- position).
+--       may have been granted (its reply was lost), else "0"; the
+--       request's deadline (its caller wants nothing from a step run at or
+--       after it); the waiter's own deadline in the queue (0: none).
+-- Returns {wait, now, beat, then g, v, r per request}: wait is ms until the
+-- earliest lease expires (-1: none), now Redis's clock in ms, beat 0 when no
+-- heartbeat was beaten (none asked, or too late), 1 when it was, 2 when it
+-- was but the handle's heartbeat had stopped (its waiters may have left the
+-- queue: they must queue again), 3 when it was and a permit free for the
+-- handle's waiters could not be handed to them (their wake list was refused:
+-- a slot migrating), so they must ask for it; g is 1 when the request was
+-- granted (v: its fencing token, r: its lease in ms), 2 when a release
+-- already handed this waiter a permit whose id is the waiter id (v: its
+-- fencing token, r: the lease left), 0 when refused, 3 when its deadline
+-- had passed: nothing was done for it, and it left the queue.
 --@include _sem_common.lua
 local H, Q, B, M = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local permits, ttl, hb = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local fair, wake_base, keep = ARGV[4] == '1', ARGV[5], tonumber(ARGV[6])
+local handle, beat_until = ARGV[7], tonumber(ARGV[8])
 
--- Expired leases and dead waiters are only skipped here and removed at the
--- end, as are the waiters granted now: a removal may empty its key, which
--- must not be touched after (see _sem_common.lua). `gone`: Q and B members
--- to remove (true; false once queued again), `glist` lists each one once.
+-- The heartbeat first: the sweep then keeps it.
+local beat = 0
+if handle ~= '' and now < beat_until then
+  local prev = tonumber(redis.call('ZSCORE', B, handle) or '0')
+  redis.call('ZADD', B, n2s(now + hb), handle)
+  beats[handle], legacy[handle] = now + hb, false
+  beat = prev > now and 1 or 2
+end
+-- Expired leases and leaving waiters are only skipped here and removed at
+-- the end (see _sem_common.lua).
 local held = redis.call('ZCOUNT', H, '(' .. n2s(now), '+inf')
-local qlen = redis.call('ZCARD', Q)
-local gone, glist, gscore = {}, {}, {}
-local function leave(m)
-  if gone[m] == nil then glist[#glist + 1] = m end
-  gone[m] = true
+sweep(B)
+
+-- Fair mode: only the first (permits - held) waiters in arrival order may
+-- take a permit (weak ones count: nobody passes them). rank[m] is a queued
+-- waiter's place among them, read once per step; ranked counts the places
+-- given, all says the queue ended within them (then newcomers are ranked
+-- too), and taken lists the places granted in this step.
+local rank, ranked, all, taken = nil, 0, false, {}
+local function read_ranks()
+  rank = {}
+  local want = permits - held
+  all = walk(Q, B, M, hb, function(m)
+    if ranked >= want then return false end
+    ranked = ranked + 1
+    rank[m] = ranked
+    return true
+  end)
 end
-if qlen > 0 then
-  local dead = dead_waiters(B)
-  for _, m in ipairs(dead) do leave(m) end
-  qlen = qlen - #dead
-end
--- The waiter's place among those that stay: its rank less the leaving ones
--- ahead of it (queue scores are unique sequence numbers).
-local function place(waiter)
-  local r = redis.call('ZRANK', Q, waiter)
-  if #glist == 0 then return r end
-  local mine = tonumber(redis.call('ZSCORE', Q, waiter))
-  for _, m in ipairs(glist) do
-    if gone[m] then
-      if gscore[m] == nil then gscore[m] = tonumber(redis.call('ZSCORE', Q, m)) or false end
-      if gscore[m] and gscore[m] < mine then r = r - 1 end
-    end
+-- Whether waiter m (nil: a try_acquire, which comes after every waiter)
+-- may take one of the free permits now.
+local function entitled(m)
+  if not rank then read_ranks() end
+  local place = m and rank[m] or (all and ranked + 1)
+  if not place then return false end
+  for _, p in ipairs(taken) do
+    if p < place then place = place - 1 end
   end
-  return r
+  return place <= permits - held
 end
 
-local out = {-1, now}
+local out = {-1, now, beat}
 local granted, queued, refused = false, false, false
-for i = 7, #ARGV, 3 do
+for i = 9, #ARGV, 5 do
   local id, waiter = ARGV[i], ARGV[i + 1]
   local wid = waiter ~= '' and string.sub(waiter, 34) or nil
   local handed = wid and live_lease(H, wid)
-  if handed then
+  if now >= tonumber(ARGV[i + 3]) then
+    -- Its caller gave up, or will before an answer reaches it.
+    if wid then leave(waiter) end
+    out[#out + 1], out[#out + 2], out[#out + 3] = 3, 0, 0
+  elseif handed then
     -- A release handed this waiter a permit while this attempt was on its
     -- way: that grant is the answer (it is also on the wake list).
     out[#out + 1] = 2
     out[#out + 1] = redis.call('HGET', M, 'g:' .. wid) or '0'
     out[#out + 1] = n2s(tonumber(handed) - now)
   else
-    local pos = qlen -- a try_acquire arrives last
     if wid then
-      -- A hand-off's first lease: one heartbeat, so a waiter that died just
-      -- now strands a permit no longer than it would have blocked the queue;
-      -- the woken waiter renews it to a full lease at once.
-      if not queued then
-        redis.call('HSET', M, 't:' .. string.sub(waiter, 1, 32), math.min(ttl, hb))
-      end
-      queued = true
       if gone[waiter] or not redis.call('ZSCORE', Q, waiter) then
         -- New, or leaving (dead, or granted earlier in this batch): queued
         -- again at the back, and it stays.
         redis.call('ZADD', Q, redis.call('HINCRBY', M, 'seq', 1), waiter)
-        if gone[waiter] then gone[waiter], gscore[waiter] = false, nil end
-        qlen = qlen + 1
+        stay(waiter)
+        if rank and all and not rank[waiter] then
+          ranked = ranked + 1
+          rank[waiter] = ranked
+        end
       end
-      redis.call('ZADD', B, n2s(now + hb), waiter)
-      pos = place(waiter)
+      local own = tonumber(ARGV[i + 4])
+      redis.call('ZADD', B, n2s(own > 0 and own or FOREVER), waiter)
+      queued = true
     end
     -- Idempotent per permit id: a retried attempt gets its own earlier
     -- grant (lease refreshed) instead of a second permit.
     local mine = ARGV[i + 2] == '1' and live_lease(H, id)
-    -- Fair: only the first `free` in arrival order may take a permit.
-    -- Non-fair: anyone may while one is free.
-    if mine or (held < permits and (not fair or pos < permits - held)) then
+    -- Non-fair: anyone may take a permit while one is free.
+    if mine or (held < permits and (not fair or entitled(wid and waiter))) then
       redis.call('ZADD', H, n2s(now + ttl), id)
       if not mine then held = held + 1 end
       if wid then
         leave(waiter)
-        qlen = qlen - 1
+        if rank and rank[waiter] then taken[#taken + 1] = rank[waiter] end
       end
       granted = true
       out[#out + 1] = 1
@@ -100,33 +122,34 @@ for i = 7, #ARGV, 3 do
       out[#out + 1] = ttl
     else
       refused = true
-      out[#out + 1] = 0
-      out[#out + 1] = pos
-      out[#out + 1] = 0
+      out[#out + 1], out[#out + 2], out[#out + 3] = 0, 0, 0
     end
   end
 end
 
-if queued then
+-- Waiters and their heartbeats keep the queue's keys (and M, whose seq
+-- orders them) from expiring, however long they wait without new arrivals.
+if queued or beat > 0 then
   touch(Q, keep)
   touch(B, keep)
 end
--- The leaving waiters go now, before the hand-off reads the queue.
-local list = {}
-for _, m in ipairs(glist) do
-  if gone[m] then list[#list + 1] = m end
-end
 -- Free permits nobody in this batch could take belong to the queue's heads.
-if drop_waiters(Q, B, list) and qlen > 0 and held < permits then
-  if hand_off(H, Q, B, M, permits - held, wake_base, hb, fair) > 0 then granted = true end
+if held < permits and hand_off(H, Q, B, M, permits - held, wake_base, hb, fair) > 0 then
+  granted = true
 end
+-- (Only from a heartbeat alone: attempts in this step had their answer.)
+if beat == 1 and unpushed[handle] and #ARGV < 9 then out[3] = 3 end
 save_fence(M, permits)
 if granted then touch(H, keep) end
-if granted or queued then touch(M, keep) end
-if refused then
+if granted or queued or beat > 0 then touch(M, keep) end
+if refused or handle ~= '' then
   local first = redis.call('ZRANGEBYSCORE', H, '(' .. n2s(now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if first[2] then out[1] = tonumber(first[2]) - now end
 end
--- Last: expired leases (this may empty H).
-redis.call('ZREMRANGEBYSCORE', H, '-inf', now)
+-- Last: the leaving waiters (this may empty Q and B), then expired leases
+-- (this may empty H). Not when a hand-off was refused (a slot migrating):
+-- the waiters' own attempts, which follow, need H still on this node, and
+-- expired leases only count as free until then.
+remove_gone(Q, B)
+if not next(unpushed) then redis.call('ZREMRANGEBYSCORE', H, '-inf', now) end
 return out

@@ -11,7 +11,7 @@ local permits, hb, fair = tonumber(ARGV[1]), tonumber(ARGV[3]), ARGV[4] == '1'
 local wake_base, keep, waiter = ARGV[5], tonumber(ARGV[6]), ARGV[7]
 local wid = string.sub(waiter, 34)
 -- Removals last (a key this step empties is not touched again): the waiter
--- leaves Q and B with the dead ones, before the hand-off reads them; its
+-- leaves Q and B with the dead ones, after the hand-off read them; its
 -- handed permit and the expired leases leave H after the hand-off's grants.
 local was = redis.call('ZSCORE', Q, waiter)
 local had = redis.call('ZSCORE', H, wid)
@@ -20,20 +20,17 @@ if not was and not had then
   redis.call('ZREM', B, waiter)
   return 0
 end
-local gone = {waiter}
-for _, m in ipairs(dead_waiters(B)) do
-  if m ~= waiter then gone[#gone + 1] = m end
-end
+leave(waiter)
+sweep(B)
 local got = {}
-if drop_waiters(Q, B, gone) then
-  local held = redis.call('ZCOUNT', H, '(' .. n2s(now), '+inf')
-  if had and tonumber(had) > now then held = held - 1 end
-  if hand_off(H, Q, B, M, permits - held, wake_base, hb, fair, got) > 0 then
-    save_fence(M, permits)
-    touch(H, keep)
-    touch(M, keep)
-  end
+local held = redis.call('ZCOUNT', H, '(' .. n2s(now), '+inf')
+if had and tonumber(had) > now then held = held - 1 end
+if hand_off(H, Q, B, M, permits - held, wake_base, hb, fair, got) > 0 then
+  save_fence(M, permits)
+  touch(H, keep)
+  touch(M, keep)
 end
+remove_gone(Q, B)
 local n = redis.call('ZCARD', H)
 if had and not got[wid] then n = n - redis.call('ZREM', H, wid) end
 if n > 0 then redis.call('ZREMRANGEBYSCORE', H, '-inf', now) end

@@ -24,7 +24,8 @@ end
 if #handed > 0 then redis.call('HDEL', M, unpack(handed)) end
 -- The released and expired leases leave H last (it may become empty), so
 -- the hand-off counts without them and adds its grants first. It also
--- drops the dead waiters it meets; acquires sweep the rest of the queue.
+-- drops the dead waiters it meets (last, as Q and B's last access); the
+-- other steps sweep the rest of the queue.
 local given, got = nil, {}
 if redis.call('ZCARD', Q) > 0 then
   local held = redis.call('ZCOUNT', H, '(' .. n2s(now), '+inf') - freed
@@ -34,6 +35,7 @@ if redis.call('ZCARD', Q) > 0 then
     touch(H, keep)
     touch(M, keep)
   end
+  remove_gone(Q, B)
 end
 local left = {}
 for _, id in ipairs(rel) do

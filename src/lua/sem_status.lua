@@ -12,8 +12,7 @@ for i = 1, #h, 2 do
 end
 local waiters = {}
 for _, w in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
-  local beat = redis.call('ZSCORE', B, w)
-  if beat and tonumber(beat) > now then waiters[#waiters + 1] = w end
+  if waiter_state(B, M, w, 0) ~= 'dead' then waiters[#waiters + 1] = w end
 end
 local meta = redis.call('HMGET', M, 'permits', 'fence')
 return {meta[1] or '0', meta[2] or '0', holders, waiters}

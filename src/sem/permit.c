@@ -1,9 +1,16 @@
 /*
  * Held permits: the lease kept alive by renewals, and loss detection.
  *
- * Renewals that fall due in one loop turn go to Redis in one script call
- * (the handle's renewal batcher); permits granted together renew together
- * from then on.
+ * Renewals go to Redis in rounds: a grid renew_ms / 2 apart on the
+ * monotonic clock, the same for every permit of the handle. A lease is
+ * renewed at the last round before its renewal is due (never later than
+ * renew_ms after the step that granted or renewed it), so from its first
+ * renewal on every permit renews every renew_ms in step with the others,
+ * and the renewals of a round go in one script call per SEM_BATCH_MAX
+ * (the handle's renewal batcher): N permits held one by one cost about
+ * N / SEM_BATCH_MAX calls per renewal period, not N. Renewals off the
+ * grid (a retry after an error, a handed-over lease's first) use the
+ * permit's own timer.
  *
  * The local deadline is conservative: a lease granted or renewed by a script
  * sent at time S (monotonic) expires in Redis no earlier than S + ttl, since
@@ -24,9 +31,16 @@ static uint64_t ms_left(const sluice_permit *p) {
   return p->deadline_ms > now ? p->deadline_ms - now : 0;
 }
 
+static void round_leave(sluice_permit *p) {
+  if (!p->in_round) return;
+  sluice__list_remove(&p->sem->rounds[p->round % SEM_ROUNDS], &p->round_link);
+  p->in_round = 0;
+}
+
 static void stop_renewing(sluice_permit *p) {
   evtimer_del(p->renew_timer);
   evtimer_del(p->lost_timer);
+  round_leave(p);
   sluice__batcher_leave(&p->sem->renewals, &p->renewal);
 }
 
@@ -62,6 +76,63 @@ static void set_deadline(sluice_permit *p, uint64_t deadline_ms) {
   p->deadline_ms = deadline_ms;
   evtimer_del(p->lost_timer);
   sluice__timer_in(p->lost_timer, ms_left(p));
+}
+
+/* ---- renewal rounds ------------------------------------------------------ */
+
+static uint64_t round_ms(const sluice_sem *sem) {
+  return sem->o.renew_ms / 2 ? sem->o.renew_ms / 2 : 1;
+}
+
+static void queue_renewal(sluice_permit *p) {
+  sluice__batcher_queue(&p->sem->renewals, &p->renewal, p->sem->route);
+}
+
+static void arm_round(sluice_sem *sem) {
+  if (evtimer_pending(sem->round_timer, NULL)) return;
+  uint64_t at = (sem->round_done + 1) * round_ms(sem), now = sluice__mono_ms();
+  sluice__timer_in(sem->round_timer, at > now ? at - now : 0);
+}
+
+/* Renew p by due_ms: at the last round that starts no later. The lists
+ * hold the SEM_ROUNDS rounds after the last one renewed; a round further
+ * out (not seen: renewals are due within two rounds) uses p's timer. */
+static void renew_by(sluice_permit *p, uint64_t due_ms) {
+  sluice_sem *sem = p->sem;
+  uint64_t r = due_ms / round_ms(sem), now = sluice__mono_ms();
+  evtimer_del(p->renew_timer);
+  round_leave(p);
+  /* With no round pending every list is empty: the grid starts now. */
+  if (!evtimer_pending(sem->round_timer, NULL)) sem->round_done = now / round_ms(sem);
+  if (r <= sem->round_done) {
+    queue_renewal(p);
+  } else if (r > sem->round_done + SEM_ROUNDS) {
+    sluice__timer_in(p->renew_timer, due_ms > now ? due_ms - now : 0);
+  } else {
+    p->round = r;
+    p->in_round = 1;
+    sluice__list_append(&sem->rounds[r % SEM_ROUNDS], &p->round_link);
+    arm_round(sem);
+  }
+}
+
+/* Renew every permit whose round has come (all of them when the timer is
+ * late by the whole ring: a paused process). */
+static void round_cb(evutil_socket_t fd, short what, void *arg) {
+  sluice_sem *sem = arg;
+  uint64_t cur = sluice__mono_ms() / round_ms(sem), from = sem->round_done + 1;
+  if (cur >= from + SEM_ROUNDS) from = cur + 1 - SEM_ROUNDS;
+  for (uint64_t r = from; r <= cur; r++) {
+    sluice__list *l = &sem->rounds[r % SEM_ROUNDS];
+    while (l->head) {
+      sluice_permit *p = sluice__container_of(l->head, sluice_permit, round_link);
+      round_leave(p);
+      queue_renewal(p);
+    }
+  }
+  if (cur > sem->round_done) sem->round_done = cur;
+  for (int i = 0; i < SEM_ROUNDS; i++)
+    if (sem->rounds[i].head) arm_round(sem);
 }
 
 /* ---- renewal batches ----------------------------------------------------- */
@@ -100,13 +171,14 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
     p->replicated = br->replicated;
     set_deadline(p, sluice__permit_deadline(p->sem, br->sent_ms, (uint64_t)ttl));
     /* Without auto_renew only a hand-off's first renewal runs. */
-    if (p->sem->o.auto_renew) sluice__timer_in(p->renew_timer, p->sem->o.renew_ms);
+    if (p->sem->o.auto_renew) renew_by(p, br->sent_ms + p->sem->o.renew_ms);
     return;
   }
   p->sem->m.renew_errors++;
   uint64_t again = ms_left(p) / 4;
   if (again > p->sem->o.renew_ms) again = p->sem->o.renew_ms;
   if (again < RENEW_RETRY_MIN_MS) again = RENEW_RETRY_MIN_MS;
+  round_leave(p);
   sluice__timer_in(p->renew_timer, again);
 }
 
@@ -115,19 +187,28 @@ static const sluice__batch_kind renew_kind = {
     SEM_RENEW_ARGS_HEAD, SEM_RENEW_ARGS_PER, SEM_RENEW_NUMS_HEAD, SEM_RENEW_NUMS_PER,
     0, 1, build, answer, timeout};
 
-void sluice__permit_setup(sluice_sem *sem) {
+int sluice__permit_setup(sluice_sem *sem) {
   sluice__batcher_init(&sem->renewals, &renew_kind, sem->c, sem, &sem->guard, &sem->flusher,
                        sem->o.op_timeout_ms);
+  sem->round_done = sluice__mono_ms() / round_ms(sem);
+  sem->round_timer = evtimer_new(sluice__client_base(sem->c), round_cb, sem);
+  return sem->round_timer ? SLUICE_OK : SLUICE_ENOMEM;
+}
+
+void sluice__permit_teardown(sluice_sem *sem) {
+  if (sem->round_timer) event_free(sem->round_timer);
+  sem->round_timer = NULL;
 }
 
 void sluice__permit_renew_now(sluice_permit *p) {
   evtimer_del(p->renew_timer);
-  sluice__batcher_queue(&p->sem->renewals, &p->renewal, p->sem->route);
+  round_leave(p);
+  queue_renewal(p);
 }
 
 static void renew_timer_cb(evutil_socket_t fd, short what, void *arg) {
   sluice_permit *p = arg;
-  if (!p->lost) sluice__batcher_queue(&p->sem->renewals, &p->renewal, p->sem->route);
+  if (!p->lost) queue_renewal(p);
 }
 
 /* ---- lifetime ------------------------------------------------------------ */
@@ -177,7 +258,7 @@ sluice_permit *sluice__permit_new(sluice_sem *sem, const char *id, uint64_t fenc
   sluice__list_append(&sem->permits, &p->link);
   sluice__guard_attach(&p->guard, sluice__client_home(sem->c), &permit_guard_ops);
   set_deadline(p, deadline_ms);
-  if (sem->o.auto_renew) sluice__timer_in(p->renew_timer, sem->o.renew_ms);
+  if (sem->o.auto_renew) renew_by(p, sluice__mono_ms() + sem->o.renew_ms);
   return p;
 }
 
@@ -186,8 +267,7 @@ sluice_permit *sluice__permit_from_pass(sluice_sem *sem, const sluice__pass *pas
                                         pass->replicated);
   if (!p) return NULL;
   p->handoffs = pass->handoffs;
-  evtimer_del(p->renew_timer);
-  if (pass->renew_in_ms) sluice__timer_in(p->renew_timer, pass->renew_in_ms);
+  if (pass->renew_in_ms) renew_by(p, sluice__mono_ms() + pass->renew_in_ms);
   else sluice__permit_renew_now(p);
   return p;
 }
@@ -217,10 +297,12 @@ void sluice__permits_quiesce(sluice_sem *sem) {
   sluice__batcher_cancel(&sem->renewals, SLUICE_ECANCELED); /* no callback */
   for (sluice__link *l = sem->permits.head; l; l = l->next)
     stop_renewing(sluice__container_of(l, sluice_permit, link));
+  evtimer_del(sem->round_timer);
 }
 
 void sluice__permits_cancel_all(sluice_sem *sem) {
   sluice__batcher_cancel(&sem->renewals, SLUICE_ECANCELED);
+  evtimer_del(sem->round_timer);
   for (sluice__link *l = sem->permits.head, *next; l; l = next) {
     next = l->next;
     sluice_permit *p = sluice__container_of(l, sluice_permit, link);

@@ -148,6 +148,7 @@ static void sem_destroy(sluice__guard *g) {
   sluice_sem *sem = sluice__container_of(g, sluice_sem, guard);
   sluice__acquire_teardown(sem);
   sluice__release_teardown(sem);
+  sluice__permit_teardown(sem);
   sluice__flusher_clear(&sem->flusher);
   for (int i = 0; i < SEM_NKEYS; i++) free(sem->keys[i]);
   free(sem->wake_base);
@@ -189,7 +190,7 @@ static int sem_init(sluice_sem *sem, sluice_client *c, const char *name) {
   if (sluice__flusher_init(&sem->flusher, sluice__client_base(c)) != SLUICE_OK)
     return SLUICE_ENOMEM;
   if (sluice__release_setup(sem) != SLUICE_OK) return SLUICE_ENOMEM;
-  sluice__permit_setup(sem);
+  if (sluice__permit_setup(sem) != SLUICE_OK) return SLUICE_ENOMEM;
   return sluice__acquire_setup(sem);
 }
 
@@ -247,4 +248,6 @@ void sluice_sem_get_metrics(const sluice_sem *sem, sluice_sem_metrics *out) {
   if (!sem) return;
   *out = sem->m;
   sluice__latency_of(&sem->wait_hist, &out->wait);
+  out->pending = sem->npending;
+  out->queued = sem->nwaiting;
 }

@@ -32,6 +32,8 @@
 
 /* Most requests sent in one script call. */
 #define SEM_BATCH_MAX 256
+/* Renewal rounds ahead that permit.c keeps lists for (see renew_by). */
+#define SEM_ROUNDS 4
 
 struct sluice_sem {
   sluice__guard guard;            /* how the handle dies (guard.h) */
@@ -52,12 +54,15 @@ struct sluice_sem {
 
   /* sem_acquire.c */
   sluice__list acquires;          /* every live acquire */
+  unsigned npending;              /* in acquires */
   sluice__listener *listener;     /* while blocking acquires wait */
-  unsigned nblocking;
-  struct event *beat;             /* heartbeat of every blocked waiter */
   unsigned nwaiting;              /* of them, queued in Redis (listening) */
-  uint64_t clock_sent_ms;         /* a reply read Redis's clock at */
-  int64_t clock_redis_ms;         /* clock_redis_ms, sent at clock_sent_ms */
+  struct event *beat;             /* the handle's heartbeat, while any wait */
+  sluice__op *beat_op;            /* a heartbeat step in flight */
+  uint64_t beat_sent_ms;
+  int beat_again;                 /* another one once it is answered */
+  struct event *requeue;          /* the heartbeat had stopped: queue again */
+  uint64_t requeue_before;        /* ... the waiters whose attempts left before */
   struct event *expiry;           /* earliest holder's lease expiry */
   uint64_t expiry_at;             /* monotonic ms, while expiry is pending */
 
@@ -71,6 +76,9 @@ struct sluice_sem {
 
   /* permit.c */
   sluice__list permits;           /* held permits */
+  sluice__list rounds[SEM_ROUNDS];/* permits by the renewal round they wait for */
+  struct event *round_timer;      /* the next round */
+  uint64_t round_done;            /* the last round renewed */
 
   /* sem.c */
   sluice__list inspects;
@@ -100,7 +108,10 @@ struct sluice_permit {
   char id[33];
   uint64_t fence;
   uint64_t deadline_ms;           /* monotonic: lease surely valid until */
-  struct event *renew_timer;
+  struct event *renew_timer;      /* renewals off the rounds: retries, hand-offs */
+  sluice__link round_link;        /* in sem->rounds[round % SEM_ROUNDS] */
+  uint64_t round;
+  int in_round;
   struct event *lost_timer;
   sluice_lost_cb *lost_cb;
   void *lost_ud;
@@ -136,7 +147,8 @@ void sluice__release_cancel_all(sluice_sem *sem);
 int sluice__release_idle(const sluice_sem *sem);
 
 /* permit.c */
-void sluice__permit_setup(sluice_sem *sem);
+int sluice__permit_setup(sluice_sem *sem);
+void sluice__permit_teardown(sluice_sem *sem);
 /* A held permit whose lease surely lasts until deadline_ms (monotonic). */
 sluice_permit *sluice__permit_new(sluice_sem *sem, const char *id, uint64_t fence,
                                   uint64_t deadline_ms, int replicated);

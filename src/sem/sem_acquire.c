@@ -8,11 +8,24 @@
  * costs one call and no change to the client's BRPOP. A queued waiter is
  * served by hand-off: a release grants it the freed permit in the same
  * step and pushes the grant (its id is the waiter's id) onto the handle's
- * wake list, which the client's shared BRPOP pops. A waiter also tries again
- * at the earliest holder's lease expiry (a crashed holder; the handle's
- * expiry timer) and at the handle's heartbeat, which every heartbeat_ms / 3
- * re-runs the attempts of all its queued waiters together — one script call
- * however many wait, and what keeps their places in the queue.
+ * wake list, which the client's shared BRPOP pops.
+ *
+ * The handle's heartbeat keeps all its queued waiters alive in Redis: one
+ * step every heartbeat_ms / 3 however many wait (the attempt script with no
+ * requests), which also hands free permits to the queue's heads; the same
+ * step runs at the earliest holder's lease expiry (a crashed holder). So an
+ * idle crowd costs Redis one call a second per handle, not per waiter.
+ * Waiters send their attempts again only when Redis may have lost their
+ * places: the heartbeat had stopped (a stall longer than a heartbeat, a
+ * restart), or the blocking connection came back (a hand-off popped on the
+ * lost connection never arrived).
+ *
+ * Every attempt carries deadlines on Redis's clock (core/rclock.h): its own
+ * (the caller's timeout, or its call's op timeout if that ends first) and
+ * the waiter's in the queue (the caller's timeout); the heartbeat carries a
+ * third of a beat. Redis acts on none of them later, so a stall, a paused
+ * client or a process that exited may delay a grant but never makes one
+ * to a caller that gave up.
  *
  * Attempts ready in the same loop turn go to Redis together, in order, in
  * one script call; while the handle's waiters are queued, only after the
@@ -26,10 +39,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/rclock.h"
 #include "sem/sem.h"
 
 #define RETRY_MIN_MS 25
 #define RETRY_MAX_MS 1000
+#define PENDING_MAX_DEFAULT 100000
 
 struct sluice_acquire {
   sluice_sem *sem;
@@ -43,7 +58,8 @@ struct sluice_acquire {
   char permit_id[33];             /* id the next attempt asks for */
   int maybe_granted;              /* an attempt with permit_id got no answer */
   int waiting;                    /* refused once: queued in Redis */
-  uint64_t first_sent_ms;         /* monotonic: the first attempt left */
+  uint64_t deadline_ms;           /* monotonic: the caller's timeout; 0 none */
+  uint64_t sent_ms;               /* monotonic: the last attempt left */
   uint64_t started_us;            /* monotonic: the call (wait metrics) */
   struct event *timer;            /* retry after a failure, or deferred completion */
   struct event *deadline;
@@ -56,6 +72,7 @@ struct sluice_acquire {
 };
 
 static void listen_update(sluice_sem *sem);
+static void send_beat(sluice_sem *sem);
 
 /* The outcome is settled and waits for the timer to report it. */
 static int decided(const sluice_acquire *a) { return a->final_status || a->passed; }
@@ -94,6 +111,8 @@ static void send_leave(sluice_acquire *a) {
 
 static void acquire_free(sluice_acquire *a) {
   sluice__list_remove(&a->sem->acquires, &a->link);
+  a->sem->npending--;
+  sluice__client_sem_pending(a->sem->c, -1);
   event_free(a->timer);
   event_free(a->deadline);
   sluice__free(a);
@@ -132,7 +151,6 @@ static void finish(sluice_acquire *a, int status, sluice_permit *permit) {
   else sem->m.failures++;
   if (status == SLUICE_OK && a->blocking)
     sluice__hist_record(&sem->wait_hist, sluice__mono_us() - a->started_us);
-  if (a->blocking) sem->nblocking--;
   if (a->waiting) sem->nwaiting--;
   acquire_free(a);
   listen_update(sem);
@@ -232,35 +250,99 @@ static void refused(sluice_acquire *a, int64_t wait) {
   a->wake_pending = 0;
 }
 
+/* ---- deadlines ----------------------------------------------------------- */
+
+static uint64_t op_timeout(const sluice_sem *sem) {
+  return sem->o.op_timeout_ms ? sem->o.op_timeout_ms : sluice__client_op_timeout(sem->c);
+}
+
+/* A heartbeat that reaches Redis later than a third of a beat after it left
+ * is not counted: its process may be gone by then, and the next one left
+ * meanwhile. */
+static int64_t beat_until(sluice_sem *sem, uint64_t now) {
+  uint64_t window = sem->o.heartbeat_ms / 3;
+  if (window > op_timeout(sem)) window = op_timeout(sem);
+  return sluice__rclock_deadline(sluice__client_rclock(sem->c), now + window);
+}
+
 /* ---- attempt batches ----------------------------------------------------- */
 
+/* An attempt wants a permit until its caller's timeout, and its call's
+ * answer only until the call's own timeout: Redis grants it by the earlier
+ * one. Its place in the queue lasts until the caller's timeout. The clock
+ * is known here: the batcher probes it before the first call. */
 static void build(sluice__args *args, void *owner, sluice__breq *const *reqs, size_t n) {
   sluice_sem *sem = owner;
-  uint64_t now = sluice__mono_ms();
-  sluice__sem_acquire_head(args, &sem->call);
+  const sluice__rclock *k = sluice__client_rclock(sem->c);
+  uint64_t now = sluice__mono_ms(), call_end = now + op_timeout(sem);
+  int beat = 0;
+  for (size_t i = 0; i < n && !beat; i++)
+    beat = sluice__container_of(reqs[i], sluice_acquire, attempt)->blocking;
+  sluice__sem_acquire_head(args, &sem->call, beat ? sem->handle_id : "", beat_until(sem, now));
   for (size_t i = 0; i < n; i++) {
     sluice_acquire *a = sluice__container_of(reqs[i], sluice_acquire, attempt);
-    if (!a->first_sent_ms) a->first_sent_ms = now;
-    sluice__sem_acquire_item(args, a->permit_id, a->blocking ? a->member : "", a->maybe_granted);
+    uint64_t end = a->deadline_ms && a->deadline_ms < call_end ? a->deadline_ms : call_end;
+    a->sent_ms = now;
+    sluice__sem_acquire_item(args, a->permit_id, a->blocking ? a->member : "", a->maybe_granted,
+                             sluice__rclock_deadline(k, end),
+                             a->deadline_ms ? sluice__rclock_deadline(k, a->deadline_ms) : 0);
   }
 }
 
-/* Remember when Redis's clock read `redis_ms` (no earlier than sent_ms on
- * ours): hand-offs carry expiry times on Redis's clock. */
-static void clock_sample(sluice_sem *sem, uint64_t sent_ms, int64_t redis_ms) {
-  if (sent_ms < sem->clock_sent_ms) return;
-  sem->clock_sent_ms = sent_ms;
-  sem->clock_redis_ms = redis_ms;
+/* Redis's clock in an attempt batch's reply (the batcher checked its shape). */
+static int reply_time(const redisReply *reply, int64_t *ms) {
+  return sluice__reply_i64(reply->element[1], ms);
+}
+
+/* The heartbeat had stopped when the step that sent at sent_ms beat it: the
+ * waiters whose attempts left before then may have left the queue. */
+static void requeue_before(sluice_sem *sem, uint64_t sent_ms) {
+  if (sent_ms > sem->requeue_before) sem->requeue_before = sent_ms;
+  event_active(sem->requeue, EV_TIMEOUT, 1);
+}
+
+/* What a step said of the handle's heartbeat (see sem_acquire.lua): 2, it
+ * had stopped; 3, a permit is free for our waiters that could not be handed
+ * to them (requeue_before now: they all ask); 0 from a step that carried
+ * it, it came too late: beat now. */
+static void note_beat(sluice_sem *sem, int64_t beat, int carried, uint64_t sent_ms) {
+  if (beat == 2) requeue_before(sem, sent_ms);
+  else if (beat == 3) requeue_before(sem, sluice__mono_ms() + 1);
+  else if (beat == 0 && carried) send_beat(sem);
+}
+
+/* Redis read the attempt after its deadline and did nothing for it (it left
+ * the queue). A try_acquire's answer came too late to matter; a wait whose
+ * caller's timeout has not passed on Redis's clock asks again (its call was
+ * slow), else its own deadline timer ends it, a margin from now. */
+static void too_late(sluice_acquire *a, int64_t redis_now) {
+  sluice_sem *sem = a->sem;
+  sem->m.late++;
+  sluice__log(sem->c, SLUICE_LOG_DEBUG,
+              "semaphore '%s': attempt for permit %.32s read past its deadline, nothing done "
+              "(Redis's clock known to +-%lld ms)",
+              sem->name, a->permit_id,
+              (long long)sluice__rclock_error(sluice__client_rclock(sem->c)) / 2);
+  if (!a->blocking) {
+    finish(a, SLUICE_ETIMEDOUT, NULL);
+    return;
+  }
+  if (a->deadline_ms &&
+      redis_now >= sluice__rclock_deadline(sluice__client_rclock(sem->c), a->deadline_ms))
+    return;
+  queue_attempt(a);
 }
 
 /* g 1: granted under our permit id; 2: handed a permit (the waiter's id)
- * by a release; 0: refused. lease: ms the lease has left. */
+ * by a release; 3: read past its deadline; 0: refused. lease: ms the lease
+ * has left. */
 static void answer(void *owner, sluice__breq *r, int status, const sluice__batch_reply *br) {
   sluice_acquire *a = sluice__container_of(r, sluice_acquire, attempt);
   const redisReply *rep = br->reply;
-  int64_t wait = -1, now = 0, g = 0, value = 0, lease = 0;
+  int64_t wait = -1, now = 0, beat = 0, g = 0, value = 0, lease = 0;
   if (status == SLUICE_OK &&
       (sluice__reply_i64(rep->element[0], &wait) || sluice__reply_i64(rep->element[1], &now) ||
+       sluice__reply_i64(rep->element[2], &beat) ||
        sluice__reply_i64(rep->element[br->at], &g) ||
        sluice__reply_i64(rep->element[br->at + 1], &value) ||
        sluice__reply_i64(rep->element[br->at + 2], &lease) || lease < 0))
@@ -269,7 +351,7 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
     on_attempt_failed(a, status);
     return;
   }
-  clock_sample(a->sem, br->sent_ms, now);
+  note_beat(a->sem, beat, a->blocking, br->sent_ms);
   a->last_error = 0;
   a->retry_ms = RETRY_MIN_MS;
   uint64_t deadline = sluice__permit_deadline(a->sem, br->sent_ms, (uint64_t)lease);
@@ -281,6 +363,8 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
     granted(a, a->permit_id, (uint64_t)value, deadline, br->replicated);
   } else if (g == 2 && a->blocking) {
     granted(a, a->waiter_id, (uint64_t)value, deadline, br->replicated);
+  } else if (g == 3) {
+    too_late(a, now);
   } else {
     a->maybe_granted = 0;
     refused(a, wait);
@@ -290,7 +374,7 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
 static const sluice__batch_kind attempt_kind = {
     &sluice__lua_sem_acquire, SEM_BATCH_MAX,
     SEM_ACQUIRE_ARGS_HEAD, SEM_ACQUIRE_ARGS_PER, SEM_ACQUIRE_NUMS_HEAD, SEM_ACQUIRE_NUMS_PER,
-    2, 3, build, answer, NULL};
+    SEM_ACQUIRE_REPLY_HEAD, 3, build, answer, NULL};
 
 /* ---- wake-ups, heartbeats ------------------------------------------------ */
 
@@ -304,10 +388,22 @@ static void poke(sluice_acquire *a) {
   queue_attempt(a);
 }
 
-static void poke_all(sluice_sem *sem) {
+/* Every waiter queued in Redis sends its attempt again (they ask for their
+ * places back, or for a permit handed to them). */
+static void poke_waiting(sluice_sem *sem) {
   for (sluice__link *l = sem->acquires.head; l; l = l->next) {
     sluice_acquire *a = sluice__container_of(l, sluice_acquire, link);
-    if (a->blocking) poke(a);
+    if (a->blocking && a->waiting) poke(a);
+  }
+}
+
+/* The heartbeat had stopped (requeue_before): the waiters whose attempts
+ * left before it was beaten again ask for their places back. */
+static void requeue_cb(evutil_socket_t fd, short what, void *arg) {
+  sluice_sem *sem = arg;
+  for (sluice__link *l = sem->acquires.head; l; l = l->next) {
+    sluice_acquire *a = sluice__container_of(l, sluice_acquire, link);
+    if (a->blocking && a->waiting && a->sent_ms < sem->requeue_before) poke(a);
   }
 }
 
@@ -320,9 +416,8 @@ static sluice_acquire *find_waiter(sluice_sem *sem, const char *waiter_id) {
 }
 
 /* A hand-off popped from our wake list: "<waiter id>:<fence>:<expiry>",
- * the expiry on Redis's clock. Its lease began no earlier than the
- * waiter's first attempt left, and ends no earlier than the expiry mapped
- * through the latest clock sample: the later of the two bounds holds. */
+ * the expiry on Redis's clock, mapped to ours conservatively (the waiter
+ * was refused before, so the clock is known). */
 static void handed(sluice_sem *sem, const char *data, size_t len) {
   char buf[80];
   if (len < 34 || len >= sizeof buf) return;
@@ -333,13 +428,8 @@ static void handed(sluice_sem *sem, const char *data, size_t len) {
   long long expiry = *end == ':' ? strtoll(end + 1, &end, 10) : -1;
   sluice_acquire *a = find_waiter(sem, buf);
   if (!a || decided(a) || buf[32] != ':' || *end || expiry < 0) return;
-  uint64_t first = sem->o.ttl_ms < sem->o.heartbeat_ms ? sem->o.ttl_ms : sem->o.heartbeat_ms;
-  uint64_t deadline = sluice__permit_deadline(sem, a->first_sent_ms, first);
-  if (sem->clock_sent_ms && expiry > sem->clock_redis_ms) {
-    uint64_t mapped = sluice__permit_deadline(sem, sem->clock_sent_ms,
-                                              (uint64_t)(expiry - sem->clock_redis_ms));
-    if (mapped > deadline) deadline = mapped;
-  }
+  const sluice__rclock *k = sluice__client_rclock(sem->c);
+  uint64_t deadline = sluice__rclock_known(k) ? sluice__rclock_local(k, expiry) : 0;
   buf[32] = '\0';
   /* The release that handed it was another client's step: its renewal
    * (sent at once) reports on replication. */
@@ -352,7 +442,7 @@ static void handed(sluice_sem *sem, const char *data, size_t len) {
 static void on_wake(void *ud, const char *data, size_t len) {
   sluice_sem *sem = ud;
   if (!data) {
-    poke_all(sem);
+    poke_waiting(sem);
   } else if (len == 32) {
     sluice_acquire *a = find_waiter(sem, data);
     if (a) poke(a);
@@ -368,7 +458,54 @@ static void on_wake(void *ud, const char *data, size_t len) {
   }
 }
 
-static void expiry_cb(evutil_socket_t fd, short what, void *arg) { poke_all(arg); }
+/* A holder's lease ran out: the heartbeat step hands its permit on. */
+static void expiry_cb(evutil_socket_t fd, short what, void *arg) { send_beat(arg); }
+
+/* ---- the heartbeat ------------------------------------------------------- */
+
+static void on_beat(void *ud, int status, const redisReply *reply) {
+  sluice_sem *sem = ud;
+  int64_t wait, now, beat;
+  sem->beat_op = NULL;
+  /* fail_fast waiters learn it from their own attempts' failures. */
+  if (is_transport(status) && sem->o.fail_fast) poke_waiting(sem);
+  if (status != SLUICE_OK || reply->type != REDIS_REPLY_ARRAY ||
+      reply->elements != SEM_ACQUIRE_REPLY_HEAD || sluice__reply_i64(reply->element[0], &wait) ||
+      sluice__reply_i64(reply->element[1], &now) || sluice__reply_i64(reply->element[2], &beat))
+    return; /* the next beat tries again */
+  sluice__rclock_sample(sluice__client_rclock(sem->c), sem->beat_sent_ms, sluice__mono_ms(), now);
+  if (beat == 0 || sem->beat_again) {
+    sem->beat_again = 0;
+    send_beat(sem);
+  } else {
+    note_beat(sem, beat, 1, sem->beat_sent_ms);
+  }
+  if (sem->nwaiting) arm_expiry(sem, wait);
+}
+
+/* One step for every waiter of the handle: see the top of this file. */
+static void send_beat(sluice_sem *sem) {
+  sluice__args args;
+  if (!sem->nwaiting || !sluice__guard_live(&sem->guard)) return;
+  if (sem->beat_op) {
+    sem->beat_again = 1; /* this one may have left before the reason for it */
+    return;
+  }
+  if (sluice__args_init(&args, SEM_ACQUIRE_ARGS_HEAD, SEM_ACQUIRE_NUMS_HEAD) != SLUICE_OK) return;
+  sem->beat_sent_ms = sluice__mono_ms();
+  sluice__sem_acquire_head(&args, &sem->call, sem->handle_id, beat_until(sem, sem->beat_sent_ms));
+  if (args.failed ||
+      sluice__eval(sem->c, &sluice__lua_sem_acquire, args.nkeys, args.argc, args.argv, args.lens,
+                   sem->o.op_timeout_ms, on_beat, sem, &sem->beat_op) != SLUICE_OK)
+    sem->beat_op = NULL;
+  sluice__args_clear(&args);
+}
+
+static void drop_beat(sluice_sem *sem) {
+  sluice__op_detach(sem->beat_op);
+  sem->beat_op = NULL;
+  sem->beat_again = 0;
+}
 
 /* Listen and beat while waiters are queued. The listener lingers for one
  * heartbeat after the last one went, so a busy handle does not make the
@@ -376,7 +513,6 @@ static void expiry_cb(evutil_socket_t fd, short what, void *arg) { poke_all(arg)
 static void listen_update(sluice_sem *sem) {
   int live = sluice__guard_live(&sem->guard);
   if (live && sem->nwaiting > 0) {
-    /* On failure waiters still progress on the heartbeat. */
     if (!sem->listener) sluice__listen(sem->c, sem->wake_key, on_wake, sem, &sem->listener);
     sluice__timer_every(sem->beat, sem->o.heartbeat_ms / 3);
     return;
@@ -389,10 +525,13 @@ static void listen_update(sluice_sem *sem) {
   evtimer_del(sem->expiry);
 }
 
+/* Without a listener (out of memory) no hand-off reaches the waiters: they
+ * ask themselves on every beat instead. */
 static void beat_cb(evutil_socket_t fd, short what, void *arg) {
   sluice_sem *sem = arg;
   if (sem->nwaiting) {
-    poke_all(sem);
+    if (sem->listener) send_beat(sem);
+    else poke_waiting(sem);
     return;
   }
   if (sem->listener) sluice__unlisten(sem->listener);
@@ -448,20 +587,26 @@ int sluice__acquire_setup(sluice_sem *sem) {
   sluice__batcher_init(&sem->attempts, &attempt_kind, sem->c, sem, &sem->guard, &sem->flusher,
                        sem->o.op_timeout_ms);
   sluice__batcher_follow(&sem->attempts, &sem->releases, attempts_wait_for_releases);
+  sluice__batcher_clock(&sem->attempts, reply_time);
   sem->beat = event_new(base, -1, EV_PERSIST, beat_cb, sem);
   sem->expiry = evtimer_new(base, expiry_cb, sem);
-  return sem->beat && sem->expiry ? SLUICE_OK : SLUICE_ENOMEM;
+  sem->requeue = event_new(base, -1, 0, requeue_cb, sem);
+  return sem->beat && sem->expiry && sem->requeue ? SLUICE_OK : SLUICE_ENOMEM;
 }
 
 void sluice__acquire_teardown(sluice_sem *sem) {
   if (sem->listener) sluice__unlisten(sem->listener);
   sem->listener = NULL;
+  drop_beat(sem);
   if (sem->beat) event_free(sem->beat);
   if (sem->expiry) event_free(sem->expiry);
-  sem->beat = sem->expiry = NULL;
+  if (sem->requeue) event_free(sem->requeue);
+  sem->beat = sem->expiry = sem->requeue = NULL;
 }
 
-void sluice__acquire_resume(sluice_sem *sem) { poke_all(sem); }
+/* The connection is back: a heartbeat at once (it says whether the
+ * waiters' places survived, and hands on what is free). */
+void sluice__acquire_resume(sluice_sem *sem) { send_beat(sem); }
 
 void sluice__acquire_quiesce(sluice_sem *sem) {
   for (sluice__link *l = sem->acquires.head; l; l = l->next) {
@@ -470,6 +615,8 @@ void sluice__acquire_quiesce(sluice_sem *sem) {
     evtimer_del(a->timer);
     evtimer_del(a->deadline);
   }
+  drop_beat(sem);
+  event_del(sem->requeue);
   listen_update(sem);
 }
 
@@ -503,6 +650,8 @@ void sluice__acquire_cancel_all(sluice_sem *sem) {
     leave_attempt(sluice__container_of(l, sluice_acquire, link));
   while (sem->acquires.head)
     finish(sluice__container_of(sem->acquires.head, sluice_acquire, link), SLUICE_ECANCELED, NULL);
+  drop_beat(sem);
+  event_del(sem->requeue);
   listen_update(sem);
 }
 
@@ -512,9 +661,15 @@ static int start_acquire(sluice_sem *sem, int blocking, unsigned timeout_ms,
                          sluice_acquire_cb *cb, void *ud, sluice_acquire **handle) {
   if (!sem || !cb) return SLUICE_EINVAL;
   if (!sluice__guard_live(&sem->guard)) return SLUICE_ECLOSED;
+  unsigned cap = sem->o.max_pending ? sem->o.max_pending : PENDING_MAX_DEFAULT;
+  if (sem->npending >= cap || sluice__client_sem_pending(sem->c, 1) != SLUICE_OK)
+    return SLUICE_EFULL;
   struct event_base *base = sluice__client_base(sem->c);
   sluice_acquire *a = sluice__calloc(1, sizeof *a);
-  if (!a) return SLUICE_ENOMEM;
+  if (!a) {
+    sluice__client_sem_pending(sem->c, -1);
+    return SLUICE_ENOMEM;
+  }
   a->sem = sem;
   a->cb = cb;
   a->ud = ud;
@@ -527,6 +682,7 @@ static int start_acquire(sluice_sem *sem, int blocking, unsigned timeout_ms,
     if (a->timer) event_free(a->timer);
     if (a->deadline) event_free(a->deadline);
     sluice__free(a);
+    sluice__client_sem_pending(sem->c, -1);
     return SLUICE_ENOMEM;
   }
   sluice__random_hex(a->waiter_id);
@@ -535,9 +691,10 @@ static int start_acquire(sluice_sem *sem, int blocking, unsigned timeout_ms,
   a->member[32] = ':';
   memcpy(a->member + 33, a->waiter_id, 33);
   sluice__list_append(&sem->acquires, &a->link);
-  if (blocking) {
-    sem->nblocking++;
-    if (timeout_ms) sluice__timer_in(a->deadline, timeout_ms);
+  sem->npending++;
+  if (blocking && timeout_ms) {
+    a->deadline_ms = sluice__mono_ms() + timeout_ms;
+    sluice__timer_in(a->deadline, timeout_ms);
   }
   if (handle) *handle = a;
   queue_attempt(a);
