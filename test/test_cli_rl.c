@@ -90,7 +90,7 @@ static void test_check(void) {
   TH_ASSERT_EQ(r.status, 1); /* rate-limited */
   TH_ASSERT_EQ(field(&r, "allowed"), 0);
   TH_ASSERT_CMP(field(&r, "retry_after_ms"), >, 59000);
-  TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:rl:{3:api:1.2.3.4}:log"), 2);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "LLEN sluice:rl:{3:api:1.2.3.4}:log"), 5); /* 2 entries */
   /* GCRA with a burst; --prefix moves the key. */
   r = rl("check", "g", "k", "--algo", "gcra", "--limit", "1", "--period", "60000", "--burst", "3",
          "--cost", "3", "--prefix", "other:", NULL);

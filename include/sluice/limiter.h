@@ -11,9 +11,19 @@
  *    aligned to server time (window n covers [n*period, (n+1)*period)). Cheap
  *    and exact per window, but up to 2*limit may pass around a boundary.
  *  - SLUICE_RL_SLIDING_LOG: exact — never more than `limit` units in ANY span
- *    of `period_ms`. Keeps one sorted-set entry per admitted unit, so memory
- *    is O(limit) per key (see README for measured bytes). Denied requests are
- *    not recorded.
+ *    of `period_ms`. Keeps one list entry per admitted request (its time and
+ *    a running sum of units, about 16 bytes), whatever its cost; denied
+ *    requests are not recorded. Its state is bounded: a key holds at most
+ *    SLUICE_RL_LOG_ENTRIES_MAX live entries (1.6 MB), so a cost below
+ *    limit / SLUICE_RL_LOG_ENTRIES_MAX (rounded up) is refused with
+ *    SLUICE_EINVAL: with a limit up to 100,000 every cost passes, with a
+ *    limit of 1,000,000,000 the smallest cost is 10,000. Each decision reads
+ *    a few entries (O(log n) of the n entries it skips), never the log. A
+ *    key written by an older sluice (a sorted set, one member per unit) is
+ *    converted on its first use, exactly when it holds at most 256 live
+ *    requests; beyond that, all but the oldest 255 are merged into one
+ *    entry at the newest time (they count a little longer: never more is
+ *    admitted).
  *  - SLUICE_RL_SLIDING_COUNTER: two fixed-window counters weighted by how far
  *    the current window has run (estimate = prev * (1 - elapsed/period) + cur).
  *    O(1) memory; an approximation that assumes the previous window's traffic
@@ -92,6 +102,8 @@ typedef struct sluice_rl_result {
 /* Largest accepted limit/burst and period. */
 #define SLUICE_RL_LIMIT_MAX 1000000000u
 #define SLUICE_RL_PERIOD_MAX 2000000000u
+/* Most live entries of one sliding-log key (see SLUICE_RL_SLIDING_LOG). */
+#define SLUICE_RL_LOG_ENTRIES_MAX 100000u
 
 typedef struct sluice_limiter_options {
   sluice_rl_algo algo;          /* default SLUICE_RL_FIXED */
@@ -137,8 +149,9 @@ SLUICE_EXPORT const char *sluice_limiter_name(const sluice_limiter *lim);
 typedef void sluice_limiter_cb(sluice_limiter *lim, int status,
                                const sluice_rl_result *res, void *userdata);
 
-/* Take cost units (>= 1, <= capacity) for key (1..SLUICE_NAME_MAX bytes,
- * copied) if they are available now. Never waits.
+/* Take cost units (>= 1, <= capacity; for the sliding log also >= limit /
+ * SLUICE_RL_LOG_ENTRIES_MAX) for key (1..SLUICE_NAME_MAX bytes, copied) if
+ * they are available now. Never waits.
  * Returns 0, or SLUICE_EINVAL / SLUICE_ECLOSED / SLUICE_ENOMEM (cb not run). */
 SLUICE_EXPORT int sluice_limiter_check(sluice_limiter *lim, const char *key,
                                        unsigned cost, sluice_limiter_cb *cb,

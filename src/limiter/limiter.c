@@ -501,10 +501,17 @@ void sluice_limiter_free(sluice_limiter *lim) {
 
 const char *sluice_limiter_name(const sluice_limiter *lim) { return lim ? lim->name : NULL; }
 
+/* The sliding log's state is bounded by entries, one per request: a cost
+ * this small could need more than SLUICE_RL_LOG_ENTRIES_MAX of them. */
+static unsigned min_cost(const sluice_limiter *lim) {
+  if (lim->opts.algo != SLUICE_RL_SLIDING_LOG) return 1;
+  return (lim->opts.limit + SLUICE_RL_LOG_ENTRIES_MAX - 1) / SLUICE_RL_LOG_ENTRIES_MAX;
+}
+
 static int check_call(const sluice_limiter *lim, const char *key, unsigned cost,
                       sluice_limiter_cb *cb) {
   if (!lim || !cb || lim->guard.freeing || !sluice__valid_name(key)) return SLUICE_EINVAL;
-  if (cost < 1 || cost > capacity(lim)) return SLUICE_EINVAL;
+  if (cost < 1 || cost > capacity(lim) || cost < min_cost(lim)) return SLUICE_EINVAL;
   if (lim->guard.closed || sluice__client_closing(lim->c)) return SLUICE_ECLOSED;
   return SLUICE_OK;
 }

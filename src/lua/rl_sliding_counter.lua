@@ -8,6 +8,20 @@
 local now = now_ms
 local w = math.floor(now / period)
 local e = now - w * period
+-- The smallest el in [lo, hi] with ok(el), for ok turning true once as el
+-- grows and ok(hi) true. guess is the formula's answer, right unless the
+-- products passed 2^53 (then a few units off): tried first, else a binary
+-- search, so at most 34 calls whatever the numbers.
+local function first_fit(lo, hi, guess, ok)
+  guess = math.min(math.max(guess, lo), hi)
+  if ok(guess) and (guess == lo or not ok(guess - 1)) then return guess end
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if ok(mid) then hi = mid else lo = mid + 1 end
+  end
+  return lo
+end
+
 return each(function(key, cost, peek)
   if cost > limit then return 0, 0, -1, 0 end -- never passes; clients refuse it
   local st = rcall('HMGET', key, 'w', 'c', 'p')
@@ -28,14 +42,12 @@ return each(function(key, cost, peek)
     local wait
     if c + cost <= limit then
       -- Later in this window, once the previous window weighs little enough.
-      local el = math.max(e, period - math.floor((limit - c - cost) * period / p))
-      while not fits(p, c, el) do el = el + 1 end
-      wait = el - e
+      local guess = period - math.floor((limit - c - cost) * period / p)
+      wait = first_fit(e, period, guess, function(el) return fits(p, c, el) end) - e
     else
       -- In the next window, where this window's count becomes the previous one.
-      local el = math.max(0, period - math.floor((limit - cost) * period / c))
-      while not fits(c, 0, el) do el = el + 1 end
-      wait = period - e + el
+      local guess = period - math.floor((limit - cost) * period / c)
+      wait = period - e + first_fit(0, period, guess, function(el) return fits(c, 0, el) end)
     end
     local reset = c > 0 and (2 * period - e) or (period - e)
     return 0, room(c), wait, reset

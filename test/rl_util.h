@@ -1,0 +1,65 @@
+/* Small fixtures shared by the rate-limiter tests. */
+#ifndef SLUICE_TEST_RL_UTIL_H
+#define SLUICE_TEST_RL_UTIL_H
+
+#include <string.h>
+
+#include <event2/event.h>
+#include <sluice/sluice.h>
+
+#include "harness.h"
+
+/* What one limiter callback said. */
+typedef struct rl_answer {
+  int done;
+  int status;
+  int has_res;
+  sluice_rl_result res;
+} rl_answer;
+
+static inline void rl_answer_cb(sluice_limiter *lim, int status, const sluice_rl_result *res,
+                                void *ud) {
+  rl_answer *a = ud;
+  a->done++;
+  a->status = status;
+  a->has_res = res != NULL;
+  if (res) a->res = *res;
+}
+
+/* A connected client of the test server. */
+static inline sluice_client *rl_test_client(struct event_base *base) {
+  sluice_client_options o;
+  sluice_client_options_init(&o);
+  o.url = th_server.url;
+  o.op_timeout_ms = 5000;
+  sluice_client *c = NULL;
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  uint64_t end = th_now_ms() + 3000;
+  while (!sluice_client_is_connected(c) && th_now_ms() < end) event_base_loop(base, EVLOOP_ONCE);
+  TH_ASSERT(sluice_client_is_connected(c));
+  return c;
+}
+
+static inline sluice_limiter *rl_test_new(sluice_client *c, const char *name, sluice_rl_algo algo,
+                                          unsigned limit, unsigned period_ms) {
+  sluice_limiter_options o;
+  sluice_limiter_options_init(&o);
+  o.algo = algo;
+  o.limit = limit;
+  o.period_ms = period_ms;
+  sluice_limiter *lim = NULL;
+  TH_ASSERT_EQ(sluice_limiter_new(c, name, &o, &lim), SLUICE_OK);
+  return lim;
+}
+
+/* One check run to its answer, which must be a decision. */
+static inline sluice_rl_result rl_test_check(struct event_base *base, sluice_limiter *lim,
+                                             const char *key, unsigned cost) {
+  rl_answer a = {0};
+  TH_ASSERT_EQ(sluice_limiter_check(lim, key, cost, rl_answer_cb, &a), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &a.done, 5000));
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  return a.res;
+}
+
+#endif
