@@ -1,6 +1,5 @@
 /*
- * gateway: sluice in a libevent evhttp server (README, "Using sluice in an
- * evhttp server").
+ * gateway: sluice in a libevent evhttp server (docs/evhttp.md).
  *
  * Per request, in one event_base:
  *   1. a GCRA rate limiter per client (the X-Client header, else the peer

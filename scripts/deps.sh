@@ -22,9 +22,10 @@ for arg in "$@"; do
 done
 
 # Debian packages (taskset comes with util-linux, which is essential).
+# clang-format: scripts/format.sh checks the sources' layout (.clang-format).
 # libssl-dev and openssl: the TLS build (against hiredis 1.x, which
 # scripts/hiredis1.sh fetches) and its tests' certificates.
-packages=(meson ninja-build pkg-config gcc libc6-dev clang libhiredis-dev libevent-dev
+packages=(meson ninja-build pkg-config gcc libc6-dev clang clang-format libhiredis-dev libevent-dev
           redis-server redis-tools valgrind python3 binutils libssl-dev openssl)
 # Node may come from elsewhere (nodesource's nodejs ships npm and conflicts
 # with Debian's npm), so for it the commands are what count.
@@ -66,7 +67,7 @@ fi
 
 # Not Debian: check by command and pkg-config module.
 missing=()
-for c in meson ninja pkg-config cc clang redis-server redis-cli redis-benchmark valgrind python3 readelf openssl; do
+for c in meson ninja pkg-config cc clang clang-format redis-server redis-cli redis-benchmark valgrind python3 readelf openssl; do
   command -v "$c" >/dev/null 2>&1 || missing+=("$c")
 done
 if command -v pkg-config >/dev/null 2>&1; then

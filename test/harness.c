@@ -380,6 +380,35 @@ void th_loop_for(struct event_base *base, unsigned ms) {
     th_loop_until(base, &never, (unsigned)(end - now));
 }
 
+int th__turn(struct event_base *base, uint64_t end) {
+  uint64_t now = th_now_ms();
+  if (now >= end) return 0;
+  int never = 0;
+  th_loop_until(base, &never, end - now < 5 ? (unsigned)(end - now) : 5);
+  return 1;
+}
+
+void th_client_options(sluice_client_options *o, const char *url) {
+  sluice_client_options_init(o);
+  o->url = url;
+}
+
+sluice_client *th_client_with(struct event_base *base, const sluice_client_options *o) {
+  sluice_client *c = NULL;
+  if (sluice_client_new(base, o, &c) != SLUICE_OK)
+    th_fail(__FILE__, __LINE__, "client refused: %s", sluice_client_last_error(NULL));
+  return c;
+}
+
+sluice_client *th_client(struct event_base *base, const char *url, unsigned op_timeout_ms) {
+  sluice_client_options o;
+  th_client_options(&o, url);
+  o.reconnect_min_ms = 20;
+  o.reconnect_max_ms = 200;
+  if (op_timeout_ms) o.op_timeout_ms = op_timeout_ms;
+  return th_client_with(base, &o);
+}
+
 pid_t th_child_start(int (*fn)(void *arg), void *arg) {
   pid_t pid = fork();
   TH_ASSERT(pid >= 0);

@@ -37,6 +37,13 @@ static void on_info(sluice_sem *s, int status, const sluice_sem_info *info, void
   c->nwaiters = info ? info->nwaiters : 0;
   c->flag = 1;
 }
+/* The semaphore's waiters as Redis has them now. */
+static size_t waiters_seen(struct event_base *base, sluice_sem *sem, ctx *c) {
+  c->flag = 0;
+  TH_ASSERT_EQ(sluice_sem_inspect(sem, on_info, c), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &c->flag, 5000));
+  return c->nwaiters;
+}
 static void on_push(sluice_dq *dq, int status, const char *id, int64_t due, void *ud) {
   ctx *c = ud;
   TH_ASSERT_EQ(status, SLUICE_OK);
@@ -91,9 +98,8 @@ static void test_once(void) {
   sluice_limiter *gcra, *fixed;
   ctx c;
   memset(&c, 0, sizeof c);
-  sluice_client_options_init(&o);
-  o.url = th_server.url;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &cl), SLUICE_OK);
+  th_client_options(&o, th_server.url);
+  cl = th_client_with(base, &o);
 
   TH_ASSERT_EQ(sluice_sem_new(cl, "web", NULL, &sem), SLUICE_OK);
   TH_ASSERT_EQ(sluice_sem_try_acquire(sem, on_acq, &c), SLUICE_OK);
@@ -101,11 +107,8 @@ static void test_once(void) {
   TH_ASSERT_EQ(c.status, SLUICE_OK);
   sluice_acquire *waiter;
   TH_ASSERT_EQ(sluice_sem_acquire(sem, 0, on_waiter, NULL, &waiter), SLUICE_OK);
-  while (c.nwaiters == 0) { /* until the waiter is queued in Redis */
-    c.flag = 0;
-    TH_ASSERT_EQ(sluice_sem_inspect(sem, on_info, &c), SLUICE_OK);
-    TH_ASSERT(th_loop_until(base, &c.flag, 5000));
-  }
+  TH_LOOP_UNTIL(base, waiters_seen(base, sem, &c) > 0, 5000); /* queued in Redis */
+  TH_ASSERT_CMP(c.nwaiters, >, 0);
 
   TH_ASSERT_EQ(sluice_dq_new(cl, "jobs", NULL, &dq), SLUICE_OK);
   sluice_dq_item now = {"a", 1, 0, 0, NULL}, later = {"b", 1, 600000, 0, NULL};
@@ -189,9 +192,8 @@ static void test_tmux(void) {
   sluice_sem *sem;
   ctx c;
   memset(&c, 0, sizeof c);
-  sluice_client_options_init(&o);
-  o.url = th_server.url;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &cl), SLUICE_OK);
+  th_client_options(&o, th_server.url);
+  cl = th_client_with(base, &o);
   TH_ASSERT_EQ(sluice_sem_new(cl, "tty", NULL, &sem), SLUICE_OK);
   TH_ASSERT_EQ(sluice_sem_try_acquire(sem, on_acq, &c), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &c.flag, 5000));

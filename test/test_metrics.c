@@ -26,13 +26,16 @@ static void on_log(sluice_client *c, int level, const char *msg, void *ud) {
 
 static sluice_client *client_on(struct event_base *base, const th_redis *r) {
   sluice_client_options o;
-  sluice_client *c;
-  sluice_client_options_init(&o);
-  o.url = r->url;
+  th_client_options(&o, r->url);
   o.reconnect_min_ms = 10;
   o.reconnect_max_ms = 100;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
-  return c;
+  return th_client_with(base, &o);
+}
+
+/* sem's metrics into sm; returns its waits. */
+static unsigned long long sem_waits(sluice_sem *sem, sluice_sem_metrics *sm) {
+  sluice_sem_get_metrics(sem, sm);
+  return sm->waits;
 }
 
 static void test_log_down_up(void) {
@@ -69,10 +72,10 @@ static void test_log_failed_auth(void) {
   sluice_client *c;
   logbook b;
   memset(&b, 0, sizeof b);
-  sluice_client_options_init(&o);
+  th_client_options(&o, NULL);
   o.unix_path = secured.sock;
   o.password = "wrong";
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  c = th_client_with(base, &o);
   sluice_client_set_log_cb(c, on_log, &b);
   TH_ASSERT(th_loop_until(base, &b.flag, 5000));
   TH_ASSERT(strstr(b.text, "ERROR handshake failed with "));
@@ -151,11 +154,9 @@ static void test_counters(void) {
   sluice_sem_get_metrics(sem, &sm);
   TH_ASSERT_EQ(sm.grants, 1);
   TH_ASSERT_EQ(sm.busy, 1);
-  int never = 0;
-  while (!sm.waits) { /* the second acquire queues in Redis: no event says so */
-    th_loop_until(base, &never, 5);
-    sluice_sem_get_metrics(sem, &sm);
-  }
+  /* The second acquire queues in Redis: no event says so. */
+  TH_LOOP_UNTIL(base, sem_waits(sem, &sm) > 0, 5000);
+  TH_ASSERT_CMP(sm.waits, >, 0);
   /* Release the first permit: the waiter is handed it. */
   TH_ASSERT_EQ(y.flag, 0);
   sluice_permit_release(first, NULL, NULL);
