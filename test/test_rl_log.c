@@ -89,7 +89,8 @@ static void old_layout(const char *key, const int64_t *t, const int *cost, int n
       char member[48];
       if (u == 1) snprintf(member, sizeof member, "%lld", (long long)t[i]);
       else snprintf(member, sizeof member, "%lld.%d", (long long)t[i], u);
-      freeReplyObject(th_redis_command(&th_server, "ZADD %s %lld %s", key, (long long)t[i], member));
+      freeReplyObject(
+          th_redis_command(&th_server, "ZADD %s %lld %s", key, (long long)t[i], member));
     }
   }
   freeReplyObject(th_redis_command(&th_server, "PEXPIRE %s 60000", key));

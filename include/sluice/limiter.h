@@ -11,10 +11,10 @@
  *    aligned to server time (window n covers [n*period, (n+1)*period)). Cheap
  *    and exact per window, but up to 2*limit may pass around a boundary.
  *  - SLUICE_RL_SLIDING_LOG: exact — never more than `limit` units in ANY span
- *    of `period_ms`. Keeps one list entry per admitted request (its time and
- *    a running sum of units, about 16 bytes; docs/rate-limiters.md has
- *    measured bytes), whatever its cost; denied
- *    requests are not recorded. Its state is bounded: a key holds at most
+ *    of `period_ms`. Keeps one list entry per admitted request, whatever
+ *    its cost: its time and a running sum of units, about 16 bytes
+ *    (docs/rate-limiters.md has measured bytes); denied requests are not
+ *    recorded. Its state is bounded: a key holds at most
  *    SLUICE_RL_LOG_ENTRIES_MAX live entries (1.6 MB), so a cost below
  *    limit / SLUICE_RL_LOG_ENTRIES_MAX (rounded up) is refused with
  *    SLUICE_EINVAL: with a limit up to 100,000 every cost passes, with a
