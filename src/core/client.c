@@ -165,7 +165,11 @@ static void op_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
      * behind a handshake that never completed did not run. */
     sluice__conn *conn = op->conn;
     int maybe_ran = op->sent_up || conn->ups > op->ups_at_send;
-    op_defer(op, op->c->closing ? SLUICE_ECANCELED : maybe_ran ? SLUICE_EINDOUBT : SLUICE_ECONNECTION);
+    int refused = conn->refusal.refused && conn->refusal.privdata == op; /* reply_bounds.h */
+    op_defer(op, op->c->closing ? SLUICE_ECANCELED
+                 : refused      ? SLUICE_EPROTOCOL
+                 : maybe_ran    ? SLUICE_EINDOUBT
+                                : SLUICE_ECONNECTION);
     return;
   }
   if (op->c->cluster && reply->type == REDIS_REPLY_ERROR && cluster_redirect(op, reply)) return;
