@@ -887,6 +887,53 @@ static void test_wait_queue_full(void) {
   finish(base, c, NULL);
 }
 
+/* The client's limiter_waits_max bounds the waits of all its limiters
+ * together: one more is refused inside the call (no callback), and a slot
+ * comes back when a wait completes. */
+static void test_wait_client_cap(void) {
+  struct event_base *base = event_base_new();
+  sluice_client_options co;
+  sluice_client_options_init(&co);
+  TH_ASSERT_EQ(co.limiter_waits_max, 100000); /* the documented default */
+  co.url = th_server.url;
+  co.limiter_waits_max = 10;
+  sluice_client *c = NULL;
+  TH_ASSERT_EQ(sluice_client_new(base, &co, &c), SLUICE_OK);
+  sluice_limiter *a = new_lim(c, "capa", SLUICE_RL_FIXED, 1, 60000, 0);
+  sluice_limiter *b = new_lim(c, "capb", SLUICE_RL_FIXED, 1, 60000, 0);
+  window_room(base, SLUICE_RL_FIXED, 60000, 5000, 0);
+  check_ok(base, a, "k", 1);
+  check_ok(base, b, "k", 1);
+  rcv r[12];
+  memset(r, 0, sizeof r);
+  sluice_rl_waiter *h[12];
+  for (int i = 0; i < 10; i++)
+    TH_ASSERT_EQ(sluice_limiter_wait(i < 6 ? a : b, "k", 1, 0, on_res, &r[i], &h[i]), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_limiter_wait(a, "other", 1, 0, on_res, &r[10], NULL), SLUICE_EFULL);
+  sluice_client_metrics cm;
+  sluice_limiter_metrics am, bm;
+  sluice_client_get_metrics(c, &cm);
+  sluice_limiter_get_metrics(a, &am);
+  sluice_limiter_get_metrics(b, &bm);
+  TH_ASSERT_EQ(cm.limiter_waits, 10);
+  TH_ASSERT_EQ(am.waiting, 6);
+  TH_ASSERT_EQ(bm.waiting, 4);
+  TH_ASSERT_EQ(am.waits_refused, 1);
+  /* A cancelled wait gives its slot back once its callback ran. */
+  TH_ASSERT_EQ(sluice_limiter_wait_cancel(h[7]), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &r[7].done, 1000));
+  TH_ASSERT_EQ(r[7].status, SLUICE_ECANCELED);
+  TH_ASSERT_EQ(sluice_limiter_wait(a, "other", 1, 0, on_res, &r[11], NULL), SLUICE_OK);
+  th_loop_for(base, 50);
+  TH_ASSERT_EQ(r[10].done, 0); /* refused in the call: never called back */
+  sluice_limiter_free(a);
+  sluice_limiter_free(b);
+  th_loop_for(base, 50);
+  sluice_client_get_metrics(c, &cm);
+  TH_ASSERT_EQ(cm.limiter_waits, 0);
+  finish(base, c, NULL);
+}
+
 static void test_wait_cancel(void) {
   struct event_base *base = event_base_new();
   sluice_client *c = new_client(base, 2000);
@@ -1204,6 +1251,7 @@ int main(int argc, char **argv) {
       {"wait_fifo", test_wait_fifo, 0},
       {"wait_timeout", test_wait_timeout, 0},
       {"wait_queue_full", test_wait_queue_full, 0},
+      {"wait_client_cap", test_wait_client_cap, 0},
       {"wait_cancel", test_wait_cancel, 0},
       {"free_in_callback", test_free_in_callback, 0},
       {"free_cancels_pending", test_free_cancels_pending, 0},

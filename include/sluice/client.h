@@ -118,6 +118,10 @@ typedef struct sluice_client_options {
    * and failovers; host, port and db are ignored (a cluster has only db 0),
    * username and password are every node's. */
   const char *cluster_seeds;      /* "host:port[,host:port...]" */
+  /* Local queues: sluice_limiter_wait calls pending at once over all of
+   * this client's limiters (each key also has its limiter's
+   * wait_queue_max); one more returns SLUICE_EFULL at once. 0: 100000. */
+  unsigned limiter_waits_max;
 } sluice_client_options;
 
 /* Fill *opts with the defaults. */
@@ -218,6 +222,7 @@ typedef struct sluice_client_metrics {
   uint64_t releases_abandoned;
   size_t nkinds;             /* entries of kinds[] in use: the kinds seen */
   sluice_op_metrics kinds[SLUICE_METRICS_MAX_KINDS];
+  unsigned limiter_waits;    /* sluice_limiter_wait calls pending now (all limiters) */
 } sluice_client_metrics;
 
 /* Copy the client's metrics into *out (about 2 KB; a fresh copy each call). */

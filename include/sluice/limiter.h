@@ -169,7 +169,9 @@ SLUICE_EXPORT int sluice_limiter_peek(sluice_limiter *lim, const char *key,
  * served first-in first-out. It ends with SLUICE_ETIMEDOUT as soon as Redis's
  * answer shows the units cannot come before the deadline. When the key
  * already has wait_queue_max waiters, cb gets SLUICE_EFULL from the loop.
- * *handle (optional) is valid until cb runs. */
+ * *handle (optional) is valid until cb runs. Returns 0, or SLUICE_EINVAL /
+ * SLUICE_ECLOSED / SLUICE_ENOMEM, or SLUICE_EFULL when the client's
+ * limiter_waits_max waits are pending already (cb not run). */
 SLUICE_EXPORT int sluice_limiter_wait(sluice_limiter *lim, const char *key,
                                       unsigned cost, unsigned timeout_ms,
                                       sluice_limiter_cb *cb, void *userdata,
@@ -199,6 +201,9 @@ typedef struct sluice_limiter_metrics {
   uint64_t local;       /* decided in process, Redis down (SLUICE_RL_FAIL_LOCAL) */
   uint64_t errors;      /* answered with a status other than SLUICE_OK */
   sluice_latency wait;
+  unsigned waiting;     /* waits pending now */
+  uint64_t waits_refused; /* waits refused at the call with SLUICE_EFULL
+                             (the client's limiter_waits_max) */
 } sluice_limiter_metrics;
 SLUICE_EXPORT void sluice_limiter_get_metrics(const sluice_limiter *limiter,
                                               sluice_limiter_metrics *out);

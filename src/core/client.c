@@ -656,6 +656,17 @@ static void data_down(sluice__conn *conn, int status, void *ud) {
 
 /* ---- public API ---------------------------------------------------------- */
 
+#define LIMITER_WAITS_DEFAULT 100000
+
+int sluice__client_rl_wait_take(sluice_client *c) {
+  unsigned max = c->opts.limiter_waits_max ? c->opts.limiter_waits_max : LIMITER_WAITS_DEFAULT;
+  if (c->rl_waits >= max) return SLUICE_EFULL;
+  c->rl_waits++;
+  return SLUICE_OK;
+}
+
+void sluice__client_rl_wait_give(sluice_client *c) { c->rl_waits--; }
+
 void sluice_client_options_init(sluice_client_options *o) {
   if (!o) return;
   memset(o, 0, sizeof *o);
@@ -666,6 +677,7 @@ void sluice_client_options_init(sluice_client_options *o) {
   o->op_timeout_ms = 5000;
   o->reconnect_min_ms = 50;
   o->reconnect_max_ms = 2000;
+  o->limiter_waits_max = LIMITER_WAITS_DEFAULT;
 }
 
 static int dup_opt(char **dst, const char *src) {
@@ -956,6 +968,7 @@ void sluice_client_get_metrics(const sluice_client *c, sluice_client_metrics *ou
   out->queued_connecting = c->m.queued_connecting;
   out->in_flight = c->stats.ops_in_flight;
   out->releases_abandoned = c->stats.releases_abandoned;
+  out->limiter_waits = c->rl_waits;
   if (!client_up(c))
     for (const sluice__link *l = c->ops.head; l; l = l->next)
       if (!sluice__container_of(l, sluice__op, link)->sent_up) out->waiting_connect++;
