@@ -8,6 +8,7 @@
 #include <sluice/sluice.h>
 
 #include "harness.h"
+#include "lua_scripts.h"
 
 /* What one limiter callback said. */
 typedef struct rl_answer {
@@ -60,6 +61,32 @@ static inline sluice_rl_result rl_test_check(struct event_base *base, sluice_lim
   TH_ASSERT(th_loop_until(base, &a.done, 5000));
   TH_ASSERT_EQ(a.status, SLUICE_OK);
   return a.res;
+}
+
+/* n requests of cost on key in one call of the sliding-log script, sent
+ * as a caller with its own limit and period would; returns the reply
+ * (freeReplyObject), one {allowed, remaining, retry, reset} per request. */
+static inline redisReply *rl_log_call(redisContext *rc, const char *key, unsigned limit,
+                                      unsigned period_ms, unsigned cost, int n) {
+  const char **argv = calloc((size_t)(6 + 3 * n), sizeof *argv);
+  char nk[16], lim[16], per[16], cst[16];
+  snprintf(nk, sizeof nk, "%d", n);
+  snprintf(lim, sizeof lim, "%u", limit);
+  snprintf(per, sizeof per, "%u", period_ms);
+  snprintf(cst, sizeof cst, "%u", cost);
+  int argc = 0;
+  argv[argc++] = "EVAL";
+  argv[argc++] = sluice__lua_rl_sliding_log.body;
+  argv[argc++] = nk;
+  for (int i = 0; i < n; i++) argv[argc++] = key;
+  argv[argc++] = lim;
+  argv[argc++] = per;
+  argv[argc++] = lim;
+  for (int i = 0; i < n; i++) argv[argc++] = cst, argv[argc++] = "0";
+  redisReply *r = redisCommandArgv(rc, argc, argv, NULL);
+  free(argv);
+  TH_ASSERT(r && r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)(4 * n));
+  return r;
 }
 
 #endif

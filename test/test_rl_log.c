@@ -7,7 +7,6 @@
 
 #include "harness.h"
 #include "limiter/limiter.h"
-#include "lua_scripts.h"
 #include "rl_util.h"
 
 /* Redis's clock in microseconds. */
@@ -160,30 +159,6 @@ static void test_old_key_merged(void) {
   event_base_free(base);
 }
 
-/* n requests of cost on key in one call of the script, as a caller with
- * its own limit would send it; returns the reply (freeReplyObject). */
-static redisReply *log_call(redisContext *rc, const char *key, unsigned limit, unsigned cost,
-                            int n) {
-  const char **argv = calloc((size_t)(6 + 3 * n), sizeof *argv);
-  char nk[16], lim[16], cst[16];
-  snprintf(nk, sizeof nk, "%d", n);
-  snprintf(lim, sizeof lim, "%u", limit);
-  snprintf(cst, sizeof cst, "%u", cost);
-  int argc = 0;
-  argv[argc++] = "EVAL";
-  argv[argc++] = sluice__lua_rl_sliding_log.body;
-  argv[argc++] = nk;
-  for (int i = 0; i < n; i++) argv[argc++] = key;
-  argv[argc++] = lim;
-  argv[argc++] = "600000";
-  argv[argc++] = lim;
-  for (int i = 0; i < n; i++) argv[argc++] = cst, argv[argc++] = "0";
-  redisReply *r = redisCommandArgv(rc, argc, argv, NULL);
-  free(argv);
-  TH_ASSERT(r && r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)(4 * n));
-  return r;
-}
-
 /* Callers that disagree on the limit cannot grow a key past its cap: a
  * full log denies (remaining 0) until its oldest entry leaves; a cost too
  * small for the limit is refused by the script itself. */
@@ -191,14 +166,14 @@ static void test_full_log_denies(void) {
   redisContext *rc = th_redis_connect(&th_server);
   const char *key = "sluice:rl:{4:full:k}:log";
   for (unsigned n = 0; n < SLUICE_RL_LOG_ENTRIES_MAX; n += 250)
-    freeReplyObject(log_call(rc, key, SLUICE_RL_LOG_ENTRIES_MAX, 1, 250));
+    freeReplyObject(rl_log_call(rc, key, SLUICE_RL_LOG_ENTRIES_MAX, 600000, 1, 250));
   TH_ASSERT_EQ(log_entries(key), SLUICE_RL_LOG_ENTRIES_MAX);
-  redisReply *r = log_call(rc, key, SLUICE_RL_LIMIT_MAX, 10000, 1);
+  redisReply *r = rl_log_call(rc, key, SLUICE_RL_LIMIT_MAX, 600000, 10000, 1);
   TH_ASSERT_EQ(r->element[0]->integer, 0);
   TH_ASSERT_EQ(r->element[1]->integer, 0);
   TH_ASSERT_CMP(r->element[2]->integer, >, 590000);
   freeReplyObject(r);
-  r = log_call(rc, key, SLUICE_RL_LIMIT_MAX, 9999, 1);
+  r = rl_log_call(rc, key, SLUICE_RL_LIMIT_MAX, 600000, 9999, 1);
   TH_ASSERT_EQ(r->element[0]->integer, 0);
   TH_ASSERT_EQ(r->element[2]->integer, -1); /* never passes */
   freeReplyObject(r);
