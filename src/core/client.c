@@ -658,14 +658,12 @@ static void data_down(sluice__conn *conn, int status, void *ud) {
 
 #define LIMITER_WAITS_DEFAULT 100000
 
-int sluice__client_rl_wait_take(sluice_client *c) {
-  unsigned max = c->opts.limiter_waits_max ? c->opts.limiter_waits_max : LIMITER_WAITS_DEFAULT;
-  if (c->rl_waits >= max) return SLUICE_EFULL;
-  c->rl_waits++;
+int sluice__client_rl_waits(sluice_client *c, int delta) {
+  unsigned cap = c->opts.limiter_waits_max ? c->opts.limiter_waits_max : LIMITER_WAITS_DEFAULT;
+  if (delta > 0 && c->rl_waits >= cap) return SLUICE_EFULL;
+  c->rl_waits += (unsigned)delta;
   return SLUICE_OK;
 }
-
-void sluice__client_rl_wait_give(sluice_client *c) { c->rl_waits--; }
 
 void sluice_client_options_init(sluice_client_options *o) {
   if (!o) return;

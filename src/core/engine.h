@@ -76,10 +76,9 @@ struct sluice__guard_home *sluice__client_home(sluice_client *c);
 int sluice__client_closing(const sluice_client *c);
 struct event_base *sluice__client_base(const sluice_client *c);
 unsigned sluice__client_op_timeout(const sluice_client *c);
-/* A pending limiter wait holds one of the client's limiter_waits_max slots
- * until it completes: take returns 0, or SLUICE_EFULL when none is left. */
-int sluice__client_rl_wait_take(sluice_client *c);
-void sluice__client_rl_wait_give(sluice_client *c);
+/* Count a limiter wait pending on the client (+1: SLUICE_EFULL past its
+ * limiter_waits_max) or one that ended (-1). */
+int sluice__client_rl_waits(sluice_client *c, int delta);
 /* Monotonic ms when the command connection last completed its handshake
  * (0: never). */
 uint64_t sluice__client_up_since(const sluice_client *c);
