@@ -524,11 +524,41 @@ static void test_every_script(void) {
   event_base_free(base);
 }
 
+static void on_info_copy(sluice_sem *sem, int status, const sluice_sem_info *info, void *ud) {
+  TH_ASSERT_EQ(status, SLUICE_OK);
+  *(sluice_sem_info *)ud = *info; /* the counts only: the lists are borrowed */
+  done_count++;
+}
+
+/* Inspecting a semaphore lists at most SLUICE_SEM_INSPECT_MAX holders (and
+ * queue entries) whatever its size, and counts them all. */
+static void test_inspect_capped(void) {
+  enum { HELD = SLUICE_SEM_INSPECT_MAX + 500 };
+  base = event_base_new();
+  client = th_client(base, th_server.url, 30000);
+  sluice_sem *sem = semaphore("wide", HELD, 60000);
+  for (int n = 0; n < HELD; n += SEM_BATCH) {
+    acquire_all(sem, HELD - n < SEM_BATCH ? HELD - n : SEM_BATCH);
+    npermits = 0; /* held until the handle goes */
+  }
+  sluice_sem_info info;
+  TH_ASSERT_EQ(sluice_sem_inspect(sem, on_info_copy, &info), SLUICE_OK);
+  run_until(1);
+  TH_ASSERT_EQ(info.nholders, SLUICE_SEM_INSPECT_MAX);
+  TH_ASSERT_EQ(info.holders_total, HELD);
+  TH_ASSERT_EQ(info.queued_total, 0);
+  sluice_sem_free(sem);
+  sluice_client_free(client);
+  TH_ASSERT(th_loop_drain(base, 10000));
+  event_base_free(base);
+}
+
 int main(int argc, char **argv) {
   if (argc == 5 && strcmp(argv[1], "--pinger") == 0)
     return pinger_main(argv[2], atoi(argv[3]), atoi(argv[4]));
   static const th_case cases[] = {
       {"every_script", test_every_script, 300, .standalone_only = "reads one server's SLOWLOG"},
+      {"inspect_capped", test_inspect_capped, 0},
       {NULL, NULL, 0}};
   return th_main(argc, argv, cases);
 }

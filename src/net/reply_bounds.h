@@ -21,7 +21,8 @@
  *  - elements of one reply (every array's length summed): 2^20. The
  *    largest script replies are far smaller (a push batch of
  *    SLUICE_DQ_BATCH_MAX: 10,000; a take of 1000: 4,003; a dead-letter page
- *    of 1000: 4,001; a limiter batch of 255: 1,020); CLUSTER SLOTS of a
+ *    of 1000: 4,001; a semaphore inspected, SLUICE_SEM_INSPECT_MAX holders
+ *    and waiters: 3,006; a limiter batch of 255: 1,020); CLUSTER SLOTS of a
  *    cluster whose 16,384 slots are all separate ranges, each served by 8
  *    nodes of 7 elements, is 950,272;
  *  - nesting: 6 levels. CLUSTER SLOTS on Redis 7 is the deepest reply (4:
