@@ -29,14 +29,8 @@ static inline void rl_answer_cb(sluice_limiter *lim, int status, const sluice_rl
 
 /* A connected client of the test server. */
 static inline sluice_client *rl_test_client(struct event_base *base) {
-  sluice_client_options o;
-  sluice_client_options_init(&o);
-  o.url = th_server.url;
-  o.op_timeout_ms = 5000;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
-  uint64_t end = th_now_ms() + 3000;
-  while (!sluice_client_is_connected(c) && th_now_ms() < end) event_base_loop(base, EVLOOP_ONCE);
+  sluice_client *c = th_client(base, th_server.url, 5000);
+  TH_LOOP_UNTIL(base, sluice_client_is_connected(c), 3000);
   TH_ASSERT(sluice_client_is_connected(c));
   return c;
 }

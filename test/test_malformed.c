@@ -376,28 +376,25 @@ static void test_deep_nesting(void) {
   bounded_answer("*1\r\n", SLUICE_EPROTOCOL);
 }
 
-/* A bulk string claiming 1 GB, sent at full speed: refused once a
- * payload's worth arrived, whatever the header claims. */
-static void test_gigabyte_bulk(void) {
+/* A bulk string claiming 1 GB, sent in chunks of chunk_len bytes gap_us
+ * apart. */
+static void gigabyte_bulk(size_t chunk_len, unsigned gap_us, int expected) {
   static char chunk[65536];
   memset(chunk, 'x', sizeof chunk);
   stream.chunk = chunk;
-  stream.len = sizeof chunk;
+  stream.len = chunk_len;
   stream.total = (size_t)1 << 30;
-  bounded_answer("$1073741824\r\n", SLUICE_EPROTOCOL);
+  stream.gap_us = gap_us;
+  bounded_answer("$1073741824\r\n", expected);
 }
 
-/* The same bulk trickled (1 KB every 10 ms): the step times out at its
- * deadline and the silent connection is dropped with what it buffered. */
-static void test_slow_trickle(void) {
-  static char chunk[1024];
-  memset(chunk, 'x', sizeof chunk);
-  stream.chunk = chunk;
-  stream.len = sizeof chunk;
-  stream.total = (size_t)1 << 30;
-  stream.gap_us = 10000;
-  bounded_answer("$1073741824\r\n", SLUICE_ETIMEDOUT);
-}
+/* At full speed: refused once a payload's worth arrived, whatever the
+ * header claims. */
+static void test_gigabyte_bulk(void) { gigabyte_bulk(65536, 0, SLUICE_EPROTOCOL); }
+
+/* Trickled (1 KB every 10 ms): the step times out at its deadline and the
+ * silent connection is dropped with what it buffered. */
+static void test_slow_trickle(void) { gigabyte_bulk(1024, 10000, SLUICE_ETIMEDOUT); }
 
 int main(int argc, char **argv) {
   static const th_case cases[] = {

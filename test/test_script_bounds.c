@@ -21,6 +21,7 @@
 #include "core/engine.h"
 #include "harness.h"
 #include "lua_scripts.h"
+#include "rl_util.h"
 
 /* The slowest call allowed (Redis's own measure) and the slowest PING
  * while a step's calls run. Here they take 0.05-3 ms (the test prints
@@ -178,19 +179,6 @@ static void run_until(int n) {
   done_count = 0;
 }
 
-static sluice_limiter *limiter(const char *name, sluice_rl_algo algo, unsigned limit,
-                               unsigned period_ms) {
-  sluice_limiter_options o;
-  sluice_limiter_options_init(&o);
-  o.algo = algo;
-  o.limit = limit;
-  o.period_ms = period_ms;
-  o.burst = limit;
-  sluice_limiter *lim = NULL;
-  TH_ASSERT_EQ(sluice_limiter_new(client, name, &o, &lim), SLUICE_OK);
-  return lim;
-}
-
 /* n checks of cost on keys "k0".."k<keys - 1>", all in one loop turn (one
  * script call per 255). */
 static void checks(sluice_limiter *lim, int n, int keys, unsigned cost) {
@@ -207,8 +195,8 @@ static void checks(sluice_limiter *lim, int n, int keys, unsigned cost) {
 static void step_limiters(void) {
   for (int a = SLUICE_RL_FIXED; a <= SLUICE_RL_GCRA; a++) {
     long long m = used_memory();
-    sluice_limiter *lim = limiter("max", (sluice_rl_algo)a, SLUICE_RL_LIMIT_MAX,
-                                  SLUICE_RL_PERIOD_MAX);
+    sluice_limiter *lim = rl_test_new(client, "max", (sluice_rl_algo)a, SLUICE_RL_LIMIT_MAX,
+                                      SLUICE_RL_PERIOD_MAX);
     window_begin();
     checks(lim, 255, 255, SLUICE_RL_LIMIT_MAX);
     checks(lim, 255, 255, SLUICE_RL_LIMIT_MAX);
@@ -219,7 +207,7 @@ static void step_limiters(void) {
   }
   /* The call that once wrote 2,000,000 entries. */
   long long m = used_memory();
-  sluice_limiter *lim = limiter("big", SLUICE_RL_SLIDING_LOG, 2000000, 60000);
+  sluice_limiter *lim = rl_test_new(client, "big", SLUICE_RL_SLIDING_LOG, 2000000, 60000);
   window_begin();
   checks(lim, 1, 1, 2000000);
   step_done("sliding-log 2e6 per 60 s, cost 2e6", m, 400);
@@ -247,8 +235,8 @@ static const char fill_log[] =
  * a check trims and searches a few entries, never the log. */
 static void step_long_log(void) {
   enum { PERIOD_MS = 60000 };
-  sluice_limiter *lim = limiter("long", SLUICE_RL_SLIDING_LOG, SLUICE_RL_LOG_ENTRIES_MAX,
-                                PERIOD_MS);
+  sluice_limiter *lim = rl_test_new(client, "long", SLUICE_RL_SLIDING_LOG,
+                                    SLUICE_RL_LOG_ENTRIES_MAX, PERIOD_MS);
   freeReplyObject(th_redis_command(&th_server, "EVAL %s 1 sluice:rl:{4:long:k0}:log %u %u",
                                    fill_log, SLUICE_RL_LOG_ENTRIES_MAX, PERIOD_MS));
   freeReplyObject(th_redis_command(&th_server, "SLOWLOG RESET"));

@@ -5,23 +5,10 @@
 -- Each key: hash {w = current window number, c = its units, p = previous window's}.
 -- KEYS/ARGV/reply: a list of requests, see _rl_common.lua (burst unused).
 --@include _rl_common.lua
+--@include _search.lua
 local now = now_ms
 local w = math.floor(now / period)
 local e = now - w * period
--- The smallest el in [lo, hi] with ok(el), for ok turning true once as el
--- grows and ok(hi) true. guess is the formula's answer, right unless the
--- products passed 2^53 (then a few units off): tried first, else a binary
--- search, so at most 34 calls whatever the numbers.
-local function first_fit(lo, hi, guess, ok)
-  guess = math.min(math.max(guess, lo), hi)
-  if ok(guess) and (guess == lo or not ok(guess - 1)) then return guess end
-  while lo < hi do
-    local mid = math.floor((lo + hi) / 2)
-    if ok(mid) then hi = mid else lo = mid + 1 end
-  end
-  return lo
-end
-
 return each(function(key, cost, peek)
   if cost > limit then return 0, 0, -1, 0 end -- never passes; clients refuse it
   local st = rcall('HMGET', key, 'w', 'c', 'p')
@@ -41,13 +28,14 @@ return each(function(key, cost, peek)
   if not fits(p, c, e) then
     local wait
     if c + cost <= limit then
-      -- Later in this window, once the previous window weighs little enough.
+      -- Later in this window, once the previous window weighs little enough
+      -- (the formula's answer is right unless the products passed 2^53).
       local guess = period - math.floor((limit - c - cost) * period / p)
-      wait = first_fit(e, period, guess, function(el) return fits(p, c, el) end) - e
+      wait = first_true(e, period, function(el) return fits(p, c, el) end, guess) - e
     else
       -- In the next window, where this window's count becomes the previous one.
       local guess = period - math.floor((limit - cost) * period / c)
-      wait = period - e + first_fit(0, period, guess, function(el) return fits(c, 0, el) end)
+      wait = period - e + first_true(0, period, function(el) return fits(c, 0, el) end, guess)
     end
     local reset = c > 0 and (2 * period - e) or (period - e)
     return 0, room(c), wait, reset

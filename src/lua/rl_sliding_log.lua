@@ -16,28 +16,13 @@
 -- scored by its time) is converted on first use, see convert().
 -- KEYS/ARGV/reply: a list of requests, see _rl_common.lua (burst unused).
 --@include _rl_common.lua
+--@include _search.lua
 local span, WRAP, ENTRIES_MAX, CONVERT_MAX = period * 1000, 2147483648, 100000, 256
 local min_cost = math.ceil(limit / ENTRIES_MAX)
 local function ms_until(us) return math.ceil(us / 1000) end
 local function num(key, i) return tonumber(rcall('LINDEX', key, i)) end
 local function t_of(key, i) return num(key, 2 * i - 1) end -- entry i's time
 local function s_of(key, i) return num(key, 2 * i) end     -- its sum; i = 0: base
-
--- The smallest i in [lo, hi] with ok(i), for ok false then true and ok(hi)
--- true (hi itself is never asked): a gallop from lo, then halving, so
--- O(log(i - lo)) calls.
-local function first_true(lo, hi, ok)
-  local probe, step = lo, 1
-  while probe < hi and not ok(probe) do
-    lo, probe, step = probe + 1, math.min(probe + step, hi), step * 2
-  end
-  hi = probe
-  while lo < hi do
-    local mid = math.floor((lo + hi) / 2)
-    if ok(mid) then hi = mid else lo = mid + 1 end
-  end
-  return lo
-end
 
 -- The old sorted set's live units as entries (exactly for the oldest
 -- CONVERT_MAX - 1 requests, the units of one request sharing its time; any
