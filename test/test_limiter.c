@@ -408,9 +408,18 @@ static void test_expiry(void) {
 static void report_memory(struct event_base *base, sluice_client *c, sluice_rl_algo algo,
                           unsigned limit) {
   sluice_limiter *lim = new_lim(c, "mem", algo, limit, 600000, 0);
-  for (unsigned n = 0; n < limit; n += 50) check_ok(base, lim, "203.0.113.7", limit - n < 50 ? limit - n : 50);
-  check_ok(base, lim, "203.0.113.7", 1); /* a denial does not grow it */
   char *k = rkey(lim, "203.0.113.7");
+  freeReplyObject(th_redis_command(&th_server, "DEL %s", k)); /* a smaller limit's */
+  for (unsigned n = 0; n < limit; n += 250) { /* limit requests of 1, 250 a call */
+    rcv r[250];
+    memset(r, 0, sizeof r);
+    unsigned turn = limit - n < 250 ? limit - n : 250;
+    for (unsigned i = 0; i < turn; i++)
+      TH_ASSERT_EQ(sluice_limiter_check(lim, "203.0.113.7", 1, on_res, &r[i]), SLUICE_OK);
+    TH_ASSERT(th_loop_until(base, &r[turn - 1].done, 5000));
+    for (unsigned i = 0; i < turn; i++) TH_ASSERT(r[i].status == SLUICE_OK && r[i].res.allowed);
+  }
+  check_ok(base, lim, "203.0.113.7", 1); /* a denial does not grow it */
   long long bytes = th_redis_int(&th_server, "MEMORY USAGE %s SAMPLES 0", k);
   TH_ASSERT_CMP(bytes, >, 0);
   printf("# memory per key: %-15s limit %-5u %6lld bytes (key %zu bytes)\n",
