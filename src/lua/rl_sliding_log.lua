@@ -18,7 +18,7 @@
 --@include _rl_common.lua
 --@include _search.lua
 local span, WRAP, ENTRIES_MAX, CONVERT_MAX = period * 1000, 2147483648, 100000, 256
-local min_cost = math.ceil(limit / ENTRIES_MAX)
+local min_cost = math.max(1, math.ceil(limit / ENTRIES_MAX))
 local function ms_until(us) return math.ceil(us / 1000) end
 local function num(key, i) return tonumber(rcall('LINDEX', key, i)) end
 local function t_of(key, i) return num(key, 2 * i - 1) end -- entry i's time
