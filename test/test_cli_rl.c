@@ -138,6 +138,15 @@ static void test_bad_numbers(void) {
   o = rl("check", "n", "k", "--algo", "fixed", "--limit", "2", "--period", "1", "--cost", "3", NULL);
   TH_ASSERT_EQ(o.status, 64);
   assert_has(o.err, "--cost must be 1..2, got 3");
+  o = rl("check", "n", "k", "--algo", "sliding-log", "--limit", "1000000000", "--period", "60000",
+         "--cost", "9999", NULL);
+  TH_ASSERT_EQ(o.status, 64);
+  assert_has(o.err, "--cost must be at least 10000 with --limit 1000000000");
+  /* The largest cost is one entry: answered at once. */
+  o = rl("check", "n", "k", "--algo", "sliding-log", "--limit", "1000000000", "--period", "60000",
+         "--cost", "1000000000", NULL);
+  TH_ASSERT_EQ(o.status, 0);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "LLEN sluice:rl:{1:n:k}:log"), 3);
 }
 
 int main(int argc, char **argv) {
