@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -46,6 +47,22 @@ uint64_t th_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+int th_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a;
+  socklen_t len = sizeof a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+      getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  close(fd);
+  return ntohs(a.sin_port);
 }
 
 void th_fail(const char *file, int line, const char *fmt, ...) {
@@ -556,6 +573,16 @@ static int run_cases(int argc, char **argv, const th_case *cases) {
   return failed ? 1 : 0;
 }
 
+int th_missing(const char *what) {
+  const char *ci = getenv("CI");
+  if (ci && strcmp(ci, "true") == 0) {
+    printf("Bail out! %s not found (required under CI)\n", what);
+    return 1;
+  }
+  printf("1..0 # SKIP %s not found\n", what);
+  return 77;
+}
+
 int th_main(int argc, char **argv, const th_case *cases) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   signal(SIGPIPE, SIG_IGN);
@@ -563,16 +590,8 @@ int th_main(int argc, char **argv, const th_case *cases) {
   if (th__server_topo_parse(&topo) != 0) return 1;
   int rc = topo == TH_TOPO_STANDALONE ? th_redis_start(&th_server, 0, th_server_args)
                                       : th__server_topo_start(topo);
-  if (rc == -2) {
-    const char *what = topo == TH_TOPO_STANDALONE ? "redis-server" : "redis-server or redis-cli";
-    const char *ci = getenv("CI");
-    if (ci && strcmp(ci, "true") == 0) {
-      printf("Bail out! %s not found (required under CI)\n", what);
-      return 1;
-    }
-    printf("1..0 # SKIP %s not found\n", what);
-    return 77;
-  }
+  if (rc == -2)
+    return th_missing(topo == TH_TOPO_STANDALONE ? "redis-server" : "redis-server or redis-cli");
   if (rc != 0) {
     printf("Bail out! cannot start the %s redis\n", th_server_topo_name());
     if (topo == TH_TOPO_STANDALONE) th_redis_stop(&th_server);

@@ -100,6 +100,9 @@ int th_loop_drain(struct event_base *base, unsigned timeout_ms);
 void th_loop_for(struct event_base *base, unsigned ms);
 
 uint64_t th_now_ms(void);
+/* A free loopback TCP port (the kernel's pick, for a server that binds it
+ * right after), or -1. */
+int th_free_port(void);
 
 /* Run base in short turns until cond holds or timeout_ms has passed; the
  * case then asserts cond as it needs. cond is read before each turn. */
@@ -203,5 +206,9 @@ int th_main(int argc, char **argv, const th_case *cases);
 /* The same without Redis (the quick suite): no server is started, cases
  * must not use th_server or th_redis_*; the live-object check still runs. */
 int th_main_local(int argc, char **argv, const th_case *cases);
+/* A program the binary needs (what: "redis-server") is not installed:
+ * prints the TAP plan that says so and returns the binary's exit status,
+ * 77 (SKIP), or 1 under CI=true, where it is required. */
+int th_missing(const char *what);
 
 #endif

@@ -11,6 +11,7 @@
 #include <sluice/sluice.h>
 
 #include "harness.h"
+#include "prom_check.h"
 
 typedef struct ctx {
   int flag;
@@ -62,8 +63,9 @@ static void on_read(evutil_socket_t fd, short what, void *ud) {
   c->out[c->len] = '\0';
 }
 
-/* Run `sluice top ARGS --once` and collect its output while the loop runs. */
-static int run_top(struct event_base *base, ctx *c, const char *name) {
+/* Run `sluice top MODE [NAME]` (MODE: --once or --prometheus) and collect
+ * its output while the loop runs. */
+static int run_top(struct event_base *base, ctx *c, const char *mode, const char *name) {
   int fds[2];
   TH_ASSERT(pipe(fds) == 0);
   pid_t pid = fork();
@@ -71,8 +73,8 @@ static int run_top(struct event_base *base, ctx *c, const char *name) {
   if (pid == 0) {
     dup2(fds[1], 1);
     close(fds[0]);
-    execl(getenv("SLUICE_BIN"), "sluice", "top", "--once", "--redis", th_server.url,
-          name ? name : "--once", (char *)NULL);
+    execl(getenv("SLUICE_BIN"), "sluice", "top", mode, "--redis", th_server.url,
+          name ? name : mode, (char *)NULL);
     _exit(99);
   }
   close(fds[1]);
@@ -133,7 +135,7 @@ static void test_once(void) {
   TH_ASSERT_EQ(sluice_limiter_check(fixed, "10.0.0.1", 3, on_rl, &c), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &c.reached, 5000));
 
-  TH_ASSERT_EQ(run_top(base, &c, NULL), 0);
+  TH_ASSERT_EQ(run_top(base, &c, "--once", NULL), 0);
   static char copy[sizeof c.out];
   memcpy(copy, c.out, sizeof copy);
   printf("# output:\n");
@@ -151,11 +153,24 @@ static void test_once(void) {
   TH_ASSERT(!strstr(c.out, "incomplete"));
 
   /* Named: only those objects. */
-  TH_ASSERT_EQ(run_top(base, &c, "login"), 0);
+  TH_ASSERT_EQ(run_top(base, &c, "--once", "login"), 0);
   TH_ASSERT(!strstr(c.out, "web"));
   TH_ASSERT(!strstr(c.out, "jobs"));
   TH_ASSERT(!strstr(c.out, "user:1"));
   TH_ASSERT(strstr(c.out, "10.0.0.1"));
+
+  /* The same state as Prometheus gauges, and the tool's own metrics. */
+  TH_ASSERT_EQ(run_top(base, &c, "--prometheus", NULL), 0);
+  prom_check_text(c.out);
+  TH_ASSERT_EQ(prom_value(c.out, "sluice_sem_holders{name=\"web\"}"), 1);
+  TH_ASSERT_EQ(prom_value(c.out, "sluice_sem_waiters{name=\"web\"}"), 1);
+  TH_ASSERT_EQ(prom_value(c.out, "sluice_dq_messages{name=\"jobs\",state=\"due\"}"), 2);
+  TH_ASSERT_EQ(prom_value(c.out, "sluice_dq_messages{name=\"jobs\",state=\"later\"}"), 1);
+  TH_ASSERT_EQ(prom_value(c.out, "sluice_dq_messages{name=\"jobs\",state=\"in_flight\"}"), 0);
+  TH_ASSERT_EQ(prom_value(c.out, "sluice_client_connection_up{connection=\"command\"}"), 1);
+  TH_ASSERT_CMP(prom_value(c.out, "sluice_step_completed_total{step=\"sem_status\"}"), >=, 1);
+  TH_ASSERT(!strstr(c.out, "user:1")); /* no limiter keys */
+  prom_check_promtool(c.out);
 
   sluice_acquire_cancel(waiter);
   sluice_permit_release(c.permit, NULL, NULL);

@@ -6,7 +6,6 @@
  * that rediss:// is refused with a reason. Either way it first says which
  * hiredis the binary runs with. */
 #include <dlfcn.h>
-#include <netinet/in.h>
 #include <stdarg.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -516,13 +515,12 @@ static void test_cli(void) {
   TH_ASSERT_CONTAINS(r.out, "cannot load CA file");
 }
 
-static int free_port(void);
 
 /* rediss+cluster://: a one-node cluster that speaks only TLS (cluster bus
  * too); its slot map names its TLS port, and a semaphore with a blocked
  * waiter works through it. */
 static void test_cluster(void) {
-  int port = free_port(), bus = free_port();
+  int port = th_free_port(), bus = th_free_port();
   TH_ASSERT(port > 0 && bus > 0);
   char p[16], b[16];
   snprintf(p, sizeof p, "%d", port);
@@ -574,22 +572,6 @@ static void test_cluster(void) {
   rmdir(node.dir);
 }
 
-/* A free loopback port (the kernel's pick; the server binds it right after). */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a;
-  socklen_t len = sizeof a;
-  memset(&a, 0, sizeof a);
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-      getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-    if (fd >= 0) close(fd);
-    return -1;
-  }
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 /* A CA, another CA, a server certificate for 127.0.0.1 and localhost, and a
  * client certificate, all from the first CA except other-ca. */
@@ -665,7 +647,7 @@ int main(int argc, char **argv) {
     printf("1..0 # SKIP cannot make certificates with openssl\n");
     return 77;
   }
-  tls_port = free_port();
+  tls_port = th_free_port();
   if (tls_port <= 0) {
     remove_certs();
     printf("Bail out! no free loopback port\n");
