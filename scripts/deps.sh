@@ -25,11 +25,14 @@ done
 # clang-format: scripts/format.sh checks the sources' layout (.clang-format).
 # libssl-dev and openssl: the TLS build (against hiredis 1.x, which
 # scripts/hiredis1.sh fetches) and its tests' certificates.
+# mandoc and man-db: the test 'man' lints the man pages (mandoc -T lint) and
+# renders them as a user's man(1) does.
 # prometheus (about 20 MB): promtool checks the metrics exposition and the
 # test 'prom_scrape' runs its own server scraping the gateway; the
 # package's service is kept from starting and disabled (see below).
 packages=(meson ninja-build pkg-config gcc libc6-dev clang clang-format libhiredis-dev libevent-dev
-          redis-server redis-tools valgrind python3 binutils libssl-dev openssl prometheus)
+          redis-server redis-tools valgrind python3 binutils libssl-dev openssl
+          mandoc man-db prometheus)
 # Node may come from elsewhere (nodesource's nodejs ships npm and conflicts
 # with Debian's npm), so for it the commands are what count.
 if [ "$bench" = 1 ]; then
