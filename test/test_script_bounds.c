@@ -275,11 +275,13 @@ static void on_info(sluice_sem *sem, int status, const sluice_sem_info *info, vo
   done_count++;
 }
 
-static sluice_sem *semaphore(const char *name, unsigned permits_n, unsigned ttl_ms) {
+static sluice_sem *semaphore(const char *name, unsigned permits_n, unsigned ttl_ms,
+                             unsigned renew_ms) {
   sluice_sem_options o;
   sluice_sem_options_init(&o);
   o.permits = permits_n;
   o.ttl_ms = ttl_ms;
+  o.renew_ms = renew_ms;
   sluice_sem *sem = NULL;
   TH_ASSERT_EQ(sluice_sem_new(client, name, &o, &sem), SLUICE_OK);
   return sem;
@@ -299,7 +301,7 @@ static void release_all(void) {
 
 /* The most permits and the longest lease, a full batch of each step. */
 static void step_sem_batches(void) {
-  sluice_sem *sem = semaphore("max", 1000000, 86400000); /* sem.c's maxima */
+  sluice_sem *sem = semaphore("max", 1000000, 86400000, 0); /* sem.c's maxima */
   long long m = used_memory();
   window_begin();
   acquire_all(sem, SEM_BATCH);
@@ -309,8 +311,8 @@ static void step_sem_batches(void) {
   release_all();
   step_done("sem: 256 releases", m, 0);
   sluice_sem_free(sem);
-  /* Renewals: a lease of 300 ms renewed every 100 ms. */
-  sem = semaphore("renew", SEM_BATCH, 300);
+  /* Renewals every 100 ms (of a lease long enough for valgrind's pace). */
+  sem = semaphore("renew", SEM_BATCH, 5000, 100);
   acquire_all(sem, SEM_BATCH);
   m = used_memory();
   window_begin();
@@ -322,7 +324,7 @@ static void step_sem_batches(void) {
 
 /* A full batch of blocked acquirers: they queue, are inspected, leave. */
 static void step_sem_waiters(void) {
-  sluice_sem *sem = semaphore("block", 1, 60000);
+  sluice_sem *sem = semaphore("block", 1, 60000, 0);
   acquire_all(sem, 1);
   long long m = used_memory();
   window_begin();
@@ -524,7 +526,7 @@ static void test_inspect_capped(void) {
   enum { HELD = SLUICE_SEM_INSPECT_MAX + 500 };
   base = event_base_new();
   client = th_client(base, th_server.url, 30000);
-  sluice_sem *sem = semaphore("wide", HELD, 60000);
+  sluice_sem *sem = semaphore("wide", HELD, 60000, 0);
   for (int n = 0; n < HELD; n += SEM_BATCH) {
     acquire_all(sem, HELD - n < SEM_BATCH ? HELD - n : SEM_BATCH);
     npermits = 0; /* held until the handle goes */
