@@ -67,7 +67,10 @@ end
 return each(function(key, cost, peek)
   if cost > limit or cost < min_cost then return 0, 0, -1, 0 end -- clients refuse it
   local len = redis.pcall('LLEN', key)
-  if type(len) ~= 'number' then len = convert(key) end
+  if type(len) ~= 'number' then -- the old layout, or another error (NOPERM):
+    if not string.find(len.err or '', 'WRONGTYPE', 1, true) then rcall('LLEN', key) end -- raise it
+    len = convert(key)
+  end
   local k, first, before, last_t, last_s, now = 0, 1, 0, nil, 0, now_us
   if len > 1 then
     k = (len - 1) / 2

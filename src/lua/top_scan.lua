@@ -54,7 +54,8 @@ for _, k in ipairs(page[2]) do
           -- of one member per unit as older versions wrote it.
           local n = redis.pcall('LLEN', k)
           if type(n) == 'number' then n = math.max(0, (n - 1) / 2)
-          else n = redis.call('ZCARD', k) end
+          elseif string.find(n.err or '', 'WRONGTYPE', 1, true) then n = redis.call('ZCARD', k)
+          else redis.call('LLEN', k) end -- another error (NOPERM): raised as it is
           state = string.format('entries=%d', n)
         end
         add(name, key, algo, state, ttl)
