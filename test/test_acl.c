@@ -60,6 +60,10 @@ static int rule_commands(const char *text, char cmds[][48], int max) {
 
 /* ---- what runs under the rule -------------------------------------------- */
 
+typedef struct consumed {
+  int n, settled, status, took_error;
+} consumed;
+
 typedef struct run {
   struct event_base *base;
   sluice_client *c;
@@ -68,6 +72,7 @@ typedef struct run {
   char why[1024];                 /* its status and sluice_client_last_error */
   char log[32 * 1024];            /* every line of the log hook */
   size_t loglen;
+  consumed dq; /* the dq consumer's; a settlement may answer at close */
 } run;
 
 static void on_log(sluice_client *c, int level, const char *msg, void *ud) {
@@ -222,10 +227,6 @@ static void rl_steps(run *r) {
   }
 }
 
-typedef struct consumed {
-  int n, settled, status, took_error;
-} consumed;
-
 static void on_settled(sluice_dq_consumer *con, int status, const char *id, void *ud) {
   consumed *k = ud;
   k->settled++;
@@ -254,10 +255,10 @@ static void dq_steps(run *r) {
   sluice_dq_consumer_options co;
   sluice_dq_consumer_options_init(&co);
   co.max_attempts = 1;
-  consumed k = {0};
+  consumed *k = &r->dq;
   sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(r->c, "q", &co, on_msg, &k, &con), SLUICE_OK);
-  sluice_dq_consumer_set_error_cb(con, on_take_error, &k);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(r->c, "q", &co, on_msg, k, &con), SLUICE_OK);
+  sluice_dq_consumer_set_error_cb(con, on_take_error, k);
   dqt_push p;
   done cancel = {0}, info = {0}, dead = {0}, requeue = {0};
   if (!ok(r, "dq_push", dqt_push_wait(r->base, dq, "later", "x", 60000, &p), SLUICE_OK) ||
@@ -270,13 +271,13 @@ static void dq_steps(run *r) {
       !ok(r, "dq_push", dqt_push_wait(r->base, dq, "done", "x", 0, &p), SLUICE_OK))
     goto out;
   uint64_t end = th_now_ms() + 3000;
-  while (k.settled < 2 && !k.took_error && th_now_ms() < end) th_loop_for(r->base, 5);
+  while (k->settled < 2 && !k->took_error && th_now_ms() < end) th_loop_for(r->base, 5);
   if (!ok(r, "dq_take",
-          k.took_error    ? k.took_error
-          : k.settled < 2 ? SLUICE_ETIMEDOUT
-                          : SLUICE_OK,
+          k->took_error    ? k->took_error
+          : k->settled < 2 ? SLUICE_ETIMEDOUT
+                           : SLUICE_OK,
           SLUICE_OK) ||
-      !ok(r, "dq_ack, dq_requeue", k.status, SLUICE_OK) ||
+      !ok(r, "dq_ack, dq_requeue", k->status, SLUICE_OK) ||
       !ok(r, "dq_dead", wait_done(r, sluice_dq_dead_list(dq, 0, 10, on_dead, &dead), &dead, 3000),
           SLUICE_OK) ||
       !ok(r, "dq_dead (listed)", dead.allowed == 1 ? SLUICE_OK : SLUICE_EPROTOCOL, SLUICE_OK))
