@@ -6,7 +6,9 @@
  *    ("%012u", the names redis-benchmark's -r __rand_int__ produces), limit
  *    LIMIT per PERIOD_MS, so every check passes and writes;
  *  - hot: every check on one key, limit HOT_LIMIT per PERIOD_MS (so every
- *    check still passes and writes: the costly path).
+ *    check still passes and writes: the costly path); the sliding log, whose
+ *    key holds at most SLUICE_RL_LOG_ENTRIES_MAX entries, that many per
+ *    HOT_LOG_PERIOD_MS.
  * Beside it in the same run:
  *  - redis-benchmark sending the same script with the KEYS/ARGV the library
  *    sends for a call of ONE request (built with the same sluice__rl_check_*
@@ -41,13 +43,27 @@
 #define PERIOD_MS 10000
 #define REPS 3
 
-/* A workload: keys drawn from keyspace ("%012u"), limit per PERIOD_MS. */
+/* A workload: keys drawn from keyspace ("%012u"), limit per period_ms. */
 typedef struct workload {
   const char *name;
-  unsigned keyspace, limit;
+  unsigned keyspace, limit, period_ms;
 } workload;
 
-static const workload workloads[] = {{"random", KEYSPACE, LIMIT}, {"hot", 1, HOT_LIMIT}};
+static const workload workloads[] = {{"random", KEYSPACE, LIMIT, PERIOD_MS},
+                                     {"hot", 1, HOT_LIMIT, PERIOD_MS}};
+
+/* The sliding log keeps one entry per request, at most
+ * SLUICE_RL_LOG_ENTRIES_MAX (a cost of 1 needs a limit no larger): its hot
+ * key gets that limit per HOT_LOG_PERIOD_MS, short enough that every check
+ * still passes. */
+#define HOT_LOG_PERIOD_MS 250
+
+static workload for_algo(const workload *w, sluice_rl_algo algo) {
+  workload x = *w;
+  if (algo == SLUICE_RL_SLIDING_LOG && x.limit > SLUICE_RL_LOG_ENTRIES_MAX)
+    x.limit = SLUICE_RL_LOG_ENTRIES_MAX, x.period_ms = HOT_LOG_PERIOD_MS;
+  return x;
+}
 
 typedef struct level {
   int in_flight, requests;
@@ -135,13 +151,13 @@ static int run_sluice(struct event_base *base, sluice_limiter *lim, unsigned key
 }
 
 static sluice_limiter *make_limiter(sluice_client *c, sluice_rl_algo algo, const char *name,
-                                   unsigned limit) {
+                                   const workload *w) {
   sluice_limiter_options o;
   sluice_limiter *lim = NULL;
   sluice_limiter_options_init(&o);
   o.algo = algo;
-  o.limit = limit;
-  o.period_ms = PERIOD_MS;
+  o.limit = w->limit;
+  o.period_ms = w->period_ms;
   if (sluice_limiter_new(c, name, &o, &lim) != SLUICE_OK) return NULL;
   return lim;
 }
@@ -161,11 +177,11 @@ static int run_rb(const bench_redis *rs, sluice_client *c, sluice_rl_algo algo, 
                   const workload *w, const level *lv, result *out) {
   char sha[41];
   if (bench_script_load(rs, script_of(algo), sha) != 0) return -1;
-  sluice_limiter *lim = make_limiter(c, algo, name, w->limit);
+  sluice_limiter *lim = make_limiter(c, algo, name, w);
   char *key = lim ? sluice__rl_redis_key(lim, "__rand_int__") : NULL;
   sluice_limiter_free(lim);
   if (!key) return -1;
-  sluice__rl_call call = {w->limit, PERIOD_MS, w->limit};
+  sluice__rl_call call = {w->limit, w->period_ms, w->limit};
   sluice__args a;
   int rc = sluice__args_init(&a, RL_CHECK_ARGS_HEAD + RL_CHECK_ARGS_PER,
                              RL_CHECK_NUMS_HEAD + RL_CHECK_NUMS_PER);
@@ -194,7 +210,7 @@ static void keep_best(result *best, const result *r) {
 static int run_node_once(const bench_redis *rs, const workload *w, const level *lv, result *out) {
   char cmd[1024], line[512];
   snprintf(cmd, sizeof cmd, "node '%s/limiter.js' %s %d %d %d %u %u %d", bench_node_dir(),
-           rs->host, rs->port, lv->in_flight, lv->requests, w->keyspace, w->limit, PERIOD_MS);
+           rs->host, rs->port, lv->in_flight, lv->requests, w->keyspace, w->limit, w->period_ms);
   FILE *p = popen(cmd, "r");
   if (!p) return -1;
   int got = fgets(line, sizeof line, p) != NULL;
@@ -230,12 +246,13 @@ static int wait_connected(struct event_base *base, sluice_client *c) {
  * alternately, each on its own keys (names of equal length), best of REPS. */
 static int bench_pair(const bench_redis *rs, struct event_base *base, sluice_client *c,
                       size_t wi, size_t ai, size_t li, bench_table *t, result *ours) {
-  const workload *w = &workloads[wi];
+  workload wa = for_algo(&workloads[wi], algos[ai]);
+  const workload *w = &wa;
   char name[32], rbname[32];
   result rb = {0, 0, 0, 0, 0, 0, 0}, one;
   snprintf(name, sizeof name, "s%zu%zu%zu", wi, ai, li);
   snprintf(rbname, sizeof rbname, "r%zu%zu%zu", wi, ai, li);
-  sluice_limiter *lim = make_limiter(c, algos[ai], name, w->limit);
+  sluice_limiter *lim = make_limiter(c, algos[ai], name, w);
   if (!lim) return -1;
   int have_rb = bench_have_redis_benchmark();
   int rc = run_sluice(base, lim, w->keyspace, 50, 2000, &one); /* script cached, buffers grown */
@@ -302,9 +319,9 @@ static int selected(int argc, char **argv, const char *name, int is_workload) {
  * node's slots, so the key's hash tag is swapped for "{tag}" on both sides
  * (same length to within a few bytes). The servers share one core here:
  * this shows the client's routing cost, not scaling. */
-static int rb_cluster_key(sluice_client *c, sluice_rl_algo algo, unsigned limit, char *out,
+static int rb_cluster_key(sluice_client *c, sluice_rl_algo algo, const workload *w, char *out,
                           size_t cap) {
-  sluice_limiter *lim = make_limiter(c, algo, "rb", limit);
+  sluice_limiter *lim = make_limiter(c, algo, "rb", w);
   char *key = lim ? sluice__rl_redis_key(lim, "__rand_int__") : NULL;
   sluice_limiter_free(lim);
   if (!key) return -1;
@@ -321,7 +338,7 @@ static int rb_cluster_key(sluice_client *c, sluice_rl_algo algo, unsigned limit,
 
 static int cl_rb(const bench_redis *at, int cluster, const char *sha, const char *key,
                  const workload *w, const level *lv, result *out) {
-  sluice__rl_call call = {w->limit, PERIOD_MS, w->limit};
+  sluice__rl_call call = {w->limit, w->period_ms, w->limit};
   sluice__args a;
   if (sluice__args_init(&a, RL_CHECK_ARGS_HEAD + RL_CHECK_ARGS_PER,
                         RL_CHECK_NUMS_HEAD + RL_CHECK_NUMS_PER) != 0)
@@ -366,15 +383,16 @@ static int cluster_run(const bench_redis *rs, struct event_base *base, int argc,
   bench_table *t = bench_table_new(title, cols);
   int rc = 0;
   for (size_t wi = 0; wi < 2 && rc == 0; wi++) {
-    const workload *w = &workloads[wi];
-    if (!selected(argc, argv, w->name, 1)) continue;
+    if (!selected(argc, argv, workloads[wi].name, 1)) continue;
     for (size_t ai = 0; ai < 4 && rc == 0; ai++) {
       if (!selected(argc, argv, sluice_rl_algo_name(algos[ai]), 0)) continue;
+      workload wa = for_algo(&workloads[wi], algos[ai]);
+      const workload *w = &wa;
       char sha[41], key[160];
       int have_rb = bench_have_redis_benchmark() &&
                     bench_script_load(rs, script_of(algos[ai]), sha) == 0 &&
                     bench_cluster_script_load(&cl, script_of(algos[ai]), sha) == 0 &&
-                    rb_cluster_key(cs[0], algos[ai], w->limit, key, sizeof key) == 0;
+                    rb_cluster_key(cs[0], algos[ai], w, key, sizeof key) == 0;
       for (size_t li = 0; li < 3 && rc == 0; li++) {
         const level *lv = &levels[li];
         result best[2], rb[2], one;
@@ -384,7 +402,7 @@ static int cluster_run(const bench_redis *rs, struct event_base *base, int argc,
         for (int k = 0; k < 2; k++) {
           char name[32];
           snprintf(name, sizeof name, "c%zu%zu%zu", wi, ai, li);
-          lims[k] = make_limiter(cs[k], algos[ai], name, w->limit);
+          lims[k] = make_limiter(cs[k], algos[ai], name, w);
           if (!lims[k] || run_sluice(base, lims[k], w->keyspace, 50, 2000, &one) != 0) rc = -1;
         }
         for (int rep = 0; rep < REPS && rc == 0; rep++)
@@ -420,9 +438,10 @@ int main(int argc, char **argv) {
   if (bench_redis_start(&rs) != 0) return 1;
   if (bench_can_pin()) bench_pin_self(BENCH_CPU_CLIENT);
   printf("limiter: Redis at %s, %d CPUs, pinning %s; random: %d keys, limit %d per %d ms; "
-         "hot: 1 key, limit %d per %d ms\n",
+         "hot: 1 key, limit %d per %d ms (sliding-log: %u per %d ms)\n",
          rs.url, bench_ncpus(), bench_can_pin() ? "on (server CPU 0, client CPU 1)" : "off",
-         KEYSPACE, LIMIT, PERIOD_MS, HOT_LIMIT, PERIOD_MS);
+         KEYSPACE, LIMIT, PERIOD_MS, HOT_LIMIT, PERIOD_MS, SLUICE_RL_LOG_ENTRIES_MAX,
+         HOT_LOG_PERIOD_MS);
   struct event_base *base = event_base_new();
   sluice_client_options o;
   sluice_client_options_init(&o);

@@ -60,13 +60,19 @@ static int rule_commands(const char *text, char cmds[][48], int max) {
 
 /* ---- what runs under the rule -------------------------------------------- */
 
+typedef struct consumed {
+  int n, settled, status, took_error;
+} consumed;
+
 typedef struct run {
   struct event_base *base;
   sluice_client *c;
-  const char *step;    /* the first that failed, or NULL */
-  char why[1024];      /* its status and sluice_client_last_error */
-  char log[32 * 1024]; /* every line of the log hook */
+  void (*admin)(const char *cmd); /* a command on the data nodes, as admin */
+  const char *step;               /* the first that failed, or NULL */
+  char why[1024];                 /* its status and sluice_client_last_error */
+  char log[32 * 1024];            /* every line of the log hook */
   size_t loglen;
+  consumed dq; /* the dq consumer's; a settlement may answer at close */
 } run;
 
 static void on_log(sluice_client *c, int level, const char *msg, void *ud) {
@@ -182,6 +188,23 @@ out:
   sluice_sem_free(s); /* what it still holds is released or expires */
 }
 
+/* The sliding log's other paths: a log with an expired entry before a
+ * live one (trimmed; a denial searches it), and a key in the layout of
+ * older versions (a sorted set, converted). Times in microseconds: 1 is
+ * long expired, 4102444800000000 (the year 2100) still to come. */
+static void rl_log_paths(run *r, sluice_limiter *l) {
+  r->admin("RPUSH sluice:rl:{11:sliding-log:trim}:log 0 1 1 4102444800000000 2");
+  r->admin("ZADD sluice:rl:{11:sliding-log:old}:log 4102444800000000 4102444800000000");
+  done t = {0}, d = {0}, o = {0};
+  if (ok(r, "sliding-log (trim)",
+         wait_done(r, sluice_limiter_check(l, "trim", 1, on_rl, &t), &t, 3000), SLUICE_OK))
+    ok(r, "sliding-log (deny)",
+       wait_done(r, sluice_limiter_check(l, "trim", 5, on_rl, &d), &d, 3000), SLUICE_OK);
+  if (!r->step)
+    ok(r, "sliding-log (convert)",
+       wait_done(r, sluice_limiter_check(l, "old", 1, on_rl, &o), &o, 3000), SLUICE_OK);
+}
+
 /* Every limiter algorithm: a check and a peek. */
 static void rl_steps(run *r) {
   static const sluice_rl_algo algos[] = {SLUICE_RL_FIXED, SLUICE_RL_SLIDING_LOG,
@@ -199,13 +222,10 @@ static void rl_steps(run *r) {
            wait_done(r, sluice_limiter_check(l, "k", 1, on_rl, &d), &d, 3000), SLUICE_OK))
       ok(r, sluice_rl_algo_name(algos[i]),
          wait_done(r, sluice_limiter_peek(l, "k", 1, on_rl, &p), &p, 3000), SLUICE_OK);
+    if (!r->step && algos[i] == SLUICE_RL_SLIDING_LOG) rl_log_paths(r, l);
     sluice_limiter_free(l);
   }
 }
-
-typedef struct consumed {
-  int n, settled, status, took_error;
-} consumed;
 
 static void on_settled(sluice_dq_consumer *con, int status, const char *id, void *ud) {
   consumed *k = ud;
@@ -235,10 +255,10 @@ static void dq_steps(run *r) {
   sluice_dq_consumer_options co;
   sluice_dq_consumer_options_init(&co);
   co.max_attempts = 1;
-  consumed k = {0};
+  consumed *k = &r->dq;
   sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(r->c, "q", &co, on_msg, &k, &con), SLUICE_OK);
-  sluice_dq_consumer_set_error_cb(con, on_take_error, &k);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(r->c, "q", &co, on_msg, k, &con), SLUICE_OK);
+  sluice_dq_consumer_set_error_cb(con, on_take_error, k);
   dqt_push p;
   done cancel = {0}, info = {0}, dead = {0}, requeue = {0};
   if (!ok(r, "dq_push", dqt_push_wait(r->base, dq, "later", "x", 60000, &p), SLUICE_OK) ||
@@ -251,13 +271,13 @@ static void dq_steps(run *r) {
       !ok(r, "dq_push", dqt_push_wait(r->base, dq, "done", "x", 0, &p), SLUICE_OK))
     goto out;
   uint64_t end = th_now_ms() + 3000;
-  while (k.settled < 2 && !k.took_error && th_now_ms() < end) th_loop_for(r->base, 5);
+  while (k->settled < 2 && !k->took_error && th_now_ms() < end) th_loop_for(r->base, 5);
   if (!ok(r, "dq_take",
-          k.took_error    ? k.took_error
-          : k.settled < 2 ? SLUICE_ETIMEDOUT
-                          : SLUICE_OK,
+          k->took_error    ? k->took_error
+          : k->settled < 2 ? SLUICE_ETIMEDOUT
+                           : SLUICE_OK,
           SLUICE_OK) ||
-      !ok(r, "dq_ack, dq_requeue", k.status, SLUICE_OK) ||
+      !ok(r, "dq_ack, dq_requeue", k->status, SLUICE_OK) ||
       !ok(r, "dq_dead", wait_done(r, sluice_dq_dead_list(dq, 0, 10, on_dead, &dead), &dead, 3000),
           SLUICE_OK) ||
       !ok(r, "dq_dead (listed)", dead.allowed == 1 ? SLUICE_OK : SLUICE_EPROTOCOL, SLUICE_OK))
@@ -275,6 +295,7 @@ out:
 static void run_open(run *r, const char *url, unsigned wait_replicas,
                      void (*admin)(const char *cmd)) {
   memset(r, 0, sizeof *r);
+  r->admin = admin;
   r->base = event_base_new();
   sluice_client_options o;
   sluice_client_options_init(&o);
@@ -401,13 +422,18 @@ static void without_fails_clearly(const target *t, const rule *ru, int which, co
 
 static th_node single;
 
-/* cmd on each node, as the default user. */
+/* The database the cases' URL names (the data of a command on a key). */
+static int admin_db;
+
+/* cmd on each node, as the default user, in admin_db (a command on a key
+ * runs where the key is: the other masters of a cluster answer MOVED). */
 static void on_nodes(th_node *nodes, int n, const char *cmd) {
   for (int i = 0; i < n; i++) {
     redisContext *ctx = th_node_connect(&nodes[i]);
     TH_ASSERT(ctx != NULL);
+    if (admin_db) freeReplyObject(redisCommand(ctx, "SELECT %d", admin_db));
     redisReply *rep = redisCommand(ctx, cmd);
-    TH_ASSERT(rep && rep->type != REDIS_REPLY_ERROR);
+    TH_ASSERT(rep && (rep->type != REDIS_REPLY_ERROR || strncmp(rep->str, "MOVED ", 6) == 0));
     freeReplyObject(rep);
     redisFree(ctx);
   }
@@ -423,6 +449,7 @@ static void test_single(void) {
   snprintf(single.addr, sizeof single.addr, "127.0.0.1:%d", r.port);
   char url[128];
   snprintf(url, sizeof url, "redis://" USER ":" PASS "@127.0.0.1:%d/3", r.port);
+  admin_db = 3;
   static const char *const args[] = {"--db", NULL};
   rule ru = acl_rule(args);
   target t = {&single, 1, NULL, 0, url, 0, admin_single};
@@ -445,6 +472,7 @@ static void test_single(void) {
       th_fail(__FILE__, __LINE__, "under `sluice acl %s`: %s: %s", each[i].name, w->step, w->why);
     free(w);
   }
+  admin_db = 0;
   th_redis_stop(&r);
 }
 

@@ -45,7 +45,7 @@ static void test_check(void) {
   TH_ASSERT_EQ(r.status, 1); /* rate-limited */
   TH_ASSERT_EQ(field(&r, "allowed"), 0);
   TH_ASSERT_CMP(field(&r, "retry_after_ms"), >, 59000);
-  TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:rl:{3:api:1.2.3.4}:log"), 2);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "LLEN sluice:rl:{3:api:1.2.3.4}:log"), 5); /* 2 entries */
   /* GCRA with a burst; --prefix moves the key. */
   r = rl("check", "g", "k", "--algo", "gcra", "--limit", "1", "--period", "60000", "--burst", "3",
          "--cost", "3", "--prefix", "other:", NULL);
@@ -135,6 +135,15 @@ static void test_bad_numbers(void) {
   o = rl("check", "n", "k", "--algo", "fixed", "--limit", "2", "--period", "1", "--cost", "3", NULL);
   TH_ASSERT_EQ(o.status, 64);
   assert_has(o.err, "--cost must be 1..2, got 3");
+  o = rl("check", "n", "k", "--algo", "sliding-log", "--limit", "1000000000", "--period", "60000",
+         "--cost", "9999", NULL);
+  TH_ASSERT_EQ(o.status, 64);
+  assert_has(o.err, "--cost must be at least 10000 with --limit 1000000000");
+  /* The largest cost is one entry: answered at once. */
+  o = rl("check", "n", "k", "--algo", "sliding-log", "--limit", "1000000000", "--period", "60000",
+         "--cost", "1000000000", NULL);
+  TH_ASSERT_EQ(o.status, 0);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "LLEN sluice:rl:{1:n:k}:log"), 3);
 }
 
 int main(int argc, char **argv) {

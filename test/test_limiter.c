@@ -121,6 +121,11 @@ static char *dump_key(const char *key, long *len) {
   return out;
 }
 
+/* Entries of a sliding log's key: {base, t1, s1, t2, s2, ...}. */
+static long long log_entries(const char *key) {
+  return (th_redis_int(&th_server, "LLEN %s", key) - 1) / 2;
+}
+
 /* Redis's clock in microseconds. */
 static int64_t server_us(void) {
   redisReply *r = th_redis_command(&th_server, "TIME");
@@ -303,7 +308,7 @@ static void test_rejected_consume_nothing(void) {
     char *after = dump_key(k, &len2);
     TH_ASSERT_EQ(len1, len2);
     TH_ASSERT(len1 > 0 && memcmp(before, after, (size_t)len1) == 0);
-    if (all_algos[i] == SLUICE_RL_SLIDING_LOG) TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD %s", k), 5);
+    if (all_algos[i] == SLUICE_RL_SLIDING_LOG) TH_ASSERT_EQ(log_entries(k), 5);
     /* The first denial's retry_after still holds despite the retries since. */
     th_loop_for(base, (unsigned)first.res.retry_after_ms);
     TH_ASSERT_EQ(check_ok(base, lim, "k", 1).res.allowed, 1);
@@ -330,9 +335,10 @@ static void test_cost(void) {
     r = check_ok(base, lim, "k", 2);
     TH_ASSERT_EQ(r.res.allowed, 1);
     TH_ASSERT_EQ(r.res.remaining, 0);
-    if (all_algos[i] == SLUICE_RL_SLIDING_LOG) { /* one unique entry per unit */
+    if (all_algos[i] == SLUICE_RL_SLIDING_LOG) { /* one entry per request, with its sum */
       char *k = rkey(lim, "k");
-      TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD %s", k), 10);
+      TH_ASSERT_EQ(log_entries(k), 3);
+      TH_ASSERT_EQ(th_redis_int(&th_server, "LINDEX %s -1", k), 10);
       free(k);
     }
     TH_ASSERT_EQ(check_ok(base, lim, "k2", 10).res.allowed, 1); /* cost == limit */
@@ -406,9 +412,18 @@ static void test_expiry(void) {
 static void report_memory(struct event_base *base, sluice_client *c, sluice_rl_algo algo,
                           unsigned limit) {
   sluice_limiter *lim = new_lim(c, "mem", algo, limit, 600000, 0);
-  for (unsigned n = 0; n < limit; n += 50) check_ok(base, lim, "203.0.113.7", limit - n < 50 ? limit - n : 50);
-  check_ok(base, lim, "203.0.113.7", 1); /* a denial does not grow it */
   char *k = rkey(lim, "203.0.113.7");
+  freeReplyObject(th_redis_command(&th_server, "DEL %s", k)); /* a smaller limit's */
+  for (unsigned n = 0; n < limit; n += 250) { /* limit requests of 1, 250 a call */
+    rcv r[250];
+    memset(r, 0, sizeof r);
+    unsigned turn = limit - n < 250 ? limit - n : 250;
+    for (unsigned i = 0; i < turn; i++)
+      TH_ASSERT_EQ(sluice_limiter_check(lim, "203.0.113.7", 1, on_res, &r[i]), SLUICE_OK);
+    TH_ASSERT(th_loop_until(base, &r[turn - 1].done, 5000));
+    for (unsigned i = 0; i < turn; i++) TH_ASSERT(r[i].status == SLUICE_OK && r[i].res.allowed);
+  }
+  check_ok(base, lim, "203.0.113.7", 1); /* a denial does not grow it */
   long long bytes = th_redis_int(&th_server, "MEMORY USAGE %s SAMPLES 0", k);
   TH_ASSERT_CMP(bytes, >, 0);
   th_note("memory per key: %-15s limit %-5u %6lld bytes (key %zu bytes)\n",
@@ -585,13 +600,15 @@ typedef struct log_snap {
 } log_snap;
 
 /* Collect every entry the log ever held: entries stay at least a period,
- * and we look every ~20 ms. */
+ * and we look every ~20 ms. Each entry is one request of cost 1, named by
+ * its time and sum (unique). */
 static void snap_log(void *arg) {
   log_snap *s = arg;
-  redisReply *r = th_redis_command(&th_server, "ZRANGE %s 0 -1 WITHSCORES", s->key);
+  redisReply *r = th_redis_command(&th_server, "LRANGE %s 1 -1", s->key);
   TH_ASSERT(r->type == REDIS_REPLY_ARRAY);
   for (size_t i = 0; i + 1 < r->elements; i += 2) {
-    const char *m = r->element[i]->str;
+    char m[40];
+    snprintf(m, sizeof m, "%s:%s", r->element[i]->str, r->element[i + 1]->str);
     size_t j = 0;
     while (j < s->n && strcmp(s->e[j].member, m) != 0) j++;
     if (j < s->n) continue;
@@ -600,7 +617,7 @@ static void snap_log(void *arg) {
       s->e = realloc(s->e, s->cap * sizeof *s->e);
     }
     snprintf(s->e[s->n].member, sizeof s->e[s->n].member, "%s", m);
-    s->e[s->n++].score = strtoll(r->element[i + 1]->str, NULL, 10);
+    s->e[s->n++].score = strtoll(r->element[i]->str, NULL, 10);
   }
   freeReplyObject(r);
 }
@@ -880,6 +897,53 @@ static void test_wait_queue_full(void) {
     TH_ASSERT_EQ(r[i].done, 1);
     TH_ASSERT_EQ(r[i].status, SLUICE_ECANCELED);
   }
+  finish(base, c, NULL);
+}
+
+/* The client's limiter_waits_max bounds the waits of all its limiters
+ * together: one more is refused inside the call (no callback), and a slot
+ * comes back when a wait completes. */
+static void test_wait_client_cap(void) {
+  struct event_base *base = event_base_new();
+  sluice_client_options co;
+  sluice_client_options_init(&co);
+  TH_ASSERT_EQ(co.limiter_waits_max, 100000); /* the documented default */
+  co.url = th_server.url;
+  co.limiter_waits_max = 10;
+  sluice_client *c = NULL;
+  TH_ASSERT_EQ(sluice_client_new(base, &co, &c), SLUICE_OK);
+  sluice_limiter *a = new_lim(c, "capa", SLUICE_RL_FIXED, 1, 60000, 0);
+  sluice_limiter *b = new_lim(c, "capb", SLUICE_RL_FIXED, 1, 60000, 0);
+  window_room(base, SLUICE_RL_FIXED, 60000, 5000, 0);
+  check_ok(base, a, "k", 1);
+  check_ok(base, b, "k", 1);
+  rcv r[12];
+  memset(r, 0, sizeof r);
+  sluice_rl_waiter *h[12];
+  for (int i = 0; i < 10; i++)
+    TH_ASSERT_EQ(sluice_limiter_wait(i < 6 ? a : b, "k", 1, 0, on_res, &r[i], &h[i]), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_limiter_wait(a, "other", 1, 0, on_res, &r[10], NULL), SLUICE_EFULL);
+  sluice_client_metrics cm;
+  sluice_limiter_metrics am, bm;
+  sluice_client_get_metrics(c, &cm);
+  sluice_limiter_get_metrics(a, &am);
+  sluice_limiter_get_metrics(b, &bm);
+  TH_ASSERT_EQ(cm.limiter_waits, 10);
+  TH_ASSERT_EQ(am.waiting, 6);
+  TH_ASSERT_EQ(bm.waiting, 4);
+  TH_ASSERT_EQ(am.waits_refused, 1);
+  /* A cancelled wait gives its slot back once its callback ran. */
+  TH_ASSERT_EQ(sluice_limiter_wait_cancel(h[7]), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &r[7].done, 1000));
+  TH_ASSERT_EQ(r[7].status, SLUICE_ECANCELED);
+  TH_ASSERT_EQ(sluice_limiter_wait(a, "other", 1, 0, on_res, &r[11], NULL), SLUICE_OK);
+  th_loop_for(base, 50);
+  TH_ASSERT_EQ(r[10].done, 0); /* refused in the call: never called back */
+  sluice_limiter_free(a);
+  sluice_limiter_free(b);
+  th_loop_for(base, 50);
+  sluice_client_get_metrics(c, &cm);
+  TH_ASSERT_EQ(cm.limiter_waits, 0);
   finish(base, c, NULL);
 }
 
@@ -1238,6 +1302,7 @@ int main(int argc, char **argv) {
       {"wait_fifo", test_wait_fifo, 0},
       {"wait_timeout", test_wait_timeout, 0},
       {"wait_queue_full", test_wait_queue_full, 0},
+      {"wait_client_cap", test_wait_client_cap, 0},
       {"wait_cancel", test_wait_cancel, 0},
       {"free_in_callback", test_free_in_callback, 0},
       {"free_cancels_pending", test_free_cancels_pending, 0},

@@ -25,6 +25,22 @@ typedef struct fake {
 /* What a TCP fake answers to CLUSTER (SLOTS): every slot is its own. */
 static char cluster_slots[128];
 
+/* After its reply, a streaming fake sends chunk again and again (total
+ * bytes in all, gap_us between chunks) before it reads on: a reply too
+ * large, too deep or too slow. */
+static struct {
+  const char *chunk;
+  size_t len, total;
+  unsigned gap_us;
+} stream;
+
+static void stream_out(int fd) {
+  for (size_t sent = 0; stream.chunk && sent < stream.total; sent += stream.len) {
+    if (write(fd, stream.chunk, stream.len) != (ssize_t)stream.len) return; /* closed */
+    if (stream.gap_us) usleep(stream.gap_us);
+  }
+}
+
 /* Length of one complete RESP command at buf, or 0 if incomplete. Sets
  * *first to the first argument's start/length. */
 static size_t parse_command(const char *buf, size_t len, const char **first, size_t *flen) {
@@ -91,6 +107,7 @@ static void serve(int lfd, const char *reply) {
         else if (flen == 4 && strncasecmp(first, "INFO", 4) == 0)
           out = "$17\r\nrun_id:0123456789\r\n";
         if (write(fds[i].fd, out, strlen(out)) < 0) break;
+        if (out == reply) stream_out(fds[i].fd);
         memmove(b, b + clen, used[i - 1] - clen);
         used[i - 1] -= clen;
       }
@@ -112,6 +129,7 @@ static void fake_start(fake *f, const char *reply) {
   TH_ASSERT(f->pid >= 0);
   if (f->pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a failed case */
+    signal(SIGPIPE, SIG_IGN);         /* a client that hangs up ends a stream */
     serve(lfd, reply);
     _exit(0);
   }
@@ -303,6 +321,85 @@ static void test_slots_nonsense(void) {
   fake_case_done(&f, base, c, s);
 }
 
+/* ---- bounded replies (net/reply_bounds.h) ----------------------------------- */
+
+static long status_kb(const char *field) {
+  char line[256];
+  long kb = -1;
+  FILE *f = fopen("/proc/self/status", "r");
+  while (f && fgets(line, sizeof line, f))
+    if (strncmp(line, field, strlen(field)) == 0) kb = atol(line + strlen(field));
+  if (f) fclose(f);
+  return kb;
+}
+
+/* Reset the peak of the resident set (VmHWM); 0, or -1 where the kernel
+ * does not let us. */
+static int peak_reset(void) {
+  FILE *f = fopen("/proc/self/clear_refs", "w");
+  if (!f) return -1;
+  int ok = fputs("5", f) >= 0;
+  return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* A try-acquire against a fake answering reply (then stream): it ends
+ * with expected within the deadline (1000 ms; ETIMEDOUT at it), and the
+ * process's resident set never grew by more than 64 MB meanwhile. */
+static void bounded_answer(const char *reply, int expected) {
+  fake f;
+  fake_start(&f, reply);
+  struct event_base *base = event_base_new();
+  sluice_client *c = fake_client(base, &f);
+  sluice_sem *s = sem_test_new(c, "m", 1, 1000, 0);
+  long rss = status_kb("VmRSS:");
+  int peak = peak_reset() == 0;
+  uint64_t t0 = th_now_ms();
+  acq_result r = sem_try(base, s);
+  uint64_t took = th_now_ms() - t0;
+  long grew = status_kb("VmHWM:") - rss;
+  printf("# %s after %llu ms (%s); resident set %s%ld KB; %s\n", sluice_err_name(r.status),
+         (unsigned long long)took, sluice_client_last_error(c), peak ? "grew " : "(no peak) ",
+         grew, sluice_client_is_connected(c) ? "connected" : "dropped");
+  TH_ASSERT_EQ(r.status, expected);
+  TH_ASSERT_CMP(took, <, expected == SLUICE_ETIMEDOUT ? 1500 : 1000);
+  if (peak) TH_ASSERT_CMP(grew, <, 64 * 1024);
+  if (expected == SLUICE_EPROTOCOL && !strstr(sluice_client_last_error(c), "reply refused"))
+    th_fail(__FILE__, __LINE__, "unclear error: \"%s\"", sluice_client_last_error(c));
+  memset(&stream, 0, sizeof stream);
+  fake_case_done(&f, base, c, s);
+}
+
+/* 13 bytes claim 2^31 - 1 elements: refused before hiredis allocates. */
+static void test_huge_array_header(void) { bounded_answer("*2147483647\r\n", SLUICE_EPROTOCOL); }
+
+/* A million nested arrays: refused at the bound, no stack walk of them. */
+static void test_deep_nesting(void) {
+  stream.chunk = "*1\r\n";
+  stream.len = 4;
+  stream.total = 4000000;
+  bounded_answer("*1\r\n", SLUICE_EPROTOCOL);
+}
+
+/* A bulk string claiming 1 GB, sent in chunks of chunk_len bytes gap_us
+ * apart. */
+static void gigabyte_bulk(size_t chunk_len, unsigned gap_us, int expected) {
+  static char chunk[65536];
+  memset(chunk, 'x', sizeof chunk);
+  stream.chunk = chunk;
+  stream.len = chunk_len;
+  stream.total = (size_t)1 << 30;
+  stream.gap_us = gap_us;
+  bounded_answer("$1073741824\r\n", expected);
+}
+
+/* At full speed: refused once a payload's worth arrived, whatever the
+ * header claims. */
+static void test_gigabyte_bulk(void) { gigabyte_bulk(65536, 0, SLUICE_EPROTOCOL); }
+
+/* Trickled (1 KB every 10 ms): the step times out at its deadline and the
+ * silent connection is dropped with what it buffered. */
+static void test_slow_trickle(void) { gigabyte_bulk(1024, 10000, SLUICE_ETIMEDOUT); }
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"integer_instead_of_array", test_integer_instead_of_array, 0},
@@ -316,6 +413,10 @@ int main(int argc, char **argv) {
       {"moved_empty_host", test_moved_empty_host, 0},
       {"moved_unreadable", test_moved_unreadable, 0},
       {"slots_nonsense", test_slots_nonsense, 0},
+      {"huge_array_header", test_huge_array_header, 0},
+      {"deep_nesting", test_deep_nesting, 0},
+      {"gigabyte_bulk", test_gigabyte_bulk, 0},
+      {"slow_trickle", test_slow_trickle, 0},
       {NULL, NULL, 0}};
   return th_main(argc, argv, cases);
 }

@@ -91,16 +91,36 @@ static void test_sliding_log_edges(void) {
   sluice__rl_local_free(l);
 }
 
-/* Same-instant admissions are ordered (a log entry never repeats a time). */
+/* Same-instant admissions are separate entries, never collapsed into one. */
 static void test_sliding_log_same_instant(void) {
   sluice__rl_local *l = make(SLUICE_RL_SLIDING_LOG, 2, 100, 0);
   CHECK(l, "k", 1, 0, B, 1, 1, 0, 100);
   CHECK(l, "k", 1, 0, B, 1, 0, 0, 100);
   CHECK(l, "k", 1, 0, B, 0, 0, 100, 100);
-  /* The first left the window; the second was logged at B + 1 us, so two
-   * more must wait one more microsecond (rounded up to 1 ms). */
-  CHECK(l, "k", 2, 0, B + 100000, 0, 1, 1, 1);
-  CHECK(l, "k", 1, 0, B + 100000, 1, 0, 0, 100);
+  /* Both count until one period later, and leave together. */
+  CHECK(l, "k", 1, 0, B + 99999, 0, 0, 1, 1);
+  CHECK(l, "k", 2, 0, B + 100000, 1, 0, 0, 100);
+  sluice__rl_local_free(l);
+}
+
+/* A request's cost is one entry, whatever its size: a log of the largest
+ * limit admits and denies by sums, and keeps at most
+ * SLUICE_RL_LOG_ENTRIES_MAX entries. */
+static void test_sliding_log_costs(void) {
+  sluice__rl_local *l = make(SLUICE_RL_SLIDING_LOG, SLUICE_RL_LIMIT_MAX, 1000, 0);
+  CHECK(l, "k", 600000000, 0, B, 1, 400000000, 0, 1000);
+  CHECK(l, "k", 400000000, 0, B + 1000, 1, 0, 0, 1000);
+  /* More than the first request's units: the second must leave too. */
+  CHECK(l, "k", 700000000, 0, B + 2000, 0, 0, 999, 999);
+  CHECK(l, "k", 500000000, 0, B + 2000, 0, 0, 998, 999);
+  CHECK(l, "k", 600000000, 0, B + 1000000, 1, 0, 0, 1000);
+  sluice__rl_local_free(l);
+  l = make(SLUICE_RL_SLIDING_LOG, SLUICE_RL_LOG_ENTRIES_MAX + 10, 1000, 0);
+  for (unsigned i = 0; i < SLUICE_RL_LOG_ENTRIES_MAX; i++)
+    CHECK(l, "k", 1, 0, B + i, 1, 10 + (SLUICE_RL_LOG_ENTRIES_MAX - 1 - i), 0, 1000);
+  /* Full: denied until the oldest entry leaves, though units remain. */
+  CHECK(l, "k", 1, 0, B + SLUICE_RL_LOG_ENTRIES_MAX, 0, 0, 900, 1000);
+  CHECK(l, "k", 1, 0, B + 1000000, 1, 10, 0, 1000);
   sluice__rl_local_free(l);
 }
 
@@ -129,6 +149,7 @@ int main(int argc, char **argv) {
       {"gcra_edges", test_gcra_edges, 10},
       {"sliding_log_edges", test_sliding_log_edges, 10},
       {"sliding_log_same_instant", test_sliding_log_same_instant, 10},
+      {"sliding_log_costs", test_sliding_log_costs, 10},
       {"idle_keys_swept", test_idle_keys_swept, 10},
       {NULL, NULL, 0},
   };

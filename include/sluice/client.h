@@ -135,6 +135,10 @@ typedef struct sluice_client_options {
    * client's handles; past it they fail at once with SLUICE_EFULL (about
    * 0.7 KB each). 0: 250000. See also sluice_sem_options.max_pending. */
   unsigned sem_pending_max;
+  /* Local queues: sluice_limiter_wait calls pending at once over all of
+   * this client's limiters (each key also has its limiter's
+   * wait_queue_max); one more returns SLUICE_EFULL at once. 0: 100000. */
+  unsigned limiter_waits_max;
 } sluice_client_options;
 
 /* Fill *opts with the defaults. */
@@ -235,6 +239,7 @@ typedef struct sluice_client_metrics {
   uint64_t releases_abandoned;
   size_t nkinds;             /* entries of kinds[] in use: the kinds seen */
   sluice_op_metrics kinds[SLUICE_METRICS_MAX_KINDS];
+  unsigned limiter_waits;    /* sluice_limiter_wait calls pending now (all limiters) */
 } sluice_client_metrics;
 
 /* Copy the client's metrics into *out (about 2 KB; a fresh copy each call). */

@@ -11,9 +11,20 @@
  *    aligned to server time (window n covers [n*period, (n+1)*period)). Cheap
  *    and exact per window, but up to 2*limit may pass around a boundary.
  *  - SLUICE_RL_SLIDING_LOG: exact — never more than `limit` units in ANY span
- *    of `period_ms`. Keeps one sorted-set entry per admitted unit, so memory
- *    is O(limit) per key (see docs/rate-limiters.md for measured bytes). Denied requests are
- *    not recorded.
+ *    of `period_ms`. Keeps one list entry per admitted request, whatever
+ *    its cost: its time and a running sum of units, about 16 bytes
+ *    (docs/rate-limiters.md has measured bytes); denied requests are not
+ *    recorded. Its state is bounded: a key holds at most
+ *    SLUICE_RL_LOG_ENTRIES_MAX live entries (1.6 MB), so a cost below
+ *    limit / SLUICE_RL_LOG_ENTRIES_MAX (rounded up) is refused with
+ *    SLUICE_EINVAL: with a limit up to 100,000 every cost passes, with a
+ *    limit of 1,000,000,000 the smallest cost is 10,000. Each decision reads
+ *    a few entries (O(log n) of the n entries it skips), never the log. A
+ *    key written by an older sluice (a sorted set, one member per unit) is
+ *    converted on its first use, exactly when it holds at most 256 live
+ *    requests; beyond that, all but the oldest 255 are merged into one
+ *    entry at the newest time (they count a little longer: never more is
+ *    admitted).
  *  - SLUICE_RL_SLIDING_COUNTER: two fixed-window counters weighted by how far
  *    the current window has run (estimate = prev * (1 - elapsed/period) + cur).
  *    O(1) memory; an approximation that assumes the previous window's traffic
@@ -100,6 +111,8 @@ typedef struct sluice_rl_result {
 /* Largest accepted limit/burst and period. */
 #define SLUICE_RL_LIMIT_MAX 1000000000u
 #define SLUICE_RL_PERIOD_MAX 2000000000u
+/* Most live entries of one sliding-log key (see SLUICE_RL_SLIDING_LOG). */
+#define SLUICE_RL_LOG_ENTRIES_MAX 100000u
 
 typedef struct sluice_limiter_options {
   sluice_rl_algo algo;          /* default SLUICE_RL_FIXED */
@@ -145,8 +158,9 @@ SLUICE_EXPORT const char *sluice_limiter_name(const sluice_limiter *lim);
 typedef void sluice_limiter_cb(sluice_limiter *lim, int status,
                                const sluice_rl_result *res, void *userdata);
 
-/* Take cost units (>= 1, <= capacity) for key (1..SLUICE_NAME_MAX bytes,
- * copied) if they are available now. Never waits.
+/* Take cost units (>= 1, <= capacity; for the sliding log also >= limit /
+ * SLUICE_RL_LOG_ENTRIES_MAX) for key (1..SLUICE_NAME_MAX bytes, copied) if
+ * they are available now. Never waits.
  * Returns 0, or SLUICE_EINVAL / SLUICE_ECLOSED / SLUICE_ENOMEM (cb not run). */
 SLUICE_EXPORT int sluice_limiter_check(sluice_limiter *lim, const char *key,
                                        unsigned cost, sluice_limiter_cb *cb,
@@ -163,7 +177,9 @@ SLUICE_EXPORT int sluice_limiter_peek(sluice_limiter *lim, const char *key,
  * served first-in first-out. It ends with SLUICE_ETIMEDOUT as soon as Redis's
  * answer shows the units cannot come before the deadline. When the key
  * already has wait_queue_max waiters, cb gets SLUICE_EFULL from the loop.
- * *handle (optional) is valid until cb runs. */
+ * *handle (optional) is valid until cb runs. Returns 0, or SLUICE_EINVAL /
+ * SLUICE_ECLOSED / SLUICE_ENOMEM, or SLUICE_EFULL when the client's
+ * limiter_waits_max waits are pending already (cb not run). */
 SLUICE_EXPORT int sluice_limiter_wait(sluice_limiter *lim, const char *key,
                                       unsigned cost, unsigned timeout_ms,
                                       sluice_limiter_cb *cb, void *userdata,
@@ -197,6 +213,9 @@ typedef struct sluice_limiter_metrics {
    * and took nothing for: a wait then asks again or ends, a check or peek
    * is answered as timed out (see on_redis_down). */
   uint64_t late;
+  unsigned waiting;     /* waits pending now */
+  uint64_t waits_refused; /* waits refused at the call with SLUICE_EFULL
+                             (the client's limiter_waits_max) */
 } sluice_limiter_metrics;
 SLUICE_EXPORT void sluice_limiter_get_metrics(const sluice_limiter *limiter,
                                               sluice_limiter_metrics *out);

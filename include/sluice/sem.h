@@ -179,19 +179,28 @@ typedef struct sluice_holder_info {
   int64_t remaining_ms;  /* lease left on Redis's clock */
 } sluice_holder_info;
 
+/* Most holders and waiters sluice_sem_inspect lists. */
+#define SLUICE_SEM_INSPECT_MAX 1000
+
 typedef struct sluice_sem_info {
   unsigned permits;        /* as last declared by an acquirer; 0 if unknown */
-  size_t nholders;
+  size_t nholders;         /* listed: the SLUICE_SEM_INSPECT_MAX soonest to expire */
   const sluice_holder_info *holders;
-  size_t nwaiters;         /* blocking acquirers queued, in arrival order */
+  size_t nwaiters;         /* listed: the live blocking acquirers among the first
+                              SLUICE_SEM_INSPECT_MAX queued, in arrival order */
   const char *const *waiters;
   uint64_t last_fence;
+  size_t holders_total;    /* live holders in all */
+  size_t queued_total;     /* queued acquirers in all (some may be dead, not
+                              evicted yet) */
 } sluice_sem_info;
 
 typedef void sluice_sem_info_cb(sluice_sem *sem, int status,
                                 const sluice_sem_info *info, void *userdata);
 
-/* Read holders (with remaining lease), waiters and permits. */
+/* Read holders (with remaining lease), waiters and permits: one script whose
+ * work and reply are bounded by SLUICE_SEM_INSPECT_MAX, however many
+ * permits are held and acquirers wait. */
 SLUICE_EXPORT int sluice_sem_inspect(sluice_sem *sem, sluice_sem_info_cb *cb,
                                   void *userdata);
 

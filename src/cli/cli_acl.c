@@ -27,9 +27,9 @@ static const struct primitive {
     {"sem",
      "hdel hget hincrby hmget hset lpush ltrim pexpire pttl zadd zcard zcount zrange "
      "zrangebyscore zrem zremrangebyscore zscore brpop"},
-    {"rl",
-     "get set hincrby hmget hset pexpire zadd zcount zrange zrangebyscore "
-     "zremrangebyscore"},
+    {"rl", /* the sliding log's lists, and its conversion of an older layout's sets */
+     "get set hincrby hmget hset pexpire llen lrange lindex ltrim rpush zcard zcount zrange "
+     "sort lset"},
     {"dq",
      "hdel hexists hget hincrby hmget hset hsetnx llen lpush ltrim pexpire pexpireat zadd "
      "zcard zcount zrange zrangebyscore zrem zremrangebyrank zscore brpop"},
@@ -37,7 +37,7 @@ static const struct primitive {
 #define NPRIMITIVES (sizeof primitives / sizeof primitives[0])
 
 /* `sluice top` without names: the discovery script's. */
-static const char scan_cmds[] = "scan get hmget pttl zcard";
+static const char scan_cmds[] = "scan get hmget pttl llen zcard";
 
 typedef struct acl_args {
   const char *prefix;

@@ -96,6 +96,9 @@ static int parse_args(cli_ctx *ctx, rl_args *a, int argc, char **argv) {
     npos++;
   }
   unsigned cap = a->opts.algo == SLUICE_RL_GCRA && a->opts.burst ? a->opts.burst : a->opts.limit;
+  unsigned least = a->opts.algo == SLUICE_RL_SLIDING_LOG /* a log holds that many entries */
+                       ? (a->opts.limit + SLUICE_RL_LOG_ENTRIES_MAX - 1) / SLUICE_RL_LOG_ENTRIES_MAX
+                       : 1;
   if (npos != 2) cli_error("needs NAME and KEY");
   else if (cli_check_len("NAME", a->name, SLUICE_NAME_MAX) ||
            cli_check_len("KEY", a->key, SLUICE_NAME_MAX))
@@ -105,6 +108,10 @@ static int parse_args(cli_ctx *ctx, rl_args *a, int argc, char **argv) {
   else if (a->cost < 1 || a->cost > cap)
     cli_error("--cost must be 1..%u, got %u: a cost above the %s can never pass", cap, a->cost,
               a->opts.algo == SLUICE_RL_GCRA ? "burst" : "limit");
+  else if (a->cost < least)
+    cli_error("--cost must be at least %u with --limit %u: a sliding log keeps one entry per "
+              "request, at most %u",
+              least, a->opts.limit, SLUICE_RL_LOG_ENTRIES_MAX);
   else return 0;
   return CLI_EXIT_USAGE;
 }

@@ -334,8 +334,12 @@ static void on_info(sluice_sem *sem, int status, const sluice_sem_info *info, vo
   st->permits = info->permits;
   if (!st->print) return;
   printf("semaphore %s: permits %u, holders %zu, waiters %zu, last fence %llu\n",
-         cli_clean(sluice_sem_name(sem)), info->permits, info->nholders, info->nwaiters,
+         cli_clean(sluice_sem_name(sem)), info->permits, info->holders_total, info->nwaiters,
          (unsigned long long)info->last_fence);
+  if (info->holders_total > info->nholders || info->queued_total > SLUICE_SEM_INSPECT_MAX)
+    printf("  (listed: the %zu holders soonest to expire, the live waiters of the first %d of "
+           "%zu queued)\n",
+           info->nholders, SLUICE_SEM_INSPECT_MAX, info->queued_total);
   for (size_t i = 0; i < info->nholders; i++)
     printf("  holder %s  lease %lld ms left\n", cli_clean(info->holders[i].id),
            (long long)info->holders[i].remaining_ms);

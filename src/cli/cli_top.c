@@ -133,7 +133,7 @@ static void on_sem_info(sluice_sem *sem, int status, const sluice_sem_info *info
     return;
   }
   fprintf(t->out, "  %-16s permits %-4u holders %-4zu waiters %-4zu last fence %llu\n",
-          cli_clean(sluice_sem_name(sem)), info->permits, info->nholders, info->nwaiters,
+          cli_clean(sluice_sem_name(sem)), info->permits, info->holders_total, info->nwaiters,
           (unsigned long long)info->last_fence);
   for (size_t i = 0; i < info->nholders; i++) {
     fmt_ms(left, sizeof left, info->holders[i].remaining_ms);

@@ -144,6 +144,15 @@ int sluice__listen(sluice_client *c, const char *key, sluice__wake_fn *fn, void 
 
 /* ---- public API ---------------------------------------------------------- */
 
+#define LIMITER_WAITS_DEFAULT 100000
+
+int sluice__client_rl_waits(sluice_client *c, int delta) {
+  unsigned cap = c->opts.limiter_waits_max ? c->opts.limiter_waits_max : LIMITER_WAITS_DEFAULT;
+  if (delta > 0 && c->rl_waits >= cap) return SLUICE_EFULL;
+  c->rl_waits += (unsigned)delta;
+  return SLUICE_OK;
+}
+
 void sluice_client_options_init(sluice_client_options *o) {
   if (!o) return;
   memset(o, 0, sizeof *o);
@@ -154,6 +163,7 @@ void sluice_client_options_init(sluice_client_options *o) {
   o->op_timeout_ms = 5000;
   o->reconnect_min_ms = 50;
   o->reconnect_max_ms = 2000;
+  o->limiter_waits_max = LIMITER_WAITS_DEFAULT;
 }
 
 static int dup_opt(char **dst, const char *src) {

@@ -161,7 +161,9 @@ static void op_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
      * behind a handshake that never completed did not run. */
     sluice__conn *conn = op->conn;
     int maybe_ran = op->sent_up || conn->ups > op->ups_at_send;
+    int refused = conn->refusal.refused && conn->refusal.privdata == op; /* reply_bounds.h */
     op_defer(op, op->c->closing ? SLUICE_ECANCELED
+                 : refused      ? SLUICE_EPROTOCOL
                  : maybe_ran    ? SLUICE_EINDOUBT
                                 : SLUICE_ECONNECTION);
     return;

@@ -82,6 +82,9 @@ struct sluice__rclock *sluice__client_rclock(sluice_client *c);
 /* Count a semaphore acquire pending on the client (+1: SLUICE_EFULL past
  * its sem_pending_max) or one that ended (-1). */
 int sluice__client_sem_pending(sluice_client *c, int delta);
+/* Count a limiter wait pending on the client (+1: SLUICE_EFULL past its
+ * limiter_waits_max) or one that ended (-1). */
+int sluice__client_rl_waits(sluice_client *c, int delta);
 /* Monotonic ms when the command connection last completed its handshake
  * (0: never). */
 uint64_t sluice__client_up_since(const sluice_client *c);

@@ -82,6 +82,8 @@ static const field client_fields[] = {
             "Permit releases that could not reach Redis before the client closed."),
     COUNTER(client_view, st.writes_not_replicated, "writes_not_replicated",
             "Writes that fewer than wait_replicas replicas acknowledged in time."),
+    GAUGE(client_view, m.limiter_waits, "limiter_waits",
+          "Limiter waits pending now, all limiters (at most limiter_waits_max)."),
 };
 
 static const field connection_fields[] = {
@@ -130,6 +132,9 @@ static const field limiter_fields[] = {
     COUNTER(sluice_limiter_metrics, errors, "errors", "Answered with an error status."),
     COUNTER(sluice_limiter_metrics, late, "late",
             "Requests Redis read after their deadline and took nothing for."),
+    GAUGE(sluice_limiter_metrics, waiting, "waiting", "Waits pending now."),
+    COUNTER(sluice_limiter_metrics, waits_refused, "waits_refused",
+            "Waits refused at the call: the client's limiter_waits_max were pending."),
 };
 
 static const field dq_fields[] = {

@@ -199,6 +199,10 @@ static int queue_add(sluice_limiter *lim, rl_req *rq, rl_queue **out) {
 }
 
 static void rq_free(rl_req *rq) {
+  if (rq->kind == RQ_WAIT) { /* its slot of the client's limiter_waits_max */
+    sluice__client_rl_waits(rq->lim->c, -1);
+    rq->lim->m.waiting--;
+  }
   evtimer_del(&rq->timer);
   free(rq->rkey);
   sluice__free(rq);
@@ -209,22 +213,30 @@ static void rq_timer_cb(evutil_socket_t fd, short what, void *arg);
 static int rq_new(sluice_limiter *lim, rq_kind kind, const char *key, unsigned cost,
                   sluice_limiter_cb *cb, void *ud, rl_req **out) {
   size_t klen = strlen(key);
+  if (kind == RQ_WAIT && sluice__client_rl_waits(lim->c, 1) != SLUICE_OK) {
+    lim->m.waits_refused++;
+    return SLUICE_EFULL;
+  }
   rl_req *rq = sluice__calloc(1, sizeof *rq + klen + 1);
-  if (!rq) return SLUICE_ENOMEM;
+  if (!rq) {
+    if (kind == RQ_WAIT) sluice__client_rl_waits(lim->c, -1);
+    return SLUICE_ENOMEM;
+  }
   memcpy(rq->key, key, klen + 1);
   rq->lim = lim;
   rq->kind = kind;
+  if (kind == RQ_WAIT) lim->m.waiting++;
+  evtimer_assign(&rq->timer, lim->base, rq_timer_cb, rq);
   rq->cost = cost;
   rq->cb = cb;
   rq->ud = ud;
   if (kind == RQ_WAIT) rq->started_us = sluice__mono_us(); /* checks need no clock */
   rq->rkey = sluice__rl_redis_key(lim, key);
   if (!rq->rkey) {
-    sluice__free(rq);
+    rq_free(rq);
     return SLUICE_ENOMEM;
   }
   rq->route = sluice__client_route(lim->c, rq->rkey);
-  evtimer_assign(&rq->timer, lim->base, rq_timer_cb, rq);
   sluice__list_append(&lim->reqs, &rq->link);
   *out = rq;
   return SLUICE_OK;
@@ -541,10 +553,17 @@ void sluice_limiter_free(sluice_limiter *lim) {
 
 const char *sluice_limiter_name(const sluice_limiter *lim) { return lim ? lim->name : NULL; }
 
+/* The sliding log's state is bounded by entries, one per request: a cost
+ * this small could need more than SLUICE_RL_LOG_ENTRIES_MAX of them. */
+static unsigned min_cost(const sluice_limiter *lim) {
+  if (lim->opts.algo != SLUICE_RL_SLIDING_LOG) return 1;
+  return (lim->opts.limit + SLUICE_RL_LOG_ENTRIES_MAX - 1) / SLUICE_RL_LOG_ENTRIES_MAX;
+}
+
 static int check_call(const sluice_limiter *lim, const char *key, unsigned cost,
                       sluice_limiter_cb *cb) {
   if (!lim || !cb || lim->guard.freeing || !sluice__valid_name(key)) return SLUICE_EINVAL;
-  if (cost < 1 || cost > capacity(lim)) return SLUICE_EINVAL;
+  if (cost < 1 || cost > capacity(lim) || cost < min_cost(lim)) return SLUICE_EINVAL;
   if (lim->guard.closed || sluice__client_closing(lim->c)) return SLUICE_ECLOSED;
   return SLUICE_OK;
 }

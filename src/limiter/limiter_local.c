@@ -71,10 +71,17 @@ void sluice__rl_map_clear(sluice__rl_map *m) {
 
 /* ---- per-key state ------------------------------------------------------- */
 
+/* One admitted request of a sliding log: its time (us) and the units
+ * admitted on the key up to and including it. */
+typedef struct log_entry {
+  int64_t t, s;
+} log_entry;
+
 typedef struct local_key {
   sluice__rl_entry e;
-  int64_t w, c, p;     /* fixed: w, c; counter: w, c, p; gcra: c = TAT (us) */
-  int64_t *log;        /* sliding log: admission times (us), a ring */
+  int64_t w, c, p;     /* fixed: w, c; counter: w, c, p; gcra: c = TAT (us);
+                          sliding log: c = the sum before the log's first entry */
+  log_entry *log;      /* sliding log: a ring, as rl_sliding_log.lua's list */
   size_t cap, head, len;
   char key[];
 } local_key;
@@ -89,7 +96,7 @@ struct sluice__rl_local {
 static int64_t ceil_div(int64_t a, int64_t b) { return a > 0 ? (a + b - 1) / b : a / b; }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-static int64_t log_at(const local_key *k, size_t i) { return k->log[(k->head + i) % k->cap]; }
+static log_entry *log_at(const local_key *k, size_t i) { return &k->log[(k->head + i) % k->cap]; }
 
 static int key_idle(const sluice__rl_local *l, const local_key *k, int64_t now_us) {
   int64_t now_ms = now_us / 1000, w = now_ms / l->p.period_ms;
@@ -97,7 +104,7 @@ static int key_idle(const sluice__rl_local *l, const local_key *k, int64_t now_u
   case SLUICE_RL_FIXED: return k->w < w;
   case SLUICE_RL_SLIDING_COUNTER: return k->w < w - 1;
   case SLUICE_RL_GCRA: return k->c <= now_us;
-  default: return !k->len || log_at(k, k->len - 1) <= now_us - l->p.period_ms * 1000;
+  default: return !k->len || log_at(k, k->len - 1)->t <= now_us - l->p.period_ms * 1000;
   }
 }
 
@@ -215,14 +222,13 @@ static int gcra(const sluice__rl_local *l, local_key *k, int64_t cost, int peek,
   return SLUICE_OK;
 }
 
-static int log_reserve(local_key *k, size_t need, size_t max) {
+static int log_reserve(local_key *k, size_t need) {
   if (need <= k->cap) return SLUICE_OK;
   size_t cap = k->cap ? k->cap * 2 : 8;
-  if (cap < need) cap = need;
-  if (cap > max) cap = max;
-  int64_t *log = sluice__calloc(cap, sizeof *log);
+  if (cap > SLUICE_RL_LOG_ENTRIES_MAX) cap = SLUICE_RL_LOG_ENTRIES_MAX;
+  log_entry *log = sluice__calloc(cap, sizeof *log);
   if (!log) return SLUICE_ENOMEM;
-  for (size_t i = 0; i < k->len; i++) log[i] = log_at(k, i);
+  for (size_t i = 0; i < k->len; i++) log[i] = *log_at(k, i);
   sluice__free(k->log);
   k->log = log;
   k->cap = cap;
@@ -230,24 +236,38 @@ static int log_reserve(local_key *k, size_t need, size_t max) {
   return SLUICE_OK;
 }
 
+/* The first entry whose leaving takes the live units below n - need + 1:
+ * the first with s - base >= need (one exists: the last has s - base = n). */
+static const log_entry *log_freeing(const local_key *k, int64_t need) {
+  size_t lo = 0, hi = k->len - 1;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (log_at(k, mid)->s - k->c >= need) hi = mid;
+    else lo = mid + 1;
+  }
+  return log_at(k, lo);
+}
+
 static int sliding_log(const sluice__rl_local *l, local_key *k, int64_t cost, int peek,
                        int64_t now, sluice_rl_result *r) {
   int64_t limit = l->p.limit, span = l->p.period_ms * 1000;
-  if (k->len && log_at(k, k->len - 1) >= now) now = log_at(k, k->len - 1) + 1;
-  while (k->len && log_at(k, 0) <= now - span) { /* forget what left the window */
+  if (k->len && log_at(k, k->len - 1)->t > now) now = log_at(k, k->len - 1)->t;
+  while (k->len && log_at(k, 0)->t <= now - span) { /* forget what left the window */
+    k->c = log_at(k, 0)->s;
     k->head = (k->head + 1) % k->cap;
     k->len--;
   }
-  int64_t n = (int64_t)k->len;
-  if (n + cost > limit) {
-    int64_t first = log_at(k, (size_t)(n + cost - limit - 1)), newest = log_at(k, k->len - 1);
-    set_res(r, 0, limit, limit - n, ceil_div(first + span - now, 1000),
-            ceil_div(newest + span - now, 1000));
+  int64_t last_s = k->len ? log_at(k, k->len - 1)->s : k->c, n = last_s - k->c;
+  int full = k->len >= SLUICE_RL_LOG_ENTRIES_MAX;
+  if (n + cost > limit || full) {
+    const log_entry *freeing = log_freeing(k, max64(n + cost - limit, 1));
+    set_res(r, 0, limit, full ? 0 : limit - n, ceil_div(freeing->t + span - now, 1000),
+            ceil_div(log_at(k, k->len - 1)->t + span - now, 1000));
     return SLUICE_OK;
   }
   if (!peek) {
-    if (log_reserve(k, k->len + (size_t)cost, (size_t)limit) != 0) return SLUICE_ENOMEM;
-    for (int64_t i = 0; i < cost; i++) k->log[(k->head + k->len++) % k->cap] = now;
+    if (log_reserve(k, k->len + 1) != 0) return SLUICE_ENOMEM;
+    *log_at(k, k->len++) = (log_entry){now, last_s + cost};
   }
   set_res(r, 1, limit, limit - n - cost, 0, l->p.period_ms);
   return SLUICE_OK;

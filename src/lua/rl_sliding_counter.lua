@@ -5,6 +5,7 @@
 -- Each key: hash {w = current window number, c = its units, p = previous window's}.
 -- KEYS/ARGV/reply: a list of requests, see _rl_common.lua (burst unused).
 --@include _rl_common.lua
+--@include _search.lua
 local now = now_ms
 local w = math.floor(now / period)
 local e = now - w * period
@@ -27,15 +28,14 @@ return each(function(key, cost, peek)
   if not fits(p, c, e) then
     local wait
     if c + cost <= limit then
-      -- Later in this window, once the previous window weighs little enough.
-      local el = math.max(e, period - math.floor((limit - c - cost) * period / p))
-      while not fits(p, c, el) do el = el + 1 end
-      wait = el - e
+      -- Later in this window, once the previous window weighs little enough
+      -- (the formula's answer is right unless the products passed 2^53).
+      local guess = period - math.floor((limit - c - cost) * period / p)
+      wait = first_true(e, period, function(el) return fits(p, c, el) end, guess) - e
     else
       -- In the next window, where this window's count becomes the previous one.
-      local el = math.max(0, period - math.floor((limit - cost) * period / c))
-      while not fits(c, 0, el) do el = el + 1 end
-      wait = period - e + el
+      local guess = period - math.floor((limit - cost) * period / c)
+      wait = period - e + first_true(0, period, function(el) return fits(c, 0, el) end, guess)
     end
     local reset = c > 0 and (2 * period - e) or (period - e)
     return 0, room(c), wait, reset

@@ -50,7 +50,13 @@ for _, k in ipairs(page[2]) do
           local st = redis.call('HMGET', k, 'c', 'p')
           state = string.format('cur=%s prev=%s', st[1] or '0', st[2] or '0')
         else
-          state = string.format('entries=%d', redis.call('ZCARD', k))
+          -- Requests logged: a list {base, time, sum, ...}, or a sorted set
+          -- of one member per unit as older versions wrote it.
+          local n = redis.pcall('LLEN', k)
+          if type(n) == 'number' then n = math.max(0, (n - 1) / 2)
+          elseif string.find(n.err or '', 'WRONGTYPE', 1, true) then n = redis.call('ZCARD', k)
+          else redis.call('LLEN', k) end -- another error (NOPERM): raised as it is
+          state = string.format('entries=%d', n)
         end
         add(name, key, algo, state, ttl)
       end

@@ -150,7 +150,8 @@ static void disconnect_cb(const redisAsyncContext *ac, int status) {
     event_active(conn->drop_ev, 0, 0); /* report from outside hiredis */
     return;
   }
-  set_err(conn, "connection lost", ac->errstr[0] ? ac->errstr : NULL);
+  set_err(conn, "connection lost",
+          conn->refusal.refused ? conn->refusal.why : ac->errstr[0] ? ac->errstr : NULL);
   tls_reason(conn);
   conn->ac = NULL; /* hiredis frees it after we return */
   conn->failed = 1;
@@ -309,7 +310,8 @@ void sluice__conn_start(sluice__conn *conn) {
   if (!ep->unix_path) redisEnableKeepAlive(&ac->c);
   /* Order matters: setting the connect callback already asks the adapter to
    * watch for writability, so the loop must be attached first. */
-  if (redisLibeventAttach(ac, conn->base) != REDIS_OK) {
+  if (redisLibeventAttach(ac, conn->base) != REDIS_OK ||
+      sluice__reply_bounds_attach(ac, &conn->refusal) != SLUICE_OK) {
     set_err(conn, "connect failed", "cannot attach to event loop");
     redisAsyncFree(ac);
     start_failed(conn);

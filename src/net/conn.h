@@ -20,6 +20,7 @@
 #include <event2/event.h>
 #include <hiredis/async.h>
 
+#include "net/reply_bounds.h"
 #include "net/url.h"
 
 enum sluice__conn_state {
@@ -92,6 +93,7 @@ struct sluice__conn {
   struct event *timer;            /* connect timeout, or reconnect delay */
   struct event *drop_ev;          /* deferred drop out of hiredis frames */
   char errstr[256];                /* "<what>: <detail>", truncated to fit */
+  sluice__reply_refusal refusal;  /* a reply too large for its bounds, on ac */
 };
 
 int sluice__conn_init(sluice__conn *conn, struct event_base *base,

@@ -42,14 +42,18 @@ static int check_options(const sluice_sem_options *o) {
 static int decode_info(const redisReply *r, sluice_sem_info *info, sluice_holder_info **holders,
                        const char ***waiters) {
   const redisReply *h = sluice__reply_at(r, 2), *w = sluice__reply_at(r, 3);
-  int64_t permits, fence;
+  int64_t permits, fence, held, queued;
   memset(info, 0, sizeof *info);
   if (!h || !w || h->type != REDIS_REPLY_ARRAY || w->type != REDIS_REPLY_ARRAY ||
       sluice__reply_i64(sluice__reply_at(r, 0), &permits) ||
-      sluice__reply_i64(sluice__reply_at(r, 1), &fence) || h->elements % 2)
+      sluice__reply_i64(sluice__reply_at(r, 1), &fence) || h->elements % 2 ||
+      sluice__reply_i64(sluice__reply_at(r, 4), &held) ||
+      sluice__reply_i64(sluice__reply_at(r, 5), &queued) || held < 0 || queued < 0)
     return SLUICE_EPROTOCOL;
   info->permits = (unsigned)permits;
   info->last_fence = (uint64_t)fence;
+  info->holders_total = (size_t)held;
+  info->queued_total = (size_t)queued;
   info->nholders = h->elements / 2;
   info->nwaiters = w->elements;
   *holders = calloc(info->nholders + 1, sizeof **holders);
