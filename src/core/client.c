@@ -35,8 +35,10 @@ static void master_moved(void *ud) {
 }
 
 /* The node behind routes lo..hi is another one: what Redis acknowledged
- * on the old one may be gone there. Counted and logged; the replay of
- * unreplicated writes will start here. */
+ * on the old one may be gone there. Before any new step goes there, the
+ * writes no replica was known to have are sent again (record.h), then the
+ * objects on those routes reconcile: permits held are re-asserted, waiters
+ * and consumers look again. */
 static void node_changed(int lo, int hi, void *ud) {
   sluice_client *c = ud;
   c->node_changes++;
@@ -44,6 +46,9 @@ static void node_changed(int lo, int hi, void *ud) {
     sluice__log(c, SLUICE_LOG_INFO, "a different Redis node serves every key now");
   else
     sluice__log(c, SLUICE_LOG_INFO, "a different Redis node serves slots %d-%d now", lo, hi);
+  if (c->closing || !c->rec.on) return;
+  sluice__record_replay(c, lo, hi);
+  sluice__guard_home_node_changed(&c->home, lo, hi);
 }
 
 /* A connection's handshake completed: the steps that waited for it go,
@@ -52,6 +57,7 @@ static void node_changed(int lo, int hi, void *ud) {
 static void conn_state(sluice__conn *conn, int up, void *ud) {
   sluice_client *c = ud;
   if (up) {
+    if (c->rec.on && !c->closing) sluice__record_conn_up(c, conn);
     sluice__engine_send_unsent(c, SLUICE__WAITERS_OF_CONN, conn);
     return;
   }
@@ -192,6 +198,7 @@ static int build_endpoint(sluice_client *c, const sluice_client_options *o) {
 
 static void client_destroy(sluice_client *c) {
   sluice__topo_free(c->topo);
+  sluice__record_clear(c); /* after the topology: its WAITs are answered */
   sluice__endpoint_clear(&c->endpoint);
   free(c->key_prefix);
   if (c->reaper) event_free(c->reaper);
@@ -259,10 +266,11 @@ int sluice_client_new(struct event_base *base, const sluice_client_options *opts
                                 .reconnect_max_ms = c->opts.reconnect_max_ms};
   sluice__topo_config tcfg = {.net = c->net,
                               .scripts = sluice__lua_all,
+                              .count_replicas = !c->opts.replay_off,
                               .ev = {data_up, data_down, conn_state, routes_changed,
                                      master_moved, node_changed, c}};
   if (!c->key_prefix || !c->reaper || !c->log_ev || !c->clock_ev || !c->wait_ev ||
-      sluice__guard_home_init(&c->home, base, home_empty) != 0 ||
+      sluice__record_init(c) != 0 || sluice__guard_home_init(&c->home, base, home_empty) != 0 ||
       !(c->topo = sluice__topo_new(base, &tcfg))) {
     client_destroy(c);
     return SLUICE_ENOMEM;

@@ -17,6 +17,7 @@
 #include "core/blocker.h"
 #include "core/engine.h"
 #include "core/guard.h"
+#include "core/record.h"
 #include "net/topo.h"
 #include "net/url.h"
 
@@ -49,6 +50,8 @@ struct sluice_client {
   int reaped;                     /* close sequence done */
   sluice_client_stats stats;
   int replicas;                   /* see sluice__client_replicated */
+  sluice__record rec;             /* unreplicated writes (record.h) */
+  const sluice__answered *answered; /* the step being answered, during its callback */
   char last_error[512];           /* a connection error or Redis's own words */
 
   /* Metrics (sluice_client_get_metrics): by script index, the last entry

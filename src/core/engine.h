@@ -103,6 +103,30 @@ const struct sluice__guard_home *sluice__client_objects(const sluice_client *c);
  * its writes, 0 when fewer did in wait_timeout_ms, -1 when not asked. */
 int sluice__client_replicated(const sluice_client *c);
 
+/* ---- the record of unreplicated writes (core/record.h) -------------------- */
+
+/* What a kept write is, for the metrics (replay_releases, ...). */
+enum { SLUICE__WRITE_RELEASE, SLUICE__WRITE_PUSH, SLUICE__WRITE_SETTLE, SLUICE__WRITE_CANCEL };
+
+/* In the completion callback of a script answered SLUICE_OK: keep the step
+ * as it was sent (it carries `items` writes of `kind`) until a replica has
+ * it, to send again if the node behind its route changes before. Steps
+ * that must be idempotent by id: sending one twice changes nothing. */
+void sluice__record_answered(sluice_client *c, int kind, unsigned items);
+/* The same for another form of the step, built by the caller from its
+ * arguments (sluice__answered_args): a push with its due times made
+ * absolute. Same script, same route. */
+struct sluice__args;
+void sluice__record_answered_as(sluice_client *c, int kind, unsigned items,
+                                const struct sluice__args *a);
+/* The answered step's KEYS then ARGV; SLUICE_EINVAL outside a completion. */
+int sluice__answered_args(const sluice_client *c, int *argc, const char *const **argv,
+                          const size_t **lens);
+/* 1 unless replay_off. */
+int sluice__record_on(const sluice_client *c);
+/* Held permits re-asserted on a new node: put back, or found taken. */
+void sluice__record_permits(sluice_client *c, unsigned restored, unsigned lost);
+
 /* A reply nobody waits for. */
 void sluice__ignore_reply(void *userdata, int status, const redisReply *reply);
 

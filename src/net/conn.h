@@ -58,6 +58,9 @@ typedef struct sluice__conn_config {
   /* Optional: a context exists and the handshake is queued on it; commands
    * sent now follow the handshake. */
   void (*on_context)(sluice__conn *conn, void *userdata);
+  /* A data connection: its handshake also asks how many replicas are
+   * online (WAIT 0 0 before any write counts every replica in sync). */
+  int count_replicas;
   void *userdata;
 } sluice__conn_config;
 
@@ -84,6 +87,14 @@ struct sluice__conn {
   char up_addr[280];
   int new_node;
   char info_run_id[41];           /* this attempt's, until it is up */
+  /* The node it talks to, unique in the process: a new id at the first up
+   * and whenever new_node is set, so whoever noted it can tell later
+   * whether this connection still reaches the same data. */
+  uint64_t node_id;
+  /* Replicas online at the last handshake (count_replicas; -1 unknown:
+   * WAIT refused, or a replica answered). */
+  int replicas_online;
+  int info_replicas;              /* this attempt's, until it is up */
   uint64_t last_reply_ms;         /* monotonic: last reply (the client's steps) */
   /* The client's wait_replicas state for this connection (client.c). */
   struct wait_batch *wait_open;   /* writes sent this turn, for one WAIT */
