@@ -315,6 +315,7 @@ static void reaper_cb(evutil_socket_t fd, short what, void *arg) {
   sluice__guard_home_close(&c->home);
   c->sealed = 1;
   sluice__engine_cancel_all(c);
+  sluice__record_close(c);
   if (c->blocker) {
     sluice__blocker_free(c->blocker);
     c->blocker = NULL;

@@ -106,7 +106,7 @@ int sluice__client_replicated(const sluice_client *c);
 /* ---- the record of unreplicated writes (core/record.h) -------------------- */
 
 /* What a kept write is, for the metrics (replay_releases, ...). */
-enum { SLUICE__WRITE_RELEASE, SLUICE__WRITE_PUSH, SLUICE__WRITE_SETTLE, SLUICE__WRITE_CANCEL };
+enum { SLUICE__WRITE_RELEASE = 1, SLUICE__WRITE_PUSH, SLUICE__WRITE_SETTLE, SLUICE__WRITE_CANCEL };
 
 /* In the completion callback of a script answered SLUICE_OK: keep the step
  * as it was sent (it carries `items` writes of `kind`) until a replica has

@@ -417,6 +417,14 @@ int sluice__record_init(sluice_client *c) {
   return r->poll ? SLUICE_OK : SLUICE_ENOMEM;
 }
 
+/* The client closes: nothing will be replayed; the poll stops (WAITs in
+ * flight are answered by the drain, or with NULL). */
+void sluice__record_close(sluice_client *c) {
+  sluice__record *r = &c->rec;
+  while (r->all.head) drop_entry(r, entry_of(r->all.head));
+  if (r->poll) evtimer_del(r->poll);
+}
+
 /* After the topology is gone: WAITs in flight have been answered (NULL). */
 void sluice__record_clear(sluice_client *c) {
   sluice__record *r = &c->rec;

@@ -59,7 +59,7 @@ typedef struct sluice__record {
   int wait_refused_logged;
   uint64_t full_logged_ms;    /* when a full record was last logged */
   /* counters (metrics) */
-  uint64_t replayed[4];       /* items sent again and answered, by kind */
+  uint64_t replayed[5];       /* items sent again and answered, by kind */
   uint64_t restored;          /* of them, writes the new node was missing */
   uint64_t dropped;           /* entries that fell out past the bounds */
   uint64_t permits_restored, permits_lost;
@@ -85,6 +85,8 @@ void sluice__record_clear(struct sluice_client *c);
 /* The node behind routes lo..hi (-1: all) is another one: send their
  * entries again now. */
 void sluice__record_replay(struct sluice_client *c, int lo, int hi);
+/* The client closes: entries go, the poll stops. */
+void sluice__record_close(struct sluice_client *c);
 /* The record's part of sluice_client_get_metrics. */
 struct sluice_client_metrics;
 void sluice__record_metrics(const struct sluice_client *c, struct sluice_client_metrics *out);

@@ -232,10 +232,52 @@ static void req_finish(dq_req *r, int status, const redisReply *reply) {
   sluice__guard_leave(&dq->guard);
 }
 
+/* ---- the record of unreplicated writes (core/record.h) ------------------- */
+
+/* A push Redis answered, kept as the messages it queued (not those it
+ * refused as duplicates), each due at the time Redis gave it: sent again
+ * as a delay it would count again from the replay. ARGV as dq_push.lua's:
+ * retention, then per message id, mode, ms, payload. */
+static void record_push(sluice_client *c, const redisReply *reply) {
+  int argc;
+  const char *const *argv;
+  const size_t *lens;
+  if (!sluice__record_on(c) || sluice__answered_args(c, &argc, &argv, &lens) != SLUICE_OK) return;
+  size_t n = (size_t)(argc - DQ_NKEYS - 1) / 4, kept = 0;
+  sluice__args a;
+  if (reply->type != REDIS_REPLY_ARRAY || reply->elements != n ||
+      sluice__args_init(&a, argc, (int)n) != SLUICE_OK)
+    return;
+  for (int i = 0; i < DQ_NKEYS; i++) sluice__args_key(&a, argv[i]);
+  sluice__args_bin(&a, argv[DQ_NKEYS], lens[DQ_NKEYS]);
+  for (size_t i = 0; i < n; i++) {
+    const redisReply *due = reply->element[i];
+    int at = DQ_NKEYS + 1 + 4 * (int)i;
+    if (due->type != REDIS_REPLY_INTEGER || due->integer < 0) continue;
+    sluice__args_bin(&a, argv[at], lens[at]);
+    sluice__args_str(&a, "a");
+    sluice__args_i64(&a, due->integer);
+    sluice__args_bin(&a, argv[at + 3], lens[at + 3]);
+    kept++;
+  }
+  if (kept) sluice__record_answered_as(c, SLUICE__WRITE_PUSH, (unsigned)kept, &a);
+  sluice__args_clear(&a);
+}
+
+/* Writes a failover could undo are kept for replay: pushes, and cancels
+ * that removed something. */
+static void record_write(const dq_req *r, const redisReply *reply) {
+  sluice_client *c = r->dq->c;
+  if (r->kind == REQ_PUSH || r->kind == REQ_BATCH) record_push(c, reply);
+  else if (r->kind == REQ_CANCEL && reply->type == REDIS_REPLY_INTEGER && reply->integer == 1)
+    sluice__record_answered(c, SLUICE__WRITE_CANCEL, 1);
+}
+
 static void on_reply(void *ud, int status, const redisReply *reply) {
   dq_req *r = ud;
   if (status == SLUICE_EREDIS) reply = NULL;
   if (status == SLUICE_OK && (!reply || reply->type == REDIS_REPLY_NIL)) status = SLUICE_EPROTOCOL;
+  if (status == SLUICE_OK) record_write(r, reply);
   req_finish(r, status, reply);
 }
 

@@ -131,7 +131,7 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
 static const sluice__batch_kind settle_kind = {
     &sluice__lua_dq_ack, DQ_SETTLE_MAX,
     DQ_ACK_ARGS_HEAD, DQ_ACK_ARGS_PER, DQ_ACK_NUMS_HEAD, DQ_ACK_NUMS_PER,
-    0, 1, build, answer, NULL};
+    0, 1, build, answer, NULL, SLUICE__WRITE_SETTLE};
 
 static int enqueue(sluice_dq_consumer *con, const char *id, unsigned attempt, char op,
                    int64_t delay, sluice_dq_settle_cb *cb, void *ud) {
@@ -371,6 +371,15 @@ static void consumer_resume(sluice__guard *g) {
   event_active(con->kick, 0, 0);
 }
 
+/* Another node serves the queue (a failover, a restart): the client's
+ * unreplicated pushes and settlements were sent there already; look again
+ * at once, as after a reconnect. */
+static void consumer_node_changed(sluice__guard *g, int lo, int hi) {
+  sluice_dq_consumer *con = sluice__container_of(g, sluice_dq_consumer, guard);
+  unsigned route = sluice__client_route(con->c, con->keys[0]);
+  if (lo < 0 || (route >= (unsigned)lo && route <= (unsigned)hi)) consumer_resume(g);
+}
+
 static void consumer_view(const sluice__guard *g, sluice__obj_view *out) {
   const sluice_dq_consumer *con = sluice__container_of(g, sluice_dq_consumer, guard);
   *out = (sluice__obj_view){SLUICE__OBJ_DQ_CONSUMER, con, con->name, NULL, &con->lateness};
@@ -382,6 +391,7 @@ static const sluice__guard_ops consumer_guard_ops = {.quiesce = consumer_cancel,
                                                      .idle = consumer_idle,
                                                      .destroy = consumer_destroy,
                                                      .resume = consumer_resume,
+                                                     .node_changed = consumer_node_changed,
                                                      .view = consumer_view};
 
 static int check_options(const sluice_dq_consumer_options *o) {
