@@ -122,6 +122,15 @@ typedef struct sluice_client_options {
    * and failovers; host, port and db are ignored (a cluster has only db 0),
    * username and password are every node's. */
   const char *cluster_seeds;      /* "host:port[,host:port...]" */
+  /* A file holding the password (the one of password above, or of the
+   * URL's user part, "redis://USER:@host"; on Sentinel the data nodes'),
+   * read once by sluice_client_new: its one line, without the line break.
+   * This keeps the secret out of URLs, argv and the environment; make the
+   * file readable only by the program's user. A password given here and
+   * in the URL or password too is refused (SLUICE_EINVAL), as is an
+   * unreadable, empty or multi-line file; sluice_client_last_error(NULL)
+   * names the file, never its content. */
+  const char *password_file;
   /* The record of unreplicated writes (on by default): every release,
    * push, settlement (ack, retry) and cancel Redis acknowledged is kept
    * until a replica has it (a non-blocking WAIT 0 0 on the same connection,

@@ -33,6 +33,7 @@
 
 #include "core/blocker.h"
 #include "net/slot.h"
+#include "core/redis_error.h"
 
 /* Long enough that an idle client costs Redis almost nothing, short enough
  * that a half-open connection is replaced within a minute. */
@@ -68,6 +69,7 @@ struct group {
   struct event *idle;            /* closes the group when nobody listens */
   sluice__op *interrupt;         /* the control token on its way */
   int waiting;                   /* a BRPOP is outstanding */
+  int refused;                   /* the ACL refused the last BRPOP */
   int dirty;                     /* key set changed since it was sent */
   unsigned notify_gen;
 };
@@ -78,10 +80,16 @@ struct sluice__blocker {
 };
 
 static void issue(group *g);
+static void notify_all(group *g);
 
 static void interrupt_done(void *ud, int status, const redisReply *reply) {
   group *g = ud;
   g->interrupt = NULL;
+  if (status == SLUICE_EREDIS) /* e.g. the ACL refuses one of its commands */
+    sluice__log(g->b->env.c, SLUICE_LOG_ERROR,
+                "the blocking call could not be told of new keys (%s): their wake-ups wait "
+                "until it returns, within " BLOCK_SECONDS_TEXT " s",
+                sluice_client_last_error(g->b->env.c));
 }
 
 /* Make an outstanding BRPOP return so the new key set takes effect. */
@@ -105,6 +113,23 @@ static sluice__listener *first_listener(group *g, const char *key, size_t len) {
   return NULL;
 }
 
+/* The ACL refuses BRPOP: a permanent state, not a broken connection, so
+ * no reconnect (which would loop at once, every listener re-checking each
+ * time). Say it once; let the listeners re-check, and try again, every
+ * reconnect_max_ms, briefly blocking so that the ACL's fix shows soon. */
+static void refused(group *g, const char *err) {
+  const sluice__blocker_env *env = &g->b->env;
+  char text[512];
+  sluice__error_text(text, sizeof text, NULL, "brpop", err);
+  sluice__client_set_error(env->c, text);
+  sluice__log(env->c, g->refused ? SLUICE_LOG_DEBUG : SLUICE_LOG_ERROR,
+              "wake-ups refused (%s): waiters and consumers re-check every %u ms instead", text,
+              env->net.reconnect_max_ms);
+  g->refused = 1;
+  sluice__timer_in(g->watchdog, env->net.reconnect_max_ms);
+  notify_all(g);
+}
+
 static void brpop_cb(redisAsyncContext *ac, void *r, void *privdata) {
   group *g = privdata;
   redisReply *reply = r;
@@ -121,6 +146,14 @@ static void brpop_cb(redisAsyncContext *ac, void *r, void *privdata) {
     if (l) l->fn(l->ud, v->str, v->len);
     return;
   }
+  if (reply->type == REDIS_REPLY_ERROR && sluice__refused_by_acl(reply->str)) {
+    refused(g, reply->str);
+    return;
+  }
+  if (g->refused) {
+    g->refused = 0;
+    sluice__log(g->b->env.c, SLUICE_LOG_INFO, "BRPOP allowed again: wake-ups flow");
+  }
   if (reply->type == REDIS_REPLY_ERROR) {
     /* MOVED: the slot migrated; -UNBLOCKED: a failover; NOAUTH after a
      * restart with new config... Reconnect (to the slot's master now). */
@@ -135,6 +168,7 @@ static void brpop_cb(redisAsyncContext *ac, void *r, void *privdata) {
 static void issue(group *g) {
   size_t n = 0, cap = 2;
   if (g->waiting || g->conn.state != SLUICE_CONN_UP) return;
+  if (g->refused && evtimer_pending(g->watchdog, NULL)) return; /* its retry comes */
   for (sluice__link *k = g->listeners.head; k; k = k->next) cap++;
   if (cap == 2) return; /* nobody listens: stay idle */
   const char **argv = malloc((cap + 1) * sizeof *argv);
@@ -148,7 +182,7 @@ static void issue(group *g) {
     if (first_listener(g, l->key, strlen(l->key)) == l) argv[n++] = l->key;
   }
   argv[n++] = g->ctl_key;
-  argv[n++] = BLOCK_SECONDS_TEXT;
+  argv[n++] = g->refused ? "1" : BLOCK_SECONDS_TEXT;
   if (sluice__conn_send(&g->conn, brpop_cb, g, (int)n, argv, NULL) == REDIS_OK) {
     g->waiting = 1;
     g->dirty = 0;
@@ -326,7 +360,7 @@ int sluice__blocker_up(const sluice__blocker *b) {
     const group *g = sluice__container_of(l, group, link);
     if (!g->listeners.head) continue;
     listened = 1;
-    if (g->conn.state != SLUICE_CONN_UP) return 0;
+    if (g->conn.state != SLUICE_CONN_UP || g->refused) return 0;
   }
   return listened ? 1 : -1;
 }

@@ -73,6 +73,19 @@ static const char *where(const sluice__conn *conn, char *buf, size_t size) {
   return buf;
 }
 
+/* The handshake's optional steps that an ACL rule refused: said once per
+ * client, as errors, since what they serve then fails silently. */
+static void note_refusals(sluice_client *c, const sluice__conn *conn) {
+  if (conn->info_refused[0] && !c->said_info_refused++)
+    sluice__log(c, SLUICE_LOG_ERROR,
+                "INFO refused (%s): a restart of Redis cannot be told from a reconnect, so the "
+                "writes and permits it lost are not restored", conn->info_refused);
+  if (conn->wait_refused[0] && !c->said_wait_refused++ && c->rec.on)
+    sluice__log(c, SLUICE_LOG_ERROR,
+                "WAIT refused (%s): acknowledged writes are kept for replay_window_ms, not "
+                "until a replica has them", conn->wait_refused);
+}
+
 /* A data connection's handshake completed: the command connection, or in
  * a cluster one master's. */
 static void data_up(sluice__conn *conn, void *ud) {
@@ -87,6 +100,7 @@ static void data_up(sluice__conn *conn, void *ud) {
     sluice__log(c, SLUICE_LOG_INFO, "connected to %s", where(conn, w, sizeof w));
   c->m_fails = 0;
   c->m_last_down[0] = '\0';
+  note_refusals(c, conn);
   if (c->blocker) sluice__blocker_kick(c->blocker);
   sluice__guard_home_resume(&c->home); /* releases first, then everyone else */
   if (sluice__topo_up(c->topo) && !c->m_up) {
@@ -365,6 +379,10 @@ void sluice__client_note_abandoned(sluice_client *c, const char *permit_id) {
 unsigned sluice__client_route(const sluice_client *c, const char *key) {
   int route = sluice__topo_route_of(c->topo, key, strlen(key));
   return route < 0 ? 0 : (unsigned)route;
+}
+
+void sluice__client_set_error(sluice_client *c, const char *text) {
+  snprintf(c->last_error, sizeof c->last_error, "%s", text);
 }
 
 int sluice__client_closing(const sluice_client *c) { return c->closing; }

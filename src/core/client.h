@@ -81,6 +81,7 @@ struct sluice_client {
   unsigned clock_steps;
   int clock_checked;
   int m_up;                       /* the command connection was up */
+  unsigned said_info_refused, said_wait_refused; /* logged once */
   unsigned m_fails;               /* failed attempts since it last was */
   char m_last_down[256];          /* the last failure logged */
 };

@@ -19,6 +19,7 @@
 #include <event2/event_struct.h>
 
 #include "core/client.h"
+#include "core/redis_error.h"
 
 struct sluice__op {
   sluice_client *c;
@@ -192,7 +193,8 @@ static void op_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
     return;
   }
   if (reply->type == REDIS_REPLY_ERROR) /* Redis's own words reach the user */
-    snprintf(op->c->last_error, sizeof op->c->last_error, "Redis: %s", reply->str);
+    sluice__error_text(op->c->last_error, sizeof op->c->last_error, op->script, op->argv[0],
+                       reply->str);
   if (op->waits && reply->type != REDIS_REPLY_ERROR && (op->held = sluice__reply_dup(reply)))
     return; /* the answer goes out with the WAIT's count */
   op_complete(op, reply->type == REDIS_REPLY_ERROR ? SLUICE_EREDIS : SLUICE_OK, reply);
@@ -231,6 +233,9 @@ static void wait_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
   sluice_client *c = w->c;
   long long n = reply && reply->type == REDIS_REPLY_INTEGER ? reply->integer : 0;
   int enough = n >= (long long)c->opts.wait_replicas;
+  if (reply && reply->type == REDIS_REPLY_ERROR) /* e.g. the ACL refuses WAIT: say it once */
+    sluice__log(c, w->conn->replicas_short ? SLUICE_LOG_DEBUG : SLUICE_LOG_ERROR,
+                "WAIT failed (%s): writes are reported as not replicated", reply->str);
   if (reply) w->conn->replicas_short = !enough; /* else the conn may be gone */
   for (size_t i = 0; i < w->n; i++) {
     sluice__op *op = w->ops[i];
@@ -318,7 +323,13 @@ static sluice__conn *op_route(sluice__op *op) {
   return sluice__topo_conn(t, op->slot);
 }
 
-static void ignore_asking(redisAsyncContext *ac, void *r, void *privdata) {}
+/* ASKING's answer is OK; an error (the ACL refusing it) is only logged:
+ * the step that follows is refused in turn and redirected again. */
+static void asking_cb(redisAsyncContext *ac, void *r, void *privdata) {
+  const redisReply *reply = r;
+  if (reply && reply->type == REDIS_REPLY_ERROR)
+    sluice__log(privdata, SLUICE_LOG_ERROR, "ASKING failed: %s", reply->str);
+}
 
 static int op_send(sluice__op *op) {
   sluice__conn *conn = op_route(op);
@@ -326,7 +337,7 @@ static int op_send(sluice__op *op) {
   /* ASKING lets the importing node serve the one command that follows it
    * on the same connection. */
   static const char *asking[1] = {"ASKING"};
-  if (op->ask && sluice__conn_send(conn, ignore_asking, NULL, 1, asking, NULL) != REDIS_OK)
+  if (op->ask && sluice__conn_send(conn, asking_cb, op->c, 1, asking, NULL) != REDIS_OK)
     return SLUICE_ECONNECTION;
   if (sluice__conn_send(conn, op_reply_cb, op, op->argc, op->argv, op->lens) != REDIS_OK)
     return SLUICE_ECONNECTION;

@@ -127,6 +127,9 @@ int sluice__record_on(const sluice_client *c);
 /* Held permits re-asserted on a new node: put back, or found taken. */
 void sluice__record_permits(sluice_client *c, unsigned restored, unsigned lost);
 
+/* Set what sluice_client_last_error() answers (text is copied). */
+void sluice__client_set_error(sluice_client *c, const char *text);
+
 /* A reply nobody waits for. */
 void sluice__ignore_reply(void *userdata, int status, const redisReply *reply);
 

@@ -185,7 +185,8 @@ static void wait_answered(redisAsyncContext *ac, void *reply_, void *privdata) {
     if (reply->type == REDIS_REPLY_INTEGER && reply->integer > 0) {
       if (reply->integer > nd->seen) nd->seen = (int)reply->integer;
       confirm(r, nd, w->upto);
-    } else if (reply->type == REDIS_REPLY_ERROR && !nd->refused) {
+    } else if (reply->type == REDIS_REPLY_ERROR && !nd->refused &&
+               strncmp(reply->str, "NOPERM", 6) == 0) {
       nd->refused = 1;
       if (!r->wait_refused_logged++)
         sluice__log(w->c, SLUICE_LOG_ERROR,

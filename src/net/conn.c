@@ -60,6 +60,14 @@ static void read_run_id(sluice__conn *conn, const redisReply *reply) {
   conn->info_run_id[n] = '\0';
 }
 
+/* An optional handshake step's refusal by the ACL rule, kept for the
+ * client to say (other errors: a replica refuses WAIT, and says nothing a
+ * user could change). */
+static void note_refusal(char *buf, size_t size, const redisReply *reply) {
+  int noperm = reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOPERM", 6) == 0;
+  snprintf(buf, size, "%s", noperm ? reply->str : "");
+}
+
 /* A number no other node of this process had: 64 bits never wrap. */
 static uint64_t fresh_node_id(void) {
   static atomic_uint_fast64_t next = 1;
@@ -94,10 +102,12 @@ static void handshake_cb(redisAsyncContext *ac, void *r, void *privdata) {
   if (conn->handshake_failed) return;
   if (strcmp(step, "INFO") == 0) {
     read_run_id(conn, reply);
+    note_refusal(conn->info_refused, sizeof conn->info_refused, reply);
     return;
   }
   if (strcmp(step, "WAIT") == 0) { /* refused (ACL, a replica): unknown, fails nothing */
     conn->info_replicas = reply->type == REDIS_REPLY_INTEGER ? (int)reply->integer : -1;
+    note_refusal(conn->wait_refused, sizeof conn->wait_refused, reply);
     return;
   }
   if (reply->type == REDIS_REPLY_ERROR) {
@@ -222,7 +232,10 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
   if (conn->draining) {
     finish_drain(conn);
   } else if (conn->state == SLUICE_CONN_CONNECTING) {
-    set_err(conn, "connect timed out", NULL);
+    char why[160];
+    set_err(conn, conn->ssl && sluice__tls_timed_out(conn->ssl, why, sizeof why) ? why
+                                                                                  : "connect timed out",
+            NULL);
     conn_drop(conn, NULL);
   } else if (conn->state == SLUICE_CONN_RESOLVING) {
     set_err(conn, conn->cfg.net.endpoint->cluster
@@ -339,6 +352,7 @@ void sluice__conn_start(sluice__conn *conn) {
   conn->handshake_failed = 0;
   conn->info_run_id[0] = '\0';
   conn->info_replicas = -1;
+  conn->info_refused[0] = conn->wait_refused[0] = '\0';
   sluice__timer_in(conn->timer, conn->cfg.net.connect_timeout_ms);
   send_handshake(conn);
   if (conn->cfg.on_context) conn->cfg.on_context(conn, conn->cfg.userdata);

@@ -95,6 +95,10 @@ struct sluice__conn {
    * WAIT refused, or a replica answered). */
   int replicas_online;
   int info_replicas;              /* this attempt's, until it is up */
+  /* Redis's words when the handshake's INFO or WAIT was refused (an ACL
+   * rule without them): "" when answered. Neither fails the handshake. */
+  char info_refused[160];
+  char wait_refused[160];
   uint64_t last_reply_ms;         /* monotonic: last reply (the client's steps) */
   /* The client's wait_replicas state for this connection (client.c). */
   struct wait_batch *wait_open;   /* writes sent this turn, for one WAIT */
