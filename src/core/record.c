@@ -21,6 +21,7 @@ typedef struct rec_entry {
   sluice__link by_node; /* in its node's list, or in rec->pending (node_id 0) */
   sluice_client *c;
   uint64_t seq, node_id, acked_ms;
+  uint64_t origin;      /* the node that answered it first */
   unsigned long ups;    /* its node's handshake that answered it */
   int route;
   unsigned kind, items;
@@ -304,13 +305,22 @@ static void send_again(sluice_client *c, rec_entry *e) {
 
 static int in_routes(int route, int lo, int hi) { return lo < 0 || (route >= lo && route <= hi); }
 
+/* The route names a node that answered e already: a map that flaps back
+ * (a stale map, then the fresh one again) is no loss there, and sending e
+ * again would only deliver a consumed message twice. Node ids change with
+ * a restart, so a node that came back empty is another one. */
+static int answered_there(sluice_client *c, const rec_entry *e) {
+  const sluice__conn *to = sluice__topo_conn(c->topo, e->route);
+  return to && to->node_id && (to->node_id == e->origin || to->node_id == e->node_id);
+}
+
 void sluice__record_replay(sluice_client *c, int lo, int hi) {
   sluice__record *r = &c->rec;
   unsigned n = 0;
   for (sluice__link *l = r->all.head, *next; l; l = next) {
     next = l->next;
     rec_entry *e = entry_of(l);
-    if (!in_routes(e->route, lo, hi)) continue;
+    if (!in_routes(e->route, lo, hi) || answered_there(c, e)) continue;
     unlink_entry(r, e);
     send_again(c, e);
     n++;
@@ -350,6 +360,7 @@ static void keep(sluice_client *c, rec_entry *e, const sluice__answered *a) {
     return;
   }
   e->node_id = a->node_id;
+  if (!e->origin) e->origin = a->node_id;
   e->ups = a->ups;
   e->route = a->route;
   e->acked_ms = sluice__mono_ms();
