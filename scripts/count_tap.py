@@ -9,7 +9,11 @@ file (JSON lines) so the final line can cover every pass:
   count_tap.py --state F --label gcc --log build-ci/meson-logs/testlog.json
   count_tap.py --state F --label clang --step "clang --werror build" --ok
   count_tap.py --state F --label asan --step "configure + build" --failed
+  count_tap.py --state F --label abi --tap build-ci-logs/abi.log --exit 0
   count_tap.py --state F --final      # table per pass, then "N passed, N failed"
+
+--tap counts the TAP a script printed (scripts/abi.sh, deb.sh, ...) as one
+binary whose exit status was --exit.
 
 Rules for a binary:
   - every "ok" case counts as passed, every "not ok" as failed;
@@ -136,18 +140,36 @@ def do_log(args):
         c = count_binary(e)
         for k in total:
             total[k] += c[k]
-        print('    %-28s %-8s %4d passed %4d failed %4d skipped  %6.1fs'
-              % (e.get('name', '?'), e.get('result', '?'), c['passed'], c['failed'],
-                 c['skipped'], e.get('duration', 0.0)))
-        for n in c['notes']:
-            if n != 'skipped':
-                print('        - %s' % n)
+        print_binary(e, c)
     if not entries:
         total['failed'] += 1
         print('    (no tests ran)')
     record(args.state, dict(label=args.label, what='tests', notes=[], **total))
     print('  [%s] %d passed, %d failed, %d skipped'
           % (args.label, total['passed'], total['failed'], total['skipped']))
+
+
+def print_binary(entry, c):
+    print('    %-28s %-8s %4d passed %4d failed %4d skipped  %6.1fs'
+          % (entry.get('name', '?'), entry.get('result', '?'), c['passed'], c['failed'],
+             c['skipped'], entry.get('duration', 0.0)))
+    for n in c['notes']:
+        if n != 'skipped':
+            print('        - %s' % n)
+
+
+def do_tap(args):
+    try:
+        with open(args.tap, encoding='utf-8', errors='replace') as f:
+            text = f.read()
+    except OSError as e:
+        text = 'Bail out! cannot read %s: %s' % (args.tap, e)
+    entry = dict(name=args.label, stdout=text,
+                 result='OK' if args.exit == 0 else 'FAIL')
+    c = count_binary(entry)
+    print_binary(entry, c)
+    record(args.state, dict(label=args.label, what='tests', notes=[],
+                            **{k: c[k] for k in ('passed', 'failed', 'skipped')}))
 
 
 def do_step(args):
@@ -186,6 +208,8 @@ def main():
     ap.add_argument('--label', help='pass name (gcc, asan, valgrind, clang)')
     ap.add_argument('--log', help='meson testlog.json to count')
     ap.add_argument('--step', help='a build step to record as one case')
+    ap.add_argument('--tap', help="a script's TAP output to count")
+    ap.add_argument('--exit', type=int, default=0, help="that script's exit status")
     g = ap.add_mutually_exclusive_group()
     g.add_argument('--ok', action='store_true')
     g.add_argument('--failed', action='store_true')
@@ -197,12 +221,14 @@ def main():
         ap.error('--label is required')
     if args.log:
         do_log(args)
+    elif args.tap:
+        do_tap(args)
     elif args.step:
         if not (args.ok or args.failed):
             ap.error('--step needs --ok or --failed')
         do_step(args)
     else:
-        ap.error('one of --log, --step, --final')
+        ap.error('one of --log, --tap, --step, --final')
     return 0
 
 

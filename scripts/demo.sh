@@ -50,13 +50,11 @@ if [ ! -x "$demo" ]; then
   exit 1
 fi
 
-server_pid=
+# shellcheck source=scripts/private_redis.sh
+source scripts/private_redis.sh
 tmp=
 cleanup() {
-  if [ -n "$server_pid" ]; then
-    kill "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
+  private_redis_stop
   if [ -n "$tmp" ]; then rm -rf "$tmp"; fi
 }
 trap cleanup EXIT
@@ -65,25 +63,9 @@ trap 'exit 143' TERM
 
 if [ -z "$url" ]; then
   tmp=$(mktemp -d "${TMPDIR:-/tmp}/sluice-demo-XXXXXX")
-  sock=$tmp/redis.sock
-  redis-server --port 0 --unixsocket "$sock" --unixsocketperm 700 \
-    --save '' --appendonly no --dir "$tmp" --logfile "$tmp/redis.log" \
-    --daemonize no </dev/null >/dev/null 2>&1 &
-  server_pid=$!
-  for _ in $(seq 500); do
-    [ "$(redis-cli -s "$sock" ping 2>/dev/null)" = PONG ] && break
-    if ! kill -0 "$server_pid" 2>/dev/null; then
-      echo "demo.sh: redis-server exited:" >&2
-      cat "$tmp/redis.log" >&2
-      server_pid=
-      exit 1
-    fi
-    sleep 0.01
-  done
-  [ "$(redis-cli -s "$sock" ping 2>/dev/null)" = PONG ] ||
-    { echo "demo.sh: redis-server did not come up" >&2; exit 1; }
-  url=unix://$sock
-  echo "demo.sh: private redis-server (pid $server_pid) at $url"
+  private_redis_start "$tmp" || { echo "demo.sh: no private redis-server" >&2; exit 1; }
+  url=$private_redis_url
+  echo "demo.sh: private redis-server (pid $private_redis_pid) at $url"
 fi
 
 "$demo" --redis "$url" "${demo_args[@]}"

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Install what sluice needs to build and test, when it is missing.
 #
-#   scripts/deps.sh [--bench]
+#   scripts/deps.sh [--full] [--bench]
 #
 # Debian/Ubuntu: installs the missing packages with apt-get (running
 # "apt-get update" once first); quiet when everything is present.
+# --full also installs what scripts/test.sh --full adds: the Debian
+# packaging tools and the ABI checker.
 # --bench also installs Node.js and npm for the Node peer benchmarks, and
 # wrk for bench/gateway.sh.
 # It never starts or relies on the system redis service: tests and demos
@@ -12,11 +14,12 @@
 # Elsewhere it checks the tools and names what is missing.
 set -euo pipefail
 
-bench=0
+bench=0 full=0
 for arg in "$@"; do
   case $arg in
     --bench) bench=1 ;;
-    -h | --help) sed -n '2,12s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    --full) full=1 ;;
+    -h | --help) sed -n '2,14s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "deps.sh: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
@@ -35,6 +38,13 @@ done
 packages=(meson ninja-build pkg-config gcc libc6-dev clang clang-format libclang-rt-dev
           libhiredis-dev libevent-dev redis-server redis-tools valgrind python3 binutils
           libssl-dev openssl mandoc man-db prometheus)
+# --full: dpkg-dev (dpkg-buildpackage) and debhelper (dh) build debian/,
+# whose other Build-Depends are all above; build-essential, which
+# dpkg-buildpackage requires; lintian checks the packages (scripts/deb.sh);
+# abigail-tools has abidw and abidiff (scripts/abi.sh).
+if [ "$full" = 1 ]; then
+  packages+=(dpkg-dev debhelper build-essential lintian abigail-tools)
+fi
 # Node may come from elsewhere (nodesource's nodejs ships npm and conflicts
 # with Debian's npm), so for it the commands are what count.
 if [ "$bench" = 1 ]; then
@@ -101,6 +111,11 @@ if command -v pkg-config >/dev/null 2>&1; then
 fi
 if [ "$bench" = 1 ]; then
   for c in node npm wrk; do command -v "$c" >/dev/null 2>&1 || missing+=("$c"); done
+fi
+if [ "$full" = 1 ]; then
+  for c in dpkg-buildpackage dh lintian abidw abidiff; do
+    command -v "$c" >/dev/null 2>&1 || missing+=("$c")
+  done
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "deps.sh: no apt-get here; please install: ${missing[*]}" >&2

@@ -1,18 +1,29 @@
 #!/usr/bin/env bash
-# Run the whole sluice test suite, installing what is missing first.
+# Run sluice's tests, installing what is missing first.
 #
-#   scripts/test.sh [--valgrind | --no-valgrind]
+#   scripts/test.sh [--full] [--valgrind | --no-valgrind]
 #
-# Passes, each in its own build directory (all warnings are errors):
+# The default run answers "does it work here" (about 4 minutes on 2 cores):
 #   gcc       build-ci           meson test: the quick suite (no Redis) first,
 #                                then every other suite but the topology
-#                                variants
-#   topo      build-ci           meson test: the behavioural tests again on
-#                                a local Redis Cluster and a sentinel-managed
-#                                master (suites cluster-suites,
-#                                sentinel-suites; about 75 s each)
-#   asan      build-ci-asan      meson test under AddressSanitizer + UBSan,
-#                                the topology variants included
+#                                variants (the single-Redis suites, and the
+#                                cluster, sentinel and topology tests)
+#   topo      build-ci           a look at the topology variants: the
+#                                semaphore suite on a Redis Cluster and behind
+#                                Sentinel (sem@cluster, sem@sentinel)
+# --full runs the whole matrix, what CI runs (.ci/run):
+#   gcc       as above
+#   topo      build-ci           every behavioural test again on a local
+#                                Redis Cluster and a sentinel-managed master
+#                                (suites cluster-suites, sentinel-suites)
+#   abi       build-ci           scripts/abi.sh check: the library's ABI
+#                                against the baseline (src/sluice.abi, the
+#                                symbols file)
+#   subproject (own temp dir)    scripts/subproject.sh: a meson project takes
+#                                sluice as a subproject, runs a program
+#   deb       (own temp dir)     scripts/deb.sh: the Debian packages built,
+#                                lintian, installed, a program built with
+#                                pkg-config and run, the tool run, removed
 #   soak      build-ci           test/soak for SLUICE_SOAK_S seconds (default
 #                                60): every primitive under injected Redis
 #                                faults (scripts/soak.sh); one case; a 15 s run
@@ -35,35 +46,39 @@
 #   valgrind  build-ci           meson test --setup valgrind (which leaves
 #                                the topology variants out); then the same
 #                                for build-ci-hiredis1
-# The valgrind pass runs when the time spent so far leaves room for it
-# (estimated at 4x the gcc pass) within SLUICE_TEST_BUDGET_S for the whole
-# script: default 900 s, 2400 s under CI=true. --valgrind always runs it,
-# --no-valgrind never does.
+# --valgrind adds the valgrind pass to the default run, --no-valgrind drops
+# it from --full.
 #
-# Test binaries print TAP; scripts/count_tap.py counts their cases from
-# meson's test logs (a binary that dies part-way counts as failed). A build
-# that fails counts as one failed case; the clang build and the format
-# check count as one case each.
+# Test binaries and the scripts print TAP; scripts/count_tap.py counts their
+# cases from meson's test logs (a binary that dies part-way counts as
+# failed). A build that fails counts as one failed case; the clang build and
+# the format check count as one case each.
 # The last line is "N passed, N failed"; the exit status is 1 if any failed.
 set -uo pipefail
 
 cd "$(dirname "$0")/.." || exit 1
 root=$(pwd)
 
-valgrind=auto
+full=0
+valgrind=
 for arg in "$@"; do
   case $arg in
+    --full) full=1 ;;
     --valgrind) valgrind=yes ;;
     --no-valgrind) valgrind=no ;;
-    -h | --help) sed -n '2,44s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,60s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
-budget=900
-[ "${CI:-}" = true ] && budget=2400
-budget=${SLUICE_TEST_BUDGET_S:-$budget}
+if [ -z "$valgrind" ]; then
+  valgrind=no
+  [ $full = 1 ] && valgrind=yes
+fi
 
-scripts/deps.sh || { echo "test.sh: installing dependencies failed"; echo "0 passed, 1 failed"; exit 1; }
+deps=()
+[ $full = 1 ] && deps=(--full)
+scripts/deps.sh "${deps[@]}" ||
+  { echo "test.sh: installing dependencies failed"; echo "0 passed, 1 failed"; exit 1; }
 
 logs=$root/build-ci-logs
 rm -rf "$logs"
@@ -117,30 +132,61 @@ pass_done() { took[$1]=$((SECONDS - $2)); timings+=("$1"); }
 # The behavioural tests on a cluster and a sentinel set (test/meson.build):
 # the gcc and asan passes run them, hiredis1 and valgrind do not (time).
 no_topo_variants=(--no-suite cluster-suites --no-suite sentinel-suites)
+gcc_ok=0 h1_ok=0
 
-banner "gcc: build-ci (--werror)"
-t=$SECONDS
-gcc_ok=0
-if build gcc build-ci -Dbuildtype=debugoptimized; then
-  gcc_ok=1
-  # Seconds, no Redis: a broken basic shows before the slow suites run.
-  run_tests quick build-ci --suite quick
-  run_tests gcc build-ci --no-suite quick "${no_topo_variants[@]}"
-else
-  count --label gcc --step "configure + build" --failed
-fi
-pass_done gcc $t
+# A pass needs the gcc build, or counts one failure saying so.
+need_gcc() {
+  [ $gcc_ok = 1 ] && return 0
+  count --label "$1" --step "needs the gcc build" --failed
+  return 1
+}
 
-# A pass of its own, so that the valgrind estimate (from the gcc pass)
-# does not count suites valgrind leaves out.
-banner "topo: build-ci (suites cluster-suites, sentinel-suites)"
-t=$SECONDS
-if [ $gcc_ok = 1 ]; then
-  run_tests topo build-ci --suite cluster-suites --suite sentinel-suites
-else
-  count --label topo --step "needs the gcc build" --failed
-fi
-pass_done topo $t
+pass_gcc() {
+  banner "gcc: build-ci (--werror)"
+  if build gcc build-ci -Dbuildtype=debugoptimized; then
+    gcc_ok=1
+    # Seconds, no Redis: a broken basic shows before the slow suites run.
+    run_tests quick build-ci --suite quick
+    run_tests gcc build-ci --no-suite quick "${no_topo_variants[@]}"
+  else
+    count --label gcc --step "configure + build" --failed
+  fi
+}
+
+# Every variant (--full), or the semaphore suite on each topology, about
+# 20 s (the default run).
+pass_topo() {
+  local which=(--suite cluster-suites --suite sentinel-suites)
+  [ $full = 1 ] || which=(sem@cluster sem@sentinel)
+  banner "topo: build-ci (${which[*]})"
+  need_gcc topo && run_tests topo build-ci "${which[@]}"
+}
+
+# run_script LABEL COMMAND...: a script that prints TAP, counted as one
+# binary; its output goes to build-ci-logs/LABEL.log and to the console.
+run_script() {
+  local label=$1
+  shift
+  "$@" >"$logs/$label.log" 2>&1
+  local rc=$?
+  sed 's/^/  /' "$logs/$label.log"
+  count --label "$label" --tap "$logs/$label.log" --exit $rc
+}
+
+pass_abi() {
+  banner "abi: scripts/abi.sh check build-ci"
+  need_gcc abi && run_script abi scripts/abi.sh check build-ci
+}
+
+pass_subproject() {
+  banner "subproject: scripts/subproject.sh"
+  run_script subproject scripts/subproject.sh
+}
+
+pass_deb() {
+  banner "deb: scripts/deb.sh (dpkg-buildpackage, lintian, install, use, purge)"
+  run_script deb scripts/deb.sh
+}
 
 # count_run LABEL STEP RC LOG: a program run as one case, passed when it
 # exited 0; else where its log is.
@@ -186,102 +232,92 @@ run_fuzz() {
   count_run "$label" "fuzz ${secs} s" $rc "$log"
 }
 
-banner "soak: build-ci/test/soak (faults injected into redis-server)"
-t=$SECONDS
-if [ $gcc_ok = 1 ]; then
-  run_soak soak build-ci "${SLUICE_SOAK_S:-60}"
-else
-  count --label soak --step "needs the gcc build" --failed
-fi
-pass_done soak $t
+pass_soak() {
+  banner "soak: build-ci/test/soak (faults injected into redis-server)"
+  need_gcc soak && run_soak soak build-ci "${SLUICE_SOAK_S:-60}"
+}
 
-banner "asan: build-ci-asan (-Db_sanitize=address,undefined, --werror)"
-t=$SECONDS
-if build asan build-ci-asan -Dbuildtype=debugoptimized -Db_sanitize=address,undefined; then
-  run_tests asan build-ci-asan --timeout-multiplier 3
-  run_soak asan-soak build-ci-asan 15
-else
-  count --label asan --step "configure + build" --failed
-fi
-pass_done asan $t
-
-banner "clang: build-ci-clang (compile only, --werror)"
-t=$SECONDS
-if CC=clang build clang build-ci-clang -Dbuildtype=debugoptimized; then
-  count --label clang --step "clang --werror build" --ok
-  run_fuzz fuzz-url build-ci-clang/test/fuzz/fuzz_url test/fuzz/url "${SLUICE_FUZZ_S:-60}"
-else
-  count --label clang --step "clang --werror build" --failed
-fi
-pass_done clang $t
-
-banner "format: scripts/format.sh (.clang-format)"
-t=$SECONDS
-if scripts/format.sh; then
-  count --label format --step "clang-format check" --ok
-else
-  count --label format --step "clang-format check" --failed
-fi
-pass_done format $t
-
-banner "hiredis1: build-ci-hiredis1* (hiredis 1.x with TLS, --werror)"
-t=$SECONDS
-if pcdir=$(scripts/hiredis1.sh 2>"$logs/hiredis1-fetch.log" | tail -n 1) && [ -n "$pcdir" ]; then
-  cat "$logs/hiredis1-fetch.log"
-  h1=(-Dbuildtype=debugoptimized -Dpkg_config_path="$pcdir" -Dtls=enabled)
-  if build hiredis1 build-ci-hiredis1 "${h1[@]}"; then
-    # Which hiredis the tests load, for the log (test_tls checks it too).
-    ldd build-ci-hiredis1/src/libsluice.so | grep hiredis | sed 's/^[[:space:]]*/  /'
-    run_tests hiredis1 build-ci-hiredis1 "${no_topo_variants[@]}"
+pass_asan() {
+  banner "asan: build-ci-asan (-Db_sanitize=address,undefined, --werror)"
+  if build asan build-ci-asan -Dbuildtype=debugoptimized -Db_sanitize=address,undefined; then
+    run_tests asan build-ci-asan --timeout-multiplier 3
+    run_soak asan-soak build-ci-asan 15
   else
-    count --label hiredis1 --step "configure + build" --failed
+    count --label asan --step "configure + build" --failed
   fi
-  # The TLS code exists only in this configuration: clang must see it too,
-  # and the sanitizers watch its connection paths.
-  if CC=clang build hiredis1-clang build-ci-hiredis1-clang "${h1[@]}"; then
-    count --label hiredis1-clang --step "clang --werror build" --ok
-  else
-    count --label hiredis1-clang --step "clang --werror build" --failed
-  fi
-  if build hiredis1-asan build-ci-hiredis1-asan "${h1[@]}" -Db_sanitize=address,undefined; then
-    run_tests hiredis1-asan build-ci-hiredis1-asan --timeout-multiplier 3 "${no_topo_variants[@]}"
-  else
-    count --label hiredis1-asan --step "configure + build" --failed
-  fi
-else
-  echo "  [hiredis1] fetching hiredis 1.x FAILED:"
-  sed 's/^/    /' "$logs/hiredis1-fetch.log"
-  count --label hiredis1 --step "fetch hiredis 1.x" --failed
-fi
-pass_done hiredis1 $t
+}
 
-if [ "$valgrind" = auto ]; then
-  # Measured here the valgrind pass takes about 1.5x the whole gcc pass
-  # (build included) and 3x its tests (they mostly wait on timers and Redis);
-  # 4x the gcc pass plus a minute is a safe estimate. Run it if that fits.
-  estimate=$((4 * ${took[gcc]} + 60))
-  if [ $gcc_ok = 1 ] && [ $((SECONDS - start + estimate)) -le "$budget" ]; then
-    valgrind=yes
+pass_clang() {
+  banner "clang: build-ci-clang (compile only, --werror)"
+  if CC=clang build clang build-ci-clang -Dbuildtype=debugoptimized; then
+    count --label clang --step "clang --werror build" --ok
+    run_fuzz fuzz-url build-ci-clang/test/fuzz/fuzz_url test/fuzz/url "${SLUICE_FUZZ_S:-60}"
   else
-    echo
-    echo "valgrind pass skipped: ~${estimate}s more would pass the ${budget}s budget"
-    valgrind=no
+    count --label clang --step "clang --werror build" --failed
   fi
-fi
-if [ "$valgrind" = yes ]; then
+}
+
+pass_format() {
+  banner "format: scripts/format.sh (.clang-format)"
+  if scripts/format.sh; then
+    count --label format --step "clang-format check" --ok
+  else
+    count --label format --step "clang-format check" --failed
+  fi
+}
+
+pass_hiredis1() {
+  banner "hiredis1: build-ci-hiredis1* (hiredis 1.x with TLS, --werror)"
+  if pcdir=$(scripts/hiredis1.sh 2>"$logs/hiredis1-fetch.log" | tail -n 1) && [ -n "$pcdir" ]; then
+    cat "$logs/hiredis1-fetch.log"
+    h1=(-Dbuildtype=debugoptimized -Dpkg_config_path="$pcdir" -Dtls=enabled)
+    if build hiredis1 build-ci-hiredis1 "${h1[@]}"; then
+      h1_ok=1
+      # Which hiredis the tests load, for the log (test_tls checks it too).
+      ldd build-ci-hiredis1/src/libsluice.so | grep hiredis | sed 's/^[[:space:]]*/  /'
+      run_tests hiredis1 build-ci-hiredis1 "${no_topo_variants[@]}"
+    else
+      count --label hiredis1 --step "configure + build" --failed
+    fi
+    # The TLS code exists only in this configuration: clang must see it too,
+    # and the sanitizers watch its connection paths.
+    if CC=clang build hiredis1-clang build-ci-hiredis1-clang "${h1[@]}"; then
+      count --label hiredis1-clang --step "clang --werror build" --ok
+    else
+      count --label hiredis1-clang --step "clang --werror build" --failed
+    fi
+    if build hiredis1-asan build-ci-hiredis1-asan "${h1[@]}" -Db_sanitize=address,undefined; then
+      run_tests hiredis1-asan build-ci-hiredis1-asan --timeout-multiplier 3 "${no_topo_variants[@]}"
+    else
+      count --label hiredis1-asan --step "configure + build" --failed
+    fi
+  else
+    echo "  [hiredis1] fetching hiredis 1.x FAILED:"
+    sed 's/^/    /' "$logs/hiredis1-fetch.log"
+    count --label hiredis1 --step "fetch hiredis 1.x" --failed
+  fi
+}
+
+pass_valgrind() {
   banner "valgrind: build-ci (meson test --setup valgrind)"
-  t=$SECONDS
-  if [ $gcc_ok = 1 ]; then
-    run_tests valgrind build-ci --setup valgrind
-  else
-    count --label valgrind --step "needs the gcc build" --failed
-  fi
-  # The same against hiredis 1.x, where TLS lives too.
-  if [ -f build-ci-hiredis1/test/test_tls ]; then
+  need_gcc valgrind && run_tests valgrind build-ci --setup valgrind
+  # The same against hiredis 1.x, where TLS lives too (when this run built it).
+  if [ $h1_ok = 1 ]; then
     run_tests valgrind-h1 build-ci-hiredis1 --setup valgrind
   fi
-  pass_done valgrind $t
+}
+
+if [ $full = 1 ]; then
+  passes=(gcc topo abi subproject deb soak asan clang format hiredis1)
+else
+  passes=(gcc topo)
 fi
+[ "$valgrind" = yes ] && passes+=(valgrind)
+for p in "${passes[@]}"; do
+  t=$SECONDS
+  "pass_$p"
+  pass_done "$p" $t
+done
 
 banner "results"
 for p in "${timings[@]}"; do

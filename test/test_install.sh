@@ -142,12 +142,12 @@ else
 fi
 if [ -n "$tool" ] && command -v ldd >/dev/null 2>&1; then
   ldd "$tool" >"$tmp/out" 2>&1
-  if grep -q "libsluice.so.0 => $root/" "$tmp/out"; then
-    ok "installed sluice loads libsluice.so.0 from its own prefix"
+  if grep -q "libsluice\.so\.[0-9]* => $root/" "$tmp/out"; then
+    ok "installed sluice loads libsluice from its own prefix"
   else
-    not_ok "installed sluice loads libsluice.so.0 from its own prefix"
+    not_ok "installed sluice loads libsluice from its own prefix"
   fi
 else
-  ok "installed sluice loads libsluice.so.0 from its own prefix # SKIP no ldd"
+  ok "installed sluice loads libsluice from its own prefix # SKIP no ldd"
 fi
 exit $status
