@@ -434,6 +434,145 @@ static void test_expired_dead_letter(void) {
   dq_fx_close(&fx);
 }
 
+/* ---- the layout before sequence-prefixed payloads ----------------------------- */
+
+/* Settles what it gets: "f1"'s second attempt is retried, the rest acked. */
+static void old_layout_handler(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
+  rec *r = ud;
+  int i = r->n++;
+  TH_ASSERT(i < REC_MAX);
+  size_t len;
+  const char *p = sluice_dq_msg_payload(m, &len);
+  snprintf(r->ids[i], sizeof r->ids[i], "%s", sluice_dq_msg_id(m));
+  snprintf(r->payloads[i], sizeof r->payloads[i], "%.*s", (int)len, p);
+  r->attempts[i] = sluice_dq_msg_attempt(m);
+  if (strcmp(r->ids[i], "f1") == 0 && r->attempts[i] == 2)
+    TH_ASSERT_EQ(sluice_dq_retry(m, 0, on_settled, r), SLUICE_OK);
+  else
+    TH_ASSERT_EQ(sluice_dq_ack(m, on_settled, r), SLUICE_OK);
+  if (r->n >= r->target) r->reached = 1;
+}
+
+static int rec_find(const rec *r, const char *id, unsigned attempt) {
+  for (int i = 0; i < r->n; i++)
+    if (strcmp(r->ids[i], id) == 0 && r->attempts[i] == attempt) return i;
+  return -1;
+}
+
+/* A queue written by the previous layout (z members "<12 hex digits><id>",
+ * raw payloads, s<id> fields) drains with this one: delayed messages in
+ * order, an expired in-flight one redelivered and retried, a dead letter
+ * listed and requeued, a far one cancelled; nothing is left behind. */
+static void test_old_layout_drains(void) {
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = dqt_queue(fx.c, "old");
+  long long now = dqt_unix_ms();
+  const char *z = "sluice:dq:{old}:z", *f = "sluice:dq:{old}:f", *d = "sluice:dq:{old}:d",
+             *h = "sluice:dq:{old}:h";
+  freeReplyObject(th_redis_command(&th_server, "ZADD %s %lld 000000000001a1 %lld 000000000002a2 "
+                                   "%lld 000000000003c1", z, now - 1000, now - 1000, now + 600000));
+  freeReplyObject(th_redis_command(&th_server, "ZADD %s %lld f1", f, now - 1));
+  freeReplyObject(th_redis_command(&th_server, "ZADD %s %lld d1", d, now - 5000));
+  freeReplyObject(th_redis_command(&th_server,
+                                   "HSET %s pa1 one sa1 000000000001 pa2 two sa2 000000000002 "
+                                   "pc1 far sc1 000000000003 pf1 flight af1 1 sf1 000000000004 "
+                                   "pd1 dead ad1 5 sd1 000000000005 #seq 5 #exp %lld",
+                                   h, now + 86400000));
+  dqt_info in;
+  sluice_dq_info info = dqt_inspect(fx.base, dq, &in);
+  TH_ASSERT_STR_EQ(info.next_id, "a1");
+  TH_ASSERT_EQ(info.delayed, 3);
+  dead_res dl = {0};
+  TH_ASSERT_EQ(sluice_dq_dead_list(dq, 0, 10, on_dead, &dl), SLUICE_OK);
+  TH_ASSERT(th_loop_until(fx.base, &dl.done, 3000));
+  TH_ASSERT_STR_EQ(dl.id, "d1");
+  TH_ASSERT_EQ(dl.attempts, 5);
+  TH_ASSERT_STR_EQ(dl.payload, "dead");
+  TH_ASSERT_EQ(cancel_wait(fx.base, dq, "c1"), SLUICE_OK);
+
+  static rec r;
+  memset(&r, 0, sizeof r);
+  r.target = 4;
+  sluice_dq_consumer_options o = opts(16, 30000, 0);
+  sluice_dq_consumer *con = NULL;
+  TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, "old", &o, old_layout_handler, &r, &con), SLUICE_OK);
+  TH_ASSERT(th_loop_until(fx.base, &r.reached, 3000));
+  TH_ASSERT_CMP(rec_find(&r, "a1", 1), <, rec_find(&r, "a2", 1));
+  TH_ASSERT_STR_EQ(r.payloads[rec_find(&r, "a1", 1)], "one");
+  TH_ASSERT_STR_EQ(r.payloads[rec_find(&r, "a2", 1)], "two");
+  TH_ASSERT_STR_EQ(r.payloads[rec_find(&r, "f1", 2)], "flight");
+  TH_ASSERT_STR_EQ(r.payloads[rec_find(&r, "f1", 3)], "flight"); /* after its retry */
+  memset(&dl, 0, sizeof dl);
+  TH_ASSERT_EQ(sluice_dq_dead_requeue(dq, NULL, on_count, &dl), SLUICE_OK);
+  TH_ASSERT(th_loop_until(fx.base, &dl.done, 3000));
+  TH_ASSERT_EQ(dl.count, 1);
+  r.target = 5;
+  r.reached = 0;
+  TH_ASSERT(th_loop_until(fx.base, &r.reached, 3000));
+  TH_ASSERT_STR_EQ(r.payloads[rec_find(&r, "d1", 1)], "dead");
+  wait_n(fx.base, &r.settled, 5);
+  for (int i = 0; i < 5; i++) TH_ASSERT_EQ(r.settle_status[i], SLUICE_OK);
+  info = dqt_inspect(fx.base, dq, &in);
+  TH_ASSERT_EQ(info.delayed + info.in_flight + info.dead, 0);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "HLEN %s", h), 2); /* #seq, #exp: nothing left */
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  dq_fx_close(&fx);
+}
+
+/* ---- memory -------------------------------------------------------------------- */
+
+enum { MEM_N = 100000, MEM_BATCH = 10000 };
+
+static void on_mem_batch(sluice_dq *dq, int status, const sluice_dq_push_result *res, size_t n,
+                         void *ud) {
+  TH_ASSERT_EQ(status, SLUICE_OK);
+  (*(int *)ud)++;
+}
+
+static long long mem_usage(const char *key) {
+  return th_redis_int(&th_server, "MEMORY USAGE %s SAMPLES 0", key);
+}
+
+/* Redis memory per queued message (16-byte payload, 32-character id), by
+ * MEMORY USAGE of the queue's keys and by used_memory's growth, against the
+ * same ids, due times and payloads in a bare sorted set and hash. */
+static void test_memory_per_message(void) {
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = dqt_queue(fx.c, "mem");
+  static sluice_dq_item items[MEM_BATCH];
+  static char ids[MEM_BATCH][33];
+  long long before = th_redis_info_sum("memory", "used_memory:");
+  int done = 0;
+  for (int b = 0; b < MEM_N / MEM_BATCH; b++) {
+    for (int i = 0; i < MEM_BATCH; i++) {
+      snprintf(ids[i], sizeof ids[i], "%032x", b * MEM_BATCH + i);
+      items[i] = (sluice_dq_item){"0123456789abcdef", 16, 600000 + i, 0, ids[i]};
+    }
+    TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, MEM_BATCH, on_mem_batch, &done), SLUICE_OK);
+    wait_n(fx.base, &done, b + 1);
+  }
+  long long grown = th_redis_info_sum("memory", "used_memory:") - before;
+  long long keys = mem_usage("sluice:dq:{mem}:z") + mem_usage("sluice:dq:{mem}:h");
+  /* The bare data: member = id, score = due; field = id, value = payload. */
+  before = th_redis_info_sum("memory", "used_memory:");
+  char script[256];
+  snprintf(script, sizeof script,
+           "for i = 0, %d do local id = string.format('%%032x', i) "
+           "redis.call('ZADD', KEYS[1], 1795000000000 + i %% 10000, id) "
+           "redis.call('HSET', KEYS[2], id, '0123456789abcdef') end",
+           MEM_N - 1);
+  freeReplyObject(th_redis_command(&th_server, "EVAL %s 2 {mem}bz {mem}bh", script));
+  long long bare_grown = th_redis_info_sum("memory", "used_memory:") - before;
+  long long bare = mem_usage("{mem}bz") + mem_usage("{mem}bh");
+  printf("# per queued 16-byte message: %.1f B by MEMORY USAGE (bare zset + hash: %.1f B), "
+         "%.1f B by used_memory (bare: %.1f B)\n", (double)keys / MEM_N, (double)bare / MEM_N,
+         (double)grown / MEM_N, (double)bare_grown / MEM_N);
+  TH_ASSERT_CMP(keys / MEM_N, <=, 290);
+  sluice_dq_free(dq);
+  dq_fx_close(&fx);
+}
+
 /* ---- bad input --------------------------------------------------------------- */
 
 static void noop_handler(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
@@ -811,6 +950,8 @@ int main(int argc, char **argv) {
       {"early_push_wakes_consumer", test_early_push_wakes_consumer, 30},
       {"idle_cost", test_idle_cost, 30},
       {"inspect_counts", test_inspect_counts, 30},
+      {"old_layout_drains", test_old_layout_drains, 30},
+      {"memory_per_message", test_memory_per_message, 60},
       {NULL, NULL, 0},
   };
   return th_main(argc, argv, cases);

@@ -12,10 +12,19 @@
  * moves to the queue's dead letters, which can be listed and requeued.
  *
  * Messages with the same due time are delivered in push order. A consumer
- * arms a libevent timer for the next due time and is woken early through
- * Redis (BRPOP on the client's shared blocking connection) when a push makes
- * a new earliest message, so it never busy-polls: an idle consumer costs
+ * arms a libevent timer for the earliest time anything becomes takeable (the
+ * next due time or in-flight visibility deadline) and is woken early
+ * through Redis (BRPOP on the client's shared blocking connection, on a wake
+ * list of its own) when a push, retry, requeue or another consumer's take
+ * makes that time earlier, so it never busy-polls: an idle consumer costs
  * Redis one cheap script call per max_poll_ms plus the blocking call.
+ *
+ * Liveness: whatever happens to other consumers (killed, stopped, full at
+ * max_in_flight, disconnected), a due message is taken by a live consumer
+ * with room as soon as its timer or wake-up fires (milliseconds), and a
+ * message whose visibility deadline passed is taken again as soon as the
+ * deadline passed; wake-ups go to every idle consumer's own list (up to
+ * 100 per queue at once), so none is spent on a consumer that cannot use it.
  *
  * Ids and de-duplication: every message has an id, random (32 hex
  * characters) unless the producer gives one. A push whose id is still in the
@@ -177,8 +186,9 @@ typedef struct sluice_dq_consumer_options {
   unsigned max_attempts;   /* deliveries before dead-lettering; 0 = no limit;
                               default 5 */
   unsigned max_poll_ms;    /* longest sleep between takes when idle; >= 10,
-                            * default 60000. Only a safety net: due times and
-                            * wake-ups never wait for it. */
+                            * default 60000. Only a safety net (for wake-ups
+                            * lost with evicted keys): due times, deadlines
+                            * and other consumers' failures never wait for it. */
   unsigned op_timeout_ms;  /* deadline of each Redis step; 0 = client default */
   uint64_t retention_ms;   /* as in sluice_dq_options; default 7 days */
 } sluice_dq_consumer_options;
