@@ -520,6 +520,51 @@ static void test_old_layout_drains(void) {
   dq_fx_close(&fx);
 }
 
+/* ---- the cap on pushes in flight ------------------------------------------------ */
+
+static void count_push(sluice_dq *dq, int status, const char *id, int64_t due, void *ud) {
+  TH_ASSERT_EQ(status, SLUICE_OK);
+  (*(int *)ud)++;
+}
+
+/* max_pending_pushes counts messages in flight over every queue of the
+ * client: beyond it a push or batch fails at once with SLUICE_EFULL, and
+ * room comes back as answers arrive. The metrics show both. */
+static void test_pending_pushes_capped(void) {
+  struct event_base *base = event_base_new();
+  sluice_client_options co;
+  sluice_client_options_init(&co);
+  co.url = th_server.url;
+  co.max_pending_pushes = 10;
+  sluice_client *c = NULL;
+  TH_ASSERT_EQ(sluice_client_new(base, &co, &c), SLUICE_OK);
+  sluice_dq *a = dqt_queue(c, "cap-a"), *b = dqt_queue(c, "cap-b");
+  sluice_dq_item it = {"x", 1, 60000, 0, NULL}, items[4] = {it, it, it, it};
+  int answered = 0;
+  for (int i = 0; i < 7; i++) TH_ASSERT_EQ(sluice_dq_push(a, &it, count_push, &answered), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_push_batch(b, items, 4, NULL, NULL), SLUICE_EFULL); /* 7 + 4 > 10 */
+  TH_ASSERT_EQ(sluice_dq_push_batch(b, items, 3, NULL, NULL), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_push(a, &it, count_push, &answered), SLUICE_EFULL);
+  sluice_dq_metrics ma, mb;
+  sluice_dq_get_metrics(a, &ma);
+  sluice_dq_get_metrics(b, &mb);
+  TH_ASSERT_EQ(ma.in_flight, 7);
+  TH_ASSERT_EQ(ma.full, 1);
+  TH_ASSERT_EQ(mb.in_flight, 3);
+  TH_ASSERT_EQ(mb.full, 4);
+  wait_n(base, &answered, 7);
+  th_loop_for(base, 50); /* b's batch */
+  sluice_dq_get_metrics(a, &ma);
+  sluice_dq_get_metrics(b, &mb);
+  TH_ASSERT_EQ(ma.in_flight + mb.in_flight, 0);
+  TH_ASSERT_EQ(ma.pushed + mb.pushed, 10);
+  TH_ASSERT_EQ(sluice_dq_push_batch(b, (sluice_dq_item[10]){it, it, it, it, it, it, it, it, it, it},
+                                    10, NULL, NULL), SLUICE_OK);
+  sluice_dq_free(a);
+  sluice_dq_free(b);
+  dqt_finish(base, c);
+}
+
 /* ---- memory -------------------------------------------------------------------- */
 
 enum { MEM_N = 100000, MEM_BATCH = 10000 };
@@ -952,6 +997,7 @@ int main(int argc, char **argv) {
       {"inspect_counts", test_inspect_counts, 30},
       {"old_layout_drains", test_old_layout_drains, 30},
       {"memory_per_message", test_memory_per_message, 60},
+      {"pending_pushes_capped", test_pending_pushes_capped, 30},
       {NULL, NULL, 0},
   };
   return th_main(argc, argv, cases);

@@ -118,6 +118,13 @@ typedef struct sluice_client_options {
    * and failovers; host, port and db are ignored (a cluster has only db 0),
    * username and password are every node's. */
   const char *cluster_seeds;      /* "host:port[,host:port...]" */
+  /* Messages pushed to delay queues (sluice_dq_push, sluice_dq_push_batch)
+   * and not yet answered, over all of this client's queues: a push that
+   * would pass it fails at once with SLUICE_EFULL, so a stalled Redis or a
+   * runaway producer cannot grow the client without bound. 0: the default,
+   * 100000 (a server pushing 20,000 a second reaches it only if Redis stops
+   * answering for the whole 5 s op_timeout_ms). */
+  unsigned max_pending_pushes;
 } sluice_client_options;
 
 /* Fill *opts with the defaults. */

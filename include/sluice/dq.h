@@ -99,7 +99,9 @@ typedef void sluice_dq_push_cb(sluice_dq *dq, int status, const char *id,
                                int64_t due_ms, void *userdata);
 
 /* Push one message. cb may be NULL. The payload and id are copied.
- * SLUICE_EINVAL (bad id, negative or too large delay), SLUICE_ETOOBIG. */
+ * SLUICE_EINVAL (bad id, negative or too large delay), SLUICE_ETOOBIG,
+ * SLUICE_EFULL (the client already has max_pending_pushes messages in
+ * flight; see sluice_client_options). */
 SLUICE_EXPORT int sluice_dq_push(sluice_dq *dq, const sluice_dq_item *item,
                                  sluice_dq_push_cb *cb, void *userdata);
 
@@ -118,7 +120,8 @@ typedef void sluice_dq_batch_cb(sluice_dq *dq, int status,
                                 void *userdata);
 
 /* Push 1..SLUICE_DQ_BATCH_MAX messages atomically in one Redis call. If any
- * item is invalid, nothing is sent and its error is returned. */
+ * item is invalid, nothing is sent and its error is returned; SLUICE_EFULL
+ * if the n messages would pass the client's max_pending_pushes. */
 SLUICE_EXPORT int sluice_dq_push_batch(sluice_dq *dq, const sluice_dq_item *items,
                                        size_t n, sluice_dq_batch_cb *cb,
                                        void *userdata);
@@ -268,6 +271,9 @@ typedef struct sluice_dq_metrics {
   uint64_t pushed;      /* messages accepted */
   uint64_t duplicates;  /* pushes refused with SLUICE_EEXIST */
   uint64_t errors;      /* pushes answered with another status */
+  uint64_t in_flight;   /* messages pushed, not yet answered (now) */
+  uint64_t full;        /* messages refused at once with SLUICE_EFULL: the
+                           client's max_pending_pushes was reached */
 } sluice_dq_metrics;
 SLUICE_EXPORT void sluice_dq_get_metrics(const sluice_dq *dq, sluice_dq_metrics *out);
 

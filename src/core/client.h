@@ -41,6 +41,7 @@ struct sluice_client {
   int sealed;                     /* objects cancelled: no new operations */
   int reaped;                     /* close sequence done */
   sluice_client_stats stats;
+  unsigned pending_pushes;        /* delay-queue messages sent, not answered */
   int replicas;                   /* see sluice__client_replicated */
   char last_error[512];           /* a connection error or Redis's own words */
 
