@@ -5,8 +5,10 @@
 #include <event2/event.h>
 #include <sluice/sluice.h>
 
+#include "core/script_args.h" /* DQ_NKEYS */
 #include "dq_util.h"
 #include "harness.h"
+#include "lua_scripts.h"
 
 enum { REC_MAX = 256 };
 
@@ -565,6 +567,97 @@ static void test_pending_pushes_capped(void) {
   dqt_finish(base, c);
 }
 
+/* ---- scripts called directly --------------------------------------------------- */
+
+/* EVAL of script s on the queue {raw} with extra ARGV (n of them, from
+ * fill(i)); returns the reply (the caller frees it). */
+static redisReply *raw_eval(redisContext *rc, const sluice__script *s, size_t n,
+                            const char *(*fill)(size_t i, size_t *len)) {
+  size_t argc = 3 + DQ_NKEYS + n;
+  const char **argv = malloc(argc * sizeof *argv);
+  size_t *lens = malloc(argc * sizeof *lens);
+  TH_ASSERT(argv && lens);
+  static const char *const keys[DQ_NKEYS] = {"sluice:dq:{raw}:z", "sluice:dq:{raw}:f",
+                                             "sluice:dq:{raw}:d", "sluice:dq:{raw}:h",
+                                             "sluice:dq:{raw}:c"};
+  argv[0] = "EVAL", argv[1] = s->body, argv[2] = "5";
+  for (int k = 0; k < DQ_NKEYS; k++) argv[3 + k] = keys[k];
+  for (size_t i = 0; i < argc; i++) lens[i] = i < 3 + DQ_NKEYS ? strlen(argv[i]) : 0;
+  for (size_t i = 0; i < n; i++) argv[3 + DQ_NKEYS + i] = fill(i, &lens[3 + DQ_NKEYS + i]);
+  redisReply *r = redisCommandArgv(rc, (int)argc, argv, lens);
+  free(argv);
+  free(lens);
+  TH_ASSERT(r != NULL);
+  return r;
+}
+
+static const char *push_arg(size_t i, size_t *len) { /* retention, then id 'd' 0 payload */
+  static const char *const cyc[4] = {"x", "d", "0", "p"};
+  const char *a = i == 0 ? "1000" : cyc[(i - 1) % 4];
+  *len = strlen(a);
+  return a;
+}
+static char *huge;
+static const char *huge_arg(size_t i, size_t *len) {
+  if (i == 4) {
+    *len = SLUICE_DQ_PAYLOAD_MAX + 1;
+    return huge;
+  }
+  return push_arg(i, len);
+}
+static const char *take_arg(size_t i, size_t *len) { /* retention, batch, vis, attempts, id, poll */
+  static const char *const a[6] = {"1000", "1001", "1000", "0", "c", "1000"};
+  *len = strlen(a[i]);
+  return a[i];
+}
+static const char *ack_arg(size_t i, size_t *len) { /* retention, attempts, then id 1 'a' 0 */
+  static const char *const cyc[4] = {"x", "1", "a", "0"};
+  const char *a = i < 2 ? "0" : cyc[(i - 2) % 4];
+  *len = strlen(a);
+  return a;
+}
+static const char *page_arg(size_t i, size_t *len) { /* offset, limit */
+  const char *a = i == 0 ? "0" : "1001";
+  *len = strlen(a);
+  return a;
+}
+static const char *requeue_arg(size_t i, size_t *len) { /* retention, id, limit */
+  const char *a = i == 0 ? "1000" : i == 1 ? "" : "1001";
+  *len = strlen(a);
+  return a;
+}
+
+static void expect_refused(redisContext *rc, const sluice__script *s, size_t n,
+                           const char *(*fill)(size_t, size_t *)) {
+  redisReply *r = raw_eval(rc, s, n, fill);
+  printf("# %s with %zu arguments: %s\n", s->name, n,
+         r->type == REDIS_REPLY_ERROR ? r->str : "accepted");
+  TH_ASSERT_EQ(r->type, REDIS_REPLY_ERROR);
+  TH_ASSERT(strstr(r->str, "sluice:") != NULL);
+  freeReplyObject(r);
+}
+
+/* Every script's work is bounded whatever its caller sends: what the
+ * client never sends (more than 10,000 pushes, a payload over 1 MiB, a take
+ * of more than 1000, more than 1000 settlements, a dead-letter page or
+ * requeue of more than 1000) is refused before any write. */
+static void test_scripts_refuse_oversize(void) {
+  redisContext *rc = th_redis_connect(&th_server);
+  TH_ASSERT(rc && !rc->err);
+  huge = malloc(SLUICE_DQ_PAYLOAD_MAX + 1);
+  TH_ASSERT(huge != NULL);
+  memset(huge, 'p', SLUICE_DQ_PAYLOAD_MAX + 1);
+  expect_refused(rc, &sluice__lua_dq_push, 1 + 4 * (SLUICE_DQ_BATCH_MAX + 1), push_arg);
+  expect_refused(rc, &sluice__lua_dq_push, 1 + 4, huge_arg);
+  expect_refused(rc, &sluice__lua_dq_take, 6, take_arg);
+  expect_refused(rc, &sluice__lua_dq_ack, 2 + 4 * 1001, ack_arg);
+  expect_refused(rc, &sluice__lua_dq_dead, 2, page_arg);
+  expect_refused(rc, &sluice__lua_dq_requeue, 3, requeue_arg);
+  free(huge);
+  redisFree(rc);
+  TH_ASSERT_EQ(th_redis_int_all("DBSIZE"), 0); /* nothing written */
+}
+
 /* ---- memory -------------------------------------------------------------------- */
 
 enum { MEM_N = 100000, MEM_BATCH = 10000 };
@@ -998,6 +1091,8 @@ int main(int argc, char **argv) {
       {"old_layout_drains", test_old_layout_drains, 30},
       {"memory_per_message", test_memory_per_message, 60},
       {"pending_pushes_capped", test_pending_pushes_capped, 30},
+      {"scripts_refuse_oversize", test_scripts_refuse_oversize, 30,
+       .standalone_only = "raw EVALs on one connection to the first master"},
       {NULL, NULL, 0},
   };
   return th_main(argc, argv, cases);
