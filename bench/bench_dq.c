@@ -8,7 +8,7 @@
  *  - Redis commands per second of an idle consumer;
  *  - BullMQ (bench/node/dq.js) doing the same against the same server.
  * The consumer's event_base uses EVENT_BASE_FLAG_PRECISE_TIMER: without it
- * libevent rounds timer waits up to whole ms (see README "Delay queue").
+ * libevent rounds timer waits up to whole ms (see docs/delay-queue.md).
  */
 #include "bench.h"
 

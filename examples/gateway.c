@@ -1,6 +1,5 @@
 /*
- * gateway: sluice in a libevent evhttp server (README, "Using sluice in an
- * evhttp server").
+ * gateway: sluice in a libevent evhttp server (docs/evhttp.md).
  *
  * Per request, in one event_base:
  *   1. a GCRA rate limiter per client (the X-Client header, else the peer
@@ -27,7 +26,8 @@
  * timers, no rate limit. It is the baseline of bench/gateway.sh.
  *
  * GET /stats answers counters (not limited, no permit) for tests and
- * benchmarks. SIGINT/SIGTERM: pending requests get 503, everything is
+ * benchmarks; GET /metrics the sluice client's metrics in the Prometheus
+ * text format (sluice_client_prometheus). SIGINT/SIGTERM: pending requests get 503, everything is
  * freed, the loop ends, and a summary goes to stderr.
  *
  *   gateway [--listen ADDR] [--port N] [--redis URL] [--permits N]
@@ -365,11 +365,36 @@ static void send_stats(gw *g, struct evhttp_request *req) {
   evbuffer_free(b);
 }
 
+/* The client's metrics, for Prometheus to scrape. */
+static void send_metrics(gw *g, struct evhttp_request *req) {
+  char *text = NULL;
+  size_t len = 0;
+  struct evbuffer *b = g->client ? evbuffer_new() : NULL;
+  if (!g->client) {
+    evhttp_send_error(req, HTTP_NOTFOUND, "no sluice client (--no-sluice)");
+    return;
+  }
+  if (!b || sluice_client_prometheus(g->client, &text, &len) != SLUICE_OK ||
+      evbuffer_add(b, text, len) != 0) {
+    evhttp_send_error(req, HTTP_INTERNAL, NULL);
+  } else {
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                      "text/plain; version=0.0.4; charset=utf-8");
+    evhttp_send_reply(req, HTTP_OK, "OK", b);
+  }
+  sluice_prometheus_free(text);
+  if (b) evbuffer_free(b);
+}
+
 static void on_request(struct evhttp_request *req, void *arg) {
   gw *g = arg;
   const char *uri = evhttp_request_get_uri(req);
   if (uri && strcmp(uri, "/stats") == 0) {
     send_stats(g, req);
+    return;
+  }
+  if (uri && strcmp(uri, "/metrics") == 0) {
+    send_metrics(g, req);
     return;
   }
   if (g->stopping) {

@@ -22,10 +22,17 @@ for arg in "$@"; do
 done
 
 # Debian packages (taskset comes with util-linux, which is essential).
+# clang-format: scripts/format.sh checks the sources' layout (.clang-format).
 # libssl-dev and openssl: the TLS build (against hiredis 1.x, which
 # scripts/hiredis1.sh fetches) and its tests' certificates.
-packages=(meson ninja-build pkg-config gcc libc6-dev clang libhiredis-dev libevent-dev
-          redis-server redis-tools valgrind python3 binutils libssl-dev openssl)
+# mandoc and man-db: the test 'man' lints the man pages (mandoc -T lint) and
+# renders them as a user's man(1) does.
+# prometheus (about 20 MB): promtool checks the metrics exposition and the
+# test 'prom_scrape' runs its own server scraping the gateway; the
+# package's service is kept from starting and disabled (see below).
+packages=(meson ninja-build pkg-config gcc libc6-dev clang clang-format libhiredis-dev libevent-dev
+          redis-server redis-tools valgrind python3 binutils libssl-dev openssl
+          mandoc man-db prometheus)
 # Node may come from elsewhere (nodesource's nodejs ships npm and conflicts
 # with Debian's npm), so for it the commands are what count.
 if [ "$bench" = 1 ]; then
@@ -57,7 +64,22 @@ if command -v apt-get >/dev/null 2>&1 && command -v dpkg-query >/dev/null 2>&1; 
   echo "deps.sh: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   "${sudo[@]}" apt-get update -qq
-  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Services installed here never start (invoke-rc.d asks policy-rc.d; 101
+  # means "not allowed"): tests start their own private servers.
+  policy=/usr/sbin/policy-rc.d own_policy=0
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' | "${sudo[@]}" tee "$policy" >/dev/null
+    "${sudo[@]}" chmod 755 "$policy"
+    own_policy=1
+  fi
+  rc=0
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || rc=$?
+  [ "$own_policy" = 1 ] && "${sudo[@]}" rm -f "$policy"
+  [ "$rc" = 0 ] || exit "$rc"
+  # Nor at the next boot (the package enables its unit).
+  if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
+    "${sudo[@]}" systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+  fi
   for p in "${missing[@]}"; do
     have_pkg "$p" || { echo "deps.sh: $p did not install" >&2; exit 1; }
   done
@@ -66,7 +88,8 @@ fi
 
 # Not Debian: check by command and pkg-config module.
 missing=()
-for c in meson ninja pkg-config cc clang redis-server redis-cli redis-benchmark valgrind python3 readelf openssl; do
+for c in meson ninja pkg-config cc clang clang-format redis-server redis-cli redis-benchmark valgrind python3 readelf openssl \
+         prometheus promtool; do
   command -v "$c" >/dev/null 2>&1 || missing+=("$c")
 done
 if command -v pkg-config >/dev/null 2>&1; then

@@ -18,6 +18,8 @@
 #                                faults (scripts/soak.sh); one case; a 15 s run
 #                                under ASan follows the asan pass's tests
 #   clang     build-ci-clang     compile only, to stay warning-free on clang
+#   format    (no build)         scripts/format.sh: the sources' layout
+#                                against .clang-format; one case
 #   hiredis1  build-ci-hiredis1  meson test, every suite but the topology
 #                                variants, against Debian 13's
 #                                hiredis 1.x with TLS (-Dtls=enabled), which
@@ -37,7 +39,8 @@
 #
 # Test binaries print TAP; scripts/count_tap.py counts their cases from
 # meson's test logs (a binary that dies part-way counts as failed). A build
-# that fails counts as one failed case; the clang build counts as one case.
+# that fails counts as one failed case; the clang build and the format
+# check count as one case each.
 # The last line is "N passed, N failed"; the exit status is 1 if any failed.
 set -uo pipefail
 
@@ -49,7 +52,7 @@ for arg in "$@"; do
   case $arg in
     --valgrind) valgrind=yes ;;
     --no-valgrind) valgrind=no ;;
-    -h | --help) sed -n '2,41s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,44s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
@@ -181,6 +184,15 @@ else
   count --label clang --step "clang --werror build" --failed
 fi
 pass_done clang $t
+
+banner "format: scripts/format.sh (.clang-format)"
+t=$SECONDS
+if scripts/format.sh; then
+  count --label format --step "clang-format check" --ok
+else
+  count --label format --step "clang-format check" --failed
+fi
+pass_done format $t
 
 banner "hiredis1: build-ci-hiredis1* (hiredis 1.x with TLS, --werror)"
 t=$SECONDS

@@ -10,15 +10,7 @@
 #include "harness.h"
 
 static inline sluice_client *dqt_client(struct event_base *base) {
-  sluice_client_options o;
-  sluice_client_options_init(&o);
-  o.url = th_server.url;
-  o.op_timeout_ms = 3000;
-  o.reconnect_min_ms = 20;
-  o.reconnect_max_ms = 200;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
-  return c;
+  return th_client(base, th_server.url, 3000);
 }
 
 static inline sluice_dq *dqt_queue(sluice_client *c, const char *name) {

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -46,6 +47,22 @@ uint64_t th_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+int th_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a;
+  socklen_t len = sizeof a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+      getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  close(fd);
+  return ntohs(a.sin_port);
 }
 
 void th_fail(const char *file, int line, const char *fmt, ...) {
@@ -380,6 +397,35 @@ void th_loop_for(struct event_base *base, unsigned ms) {
     th_loop_until(base, &never, (unsigned)(end - now));
 }
 
+int th__turn(struct event_base *base, uint64_t end) {
+  uint64_t now = th_now_ms();
+  if (now >= end) return 0;
+  int never = 0;
+  th_loop_until(base, &never, end - now < 5 ? (unsigned)(end - now) : 5);
+  return 1;
+}
+
+void th_client_options(sluice_client_options *o, const char *url) {
+  sluice_client_options_init(o);
+  o->url = url;
+}
+
+sluice_client *th_client_with(struct event_base *base, const sluice_client_options *o) {
+  sluice_client *c = NULL;
+  if (sluice_client_new(base, o, &c) != SLUICE_OK)
+    th_fail(__FILE__, __LINE__, "client refused: %s", sluice_client_last_error(NULL));
+  return c;
+}
+
+sluice_client *th_client(struct event_base *base, const char *url, unsigned op_timeout_ms) {
+  sluice_client_options o;
+  th_client_options(&o, url);
+  o.reconnect_min_ms = 20;
+  o.reconnect_max_ms = 200;
+  if (op_timeout_ms) o.op_timeout_ms = op_timeout_ms;
+  return th_client_with(base, &o);
+}
+
 pid_t th_child_start(int (*fn)(void *arg), void *arg) {
   pid_t pid = fork();
   TH_ASSERT(pid >= 0);
@@ -527,6 +573,16 @@ static int run_cases(int argc, char **argv, const th_case *cases) {
   return failed ? 1 : 0;
 }
 
+int th_missing(const char *what) {
+  const char *ci = getenv("CI");
+  if (ci && strcmp(ci, "true") == 0) {
+    printf("Bail out! %s not found (required under CI)\n", what);
+    return 1;
+  }
+  printf("1..0 # SKIP %s not found\n", what);
+  return 77;
+}
+
 int th_main(int argc, char **argv, const th_case *cases) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   signal(SIGPIPE, SIG_IGN);
@@ -534,16 +590,8 @@ int th_main(int argc, char **argv, const th_case *cases) {
   if (th__server_topo_parse(&topo) != 0) return 1;
   int rc = topo == TH_TOPO_STANDALONE ? th_redis_start(&th_server, 0, th_server_args)
                                       : th__server_topo_start(topo);
-  if (rc == -2) {
-    const char *what = topo == TH_TOPO_STANDALONE ? "redis-server" : "redis-server or redis-cli";
-    const char *ci = getenv("CI");
-    if (ci && strcmp(ci, "true") == 0) {
-      printf("Bail out! %s not found (required under CI)\n", what);
-      return 1;
-    }
-    printf("1..0 # SKIP %s not found\n", what);
-    return 77;
-  }
+  if (rc == -2)
+    return th_missing(topo == TH_TOPO_STANDALONE ? "redis-server" : "redis-server or redis-cli");
   if (rc != 0) {
     printf("Bail out! cannot start the %s redis\n", th_server_topo_name());
     if (topo == TH_TOPO_STANDALONE) th_redis_stop(&th_server);

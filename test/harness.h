@@ -16,12 +16,14 @@
 #ifndef SLUICE_TEST_HARNESS_H
 #define SLUICE_TEST_HARNESS_H
 
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/types.h>
 
 #include <hiredis/hiredis.h>
+#include <sluice/sluice.h>
 
 struct event_base;
 
@@ -98,6 +100,24 @@ int th_loop_drain(struct event_base *base, unsigned timeout_ms);
 void th_loop_for(struct event_base *base, unsigned ms);
 
 uint64_t th_now_ms(void);
+/* A free loopback TCP port (the kernel's pick, for a server that binds it
+ * right after), or -1. */
+int th_free_port(void);
+
+/* Run base in short turns until cond holds or timeout_ms has passed; the
+ * case then asserts cond as it needs. cond is read before each turn. */
+#define TH_LOOP_UNTIL(base, cond, timeout_ms) \
+  for (uint64_t th_end_ = th_now_ms() + (timeout_ms); !(cond) && th__turn((base), th_end_);) {}
+/* One turn of TH_LOOP_UNTIL: runs base for a few ms; 0 once end has passed. */
+int th__turn(struct event_base *base, uint64_t end);
+
+/* The cases' client options: the defaults with url (may be NULL). */
+void th_client_options(sluice_client_options *o, const char *url);
+/* sluice_client_new(base, o), which must succeed. */
+sluice_client *th_client_with(struct event_base *base, const sluice_client_options *o);
+/* A client of url with a quick reconnect (20 to 200 ms, so a restarted
+ * server is found at once) and op_timeout_ms (0: the default). */
+sluice_client *th_client(struct event_base *base, const char *url, unsigned op_timeout_ms);
 
 /* Work that blocks (the topology helpers' waits) done while the case's loop
  * keeps running: th_child_start forks a child that runs fn(arg) and exits
@@ -112,6 +132,31 @@ void th_loop_until_child(struct event_base *base, pid_t pid, unsigned timeout_ms
  * exit status returned (-1 if it did not exit). Fails the case without
  * SLUICE_BIN. For the topology tests' runs of the tool on their URLs. */
 int th_tool(const char *url, char *out, size_t size, const char *args);
+
+/* The tool's argument list, built a few words at a time (th_argv_add's
+ * lists are NULL-terminated); the binary itself is added by th_tool_start. */
+typedef struct th_argv {
+  const char *v[48];
+  int n;
+} th_argv;
+void th_argv_add(th_argv *a, ...);
+void th_argv_addv(th_argv *a, va_list ap);
+/* Start `$SLUICE_BIN a...` with stdin from /dev/null and only fds 0-2 open;
+ * its stdout and stderr are appended to the file log, or inherited when
+ * log is NULL. Returns its pid. */
+pid_t th_tool_start(const th_argv *a, const char *log);
+/* The exit status of pid, which must exit within timeout_ms: else it is
+ * killed and the case fails (as it does if pid was killed by a signal). */
+int th_tool_wait(pid_t pid, unsigned timeout_ms);
+/* Run `$SLUICE_BIN a...` as th_tool_start does, to its end: the start of
+ * its stdout and its stderr (of both in out, when join is set). */
+typedef struct th_tool_out {
+  int status;
+  char out[4096];
+  char err[4096];
+} th_tool_out;
+void th_tool_run(th_tool_out *r, const th_argv *a, int join);
+
 /* Every URL of urls (NULL-terminated) is refused at once by
  * sluice_client_new on base: SLUICE_EINVAL, no client, a last error that
  * says why. Fails the case at the first one accepted. */
@@ -161,5 +206,9 @@ int th_main(int argc, char **argv, const th_case *cases);
 /* The same without Redis (the quick suite): no server is started, cases
  * must not use th_server or th_redis_*; the live-object check still runs. */
 int th_main_local(int argc, char **argv, const th_case *cases);
+/* A program the binary needs (what: "redis-server") is not installed:
+ * prints the TAP plan that says so and returns the binary's exit status,
+ * 77 (SKIP), or 1 under CI=true, where it is required. */
+int th_missing(const char *what);
 
 #endif

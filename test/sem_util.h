@@ -29,15 +29,7 @@ static inline void acq_cb(sluice_sem *sem, int status, sluice_permit *permit, vo
  * bounded by op_timeout_ms. */
 static inline sluice_client *sem_test_client_at(struct event_base *base, const char *url,
                                                 unsigned op_timeout_ms) {
-  sluice_client_options o;
-  sluice_client_options_init(&o);
-  o.url = url;
-  o.reconnect_min_ms = 20;
-  o.reconnect_max_ms = 200;
-  o.op_timeout_ms = op_timeout_ms;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
-  return c;
+  return th_client(base, url, op_timeout_ms);
 }
 
 static inline sluice_client *sem_test_client(struct event_base *base) {

@@ -736,8 +736,7 @@ static int worker_main(int idx) {
   if (!w->base) return 2;
 
   sluice_client_options co;
-  sluice_client_options_init(&co);
-  co.url = url;
+  th_client_options(&co, url);
   co.key_prefix = PREFIX;
   co.op_timeout_ms = 1500; /* a stall of up to 2 s shows as timeouts, as it should */
   co.reconnect_max_ms = 500;
@@ -1686,8 +1685,7 @@ int main(int argc, char **argv) {
 
   P.base = new_base();
   sluice_client_options co;
-  sluice_client_options_init(&co);
-  co.url = url;
+  th_client_options(&co, url);
   co.key_prefix = PREFIX;
   co.op_timeout_ms = 1000;
   co.reconnect_max_ms = 300;

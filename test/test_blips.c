@@ -15,16 +15,14 @@ static sluice_client *client_with_backoff(struct event_base *base, const char *u
                                          const char *pass, unsigned op_timeout_ms,
                                          unsigned reconnect_max_ms) {
   sluice_client_options o;
-  sluice_client_options_init(&o);
+  th_client_options(&o, NULL);
   o.unix_path = th_server.sock;
   o.username = user;
   o.password = pass;
   o.reconnect_min_ms = 20;
   o.reconnect_max_ms = reconnect_max_ms;
   o.op_timeout_ms = op_timeout_ms;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
-  return c;
+  return th_client_with(base, &o);
 }
 
 static sluice_client *client_with(struct event_base *base, const char *user, const char *pass,
@@ -386,15 +384,13 @@ static uint64_t release_calls(sluice_client *c) {
 static void test_unreplicated_release_repeated(void) {
   struct event_base *base = event_base_new();
   sluice_client_options o;
-  sluice_client_options_init(&o);
-  o.unix_path = th_server.sock;
+  th_client_options(&o, th_server.url);
   o.reconnect_min_ms = 20;
   o.reconnect_max_ms = 200;
   o.op_timeout_ms = 2000;
   o.wait_replicas = 1;
   o.wait_timeout_ms = 50;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  sluice_client *c = th_client_with(base, &o);
   sluice_sem *s = sem_test_new(c, "unrep", 1, 30000, 0);
   acq_result a = sem_try(base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);

@@ -18,12 +18,6 @@
 static char work[256]; /* this case's scratch directory */
 static char errlog[300]; /* the tool's stderr */
 
-static const char *sluice_bin(void) {
-  const char *b = getenv("SLUICE_BIN");
-  if (!b) th_fail(__FILE__, __LINE__, "SLUICE_BIN not set");
-  return b;
-}
-
 static void setup(void) {
   snprintf(work, sizeof work, "%s/case-XXXXXX", th_server.dir);
   TH_ASSERT(mkdtemp(work) != NULL);
@@ -40,48 +34,17 @@ static void cleanup(void) {
 /* Start `sluice dq ARGS...` (NULL-terminated; --redis added after the
  * subcommand) with stdout and stderr appended to errlog; returns the pid. */
 static pid_t start(const char *sub, ...) {
-  const char *argv[48];
-  int n = 0;
+  th_argv a = {.n = 0};
+  th_argv_add(&a, "dq", sub, "--redis", th_server.url, NULL);
   va_list ap;
-  argv[n++] = sluice_bin();
-  argv[n++] = "dq";
-  argv[n++] = sub;
-  argv[n++] = "--redis";
-  argv[n++] = th_server.url;
   va_start(ap, sub);
-  const char *a;
-  while ((a = va_arg(ap, const char *)) && n < 47) argv[n++] = a;
+  th_argv_addv(&a, ap);
   va_end(ap);
-  argv[n] = NULL;
-  pid_t pid = fork();
-  TH_ASSERT(pid >= 0);
-  if (pid == 0) {
-    int fd = open(errlog, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    if (fd < 0) _exit(98);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    close(fd);
-    execv(argv[0], (char *const *)argv);
-    _exit(99);
-  }
-  return pid;
+  return th_tool_start(&a, errlog);
 }
 
 /* The exit status of pid, which must exit within ms (else it is killed). */
-static int wait_exit(pid_t pid, unsigned ms) {
-  uint64_t end = th_now_ms() + ms;
-  int st;
-  pid_t r;
-  while ((r = waitpid(pid, &st, WNOHANG)) == 0 && th_now_ms() < end) usleep(5000);
-  if (r == 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    th_fail(__FILE__, __LINE__, "pid %ld did not exit within %u ms", (long)pid, ms);
-  }
-  TH_ASSERT_EQ(r, pid);
-  TH_ASSERT(WIFEXITED(st));
-  return WEXITSTATUS(st);
-}
+static int wait_exit(pid_t pid, unsigned ms) { return th_tool_wait(pid, ms); }
 
 static void push(const char *queue, const char *payload) {
   TH_ASSERT_EQ(wait_exit(start("push", queue, payload, NULL), 10000), 0);
@@ -336,31 +299,15 @@ static void test_cmd_not_found_and_usage(void) {
 /* Run `sluice dq ARGS...` against url (no other --redis), stdout and stderr
  * to errlog (emptied first); returns the exit status. */
 static int dq_at(const char *url, const char *sub, ...) {
-  const char *argv[48];
-  int n = 0;
+  th_argv a = {.n = 0};
+  th_argv_add(&a, "dq", sub, NULL);
+  if (url) th_argv_add(&a, "--redis", url, NULL);
   va_list ap;
-  argv[n++] = sluice_bin();
-  argv[n++] = "dq";
-  argv[n++] = sub;
-  if (url) argv[n++] = "--redis", argv[n++] = url;
   va_start(ap, sub);
-  const char *a;
-  while ((a = va_arg(ap, const char *)) && n < 47) argv[n++] = a;
+  th_argv_addv(&a, ap);
   va_end(ap);
-  argv[n] = NULL;
   TH_ASSERT(truncate(errlog, 0) == 0 || errno == ENOENT);
-  pid_t pid = fork();
-  TH_ASSERT(pid >= 0);
-  if (pid == 0) {
-    int fd = open(errlog, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    if (fd < 0) _exit(98);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    close(fd);
-    execv(argv[0], (char *const *)argv);
-    _exit(99);
-  }
-  return wait_exit(pid, 20000);
+  return wait_exit(th_tool_start(&a, errlog), 20000);
 }
 
 /* Redis's own words reach stderr, prefixed "sluice: dq push: ", and the

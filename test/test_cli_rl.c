@@ -2,67 +2,25 @@
  * its output and every exit status it documents. */
 #include <stdarg.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "harness.h"
 
-typedef struct run_out {
-  int status;       /* exit status */
-  char out[1024];   /* stdout */
-  char err[1024];   /* stderr (the start of it) */
-} run_out;
-
-static void read_all(int fd, char *buf, size_t cap) {
-  size_t len = 0;
-  ssize_t got;
-  char sink[1024];
-  while ((got = read(fd, len < cap - 1 ? buf + len : sink,
-                     len < cap - 1 ? cap - 1 - len : sizeof sink)) > 0)
-    if (len < cap - 1) len += (size_t)got;
-  buf[len] = '\0';
-}
+typedef th_tool_out run_out;
 
 /* Run `sluice rl ARGS...` (NULL-terminated); --redis is added unless the
  * first argument is "-" (then it is dropped and ARGS must carry their own). */
 static run_out rl(const char *first, ...) {
-  const char *argv[40];
-  int n = 0, own_redis = strcmp(first, "-") == 0;
-  const char *bin = getenv("SLUICE_BIN");
-  if (!bin) th_fail(__FILE__, __LINE__, "SLUICE_BIN not set");
-  argv[n++] = bin;
-  argv[n++] = "rl";
-  if (!own_redis) argv[n++] = first;
+  th_argv a = {.n = 0};
+  int own_redis = strcmp(first, "-") == 0;
+  th_argv_add(&a, "rl", NULL);
+  if (!own_redis) th_argv_add(&a, first, NULL);
   va_list ap;
   va_start(ap, first);
-  const char *a;
-  while ((a = va_arg(ap, const char *)) && n < 36) argv[n++] = a;
+  th_argv_addv(&a, ap);
   va_end(ap);
-  if (!own_redis) argv[n++] = "--redis", argv[n++] = th_server.url;
-  argv[n] = NULL;
-  int fds[2], efds[2];
-  TH_ASSERT(pipe(fds) == 0 && pipe(efds) == 0);
-  pid_t pid = fork();
-  TH_ASSERT(pid >= 0);
-  if (pid == 0) {
-    dup2(fds[1], 1);
-    dup2(efds[1], 2);
-    close(fds[0]);
-    close(efds[0]);
-    execv(argv[0], (char *const *)argv);
-    _exit(99);
-  }
-  close(fds[1]);
-  close(efds[1]);
+  if (!own_redis) th_argv_add(&a, "--redis", th_server.url, NULL);
   run_out r;
-  read_all(fds[0], r.out, sizeof r.out); /* short: stderr's pipe cannot fill meanwhile */
-  read_all(efds[0], r.err, sizeof r.err);
-  close(fds[0]);
-  close(efds[0]);
-  int st;
-  TH_ASSERT_EQ(waitpid(pid, &st, 0), pid);
-  TH_ASSERT(WIFEXITED(st));
-  r.status = WEXITSTATUS(st);
+  th_tool_run(&r, &a, 0);
   return r;
 }
 

@@ -9,42 +9,18 @@
 
 #include "harness.h"
 
-static const char *sluice_bin(void) {
-  const char *b = getenv("SLUICE_BIN");
-  if (!b) th_fail(__FILE__, __LINE__, "SLUICE_BIN not set");
-  return b;
-}
-
 /* Start `sluice sem ARGS...` (NULL-terminated) with --redis set; returns pid. */
 static pid_t start(const char *first, ...) {
-  const char *argv[40];
-  int n = 0;
+  th_argv a = {.n = 0};
+  th_argv_add(&a, "sem", first, "--redis", th_server.url, NULL);
   va_list ap;
-  argv[n++] = sluice_bin();
-  argv[n++] = "sem";
-  argv[n++] = first;
-  argv[n++] = "--redis";
-  argv[n++] = th_server.url;
   va_start(ap, first);
-  const char *a;
-  while ((a = va_arg(ap, const char *)) && n < 39) argv[n++] = a;
+  th_argv_addv(&a, ap);
   va_end(ap);
-  argv[n] = NULL;
-  pid_t pid = fork();
-  TH_ASSERT(pid >= 0);
-  if (pid == 0) {
-    execv(argv[0], (char *const *)argv);
-    _exit(99);
-  }
-  return pid;
+  return th_tool_start(&a, NULL);
 }
 
-static int wait_exit(pid_t pid) {
-  int st;
-  TH_ASSERT_EQ(waitpid(pid, &st, 0), pid);
-  TH_ASSERT(WIFEXITED(st));
-  return WEXITSTATUS(st);
-}
+static int wait_exit(pid_t pid) { return th_tool_wait(pid, 60000); }
 
 static int file_exists(const char *path) {
   struct stat sb;
@@ -58,56 +34,18 @@ static void wait_for_file(const char *path, unsigned ms) {
 }
 
 
-typedef struct tool_out {
-  int status;
-  char out[4096];  /* stdout */
-  char err[4096];  /* stderr (the start of it) */
-} tool_out;
+typedef th_tool_out tool_out;
 
-static void read_all(int fd, char *buf, size_t cap) {
-  size_t len = 0;
-  ssize_t got;
-  char sink[4096];
-  while ((got = read(fd, len < cap - 1 ? buf + len : sink,
-                     len < cap - 1 ? cap - 1 - len : sizeof sink)) > 0)
-    if (len < cap - 1) len += (size_t)got;
-  buf[len] = '\0';
-}
-
-/* Run `sluice sem ARGS...` (NULL-terminated; no --redis added) with stdin
- * from /dev/null and only fds 0-2 open, collecting stdout and stderr. */
+/* Run `sluice sem ARGS...` (NULL-terminated; no --redis added) to its end. */
 static tool_out tool(const char *first, ...) {
-  const char *argv[40];
-  int n = 0, o[2], e[2];
+  th_argv a = {.n = 0};
+  th_argv_add(&a, "sem", first, NULL);
   va_list ap;
-  argv[n++] = sluice_bin();
-  argv[n++] = "sem";
-  argv[n++] = first;
   va_start(ap, first);
-  const char *a;
-  while ((a = va_arg(ap, const char *)) && n < 39) argv[n++] = a;
+  th_argv_addv(&a, ap);
   va_end(ap);
-  argv[n] = NULL;
-  TH_ASSERT(pipe(o) == 0 && pipe(e) == 0);
-  pid_t pid = fork();
-  TH_ASSERT(pid >= 0);
-  if (pid == 0) {
-    int null = open("/dev/null", O_RDONLY);
-    dup2(null, 0);
-    dup2(o[1], 1);
-    dup2(e[1], 2);
-    for (int fd = 3; fd < 1024; fd++) close(fd);
-    execv(argv[0], (char *const *)argv);
-    _exit(99);
-  }
-  close(o[1]);
-  close(e[1]);
   tool_out r;
-  read_all(o[0], r.out, sizeof r.out); /* short: stderr's pipe cannot fill meanwhile */
-  read_all(e[0], r.err, sizeof r.err);
-  close(o[0]);
-  close(e[0]);
-  r.status = wait_exit(pid);
+  th_tool_run(&r, &a, 0);
   return r;
 }
 
@@ -203,13 +141,9 @@ static void test_status_and_usage(void) {
   wait_for_file(marker, 5000);
   char out[256];
   snprintf(out, sizeof out, "%s/status.txt", th_server.dir);
-  pid_t pid = fork();
-  if (pid == 0) {
-    FILE *f = freopen(out, "w", stdout);
-    (void)f;
-    execl(sluice_bin(), sluice_bin(), "sem", "status", "s", "--redis", th_server.url, (char *)NULL);
-    _exit(99);
-  }
+  th_argv status = {.n = 0};
+  th_argv_add(&status, "sem", "status", "s", "--redis", th_server.url, NULL);
+  pid_t pid = th_tool_start(&status, out);
   TH_ASSERT_EQ(wait_exit(pid), 0);
   FILE *f = fopen(out, "r");
   char buf[1024] = {0};
@@ -223,12 +157,9 @@ static void test_status_and_usage(void) {
   TH_ASSERT_EQ(wait_exit(start("run", "s", "--ttl", "abc", "--", "true", NULL)), 64);
   TH_ASSERT_EQ(wait_exit(start("run", "s", NULL)), 64);
   TH_ASSERT_EQ(wait_exit(start("bogus", NULL)), 64);
-  pid = fork();
-  if (pid == 0) {
-    execl(sluice_bin(), sluice_bin(), "sem", "status", "s", "--redis", "unix:///nonexistent.sock",
-          (char *)NULL);
-    _exit(99);
-  }
+  th_argv unreachable = {.n = 0};
+  th_argv_add(&unreachable, "sem", "status", "s", "--redis", "unix:///nonexistent.sock", NULL);
+  pid = th_tool_start(&unreachable, NULL);
   TH_ASSERT_EQ(wait_exit(pid), 69);
 }
 
@@ -368,16 +299,9 @@ static void test_signal_reaches_cmd_group(void) {
   snprintf(pidfile, sizeof pidfile, "%s/bg.pid", th_server.dir);
   snprintf(script, sizeof script, "sleep 30 & echo $! > %s.tmp; mv %s.tmp %s; wait", pidfile,
            pidfile, pidfile);
-  pid_t pid = fork();
-  TH_ASSERT(pid >= 0);
-  if (pid == 0) { /* no terminal: CMD gets its own group */
-    int null = open("/dev/null", O_RDWR);
-    dup2(null, 0);
-    dup2(null, 1);
-    execl(sluice_bin(), sluice_bin(), "sem", "run", "g", "--redis", th_server.url, "--", "sh", "-c",
-          script, (char *)NULL);
-    _exit(99);
-  }
+  th_argv a = {.n = 0}; /* no terminal: CMD gets its own group */
+  th_argv_add(&a, "sem", "run", "g", "--redis", th_server.url, "--", "sh", "-c", script, NULL);
+  pid_t pid = th_tool_start(&a, "/dev/null");
   wait_for_file(pidfile, 5000);
   FILE *f = fopen(pidfile, "r");
   long bg = 0;

@@ -11,6 +11,7 @@
 #include <sluice/sluice.h>
 
 #include "harness.h"
+#include "prom_check.h"
 
 typedef struct ctx {
   int flag;
@@ -37,6 +38,13 @@ static void on_info(sluice_sem *s, int status, const sluice_sem_info *info, void
   c->nwaiters = info ? info->nwaiters : 0;
   c->flag = 1;
 }
+/* The semaphore's waiters as Redis has them now. */
+static size_t waiters_seen(struct event_base *base, sluice_sem *sem, ctx *c) {
+  c->flag = 0;
+  TH_ASSERT_EQ(sluice_sem_inspect(sem, on_info, c), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &c->flag, 5000));
+  return c->nwaiters;
+}
 static void on_push(sluice_dq *dq, int status, const char *id, int64_t due, void *ud) {
   ctx *c = ud;
   TH_ASSERT_EQ(status, SLUICE_OK);
@@ -55,8 +63,9 @@ static void on_read(evutil_socket_t fd, short what, void *ud) {
   c->out[c->len] = '\0';
 }
 
-/* Run `sluice top ARGS --once` and collect its output while the loop runs. */
-static int run_top(struct event_base *base, ctx *c, const char *name) {
+/* Run `sluice top MODE [NAME]` (MODE: --once or --prometheus) and collect
+ * its output while the loop runs. */
+static int run_top(struct event_base *base, ctx *c, const char *mode, const char *name) {
   int fds[2];
   TH_ASSERT(pipe(fds) == 0);
   pid_t pid = fork();
@@ -64,8 +73,8 @@ static int run_top(struct event_base *base, ctx *c, const char *name) {
   if (pid == 0) {
     dup2(fds[1], 1);
     close(fds[0]);
-    execl(getenv("SLUICE_BIN"), "sluice", "top", "--once", "--redis", th_server.url,
-          name ? name : "--once", (char *)NULL);
+    execl(getenv("SLUICE_BIN"), "sluice", "top", mode, "--redis", th_server.url,
+          name ? name : mode, (char *)NULL);
     _exit(99);
   }
   close(fds[1]);
@@ -91,9 +100,8 @@ static void test_once(void) {
   sluice_limiter *gcra, *fixed;
   ctx c;
   memset(&c, 0, sizeof c);
-  sluice_client_options_init(&o);
-  o.url = th_server.url;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &cl), SLUICE_OK);
+  th_client_options(&o, th_server.url);
+  cl = th_client_with(base, &o);
 
   TH_ASSERT_EQ(sluice_sem_new(cl, "web", NULL, &sem), SLUICE_OK);
   TH_ASSERT_EQ(sluice_sem_try_acquire(sem, on_acq, &c), SLUICE_OK);
@@ -101,11 +109,8 @@ static void test_once(void) {
   TH_ASSERT_EQ(c.status, SLUICE_OK);
   sluice_acquire *waiter;
   TH_ASSERT_EQ(sluice_sem_acquire(sem, 0, on_waiter, NULL, &waiter), SLUICE_OK);
-  while (c.nwaiters == 0) { /* until the waiter is queued in Redis */
-    c.flag = 0;
-    TH_ASSERT_EQ(sluice_sem_inspect(sem, on_info, &c), SLUICE_OK);
-    TH_ASSERT(th_loop_until(base, &c.flag, 5000));
-  }
+  TH_LOOP_UNTIL(base, waiters_seen(base, sem, &c) > 0, 5000); /* queued in Redis */
+  TH_ASSERT_CMP(c.nwaiters, >, 0);
 
   TH_ASSERT_EQ(sluice_dq_new(cl, "jobs", NULL, &dq), SLUICE_OK);
   sluice_dq_item now = {"a", 1, 0, 0, NULL}, later = {"b", 1, 600000, 0, NULL};
@@ -130,7 +135,7 @@ static void test_once(void) {
   TH_ASSERT_EQ(sluice_limiter_check(fixed, "10.0.0.1", 3, on_rl, &c), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &c.reached, 5000));
 
-  TH_ASSERT_EQ(run_top(base, &c, NULL), 0);
+  TH_ASSERT_EQ(run_top(base, &c, "--once", NULL), 0);
   static char copy[sizeof c.out];
   memcpy(copy, c.out, sizeof copy);
   printf("# output:\n");
@@ -148,11 +153,24 @@ static void test_once(void) {
   TH_ASSERT(!strstr(c.out, "incomplete"));
 
   /* Named: only those objects. */
-  TH_ASSERT_EQ(run_top(base, &c, "login"), 0);
+  TH_ASSERT_EQ(run_top(base, &c, "--once", "login"), 0);
   TH_ASSERT(!strstr(c.out, "web"));
   TH_ASSERT(!strstr(c.out, "jobs"));
   TH_ASSERT(!strstr(c.out, "user:1"));
   TH_ASSERT(strstr(c.out, "10.0.0.1"));
+
+  /* The same state as Prometheus gauges, and the tool's own metrics. */
+  TH_ASSERT_EQ(run_top(base, &c, "--prometheus", NULL), 0);
+  prom_check_text(c.out);
+  TH_ASSERT_EQ(prom_value(c.out, "sluice_sem_holders{name=\"web\"}"), 1);
+  TH_ASSERT_EQ(prom_value(c.out, "sluice_sem_waiters{name=\"web\"}"), 1);
+  TH_ASSERT_EQ(prom_value(c.out, "sluice_dq_messages{name=\"jobs\",state=\"due\"}"), 2);
+  TH_ASSERT_EQ(prom_value(c.out, "sluice_dq_messages{name=\"jobs\",state=\"later\"}"), 1);
+  TH_ASSERT_EQ(prom_value(c.out, "sluice_dq_messages{name=\"jobs\",state=\"in_flight\"}"), 0);
+  TH_ASSERT_EQ(prom_value(c.out, "sluice_client_connection_up{connection=\"command\"}"), 1);
+  TH_ASSERT_CMP(prom_value(c.out, "sluice_step_completed_total{step=\"sem_status\"}"), >=, 1);
+  TH_ASSERT(!strstr(c.out, "user:1")); /* no limiter keys */
+  prom_check_promtool(c.out);
 
   sluice_acquire_cancel(waiter);
   sluice_permit_release(c.permit, NULL, NULL);
@@ -189,9 +207,8 @@ static void test_tmux(void) {
   sluice_sem *sem;
   ctx c;
   memset(&c, 0, sizeof c);
-  sluice_client_options_init(&o);
-  o.url = th_server.url;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &cl), SLUICE_OK);
+  th_client_options(&o, th_server.url);
+  cl = th_client_with(base, &o);
   TH_ASSERT_EQ(sluice_sem_new(cl, "tty", NULL, &sem), SLUICE_OK);
   TH_ASSERT_EQ(sluice_sem_try_acquire(sem, on_acq, &c), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &c.flag, 5000));

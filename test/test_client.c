@@ -26,15 +26,7 @@ static void on_reply(void *ud, int status, const redisReply *reply) {
 }
 
 static sluice_client *new_client(struct event_base *base, unsigned op_timeout) {
-  sluice_client_options o;
-  sluice_client_options_init(&o);
-  o.url = th_server.url;
-  o.op_timeout_ms = op_timeout;
-  o.reconnect_min_ms = 20;
-  o.reconnect_max_ms = 200;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
-  return c;
+  return th_client(base, th_server.url, op_timeout);
 }
 
 static void close_and_drain(struct event_base *base, sluice_client *c) {
@@ -76,19 +68,19 @@ static void test_script_runs(void) {
   client_fx_close(&fx);
 }
 
+static int results_done(const result *rs, int n) {
+  int done = 0;
+  for (int i = 0; i < n; i++) done += rs[i].done;
+  return done;
+}
+
 static void test_pipelined(void) {
   client_fx fx = client_fx_open(2000);
   enum { N = 2000 };
   static result rs[N];
   int done = 0;
   for (int i = 0; i < N; i++) ping(fx.c, &rs[i], 0);
-  uint64_t end = th_now_ms() + 5000;
-  while (th_now_ms() < end) {
-    done = 0;
-    for (int i = 0; i < N; i++) done += rs[i].done;
-    if (done == N) break;
-    event_base_loop(fx.base, EVLOOP_ONCE);
-  }
+  TH_LOOP_UNTIL(fx.base, (done = results_done(rs, N)) == N, 5000);
   TH_ASSERT_EQ(done, N);
   for (int i = 0; i < N; i++) TH_ASSERT_EQ(rs[i].status, SLUICE_OK);
   client_fx_close(&fx);
@@ -164,8 +156,7 @@ static void test_reconnect_after_client_kill(void) {
     TH_ASSERT_EQ(r.status, SLUICE_ECONNECTION);
   }
   /* ...and the client comes back by itself. */
-  uint64_t end = th_now_ms() + 3000;
-  while (!sluice_client_is_connected(fx.c) && th_now_ms() < end) event_base_loop(fx.base, EVLOOP_ONCE);
+  TH_LOOP_UNTIL(fx.base, sluice_client_is_connected(fx.c), 3000);
   TH_ASSERT(sluice_client_is_connected(fx.c));
   ping(fx.c, &r, 0);
   TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
@@ -199,8 +190,7 @@ static void test_dead_connection_replaced(void) {
   TH_ASSERT_EQ(r.status, SLUICE_ECONNECTION); /* at once, not after 300 ms */
   TH_ASSERT_CMP(th_now_ms() - t0, <, 100);
   th_redis_resume(&th_server);
-  uint64_t end = th_now_ms() + 5000;
-  while (!sluice_client_is_connected(fx.c) && th_now_ms() < end) event_base_loop(fx.base, EVLOOP_ONCE);
+  TH_LOOP_UNTIL(fx.base, sluice_client_is_connected(fx.c), 5000);
   TH_ASSERT(sluice_client_is_connected(fx.c));
   ping(fx.c, &r, 0);
   TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
@@ -241,11 +231,9 @@ static void test_close_cancels_pending(void) {
 static void test_connect_refused_fails_within_deadline(void) {
   struct event_base *base = event_base_new();
   sluice_client_options o;
-  sluice_client_options_init(&o);
-  o.url = "unix:///nonexistent/sluice.sock";
+  th_client_options(&o, "unix:///nonexistent/sluice.sock");
   o.reconnect_min_ms = 20;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), 0);
+  sluice_client *c = th_client_with(base, &o);
   result r;
   ping(c, &r, 300);
   TH_ASSERT(th_loop_until(base, &r.done, 2000));
@@ -306,7 +294,7 @@ static void test_auth_and_select(void) {
   struct event_base *base = event_base_new();
   for (int variant = 0; variant < 3; variant++) {
     sluice_client_options o;
-    sluice_client_options_init(&o);
+    th_client_options(&o, NULL);
     o.unix_path = r.sock;
     o.db = 3;
     o.reconnect_min_ms = 20;
@@ -316,8 +304,7 @@ static void test_auth_and_select(void) {
       o.password = "pw";
     }
     if (variant == 2) o.password = "wrong";
-    sluice_client *c = NULL;
-    TH_ASSERT_EQ(sluice_client_new(base, &o, &c), 0);
+    sluice_client *c = th_client_with(base, &o);
     result res = {0};
     const char *argv[] = {"SET", "k", "v"};
     TH_ASSERT_EQ(sluice__command(c, 3, argv, NULL, 1000, on_reply, &res, NULL), 0);
@@ -373,7 +360,7 @@ static void test_tcp_connect(void) {
   for (int by_url = 0; by_url < 2; by_url++) {
     sluice_client_options o;
     char url[64];
-    sluice_client_options_init(&o);
+    th_client_options(&o, NULL);
     if (by_url) {
       snprintf(url, sizeof url, "redis://127.0.0.1:%d/2", port);
       o.url = url;
@@ -381,8 +368,7 @@ static void test_tcp_connect(void) {
       o.host = "127.0.0.1";
       o.port = port;
     }
-    sluice_client *c = NULL;
-    TH_ASSERT_EQ(sluice_client_new(base, &o, &c), 0);
+    sluice_client *c = th_client_with(base, &o);
     result res;
     ping(c, &res, 0);
     TH_ASSERT(th_loop_until(base, &res.done, 3000));
@@ -398,11 +384,9 @@ static void test_tcp_connect(void) {
 static void test_key_prefix(void) {
   struct event_base *base = event_base_new();
   sluice_client_options o;
-  sluice_client_options_init(&o);
-  o.url = th_server.url;
+  th_client_options(&o, th_server.url);
   o.key_prefix = "myapp:";
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), 0);
+  sluice_client *c = th_client_with(base, &o);
   char *k = sluice__key(c, "sem", "a", "holders");
   TH_ASSERT_STR_EQ(k, "myapp:sem:{a}:holders");
   free(k);

@@ -171,10 +171,9 @@ static void test_primitives(void) {
 
   /* The same through the options, for programs without URLs. */
   sluice_client_options o;
-  sluice_client_options_init(&o);
+  th_client_options(&o, NULL);
   o.cluster_seeds = topo.seeds;
-  sluice_client *c2 = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c2), SLUICE_OK);
+  sluice_client *c2 = th_client_with(base, &o);
   sluice_sem *s2 = sem_test_new(c2, names[2], 1, 5000, 0);
   acq_result b = sem_try(base, s2);
   TH_ASSERT_EQ(b.status, SLUICE_OK);
@@ -234,7 +233,7 @@ static void test_bad_input(void) {
       "redis+cluster://h:1?verify=0", "redis+cluster://h:1,h:x", NULL};
   th_assert_urls_refused(base, malformed);
   sluice_client_options o;
-  sluice_client_options_init(&o);
+  th_client_options(&o, NULL);
   o.cluster_seeds = "127.0.0.1:7000";
   o.master_name = "m";
   o.sentinels = "127.0.0.1:26379";
@@ -647,15 +646,13 @@ static void test_pause_master(void) {
   start(1);
   struct event_base *base = event_base_new();
   sluice_client_options o;
-  sluice_client_options_init(&o);
-  o.url = url;
+  th_client_options(&o, url);
   o.reconnect_min_ms = 20;
   o.reconnect_max_ms = 200;
   o.op_timeout_ms = 1000;
   o.wait_replicas = 1;
   o.wait_timeout_ms = 200;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  sluice_client *c = th_client_with(base, &o);
   if (getenv("TEST_LOG")) sluice_client_set_log_cb(c, print_log, NULL);
   fo_load f;
   memset(&f, 0, sizeof f);

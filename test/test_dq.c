@@ -1043,11 +1043,9 @@ static void on_consumer_error(sluice_dq_consumer *con, int status, void *ud) {
 static void test_error_callback_and_names(void) {
   struct event_base *base = event_base_new();
   sluice_client_options co;
-  sluice_client_options_init(&co);
-  co.url = th_server.url;
+  th_client_options(&co, th_server.url);
   co.op_timeout_ms = 200;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &co, &c), SLUICE_OK);
+  sluice_client *c = th_client_with(base, &co);
   sluice_dq *dq = dqt_queue(c, "errq");
   TH_ASSERT_STR_EQ(sluice_dq_name(dq), "errq");
   TH_ASSERT(strlen(sluice_version()) > 0);

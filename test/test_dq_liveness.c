@@ -31,10 +31,10 @@ enum { CONSUMERS = 3, MSGS = 300, HOLD_MS = 50, VIS_MS = 5000, MAX_DELIVERIES = 
 
 typedef struct consumer_cfg {
   int who;
-  int cli;          /* 1: the tool, running CMD; 0: a forked library consumer */
+  int cli; /* 1: the tool, running CMD; 0: a forked library consumer */
   unsigned batch, max_in_flight, visibility_ms;
   unsigned hold_ms, first_hold_ms; /* handler time; on attempt 1 */
-  int fd;           /* write end of the report pipe */
+  int fd;                          /* write end of the report pipe */
 } consumer_cfg;
 
 /* ---- a library consumer (child process) --------------------------------------- */
@@ -109,12 +109,13 @@ static void write_cmd(void) {
   snprintf(cmd_path, sizeof cmd_path, "%s/cmd.sh", work);
   FILE *f = fopen(cmd_path, "w");
   TH_ASSERT(f != NULL);
-  fputs("#!/bin/bash\n"
-        "read -r i\n"
-        "t=${EPOCHREALTIME/./}\n"
-        "echo \"d $WHO $SLUICE_DQ_ATTEMPT $i ${t:0:13} 0\" >&3\n"
-        "if [ \"$SLUICE_DQ_ATTEMPT\" = 1 ]; then sleep \"$FIRST_S\"; else sleep \"$HOLD_S\"; fi\n",
-        f);
+  fputs(
+      "#!/bin/bash\n"
+      "read -r i\n"
+      "t=${EPOCHREALTIME/./}\n"
+      "echo \"d $WHO $SLUICE_DQ_ATTEMPT $i ${t:0:13} 0\" >&3\n"
+      "if [ \"$SLUICE_DQ_ATTEMPT\" = 1 ]; then sleep \"$FIRST_S\"; else sleep \"$HOLD_S\"; fi\n",
+      f);
   TH_ASSERT_EQ(fclose(f), 0);
   TH_ASSERT_EQ(chmod(cmd_path, 0700), 0);
 }
@@ -182,9 +183,9 @@ typedef struct delivery {
 
 typedef struct msg_state {
   int64_t due_ms;
-  int n;                       /* deliveries seen */
+  int n; /* deliveries seen */
   delivery d[MAX_DELIVERIES];
-  int acked_by;                /* -1: no acknowledgement reported */
+  int acked_by; /* -1: no acknowledgement reported */
 } msg_state;
 
 typedef struct run {
@@ -192,11 +193,11 @@ typedef struct run {
   pid_t pid[CONSUMERS];
   int killed[CONSUMERS];
   int fd[2];
-  char buf[4096];              /* a partial line */
+  char buf[4096]; /* a partial line */
   size_t have;
-  int n;                       /* messages used, up to MSGS */
+  int n; /* messages used, up to MSGS */
   msg_state m[MSGS];
-  int late_settles, late_by;   /* settlements answered SLUICE_ELATE; the first's consumer */
+  int late_settles, late_by; /* settlements answered SLUICE_ELATE; the first's consumer */
 } run;
 
 static void run_start(run *r, int cli, unsigned batch, unsigned max_in_flight) {
@@ -322,8 +323,7 @@ static void wait_all(run *r, unsigned ms) {
     for (int i = 0; i < r->n; i++) missing += r->m[i].n == 0;
     if (!missing && queue_empty()) return;
     if (th_now_ms() >= end)
-      th_fail(__FILE__, __LINE__, "%d of %d messages never delivered in %u ms", missing, r->n,
-              ms);
+      th_fail(__FILE__, __LINE__, "%d of %d messages never delivered in %u ms", missing, r->n, ms);
   }
 }
 
@@ -358,8 +358,8 @@ static void check(run *r, const char *what) {
   }
   qsort(late, (size_t)n, sizeof late[0], cmp_i64);
   int64_t p50 = late[n / 2], p99 = late[n * 99 / 100], mx = late[n - 1];
-  printf("# %s: %d messages taken on time: lateness p50 %lld ms, p99 %lld ms, max %lld ms\n",
-         what, n, (long long)p50, (long long)p99, (long long)mx);
+  printf("# %s: %d messages taken on time: lateness p50 %lld ms, p99 %lld ms, max %lld ms\n", what,
+         n, (long long)p50, (long long)p99, (long long)mx);
   printf("# %s: %d held by killed consumers, redelivered at most %lld ms past their deadline\n",
          what, nheld, (long long)worst_redelivery);
   TH_ASSERT_CMP(p99, <, 1000 + HOLD_MS);
@@ -414,8 +414,8 @@ static void kill_all_but_one_at_burst(int cli) {
   int first = wait_busy(&r, -1, 10000);
   for (int k = 0; k < CONSUMERS - 1; k++) kill_consumer(&r, (first + k) % CONSUMERS);
   wait_all(&r, 25000);
-  check(&r, cli ? "tool, all but one killed at the burst"
-                : "library, all but one killed at the burst");
+  check(&r,
+        cli ? "tool, all but one killed at the burst" : "library, all but one killed at the burst");
   run_end(&r);
 }
 

@@ -152,12 +152,10 @@ static void test_many_messages_many_consumers(void) {
   close(fds[1]);
   struct event_base *base = event_base_new();
   sluice_client_options co;
-  sluice_client_options_init(&co);
-  co.url = th_server.url;
+  th_client_options(&co, th_server.url);
   co.op_timeout_ms = 30000; /* 100 batches of 1000 queue up behind each other */
   co.connect_timeout_ms = 10000;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &co, &c), SLUICE_OK);
+  sluice_client *c = th_client_with(base, &co);
   const int n = many();
   sluice_dq *dq = dqt_queue(c, "many");
   srand(42);

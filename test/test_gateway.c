@@ -1,9 +1,8 @@
 /*
  * examples/gateway under load while its Redis is killed and started again.
  *
- * The gateway (path in $SLUICE_GATEWAY; $SLUICE_GATEWAY_WRAPPER, e.g. a
- * valgrind command line, goes in front of it) runs against the binary's
- * private redis-server. A small evhttp client keeps a few connections busy
+ * The gateway (gateway_proc.h) runs against the binary's private
+ * redis-server. A small evhttp client keeps a few connections busy
  * with back-to-back requests while the server is killed (SIGKILL), stays
  * down for a moment, and is started again, empty, on the same socket. The
  * gateway must keep answering every request (its documented Redis-down
@@ -12,14 +11,10 @@
  * end with nothing in flight (GET /stats), keep its memory flat, and exit 0
  * on SIGTERM (under ASan or valgrind that includes no leaks).
  */
-#include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +22,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 
+#include "gateway_proc.h"
 #include "harness.h"
 
 #define NCONN 8
@@ -44,78 +40,6 @@
 #ifndef UNDER_ASAN
 #define UNDER_ASAN 0
 #endif
-
-typedef struct gateway {
-  pid_t pid;
-  int port;
-  int wrapped;  /* under a wrapper (valgrind): slow, RSS meaningless */
-} gateway;
-
-/* Start the gateway (extra: one more option, or NULL) and read "gateway
- * listening on 127.0.0.1:PORT" from it. */
-static void gateway_start(gateway *gw, const char *extra) {
-  const char *bin = getenv("SLUICE_GATEWAY");
-  if (!bin || !*bin) th_fail(__FILE__, __LINE__, "SLUICE_GATEWAY not set");
-  const char *wrap = getenv("SLUICE_GATEWAY_WRAPPER");
-  char *wrapcopy = strdup(wrap ? wrap : "");
-  const char *argv[64];
-  int n = 0;
-  for (char *t = strtok(wrapcopy, " "); t && n < 40; t = strtok(NULL, " ")) argv[n++] = t;
-  gw->wrapped = n > 0;
-  const char *args[] = {bin, "--redis", th_server.url, "--port", "0", "--quiet",
-                        "--rate", "1000000", "--permits", "4", "--work-ms", "1",
-                        "--op-timeout", "100", "--queue-timeout", "200",
-                        "--followup-every", "5", "--followup-delay", "20", NULL};
-  for (int i = 0; args[i]; i++) argv[n++] = args[i];
-  if (extra) argv[n++] = extra;
-  argv[n] = NULL;
-  int fds[2];
-  TH_ASSERT(pipe(fds) == 0);
-  pid_t pid = fork();
-  TH_ASSERT(pid >= 0);
-  if (pid == 0) {
-    /* Dies with the test case, even when an assertion ends it early. */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    dup2(fds[1], 1);
-    close(fds[0]);
-    close(fds[1]);
-    execvp(argv[0], (char *const *)argv);
-    _exit(127);
-  }
-  free(wrapcopy);
-  close(fds[1]);
-  gw->pid = pid;
-  char line[256];
-  size_t len = 0;
-  uint64_t end = th_now_ms() + 60000;  /* valgrind starts slowly */
-  while (len < sizeof line - 1 && th_now_ms() < end) {
-    struct pollfd p = {fds[0], POLLIN, 0};
-    if (poll(&p, 1, 100) <= 0) continue;
-    ssize_t k = read(fds[0], line + len, 1);
-    if (k <= 0) break;
-    if (line[len] == '\n') break;
-    len++;
-  }
-  line[len] = '\0';
-  close(fds[0]);
-  const char *colon = strrchr(line, ':');
-  gw->port = colon ? atoi(colon + 1) : 0;
-  if (gw->port <= 0) th_fail(__FILE__, __LINE__, "gateway did not start: '%s'", line);
-}
-
-static int gateway_stop(gateway *gw) {
-  kill(gw->pid, SIGTERM);
-  int st = 0;
-  uint64_t end = th_now_ms() + (gw->wrapped ? 60000 : 10000);
-  while (th_now_ms() < end) {
-    pid_t w = waitpid(gw->pid, &st, WNOHANG);
-    if (w == gw->pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    usleep(10000);
-  }
-  kill(gw->pid, SIGKILL);
-  waitpid(gw->pid, &st, 0);
-  return -1;
-}
 
 static long rss_kb(pid_t pid) {
   char path[64], buf[4096];
@@ -229,43 +153,6 @@ static void print_counts(const char *what, counts c) {
   fflush(stdout);
 }
 
-/* GET /stats on a fresh connection: the gateway's counters as text, or NULL. */
-typedef struct stats_req {
-  struct event_base *base;
-  char *text;
-} stats_req;
-
-static void stats_done(struct evhttp_request *req, void *arg) {
-  stats_req *sr = arg;
-  if (req && evhttp_request_get_response_code(req) == 200) {
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    size_t n = evbuffer_get_length(in);
-    sr->text = malloc(n + 1);
-    if (sr->text) {
-      evbuffer_remove(in, sr->text, n);
-      sr->text[n] = '\0';
-    }
-  }
-  /* The kept-alive connection would keep the loop running. */
-  event_base_loopexit(sr->base, NULL);
-}
-
-static char *get_stats(int port) {
-  stats_req sr = {event_base_new(), NULL};
-  TH_ASSERT(sr.base != NULL);
-  struct evhttp_connection *con =
-      evhttp_connection_base_new(sr.base, NULL, "127.0.0.1", (ev_uint16_t)port);
-  TH_ASSERT(con != NULL);
-  evhttp_connection_set_timeout(con, 10);
-  struct evhttp_request *req = evhttp_request_new(stats_done, &sr);
-  evhttp_add_header(evhttp_request_get_output_headers(req), "Host", "127.0.0.1");
-  if (evhttp_make_request(con, req, EVHTTP_REQ_GET, "/stats") == 0)
-    event_base_dispatch(sr.base);
-  evhttp_connection_free(con);
-  event_base_free(sr.base);
-  return sr.text;
-}
-
 static long stat_value(const char *text, const char *name) {
   size_t n = strlen(name);
   for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
@@ -278,7 +165,7 @@ static long wait_stat(int port, const char *name, long want, unsigned timeout_ms
   uint64_t end = th_now_ms() + timeout_ms;
   long v = -1;
   for (;;) {
-    char *s = get_stats(port);
+    char *s = th_http_get(port, "/stats");
     v = s ? stat_value(s, name) : -1;
     free(s);
     if (v == want || th_now_ms() >= end) return v;
@@ -337,7 +224,7 @@ static void redis_restart_under_load(const char *extra) {
    * pushed after the restart were handled. */
   TH_ASSERT_EQ(wait_stat(gw.port, "live_requests", 0, 5000 * scale), 0);
   TH_ASSERT_EQ(wait_stat(gw.port, "ops_in_flight", 0, 5000 * scale), 0);
-  char *s = get_stats(gw.port);
+  char *s = th_http_get(gw.port, "/stats");
   TH_ASSERT(s != NULL);
   printf("# reconnects %ld, followups pushed %ld done %ld, unchecked decisions %ld\n",
          stat_value(s, "reconnects"), stat_value(s, "followups_pushed"),

@@ -65,12 +65,43 @@ static void test_saturation(void) {
   TH_ASSERT_EQ(sluice__hist_quantile(&h, 1.0), 10);
 }
 
+/* The sum (a Prometheus histogram's _sum) is exact, and stops at the top
+ * rather than wrapping. */
+static void test_sum(void) {
+  static sluice__hist h;
+  memset(&h, 0, sizeof h);
+  for (uint64_t v = 1; v <= 1000; v++) sluice__hist_record(&h, v);
+  TH_ASSERT_EQ(h.sum, 500500);
+  sluice__hist_record(&h, UINT64_MAX - 10);
+  TH_ASSERT_EQ(h.sum, UINT64_MAX);
+  sluice__hist_record(&h, 1);
+  TH_ASSERT_EQ(h.sum, UINT64_MAX);
+}
+
+/* Counts below a power of two are exact (what the exposition's buckets
+ * read): each value lands below 2^k exactly when it is less than 2^k. */
+static void test_below(void) {
+  static sluice__hist h;
+  memset(&h, 0, sizeof h);
+  TH_ASSERT_EQ(sluice__hist_below(&h, 1024), 0);
+  for (uint64_t v = 0; v < 5000; v += 3) sluice__hist_record(&h, v);
+  sluice__hist_record(&h, 1ull << 40); /* past the resolved range */
+  for (unsigned k = 0; k <= 31; k++) {
+    uint64_t p = 1ull << k, want = 0;
+    for (uint64_t v = 0; v < 5000; v += 3) want += v < p;
+    TH_ASSERT_EQ(sluice__hist_below(&h, p), want);
+  }
+  TH_ASSERT_EQ(sluice__hist_below(&h, 0), 0);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"layout", test_layout, 10},
       {"quantiles", test_quantiles, 10},
       {"small_and_huge", test_small_and_huge, 10},
       {"saturation", test_saturation, 10},
+      {"sum", test_sum, 10},
+      {"below", test_below, 10},
       {NULL, NULL, 0},
   };
   return th_main_local(argc, argv, cases);

@@ -41,15 +41,12 @@ static void on_res(sluice_limiter *lim, int status, const sluice_rl_result *res,
 
 static sluice_client *new_client(struct event_base *base, unsigned op_timeout) {
   sluice_client_options o;
-  sluice_client_options_init(&o);
-  o.url = th_server.url;
+  th_client_options(&o, th_server.url);
   o.op_timeout_ms = op_timeout;
   o.reconnect_min_ms = 20;
   o.reconnect_max_ms = 100;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
-  uint64_t end = th_now_ms() + 3000;
-  while (!sluice_client_is_connected(c) && th_now_ms() < end) event_base_loop(base, EVLOOP_ONCE);
+  sluice_client *c = th_client_with(base, &o);
+  TH_LOOP_UNTIL(base, sluice_client_is_connected(c), 3000);
   TH_ASSERT(sluice_client_is_connected(c));
   return c;
 }

@@ -155,12 +155,10 @@ static void fake_stop(fake *f) {
 
 static sluice_client *fake_client(struct event_base *base, const fake *f) {
   sluice_client_options o;
-  sluice_client_options_init(&o);
+  th_client_options(&o, NULL);
   o.unix_path = f->path;
   o.op_timeout_ms = 1000;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), 0);
-  return c;
+  return th_client_with(base, &o);
 }
 
 /* A client of a TCP fake through a redis+cluster:// URL. */
@@ -169,12 +167,9 @@ static sluice_client *fake_cluster_client(struct event_base *base, const fake *f
   char url[64];
   snprintf(url, sizeof url, "redis+cluster://127.0.0.1:%d", f->port);
   sluice_client_options o;
-  sluice_client_options_init(&o);
-  o.url = url;
+  th_client_options(&o, url);
   o.op_timeout_ms = op_timeout_ms;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
-  return c;
+  return th_client_with(base, &o);
 }
 
 /* The end of a case against a fake: its semaphore, client and loop freed

@@ -6,6 +6,7 @@
 #include <sluice/sluice.h>
 
 #include "harness.h"
+#include "prom_check.h"
 
 typedef struct logbook {
   char text[8192];
@@ -26,13 +27,16 @@ static void on_log(sluice_client *c, int level, const char *msg, void *ud) {
 
 static sluice_client *client_on(struct event_base *base, const th_redis *r) {
   sluice_client_options o;
-  sluice_client *c;
-  sluice_client_options_init(&o);
-  o.url = r->url;
+  th_client_options(&o, r->url);
   o.reconnect_min_ms = 10;
   o.reconnect_max_ms = 100;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
-  return c;
+  return th_client_with(base, &o);
+}
+
+/* sem's metrics into sm; returns its waits. */
+static unsigned long long sem_waits(sluice_sem *sem, sluice_sem_metrics *sm) {
+  sluice_sem_get_metrics(sem, sm);
+  return sm->waits;
 }
 
 static void test_log_down_up(void) {
@@ -69,10 +73,10 @@ static void test_log_failed_auth(void) {
   sluice_client *c;
   logbook b;
   memset(&b, 0, sizeof b);
-  sluice_client_options_init(&o);
+  th_client_options(&o, NULL);
   o.unix_path = secured.sock;
   o.password = "wrong";
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  c = th_client_with(base, &o);
   sluice_client_set_log_cb(c, on_log, &b);
   TH_ASSERT(th_loop_until(base, &b.flag, 5000));
   TH_ASSERT(strstr(b.text, "ERROR handshake failed with "));
@@ -132,6 +136,39 @@ static void on_msg(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
   sluice_dq_ack(m, on_acked, ud);
 }
 
+/* The Prometheus text says what the getters say (nothing ran since). */
+static void check_exposition(const sluice_client *c, const sluice_client_metrics *m,
+                             const sluice_sem_metrics *sm, const sluice_limiter_metrics *lm,
+                             const sluice_dq_consumer_metrics *cm) {
+  char *text, series[128];
+  TH_ASSERT_EQ(sluice_client_prometheus(c, &text, NULL), SLUICE_OK);
+  prom_check_text(text);
+  TH_ASSERT_EQ(prom_value(text, "sluice_client_connection_up{connection=\"command\"}"), 1);
+  TH_ASSERT_EQ(prom_value(text, "sluice_client_scripts_started_total"), m->evals);
+  TH_ASSERT_EQ(prom_value(text, "sluice_client_completions_total{status=\"SLUICE_OK\"}"),
+               m->by_status[0]);
+  for (size_t i = 0; i < m->nkinds; i++) {
+    snprintf(series, sizeof series, "sluice_step_completed_total{step=\"%s\"}", m->kinds[i].name);
+    TH_ASSERT_EQ(prom_value(text, series), m->kinds[i].ops);
+    snprintf(series, sizeof series, "sluice_step_duration_seconds_count{step=\"%s\"}",
+             m->kinds[i].name);
+    TH_ASSERT_EQ(prom_value(text, series), m->kinds[i].latency.count);
+  }
+  TH_ASSERT_EQ(prom_value(text, "sluice_sem_grants_total{name=\"m\"}"), sm->grants);
+  TH_ASSERT_EQ(prom_value(text, "sluice_sem_busy_total{name=\"m\"}"), sm->busy);
+  TH_ASSERT_EQ(prom_value(text, "sluice_sem_wait_seconds_count{name=\"m\"}"), sm->wait.count);
+  /* Both waits ended well within a minute (the second had 5 s at most). */
+  TH_ASSERT_EQ(prom_value(text, "sluice_sem_wait_seconds_bucket{name=\"m\",le=\"67.108864\"}"), 2);
+  TH_ASSERT_EQ(prom_value(text, "sluice_limiter_denied_total{name=\"m\",algorithm=\"fixed\"}"),
+               lm->denied);
+  TH_ASSERT_EQ(prom_value(text, "sluice_dq_pushed_total{name=\"m\"}"), 1);
+  TH_ASSERT_EQ(prom_value(text, "sluice_dq_consumer_acked_total{name=\"m\"}"), cm->acked);
+  TH_ASSERT_EQ(prom_value(text, "sluice_dq_consumer_lateness_seconds_count{name=\"m\"}"),
+               cm->lateness.count);
+  prom_check_promtool(text);
+  sluice_prometheus_free(text);
+}
+
 static void test_counters(void) {
   struct event_base *base = event_base_new();
   sluice_client *c = client_on(base, &th_server);
@@ -151,11 +188,9 @@ static void test_counters(void) {
   sluice_sem_get_metrics(sem, &sm);
   TH_ASSERT_EQ(sm.grants, 1);
   TH_ASSERT_EQ(sm.busy, 1);
-  int never = 0;
-  while (!sm.waits) { /* the second acquire queues in Redis: no event says so */
-    th_loop_until(base, &never, 5);
-    sluice_sem_get_metrics(sem, &sm);
-  }
+  /* The second acquire queues in Redis: no event says so. */
+  TH_LOOP_UNTIL(base, sem_waits(sem, &sm) > 0, 5000);
+  TH_ASSERT_CMP(sm.waits, >, 0);
   /* Release the first permit: the waiter is handed it. */
   TH_ASSERT_EQ(y.flag, 0);
   sluice_permit_release(first, NULL, NULL);
@@ -214,11 +249,48 @@ static void test_counters(void) {
     if (strcmp(m.kinds[i].name, "sem_acquire") == 0) seen_acquire = m.kinds[i].ops >= 2;
   }
   TH_ASSERT(seen_acquire);
+  check_exposition(c, &m, &sm, &lm, &cm);
 
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
   sluice_limiter_free(lim);
   sluice_sem_free(sem);
+  sluice_client_free(c);
+  TH_ASSERT(th_loop_drain(base, 10000));
+  event_base_free(base);
+}
+
+/* Two handles on one name are one series: their counts add up; freeing
+ * one takes its counts away. */
+static void test_prometheus_sums_handles(void) {
+  struct event_base *base = event_base_new();
+  sluice_client *c = client_on(base, &th_server);
+  sluice_sem_options so;
+  sluice_sem *a, *b;
+  st x = {0, 0, NULL}, y = {0, 0, NULL};
+  sluice_sem_options_init(&so);
+  so.permits = 2;
+  TH_ASSERT_EQ(sluice_sem_new(c, "dup", &so, &a), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_sem_new(c, "dup", &so, &b), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_sem_try_acquire(a, on_acq, &x), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_sem_try_acquire(b, on_acq, &y), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &x.flag, 5000));
+  TH_ASSERT(th_loop_until(base, &y.flag, 5000));
+  TH_ASSERT(x.p && y.p);
+  char *text;
+  TH_ASSERT_EQ(sluice_client_prometheus(c, &text, NULL), SLUICE_OK);
+  prom_check_text(text);
+  TH_ASSERT_EQ(prom_value(text, "sluice_sem_grants_total{name=\"dup\"}"), 2);
+  TH_ASSERT_EQ(prom_value(text, "sluice_client_handles{kind=\"sem\"}"), 2);
+  sluice_prometheus_free(text);
+  sluice_permit_release(x.p, NULL, NULL);
+  sluice_sem_free(a);
+  TH_ASSERT_EQ(sluice_client_prometheus(c, &text, NULL), SLUICE_OK);
+  TH_ASSERT_EQ(prom_value(text, "sluice_sem_grants_total{name=\"dup\"}"), 1);
+  TH_ASSERT_EQ(prom_value(text, "sluice_client_handles{kind=\"sem\"}"), 1);
+  sluice_prometheus_free(text);
+  sluice_permit_release(y.p, NULL, NULL);
+  sluice_sem_free(b);
   sluice_client_free(c);
   TH_ASSERT(th_loop_drain(base, 10000));
   event_base_free(base);
@@ -230,6 +302,7 @@ int main(int argc, char **argv) {
       {"log_failed_auth", test_log_failed_auth, 30},
       {"precise_clock", test_precise_clock, 30},
       {"counters", test_counters, 30},
+      {"prometheus_sums_handles", test_prometheus_sums_handles, 30},
       {NULL, NULL, 0},
   };
   return th_main(argc, argv, cases);

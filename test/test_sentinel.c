@@ -87,11 +87,10 @@ static void test_primitives(void) {
 
   /* The same through the options, for programs without URLs. */
   sluice_client_options o;
-  sluice_client_options_init(&o);
+  th_client_options(&o, NULL);
   o.master_name = "mymaster";
   o.sentinels = topo.sentinels;
-  sluice_client *c2 = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c2), SLUICE_OK);
+  sluice_client *c2 = th_client_with(base, &o);
   sluice_sem *s2 = sem_test_new(c2, "s", 1, 5000, 0);
   acq_result b = sem_try(base, s2);
   TH_ASSERT_EQ(b.status, SLUICE_OK);
@@ -138,7 +137,7 @@ static void test_failover(void) {
   /* A waiter served before the release: the new master did not have the
    * holder's last renewal (replication is asynchronous) and its lease had
    * ended there. The holder hears it at its next renewal, a third of a lease
-   * later at most (README: the failover window). */
+   * later at most (docs/failures.md: the failover window). */
   if (w.done) {
     uint64_t until = th_now_ms() + 2500;
     while (!sluice_permit_lost(h.permit) && th_now_ms() < until) th_loop_for(base, 20);
@@ -217,13 +216,11 @@ static void test_wait_replicas(void) {
   start();
   struct event_base *base = event_base_new();
   sluice_client_options o;
-  sluice_client_options_init(&o);
-  o.url = url;
+  th_client_options(&o, url);
   o.op_timeout_ms = 4000;
   o.wait_replicas = 1;
   o.wait_timeout_ms = 1000; /* generous: the replica may lag on a loaded machine */
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  sluice_client *c = th_client_with(base, &o);
   sluice_sem *s = sem_test_new(c, "w", 2, 5000, 0);
   acq_result a = sem_try(base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);

@@ -6,7 +6,6 @@
  * that rediss:// is refused with a reason. Either way it first says which
  * hiredis the binary runs with. */
 #include <dlfcn.h>
-#include <netinet/in.h>
 #include <stdarg.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -67,17 +66,7 @@ static void on_state(sluice_client *c, int connected, int status, void *ud) {
 }
 
 static sluice_client *client_for(struct event_base *base, const char *url, state_rec *st) {
-  sluice_client_options o;
-  sluice_client_options_init(&o);
-  o.url = url;
-  o.op_timeout_ms = 3000;
-  o.reconnect_min_ms = 20;
-  o.reconnect_max_ms = 200;
-  sluice_client *c = NULL;
-  int rc = sluice_client_new(base, &o, &c);
-  if (rc != SLUICE_OK)
-    th_fail(__FILE__, __LINE__, "sluice_client_new(%s): %s: %s", url, sluice_err_name(rc),
-            sluice_client_last_error(NULL));
+  sluice_client *c = th_client(base, url, 3000);
   if (st) sluice_client_set_state_cb(c, on_state, st);
   return c;
 }
@@ -104,47 +93,18 @@ static void test_hiredis_build(void) {
 #endif
 }
 
-typedef struct run_out {
-  int status;
-  char out[2048];  /* stdout and stderr */
-} run_out;
+typedef th_tool_out run_out;
 
-/* Run the sluice tool with args (NULL-terminated). */
+/* Run the sluice tool with args (NULL-terminated), stderr joined to stdout. */
 static run_out run_cli(const char *first, ...) {
-  const char *argv[40];
-  int n = 0;
-  const char *bin = getenv("SLUICE_BIN");
-  if (!bin) th_fail(__FILE__, __LINE__, "SLUICE_BIN not set");
-  argv[n++] = bin;
-  argv[n++] = first;
+  th_argv a = {.n = 0};
+  th_argv_add(&a, first, NULL);
   va_list ap;
   va_start(ap, first);
-  const char *a;
-  while ((a = va_arg(ap, const char *)) && n < 38) argv[n++] = a;
+  th_argv_addv(&a, ap);
   va_end(ap);
-  argv[n] = NULL;
-  int fds[2];
-  TH_ASSERT(pipe(fds) == 0);
-  pid_t pid = fork();
-  TH_ASSERT(pid >= 0);
-  if (pid == 0) {
-    dup2(fds[1], 1);
-    dup2(fds[1], 2);
-    close(fds[0]);
-    execv(argv[0], (char *const *)argv);
-    _exit(99);
-  }
-  close(fds[1]);
-  run_out r = {0, ""};
-  size_t len = 0;
-  ssize_t got;
-  while ((got = read(fds[0], r.out + len, sizeof r.out - 1 - len)) > 0) len += (size_t)got;
-  r.out[len] = '\0';
-  close(fds[0]);
-  int st;
-  TH_ASSERT_EQ(waitpid(pid, &st, 0), pid);
-  TH_ASSERT(WIFEXITED(st));
-  r.status = WEXITSTATUS(st);
+  run_out r;
+  th_tool_run(&r, &a, 1);
   return r;
 }
 
@@ -174,9 +134,8 @@ static void test_refused_without_tls(void) {
   TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_EINVAL);
   TH_ASSERT_CONTAINS(sluice_client_last_error(NULL), "TLS needs hiredis >= 1.0");
   /* A plain client afterwards works and clears the text. */
-  sluice_client_options_init(&o);
-  o.url = th_server.url;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  th_client_options(&o, th_server.url);
+  c = th_client_with(base, &o);
   TH_ASSERT_STR_EQ(sluice_client_last_error(NULL), "");
   sluice_client_free(c);
   TH_ASSERT(th_loop_drain(base, 5000));
@@ -450,15 +409,14 @@ static void test_sni_and_skip_verify(void) {
 static void test_options(void) {
   struct event_base *base = event_base_new();
   sluice_client_options o;
-  sluice_client_options_init(&o);
+  th_client_options(&o, NULL);
   o.port = tls_port;
   o.tls = 1;
   o.tls_ca_file = cert("ca.crt");
   o.tls_cert_file = cert("client.crt");
   o.tls_key_file = cert("client.key");
   o.tls_server_name = "localhost";
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  sluice_client *c = th_client_with(base, &o);
   state_rec st = {0};
   sluice_client_set_state_cb(c, on_state, &st);
   TH_ASSERT(th_loop_until(base, &st.changes, 5000));
@@ -524,10 +482,9 @@ static void test_refusals(void) {
   client_close_drain(base, c);
   /* TLS fields of the options are ignored while TLS is off. */
   sluice_client_options o;
-  sluice_client_options_init(&o);
-  o.url = th_server.url;
+  th_client_options(&o, th_server.url);
   o.tls_ca_file = "/nonexistent";
-  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  c = th_client_with(base, &o);
   client_close_drain(base, c);
   event_base_free(base);
 }
@@ -558,13 +515,12 @@ static void test_cli(void) {
   TH_ASSERT_CONTAINS(r.out, "cannot load CA file");
 }
 
-static int free_port(void);
 
 /* rediss+cluster://: a one-node cluster that speaks only TLS (cluster bus
  * too); its slot map names its TLS port, and a semaphore with a blocked
  * waiter works through it. */
 static void test_cluster(void) {
-  int port = free_port(), bus = free_port();
+  int port = th_free_port(), bus = th_free_port();
   TH_ASSERT(port > 0 && bus > 0);
   char p[16], b[16];
   snprintf(p, sizeof p, "%d", port);
@@ -616,22 +572,6 @@ static void test_cluster(void) {
   rmdir(node.dir);
 }
 
-/* A free loopback port (the kernel's pick; the server binds it right after). */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a;
-  socklen_t len = sizeof a;
-  memset(&a, 0, sizeof a);
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-      getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-    if (fd >= 0) close(fd);
-    return -1;
-  }
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 /* A CA, another CA, a server certificate for 127.0.0.1 and localhost, and a
  * client certificate, all from the first CA except other-ca. */
@@ -707,7 +647,7 @@ int main(int argc, char **argv) {
     printf("1..0 # SKIP cannot make certificates with openssl\n");
     return 77;
   }
-  tls_port = free_port();
+  tls_port = th_free_port();
   if (tls_port <= 0) {
     remove_certs();
     printf("Bail out! no free loopback port\n");

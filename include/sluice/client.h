@@ -231,6 +231,49 @@ typedef struct sluice_client_metrics {
 SLUICE_EXPORT void sluice_client_get_metrics(const sluice_client *client,
                                              sluice_client_metrics *out);
 
+/**
+ * sluice_client_prometheus() - The client's metrics as Prometheus text
+ * @client: the client (not after sluice_client_close)
+ * @text: set to a newly allocated NUL-terminated text, which must later be
+ *        freed with sluice_prometheus_free(); NULL on error
+ * @len: set to its length without the NUL (may be NULL)
+ *
+ * Writes the Prometheus text exposition format, version 0.0.4 (serve it as
+ * "text/plain; version=0.0.4"): the client's metrics, its connections'
+ * health, and the metrics of every semaphore, limiter, delay-queue handle
+ * and consumer alive on it, found by the client itself (freed handles are
+ * gone). Counters end in _total, latencies are histograms in seconds.
+ * Labels: name (the primitive's name), algorithm (limiters), step (the
+ * Redis step), status, connection, kind. Handles that share a name (and
+ * algorithm) are summed into one series. Names are escaped as the format
+ * asks (backslash, double quote, line feed), and each byte of a name that
+ * is not valid UTF-8 becomes U+FFFD. Synchronous: no Redis call; call it
+ * from the loop's thread. The metric names are listed in docs/metrics.md.
+ *
+ * Return: 0, SLUICE_EINVAL (client or text NULL) or SLUICE_ENOMEM.
+ */
+SLUICE_EXPORT int sluice_client_prometheus(const sluice_client *client, char **text,
+                                           size_t *len);
+/* Release a text of sluice_client_prometheus(). NULL is a no-op. */
+SLUICE_EXPORT void sluice_prometheus_free(char *text);
+
+/**
+ * sluice_prometheus_escape() - A label value as the Prometheus text writes it
+ * @value: NUL-terminated bytes, such as a primitive's name (NULL: "")
+ * @buf: where the escaped value and a NUL go (may be NULL when size is 0)
+ * @size: bytes available at buf
+ *
+ * For programs that add series of their own next to sluice's, labelled
+ * with the same names: the escaping of sluice_client_prometheus()
+ * (backslash, double quote and line feed escaped, each byte that is not
+ * valid UTF-8 replaced by U+FFFD), without the quotes around it. Cut short
+ * when it does not fit, like snprintf.
+ *
+ * Return: the length of the whole escaped value, without the NUL; it was
+ * cut short when this is >= size.
+ */
+SLUICE_EXPORT size_t sluice_prometheus_escape(const char *value, char *buf, size_t size);
+
 /* ---- log hook -------------------------------------------------------------
  *
  * What a user would otherwise never see: connection attempts, the

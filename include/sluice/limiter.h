@@ -12,7 +12,7 @@
  *    and exact per window, but up to 2*limit may pass around a boundary.
  *  - SLUICE_RL_SLIDING_LOG: exact — never more than `limit` units in ANY span
  *    of `period_ms`. Keeps one sorted-set entry per admitted unit, so memory
- *    is O(limit) per key (see README for measured bytes). Denied requests are
+ *    is O(limit) per key (see docs/rate-limiters.md for measured bytes). Denied requests are
  *    not recorded.
  *  - SLUICE_RL_SLIDING_COUNTER: two fixed-window counters weighted by how far
  *    the current window has run (estimate = prev * (1 - elapsed/period) + cur).

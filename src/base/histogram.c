@@ -26,3 +26,9 @@ uint64_t sluice__hist_quantile(const sluice__hist *h, double q) {
   }
   return h->max; /* saturated buckets undercount: the tail is the max */
 }
+
+uint64_t sluice__hist_below(const sluice__hist *h, uint64_t v) {
+  uint64_t n = 0;
+  for (unsigned i = 0, end = sluice__hist_index(v); i < end; i++) n += h->b[i];
+  return n;
+}

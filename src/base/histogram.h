@@ -24,6 +24,7 @@
 typedef struct sluice__hist {
   uint64_t count;
   uint64_t max;
+  uint64_t sum; /* saturates at UINT64_MAX */
   uint32_t b[SLUICE__HIST_BUCKETS];
 } sluice__hist;
 
@@ -40,6 +41,7 @@ static inline void sluice__hist_record(sluice__hist *h, uint64_t v) {
   unsigned i = sluice__hist_index(v);
   if (h->b[i] != UINT32_MAX) h->b[i]++; /* saturate rather than wrap */
   h->count++;
+  h->sum = v > UINT64_MAX - h->sum ? UINT64_MAX : h->sum + v;
   if (v > h->max) h->max = v;
 }
 
@@ -48,5 +50,8 @@ uint64_t sluice__hist_upper(unsigned i);
 /* The value at quantile q (0..1]: the upper bound of the bucket holding the
  * ceil(q * count)-th value, clamped to max; 0 when empty. */
 uint64_t sluice__hist_quantile(const sluice__hist *h, double q);
+/* How many values lie in the buckets below the one holding v: exactly the
+ * values < v when v starts a bucket (every power of two does). */
+uint64_t sluice__hist_below(const sluice__hist *h, uint64_t v);
 
 #endif

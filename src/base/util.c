@@ -1,6 +1,7 @@
 /* Small helpers shared by every module: clocks, randomness, reply decoding. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -49,10 +50,40 @@ static void fill_random(unsigned char *buf, size_t len) {
     buf[i] = (unsigned char)((sluice__mono_us() >> (i % 8)) ^ (unsigned)getpid() ^ i);
 }
 
+/* Ids (permits, waiters, pushes) must be unique across every process that
+ * shares a Redis and not guessable from earlier ones: 128 bits from the
+ * kernel's generator each. Asking the kernel once per id made getrandom most
+ * of the client's system-call time, so bytes come in blocks of POOL_BYTES
+ * (one getrandom per 256 ids), still straight from the kernel: no seeded
+ * generator of our own whose state could repeat. Each thread has its own
+ * block, and a forked child drops the one it inherited (pthread_atfork), so
+ * a parent and its child never hand out the same bytes. */
+#define POOL_BYTES 4096
+static _Thread_local struct {
+  unsigned char buf[POOL_BYTES];
+  size_t left; /* unused bytes, at the end of buf */
+} pool;
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+
+static void pool_forget(void) { pool.left = 0; }
+static void pool_register(void) { pthread_atfork(NULL, NULL, pool_forget); }
+
+static void take_random(unsigned char *out, size_t len) {
+  pthread_once(&pool_once, pool_register);
+  if (pool.left < len) {
+    fill_random(pool.buf, sizeof pool.buf);
+    pool.left = sizeof pool.buf;
+  }
+  unsigned char *p = pool.buf + sizeof pool.buf - pool.left;
+  memcpy(out, p, len);
+  memset(p, 0, len); /* handed out: not kept where a later leak could show it */
+  pool.left -= len;
+}
+
 void sluice__random_hex(char out[33]) {
   static const char hex[] = "0123456789abcdef";
   unsigned char raw[16];
-  fill_random(raw, sizeof raw);
+  take_random(raw, sizeof raw);
   for (int i = 0; i < 16; i++) {
     out[2 * i] = hex[raw[i] >> 4];
     out[2 * i + 1] = hex[raw[i] & 15];
@@ -63,7 +94,7 @@ void sluice__random_hex(char out[33]) {
 uint32_t sluice__random_below(uint32_t n) {
   uint32_t v;
   if (n == 0) return 0;
-  fill_random((unsigned char *)&v, sizeof v);
+  take_random((unsigned char *)&v, sizeof v);
   return v % n;
 }
 

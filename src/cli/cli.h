@@ -9,7 +9,7 @@
 
 struct event_base;
 
-/* Exit statuses, documented in `sluice --help` and README.md. */
+/* Exit statuses, documented in `sluice --help` and docs/tool.md. */
 enum {
   CLI_EXIT_OK = 0,
   CLI_EXIT_NO = 1,          /* a negative answer: rate-limited (rl check),
@@ -45,7 +45,7 @@ int cli_connect(cli_ctx *ctx, unsigned timeout_ms);
 /* Close the client, run the loop until everything is released, free the loop. */
 void cli_close(cli_ctx *ctx);
 
-/* The one mapping from a sluice status to the tool's exit status (README's
+/* The one mapping from a sluice status to the tool's exit status (docs/tool.md's
  * table). own_deadline: the operation ran under the command's own --wait or
  * --timeout, so SLUICE_ETIMEDOUT means that passed (75), not that Redis was
  * too slow to answer one step (69). */

@@ -8,6 +8,8 @@
  * page) unless NAMEs are given; each semaphore and queue is then read with
  * sluice_sem_inspect / sluice_dq_inspect. Steps run one after the other:
  * the view is for people, and one step at a time keeps Redis's load tiny.
+ * --prometheus collects one frame's semaphores and queues instead and
+ * prints them in the Prometheus text format (cli_top_prom.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +20,7 @@
 #include <sluice/sluice.h>
 
 #include "cli.h"
+#include "cli_top.h"
 
 #define TOP_MAX_OBJECTS 200  /* per kind and frame: a view, not an export */
 
@@ -32,6 +35,7 @@ typedef struct top {
   size_t nrl;                /* limiter keys shown in this frame */
   int which;                 /* scanning names: 0 semaphores, 1 queues */
   int named;                 /* NAMEs given: skip what does not exist */
+  top_prom *prom;            /* --prometheus: the frame's objects go here */
 } top;
 
 static void wait_step(top *t) {
@@ -119,6 +123,10 @@ static void on_sem_info(sluice_sem *sem, int status, const sluice_sem_info *info
     return;
   }
   if (t->named && !info->nholders && !info->nwaiters && !info->last_fence) return;
+  if (t->prom) {
+    top_prom_sem(t->prom, sluice_sem_name(sem), info);
+    return;
+  }
   fprintf(t->out, "  %-16s permits %-4u holders %-4zu waiters %-4zu last fence %llu\n",
           sluice_sem_name(sem), info->permits, info->nholders, info->nwaiters,
           (unsigned long long)info->last_fence);
@@ -142,6 +150,10 @@ static void on_dq_info(sluice_dq *dq, int status, const sluice_dq_info *info, vo
   /* The earliest message of the delayed set is the oldest due one when
    * any is due: how long the queue has kept work waiting. */
   if (t->named && !info->delayed && !info->in_flight && !info->dead) return;
+  if (t->prom) {
+    top_prom_dq(t->prom, sluice_dq_name(dq), info);
+    return;
+  }
   int64_t age = info->ready && info->next_due_ms >= 0 ? info->now_ms - info->next_due_ms : -1;
   fmt_ms(oldest, sizeof oldest, age);
   fprintf(t->out, "  %-16s %8llu %10llu %10llu %6llu  %s\n", sluice_dq_name(dq),
@@ -190,15 +202,16 @@ static int frame(top *t, int argc, char **names, char **text, size_t *len) {
   for (size_t i = 0; !rc && i < t->nnames[1]; i++) rc = show_dq(t, t->names[1][i]);
   fprintf(t->out, "\nLIMITERS           KEY                  ALGO             STATE                    TTL\n");
   t->nrl = 0;
-  if (!rc && argc == 0) rc = scan_all(t, "rl", NULL, on_scan_rl);
-  for (int i = 0; !rc && i < argc; i++) rc = scan_all(t, "rl", names[i], on_scan_rl);
+  if (!rc && argc == 0 && !t->prom) rc = scan_all(t, "rl", NULL, on_scan_rl);
+  for (int i = 0; !rc && !t->prom && i < argc; i++) rc = scan_all(t, "rl", names[i], on_scan_rl);
   fclose(t->out);
   t->out = NULL;
   return rc;
 }
 
 static void usage(FILE *f) {
-  fputs("usage: sluice top [NAME...] [--once] [--interval MS] [--redis URL] [--prefix P]\n"
+  fputs("usage: sluice top [NAME...] [--once | --prometheus] [--interval MS] [--redis URL]\n"
+        "                  [--prefix P]\n"
         "\n"
         "Show semaphores (holders with lease left, waiters in order), delay queues\n"
         "(due now, due later, in flight, dead, age of the oldest due message) and\n"
@@ -206,15 +219,34 @@ static void usage(FILE *f) {
         "(default 1000; Ctrl-C quits). Without NAMEs every object under the prefix\n"
         "is found by SCAN; with NAMEs, the semaphores, queues and limiters so named.\n"
         "--once prints one frame without escape codes and exits (69: Redis\n"
-        "unreachable or failing).\n",
+        "unreachable or failing).\n"
+        "--prometheus prints one frame's semaphores and queues (at most 200 of each;\n"
+        "no limiter keys) as Prometheus gauges, then the tool's own client metrics,\n"
+        "and exits; on failure it prints nothing to stdout and exits 69.\n",
         f);
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *ud) { ((top *)ud)->done = 1; }
 
+/* One frame as Prometheus text on stdout; the exit status. */
+static int prometheus_once(top *t, int nnames, char **names) {
+  char *text = NULL;
+  size_t len = 0;
+  t->prom = top_prom_new();
+  if (!t->prom) return CLI_EXIT_FAILURE;
+  int st = frame(t, nnames, names, &text, &len);
+  free(text);
+  if (!st) st = top_prom_write(t->prom, t->ctx.client, stdout);
+  top_prom_free(t->prom);
+  t->prom = NULL;
+  if (st) return cli_fail(&t->ctx, st, 0, "reading the objects");
+  fflush(stdout);
+  return CLI_EXIT_OK;
+}
+
 int cli_top_main(int argc, char **argv) {
   top t;
-  int once = 0, nnames = 0;
+  int once = 0, prometheus = 0, nnames = 0;
   unsigned interval = 1000;
   char **names = calloc((size_t)argc + 1, sizeof *names);
   memset(&t, 0, sizeof t);
@@ -229,6 +261,8 @@ int cli_top_main(int argc, char **argv) {
       return CLI_EXIT_OK;
     } else if (strcmp(argv[i], "--once") == 0) {
       once = 1;
+    } else if (strcmp(argv[i], "--prometheus") == 0) {
+      prometheus = 1;
     } else if (strcmp(argv[i], "--interval") == 0) {
       if (cli_number_u("--interval", i + 1 < argc ? argv[++i] : NULL, 50, 3600000, "ms",
                        &interval) != 0)
@@ -242,6 +276,14 @@ int cli_top_main(int argc, char **argv) {
   }
   int rc = cli_connect(&t.ctx, 2000);
   if (rc) {
+    free(names);
+    return rc;
+  }
+  if (prometheus) {
+    t.named = nnames > 0;
+    rc = prometheus_once(&t, nnames, names);
+    clear_names(&t);
+    cli_close(&t.ctx);
     free(names);
     return rc;
   }

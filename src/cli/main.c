@@ -19,7 +19,7 @@ static void usage(FILE *out) {
       "  sluice dq consume QUEUE [--concurrency N] [--visibility MS] [--max-attempts N]\n"
       "                  [--retry-delay MS] [--count N] -- CMD [ARGS]\n"
       "  sluice dq status QUEUE\n"
-      "  sluice top [NAME...] [--once] [--interval MS]\n"
+      "  sluice top [NAME...] [--once | --prometheus] [--interval MS]\n"
       "\n"
       "Every command takes --redis URL (redis://[user:pass@]host:port/db,\n"
       "rediss://... (TLS), redis+sentinel://host:port[,host:port...]/MASTER,\n"

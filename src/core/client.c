@@ -947,6 +947,18 @@ static void latency_of(const sluice__hist *h, sluice_latency *out) {
 
 void sluice__latency_of(const sluice__hist *h, sluice_latency *out) { latency_of(h, out); }
 
+static const char *step_name(unsigned k) {
+  return k < SLUICE__LUA_COUNT ? sluice__lua_all[k]->name : "command";
+}
+
+const sluice__hist *sluice__client_step_hist(const sluice_client *c, const char *step) {
+  for (unsigned k = 0; k <= SLUICE__LUA_COUNT; k++)
+    if (strcmp(step_name(k), step) == 0) return &c->m.latency[k];
+  return NULL;
+}
+
+const sluice__guard_home *sluice__client_objects(const sluice_client *c) { return &c->home; }
+
 void sluice_client_get_metrics(const sluice_client *c, sluice_client_metrics *out) {
   if (!out) return;
   memset(out, 0, sizeof *out);
@@ -967,7 +979,7 @@ void sluice_client_get_metrics(const sluice_client *c, sluice_client_metrics *ou
   for (unsigned k = 0; k <= SLUICE__LUA_COUNT && out->nkinds < SLUICE_METRICS_MAX_KINDS; k++) {
     if (!c->m.ops[k]) continue;
     sluice_op_metrics *m = &out->kinds[out->nkinds++];
-    m->name = k < SLUICE__LUA_COUNT ? sluice__lua_all[k]->name : "command";
+    m->name = step_name(k);
     m->ops = c->m.ops[k];
     m->errors = c->m.errors[k];
     latency_of(&c->m.latency[k], &m->latency);

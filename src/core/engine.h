@@ -98,6 +98,11 @@ int sluice__log_enabled(const sluice_client *c);
 /* A histogram's summary for the metrics accessors (histogram.h). */
 struct sluice__hist;
 void sluice__latency_of(const struct sluice__hist *h, sluice_latency *out);
+/* For the metrics exposition: the latency histogram behind the entry of
+ * sluice_client_metrics.kinds[] named step (NULL if none), and the
+ * client's objects (read only). */
+const struct sluice__hist *sluice__client_step_hist(const sluice_client *c, const char *step);
+const struct sluice__guard_home *sluice__client_objects(const sluice_client *c);
 
 /* During a script's completion callback: 1 when wait_replicas acknowledged
  * its writes, 0 when fewer did in wait_timeout_ms, -1 when not asked. */

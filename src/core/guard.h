@@ -40,6 +40,26 @@ struct event;
 
 typedef struct sluice__guard sluice__guard;
 typedef struct sluice__guard_home sluice__guard_home;
+struct sluice__hist;
+
+/* What a walk over the client's objects (the metrics exposition) sees of
+ * one: its public handle, the labels it is known by and its latency
+ * histogram. Borrowed from the object; valid until it is freed. */
+typedef enum sluice__obj_kind {
+  SLUICE__OBJ_SEM,
+  SLUICE__OBJ_LIMITER,
+  SLUICE__OBJ_DQ,
+  SLUICE__OBJ_DQ_CONSUMER,
+  SLUICE__OBJ_KINDS
+} sluice__obj_kind;
+
+typedef struct sluice__obj_view {
+  sluice__obj_kind kind;
+  const void *handle;              /* sluice_sem *, sluice_limiter *, ... */
+  const char *name;
+  const char *algo;                /* limiters: the algorithm's name; else NULL */
+  const struct sluice__hist *hist; /* NULL if the kind keeps none */
+} sluice__obj_view;
 
 typedef struct sluice__guard_ops {
   /* Inside _free, when callbacks are still owed (may be NULL): detach from
@@ -58,6 +78,9 @@ typedef struct sluice__guard_ops {
   /* The client's command connection came (back) up (may be NULL): work
    * that waited for it goes now. */
   void (*resume)(sluice__guard *g);
+  /* Describe the object (may be NULL: not listed, as permits are, which
+   * their semaphore accounts for). */
+  void (*view)(const sluice__guard *g, sluice__obj_view *out);
 } sluice__guard_ops;
 
 struct sluice__guard {

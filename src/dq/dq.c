@@ -300,8 +300,16 @@ static int dq_idle(const sluice__guard *g) {
   return !sluice__container_of(g, sluice_dq, guard)->reqs.head;
 }
 
-static const sluice__guard_ops dq_guard_ops = {
-    .quiesce = dq_quiesce, .cancel = dq_cancel, .idle = dq_idle, .destroy = dq_destroy};
+static void dq_view(const sluice__guard *g, sluice__obj_view *out) {
+  const sluice_dq *dq = sluice__container_of(g, sluice_dq, guard);
+  *out = (sluice__obj_view){SLUICE__OBJ_DQ, dq, dq->name, NULL, NULL};
+}
+
+static const sluice__guard_ops dq_guard_ops = {.quiesce = dq_quiesce,
+                                               .cancel = dq_cancel,
+                                               .idle = dq_idle,
+                                               .destroy = dq_destroy,
+                                               .view = dq_view};
 
 int sluice_dq_new(sluice_client *c, const char *name, const sluice_dq_options *opts,
                   sluice_dq **out) {

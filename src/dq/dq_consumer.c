@@ -60,6 +60,7 @@ struct sluice_dq_msg {
 struct sluice_dq_consumer {
   sluice__guard guard;   /* how the consumer dies (guard.h) */
   sluice_client *c;
+  char *name;            /* the queue's (metrics) */
   char *keys[DQ_NKEYS];
   sluice_dq_consumer_options o;
   sluice_dq_handler *handler;
@@ -424,6 +425,7 @@ static void consumer_destroy(sluice__guard *g) {
   sluice__flusher_clear(&con->flusher);
   sluice__dq_keys_free(con->keys);
   free(con->wake_key);
+  free(con->name);
   sluice__free(con);
 }
 
@@ -437,12 +439,18 @@ static void consumer_resume(sluice__guard *g) {
   event_active(con->kick, 0, 0);
 }
 
+static void consumer_view(const sluice__guard *g, sluice__obj_view *out) {
+  const sluice_dq_consumer *con = sluice__container_of(g, sluice_dq_consumer, guard);
+  *out = (sluice__obj_view){SLUICE__OBJ_DQ_CONSUMER, con, con->name, NULL, &con->lateness};
+}
+
 /* Inside free, stopping the takes is all (nothing of that calls back). */
 static const sluice__guard_ops consumer_guard_ops = {.quiesce = consumer_cancel,
                                                      .cancel = consumer_cancel,
                                                      .idle = consumer_idle,
                                                      .destroy = consumer_destroy,
-                                                     .resume = consumer_resume};
+                                                     .resume = consumer_resume,
+                                                     .view = consumer_view};
 
 static int check_options(const sluice_dq_consumer_options *o) {
   if (o->batch < 1 || o->batch > 1000 || o->visibility_ms < 10 || o->max_in_flight < 1 ||
@@ -456,7 +464,8 @@ static int consumer_init(sluice_dq_consumer *con, sluice_client *c, const char *
   struct event_base *base = sluice__client_base(c);
   con->timer = evtimer_new(base, timer_cb, con);
   con->kick = event_new(base, -1, 0, take_cb, con);
-  if (!con->timer || !con->kick || sluice__flusher_init(&con->flusher, base) != SLUICE_OK ||
+  con->name = strdup(name);
+  if (!con->timer || !con->kick || !con->name || sluice__flusher_init(&con->flusher, base) != SLUICE_OK ||
       sluice__dq_keys(c, name, con->keys) != 0)
     return SLUICE_ENOMEM;
   sluice__random_hex(con->cid);

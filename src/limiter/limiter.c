@@ -423,8 +423,17 @@ static void lim_destroy(sluice__guard *g) {
   sluice__free(lim);
 }
 
-static const sluice__guard_ops lim_guard_ops = {
-    .quiesce = lim_quiesce, .cancel = lim_cancel, .idle = lim_idle, .destroy = lim_destroy};
+static void lim_view(const sluice__guard *g, sluice__obj_view *out) {
+  const sluice_limiter *lim = sluice__container_of(g, sluice_limiter, guard);
+  *out = (sluice__obj_view){SLUICE__OBJ_LIMITER, lim, lim->name,
+                            sluice_rl_algo_name(lim->opts.algo), &lim->wait_hist};
+}
+
+static const sluice__guard_ops lim_guard_ops = {.quiesce = lim_quiesce,
+                                                .cancel = lim_cancel,
+                                                .idle = lim_idle,
+                                                .destroy = lim_destroy,
+                                                .view = lim_view};
 
 /* ---- public API ---------------------------------------------------------- */
 

@@ -164,11 +164,17 @@ static void sem_resume(sluice__guard *g) {
   sluice__acquire_resume(sem);
 }
 
+static void sem_view(const sluice__guard *g, sluice__obj_view *out) {
+  const sluice_sem *sem = sluice__container_of(g, sluice_sem, guard);
+  *out = (sluice__obj_view){SLUICE__OBJ_SEM, sem, sem->name, NULL, &sem->wait_hist};
+}
+
 static const sluice__guard_ops sem_guard_ops = {.quiesce = sem_quiesce,
                                                 .cancel = sem_cancel,
                                                 .idle = sem_idle,
                                                 .destroy = sem_destroy,
-                                                .resume = sem_resume};
+                                                .resume = sem_resume,
+                                                .view = sem_view};
 
 static int sem_init(sluice_sem *sem, sluice_client *c, const char *name) {
   static const char *const parts[SEM_NKEYS] = {"holders", "queue", "beats", "meta"};
