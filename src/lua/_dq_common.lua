@@ -20,6 +20,21 @@
 -- such a message keeps that layout until it is acknowledged (a hex digit is
 -- never below '0', a length byte always is).
 
+-- Why no consumer's fate stalls another (liveness). Let E be the earliest
+-- time anything becomes takeable: the head of z, or the first deadline of
+-- f + 1. Invariant: every consumer in c looks at the queue no later than E
+-- (its timer is armed for its score), or an unread wake-up for a time no
+-- later than E waits on its own list. A take registers its consumer with
+-- min(E, now + its poll) (dq_take.lua); steps that only remove raise E; a
+-- step that adds a time X (push, retry, release, requeue, a take's new
+-- deadlines) calls dq_wake(c, X), which in the same script tells every
+-- consumer scored later than X. Wake-ups are never shared: one that a
+-- consumer pops and then cannot use (it died, stopped, is full) was its
+-- own, and the others got theirs. A full consumer (its take found as many
+-- due messages as it asked for) leaves c and takes again once it has room.
+-- Left to the poll: writes lost to eviction, more than DQ_WAKE_MAX
+-- consumers scored later than one X, a push refused while the slot migrates.
+
 local DQ_WAKE_MAX = 100  -- idle consumers told per call
 local DQ_STALE_MS = 10000 -- an entry of c this far in the past is a gone consumer
 
