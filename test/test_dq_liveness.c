@@ -86,12 +86,7 @@ static void handler(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
 static void library_consumer(const consumer_cfg *cfg) {
   struct event_base *base = child_base = event_base_new();
   sluice_client *c = dqt_client(base);
-  sluice_dq_consumer_options o;
-  sluice_dq_consumer_options_init(&o);
-  o.batch = cfg->batch;
-  o.max_in_flight = cfg->max_in_flight;
-  o.visibility_ms = cfg->visibility_ms;
-  o.max_attempts = 0;
+  sluice_dq_consumer_options o = dqt_options(cfg->batch, cfg->max_in_flight, cfg->visibility_ms, 0);
   sluice_dq_consumer *con = NULL;
   if (sluice_dq_consumer_new(c, "live", &o, handler, (void *)cfg, &con) != 0) _exit(2);
   event_base_dispatch(base);
