@@ -311,10 +311,8 @@ static void deliver(sluice_dq_consumer *con, const redisReply *reply, size_t cou
 
 /* After a take: go again at once if more may be due, else sleep until the
  * next due time or deadline, a wake-up heard meanwhile, or max_poll_ms. */
-static void schedule(sluice_dq_consumer *con, int64_t now_us, int64_t next_ms, size_t count) {
+static void schedule(sluice_dq_consumer *con, int64_t next_ms, size_t count) {
   uint64_t at = sluice__mono_us() + (uint64_t)con->o.max_poll_ms * 1000;
-  con->offset_us = now_us - (int64_t)sluice__mono_us();
-  con->have_offset = 1;
   update_listen(con);
   if (next_ms >= 0 && local_us(con, next_ms) < at) at = local_us(con, next_ms);
   if (con->woken_us && con->woken_us < at) at = con->woken_us;
@@ -339,12 +337,15 @@ static void take_done(void *ud, int status, const redisReply *reply) {
     return;
   }
   con->backoff_ms = 0;
+  /* Before the handlers run: their time must not shift Redis's clock. */
+  con->offset_us = now_us - (int64_t)sluice__mono_us();
+  con->have_offset = 1;
   deliver(con, reply, (size_t)count, now_us);
   if (!taking_allowed(con)) {
     sluice__guard_poke(&con->guard);
     return;
   }
-  schedule(con, now_us, next_ms, (size_t)count);
+  schedule(con, next_ms, (size_t)count);
 }
 
 static void take(sluice_dq_consumer *con) {
