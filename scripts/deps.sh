@@ -30,9 +30,11 @@ done
 # prometheus (about 20 MB): promtool checks the metrics exposition and the
 # test 'prom_scrape' runs its own server scraping the gateway; the
 # package's service is kept from starting and disabled (see below).
-packages=(meson ninja-build pkg-config gcc libc6-dev clang clang-format libhiredis-dev libevent-dev
-          redis-server redis-tools valgrind python3 binutils libssl-dev openssl
-          mandoc man-db prometheus)
+# libclang-rt-dev: clang's runtime libraries, libFuzzer among them (the URL
+# fuzzer, test/fuzz/); clang only recommends it.
+packages=(meson ninja-build pkg-config gcc libc6-dev clang clang-format libclang-rt-dev
+          libhiredis-dev libevent-dev redis-server redis-tools valgrind python3 binutils
+          libssl-dev openssl mandoc man-db prometheus)
 # Node may come from elsewhere (nodesource's nodejs ships npm and conflicts
 # with Debian's npm), so for it the commands are what count.
 if [ "$bench" = 1 ]; then

@@ -17,7 +17,10 @@
 #                                60): every primitive under injected Redis
 #                                faults (scripts/soak.sh); one case; a 15 s run
 #                                under ASan follows the asan pass's tests
-#   clang     build-ci-clang     compile only, to stay warning-free on clang
+#   clang     build-ci-clang     compile only, to stay warning-free on clang;
+#                                then the URL fuzzer (libFuzzer, test/fuzz/)
+#                                for SLUICE_FUZZ_S seconds (default 60), one
+#                                case
 #   format    (no build)         scripts/format.sh: the sources' layout
 #                                against .clang-format; one case
 #   hiredis1  build-ci-hiredis1  meson test, every suite but the topology
@@ -139,6 +142,17 @@ else
 fi
 pass_done topo $t
 
+# count_run LABEL STEP RC LOG: a program run as one case, passed when it
+# exited 0; else where its log is.
+count_run() {
+  if [ "$3" -eq 0 ]; then
+    count --label "$1" --step "$2" --ok
+  else
+    echo "  [$1] $2: exit status $3; its log: $4"
+    count --label "$1" --step "$2" --failed
+  fi
+}
+
 # run_soak LABEL DIR SECONDS: the fault soak as one case; its report goes to
 # build-ci-logs/LABEL.log, the summary (and any violation) is shown here.
 run_soak() {
@@ -149,12 +163,27 @@ run_soak() {
     timeout --kill-after=10 $((secs + 120)) "$dir/test/soak" --seconds "$secs" >"$log" 2>&1
   local rc=$?
   grep -E '^(faults injected|  (sem|rl|dq):|soak:)|VIOLATION' "$log" | head -n 30 | sed 's/^/  /'
-  if [ $rc -eq 0 ]; then
-    count --label "$label" --step "soak ${secs} s" --ok
-  else
-    echo "  [$label] soak exited with status $rc; full report in $log"
-    count --label "$label" --step "soak ${secs} s" --failed
+  count_run "$label" "soak ${secs} s" $rc "$log"
+}
+
+# run_fuzz LABEL FUZZER SEEDS SECONDS: a libFuzzer target for a bounded
+# time as one case. New inputs go to a temporary directory (the seeds in
+# the repository are only read); a crash's input is kept in build-ci-logs.
+run_fuzz() {
+  local label=$1 fuzzer=$2 seeds=$3 secs=$4 log=$logs/$1.log
+  if [ ! -x "$fuzzer" ]; then
+    echo "  [$label] $fuzzer was not built (clang's libFuzzer missing?)"
+    count --label "$label" --step "fuzz ${secs} s" --failed
+    return
   fi
+  local work
+  work=$(mktemp -d)
+  timeout --kill-after=10 $((secs + 60)) "$fuzzer" -max_total_time="$secs" \
+    -dict="${seeds}.dict" -artifact_prefix="$logs/$label-" "$work" "$seeds" >"$log" 2>&1
+  local rc=$?
+  rm -rf "$work"
+  grep -E '^(#[0-9]+ +DONE|Done )|SUMMARY|fuzz_url:' "$log" | tail -n 5 | sed 's/^/  /'
+  count_run "$label" "fuzz ${secs} s" $rc "$log"
 }
 
 banner "soak: build-ci/test/soak (faults injected into redis-server)"
@@ -180,6 +209,7 @@ banner "clang: build-ci-clang (compile only, --werror)"
 t=$SECONDS
 if CC=clang build clang build-ci-clang -Dbuildtype=debugoptimized; then
   count --label clang --step "clang --werror build" --ok
+  run_fuzz fuzz-url build-ci-clang/test/fuzz/fuzz_url test/fuzz/url "${SLUICE_FUZZ_S:-60}"
 else
   count --label clang --step "clang --werror build" --failed
 fi

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <string.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -135,10 +136,16 @@ static int spawn(th_redis *r, const char *const *extra) {
   argv[n++] = "--pidfile"; argv[n++] = "redis.pid"; /* see adopt_restarted() */
   for (int i = 0; extra && extra[i] && n < 62; i++) argv[n++] = extra[i];
   argv[n] = NULL;
+  pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) {
     setpgid(0, 0);
+    /* A case's own server dies with the case, even one that failed before
+     * stopping it: left running, it would hold the test's output open.
+     * (th_server outlives a case that restarted it: see adopt_restarted.) */
+    if (r != &th_server && (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent))
+      _exit(127);
     int devnull = open("/dev/null", O_RDWR);
     if (devnull >= 0) { dup2(devnull, 0); dup2(devnull, 1); }
     execv(bin, (char *const *)argv);
@@ -160,6 +167,15 @@ int th_redis_start(th_redis *r, int tcp_port, const char *const *extra) {
   int rc = spawn(r, extra);
   if (rc != 0) th_redis_stop(r);
   return rc;
+}
+
+void th_redis_start_tcp(th_redis *r, const char *const *extra) {
+  int rc = -1;
+  for (int attempt = 0; attempt < 5 && rc != 0; attempt++) { /* another may take the port */
+    int port = th_free_port();
+    if (port > 0) rc = th_redis_start(r, port, extra);
+  }
+  TH_ASSERT_EQ(rc, 0);
 }
 
 static void kill_wait(th_redis *r) {

@@ -50,6 +50,10 @@ extern const char *const *th_server_args;
 /* Start/stop a redis-server; extra args (NULL-terminated) go to its command line. */
 int th_redis_start(th_redis *r, int tcp_port, const char *const *extra);
 void th_redis_stop(th_redis *r);
+/* th_redis_start on a free loopback TCP port (th_free_port; tried 5
+ * times); fails the case if none works. For URLs that need TCP
+ * (credentials, TLS). */
+void th_redis_start_tcp(th_redis *r, const char *const *extra);
 /* Kill -9 and start again on the same socket/port, empty (no persistence). */
 void th_redis_restart(th_redis *r);
 void th_redis_pause(th_redis *r);   /* SIGSTOP */
@@ -141,6 +145,15 @@ typedef struct th_argv {
 } th_argv;
 void th_argv_add(th_argv *a, ...);
 void th_argv_addv(th_argv *a, va_list ap);
+/* In a variadic function whose last named parameter is `last`: its
+ * NULL-terminated variable arguments added to a. */
+#define TH_ARGV_ADD_VA(a, last) \
+  do {                          \
+    va_list th_ap_;             \
+    va_start(th_ap_, last);     \
+    th_argv_addv(&(a), th_ap_); \
+    va_end(th_ap_);             \
+  } while (0)
 /* Start `$SLUICE_BIN a...` with stdin from /dev/null and only fds 0-2 open;
  * its stdout and stderr are appended to the file log, or inherited when
  * log is NULL. Returns its pid. */
@@ -156,6 +169,17 @@ typedef struct th_tool_out {
   char err[4096];
 } th_tool_out;
 void th_tool_run(th_tool_out *r, const th_argv *a, int join);
+/* The same for words (NULL-terminated) with all of its output (for the
+ * tests that look at every byte) and its environment changed by env
+ * (NULL-terminated, may be NULL): "NAME=VALUE" sets, "NAME" unsets. Free
+ * with th_run_free. */
+typedef struct th_run {
+  int status;  /* exit status */
+  char *out;   /* all of stdout (and stderr when joined), NUL-terminated */
+  char *err;   /* all of stderr ("" when joined) */
+} th_run;
+th_run th_tool_capture(const char *const *words, const char *const *env, int join);
+void th_run_free(th_run *r);
 
 /* Every URL of urls (NULL-terminated) is refused at once by
  * sluice_client_new on base: SLUICE_EINVAL, no client, a last error that

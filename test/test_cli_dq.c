@@ -36,10 +36,7 @@ static void cleanup(void) {
 static pid_t start(const char *sub, ...) {
   th_argv a = {.n = 0};
   th_argv_add(&a, "dq", sub, "--redis", th_server.url, NULL);
-  va_list ap;
-  va_start(ap, sub);
-  th_argv_addv(&a, ap);
-  va_end(ap);
+  TH_ARGV_ADD_VA(a, sub);
   return th_tool_start(&a, errlog);
 }
 
@@ -302,10 +299,7 @@ static int dq_at(const char *url, const char *sub, ...) {
   th_argv a = {.n = 0};
   th_argv_add(&a, "dq", sub, NULL);
   if (url) th_argv_add(&a, "--redis", url, NULL);
-  va_list ap;
-  va_start(ap, sub);
-  th_argv_addv(&a, ap);
-  va_end(ap);
+  TH_ARGV_ADD_VA(a, sub);
   TH_ASSERT(truncate(errlog, 0) == 0 || errno == ENOENT);
   return wait_exit(th_tool_start(&a, errlog), 20000);
 }

@@ -14,10 +14,7 @@ static run_out rl(const char *first, ...) {
   int own_redis = strcmp(first, "-") == 0;
   th_argv_add(&a, "rl", NULL);
   if (!own_redis) th_argv_add(&a, first, NULL);
-  va_list ap;
-  va_start(ap, first);
-  th_argv_addv(&a, ap);
-  va_end(ap);
+  TH_ARGV_ADD_VA(a, first);
   if (!own_redis) th_argv_add(&a, "--redis", th_server.url, NULL);
   run_out r;
   th_tool_run(&r, &a, 0);

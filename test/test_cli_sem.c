@@ -13,10 +13,7 @@
 static pid_t start(const char *first, ...) {
   th_argv a = {.n = 0};
   th_argv_add(&a, "sem", first, "--redis", th_server.url, NULL);
-  va_list ap;
-  va_start(ap, first);
-  th_argv_addv(&a, ap);
-  va_end(ap);
+  TH_ARGV_ADD_VA(a, first);
   return th_tool_start(&a, NULL);
 }
 
@@ -40,10 +37,7 @@ typedef th_tool_out tool_out;
 static tool_out tool(const char *first, ...) {
   th_argv a = {.n = 0};
   th_argv_add(&a, "sem", first, NULL);
-  va_list ap;
-  va_start(ap, first);
-  th_argv_addv(&a, ap);
-  va_end(ap);
+  TH_ARGV_ADD_VA(a, first);
   tool_out r;
   th_tool_run(&r, &a, 0);
   return r;
@@ -51,15 +45,6 @@ static tool_out tool(const char *first, ...) {
 
 static void assert_has(const char *text, const char *want) {
   if (!strstr(text, want)) th_fail(__FILE__, __LINE__, "no '%s' in: %s", want, text);
-}
-
-/* A loopback TCP server on a free port (URLs with credentials need TCP). */
-static void start_tcp(th_redis *r, const char *const *extra) {
-  int rc = -1;
-  srand((unsigned)getpid());
-  for (int attempt = 0; attempt < 20 && rc != 0; attempt++)
-    rc = th_redis_start(r, 20000 + rand() % 30000, extra);
-  TH_ASSERT_EQ(rc, 0);
 }
 
 static void test_exit_status_and_release(void) {
@@ -183,7 +168,7 @@ static void test_redis_errors_verbatim(void) {
   th_redis_stop(&r);
 
   static const char *const pass[] = {"--requirepass", "sekret", NULL};
-  start_tcp(&r, pass);
+  th_redis_start_tcp(&r, pass);
   char url[96];
   snprintf(url, sizeof url, "redis://:wrong-one@127.0.0.1:%d", r.port);
   t = tool("run", "m", "--redis", url, "--", "true", NULL);

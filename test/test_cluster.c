@@ -613,6 +613,77 @@ static void test_failover(void) {
   fo_finish(base, c, &f);
 }
 
+/* The slots the client said another node serves now (its log), each
+ * counted. */
+static unsigned char slot_changes[16384];
+
+static void count_slot_changes(sluice_client *c, int level, const char *msg, void *ud) {
+  int lo, hi;
+  if (sscanf(msg, "a different Redis node serves slots %d-%d now", &lo, &hi) == 2)
+    for (int s = lo; s <= hi && s < 16384; s++) slot_changes[s]++;
+}
+
+/* How many of the slots in `mine` were reported (once or more). */
+static int count_reported(const unsigned char *mine) {
+  int n = 0;
+  for (int sl = 0; sl < 16384; sl++) n += mine[sl] && slot_changes[sl];
+  return n;
+}
+
+/* The slots master m serves, by CLUSTER SLOTS asked of m. */
+static int slots_of(const th_node *m, unsigned char *mine) {
+  redisContext *x = th_node_connect(m);
+  TH_ASSERT(x != NULL);
+  redisReply *r = redisCommand(x, "CLUSTER SLOTS");
+  TH_ASSERT(r && r->type == REDIS_REPLY_ARRAY);
+  int n = 0;
+  for (size_t i = 0; i < r->elements; i++) {
+    const redisReply *e = r->element[i], *master = e->element[2];
+    if (master->element[1]->integer != m->port) continue;
+    for (long long sl = e->element[0]->integer; sl <= e->element[1]->integer; sl++, n++)
+      mine[sl] = 1;
+  }
+  freeReplyObject(r);
+  redisFree(x);
+  return n;
+}
+
+/* A manual failover: every slot of the old master is reported once as
+ * served by another node (the MOVED that meets the first step, then the
+ * new map, split the range between them), no other slot is. */
+static void test_node_change(void) {
+  start(1);
+  struct event_base *base = event_base_new();
+  sluice_client *c = sem_test_client_at(base, url, 2000);
+  memset(slot_changes, 0, sizeof slot_changes);
+  sluice_client_set_log_cb(c, count_slot_changes, NULL);
+  sluice_sem *s = sem_test_new(c, "f", 1, 5000, 0);
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  sluice_permit_release(a.permit, NULL, NULL);
+  th_node *m = th_cluster_master_for_key(&topo, "{f}");
+  static unsigned char mine[16384];
+  memset(mine, 0, sizeof mine);
+  int owned = slots_of(m, mine);
+  TH_ASSERT_CMP(owned, >, 0);
+  in_child_under_loop(base, manual_failover, m);
+  uint64_t end = th_now_ms() + 10000;
+  do a = sem_try(base, s);
+  while (a.status != SLUICE_OK && th_now_ms() < end);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  sluice_permit_release(a.permit, NULL, NULL);
+  int reported = 0;
+  TH_LOOP_UNTIL(base, (reported = count_reported(mine)) == owned, 5000);
+  for (int sl = 0; sl < 16384; sl++) {
+    if (slot_changes[sl] != mine[sl])
+      th_fail(__FILE__, __LINE__, "slot %d reported %d times, want %d", sl, slot_changes[sl],
+              mine[sl]);
+  }
+  TH_ASSERT_EQ(reported, owned);
+  sluice_sem_free(s);
+  finish(base, c);
+}
+
 static int rejoin(void *m) { return th_cluster_resume_node(&topo, m); }
 
 static void on_lost(sluice_permit *p, int reason, void *ud) { ++*(int *)ud; }
@@ -937,6 +1008,7 @@ int main(int argc, char **argv) {
       {"bad_input", test_bad_input, 60},
       {"resharding", test_resharding, 240},
       {"failover", test_failover, 300},
+      {"node_change", test_node_change, 180},
       {"pause_master", test_pause_master, 300},
       {"release_during_pause", test_release_during_pause, 180},
       {"tool", test_tool, 120},

@@ -1,7 +1,7 @@
 /* Unexpected replies from a fake server: every primitive step must answer
  * SLUICE_EPROTOCOL (or a connection error for bytes that are not RESP at
  * all), never crash, hang or leak. The fake server speaks just enough RESP:
- * the handshake (PING, SCRIPT LOAD) gets proper answers, every other command
+ * the handshake (PING, SCRIPT LOAD, INFO) gets proper answers, every other command
  * gets the reply under test. */
 #include <poll.h>
 #include <signal.h>
@@ -86,6 +86,8 @@ static void serve(int lfd, const char *reply) {
           out = cluster_slots;
         else if (flen == 6 && strncasecmp(first, "SCRIPT", 6) == 0)
           out = "$40\r\n0000000000000000000000000000000000000000\r\n";
+        else if (flen == 4 && strncasecmp(first, "INFO", 4) == 0)
+          out = "$17\r\nrun_id:0123456789\r\n";
         if (write(fds[i].fd, out, strlen(out)) < 0) break;
         memmove(b, b + clen, used[i - 1] - clen);
         used[i - 1] -= clen;

@@ -14,6 +14,12 @@
 #include "dq_util.h"
 #include "sem_util.h"
 #include "topology.h"
+#include "net/sentinel.h"
+
+/* The client's link to the sentinels (its topology's). */
+static sluice__sentinel *sentinel_link(sluice_client *c) {
+  return sluice__topo_sentinel_link(c->topo);
+}
 
 static th_sentinel topo;
 static char url[256];
@@ -162,6 +168,43 @@ static void test_failover(void) {
   finish(base, c);
 }
 
+typedef struct changes {
+  int changes, ups, change_at_up;
+} changes;
+
+static void count_changes(sluice_client *c, int level, const char *msg, void *ud) {
+  changes *b = ud;
+  if (strstr(msg, "a different Redis node serves every key")) b->changes++, b->change_at_up = b->ups;
+  if (strncmp(msg, "connected to ", 13) == 0) b->ups++;
+}
+
+/* SENTINEL FAILOVER: the client reports once that another node serves
+ * every key, before it is connected to the new master. */
+static void test_node_change(void) {
+  start();
+  struct event_base *base = event_base_new();
+  sluice_client *c = sem_test_client_at(base, url, 1000);
+  changes b = {0};
+  sluice_client_set_log_cb(c, count_changes, &b);
+  sluice_sem *s = sem_test_new(c, "n", 1, 5000, 0);
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  sluice_permit_release(a.permit, NULL, NULL);
+  th_loop_for(base, 50);
+  TH_ASSERT_EQ(b.changes, 0);
+  TH_ASSERT(th_sentinel_failover(&topo) != NULL);
+  uint64_t end = th_now_ms() + 15000;
+  do a = sem_try(base, s);
+  while (a.status != SLUICE_OK && th_now_ms() < end);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  sluice_permit_release(a.permit, NULL, NULL);
+  th_loop_for(base, 200);
+  TH_ASSERT_EQ(b.changes, 1);
+  TH_ASSERT_CMP(b.change_at_up, <, b.ups); /* "connected to" the new master came after */
+  sluice_sem_free(s);
+  finish(base, c);
+}
+
 /* Bad input: an unknown master name and no sentinel reachable give a clear
  * error and nothing hangs; malformed URLs are refused at once. */
 static void test_bad_input(void) {
@@ -245,16 +288,16 @@ static void on_release(sluice_sem *sem, int status, void *ud) { *(int *)ud = 1; 
 /* Runs the loop until the link knows n sentinels; 1, or 0 after ms. */
 static int until_known(struct event_base *base, sluice_client *c, int n, unsigned ms) {
   uint64_t end = th_now_ms() + ms;
-  while (sluice__sentinel_count(c->sentinel) != n && th_now_ms() < end) th_loop_for(base, 20);
-  return sluice__sentinel_count(c->sentinel) == n;
+  while (sluice__sentinel_count(sentinel_link(c)) != n && th_now_ms() < end) th_loop_for(base, 20);
+  return sluice__sentinel_count(sentinel_link(c)) == n;
 }
 
 /* Runs the loop until a sentinel has named the master more than `than`
  * times; 1, or 0 after ms. */
 static int until_asked(struct event_base *base, sluice_client *c, unsigned long than, unsigned ms) {
   uint64_t end = th_now_ms() + ms;
-  while (sluice__sentinel_answers(c->sentinel) <= than && th_now_ms() < end) th_loop_for(base, 20);
-  return sluice__sentinel_answers(c->sentinel) > than;
+  while (sluice__sentinel_answers(sentinel_link(c)) <= than && th_now_ms() < end) th_loop_for(base, 20);
+  return sluice__sentinel_answers(sentinel_link(c)) > than;
 }
 
 /* Runs the loop until the client's command connection is up; 1, or 0
@@ -291,15 +334,15 @@ static void test_discovery(void) {
   TH_ASSERT_EQ(sluice_permit_release(a.permit, on_release, &released), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &released, 5000));
   TH_ASSERT(until_known(base, c, 3, 5000));
-  assert_no_duplicates(c->sentinel);
+  assert_no_duplicates(sentinel_link(c));
   for (int i = 0; i < 3; i++) {
     int port = 0, found = 0;
     for (int j = 0; j < 3; j++)
-      if (sluice__sentinel_at(c->sentinel, j, &port) && port == topo.sent[i].port) found = 1;
+      if (sluice__sentinel_at(sentinel_link(c), j, &port) && port == topo.sent[i].port) found = 1;
     TH_ASSERT(found);
   }
 
-  unsigned long asked = sluice__sentinel_answers(c->sentinel);
+  unsigned long asked = sluice__sentinel_answers(sentinel_link(c));
   TH_ASSERT_EQ(th_sentinel_stop_one(&topo, 0), 0);
   th_node *nm = th_sentinel_failover(&topo); /* asks the first live one: s1 */
   TH_ASSERT(nm != NULL);
@@ -329,12 +372,12 @@ static void test_discovery(void) {
   TH_ASSERT(there);
   TH_ASSERT_EQ(c->endpoint.port, nm->port);
   /* A learned sentinel answered since, and went to the front. */
-  TH_ASSERT_CMP(sluice__sentinel_answers(c->sentinel), >, asked);
+  TH_ASSERT_CMP(sluice__sentinel_answers(sentinel_link(c)), >, asked);
   int first = 0;
-  TH_ASSERT(sluice__sentinel_at(c->sentinel, 0, &first) != NULL);
+  TH_ASSERT(sluice__sentinel_at(sentinel_link(c), 0, &first) != NULL);
   TH_ASSERT(first == topo.sent[1].port || first == topo.sent[2].port);
-  TH_ASSERT_EQ(sluice__sentinel_count(c->sentinel), 3);
-  assert_no_duplicates(c->sentinel);
+  TH_ASSERT_EQ(sluice__sentinel_count(sentinel_link(c)), 3);
+  assert_no_duplicates(sentinel_link(c));
 
   sluice_sem_free(s);
   finish(base, c);
@@ -347,7 +390,7 @@ static void test_list_bounds(void) {
   struct event_base *base = event_base_new();
   sluice_client *c =
       sem_test_client_at(base, "redis+sentinel://127.0.0.1:1,127.0.0.1:1,127.0.0.1:2/m", 1000);
-  sluice__sentinel *sl = c->sentinel;
+  sluice__sentinel *sl = sentinel_link(c);
   TH_ASSERT_EQ(sluice__sentinel_count(sl), 2); /* the configured duplicate once */
   TH_ASSERT_EQ(sluice__sentinel_learn(sl, "127.0.0.1", 9, 2), 0);
   TH_ASSERT_EQ(sluice__sentinel_learn(sl, "127.0.0.1", 9, 0), 0);
@@ -370,8 +413,8 @@ static void test_list_bounds(void) {
     snprintf(many + strlen(many), sizeof many - strlen(many), "%s127.0.0.1:%d", i ? "," : "", 10 + i);
   strcat(many, "/m");
   c = sem_test_client_at(base, many, 1000);
-  TH_ASSERT_EQ(sluice__sentinel_count(c->sentinel), 18);
-  TH_ASSERT_EQ(sluice__sentinel_learn(c->sentinel, "127.0.0.3", 9, 1), 0);
+  TH_ASSERT_EQ(sluice__sentinel_count(sentinel_link(c)), 18);
+  TH_ASSERT_EQ(sluice__sentinel_learn(sentinel_link(c), "127.0.0.3", 9, 1), 0);
   client_close_drain(base, c);
   event_base_free(base);
 }
@@ -452,7 +495,7 @@ static void test_re_resolve(void) {
     /* Connected again first: an op meets a lost connection with a fast
      * SLUICE_ECONNECTION, without reaching Redis. */
     TH_ASSERT(until_connected(base, c, 5000));
-    unsigned long asked = sluice__sentinel_answers(c->sentinel);
+    unsigned long asked = sluice__sentinel_answers(sentinel_link(c));
     char script[160];
     snprintf(script, sizeof script, "return redis.error_reply('%s')", refusals[i]);
     const char *argv[3] = {"EVAL", script, "0"};
@@ -468,7 +511,7 @@ static void test_re_resolve(void) {
   }
 
   /* -UNBLOCKED: a failover unblocks the blocked clients with it. */
-  unsigned long asked = sluice__sentinel_answers(c->sentinel);
+  unsigned long asked = sluice__sentinel_answers(sentinel_link(c));
   int unblocked = 0; /* 0 when caught between two BRPOPs: again */
   end = th_now_ms() + 5000;
   while (!unblocked && th_now_ms() < end) {
@@ -482,7 +525,7 @@ static void test_re_resolve(void) {
   TH_ASSERT(until_asked(base, c, asked, 5000));
 
   /* A reconnect: the client's connections dropped by the master. */
-  asked = sluice__sentinel_answers(c->sentinel);
+  asked = sluice__sentinel_answers(sentinel_link(c));
   TH_ASSERT_CMP(kill_client_connections(m), >=, 1);
   TH_ASSERT(until_asked(base, c, asked, 5000));
   redisFree(m);
@@ -491,8 +534,8 @@ static void test_re_resolve(void) {
   sluice_permit_release(h.permit, NULL, NULL);
   TH_ASSERT(th_loop_until(base, &w.done, 10000));
   TH_ASSERT_EQ(w.status, SLUICE_OK);
-  TH_ASSERT_EQ(sluice__sentinel_count(c->sentinel), 3);
-  assert_no_duplicates(c->sentinel);
+  TH_ASSERT_EQ(sluice__sentinel_count(sentinel_link(c)), 3);
+  assert_no_duplicates(sentinel_link(c));
   sluice_permit_release(w.permit, NULL, NULL);
   sluice_sem_free(s);
   finish(base, c);
@@ -709,6 +752,7 @@ int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"primitives", test_primitives, 60},
       {"failover", test_failover, 90},
+      {"node_change", test_node_change, 90},
       {"bad_input", test_bad_input, 60},
       {"wait_replicas", test_wait_replicas, 60},
       {"discovery", test_discovery, 90},

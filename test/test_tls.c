@@ -99,10 +99,7 @@ typedef th_tool_out run_out;
 static run_out run_cli(const char *first, ...) {
   th_argv a = {.n = 0};
   th_argv_add(&a, first, NULL);
-  va_list ap;
-  va_start(ap, first);
-  th_argv_addv(&a, ap);
-  va_end(ap);
+  TH_ARGV_ADD_VA(a, first);
   run_out r;
   th_tool_run(&r, &a, 1);
   return r;
@@ -387,6 +384,39 @@ static void test_plain_to_tls_port(void) {
   expect_connect_error(url, "connect");
 }
 
+/* rediss:// to a plain-text port: the server never answers the TLS hello
+ * (it waits for a line end), and the error says so at the connect
+ * deadline rather than "connect timed out". A file that is there but holds
+ * no certificate gets OpenSSL's reason. */
+static void test_tls_to_plain_port(void) {
+  th_redis plain;
+  th_redis_start_tcp(&plain, NULL);
+  char url[900];
+  snprintf(url, sizeof url, "rediss://127.0.0.1:%d?%s", plain.port, good_query());
+  struct event_base *base = event_base_new();
+  sluice_client_options o;
+  sluice_client_options_init(&o);
+  o.url = url;
+  o.connect_timeout_ms = 300;
+  sluice_client *c = NULL;
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
+  state_rec st = {0};
+  sluice_client_set_state_cb(c, on_state, &st);
+  TH_ASSERT(th_loop_until(base, &st.changes, 3000));
+  TH_ASSERT_EQ(st.up, 0);
+  TH_ASSERT_CONTAINS(sluice_client_last_error(c),
+                     "TLS handshake failed: the server did not answer TLS");
+  client_close_drain(base, c);
+  th_redis_stop(&plain);
+
+  snprintf(url, sizeof url, "rediss://127.0.0.1:1?ca=%s", cert("client.key")); /* not a CA */
+  o.url = url;
+  TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_EINVAL);
+  TH_ASSERT_CONTAINS(sluice_client_last_error(NULL), "TLS: cannot load CA file");
+  TH_ASSERT(strstr(sluice_client_last_error(NULL), "system lib") == NULL);
+  event_base_free(base);
+}
+
 /* The server's name given as SNI, reached by address; and verify=0 with a
  * CA that does not match (tests only). */
 static void test_sni_and_skip_verify(void) {
@@ -448,7 +478,12 @@ static void test_refusals(void) {
     {"redis://127.0.0.1:1?ca=/x", NULL, NULL, "use a rediss:// URL"},
     {"rediss://127.0.0.1:1?verify=2", NULL, NULL, "takes 0 or 1"},
     {"rediss://127.0.0.1:1?ca=", NULL, NULL, "needs a value"},
-    {"rediss://127.0.0.1:1?ca=/nonexistent/ca.pem", NULL, NULL, "cannot load CA file"},
+    {"rediss://127.0.0.1:1?ca=/nonexistent/ca.pem", NULL, NULL,
+     "TLS: cannot read CA file /nonexistent/ca.pem: No such file or directory"},
+    {"rediss://127.0.0.1:1?ca_dir=/nonexistent", NULL, NULL,
+     "TLS: cannot read CA directory /nonexistent: No such file or directory"},
+    {"rediss://127.0.0.1:1?cert=/nonexistent/c.pem&key=/nonexistent/k.pem", NULL, NULL,
+     "TLS: cannot read client certificate /nonexistent/c.pem: No such file or directory"},
     {"rediss://127.0.0.1:1?cert=/x.pem", NULL, NULL, "needs its private key"},
     {"unix:///tmp/x.sock", NULL, NULL, "not a unix socket"},
     {NULL, "client.crt", "server.key", "client key"},
@@ -512,7 +547,7 @@ static void test_cli(void) {
   r = run_cli("rl", "check", "api", "k", "--algo", "fixed", "--limit", "2", "--period", "60000", "--redis",
               "rediss://127.0.0.1:1?ca=/nonexistent.pem", NULL);
   TH_ASSERT_EQ(r.status, 64);
-  TH_ASSERT_CONTAINS(r.out, "cannot load CA file");
+  TH_ASSERT_CONTAINS(r.out, "cannot read CA file /nonexistent.pem: No such file or directory");
 }
 
 
@@ -618,6 +653,7 @@ int main(int argc, char **argv) {
     {"wrong_server_name", test_wrong_server_name, 0},
     {"client_cert_missing", test_client_cert_missing, 0},
     {"plain_to_tls_port", test_plain_to_tls_port, 0},
+    {"tls_to_plain_port", test_tls_to_plain_port, 0},
     {"sni_and_skip_verify", test_sni_and_skip_verify, 0},
     {"options", test_options, 0},
     {"refusals", test_refusals, 0},

@@ -205,6 +205,58 @@ static void test_cluster_forms(void) {
   sluice__endpoint_clear(&ep);
 }
 
+/* Parse url, expect SLUICE_EINVAL and a reason containing why. */
+static void expect_refused(const char *url, const char *why) {
+  expect_rc(url, SLUICE_EINVAL);
+  if (!strstr(sluice__endpoint_error(), why))
+    th_fail(__FILE__, __LINE__, "\"%s\": reason \"%s\", want \"%s\" in it", url,
+            sluice__endpoint_error(), why);
+}
+
+/* URLs that could mean something else than they say are refused, each
+ * with its reason. */
+static void test_ambiguous_forms(void) {
+  expect_refused("rediss://h?verify=1&verify=0", "'verify' is given twice");
+  expect_refused("rediss://h?ca=/a&sni=x&ca=/b", "'ca' is given twice");
+  expect_refused("redis+sentinel://h:1/m?sentinel_password=a&sentinel_password=b",
+                 "'sentinel_password' is given twice");
+  expect_refused("unix:///s?db=1&db=2", "'db' is given twice");
+  expect_refused("redis://[::1]junk:21001", "junk after the IPv6 address '[::1]'");
+  expect_refused("redis://[::1]6379", "junk after the IPv6 address");
+  expect_refused("redis+cluster://[::1]x:7000", "junk after the IPv6 address");
+  expect_refused("redis+sentinel://h:1,[::1]]:2/m", "junk after the IPv6 address");
+  expect_refused("redis://::1:6379", "written in brackets");
+  expect_refused("redis://h]:6379", "may not hold '['");
+  expect_refused("redis://h:", "empty port");
+  expect_refused("redis://[::1]:", "empty port");
+  expect_refused("redis+cluster://h:1,h2:", "empty port");
+  expect_refused("redis://h:65536", "port '65536' is not a number in 1..65535");
+  expect_refused("redis://h:0", "port '0'");
+  expect_refused("redis+sentinel://h:70000/m", "port '70000'");
+  expect_refused("redis+cluster://h", "'h' must be host:port");
+  expect_refused("redis://h/1048577", "database '1048577'");
+  expect_refused("unix:///s?db=x", "database 'x'");
+  expect_refused("redis://h?ca=x", "is for TLS");
+  expect_refused("unix:///s?verify=0", "unix:// knows db");
+}
+
+/* A control byte anywhere, raw or as an escape, is refused: %00 used to
+ * cut the host or password short. */
+static void test_control_bytes(void) {
+  expect_refused("redis://:pw%00junk@h", "%00 in the password");
+  expect_refused("redis://h%00.example:6379", "%00 in the host");
+  expect_refused("redis://u%0a:p@h", "%0A in the user name");
+  expect_refused("rediss://h?ca=/a%00b", "%00 in URL parameter 'ca'");
+  expect_refused("redis+sentinel://h:1/m%1b[2J", "%1B in the master name");
+  expect_refused("redis+sentinel://h:1/m?sentinel_password=%7f", "%7F in URL parameter");
+  expect_refused("unix:///tmp/a%00b", "%00 in the socket path");
+  expect_refused("redis://h\n:6379", "control character 0x0A at byte 9");
+  expect_refused("redis://:p\tw@h", "control character 0x09");
+  expect_refused("redis://h\x7f", "control character 0x7F");
+  /* Escapes of printable bytes stay allowed. */
+  expect_ok("redis://:%20%7e@h", "h", 6379, NULL, NULL, " ~", 0);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"redis_forms", test_redis_forms, 10},
@@ -216,6 +268,8 @@ int main(int argc, char **argv) {
       {"bad_schemes", test_bad_schemes, 10},
       {"long_inputs", test_long_inputs, 10},
       {"cluster_forms", test_cluster_forms, 10},
+      {"ambiguous_forms", test_ambiguous_forms, 10},
+      {"control_bytes", test_control_bytes, 10},
       {NULL, NULL, 0},
   };
   return th_main_local(argc, argv, cases);

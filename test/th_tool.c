@@ -2,6 +2,7 @@
  * built from words, its output collected or logged, its exit awaited with
  * a deadline. */
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -99,4 +100,77 @@ void th_tool_run(th_tool_out *r, const th_argv *a, int join) {
   close(o[0]);
   close(e[0]);
   r->status = th_tool_wait(pid, 120000);
+}
+
+/* In the child: env's changes ("NAME=VALUE" sets, "NAME" unsets). */
+static void change_env(const char *const *env) {
+  for (; env && *env; env++) {
+    const char *eq = strchr(*env, '=');
+    char name[128];
+    if (!eq) {
+      unsetenv(*env);
+      continue;
+    }
+    snprintf(name, sizeof name, "%.*s", (int)(eq - *env), *env);
+    setenv(name, eq + 1, 1);
+  }
+}
+
+typedef struct sink {
+  int fd;
+  char *buf;
+  size_t len, cap;
+} sink;
+
+/* One read into s, growing it; 0 at EOF. */
+static int drain(sink *s) {
+  if (s->len + 4096 + 1 > s->cap) {
+    s->cap = s->cap * 2 + 8192;
+    TH_ASSERT((s->buf = realloc(s->buf, s->cap)) != NULL);
+  }
+  ssize_t n = read(s->fd, s->buf + s->len, s->cap - s->len - 1);
+  if (n > 0) s->len += (size_t)n;
+  s->buf[s->len] = '\0';
+  return n > 0;
+}
+
+th_run th_tool_capture(const char *const *words, const char *const *env, int join) {
+  th_argv args = {{0}, 0}, *a = &args;
+  int cap = (int)(sizeof a->v / sizeof a->v[0]) - 2; /* the binary, NULL */
+  for (; *words; words++) {
+    if (a->n >= cap) th_fail(__FILE__, __LINE__, "more than %d tool arguments", cap);
+    a->v[a->n++] = *words;
+  }
+  int o[2], e[2];
+  TH_ASSERT(pipe(o) == 0 && pipe(e) == 0);
+  tool_bin();
+  pid_t pid = fork();
+  TH_ASSERT(pid >= 0);
+  if (pid == 0) {
+    change_env(env);
+    exec_tool(a, o[1], join ? o[1] : e[1]);
+  }
+  close(o[1]);
+  close(e[1]);
+  sink s[2] = {{o[0], calloc(1, 1), 0, 1}, {e[0], calloc(1, 1), 0, 1}};
+  TH_ASSERT(s[0].buf && s[1].buf);
+  /* Both at once: either may fill its pipe while the other is read. */
+  for (int open_pipes = 2; open_pipes > 0;) {
+    struct pollfd p[2] = {{s[0].fd, POLLIN, 0}, {s[1].fd, POLLIN, 0}};
+    TH_ASSERT(poll(p, 2, -1) > 0); /* poll skips a closed one's -1 */
+    for (int i = 0; i < 2; i++)
+      if (s[i].fd >= 0 && p[i].revents && !drain(&s[i])) {
+        close(s[i].fd);
+        s[i].fd = -1;
+        open_pipes--;
+      }
+  }
+  th_run r = {th_tool_wait(pid, 120000), s[0].buf, s[1].buf};
+  return r;
+}
+
+void th_run_free(th_run *r) {
+  free(r->out);
+  free(r->err);
+  r->out = r->err = NULL;
 }

@@ -341,6 +341,24 @@ redisContext *th_node_connect(const th_node *n) {
   return c;
 }
 
+void th_node_acl_user(const th_node *n, const char *user, const char *pass, const char *rule,
+                      const char *without) {
+  char words[2048], pw[128];
+  const char *argv[128] = {"ACL", "SETUSER", user, "reset", "on", pw};
+  int argc = 6;
+  snprintf(pw, sizeof pw, ">%s", pass);
+  snprintf(words, sizeof words, "%s", rule);
+  for (char *w = strtok(words, " "); w && argc < 128; w = strtok(NULL, " "))
+    if (!without || w[0] != '+' || strcmp(w + 1, without) != 0) argv[argc++] = w;
+  redisContext *ctx = th_node_connect(n);
+  TH_ASSERT(ctx != NULL);
+  redisReply *rep = redisCommandArgv(ctx, argc, argv, NULL);
+  if (!rep || rep->type == REDIS_REPLY_ERROR)
+    th_fail(__FILE__, __LINE__, "ACL SETUSER on %s: %s", n->addr, rep ? rep->str : ctx->errstr);
+  freeReplyObject(rep);
+  redisFree(ctx);
+}
+
 /* One command on a fresh connection; NULL if it cannot connect or the
  * connection fails. The reply may be an error reply. */
 static redisReply *node_cmd(const th_node *n, const char *fmt, ...) {

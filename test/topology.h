@@ -109,6 +109,12 @@ int th_topology_dirs(void);
  * NULL if it cannot connect. */
 redisContext *th_node_connect(const th_node *n);
 
+/* "ACL SETUSER user reset on >pass" and the space-separated words of rule
+ * (leaving out the word "+without", when not NULL) on node n, as the
+ * default user; fails the case if Redis refuses. */
+void th_node_acl_user(const th_node *n, const char *user, const char *pass, const char *rule,
+                      const char *without);
+
 /* CRC16-CCITT (XMODEM: poly 0x1021, init 0), as the cluster spec defines. */
 uint16_t th_crc16(const void *buf, size_t len);
 /* The key's hash slot: of the part between the first '{' and the next '}'

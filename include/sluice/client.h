@@ -1,10 +1,14 @@
 /*
- * sluice_client: the connection to one Redis server, attached to the caller's
- * libevent event_base. Every primitive (semaphore, limiter, delay queue) is
- * created on a client and shares its connections:
- *  - one command connection carrying all nonblocking scripts, pipelined;
- *  - one blocking connection, opened on first use, on which a single BRPOP
- *    waits for every wake-up list the client's primitives listen to.
+ * sluice_client: the connections to one Redis, a Sentinel-managed master or
+ * a Redis Cluster, attached to the caller's libevent event_base. Every
+ * primitive (semaphore, limiter, delay queue) is created on a client and
+ * shares its connections:
+ *  - one command connection per node (one Redis or the master: one; a
+ *    cluster: one per master in use) carrying all nonblocking scripts,
+ *    pipelined;
+ *  - blocking connections, opened on first use, on which a single BRPOP per
+ *    node (a cluster: per hash slot waited on) waits for every wake-up list
+ *    the client's primitives listen to.
  *
  * Connection loss: pending operations complete with SLUICE_EINDOUBT (sent,
  * may have run) or SLUICE_ECONNECTION (never sent), and the client reconnects
@@ -118,6 +122,15 @@ typedef struct sluice_client_options {
    * and failovers; host, port and db are ignored (a cluster has only db 0),
    * username and password are every node's. */
   const char *cluster_seeds;      /* "host:port[,host:port...]" */
+  /* A file holding the password (the one of password above, or of the
+   * URL's user part, "redis://USER:@host"; on Sentinel the data nodes'),
+   * read once by sluice_client_new: its one line, without the line break.
+   * This keeps the secret out of URLs, argv and the environment; make the
+   * file readable only by the program's user. A password given here and
+   * in the URL or password too is refused (SLUICE_EINVAL), as is an
+   * unreadable, empty or multi-line file; sluice_client_last_error(NULL)
+   * names the file, never its content. */
+  const char *password_file;
   /* Messages pushed to delay queues (sluice_dq_push, sluice_dq_push_batch)
    * and not yet answered, over all of this client's queues: a push that
    * would pass it fails at once with SLUICE_EFULL, so a stalled Redis or a

@@ -26,21 +26,29 @@ enum {
 typedef struct cli_ctx {
   struct event_base *base;
   sluice_client *client;
-  const char *url;
+  const char *url;          /* --redis (a private copy: argv's is scrubbed) */
+  const char *password_file;/* --redis-password-file */
+  char *shown_url;          /* the URL used, its secrets masked: for messages */
   const char *prefix;       /* --prefix, or NULL for the library default */
   /* Redis's own words for the last failed operation, copied in its callback
    * (sluice_client_last_error() is valid only until the next loop turn). */
-  char why[320];
+  char why[512];
   int why_status;           /* the status why belongs to */
 } cli_ctx;
 
 /* The subcommand being run ("sem run"): every message is prefixed with it. */
 void cli_set_command(const char *name);
 
+/* Secrets: called first by main. The tool's own copy of $SLUICE_REDIS is
+ * kept; the environment (which the commands run by `sem run` and `dq
+ * consume` inherit) gets it without credentials, and the original bytes,
+ * which /proc/PID/environ shows, are scrubbed. */
+void cli_secrets_init(void);
+
 /* Create the loop and client and wait (up to timeout_ms) for the connection;
- * on failure prints "sluice: CMD: cannot reach Redis at URL: why" (Redis's
- * own answer when it gave one, e.g. "AUTH: WRONGPASS ...") and returns
- * CLI_EXIT_UNAVAILABLE. */
+ * on failure prints "sluice: CMD: cannot reach Redis at URL: why" (the URL
+ * with its secrets masked; Redis's own answer when it gave one, e.g.
+ * "AUTH: WRONGPASS ...") and returns CLI_EXIT_UNAVAILABLE. */
 int cli_connect(cli_ctx *ctx, unsigned timeout_ms);
 /* Close the client, run the loop until everything is released, free the loop. */
 void cli_close(cli_ctx *ctx);
@@ -55,8 +63,9 @@ int cli_exit_status(int status, int own_deadline);
  * words (or why the connection went) for cli_fail. */
 void cli_capture(cli_ctx *ctx, int status);
 
-/* Print "sluice: CMD: <what>: <why>", why being Redis's own words when
- * captured, and return cli_exit_status(status, own_deadline). */
+/* Print "sluice: CMD: <what>: <why>" to stderr, why being Redis's own
+ * words when captured, and return cli_exit_status(status, own_deadline).
+ * Like cli_error, control characters in the message are escaped. */
 int cli_fail(const cli_ctx *ctx, int status, int own_deadline, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
@@ -71,6 +80,13 @@ int cli_number(const char *opt, const char *s, uint64_t min, uint64_t max, const
 int cli_number_u(const char *opt, const char *s, unsigned min, unsigned max, const char *unit,
                  unsigned *out);
 
+/* s for the tool's output when it came from Redis or names a thing (a
+ * semaphore, a holder, a key): s itself, or when it holds control
+ * characters (ESC, BEL, newline...) a copy showing each as \xNN, so none
+ * reaches the terminal or splits a line. A copy lives until the eighth
+ * call after. */
+const char *cli_clean(const char *s);
+
 /* s for an error message: whole when short, else its first 64 bytes and
  * "… (N bytes)", control characters shown as '?'. The result lives in one
  * of a few static buffers, so a message may echo up to four strings. */
@@ -80,11 +96,14 @@ const char *cli_echo(const char *s);
  * prints why, with the limit, and returns -1. */
 int cli_check_len(const char *what, const char *name, size_t max);
 
-/* If argv[*i] is "--redis URL" / "--redis=URL" or "--prefix P", consume it
- * (advancing *i) and return 1; return -1 on a missing value; 0 otherwise. */
+/* If argv[*i] is "--redis URL" / "--redis=URL", "--redis-password-file F"
+ * or "--prefix P" (also "=F", "=P"), consume it (advancing *i) and return
+ * 1; return -1 on a missing value; 0 otherwise. The URL's secrets are
+ * scrubbed from argv (ps shows it) once copied. */
 int cli_common_option(cli_ctx *ctx, int argc, char **argv, int *i);
 
-/* Print "sluice: CMD: " + message to stderr. */
+/* Print "sluice: CMD: " + message to stderr, control characters escaped
+ * (cli_clean). */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* The fds the tool was started with, so that a child can be given those and
@@ -107,5 +126,6 @@ int cli_sem_main(int argc, char **argv);
 int cli_rl_main(int argc, char **argv);
 int cli_dq_main(int argc, char **argv);
 int cli_top_main(int argc, char **argv);
+int cli_acl_main(int argc, char **argv);
 
 #endif

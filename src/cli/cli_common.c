@@ -10,23 +10,62 @@
 #include <event2/event.h>
 
 #include "cli.h"
+#include "cli_url.h"
 
 static const char *command; /* "sem run": says which command speaks */
 
 void cli_set_command(const char *name) { command = name; }
 
-static void error_prefix(void) {
+/* Length of the control character at s (C0, DEL, or C1 as UTF-8
+ * U+0080..U+009F, which some terminals obey too), or 0. */
+static size_t control_at(const unsigned char *s) {
+  if (*s < 0x20 || *s == 0x7f) return 1;
+  return s[0] == 0xc2 && s[1] >= 0x80 && s[1] <= 0x9f ? 2 : 0;
+}
+
+/* s with every control character written as \xNN into out (4 bytes for
+ * each byte at most). */
+static void escape_into(const char *s, char *out) {
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p) {
+    size_t n = control_at(p);
+    if (!n) {
+      *out++ = (char)*p++;
+      continue;
+    }
+    for (; n > 0; n--) out += sprintf(out, "\\x%02x", *p++);
+  }
+  *out = '\0';
+}
+
+const char *cli_clean(const char *s) {
+  static char *bufs[8];
+  static unsigned next;
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p && !control_at(p)) p++;
+  if (!*p) return s; /* the common case: nothing to escape, no copy */
+  char **b = &bufs[next++ % 8];
+  free(*b);
+  if (!(*b = malloc(strlen(s) * 4 + 1))) return "(unprintable)";
+  escape_into(s, *b);
+  return *b;
+}
+
+/* "sluice: CMD: " + the message, its control characters escaped: it may
+ * quote Redis or a name. */
+static void verror(const char *fmt, va_list ap, const char *tail) {
+  char msg[2048];
+  vsnprintf(msg, sizeof msg, fmt, ap);
   fputs("sluice: ", stderr);
   if (command) fprintf(stderr, "%s: ", command);
+  fprintf(stderr, "%s%s\n", cli_clean(msg), tail ? cli_clean(tail) : "");
 }
 
 void cli_error(const char *fmt, ...) {
   va_list ap;
-  error_prefix();
   va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
+  verror(fmt, ap, NULL);
   va_end(ap);
-  fputc('\n', stderr);
 }
 
 int cli_exit_status(int status, int own_deadline) {
@@ -63,14 +102,14 @@ void cli_capture(cli_ctx *ctx, int status) {
 
 int cli_fail(const cli_ctx *ctx, int status, int own_deadline, const char *fmt, ...) {
   va_list ap;
+  char tail[sizeof ctx->why + 64];
   const char *why = ctx && ctx->why[0] && ctx->why_status == status ? ctx->why : NULL;
-  error_prefix();
+  if (status == SLUICE_EREDIS && why) snprintf(tail, sizeof tail, ": %s", why); /* "Redis: OOM ..." */
+  else if (why) snprintf(tail, sizeof tail, ": %s (%s)", sluice_strerror(status), why);
+  else snprintf(tail, sizeof tail, ": %s", sluice_strerror(status));
   va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
+  verror(fmt, ap, tail);
   va_end(ap);
-  if (status == SLUICE_EREDIS && why) fprintf(stderr, ": %s\n", why); /* "Redis: OOM ..." */
-  else if (why) fprintf(stderr, ": %s (%s)\n", sluice_strerror(status), why);
-  else fprintf(stderr, ": %s\n", sluice_strerror(status));
   return cli_exit_status(status, own_deadline);
 }
 
@@ -140,27 +179,55 @@ int cli_parse_u64(const char *s, uint64_t max, uint64_t *out) {
   return 0;
 }
 
+/* The URLs the tool was given, its own copies (argv's and the
+ * environment's bytes are scrubbed); kept until exit. */
+static char *env_url, *arg_url;
+
+void cli_secrets_init(void) {
+  char *url = getenv("SLUICE_REDIS");
+  if (!url) return;
+  char *bare = cli_url_without_credentials(url);
+  if (!(env_url = strdup(url)) || !bare || setenv("SLUICE_REDIS", bare, 1) != 0) {
+    /* Better no URL for the children than one with its password. */
+    unsetenv("SLUICE_REDIS");
+  }
+  free(bare);
+  cli_url_scrub(url); /* setenv made a new string: the old one stays in /proc */
+}
+
+static const char *take_url(char *arg) {
+  free(arg_url);
+  arg_url = strdup(arg);
+  cli_url_scrub(arg);
+  return arg_url ? arg_url : ""; /* out of memory: refused as an empty URL */
+}
+
+static const char *const common_options[] = {"--redis", "--redis-password-file", "--prefix"};
+
 int cli_common_option(cli_ctx *ctx, int argc, char **argv, int *i) {
-  const char *a = argv[*i];
-  if (strncmp(a, "--redis=", 8) == 0) {
-    ctx->url = a + 8;
-    return 1;
-  }
-  if (strncmp(a, "--prefix=", 9) == 0) {
-    ctx->prefix = a + 9;
-    return 1;
-  }
-  if (strcmp(a, "--redis") == 0 || strcmp(a, "--prefix") == 0) {
-    if (*i + 1 >= argc) {
-      cli_error("%s needs a value", a);
-      return -1;
+  char *a = argv[*i], *value = NULL;
+  size_t k;
+  for (k = 0; k < sizeof common_options / sizeof common_options[0]; k++) {
+    size_t n = strlen(common_options[k]);
+    if (strncmp(a, common_options[k], n) != 0) continue;
+    if (a[n] == '=') {
+      value = a + n + 1;
+    } else if (a[n] == '\0') {
+      if (*i + 1 >= argc) {
+        cli_error("%s needs a value", a);
+        return -1;
+      }
+      value = argv[++*i];
+    } else {
+      continue;
     }
-    if (a[2] == 'r') ctx->url = argv[*i + 1];
-    else ctx->prefix = argv[*i + 1];
-    (*i)++;
-    return 1;
+    break;
   }
-  return 0;
+  if (!value) return 0;
+  if (k == 0) ctx->url = take_url(value);
+  else if (k == 1) ctx->password_file = value;
+  else ctx->prefix = value;
+  return 1;
 }
 
 typedef struct connect_wait {
@@ -178,28 +245,18 @@ static void on_deadline(evutil_socket_t fd, short what, void *ud) {
   ((connect_wait *)ud)->done = 1;
 }
 
-/* url with its password replaced by "***": error messages end up in logs.
- * Split as the library does: the last '@' ends the credentials, the first
- * ':' before it ends the user, and "redis://secret@host" is a password. */
-static const char *shown_url(const char *url) {
-  static char buf[1024];
-  const char *auth = strstr(url, "://");
-  if (!auth || strncmp(url, "unix:", 5) == 0) return url;
-  auth += 3;
-  const char *at = strrchr(auth, '@');
-  if (!at || at == auth) return url;
-  const char *colon = memchr(auth, ':', (size_t)(at - auth));
-  const char *secret = colon ? colon + 1 : auth;
-  snprintf(buf, sizeof buf, "%.*s***%s", (int)(secret - url), url, at);
-  return buf;
-}
-
 int cli_connect(cli_ctx *ctx, unsigned timeout_ms) {
   sluice_client_options o;
   connect_wait w = {0, 0};
-  if (!ctx->url) ctx->url = getenv("SLUICE_REDIS") ? getenv("SLUICE_REDIS") : CLI_DEFAULT_REDIS;
+  if (!ctx->url) ctx->url = env_url ? env_url : CLI_DEFAULT_REDIS;
+  if (!ctx->password_file) ctx->password_file = getenv("SLUICE_REDIS_PASSWORD_FILE");
+  if (!(ctx->shown_url = cli_url_masked(ctx->url))) {
+    cli_error("out of memory");
+    return CLI_EXIT_FAILURE;
+  }
   sluice_client_options_init(&o);
   o.url = ctx->url;
+  o.password_file = ctx->password_file;
   if (ctx->prefix) o.key_prefix = ctx->prefix;
   o.connect_timeout_ms = timeout_ms;
   /* The precise clock: --wait and --timeout are deadlines, and libevent's
@@ -210,15 +267,15 @@ int cli_connect(cli_ctx *ctx, unsigned timeout_ms) {
   if (cfg) event_config_free(cfg);
   if (!ctx->base) {
     cli_error("cannot create event loop");
+    cli_close(ctx);
     return CLI_EXIT_FAILURE;
   }
   int rc = sluice_client_new(ctx->base, &o, &ctx->client);
   if (rc) {
     const char *why = sluice_client_last_error(NULL);
-    cli_error("cannot use --redis '%s': %s", cli_echo(shown_url(ctx->url)),
-              *why ? why : sluice_strerror(rc));
-    event_base_free(ctx->base);
-    ctx->base = NULL;
+    cli_error("cannot use Redis URL '%s'%s: %s", cli_echo(ctx->shown_url),
+              o.password_file ? " with its password file" : "", *why ? why : sluice_strerror(rc));
+    cli_close(ctx);
     return CLI_EXIT_USAGE;
   }
   sluice_client_set_state_cb(ctx->client, on_state, &w);
@@ -230,7 +287,7 @@ int cli_connect(cli_ctx *ctx, unsigned timeout_ms) {
   sluice_client_set_state_cb(ctx->client, NULL, NULL);
   if (!w.up) {
     const char *why = sluice_client_last_error(ctx->client);
-    cli_error("cannot reach Redis at %s: %s", shown_url(ctx->url), *why ? why : "timed out");
+    cli_error("cannot reach Redis at %s: %s", ctx->shown_url, *why ? why : "timed out");
     cli_close(ctx);
     return CLI_EXIT_UNAVAILABLE;
   }
@@ -238,6 +295,8 @@ int cli_connect(cli_ctx *ctx, unsigned timeout_ms) {
 }
 
 void cli_close(cli_ctx *ctx) {
+  free(ctx->shown_url);
+  ctx->shown_url = NULL;
   if (ctx->client) {
     sluice_client_free(ctx->client);
     ctx->client = NULL;

@@ -66,7 +66,7 @@ static void on_pushed(sluice_dq *dq, int status, const char *id, int64_t due, vo
   p->status = status;
   cli_capture(p->ctx, status);
   if (id) snprintf(p->id, sizeof p->id, "%s", id);
-  if (status == SLUICE_OK) printf("%s\n", id);
+  if (status == SLUICE_OK) printf("%s\n", cli_clean(id));
 }
 
 /* Why the push failed; the exit status. */
@@ -219,14 +219,14 @@ static void on_info(sluice_dq *dq, int status, const sluice_dq_info *in, void *u
   s->status = status;
   cli_capture(s->ctx, status);
   if (status != SLUICE_OK) return;
-  printf("queue      %s\n", sluice_dq_name(dq));
+  printf("queue      %s\n", cli_clean(sluice_dq_name(dq)));
   printf("delayed    %llu (due now %llu)\n", (unsigned long long)in->delayed,
          (unsigned long long)in->ready);
   printf("in_flight  %llu (past deadline %llu)\n", (unsigned long long)in->in_flight,
          (unsigned long long)in->expired);
   printf("dead       %llu\n", (unsigned long long)in->dead);
   if (in->next_id)
-    printf("next       %s due at %lld (in %lld ms)\n", in->next_id, (long long)in->next_due_ms,
+    printf("next       %s due at %lld (in %lld ms)\n", cli_clean(in->next_id), (long long)in->next_due_ms,
            (long long)(in->next_due_ms - in->now_ms));
   else
     printf("next       -\n");

@@ -334,12 +334,13 @@ static void on_info(sluice_sem *sem, int status, const sluice_sem_info *info, vo
   st->permits = info->permits;
   if (!st->print) return;
   printf("semaphore %s: permits %u, holders %zu, waiters %zu, last fence %llu\n",
-         sluice_sem_name(sem), info->permits, info->nholders, info->nwaiters,
+         cli_clean(sluice_sem_name(sem)), info->permits, info->nholders, info->nwaiters,
          (unsigned long long)info->last_fence);
   for (size_t i = 0; i < info->nholders; i++)
-    printf("  holder %s  lease %lld ms left\n", info->holders[i].id,
+    printf("  holder %s  lease %lld ms left\n", cli_clean(info->holders[i].id),
            (long long)info->holders[i].remaining_ms);
-  for (size_t i = 0; i < info->nwaiters; i++) printf("  waiter %zu: %s\n", i + 1, info->waiters[i]);
+  for (size_t i = 0; i < info->nwaiters; i++)
+    printf("  waiter %zu: %s\n", i + 1, cli_clean(info->waiters[i]));
 }
 
 /* Inspect semaphore name on ctx's client (printing it when print is set);

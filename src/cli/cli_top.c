@@ -6,7 +6,10 @@
  *
  * Objects are found by sluice_client_scan (one read-only script per SCAN
  * page) unless NAMEs are given; each semaphore and queue is then read with
- * sluice_sem_inspect / sluice_dq_inspect. Steps run one after the other:
+ * sluice_sem_inspect / sluice_dq_inspect. Given NAMEs, top needs no SCAN
+ * right (a tenant confined to its prefix should be denied SCAN, which lists
+ * every key name of the server): only the limiter keys, found by SCAN, are
+ * then left out. Steps run one after the other:
  * the view is for people, and one step at a time keeps Redis's load tiny.
  * --prometheus collects one frame's semaphores and queues instead and
  * prints them in the Prometheus text format (cli_top_prom.c).
@@ -91,8 +94,9 @@ static void on_scan_rl(sluice_client *c, int status, uint64_t next,
   char ttl[24];
   for (size_t i = 0; i < n && t->nrl < TOP_MAX_OBJECTS; i++, t->nrl++) {
     fmt_ms(ttl, sizeof ttl, e[i].ttl_ms);
-    fprintf(t->out, "  %-16s %-20s %-16s %-24s %s\n", e[i].name, e[i].key ? e[i].key : "",
-            e[i].algo ? e[i].algo : "", e[i].state ? e[i].state : "", ttl);
+    fprintf(t->out, "  %-16s %-20s %-16s %-24s %s\n", cli_clean(e[i].name),
+            cli_clean(e[i].key ? e[i].key : ""), cli_clean(e[i].algo ? e[i].algo : ""),
+            cli_clean(e[i].state ? e[i].state : ""), ttl);
   }
   t->cursor = next;
   t->status = status;
@@ -119,7 +123,8 @@ static void on_sem_info(sluice_sem *sem, int status, const sluice_sem_info *info
   t->status = status;
   t->done = 1;
   if (status != SLUICE_OK) {
-    fprintf(t->out, "  %-16s error: %s\n", sluice_sem_name(sem), sluice_strerror(status));
+    fprintf(t->out, "  %-16s error: %s\n", cli_clean(sluice_sem_name(sem)),
+            sluice_strerror(status));
     return;
   }
   if (t->named && !info->nholders && !info->nwaiters && !info->last_fence) return;
@@ -128,14 +133,14 @@ static void on_sem_info(sluice_sem *sem, int status, const sluice_sem_info *info
     return;
   }
   fprintf(t->out, "  %-16s permits %-4u holders %-4zu waiters %-4zu last fence %llu\n",
-          sluice_sem_name(sem), info->permits, info->nholders, info->nwaiters,
+          cli_clean(sluice_sem_name(sem)), info->permits, info->nholders, info->nwaiters,
           (unsigned long long)info->last_fence);
   for (size_t i = 0; i < info->nholders; i++) {
     fmt_ms(left, sizeof left, info->holders[i].remaining_ms);
-    fprintf(t->out, "    holder  %s  lease left %s\n", info->holders[i].id, left);
+    fprintf(t->out, "    holder  %s  lease left %s\n", cli_clean(info->holders[i].id), left);
   }
   for (size_t i = 0; i < info->nwaiters; i++)
-    fprintf(t->out, "    waiter  %zu. %s\n", i + 1, info->waiters[i]);
+    fprintf(t->out, "    waiter  %zu. %s\n", i + 1, cli_clean(info->waiters[i]));
 }
 
 static void on_dq_info(sluice_dq *dq, int status, const sluice_dq_info *info, void *ud) {
@@ -144,7 +149,7 @@ static void on_dq_info(sluice_dq *dq, int status, const sluice_dq_info *info, vo
   t->status = status;
   t->done = 1;
   if (status != SLUICE_OK) {
-    fprintf(t->out, "  %-16s error: %s\n", sluice_dq_name(dq), sluice_strerror(status));
+    fprintf(t->out, "  %-16s error: %s\n", cli_clean(sluice_dq_name(dq)), sluice_strerror(status));
     return;
   }
   /* The earliest message of the delayed set is the oldest due one when
@@ -156,7 +161,7 @@ static void on_dq_info(sluice_dq *dq, int status, const sluice_dq_info *info, vo
   }
   int64_t age = info->ready && info->next_due_ms >= 0 ? info->now_ms - info->next_due_ms : -1;
   fmt_ms(oldest, sizeof oldest, age);
-  fprintf(t->out, "  %-16s %8llu %10llu %10llu %6llu  %s\n", sluice_dq_name(dq),
+  fprintf(t->out, "  %-16s %8llu %10llu %10llu %6llu  %s\n", cli_clean(sluice_dq_name(dq)),
           (unsigned long long)info->ready, (unsigned long long)(info->delayed - info->ready),
           (unsigned long long)info->in_flight, (unsigned long long)info->dead, oldest);
 }
@@ -179,6 +184,11 @@ static int show_dq(top *t, const char *name) {
   else if (rc != SLUICE_EINVAL) return rc;
   if (rc == SLUICE_OK) sluice_dq_free(dq);
   return rc == SLUICE_OK ? t->status : SLUICE_OK;
+}
+
+/* The last step failed because the ACL refuses SCAN. */
+static int scan_refused(const top *t) {
+  return strstr(sluice_client_last_error(t->ctx.client), "'scan'") != NULL;
 }
 
 /* ---- one frame ------------------------------------------------------------ */
@@ -204,6 +214,12 @@ static int frame(top *t, int argc, char **names, char **text, size_t *len) {
   t->nrl = 0;
   if (!rc && argc == 0 && !t->prom) rc = scan_all(t, "rl", NULL, on_scan_rl);
   for (int i = 0; !rc && !t->prom && i < argc; i++) rc = scan_all(t, "rl", names[i], on_scan_rl);
+  if (rc == SLUICE_EREDIS && argc > 0 && scan_refused(t)) {
+    /* Named objects need no SCAN; limiter keys do (a key is part of each
+     * name): a user confined to its prefix may well be denied it. */
+    fprintf(t->out, "  (limiter keys are listed by SCAN, which this Redis user may not run)\n");
+    rc = SLUICE_OK;
+  }
   fclose(t->out);
   t->out = NULL;
   return rc;
@@ -217,7 +233,8 @@ static void usage(FILE *f) {
         "(due now, due later, in flight, dead, age of the oldest due message) and\n"
         "limiter keys (algorithm and stored state), refreshed every --interval ms\n"
         "(default 1000; Ctrl-C quits). Without NAMEs every object under the prefix\n"
-        "is found by SCAN; with NAMEs, the semaphores, queues and limiters so named.\n"
+        "is found by SCAN; with NAMEs, the semaphores, queues and limiters so named\n"
+        "(a Redis user without SCAN rights sees the semaphores and queues).\n"
         "--once prints one frame without escape codes and exits (69: Redis\n"
         "unreachable or failing).\n"
         "--prometheus prints one frame's semaphores and queues (at most 200 of each;\n"
@@ -250,6 +267,7 @@ int cli_top_main(int argc, char **argv) {
   unsigned interval = 1000;
   char **names = calloc((size_t)argc + 1, sizeof *names);
   memset(&t, 0, sizeof t);
+  cli_set_command("top");
   if (!names) return CLI_EXIT_FAILURE;
   for (int i = 1; i < argc; i++) {
     int c = cli_common_option(&t.ctx, argc, argv, &i);
@@ -268,7 +286,7 @@ int cli_top_main(int argc, char **argv) {
                        &interval) != 0)
         goto usage_error;
     } else if (argv[i][0] == '-') {
-      cli_error("top: unknown option '%s'", cli_echo(argv[i]));
+      cli_error("unknown option '%s'", cli_echo(argv[i]));
       goto usage_error;
     } else {
       names[nnames++] = argv[i];
@@ -301,7 +319,7 @@ int cli_top_main(int argc, char **argv) {
      * flickers. */
     const char *eol = once ? "\n" : "\033[K\n";
     if (!once) fputs("\033[H", stdout);
-    printf("sluice top  %s  prefix %s%s%s%s%s", t.ctx.url, t.ctx.prefix ? t.ctx.prefix : "sluice:",
+    printf("sluice top  %s  prefix %s%s%s%s%s", t.ctx.shown_url, t.ctx.prefix ? t.ctx.prefix : "sluice:",
            once ? "" : "  ", once ? "" : stamp, eol, eol);
     for (size_t at = 0; text && at < len;) {
       const char *nl = memchr(text + at, '\n', len - at);
@@ -312,8 +330,10 @@ int cli_top_main(int argc, char **argv) {
     }
     free(text);
     if (st) {
+      /* The error itself goes to stderr; the view only says it is partial. */
       const char *why = sluice_client_last_error(t.ctx.client);
-      printf("%s(incomplete: %s%s%s)%s", eol, sluice_strerror(st), *why ? ": " : "", why, eol);
+      printf("%s(incomplete: see the error on stderr)%s", eol, eol);
+      cli_error("incomplete view: %s%s%s", sluice_strerror(st), *why ? ": " : "", why);
     }
     if (!once) fputs("\033[J", stdout);
     fflush(stdout);

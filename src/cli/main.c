@@ -20,12 +20,17 @@ static void usage(FILE *out) {
       "                  [--retry-delay MS] [--count N] -- CMD [ARGS]\n"
       "  sluice dq status QUEUE\n"
       "  sluice top [NAME...] [--once | --prometheus] [--interval MS]\n"
+      "  sluice acl [--prefix P] [--sentinel | --cluster] [--db] [--wait] [--scan] [sem rl dq]\n"
       "\n"
       "Every command takes --redis URL (redis://[user:pass@]host:port/db,\n"
       "rediss://... (TLS), redis+sentinel://host:port[,host:port...]/MASTER,\n"
       "redis+cluster://host:port[,host:port...] or unix:///path; default\n"
-      "$SLUICE_REDIS or " CLI_DEFAULT_REDIS ")\n"
-      "and --prefix PREFIX (key prefix, default \"sluice:\"). `sluice COMMAND --help`\n"
+      "$SLUICE_REDIS or " CLI_DEFAULT_REDIS "),\n"
+      "--redis-password-file FILE (the password, kept out of the URL; default\n"
+      "$SLUICE_REDIS_PASSWORD_FILE) and --prefix PREFIX (key prefix, default\n"
+      "\"sluice:\"). A password given in --redis is scrubbed from the tool's\n"
+      "command line, and the commands run by sem run and dq consume get\n"
+      "$SLUICE_REDIS without its credentials. `sluice COMMAND --help`\n"
       "describes each command.\n"
       "\n"
       "Exit status (the same for every command):\n"
@@ -47,6 +52,7 @@ int main(int argc, char **argv) {
    * closed must be an error to handle (the client reconnects), not a signal
    * that kills the tool. Commands the tool runs get the default back. */
   signal(SIGPIPE, SIG_IGN);
+  cli_secrets_init();
   if (argc < 2) {
     usage(stderr);
     return CLI_EXIT_USAGE;
@@ -64,6 +70,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "rl") == 0) return cli_rl_main(argc - 1, argv + 1);
   if (strcmp(cmd, "dq") == 0) return cli_dq_main(argc - 1, argv + 1);
   if (strcmp(cmd, "top") == 0) return cli_top_main(argc - 1, argv + 1);
+  if (strcmp(cmd, "acl") == 0) return cli_acl_main(argc - 1, argv + 1);
   cli_error("unknown command '%s' (try: sluice --help)", cli_echo(cmd));
   return CLI_EXIT_USAGE;
 }

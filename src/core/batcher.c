@@ -1,4 +1,6 @@
 /* The per-loop-turn batcher: see batcher.h. */
+#include <stdlib.h>
+
 #include <event2/event.h>
 
 #include "core/batcher.h"
@@ -169,26 +171,62 @@ static void on_reply(void *ud, int status, const redisReply *reply) {
 
 /* ---- flush --------------------------------------------------------------- */
 
-/* Take up to kind->max queued requests of the head's route, in order. */
+/* Sort the queue by route, keeping arrival order within a route, when it
+ * mixes routes (a limiter's keys on a cluster): a call then takes the
+ * head's run, so a flush costs one sort instead of a pass over the whole
+ * queue per call. Calls to different routes go to different hash slots,
+ * whose relative order nothing relies on. Out of memory: unsorted, and
+ * calls only get smaller. */
+typedef struct queued_at {
+  unsigned route;
+  size_t at;
+  sluice__breq *r;
+} queued_at;
+
+static int by_route(const void *a, const void *b) {
+  const queued_at *x = a, *y = b;
+  if (x->route != y->route) return x->route < y->route ? -1 : 1;
+  return x->at < y->at ? -1 : x->at > y->at;
+}
+
+static void group_by_route(sluice__batcher *b) {
+  size_t n = 0, mixed = 0;
+  unsigned first = sluice__container_of(b->queue.head, sluice__breq, link)->route;
+  for (sluice__link *l = b->queue.head; l; l = l->next, n++)
+    mixed |= sluice__container_of(l, sluice__breq, link)->route != first;
+  queued_at *v = mixed ? malloc(n * sizeof *v) : NULL;
+  if (!v) return;
+  n = 0;
+  for (sluice__link *l = b->queue.head; l; l = l->next, n++) {
+    v[n].r = sluice__container_of(l, sluice__breq, link);
+    v[n].route = v[n].r->route;
+    v[n].at = n;
+  }
+  qsort(v, n, sizeof *v, by_route);
+  b->queue.head = b->queue.tail = NULL;
+  for (size_t i = 0; i < n; i++) sluice__list_append(&b->queue, &v[i].r->link);
+  free(v);
+}
+
+/* Take up to kind->max requests from the head of the queue while they
+ * share its route, in order. */
 static sluice__batch *take(sluice__batcher *b) {
   const sluice__batch_kind *k = b->kind;
   unsigned route = sluice__container_of(b->queue.head, sluice__breq, link)->route;
   size_t n = 0;
-  for (sluice__link *l = b->queue.head; l && n < k->max; l = l->next)
-    if (sluice__container_of(l, sluice__breq, link)->route == route) n++;
+  for (sluice__link *l = b->queue.head;
+       l && n < k->max && sluice__container_of(l, sluice__breq, link)->route == route; l = l->next)
+    n++;
   sluice__batch *batch = sluice__calloc(1, sizeof *batch + n * sizeof batch->slots[0]);
   if (!batch) return NULL;
   batch->b = b;
   batch->n = batch->left = n;
-  size_t i = 0;
-  for (sluice__link *l = b->queue.head, *next; l && i < n; l = next) {
-    next = l->next;
-    sluice__breq *r = sluice__container_of(l, sluice__breq, link);
-    if (r->route != route) continue;
+  for (size_t i = 0; i < n; i++) {
+    sluice__breq *r = sluice__container_of(b->queue.head, sluice__breq, link);
     unqueue(b, r);
     r->batch = batch;
     r->slot = i;
-    batch->slots[i++] = r;
+    batch->slots[i] = r;
     b->ninflight++;
   }
   return batch;
@@ -214,6 +252,7 @@ static int send_batch(sluice__batcher *b, sluice__batch *batch) {
 
 void sluice__batcher_flush(sluice__batcher *b) {
   if (held(b)) return;
+  if (b->queue.head) group_by_route(b);
   while (b->queue.head) {
     sluice__batch *batch = take(b);
     if (!batch) { /* out of memory: try again next turn */

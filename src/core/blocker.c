@@ -25,12 +25,15 @@
  * master and reconnect, and every listener re-checks its state then, so a
  * lost or duplicated wake-up costs a round trip, never a permit.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <event2/event.h>
 
-#include "core/client.h"
+#include "core/blocker.h"
+#include "net/slot.h"
+#include "core/redis_error.h"
 
 /* Long enough that an idle client costs Redis almost nothing, short enough
  * that a half-open connection is replaced within a minute. */
@@ -57,8 +60,7 @@ struct group {
   sluice__blocker *b;
   sluice__link link;             /* in b->groups */
   int slot;                      /* -1: every key (one Redis) */
-  int own_ep;                    /* a cluster's group: ep below is its own */
-  sluice__endpoint ep;           /* then its slot master's address */
+  sluice__endpoint ep;           /* the route's node: host and port its own */
   sluice__conn conn;
   sluice__list listeners;
   char *ctl_key;
@@ -67,20 +69,27 @@ struct group {
   struct event *idle;            /* closes the group when nobody listens */
   sluice__op *interrupt;         /* the control token on its way */
   int waiting;                   /* a BRPOP is outstanding */
+  int refused;                   /* the ACL refused the last BRPOP */
   int dirty;                     /* key set changed since it was sent */
   unsigned notify_gen;
 };
 
 struct sluice__blocker {
-  sluice_client *c;
+  sluice__blocker_env env;
   sluice__list groups;
 };
 
 static void issue(group *g);
+static void notify_all(group *g);
 
 static void interrupt_done(void *ud, int status, const redisReply *reply) {
   group *g = ud;
   g->interrupt = NULL;
+  if (status == SLUICE_EREDIS) /* e.g. the ACL refuses one of its commands */
+    sluice__log(g->b->env.c, SLUICE_LOG_ERROR,
+                "the blocking call could not be told of new keys (%s): their wake-ups wait "
+                "until it returns, within " BLOCK_SECONDS_TEXT " s",
+                sluice_client_last_error(g->b->env.c));
 }
 
 /* Make an outstanding BRPOP return so the new key set takes effect. */
@@ -92,7 +101,7 @@ static void key_set_changed(group *g) {
   }
   if (g->interrupt) return;
   const char *argv[2] = {g->ctl_key, CTL_EXPIRE_MS};
-  sluice__eval(g->b->c, &sluice__lua_blk_interrupt, 1, 2, argv, NULL, 0, interrupt_done, g,
+  sluice__eval(g->b->env.c, &sluice__lua_blk_interrupt, 1, 2, argv, NULL, 0, interrupt_done, g,
                &g->interrupt);
 }
 
@@ -102,6 +111,23 @@ static sluice__listener *first_listener(group *g, const char *key, size_t len) {
     if (strlen(l->key) == len && memcmp(l->key, key, len) == 0) return l;
   }
   return NULL;
+}
+
+/* The ACL refuses BRPOP: a permanent state, not a broken connection, so
+ * no reconnect (which would loop at once, every listener re-checking each
+ * time). Say it once; let the listeners re-check, and try again, every
+ * reconnect_max_ms, briefly blocking so that the ACL's fix shows soon. */
+static void refused(group *g, const char *err) {
+  const sluice__blocker_env *env = &g->b->env;
+  char text[512];
+  sluice__error_text(text, sizeof text, NULL, "brpop", err);
+  sluice__client_set_error(env->c, text);
+  sluice__log(env->c, g->refused ? SLUICE_LOG_DEBUG : SLUICE_LOG_ERROR,
+              "wake-ups refused (%s): waiters and consumers re-check every %u ms instead", text,
+              env->net.reconnect_max_ms);
+  g->refused = 1;
+  sluice__timer_in(g->watchdog, env->net.reconnect_max_ms);
+  notify_all(g);
 }
 
 static void brpop_cb(redisAsyncContext *ac, void *r, void *privdata) {
@@ -120,16 +146,19 @@ static void brpop_cb(redisAsyncContext *ac, void *r, void *privdata) {
     if (l) l->fn(l->ud, v->str, v->len);
     return;
   }
+  if (reply->type == REDIS_REPLY_ERROR && sluice__refused_by_acl(reply->str)) {
+    refused(g, reply->str);
+    return;
+  }
+  if (g->refused) {
+    g->refused = 0;
+    sluice__log(g->b->env.c, SLUICE_LOG_INFO, "BRPOP allowed again: wake-ups flow");
+  }
   if (reply->type == REDIS_REPLY_ERROR) {
     /* MOVED: the slot migrated; -UNBLOCKED: a failover; NOAUTH after a
      * restart with new config... Reconnect (to the slot's master now). */
-    sluice_client *c = g->b->c;
-    unsigned slot;
-    const char *addr;
-    size_t len;
-    if (c->cluster && reply->len > 6 && memcmp(reply->str, "MOVED ", 6) == 0 &&
-        sluice__cluster_parse_redirect(reply->str, reply->len, &slot, &addr, &len) == 0)
-      sluice__cluster_moved(c->cluster, slot, addr, len, &g->conn);
+    sluice__topo_decision d; /* the topology learns from it (MOVED patches the map) */
+    sluice__topo_decide(g->b->env.topo, &g->conn, reply, &d);
     sluice__conn_fail(&g->conn, reply->str);
     return;
   }
@@ -139,6 +168,7 @@ static void brpop_cb(redisAsyncContext *ac, void *r, void *privdata) {
 static void issue(group *g) {
   size_t n = 0, cap = 2;
   if (g->waiting || g->conn.state != SLUICE_CONN_UP) return;
+  if (g->refused && evtimer_pending(g->watchdog, NULL)) return; /* its retry comes */
   for (sluice__link *k = g->listeners.head; k; k = k->next) cap++;
   if (cap == 2) return; /* nobody listens: stay idle */
   const char **argv = malloc((cap + 1) * sizeof *argv);
@@ -152,7 +182,7 @@ static void issue(group *g) {
     if (first_listener(g, l->key, strlen(l->key)) == l) argv[n++] = l->key;
   }
   argv[n++] = g->ctl_key;
-  argv[n++] = BLOCK_SECONDS_TEXT;
+  argv[n++] = g->refused ? "1" : BLOCK_SECONDS_TEXT;
   if (sluice__conn_send(&g->conn, brpop_cb, g, (int)n, argv, NULL) == REDIS_OK) {
     g->waiting = 1;
     g->dirty = 0;
@@ -192,30 +222,28 @@ static void notify_all(group *g) {
 
 static void blk_up(sluice__conn *conn, void *ud) {
   group *g = ud;
-  sluice__log(g->b->c, SLUICE_LOG_INFO, "blocking connection up (wake-ups flow)");
+  sluice__log(g->b->env.c, SLUICE_LOG_INFO, "blocking connection up (wake-ups flow)");
   issue(g);
   if (conn->ups > 1) notify_all(g);
 }
 
 static void blk_down(sluice__conn *conn, int status, void *ud) {
   group *g = ud;
-  sluice__log(g->b->c, SLUICE_LOG_WARN, "blocking connection down: %s; reconnecting in %u ms",
+  sluice__log(g->b->env.c, SLUICE_LOG_WARN, "blocking connection down: %s; reconnecting in %u ms",
               conn->errstr, conn->retry_ms);
   g->waiting = 0;
   evtimer_del(g->watchdog);
-  sluice__client_data_down(g->b->c);
+  sluice__topo_stale(g->b->env.topo);
 }
 
-/* The address to connect to: the one Redis (or the sentinels' master), or
- * the current master of the group's slot. */
+/* The address to connect to, the topology's for the group's route: the one
+ * Redis, the sentinels' master, or the current master of the slot. */
 static int blk_ready(sluice__conn *conn, void *ud) {
   group *g = ud;
-  sluice_client *c = g->b->c;
   const char *host;
   int port;
-  if (!c->cluster) return sluice__client_ready(conn, c);
-  if (!sluice__cluster_address(c->cluster, (unsigned)g->slot, &host, &port)) return 0;
-  if (!g->ep.host || strcmp(g->ep.host, host) != 0) {
+  if (!sluice__topo_address(g->b->env.topo, g->slot, &host, &port)) return 0;
+  if (host && (!g->ep.host || strcmp(g->ep.host, host) != 0)) {
     char *h = strdup(host);
     if (!h) return 0;
     free(g->ep.host);
@@ -235,7 +263,7 @@ static void group_free(group *g) {
   if (g->kick) event_free(g->kick);
   if (g->idle) event_free(g->idle);
   free(g->ctl_key);
-  if (g->own_ep) free(g->ep.host);
+  free(g->ep.host);
   sluice__free(g);
 }
 
@@ -246,48 +274,43 @@ static void idle_cb(evutil_socket_t fd, short what, void *arg) {
 
 /* "<prefix>blk:{<id>}:ctl", or on a cluster a key in the group's slot:
  * "<prefix>blk:{<key's tag>}:ctl:<id>". */
-static char *ctl_key_for(sluice_client *c, const char *key) {
-  if (!c->cluster) return sluice__key(c, "blk", c->id, "ctl");
+static char *ctl_key_for(const sluice__blocker_env *env, const char *key) {
+  if (!env->topo->ops->many) return sluice__key(env->c, "blk", env->id, "ctl");
   const char *part;
   size_t plen;
-  char part_id[sizeof c->id + 8] = "ctl:";
+  char part_id[48] = "ctl:";
   sluice__hashed_part(key, strlen(key), &part, &plen);
   char *tag = malloc(plen + 1);
   if (!tag) return NULL;
   memcpy(tag, part, plen);
   tag[plen] = '\0';
-  strcat(part_id, c->id);
-  char *k = sluice__key(c, "blk", tag, part_id);
+  snprintf(part_id + 4, sizeof part_id - 4, "%s", env->id);
+  char *k = sluice__key(env->c, "blk", tag, part_id);
   free(tag);
   return k;
 }
 
 static group *group_new(sluice__blocker *b, int slot, const char *key) {
-  sluice_client *c = b->c;
+  const sluice__blocker_env *env = &b->env;
   group *g = sluice__calloc(1, sizeof *g);
   if (!g) return NULL;
   g->b = b;
   g->slot = slot;
-  if (c->cluster) { /* credentials and TLS shared; the address its own */
-    g->ep = c->endpoint;
-    g->ep.host = NULL;
-    g->own_ep = 1;
-  }
+  g->ep = *env->net.endpoint; /* credentials and TLS shared; the address its own */
+  g->ep.host = NULL;
   sluice__list_append(&b->groups, &g->link);
-  g->ctl_key = ctl_key_for(c, key);
-  g->watchdog = evtimer_new(c->base, watchdog_cb, g);
-  g->kick = event_new(c->base, -1, 0, kick_cb, g);
-  g->idle = evtimer_new(c->base, idle_cb, g);
-  sluice__conn_config cfg = {.endpoint = c->cluster ? &g->ep : &c->endpoint,
-                             .connect_timeout_ms = c->opts.connect_timeout_ms,
-                             .reconnect_min_ms = c->opts.reconnect_min_ms,
-                             .reconnect_max_ms = c->opts.reconnect_max_ms,
+  g->ctl_key = ctl_key_for(env, key);
+  g->watchdog = evtimer_new(env->base, watchdog_cb, g);
+  g->kick = event_new(env->base, -1, 0, kick_cb, g);
+  g->idle = evtimer_new(env->base, idle_cb, g);
+  sluice__conn_config cfg = {.net = env->net,
                              .on_up = blk_up,
                              .on_down = blk_down,
                              .ready = blk_ready,
                              .userdata = g};
+  cfg.net.endpoint = &g->ep;
   if (!g->ctl_key || !g->watchdog || !g->kick || !g->idle ||
-      sluice__conn_init(&g->conn, c->base, &cfg)) {
+      sluice__conn_init(&g->conn, env->base, &cfg)) {
     group_free(g);
     return NULL;
   }
@@ -295,9 +318,9 @@ static group *group_new(sluice__blocker *b, int slot, const char *key) {
   return g;
 }
 
-sluice__blocker *sluice__blocker_new(sluice_client *c) {
+sluice__blocker *sluice__blocker_new(const sluice__blocker_env *env) {
   sluice__blocker *b = sluice__calloc(1, sizeof *b);
-  if (b) b->c = c;
+  if (b) b->env = *env;
   return b;
 }
 
@@ -318,16 +341,16 @@ void sluice__blocker_kick(sluice__blocker *b) {
 }
 
 void sluice__blocker_remap(sluice__blocker *b) {
-  sluice_client *c = b->c;
   EACH_GROUP(b, g) {
     const char *host;
     int port;
-    if (!c->cluster || !sluice__cluster_address(c->cluster, (unsigned)g->slot, &host, &port))
-      continue;
-    if (g->conn.state == SLUICE_CONN_RESOLVING)
+    if (!sluice__topo_address(b->env.topo, g->slot, &host, &port)) continue;
+    if (g->conn.state == SLUICE_CONN_RESOLVING || g->conn.state == SLUICE_CONN_WAITING) {
+      g->conn.attempts = 0; /* the address is known now: no reason to wait */
       sluice__conn_start(&g->conn);
-    else if (g->ep.host && (strcmp(g->ep.host, host) != 0 || g->ep.port != port))
-      sluice__conn_fail(&g->conn, "the slot moved to another node");
+    } else if (host && g->ep.host && (strcmp(g->ep.host, host) != 0 || g->ep.port != port)) {
+      sluice__conn_fail(&g->conn, "the route moved to another node");
+    }
   }
 }
 
@@ -337,7 +360,7 @@ int sluice__blocker_up(const sluice__blocker *b) {
     const group *g = sluice__container_of(l, group, link);
     if (!g->listeners.head) continue;
     listened = 1;
-    if (g->conn.state != SLUICE_CONN_UP) return 0;
+    if (g->conn.state != SLUICE_CONN_UP || g->refused) return 0;
   }
   return listened ? 1 : -1;
 }
@@ -348,13 +371,9 @@ void sluice__blocker_free(sluice__blocker *b) {
   sluice__free(b);
 }
 
-int sluice__listen(sluice_client *c, const char *key, sluice__wake_fn *fn, void *ud,
-                   sluice__listener **out) {
-  if (!c || !key || !fn || !out) return SLUICE_EINVAL;
-  if (c->closing) return SLUICE_ECLOSED;
-  if (!c->blocker && !(c->blocker = sluice__blocker_new(c))) return SLUICE_ENOMEM;
-  sluice__blocker *b = c->blocker;
-  int slot = c->cluster ? (int)sluice__keyslot(key, strlen(key)) : -1;
+int sluice__blocker_listen(sluice__blocker *b, const char *key, sluice__wake_fn *fn, void *ud,
+                           sluice__listener **out) {
+  int slot = sluice__topo_route_of(b->env.topo, key, strlen(key));
   group *g = NULL;
   EACH_GROUP(b, x) if (x->slot == slot) g = x;
   if (!g && !(g = group_new(b, slot, key))) return SLUICE_ENOMEM;

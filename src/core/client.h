@@ -1,34 +1,41 @@
-/* The client's layout, shared by client.c and blocker.c only. */
+/*
+ * The client's layout, private to core/: the client (client.c: options,
+ * new/close, accessors, connection events), the op engine (engine.c), the
+ * blocker (blocker.c), the log hook (log.c), metrics (metrics.c) and key
+ * names and SCAN (keys.c). Where steps go is the topology's business
+ * (net/topo.h): one Redis, a Sentinel-managed master or a cluster's slots,
+ * each with its own connections.
+ */
 #ifndef SLUICE_CLIENT_PRIVATE_H
 #define SLUICE_CLIENT_PRIVATE_H
 
 #include <sluice/client.h>
 
-#include "net/cluster.h"
-#include "net/conn.h"
-#include "core/guard.h"
+#include <event2/util.h>
+
 #include "base/histogram.h"
-#include "net/sentinel.h"
+#include "core/blocker.h"
 #include "core/engine.h"
+#include "core/guard.h"
+#include "net/topo.h"
 #include "net/url.h"
 
-typedef struct sluice__blocker sluice__blocker;
 
 struct sluice_client {
   struct event_base *base;
   sluice_client_options opts;     /* strings below are owned copies */
   sluice__endpoint endpoint;
+  sluice__net_config net;         /* every connection's template (endpoint above) */
   char *key_prefix;
   char id[33];                    /* random id of this client instance */
 
-  sluice__conn cmd;               /* the command connection */
+  sluice__topo *topo;             /* where steps go (net/topo.h) */
+  uint64_t node_changes;          /* the topology's node_changed events */
   uint64_t up_since_ms;           /* monotonic: last handshake completed */
   sluice__list ops;               /* operations not yet completed */
-  sluice__list unsent;            /* waiting for the first connection's context */
+  sluice__list unsent;            /* waiting for a route (first connection, first map) */
   sluice__list wait_open;         /* WAITs to send this turn (wait_replicas) */
   struct event *wait_ev;          /* sends them, after the turn's scripts */
-  sluice__sentinel *sentinel;     /* redis+sentinel://: finds the master */
-  sluice__cluster *cluster;       /* redis+cluster://: the map and the masters */
   sluice__guard_home home;        /* every object created on the client */
   sluice__blocker *blocker;       /* created on first listen */
 
@@ -76,22 +83,28 @@ struct sluice_client {
   char m_last_down[256];          /* the last failure logged */
 };
 
-sluice__blocker *sluice__blocker_new(sluice_client *c);
-void sluice__blocker_free(sluice__blocker *b);
-/* The command connection is back: reconnect now if waiting out a backoff,
- * so the waiting side never lags. */
-void sluice__blocker_kick(sluice__blocker *b);
-/* The master moved: drop the blocking connection now (it reconnects). */
-void sluice__blocker_moved(sluice__blocker *b);
-/* A cluster's map changed: blocking connections whose slot moved to
- * another node reconnect there; those waiting for an address connect. */
-void sluice__blocker_remap(sluice__blocker *b);
-/* Data connections may connect now (the sentinels named the master). */
-int sluice__client_ready(sluice__conn *conn, void *ud);
-/* A data connection failed: ask the sentinels again before reconnecting. */
-void sluice__client_data_down(sluice_client *c);
-/* 1 up, 0 down, -1 nothing listens. */
-int sluice__blocker_up(const sluice__blocker *b);
+/* The engine (engine.c), for the client's own events and close. */
+/* Steps wait for a route (no connection or map yet) or for a connection's
+ * handshake; the client's events let them go (send) or fail them as never
+ * sent (fail, with the reason in last_error): every waiting step, those
+ * waiting for conn's handshake, or those waiting for a route. */
+enum { SLUICE__WAITERS_ALL, SLUICE__WAITERS_OF_CONN, SLUICE__WAITERS_FOR_ROUTE };
+void sluice__engine_send_unsent(sluice_client *c, int which, const sluice__conn *conn);
+void sluice__engine_fail_unsent(sluice_client *c, int which, const sluice__conn *conn);
+/* Every pending step completes with ECANCELED (the close sequence). */
+void sluice__engine_cancel_all(sluice_client *c);
+/* Steps not handed over while a connection was up (metrics). */
+unsigned sluice__engine_waiting_connect(const sluice_client *c);
+/* Sends the turn's WAITs (wait_replicas): c->wait_ev's callback. */
+void sluice__engine_wait_cb(evutil_socket_t fd, short what, void *arg);
+/* sluice__eval on route (-1: KEYS[1]'s, or any node for a script without
+ * keys): the scan's steps go to one node after another. */
+int sluice__eval_at(sluice_client *c, int route, const sluice__script *s, int nkeys, int argc,
+                    const char *const *argv, const size_t *lens, unsigned timeout_ms,
+                    sluice__reply_fn *fn, void *ud, sluice__op **out);
 
+/* The log hook's clock probe and delivery (log.c): c->log_ev, c->clock_ev. */
+void sluice__log_deliver_cb(evutil_socket_t fd, short what, void *arg);
+void sluice__clock_check_cb(evutil_socket_t fd, short what, void *arg);
 
 #endif

@@ -108,12 +108,13 @@ const struct sluice__guard_home *sluice__client_objects(const sluice_client *c);
  * its writes, 0 when fewer did in wait_timeout_ms, -1 when not asked. */
 int sluice__client_replicated(const sluice_client *c);
 
+/* Set what sluice_client_last_error() answers (text is copied). */
+void sluice__client_set_error(sluice_client *c, const char *text);
+
 /* A reply nobody waits for. */
 void sluice__ignore_reply(void *userdata, int status, const redisReply *reply);
 
-/* "<prefix><kind>:{<name>}:<part>" (part may be NULL: no trailing ":part"),
- * malloc'd; NULL on OOM. The hash tag keeps one primitive in one slot. */
-char *sluice__key(const sluice_client *c, const char *kind, const char *name,
-                  const char *part);
+/* Key names (sluice__key...) are keys.h's. */
+#include "core/keys.h"
 
 #endif /* SLUICE_ENGINE_H */

@@ -53,9 +53,8 @@ struct sluice_dq {
 /* ---- shared with dq_consumer.c -------------------------------------------- */
 
 int sluice__dq_keys(const sluice_client *c, const char *name, char *keys[DQ_NKEYS]) {
-  static const char *const parts[DQ_NKEYS] = {"z", "f", "d", "h", "c"};
   for (int i = 0; i < DQ_NKEYS; i++) {
-    keys[i] = sluice__key(c, "dq", name, parts[i]);
+    keys[i] = sluice__key(c, "dq", name, sluice__dq_parts[i]);
     if (!keys[i]) {
       sluice__dq_keys_free(keys);
       return SLUICE_ENOMEM;

@@ -568,19 +568,7 @@ int sluice_limiter_wait_cancel(sluice_rl_waiter *rq) {
 }
 
 char *sluice__rl_redis_key(const sluice_limiter *lim, const char *key) {
-  char len[24];
-  size_t nl = sluice__fmt_u64(len, strlen(lim->name));
-  size_t n = strlen(lim->name), k = strlen(key);
-  char *tag = malloc(nl + n + k + 3);
-  if (!tag) return NULL;
-  memcpy(tag, len, nl);
-  tag[nl] = ':';
-  memcpy(tag + nl + 1, lim->name, n);
-  tag[nl + 1 + n] = ':';
-  memcpy(tag + nl + n + 2, key, k + 1);
-  char *rkey = sluice__key(lim->c, "rl", tag, lim->suffix);
-  free(tag);
-  return rkey;
+  return sluice__rl_key(lim->c, lim->name, key, lim->suffix);
 }
 
 void sluice_limiter_get_metrics(const sluice_limiter *lim, sluice_limiter_metrics *out) {

@@ -37,7 +37,9 @@ for k = 1, #dls do
   local seq, a = attempts_split(av)
   local code = 1
   if not dl then
-    code = redis.call('HEXISTS', h, 'p' .. id) == 1 and -1 or -2
+    -- Delivered again and waiting (a<id> stays until acked or cancelled),
+    -- or gone: acked by whoever got it after the deadline, or cancelled.
+    code = av and -1 or -2
   elseif tonumber(dl) < now or a ~= tonumber(ARGV[i + 1]) then
     code = -1
   else

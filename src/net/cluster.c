@@ -66,10 +66,25 @@ static void refresh_now(sluice__cluster *cl);
 
 /* ---- nodes --------------------------------------------------------------- */
 
+/* Every run of slots that old and the map give to two different nodes (a
+ * slot unserved in either is no news), or, with `only`, that old gives to
+ * `only`: one call of slots_changed each. */
+static void report_changes(sluice__cluster *cl, node *const *old, const node *only) {
+  for (int s = 0; s < SLUICE__SLOTS && cl->cfg.slots_changed;) {
+    const node *was = old[s], *is = only ? NULL : cl->slot[s];
+    int changed = only ? was == only : was && is && was != is;
+    int lo = s;
+    while (++s < SLUICE__SLOTS && old[s] == was && (only || cl->slot[s] == is)) {}
+    if (changed) cl->cfg.slots_changed(lo, s - 1, cl->cfg.userdata);
+  }
+}
+
 static void node_up(sluice__conn *conn, void *ud) {
   node *n = ud;
   sluice__cluster *cl = n->cl;
   if (cl->wanted && !cl->asking) refresh_now(cl);
+  if (n->master && conn->new_node) report_changes(cl, cl->slot, n); /* restarted */
+  if (cl->cfg.conn_state) cl->cfg.conn_state(conn, 1, cl->cfg.userdata);
   if (n->master && cl->cfg.node_up) cl->cfg.node_up(conn, cl->cfg.userdata);
 }
 
@@ -80,6 +95,7 @@ static void node_down(sluice__conn *conn, int status, void *ud) {
   sluice__cluster_refresh(cl);
   /* Before a map, every seed's failure matters: with all of them down the
    * steps waiting for a map fail instead of waiting out their deadline. */
+  if (cl->cfg.conn_state) cl->cfg.conn_state(conn, 0, cl->cfg.userdata);
   if ((n->master || !cl->known) && cl->cfg.node_down)
     cl->cfg.node_down(conn, status, cl->cfg.userdata);
 }
@@ -103,17 +119,15 @@ static node *node_get(sluice__cluster *cl, const char *host, size_t hlen, int po
   n = sluice__calloc(1, sizeof *n);
   if (!n) return NULL;
   n->cl = cl;
-  n->ep = *cl->cfg.ep;           /* shares credentials and TLS; owns only host */
+  n->ep = *cl->cfg.net.endpoint; /* shares credentials and TLS; owns only host */
   n->ep.port = port;
   n->ep.host = malloc(hlen + 1);
-  sluice__conn_config cfg = {.endpoint = &n->ep,
-                             .connect_timeout_ms = cl->cfg.connect_timeout_ms,
-                             .reconnect_min_ms = cl->cfg.reconnect_min_ms,
-                             .reconnect_max_ms = cl->cfg.reconnect_max_ms,
+  sluice__conn_config cfg = {.net = cl->cfg.net,
                              .scripts = cl->cfg.scripts,
                              .on_up = node_up,
                              .on_down = node_down,
                              .userdata = n};
+  cfg.net.endpoint = &n->ep;
   if (!n->ep.host || sluice__conn_init(&n->conn, cl->base, &cfg) != 0) {
     free(n->ep.host);
     sluice__free(n);
@@ -155,7 +169,7 @@ static void node_retire(node *n) {
   n->retiring = 1;
   n->master = 0;
   n->cl->draining++;
-  sluice__conn_drain(&n->conn, n->cl->cfg.connect_timeout_ms, node_drained);
+  sluice__conn_drain(&n->conn, n->cl->cfg.net.connect_timeout_ms, node_drained);
 }
 
 /* "host:port" (the host may be empty: like's host) into its parts. */
@@ -174,8 +188,8 @@ static int split_addr(const char *addr, size_t len, const sluice__conn *like, co
   *host = addr;
   *hlen = (size_t)(colon - addr);
   if (*hlen == 0) {
-    if (!like || !like->cfg.endpoint->host) return -1;
-    *host = like->cfg.endpoint->host;
+    if (!like || !like->cfg.net.endpoint->host) return -1;
+    *host = like->cfg.net.endpoint->host;
     *hlen = strlen(*host);
   }
   *port = (int)p;
@@ -246,7 +260,7 @@ static void ask_cb(redisAsyncContext *ac, void *r, void *privdata) {
                reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
       /* Not a cluster (or not yet): say so to those waiting for a map, and
        * ask again after the longest backoff. */
-      sluice__timer_in(cl->refresh_timer, cl->cfg.reconnect_max_ms);
+      sluice__timer_in(cl->refresh_timer, cl->cfg.net.reconnect_max_ms);
       cl->wanted = 1;
       if (cl->cfg.map_changed) cl->cfg.map_changed(cl->cfg.userdata);
     }
@@ -280,7 +294,7 @@ static void refresh_now(sluice__cluster *cl) {
     /* Whichever node comes up first asks (node_up); meanwhile try the
      * addresses we know, one per connect timeout. */
     probe_next(cl);
-    sluice__timer_in(cl->refresh_timer, cl->cfg.connect_timeout_ms);
+    sluice__timer_in(cl->refresh_timer, cl->cfg.net.connect_timeout_ms);
     return;
   }
   ask *a = sluice__calloc(1, sizeof *a);
@@ -299,7 +313,7 @@ static void refresh_now(sluice__cluster *cl) {
   cl->asking = a;
   cl->wanted = 0;
   cl->last_ask_ms = now;
-  sluice__timer_in(cl->refresh_timer, cl->cfg.connect_timeout_ms);
+  sluice__timer_in(cl->refresh_timer, cl->cfg.net.connect_timeout_ms);
 }
 
 static void refresh_timer_cb(evutil_socket_t fd, short what, void *arg) {
@@ -343,6 +357,24 @@ static int master_down(const sluice__cluster *cl) {
   return 0;
 }
 
+/* fresh becomes the map (and keeps the old one, for report_changes: empty
+ * before the first map, which changes nobody's node); masters are marked. */
+static void install_map(sluice__cluster *cl, node **fresh) {
+  for (unsigned s = 0; s < SLUICE__SLOTS; s++) {
+    node *was = cl->slot[s];
+    cl->slot[s] = fresh[s];
+    fresh[s] = cl->known ? was : NULL;
+  }
+  for (sluice__link *l = cl->nodes.head; l; l = l->next) {
+    node *n = sluice__container_of(l, node, link);
+    n->was_master = n->master;
+    n->master = 0;
+  }
+  for (unsigned s = 0; s < SLUICE__SLOTS; s++)
+    if (cl->slot[s]) cl->slot[s]->master = 1;
+  cl->known = 1;
+}
+
 static void apply_map(evutil_socket_t fd, short what, void *arg) {
   sluice__cluster *cl = arg;
   redisReply *map = cl->map;
@@ -382,16 +414,7 @@ static void apply_map(evutil_socket_t fd, short what, void *arg) {
   sluice__reply_free(map);
   if (bad) snprintf(cl->err, sizeof cl->err, "CLUSTER SLOTS: part of the map was unreadable");
   else cl->err[0] = '\0';
-  memcpy(cl->slot, fresh, sizeof cl->slot);
-  free(fresh);
-  for (sluice__link *l = cl->nodes.head; l; l = l->next) {
-    node *n = sluice__container_of(l, node, link);
-    n->was_master = n->master;
-    n->master = 0;
-  }
-  for (unsigned s = 0; s < SLUICE__SLOTS; s++)
-    if (cl->slot[s]) cl->slot[s]->master = 1;
-  cl->known = 1;
+  install_map(cl, fresh);
   /* Nodes that serve nothing now go (seeds that are replicas, failed-over
    * masters); the rest stay, found again by address. */
   for (sluice__link *l = cl->nodes.head, *next; l; l = next) {
@@ -399,6 +422,8 @@ static void apply_map(evutil_socket_t fd, short what, void *arg) {
     node *n = sluice__container_of(l, node, link);
     if (!n->master && !n->retiring) node_retire(n);
   }
+  report_changes(cl, fresh, NULL);
+  free(fresh);
   if (cl->cfg.map_changed) cl->cfg.map_changed(cl->cfg.userdata);
   /* A connection that was up before its node became a master (a seed, a
    * promoted replica) is announced now, as if it had just come up. */
@@ -429,7 +454,7 @@ sluice__cluster *sluice__cluster_new(struct event_base *base, const sluice__clus
     sluice__cluster_free(cl);
     return NULL;
   }
-  const sluice__endpoint *ep = cfg->ep;
+  const sluice__endpoint *ep = cfg->net.endpoint;
   for (int i = 0; i < ep->nseeds; i++)
     book_add(cl, ep->seed_hosts[i], strlen(ep->seed_hosts[i]), ep->seed_ports[i]);
   /* Every seed at once: the first to answer gives the map, so one seed
@@ -533,8 +558,11 @@ int sluice__cluster_moved(sluice__cluster *cl, unsigned slot, const char *addr, 
   if (slot >= SLUICE__SLOTS || split_addr(addr, len, from, &host, &hlen, &port) != 0) return -1;
   node *n = node_get(cl, host, hlen, port);
   if (!n) return -1;
+  node *was = cl->slot[slot];
   cl->slot[slot] = n;
   n->master = 1;
+  if (was && was != n && cl->cfg.slots_changed)
+    cl->cfg.slots_changed((int)slot, (int)slot, cl->cfg.userdata);
   refresh_now(cl);
   return 0;
 }

@@ -28,17 +28,24 @@ struct sluice__script;
 typedef struct sluice__cluster sluice__cluster;
 
 typedef struct sluice__cluster_config {
-  const sluice__endpoint *ep;    /* seeds, credentials, TLS; outlives the cluster */
-  unsigned connect_timeout_ms;
-  unsigned reconnect_min_ms, reconnect_max_ms;
+  sluice__net_config net;        /* endpoint: seeds, credentials, TLS */
   const struct sluice__script *const *scripts;
   /* A master's connection came up / went down (as conn.h's on_up/on_down). */
   void (*node_up)(sluice__conn *conn, void *userdata);
   void (*node_down)(sluice__conn *conn, int status, void *userdata);
+  /* Any node's connection (a master's, an ASK's target...) finished its
+   * handshake (up 1) or failed or was lost (up 0): before node_up or
+   * node_down, when those follow. */
+  void (*conn_state)(sluice__conn *conn, int up, void *userdata);
   /* A new map is in place (or no map could be had: then
    * sluice__cluster_error says why): steps waiting for one may go, blocking
    * waits re-resolve their node. */
   void (*map_changed)(void *userdata);
+  /* Slots lo..hi are served by another node than before: a new owner in
+   * the map (a failover, a MOVED, a migration), or their master answers
+   * with a new run_id (a restart). Called once per change, before the new
+   * map is announced (map_changed) or the restarted master's node_up. */
+  void (*slots_changed)(int lo, int hi, void *userdata);
   void *userdata;
 } sluice__cluster_config;
 

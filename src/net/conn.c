@@ -22,9 +22,9 @@ static void set_err(sluice__conn *conn, const char *what, const char *detail) {
 
 /* Full jitter: a delay uniform in [d/2, d) of the exponential step d. */
 static unsigned backoff_ms(sluice__conn *conn) {
-  uint64_t d = conn->cfg.reconnect_min_ms ? conn->cfg.reconnect_min_ms : 1;
-  for (unsigned i = 1; i < conn->attempts && d < conn->cfg.reconnect_max_ms; i++) d *= 2;
-  if (d > conn->cfg.reconnect_max_ms) d = conn->cfg.reconnect_max_ms;
+  uint64_t d = conn->cfg.net.reconnect_min_ms ? conn->cfg.net.reconnect_min_ms : 1;
+  for (unsigned i = 1; i < conn->attempts && d < conn->cfg.net.reconnect_max_ms; i++) d *= 2;
+  if (d > conn->cfg.net.reconnect_max_ms) d = conn->cfg.net.reconnect_max_ms;
   return (unsigned)(d / 2 + sluice__random_below((uint32_t)(d - d / 2)));
 }
 
@@ -35,6 +35,46 @@ static void schedule_retry(sluice__conn *conn) {
   sluice__timer_in(conn->timer, conn->retry_ms);
 }
 
+/* RESP3's verbatim string (hiredis 1.x): INFO's answer there. */
+static int is_verbatim(const redisReply *r) {
+#ifdef REDIS_REPLY_VERB
+  return r->type == REDIS_REPLY_VERB;
+#else
+  (void)r;
+  return 0;
+#endif
+}
+
+/* INFO server's run_id; a refusal (NOPERM for a user without INFO, a
+ * renamed command) leaves it unknown and fails nothing. */
+static void read_run_id(sluice__conn *conn, const redisReply *reply) {
+  conn->info_run_id[0] = '\0';
+  if (reply->type != REDIS_REPLY_STRING && !is_verbatim(reply)) return;
+  const char *p = strstr(reply->str, "run_id:");
+  if (!p) return;
+  p += 7;
+  size_t n = strspn(p, "0123456789abcdef");
+  if (n == 0 || n >= sizeof conn->info_run_id) return;
+  memcpy(conn->info_run_id, p, n);
+  conn->info_run_id[n] = '\0';
+}
+
+/* The handshake completed: is this the node of the previous up? Another
+ * address (a Sentinel switch), or the same with another run_id (a
+ * restart), is another node; an unknown run_id tells nothing. */
+static void note_node(sluice__conn *conn) {
+  const sluice__endpoint *ep = conn->cfg.net.endpoint;
+  char addr[sizeof conn->up_addr];
+  snprintf(addr, sizeof addr, "%s:%d", ep->unix_path ? ep->unix_path : ep->host ? ep->host : "",
+           ep->unix_path ? 0 : ep->port);
+  int had = conn->ups > 0;
+  conn->new_node = had && (strcmp(addr, conn->up_addr) != 0 ||
+                           (conn->run_id[0] && conn->info_run_id[0] &&
+                            strcmp(conn->run_id, conn->info_run_id) != 0));
+  memcpy(conn->up_addr, addr, sizeof addr);
+  memcpy(conn->run_id, conn->info_run_id, sizeof conn->run_id);
+}
+
 static void handshake_cb(redisAsyncContext *ac, void *r, void *privdata) {
   sluice__conn *conn = ac->data;
   redisReply *reply = r;
@@ -43,6 +83,10 @@ static void handshake_cb(redisAsyncContext *ac, void *r, void *privdata) {
   /* The first failing step ends the attempt: the replies still due (they
    * were pipelined behind it) neither replace its error nor count as up. */
   if (conn->handshake_failed) return;
+  if (strcmp(step, "INFO") == 0) {
+    read_run_id(conn, reply);
+    return;
+  }
   if (reply->type == REDIS_REPLY_ERROR) {
     conn->handshake_failed = 1;
     set_err(conn, step, reply->str);
@@ -61,6 +105,7 @@ static void handshake_cb(redisAsyncContext *ac, void *r, void *privdata) {
   }
   if (strcmp(step, "PING") != 0) return;
   evtimer_del(conn->timer);
+  note_node(conn);
   conn->state = SLUICE_CONN_UP;
   conn->failed = 0;
   conn->attempts = 0;
@@ -116,7 +161,7 @@ static void disconnect_cb(const redisAsyncContext *ac, int status) {
 }
 
 static void send_handshake(sluice__conn *conn) {
-  const sluice__endpoint *ep = conn->cfg.endpoint;
+  const sluice__endpoint *ep = conn->cfg.net.endpoint;
   if (ep->password) {
     const char *argv[3] = {"AUTH", ep->username ? ep->username : ep->password, ep->password};
     int argc = ep->username ? 3 : 2;
@@ -137,6 +182,8 @@ static void send_handshake(sluice__conn *conn) {
     const char *role[1] = {"ROLE"};
     sluice__conn_send(conn, handshake_cb, (void *)"ROLE", 1, role, NULL);
   }
+  const char *info[2] = {"INFO", "server"};
+  sluice__conn_send(conn, handshake_cb, (void *)"INFO", 2, info, NULL);
   const char *ping[1] = {"PING"};
   sluice__conn_send(conn, handshake_cb, (void *)"PING", 1, ping, NULL);
 }
@@ -156,10 +203,13 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
   if (conn->draining) {
     finish_drain(conn);
   } else if (conn->state == SLUICE_CONN_CONNECTING) {
-    set_err(conn, "connect timed out", NULL);
+    char why[160];
+    set_err(conn, conn->ssl && sluice__tls_timed_out(conn->ssl, why, sizeof why) ? why
+                                                                                  : "connect timed out",
+            NULL);
     conn_drop(conn, NULL);
   } else if (conn->state == SLUICE_CONN_RESOLVING) {
-    set_err(conn, conn->cfg.endpoint->cluster
+    set_err(conn, conn->cfg.net.endpoint->cluster
                       ? "no address: the cluster map names no node for this slot yet"
                       : "no address: the sentinels did not name the master in time",
             NULL);
@@ -224,7 +274,7 @@ static void start_failed(sluice__conn *conn) {
 }
 
 void sluice__conn_start(sluice__conn *conn) {
-  const sluice__endpoint *ep = conn->cfg.endpoint;
+  const sluice__endpoint *ep = conn->cfg.net.endpoint;
   redisAsyncContext *ac;
   if (conn->state != SLUICE_CONN_IDLE && conn->state != SLUICE_CONN_WAITING &&
       conn->state != SLUICE_CONN_RESOLVING)
@@ -232,7 +282,7 @@ void sluice__conn_start(sluice__conn *conn) {
   evtimer_del(conn->timer);
   if (conn->cfg.ready && !conn->cfg.ready(conn, conn->cfg.userdata)) {
     conn->state = SLUICE_CONN_RESOLVING;
-    sluice__timer_in(conn->timer, conn->cfg.connect_timeout_ms);
+    sluice__timer_in(conn->timer, conn->cfg.net.connect_timeout_ms);
     return;
   }
   ac = ep->unix_path ? redisAsyncConnectUnix(ep->unix_path)
@@ -270,7 +320,8 @@ void sluice__conn_start(sluice__conn *conn) {
   conn->ac = ac;
   conn->state = SLUICE_CONN_CONNECTING;
   conn->handshake_failed = 0;
-  sluice__timer_in(conn->timer, conn->cfg.connect_timeout_ms);
+  conn->info_run_id[0] = '\0';
+  sluice__timer_in(conn->timer, conn->cfg.net.connect_timeout_ms);
   send_handshake(conn);
   if (conn->cfg.on_context) conn->cfg.on_context(conn, conn->cfg.userdata);
 }

@@ -1,8 +1,11 @@
 /*
  * One Redis connection with its own life cycle: connect (TCP, TLS over TCP,
- * or unix), the AUTH/SELECT handshake, connect timeout, and reconnect with exponential
- * backoff and full jitter after any failure. Used for the command connection
- * (client.c) and the blocking connection (blocker.c).
+ * or unix), the handshake (AUTH, SELECT, SCRIPT LOAD, ROLE for a Sentinel's
+ * master, INFO server for the node's run_id), connect timeout, and reconnect with exponential
+ * backoff and full jitter after any failure. Its users: the topologies'
+ * data connections (net/topo_single.c, net/topo_sentinel.c, and through
+ * net/cluster.c one per master), the Sentinel link's own (net/sentinel.c)
+ * and the blocking connections (core/blocker.c).
  *
  * hiredis 0.14 rules this file keeps (each one a crash on 0.14 otherwise):
  * never free or disconnect a context from inside a hiredis callback (we
@@ -29,11 +32,17 @@ enum sluice__conn_state {
 
 typedef struct sluice__conn sluice__conn;
 
-typedef struct sluice__conn_config {
+/* Where and how a client's connections connect: one template, copied into
+ * every connection, the topology and the Sentinel link. */
+typedef struct sluice__net_config {
   const sluice__endpoint *endpoint;  /* borrowed; outlives the conn */
   unsigned connect_timeout_ms;
   unsigned reconnect_min_ms;
   unsigned reconnect_max_ms;
+} sluice__net_config;
+
+typedef struct sluice__conn_config {
+  sluice__net_config net;
   /* Scripts to SCRIPT LOAD in the handshake (NULL-terminated, or NULL), so
    * that EVALSHA never meets NOSCRIPT on a fresh connection: a NOSCRIPT
    * fallback re-sends the script later than commands pipelined after it,
@@ -67,6 +76,14 @@ struct sluice__conn {
   unsigned retry_ms;              /* the delay of the reconnect scheduled last */
   unsigned long ups;              /* handshakes completed */
   int was_up;                     /* in on_down: it had been up (lost, not failed) */
+  /* Who answers: the server's run_id (INFO server, in the handshake; ""
+   * when it could not be read, e.g. NOPERM) and address at the last up. In
+   * on_up, new_node says the node is another one than at the previous up
+   * (another address, or another run_id: a restart); never at the first. */
+  char run_id[41];
+  char up_addr[280];
+  int new_node;
+  char info_run_id[41];           /* this attempt's, until it is up */
   uint64_t last_reply_ms;         /* monotonic: last reply (the client's steps) */
   /* The client's wait_replicas state for this connection (client.c). */
   struct wait_batch *wait_open;   /* writes sent this turn, for one WAIT */

@@ -149,7 +149,7 @@ static void ask(sluice__sentinel *s) {
   const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", s->names->master_name};
   if (sluice__conn_send(&s->query, ask_cb, s, 3, argv, NULL) != REDIS_OK) return;
   s->asking = 1;
-  sluice__timer_in(s->ask_timer, s->cfg.connect_timeout_ms);
+  sluice__timer_in(s->ask_timer, s->cfg.net.connect_timeout_ms);
 }
 
 static void ask_timeout_cb(evutil_socket_t fd, short what, void *arg) {
@@ -216,13 +216,11 @@ static int link_init(sluice__sentinel *s, struct event_base *base, sluice__conn 
                      void (*down)(sluice__conn *, int, void *)) {
   ep->username = s->names->sentinel_username;
   ep->password = s->names->sentinel_password;
-  sluice__conn_config cfg = {.endpoint = ep,
-                             .connect_timeout_ms = s->cfg.connect_timeout_ms,
-                             .reconnect_min_ms = s->cfg.reconnect_min_ms,
-                             .reconnect_max_ms = s->cfg.reconnect_max_ms,
+  sluice__conn_config cfg = {.net = s->cfg.net,
                              .on_up = up,
                              .on_down = down,
                              .userdata = s};
+  cfg.net.endpoint = ep;
   return sluice__conn_init(conn, base, &cfg);
 }
 

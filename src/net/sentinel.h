@@ -22,6 +22,7 @@
 #ifndef SLUICE_SENTINEL_H
 #define SLUICE_SENTINEL_H
 
+#include "net/conn.h"
 #include "net/url.h"
 
 struct event_base;
@@ -29,8 +30,7 @@ typedef struct sluice__sentinel sluice__sentinel;
 
 typedef struct sluice__sentinel_config {
   sluice__endpoint *data;         /* the data nodes' endpoint: its host/port are set here */
-  unsigned connect_timeout_ms;
-  unsigned reconnect_min_ms, reconnect_max_ms;
+  sluice__net_config net;         /* timeouts and reconnect (its endpoint unused) */
   /* The master's address changed (or its old connections must go): drop
    * and reconnect the data connections. */
   void (*moved)(void *userdata);

@@ -9,6 +9,8 @@
 #ifdef SLUICE_HAVE_TLS
 
 #include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
 
 #include <hiredis/hiredis_ssl.h>
 #include <openssl/err.h>
@@ -22,8 +24,27 @@ static const char *ssl_reason(void) {
   return r ? r : "unknown error";
 }
 
+static int readable_dir(const char *path) {
+  DIR *d = opendir(path);
+  if (d) closedir(d);
+  return d != NULL;
+}
+
+static int readable_file(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (f) fclose(f);
+  return f != NULL;
+}
+
+/* Why the file (or directory) at path cannot be used: the system's words
+ * when it cannot be opened (OpenSSL would only say "system lib"), else
+ * OpenSSL's about its content. */
 static int load_failed(SSL_CTX *ctx, const char *what, const char *path) {
-  sluice__endpoint_set_error("TLS: cannot load %s %.150s: %s", what, path, ssl_reason());
+  int is_dir = strstr(what, "directory") != NULL;
+  if (*path && !(is_dir ? readable_dir(path) : readable_file(path)))
+    sluice__endpoint_set_error("TLS: cannot read %s %.150s: %s", what, path, strerror(errno));
+  else
+    sluice__endpoint_set_error("TLS: cannot load %s %.150s: %s", what, path, ssl_reason());
   ERR_clear_error();
   SSL_CTX_free(ctx);
   return SLUICE_EINVAL;
@@ -51,7 +72,10 @@ int sluice__tls_prepare(sluice__endpoint *ep) {
   /* Redis speaks TLS 1.2 and 1.3; nothing older is safe. */
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
   SSL_CTX_set_verify(ctx, ep->tls_skip_verify ? SSL_VERIFY_NONE : SSL_VERIFY_PEER, NULL);
-  if (ep->tls_ca_file || ep->tls_ca_dir) {
+  if (ep->tls_ca_dir && !readable_dir(ep->tls_ca_dir)) {
+    /* OpenSSL looks in a directory only when verifying: say it now. */
+    return load_failed(ctx, "CA directory", ep->tls_ca_dir);
+  } else if (ep->tls_ca_file || ep->tls_ca_dir) {
     if (SSL_CTX_load_verify_locations(ctx, ep->tls_ca_file, ep->tls_ca_dir) != 1)
       return load_failed(ctx, ep->tls_ca_file ? "CA file" : "CA directory",
                          ep->tls_ca_file ? ep->tls_ca_file : ep->tls_ca_dir);
@@ -141,6 +165,20 @@ int sluice__tls_explain(void *p, char *err, size_t errlen) {
   return said;
 }
 
+int sluice__tls_timed_out(void *p, char *err, size_t errlen) {
+  SSL *ssl = p;
+  if (!ssl || SSL_is_init_finished(ssl) || BIO_number_written(SSL_get_wbio(ssl)) == 0)
+    return 0; /* no TLS yet: the TCP connection itself timed out */
+  if (BIO_number_read(SSL_get_rbio(ssl)) == 0)
+    /* Our hello sent, not a byte back: a plain-text Redis keeps waiting
+     * for a line end that a TLS hello does not have. */
+    snprintf(err, errlen, "TLS handshake failed: the server did not answer TLS (is this a "
+             "plain-text port? use redis://)");
+  else
+    snprintf(err, errlen, "TLS handshake failed: not complete in time");
+  return 1;
+}
+
 #else /* no TLS in this build */
 
 int sluice__tls_prepare(sluice__endpoint *ep) {
@@ -159,5 +197,7 @@ int sluice__tls_attach(const sluice__endpoint *ep, redisAsyncContext *ac, void *
 }
 
 int sluice__tls_explain(void *ssl, char *err, size_t errlen) { return 0; }
+
+int sluice__tls_timed_out(void *ssl, char *err, size_t errlen) { return 0; }
 
 #endif

@@ -30,5 +30,10 @@ int sluice__tls_attach(const sluice__endpoint *ep, redisAsyncContext *ac, void *
  * err and returns 1; 0 when TLS has nothing to say. Clears OpenSSL's error
  * queue. */
 int sluice__tls_explain(void *ssl, char *err, size_t errlen);
+/* Why a connection whose connect deadline passed did not come up, when TLS
+ * knows: the server never answered our hello (a plain-text port), or the
+ * handshake started but did not finish. Writes it to err and returns 1; 0
+ * when TLS had not started (the TCP connection itself timed out). */
+int sluice__tls_timed_out(void *ssl, char *err, size_t errlen);
 
 #endif

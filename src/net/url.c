@@ -1,7 +1,9 @@
 /* redis://, rediss://, redis+sentinel://, redis+cluster:// and unix:// URL
- * parsing. Percent-escapes are decoded
- * in the user and password parts so passwords may hold ':' or '@', and in
- * query values (file paths). */
+ * parsing. Percent-escapes are decoded in every part, so passwords may hold
+ * ':' or '@' and query values (file paths) anything. Strict: a URL that
+ * could mean two things is refused with the reason, never guessed at (a
+ * parameter given twice, junk after "[v6]", an empty port, a control
+ * byte, raw or escaped). */
 #include <ctype.h>
 #include <stddef.h>
 #include <stdarg.h>
@@ -36,22 +38,34 @@ static int hexval(int ch) {
   return -1;
 }
 
-/* Decoded copy of s[0..len). */
-static char *dup_decoded(const char *s, size_t len) {
-  char *out = malloc(len + 1);
+static int is_control(unsigned char ch) { return ch < 0x20 || ch == 0x7f; }
+
+/* The decoded copy of s[0..len) into *out; what names the part for errors
+ * ("the password"). A control byte written as an escape is refused: %00
+ * would cut the text short where the URL goes on, %0a split a log line. */
+static int dup_part(const char *what, const char *s, size_t len, char **out) {
+  char *d = malloc(len + 1);
   size_t o = 0;
-  if (!out) return NULL;
+  *out = NULL;
+  if (!d) return SLUICE_ENOMEM;
   for (size_t i = 0; i < len; i++) {
     if (s[i] == '%' && i + 2 < len && hexval((unsigned char)s[i + 1]) >= 0 &&
         hexval((unsigned char)s[i + 2]) >= 0) {
-      out[o++] = (char)(hexval((unsigned char)s[i + 1]) * 16 + hexval((unsigned char)s[i + 2]));
+      d[o++] = (char)(hexval((unsigned char)s[i + 1]) * 16 + hexval((unsigned char)s[i + 2]));
       i += 2;
+      if (is_control((unsigned char)d[o - 1])) {
+        sluice__endpoint_set_error("%%%02X in %s: control characters are refused in URLs",
+                                   (unsigned char)d[o - 1], what);
+        free(d);
+        return SLUICE_EINVAL;
+      }
     } else {
-      out[o++] = s[i];
+      d[o++] = s[i];
     }
   }
-  out[o] = '\0';
-  return out;
+  d[o] = '\0';
+  *out = d;
+  return SLUICE_OK;
 }
 
 static int parse_int(const char *s, size_t len, int min, int max, int *out) {
@@ -66,6 +80,75 @@ static int parse_int(const char *s, size_t len, int min, int max, int *out) {
   return SLUICE_OK;
 }
 
+/* The port after a ':' (s[0..len)). */
+static int parse_port(const char *s, size_t len, int *port) {
+  if (len == 0) {
+    sluice__endpoint_set_error("empty port after ':' (a port is 1..65535)");
+    return SLUICE_EINVAL;
+  }
+  if (parse_int(s, len, 1, 65535, port) == SLUICE_OK) return SLUICE_OK;
+  sluice__endpoint_set_error("port '%.*s' is not a number in 1..65535", (int)(len > 20 ? 20 : len),
+                             s);
+  return SLUICE_EINVAL;
+}
+
+#define DB_MAX (1 << 20)
+
+static int parse_db(const char *s, size_t len, int *db) {
+  if (parse_int(s, len, 0, DB_MAX, db) == SLUICE_OK) return SLUICE_OK;
+  sluice__endpoint_set_error("database '%.*s' is not a number in 0..%d",
+                             (int)(len > 20 ? 20 : len), s, DB_MAX);
+  return SLUICE_EINVAL;
+}
+
+/* "host", "host:port", "[v6]" or "[v6]:port" of s[0..len) into *host and
+ * *port. need_port: a list entry, where both are required; else an empty
+ * host is loopback and no port 6379. */
+static int parse_hostport(const char *s, size_t len, int need_port, char **host, int *port) {
+  const char *end = s + len, *hstart = s, *hend, *portsep;
+  if (len > 0 && s[0] == '[') {
+    const char *close = memchr(s, ']', len);
+    if (!close) {
+      sluice__endpoint_set_error("'[' opens an IPv6 address that no ']' closes");
+      return SLUICE_EINVAL;
+    }
+    if (close + 1 < end && close[1] != ':') {
+      sluice__endpoint_set_error("junk after the IPv6 address '%.*s': only ':PORT' may follow "
+                                 "']'", (int)(close + 1 - s > 48 ? 48 : close + 1 - s), s);
+      return SLUICE_EINVAL;
+    }
+    hstart = s + 1;
+    hend = close;
+    portsep = close + 1 < end ? close + 1 : NULL;
+  } else {
+    portsep = memchr(s, ':', len);
+    hend = portsep ? portsep : end;
+    if (memchr(s, '[', (size_t)(hend - s)) || memchr(s, ']', (size_t)(hend - s)) ||
+        (portsep && memchr(portsep + 1, ':', (size_t)(end - portsep - 1)))) {
+      sluice__endpoint_set_error("a host may not hold '[', ']' or ':' (an IPv6 address is "
+                                 "written in brackets: [::1]:6379)");
+      return SLUICE_EINVAL;
+    }
+  }
+  if (need_port && (hend == hstart || !portsep)) {
+    sluice__endpoint_set_error("'%.*s' must be host:port", (int)(len > 48 ? 48 : len), s);
+    return SLUICE_EINVAL;
+  }
+  if (portsep) {
+    int rc = parse_port(portsep + 1, (size_t)(end - portsep - 1), port);
+    if (rc) return rc;
+  } else {
+    *port = 6379;
+  }
+  if (hend == hstart) return (*host = strdup("127.0.0.1")) ? SLUICE_OK : SLUICE_ENOMEM;
+  return dup_part("the host", hstart, (size_t)(hend - hstart), host);
+}
+
+static void wipe(char *s) {
+  if (s) explicit_bzero(s, strlen(s));
+  free(s);
+}
+
 void sluice__endpoint_clear(sluice__endpoint *ep) {
   for (int i = 0; i < ep->nsentinels; i++) free(ep->sentinel_hosts[i]);
   for (int i = 0; i < ep->nseeds; i++) free(ep->seed_hosts[i]);
@@ -75,11 +158,11 @@ void sluice__endpoint_clear(sluice__endpoint *ep) {
   free(ep->sentinel_ports);
   free(ep->master_name);
   free(ep->sentinel_username);
-  free(ep->sentinel_password);
+  wipe(ep->sentinel_password);
   free(ep->host);
   free(ep->unix_path);
   free(ep->username);
-  free(ep->password);
+  wipe(ep->password);
   free(ep->tls_ca_file);
   free(ep->tls_ca_dir);
   free(ep->tls_cert_file);
@@ -89,88 +172,126 @@ void sluice__endpoint_clear(sluice__endpoint *ep) {
   memset(ep, 0, sizeof *ep);
 }
 
-static int parse_unix(const char *path, sluice__endpoint *ep) {
-  const char *q = strchr(path, '?');
-  size_t plen = q ? (size_t)(q - path) : strlen(path);
-  if (plen == 0 || path[0] != '/') return SLUICE_EINVAL;
-  if (q) {
-    if (strncmp(q, "?db=", 4) != 0) return SLUICE_EINVAL;
-    if (parse_int(q + 4, strlen(q + 4), 0, 1 << 20, &ep->db) != 0) return SLUICE_EINVAL;
-  }
-  ep->unix_path = dup_decoded(path, plen);
-  return ep->unix_path ? SLUICE_OK : SLUICE_ENOMEM;
+/* The query parameters, and which URLs take them. */
+enum { FOR_TLS, FOR_SENTINEL, FOR_UNIX };
+#define FIELD(f) offsetof(sluice__endpoint, f)
+static const struct url_param {
+  const char *key;
+  int url_kind;
+  size_t off;  /* of the char * it fills; 0: verify or db, parsed here */
+} url_params[] = {
+    {"ca", FOR_TLS, FIELD(tls_ca_file)},
+    {"ca_dir", FOR_TLS, FIELD(tls_ca_dir)},
+    {"cert", FOR_TLS, FIELD(tls_cert_file)},
+    {"key", FOR_TLS, FIELD(tls_key_file)},
+    {"sni", FOR_TLS, FIELD(tls_server_name)},
+    {"verify", FOR_TLS, 0},
+    {"sentinel_username", FOR_SENTINEL, FIELD(sentinel_username)},
+    {"sentinel_password", FOR_SENTINEL, FIELD(sentinel_password)},
+    {"db", FOR_UNIX, 0},
+};
+#undef FIELD
+#define NPARAMS (sizeof url_params / sizeof url_params[0])
+
+static const char *const known_params[] = {
+    [FOR_TLS] = "known: ca, ca_dir, cert, key, sni, verify",
+    [FOR_SENTINEL] = "redis+sentinel:// knows sentinel_username, sentinel_password",
+    [FOR_UNIX] = "unix:// knows db",
+};
+
+static const struct url_param *find_param(const char *k, size_t klen, int kind) {
+  for (size_t i = 0; i < NPARAMS; i++)
+    if (url_params[i].url_kind == kind && strlen(url_params[i].key) == klen &&
+        memcmp(url_params[i].key, k, klen) == 0)
+      return &url_params[i];
+  return NULL;
 }
 
-/* One "key=value" of a redis:// or rediss:// query. */
-static int parse_param(const char *kv, size_t len, sluice__endpoint *ep) {
+/* The value v[0..vlen) of p (known, given once) into ep. */
+static int param_value(const struct url_param *p, const char *v, size_t vlen,
+                       sluice__endpoint *ep) {
+  if (p->off) {
+    char **dst = (char **)((char *)ep + p->off);
+    char what[48];
+    snprintf(what, sizeof what, "URL parameter '%s'", p->key);
+    return dup_part(what, v, vlen, dst);
+  }
+  if (p->url_kind == FOR_UNIX) return parse_db(v, vlen, &ep->db);
+  if (vlen == 1 && (*v == '0' || *v == '1')) {
+    /* -1 records an explicit "verify", which options cannot override. */
+    ep->tls_skip_verify = *v == '0' ? 1 : -1;
+    return SLUICE_OK;
+  }
+  sluice__endpoint_set_error("URL parameter 'verify' takes 0 or 1");
+  return SLUICE_EINVAL;
+}
+
+/* One "key=value" of a query; *seen marks the parameters given so far. */
+static int parse_param(const char *kv, size_t len, int kind, unsigned *seen,
+                       sluice__endpoint *ep) {
   const char *eq = memchr(kv, '=', len);
   size_t klen = eq ? (size_t)(eq - kv) : len;
-  char **dst = NULL;
-  static const struct { const char *key; size_t off; } fields[] = {
-    {"ca", offsetof(sluice__endpoint, tls_ca_file)},
-    {"ca_dir", offsetof(sluice__endpoint, tls_ca_dir)},
-    {"cert", offsetof(sluice__endpoint, tls_cert_file)},
-    {"key", offsetof(sluice__endpoint, tls_key_file)},
-    {"sni", offsetof(sluice__endpoint, tls_server_name)},
-  };
   if (len == 0) return SLUICE_OK; /* "?a=1&&b=2" */
-  if (ep->master_name) { /* redis+sentinel:// takes only the sentinels' credentials */
-    char **sdst = klen == 17 && memcmp(kv, "sentinel_password", 17) == 0   ? &ep->sentinel_password
-                  : klen == 17 && memcmp(kv, "sentinel_username", 17) == 0 ? &ep->sentinel_username
-                                                                           : NULL;
-    if (!sdst || !eq) {
-      sluice__endpoint_set_error("unknown URL parameter '%.*s' (redis+sentinel:// knows "
-                                 "sentinel_username, sentinel_password)",
-                                 (int)(klen > 40 ? 40 : klen), kv);
-      return SLUICE_EINVAL;
-    }
-    free(*sdst);
-    *sdst = dup_decoded(eq + 1, (size_t)(kv + len - eq - 1));
-    return *sdst ? SLUICE_OK : SLUICE_ENOMEM;
-  }
-  int known = klen == 6 && memcmp(kv, "verify", 6) == 0;
-  for (size_t i = 0; i < sizeof fields / sizeof fields[0] && !known && !dst; i++)
-    if (strlen(fields[i].key) == klen && memcmp(kv, fields[i].key, klen) == 0)
-      dst = (char **)((char *)ep + fields[i].off);
-  if (!known && !dst) {
-    sluice__endpoint_set_error("unknown URL parameter '%.*s' (known: ca, ca_dir, cert, key, "
-                               "sni, verify)", (int)(klen > 40 ? 40 : klen), kv);
+  const struct url_param *p = find_param(kv, klen, kind);
+  if (!p) {
+    sluice__endpoint_set_error("unknown URL parameter '%.*s' (%s)", (int)(klen > 40 ? 40 : klen),
+                               kv, known_params[kind]);
     return SLUICE_EINVAL;
   }
-  if (!ep->tls) {
-    sluice__endpoint_set_error("URL parameter '%.*s' is for TLS: use a rediss:// URL",
-                               (int)klen, kv);
+  if (kind == FOR_TLS && !ep->tls) {
+    sluice__endpoint_set_error("URL parameter '%s' is for TLS: use a rediss:// URL", p->key);
     return SLUICE_EINVAL;
   }
+  unsigned bit = 1u << (p - url_params);
+  if (*seen & bit) {
+    /* Which one was meant? "?verify=1&verify=0" must not quietly turn
+     * verification off. */
+    sluice__endpoint_set_error("URL parameter '%s' is given twice", p->key);
+    return SLUICE_EINVAL;
+  }
+  *seen |= bit;
   if (!eq || eq + 1 == kv + len) {
-    sluice__endpoint_set_error("URL parameter '%.*s' needs a value", (int)klen, kv);
+    sluice__endpoint_set_error("URL parameter '%s' needs a value", p->key);
     return SLUICE_EINVAL;
   }
-  const char *v = eq + 1;
-  size_t vlen = (size_t)(kv + len - v);
-  if (known) { /* verify */
-    if (vlen == 1 && (*v == '0' || *v == '1')) {
-      /* -1 records an explicit "verify", which options cannot override. */
-      ep->tls_skip_verify = *v == '0' ? 1 : -1;
-      return SLUICE_OK;
-    }
-    sluice__endpoint_set_error("URL parameter 'verify' takes 0 or 1");
-    return SLUICE_EINVAL;
-  }
-  free(*dst);
-  *dst = dup_decoded(v, vlen);
-  return *dst ? SLUICE_OK : SLUICE_ENOMEM;
+  return param_value(p, eq + 1, (size_t)(kv + len - eq - 1), ep);
 }
 
-static int parse_query(const char *q, sluice__endpoint *ep) {
+static int parse_query(const char *q, int kind, sluice__endpoint *ep) {
+  unsigned seen = 0;
   while (*q) {
     const char *amp = strchr(q, '&');
     size_t len = amp ? (size_t)(amp - q) : strlen(q);
-    int rc = parse_param(q, len, ep);
+    int rc = parse_param(q, len, kind, &seen, ep);
     if (rc) return rc;
     q += len + (amp ? 1 : 0);
   }
   return SLUICE_OK;
+}
+
+static int parse_unix(const char *path, sluice__endpoint *ep) {
+  const char *q = strchr(path, '?');
+  size_t plen = q ? (size_t)(q - path) : strlen(path);
+  if (plen == 0 || path[0] != '/') {
+    sluice__endpoint_set_error("a unix socket URL needs an absolute path: unix:///path[?db=N]");
+    return SLUICE_EINVAL;
+  }
+  int rc = dup_part("the socket path", path, plen, &ep->unix_path);
+  return rc || !q ? rc : parse_query(q + 1, FOR_UNIX, ep);
+}
+
+/* "[user][:password]" of s[0..len) ("secret" alone is a password). */
+static int parse_credentials(const char *s, size_t len, sluice__endpoint *ep) {
+  const char *colon = memchr(s, ':', len);
+  int rc = SLUICE_OK;
+  if (colon) {
+    if (colon > s) rc = dup_part("the user name", s, (size_t)(colon - s), &ep->username);
+    if (!rc) rc = dup_part("the password", colon + 1, (size_t)(s + len - colon - 1), &ep->password);
+  } else if (len > 0) {
+    /* "redis://secret@host" is commonly meant as a password. */
+    rc = dup_part("the password", s, len, &ep->password);
+  }
+  return rc;
 }
 
 static int parse_redis(const char *rest, sluice__endpoint *ep) {
@@ -178,16 +299,7 @@ static int parse_redis(const char *rest, sluice__endpoint *ep) {
   const char *hostpart = rest;
   int rc;
   if (at) {
-    const char *colon = memchr(rest, ':', (size_t)(at - rest));
-    if (colon) {
-      if (colon > rest && !(ep->username = dup_decoded(rest, (size_t)(colon - rest))))
-        return SLUICE_ENOMEM;
-      if (!(ep->password = dup_decoded(colon + 1, (size_t)(at - colon - 1))))
-        return SLUICE_ENOMEM;
-    } else if (at > rest) {
-      /* "redis://secret@host" is commonly meant as a password. */
-      if (!(ep->password = dup_decoded(rest, (size_t)(at - rest)))) return SLUICE_ENOMEM;
-    }
+    if ((rc = parse_credentials(rest, (size_t)(at - rest), ep))) return rc;
     hostpart = at + 1;
   }
   /* The query starts at the first '?' after the user part ('@' inside a
@@ -196,37 +308,14 @@ static int parse_redis(const char *rest, sluice__endpoint *ep) {
   size_t restlen = query ? (size_t)(query - hostpart) : strlen(hostpart);
   const char *slash = memchr(hostpart, '/', restlen);
   size_t hplen = slash ? (size_t)(slash - hostpart) : restlen;
-  const char *hend = hostpart + hplen;
-  const char *portsep = NULL;
-  const char *hstart = hostpart;
-  if (hplen > 0 && hostpart[0] == '[') { /* [::1]:6379 */
-    const char *close = memchr(hostpart, ']', hplen);
-    if (!close) return SLUICE_EINVAL;
-    hstart = hostpart + 1;
-    portsep = (close + 1 < hend && close[1] == ':') ? close + 1 : NULL;
-    hend = close;
-  } else {
-    portsep = memchr(hostpart, ':', hplen);
-    if (portsep) hend = portsep;
-  }
-  if (hend == hstart) {
-    ep->host = strdup("127.0.0.1");
-  } else {
-    ep->host = dup_decoded(hstart, (size_t)(hend - hstart));
-  }
-  if (!ep->host) return SLUICE_ENOMEM;
-  ep->port = 6379;
-  if (portsep) {
-    const char *pend = hostpart + hplen;
-    rc = parse_int(portsep + 1, (size_t)(pend - portsep - 1), 1, 65535, &ep->port);
-    if (rc) return rc;
-  }
-  if (slash && slash + 1 < hostpart + restlen) {
-    rc = parse_int(slash + 1, (size_t)(hostpart + restlen - slash - 1), 0, 1 << 20, &ep->db);
-    if (rc) return rc;
-  }
-  return query ? parse_query(query + 1, ep) : SLUICE_OK;
+  if ((rc = parse_hostport(hostpart, hplen, 0, &ep->host, &ep->port))) return rc;
+  if (slash && slash + 1 < hostpart + restlen &&
+      (rc = parse_db(slash + 1, (size_t)(hostpart + restlen - slash - 1), &ep->db)))
+    return rc;
+  return query ? parse_query(query + 1, FOR_TLS, ep) : SLUICE_OK;
 }
+
+#define HOSTLIST_MAX 64
 
 /* "host:port[,host:port...]" of s[0..len) into a list of addresses (the
  * sentinels, or a cluster's seed nodes). */
@@ -234,52 +323,39 @@ static int parse_hostlist(const char *s, size_t len, char ***hosts_out, int **po
                           int *count) {
   int n = 1;
   for (size_t i = 0; i < len; i++) n += s[i] == ',';
-  if (n > 64) return SLUICE_EINVAL;
+  if (n > HOSTLIST_MAX) {
+    sluice__endpoint_set_error("more than %d addresses in a list", HOSTLIST_MAX);
+    return SLUICE_EINVAL;
+  }
   char **hosts = *hosts_out = calloc((size_t)n, sizeof *hosts);
   int *ports = *ports_out = calloc((size_t)n, sizeof *ports);
   if (!hosts || !ports) return SLUICE_ENOMEM;
   while (*count < n) {
     const char *comma = memchr(s, ',', len);
     size_t one = comma ? (size_t)(comma - s) : len;
-    const char *colon = NULL;
-    for (size_t i = one; i > 0; i--)
-      if (s[i - 1] == ':') { colon = s + i - 1; break; }
-    if (!colon || colon == s) return SLUICE_EINVAL; /* each needs host and port */
-    int port;
-    if (parse_int(colon + 1, (size_t)(s + one - colon - 1), 1, 65535, &port)) return SLUICE_EINVAL;
-    const char *h = s, *hend = colon;
-    if (*h == '[' && hend[-1] == ']') h++, hend--; /* [::1]:26379 */
-    if (hend == h) return SLUICE_EINVAL;
-    char *host = dup_decoded(h, (size_t)(hend - h));
-    if (!host) return SLUICE_ENOMEM;
-    hosts[*count] = host;
-    ports[(*count)++] = port;
+    int rc = parse_hostport(s, one, 1, &hosts[*count], &ports[*count]);
+    if (rc) return rc;
+    (*count)++;
     if (!comma) break;
     len -= one + 1;
     s = comma + 1;
   }
-  return *count == n ? SLUICE_OK : SLUICE_EINVAL;
+  return SLUICE_OK;
 }
 
 static int parse_sentinels(const char *s, size_t len, sluice__endpoint *ep) {
   return parse_hostlist(s, len, &ep->sentinel_hosts, &ep->sentinel_ports, &ep->nsentinels);
 }
 
-/* "[[user]:password@]" at the start of rest[0..restlen) into ep; returns
- * where the hosts start, or NULL on OOM. */
-static const char *parse_userinfo(const char *rest, size_t restlen, sluice__endpoint *ep) {
+/* "[[user]:password@]" at the start of rest[0..restlen) into ep; *hosts
+ * is where the hosts start. */
+static int parse_userinfo(const char *rest, size_t restlen, sluice__endpoint *ep,
+                          const char **hosts) {
   const char *at = NULL;
   for (size_t i = restlen; i > 0; i--)
     if (rest[i - 1] == '@') { at = rest + i - 1; break; }
-  if (!at) return rest;
-  const char *colon = memchr(rest, ':', (size_t)(at - rest));
-  if (colon) {
-    if (colon > rest && !(ep->username = dup_decoded(rest, (size_t)(colon - rest)))) return NULL;
-    if (!(ep->password = dup_decoded(colon + 1, (size_t)(at - colon - 1)))) return NULL;
-  } else if (at > rest && !(ep->password = dup_decoded(rest, (size_t)(at - rest)))) {
-    return NULL;
-  }
-  return at + 1;
+  *hosts = at ? at + 1 : rest;
+  return at ? parse_credentials(rest, (size_t)(at - rest), ep) : SLUICE_OK;
 }
 
 /* "[[user]:password@]host:port[,host:port...][/][?query]": seed nodes of a
@@ -287,8 +363,9 @@ static const char *parse_userinfo(const char *rest, size_t restlen, sluice__endp
 static int parse_cluster(const char *rest, sluice__endpoint *ep) {
   const char *query = strchr(rest, '?');
   size_t restlen = query ? (size_t)(query - rest) : strlen(rest);
-  const char *hosts = parse_userinfo(rest, restlen, ep);
-  if (!hosts) return SLUICE_ENOMEM;
+  const char *hosts;
+  int rc = parse_userinfo(rest, restlen, ep, &hosts);
+  if (rc) return rc;
   const char *end = rest + restlen;
   const char *slash = memchr(hosts, '/', (size_t)(end - hosts));
   if (slash && !(slash + 1 == end || (slash + 2 == end && slash[1] == '0'))) {
@@ -297,69 +374,77 @@ static int parse_cluster(const char *rest, sluice__endpoint *ep) {
     return SLUICE_EINVAL;
   }
   size_t hlen = (size_t)((slash ? slash : end) - hosts);
-  if (hlen == 0 || parse_hostlist(hosts, hlen, &ep->seed_hosts, &ep->seed_ports, &ep->nseeds)) {
+  if (hlen == 0) {
     sluice__endpoint_set_error("redis+cluster:// needs seed nodes as host:port[,host:port...]");
     return SLUICE_EINVAL;
   }
+  if ((rc = parse_hostlist(hosts, hlen, &ep->seed_hosts, &ep->seed_ports, &ep->nseeds)))
+    return rc;
   ep->cluster = 1;
-  return query ? parse_query(query + 1, ep) : SLUICE_OK;
+  return query ? parse_query(query + 1, FOR_TLS, ep) : SLUICE_OK;
 }
 
 /* "[[user]:password@]sentinels/NAME[/db][?query]". */
 static int parse_sentinel(const char *rest, sluice__endpoint *ep) {
   const char *query = strchr(rest, '?');
   size_t restlen = query ? (size_t)(query - rest) : strlen(rest);
-  const char *hosts = parse_userinfo(rest, restlen, ep);
-  if (!hosts) return SLUICE_ENOMEM;
+  const char *hosts;
+  int rc = parse_userinfo(rest, restlen, ep, &hosts);
+  if (rc) return rc;
   const char *end = rest + restlen;
   const char *slash = memchr(hosts, '/', (size_t)(end - hosts));
   if (!slash || slash == hosts) {
     sluice__endpoint_set_error("redis+sentinel:// needs host:port[,host:port...]/MASTER_NAME");
     return SLUICE_EINVAL;
   }
-  int rc = parse_sentinels(hosts, (size_t)(slash - hosts), ep);
-  if (rc) return rc;
+  if ((rc = parse_sentinels(hosts, (size_t)(slash - hosts), ep))) return rc;
   const char *name = slash + 1;
   const char *slash2 = memchr(name, '/', (size_t)(end - name));
   size_t nlen = slash2 ? (size_t)(slash2 - name) : (size_t)(end - name);
   if (nlen == 0 || nlen > 256) {
-    sluice__endpoint_set_error("redis+sentinel:// needs the master's name after the sentinels");
+    sluice__endpoint_set_error("redis+sentinel:// needs the master's name (1..256 bytes) after "
+                               "the sentinels");
     return SLUICE_EINVAL;
   }
-  if (!(ep->master_name = dup_decoded(name, nlen))) return SLUICE_ENOMEM;
-  if (slash2 && slash2 + 1 < end &&
-      parse_int(slash2 + 1, (size_t)(end - slash2 - 1), 0, 1 << 20, &ep->db))
+  if ((rc = dup_part("the master name", name, nlen, &ep->master_name))) return rc;
+  if (slash2 && slash2 + 1 < end && (rc = parse_db(slash2 + 1, (size_t)(end - slash2 - 1), &ep->db)))
+    return rc;
+  return query ? parse_query(query + 1, FOR_SENTINEL, ep) : SLUICE_OK;
+}
+
+/* A raw control byte anywhere: refused (a NUL cannot be in a C string). */
+static int check_bytes(const char *url) {
+  for (const char *p = url; *p; p++) {
+    if (!is_control((unsigned char)*p)) continue;
+    sluice__endpoint_set_error("control character 0x%02X at byte %zu of the URL: refused",
+                               (unsigned char)*p, (size_t)(p - url));
     return SLUICE_EINVAL;
-  return query ? parse_query(query + 1, ep) : SLUICE_OK;
+  }
+  return SLUICE_OK;
+}
+
+static int parse_scheme(const char *url, sluice__endpoint *ep) {
+  static const struct { const char *scheme; int tls; int (*parse)(const char *, sluice__endpoint *); }
+  schemes[] = {
+      {"redis://", 0, parse_redis},           {"rediss://", 1, parse_redis},
+      {"redis+cluster://", 0, parse_cluster}, {"rediss+cluster://", 1, parse_cluster},
+      {"redis+sentinel://", 0, parse_sentinel}, {"unix://", 0, parse_unix},
+      {"unix:", 0, parse_unix},
+  };
+  for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
+    size_t n = strlen(schemes[i].scheme);
+    if (strncmp(url, schemes[i].scheme, n) != 0) continue;
+    ep->tls = schemes[i].tls;
+    return schemes[i].parse(url + n, ep);
+  }
+  return url[0] == '/' ? parse_unix(url, ep) : SLUICE_EINVAL;
 }
 
 int sluice__parse_url(const char *url, sluice__endpoint *ep) {
-  int rc;
   memset(ep, 0, sizeof *ep);
   endpoint_err[0] = '\0';
-  if (!url || !*url) {
-    rc = SLUICE_EINVAL;
-  } else if (strncmp(url, "redis://", 8) == 0) {
-    rc = parse_redis(url + 8, ep);
-  } else if (strncmp(url, "rediss://", 9) == 0) {
-    ep->tls = 1;
-    rc = parse_redis(url + 9, ep);
-  } else if (strncmp(url, "redis+cluster://", 16) == 0) {
-    rc = parse_cluster(url + 16, ep);
-  } else if (strncmp(url, "rediss+cluster://", 17) == 0) {
-    ep->tls = 1;
-    rc = parse_cluster(url + 17, ep);
-  } else if (strncmp(url, "redis+sentinel://", 17) == 0) {
-    rc = parse_sentinel(url + 17, ep);
-  } else if (strncmp(url, "unix://", 7) == 0) {
-    rc = parse_unix(url + 7, ep);
-  } else if (strncmp(url, "unix:", 5) == 0) {
-    rc = parse_unix(url + 5, ep);
-  } else if (url[0] == '/') {
-    rc = parse_unix(url, ep);
-  } else {
-    rc = SLUICE_EINVAL;
-  }
+  int rc = !url || !*url ? SLUICE_EINVAL : check_bytes(url);
+  if (!rc) rc = parse_scheme(url, ep);
   if (rc) {
     sluice__endpoint_clear(ep);
     if (rc == SLUICE_EINVAL && !endpoint_err[0])
@@ -370,14 +455,28 @@ int sluice__parse_url(const char *url, sluice__endpoint *ep) {
   return rc;
 }
 
+/* An option's address list: its own words for what is wrong with it. */
+static int parse_option_list(const char *option, const char *list, char ***hosts, int **ports,
+                             int *count) {
+  int rc = *list ? parse_hostlist(list, strlen(list), hosts, ports, count) : SLUICE_EINVAL;
+  if (rc == SLUICE_EINVAL) {
+    char why[sizeof endpoint_err];
+    snprintf(why, sizeof why, "%s", *list ? endpoint_err : "it is empty");
+    sluice__endpoint_set_error("%s must be \"host:port[,host:port...]\": %s", option, why);
+  }
+  return rc;
+}
+
 int sluice__endpoint_sentinels(sluice__endpoint *ep, const char *master_name, const char *list,
                                const char *username, const char *password) {
   endpoint_err[0] = '\0';
-  if (!list || !*list || !*master_name || strlen(master_name) > 256 ||
-      parse_sentinels(list, strlen(list), ep) != SLUICE_OK) {
-    sluice__endpoint_set_error("sentinels must be \"host:port[,host:port...]\" with a master name");
+  if (!*master_name || strlen(master_name) > 256) {
+    sluice__endpoint_set_error("master_name must be 1..256 bytes");
     return SLUICE_EINVAL;
   }
+  int rc = parse_option_list("sentinels", list ? list : "", &ep->sentinel_hosts,
+                             &ep->sentinel_ports, &ep->nsentinels);
+  if (rc) return rc;
   free(ep->host);
   ep->host = NULL; /* the sentinels will say */
   ep->port = 0;
@@ -390,11 +489,9 @@ int sluice__endpoint_sentinels(sluice__endpoint *ep, const char *master_name, co
 
 int sluice__endpoint_cluster(sluice__endpoint *ep, const char *seeds) {
   endpoint_err[0] = '\0';
-  if (!*seeds ||
-      parse_hostlist(seeds, strlen(seeds), &ep->seed_hosts, &ep->seed_ports, &ep->nseeds)) {
-    sluice__endpoint_set_error("cluster_seeds must be \"host:port[,host:port...]\"");
-    return SLUICE_EINVAL;
-  }
+  int rc = parse_option_list("cluster_seeds", seeds, &ep->seed_hosts, &ep->seed_ports,
+                             &ep->nseeds);
+  if (rc) return rc;
   if (ep->db) {
     sluice__endpoint_set_error("a Redis Cluster has only database 0");
     return SLUICE_EINVAL;
@@ -409,9 +506,25 @@ static int copy_opt(char **dst, const char *src) {
   return *dst ? SLUICE_OK : SLUICE_ENOMEM;
 }
 
+/* "redis://user:@host" names the user and leaves the password to the file. */
+static int password_from_file(sluice__endpoint *ep, const char *path) {
+  if (ep->password && *ep->password) {
+    sluice__endpoint_set_error("a password is given twice: in password_file and in the URL or "
+                               "the options");
+    return SLUICE_EINVAL;
+  }
+  free(ep->password);
+  ep->password = NULL;
+  return sluice__read_secret_file(path, &ep->password);
+}
+
 int sluice__endpoint_finish(sluice__endpoint *ep, const sluice_client_options *o) {
   int rc = SLUICE_OK;
   endpoint_err[0] = '\0';
+  if (o->password_file && (rc = password_from_file(ep, o->password_file)) != SLUICE_OK) {
+    sluice__endpoint_clear(ep);
+    return rc;
+  }
   if (o->tls) ep->tls = 1;
   if (!ep->tls) return SLUICE_OK; /* TLS fields of the options are ignored */
   if (ep->tls_skip_verify == 0 && o->tls_skip_verify) ep->tls_skip_verify = 1;

@@ -52,8 +52,9 @@ typedef struct sluice__endpoint {
  * Returns 0 or SLUICE_EINVAL / SLUICE_ENOMEM; on error *ep holds nothing to
  * free and sluice__endpoint_error() says why. */
 int sluice__parse_url(const char *url, sluice__endpoint *ep);
-/* Complete ep with the TLS fields of opts (what the URL's query set wins),
- * check them and prepare the TLS context. Returns 0, or SLUICE_EINVAL (also
+/* Complete ep with the password in opts->password_file (refused when a
+ * password was given too) and the TLS fields of opts (what the URL's query
+ * set wins), check them and prepare the TLS context. Returns 0, or SLUICE_EINVAL (also
  * for TLS in a build without it) / SLUICE_ENOMEM with ep cleared and
  * sluice__endpoint_error() saying why. */
 int sluice__endpoint_finish(sluice__endpoint *ep, const struct sluice_client_options *opts);
@@ -63,6 +64,11 @@ int sluice__endpoint_sentinels(sluice__endpoint *ep, const char *master_name, co
                                const char *username, const char *password);
 /* The cluster fields of the client options (no URL): seeds "host:port,...". */
 int sluice__endpoint_cluster(sluice__endpoint *ep, const char *seeds);
+/* The one-line password in the file at path into *out (malloc'd): 0, or
+ * SLUICE_EINVAL (unreadable, empty, several lines, over 4 KB) with
+ * sluice__endpoint_error() naming the file, never its content, or
+ * SLUICE_ENOMEM. */
+int sluice__read_secret_file(const char *path, char **out);
 /* Why the last parse or finish on this thread failed ("" after a success). */
 const char *sluice__endpoint_error(void);
 void sluice__endpoint_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -177,11 +177,10 @@ static const sluice__guard_ops sem_guard_ops = {.quiesce = sem_quiesce,
                                                 .view = sem_view};
 
 static int sem_init(sluice_sem *sem, sluice_client *c, const char *name) {
-  static const char *const parts[SEM_NKEYS] = {"holders", "queue", "beats", "meta"};
   sem->name = strdup(name);
   if (!sem->name) return SLUICE_ENOMEM;
   for (int i = 0; i < SEM_NKEYS; i++)
-    if (!(sem->keys[i] = sluice__key(c, "sem", name, parts[i]))) return SLUICE_ENOMEM;
+    if (!(sem->keys[i] = sluice__key(c, "sem", name, sluice__sem_parts[i]))) return SLUICE_ENOMEM;
   sem->wake_base = sluice__key(c, "sem", name, "wake:");
   sem->wake_key = sem->wake_base ? malloc(strlen(sem->wake_base) + 33) : NULL;
   if (!sem->wake_key) return SLUICE_ENOMEM;
