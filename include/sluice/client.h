@@ -131,6 +131,13 @@ typedef struct sluice_client_options {
    * unreadable, empty or multi-line file; sluice_client_last_error(NULL)
    * names the file, never its content. */
   const char *password_file;
+  /* Messages pushed to delay queues (sluice_dq_push, sluice_dq_push_batch)
+   * and not yet answered, over all of this client's queues: a push that
+   * would pass it fails at once with SLUICE_EFULL, so a stalled Redis or a
+   * runaway producer cannot grow the client without bound. 0: the default,
+   * 100000 (a server pushing 20,000 a second reaches it only if Redis stops
+   * answering for the whole 5 s op_timeout_ms). */
+  unsigned max_pending_pushes;
   /* The record of unreplicated writes (on by default): every release,
    * push, settlement (ack, retry) and cancel Redis acknowledged is kept
    * until a replica has it (a non-blocking WAIT 0 0 on the same connection,

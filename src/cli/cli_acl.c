@@ -34,8 +34,8 @@ static const struct primitive {
      "get set hincrby hmget hset pexpire zadd zcount zrange zrangebyscore "
      "zremrangebyscore"},
     {"dq",
-     "hdel hexists hget hincrby hmget hset hsetnx llen lpush ltrim pexpire pexpireat zadd "
-     "zcard zcount zrange zrangebyscore zrem zremrangebyrank zscore brpop"},
+     "hdel hget hincrby hmget hset hsetnx lpush ltrim pexpire pexpireat zadd zcard zcount "
+     "zrange zrangebyscore zrem zremrangebyrank zscore brpop"},
 };
 #define NPRIMITIVES (sizeof primitives / sizeof primitives[0])
 

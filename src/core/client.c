@@ -253,6 +253,7 @@ int sluice_client_new(struct event_base *base, const sluice_client_options *opts
   if (!c->opts.connect_timeout_ms) c->opts.connect_timeout_ms = 2000;
   if (!c->opts.op_timeout_ms) c->opts.op_timeout_ms = 5000;
   if (!c->opts.reconnect_min_ms) c->opts.reconnect_min_ms = 50;
+  if (!c->opts.max_pending_pushes) c->opts.max_pending_pushes = 100000;
   if (c->opts.reconnect_max_ms < c->opts.reconnect_min_ms)
     c->opts.reconnect_max_ms = c->opts.reconnect_min_ms > 2000 ? c->opts.reconnect_min_ms : 2000;
   /* The WAIT must answer within the step's deadline. */
@@ -388,4 +389,12 @@ void sluice__client_set_error(sluice_client *c, const char *text) {
 int sluice__client_closing(const sluice_client *c) { return c->closing; }
 struct event_base *sluice__client_base(const sluice_client *c) { return c->base; }
 unsigned sluice__client_op_timeout(const sluice_client *c) { return c->opts.op_timeout_ms; }
+
+int sluice__client_push_reserve(sluice_client *c, size_t n) {
+  if (n > c->opts.max_pending_pushes - c->pending_pushes) return SLUICE_EFULL;
+  c->pending_pushes += (unsigned)n;
+  return SLUICE_OK;
+}
+
+void sluice__client_push_release(sluice_client *c, size_t n) { c->pending_pushes -= (unsigned)n; }
 

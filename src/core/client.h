@@ -49,6 +49,7 @@ struct sluice_client {
   int sealed;                     /* objects cancelled: no new operations */
   int reaped;                     /* close sequence done */
   sluice_client_stats stats;
+  unsigned pending_pushes;        /* delay-queue messages sent, not answered */
   int replicas;                   /* see sluice__client_replicated */
   sluice__record rec;             /* unreplicated writes (record.h) */
   const sluice__answered *answered; /* the step being answered, during its callback */

@@ -81,6 +81,11 @@ unsigned sluice__client_op_timeout(const sluice_client *c);
 uint64_t sluice__client_up_since(const sluice_client *c);
 /* A permit release that could not reach Redis before the client closed. */
 void sluice__client_note_abandoned(sluice_client *c, const char *permit_id);
+/* Delay-queue messages in flight, capped per client (max_pending_pushes):
+ * reserve n before sending them (SLUICE_EFULL if that would pass the cap),
+ * release them when answered or not sent. */
+int sluice__client_push_reserve(sluice_client *c, size_t n);
+void sluice__client_push_release(sluice_client *c, size_t n);
 /* The route (hash slot) a key's calls go to; one Redis has one route, 0. */
 unsigned sluice__client_route(const sluice_client *c, const char *key);
 

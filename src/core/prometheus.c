@@ -154,6 +154,9 @@ static const field dq_fields[] = {
     COUNTER(sluice_dq_metrics, pushed, "pushed", "Messages accepted."),
     COUNTER(sluice_dq_metrics, duplicates, "duplicates", "Pushes refused: the id exists."),
     COUNTER(sluice_dq_metrics, errors, "push_errors", "Pushes answered with another status."),
+    GAUGE(sluice_dq_metrics, in_flight, "push_in_flight", "Messages pushed, not yet answered."),
+    COUNTER(sluice_dq_metrics, full, "push_full",
+            "Messages refused at once: the client's max_pending_pushes was reached."),
 };
 
 typedef struct consumer_view {
