@@ -176,13 +176,14 @@ static int take_rb(double *msgs_per_s, bench_rb_result *res) {
   if (bench_script_load(&rs, &sluice__lua_dq_take, sha) != 0) return -1;
   /* What the consumer sends (bench's consumer options), built the same way. */
   static char kz[] = "sluice:dq:{rb}:z", kf[] = "sluice:dq:{rb}:f", kd[] = "sluice:dq:{rb}:d",
-              kh[] = "sluice:dq:{rb}:h", kw[] = "sluice:dq:{rb}:w";
-  char *keys[DQ_NKEYS] = {kz, kf, kd, kh, kw};
+              kh[] = "sluice:dq:{rb}:h", kc[] = "sluice:dq:{rb}:c";
+  char *keys[DQ_NKEYS] = {kz, kf, kd, kh, kc};
   sluice_dq_consumer_options co;
   sluice_dq_consumer_options_init(&co);
   sluice__args a;
   if (sluice__args_init(&a, DQ_TAKE_ARGS, DQ_TAKE_NUMS) != 0) return -1;
-  sluice__dq_take_args(&a, keys, co.retention_ms, TAKE_BATCH, co.visibility_ms, co.max_attempts);
+  sluice__dq_take_args(&a, keys, co.retention_ms, TAKE_BATCH, co.visibility_ms, co.max_attempts,
+                       "redis-benchmark", co.max_poll_ms);
   bench_rb_opts o = {.clients = 4, .requests = N_CONSUME / TAKE_BATCH, .pipeline = 4};
   int rc = a.failed ? -1 : bench_evalsha(&rs, &o, sha, a.nkeys, a.argc, a.argv, res);
   sluice__args_clear(&a);

@@ -1,320 +1,69 @@
 /*
- * Failover recovery (not part of bench/run.sh's default set:
- * `bench/run.sh bench_failover`, or `bench_failover [ROUNDS]` alone).
+ * Failover recovery and what a failover costs (not part of bench/run.sh's
+ * default set: `bench/run.sh bench_failover`, or `bench_failover [ROUNDS]`
+ * alone).
  *
  * On a private Redis Cluster (3 masters + 1 replica each, node timeout
- * 1000 ms) and a private Sentinel set (master, replica, 3 sentinels,
- * down-after 1000 ms), both from bench/topology.sh and pinned to the server
- * CPU, two workloads run on this process's event loop:
- *  - a semaphore waiter: a holder client takes the 1-permit semaphore "fo",
- *    holds it HOLD_MS, releases it and asks again; a waiter client blocks in
- *    sluice_sem_acquire, and releases and asks again as soon as it is
- *    granted. A success is a grant to the waiter (one per HOLD_MS or so);
- *  - a delay-queue consumer: a producer client pushes one message of delay 0
- *    every PUSH_MS to queue "fo"; a success is a delivery to the consumer.
+ * 1000 ms), a private Sentinel set (master, replica, 3 sentinels,
+ * down-after 1000 ms) and a single Redis with appendfsync everysec, all
+ * from bench/topology.sh and pinned to the server CPU, two workloads run on
+ * this process's event loop, with the clients' default options:
+ *  - two holders of the 1-permit semaphore "fo" (each its own client): each
+ *    blocks in sluice_sem_acquire, holds the permit HOLD_MS, releases it and
+ *    asks again, so the permit goes back and forth. A success is a grant to
+ *    the second ("the waiter"). A hold lasts from the grant to the release,
+ *    or to the permit's lost callback; two holds that overlap broke the
+ *    semaphore's promise, and are counted with how long they overlapped;
+ *  - a producer pushes one message of delay 0 every PUSH_MS to queue "fo"
+ *    under ids of its own ("p<n>"), and a consumer takes and acks them. An
+ *    acknowledged push never delivered by the end is lost; a message
+ *    delivered more than once is a duplicate.
  * On the cluster both names carry the hash tag {fo}, so one master holds
- * both, and that master is the one failed over.
- *
- * A driver process (forked before any client exists, so it holds none of
- * their sockets) fails the master over ROUNDS times per kind while the loop
- * goes on: CLUSTER FAILOVER on its replica, SIGSTOP of the master (the
- * replica takes over after the node timeout; the old master is resumed and
- * rejoins as a replica), SENTINEL FAILOVER, SIGSTOP of the Sentinel master.
- * It reports when it acted and when the new master answered ROLE master.
- *
- * SLUICE_BENCH_LOG=1 prints every client's log on stderr;
- * SLUICE_BENCH_WAIT_REPLICAS=N runs every client with wait_replicas = N.
+ * both, and that master is the one failed over (failover_driver.c: a
+ * child process acts ROUNDS times per kind while the loop goes on).
  *
  * Recovery of a round = the longest stretch without a success from the last
  * success before the driver acted to the first success after the new master
- * answered ROLE master: last success before -> first success after.
+ * answered ROLE master (the single Redis: PING after its restart);
+ * detection = from the driver's act to that answer. Each round also counts
+ * what the clients' record of unreplicated writes did (sluice_client_metrics:
+ * writes sent again, permits restored or lost), from one round's start to
+ * the next.
+ *
+ * SLUICE_BENCH_LOG=1 prints every client's log on stderr;
+ * SLUICE_BENCH_WAIT_REPLICAS=N runs every client with wait_replicas = N;
+ * SLUICE_BENCH_REPLAY_OFF=1 with replay_off (to see the difference);
+ * SLUICE_BENCH_ONLY=cluster|sentinel|single runs that topology alone.
  */
 #include "bench.h"
 
 #include <errno.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
-#include <hiredis/hiredis.h>
 #include <sluice/sluice.h>
+
+#include "failover_driver.h"
 
 #define DEFAULT_ROUNDS 3
 #define HOLD_MS 50
 #define PUSH_MS 20
 #define RETRY_MS 10
-#define SETTLE_MS 3000  /* quiet time after a failover, the old master rejoined */
-#define TAIL_MS 15000   /* after the last round: more than an acquire's timeout */
-#define NAME "fo"
-#define MASTER_NAME "fomaster"
+#define TAIL_MS 15000     /* after the last round: more than an acquire's timeout */
+#define ATTRIBUTE_MS 2000 /* what happened this long before a round is the round's */
+#define MAX_ROUNDS 64
+#define NAME FO_SLOT_NAME
 
-enum kind { CLUSTER_MANUAL, CLUSTER_SIGSTOP, SENTINEL_MANUAL, SENTINEL_SIGSTOP, NKINDS };
-static const char *const kind_names[NKINDS] = {
-    "cluster: CLUSTER FAILOVER on the replica", "cluster: SIGSTOP of the master",
-    "sentinel: SENTINEL FAILOVER", "sentinel: SIGSTOP of the master"};
-
-/* ---- the driver (a child process; plain blocking hiredis) ----------------- */
-
-static void sleep_ms(unsigned ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+static int env_on(const char *name) {
+  const char *v = getenv(name);
+  return v && *v == '1';
 }
 
-static redisContext *connect_addr(const char *host, int port) {
-  struct timeval tv = {1, 0};
-  redisContext *c = redisConnectWithTimeout(host, port, tv);
-  if (c && c->err) {
-    redisFree(c);
-    return NULL;
-  }
-  if (c) redisSetTimeout(c, tv);
-  return c;
-}
-
-/* One command on host:port; NULL when it cannot connect or gets no reply. */
-static redisReply *cmd_at(const char *host, int port, const char *fmt, ...) {
-  redisContext *c = connect_addr(host, port);
-  if (!c) return NULL;
-  va_list ap;
-  va_start(ap, fmt);
-  redisReply *r = redisvCommand(c, fmt, ap);
-  va_end(ap);
-  redisFree(c);
-  return r;
-}
-
-typedef struct addr {
-  char host[64];
-  int port;
-} addr;
-
-/* ROLE: 1 master, 0 replica with its link up, -1 otherwise (or no answer). */
-static int role(const addr *a) {
-  redisReply *r = cmd_at(a->host, a->port, "ROLE");
-  int v = -1;
-  if (r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-      r->element[0]->type == REDIS_REPLY_STRING) {
-    if (strcmp(r->element[0]->str, "master") == 0) v = 1;
-    else if (r->elements > 3 && r->element[3]->type == REDIS_REPLY_STRING &&
-             strcmp(r->element[3]->str, "connected") == 0)
-      v = 0;
-  }
-  if (r) freeReplyObject(r);
-  return v;
-}
-
-static pid_t server_pid(const addr *a) {
-  redisReply *r = cmd_at(a->host, a->port, "INFO server");
-  pid_t pid = 0;
-  const char *p = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "process_id:") : NULL;
-  if (p) pid = (pid_t)atol(p + 11);
-  if (r) freeReplyObject(r);
-  return pid;
-}
-
-/* Poll until role(a) == want; 0, or -1 after timeout_ms. */
-static int wait_role(const addr *a, int want, unsigned timeout_ms) {
-  uint64_t end = bench_now_us() + timeout_ms * 1000ull;
-  while (bench_now_us() < end) {
-    if (role(a) == want) return 0;
-    sleep_ms(10);
-  }
-  return -1;
-}
-
-/* The first "host:port" of s (a comma ends it). */
-static int parse_addr(const char *s, addr *a) {
-  size_t len = strcspn(s, ",");
-  const char *colon = memchr(s, ':', len);
-  if (!colon || (size_t)(colon - s) >= sizeof a->host) return -1;
-  snprintf(a->host, sizeof a->host, "%.*s", (int)(colon - s), s);
-  a->port = atoi(colon + 1);
-  return 0;
-}
-
-/* Every node of the list answers cluster_state:ok (a stopped one is skipped
- * by the caller not listing it: here all are expected up). */
-static int cluster_all_ok(const char *seeds) {
-  char list[512];
-  snprintf(list, sizeof list, "%s", seeds);
-  for (char *save = NULL, *s = strtok_r(list, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
-    addr a;
-    if (parse_addr(s, &a) != 0) return 0;
-    redisReply *r = cmd_at(a.host, a.port, "CLUSTER INFO");
-    int ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok");
-    if (r) freeReplyObject(r);
-    if (!ok) return 0;
-  }
-  return 1;
-}
-
-/* "ip:port@bus" of a CLUSTER NODES line into a. */
-static int node_addr(const char *field, addr *a) {
-  char buf[96];
-  snprintf(buf, sizeof buf, "%.*s", (int)strcspn(field, "@ "), field);
-  return parse_addr(buf, a);
-}
-
-/* Whether a master line's slot ranges (fields 9 on) hold slot. */
-static int owns_slot(char **f, int nf, long slot) {
-  for (int i = 8; i < nf; i++) {
-    if (f[i][0] == '[') continue; /* a slot being migrated */
-    char *dash = strchr(f[i], '-');
-    long lo = atol(f[i]), hi = dash ? atol(dash + 1) : lo;
-    if (slot >= lo && slot <= hi) return 1;
-  }
-  return 0;
-}
-
-/* The master of NAME's slot and a replica of it, from CLUSTER NODES on a
- * seed (CLUSTER SLOTS leaves out replicas that have not replicated a byte
- * yet). */
-static int cluster_pair(const char *seeds, addr *master, addr *replica) {
-  addr seed;
-  if (parse_addr(seeds, &seed) != 0) return -1;
-  redisReply *k = cmd_at(seed.host, seed.port, "CLUSTER KEYSLOT %s", NAME);
-  long slot = k && k->type == REDIS_REPLY_INTEGER ? (long)k->integer : -1;
-  if (k) freeReplyObject(k);
-  redisReply *r = slot >= 0 ? cmd_at(seed.host, seed.port, "CLUSTER NODES") : NULL;
-  if (!r || r->type != REDIS_REPLY_STRING) {
-    if (r) freeReplyObject(r);
-    return -1;
-  }
-  char master_id[48] = "";
-  int found = 0;
-  for (int pass = 0; pass < 2; pass++) {
-    char *text = strdup(r->str);
-    for (char *save = NULL, *line = strtok_r(text, "\n", &save); line;
-         line = strtok_r(NULL, "\n", &save)) {
-      char *f[64];
-      int nf = 0;
-      for (char *s2 = NULL, *w = strtok_r(line, " ", &s2); w && nf < 64; w = strtok_r(NULL, " ", &s2))
-        f[nf++] = w;
-      if (nf < 8 || strstr(f[2], "fail")) continue;
-      if (pass == 0 && strstr(f[2], "master") && owns_slot(f, nf, slot)) {
-        snprintf(master_id, sizeof master_id, "%s", f[0]);
-        found |= node_addr(f[1], master) == 0;
-      } else if (pass == 1 && strstr(f[2], "slave") && strcmp(f[3], master_id) == 0) {
-        found |= (node_addr(f[1], replica) == 0) << 1;
-      }
-    }
-    free(text);
-  }
-  freeReplyObject(r);
-  return found == 3 ? 0 : -1;
-}
-
-static int sentinel_pair(const char *sentinels, addr *master, addr *replica) {
-  char list[256];
-  snprintf(list, sizeof list, "%s", sentinels);
-  for (char *save = NULL, *s = strtok_r(list, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
-    addr sa;
-    if (parse_addr(s, &sa) != 0) continue;
-    redisReply *r = cmd_at(sa.host, sa.port, "SENTINEL get-master-addr-by-name %s", MASTER_NAME);
-    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2;
-    if (ok) {
-      snprintf(master->host, sizeof master->host, "%s", r->element[0]->str);
-      master->port = atoi(r->element[1]->str);
-    }
-    if (r) freeReplyObject(r);
-    if (!ok) continue;
-    r = cmd_at(sa.host, sa.port, "SENTINEL replicas %s", MASTER_NAME);
-    ok = 0;
-    for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements && !ok; i++) {
-      redisReply *e = r->element[i];
-      for (size_t j = 0; j + 1 < e->elements; j += 2) {
-        if (strcmp(e->element[j]->str, "ip") == 0)
-          snprintf(replica->host, sizeof replica->host, "%s", e->element[j + 1]->str);
-        if (strcmp(e->element[j]->str, "port") == 0) replica->port = atoi(e->element[j + 1]->str);
-      }
-      ok = replica->port > 0;
-    }
-    if (r) freeReplyObject(r);
-    return ok ? 0 : -1;
-  }
-  return -1;
-}
-
-/* SENTINEL FAILOVER, asked again while a sentinel answers -INPROG or
- * -NOGOODSLAVE (its view of the replica still refreshing). */
-static int sentinel_failover(const char *sentinels) {
-  addr sa;
-  if (parse_addr(sentinels, &sa) != 0) return -1;
-  uint64_t end = bench_now_us() + 15000000ull;
-  while (bench_now_us() < end) {
-    redisReply *r = cmd_at(sa.host, sa.port, "SENTINEL FAILOVER %s", MASTER_NAME);
-    int ok = r && r->type == REDIS_REPLY_STATUS;
-    if (r) freeReplyObject(r);
-    if (ok) return 0;
-    sleep_ms(200);
-  }
-  return -1;
-}
-
-/* One failover of kind k; writes "k trigger_us done_us" to out. After it,
- * the old master is a linked replica again and the topology quiet. */
-static int drive_one(enum kind k, const char *spec, FILE *out) {
-  addr m, r;
-  int sentinel = k == SENTINEL_MANUAL || k == SENTINEL_SIGSTOP;
-  if ((sentinel ? sentinel_pair(spec, &m, &r) : cluster_pair(spec, &m, &r)) != 0) {
-    fprintf(stderr, "bench_failover: no master/replica pair found\n");
-    return -1;
-  }
-  pid_t pid = k == CLUSTER_SIGSTOP || k == SENTINEL_SIGSTOP ? server_pid(&m) : 0;
-  uint64_t trigger = bench_now_us();
-  int rc = 0;
-  if (k == CLUSTER_MANUAL) {
-    redisReply *x = cmd_at(r.host, r.port, "CLUSTER FAILOVER");
-    rc = x && x->type == REDIS_REPLY_STATUS ? 0 : -1;
-    if (x) freeReplyObject(x);
-  } else if (k == SENTINEL_MANUAL) {
-    rc = sentinel_failover(spec);
-  } else {
-    rc = pid > 0 ? kill(pid, SIGSTOP) : -1;
-  }
-  if (rc == 0) rc = wait_role(&r, 1, 60000);
-  uint64_t done = bench_now_us();
-  if (pid > 0) kill(pid, SIGCONT);
-  if (rc != 0) {
-    fprintf(stderr, "bench_failover: %s: no new master\n", kind_names[k]);
-    return -1;
-  }
-  fprintf(out, "%d %llu %llu\n", (int)k, (unsigned long long)trigger, (unsigned long long)done);
-  fflush(out);
-  /* The old master back as a linked replica, the cluster ok everywhere. */
-  if (wait_role(&m, 0, 60000) != 0) {
-    fprintf(stderr, "bench_failover: %s: old master did not rejoin as a replica\n", kind_names[k]);
-    return -1;
-  }
-  for (int i = 0; !sentinel && i < 3000 && !cluster_all_ok(spec); i++) sleep_ms(10);
-  /* Sentinels refresh their view of the new replica every second: a
-   * failover asked before that finds no good replica. */
-  sleep_ms(sentinel ? SETTLE_MS + 2000 : SETTLE_MS);
-  /* A waiter stuck on a paused node may need its acquire's timeout (10 s)
-   * to recover: leave it that long before the next round. */
-  if (pid > 0) sleep_ms(10000);
-  return 0;
-}
-
-static void driver(int go_fd, int out_fd, const char *spec, enum kind first, enum kind last,
-                   int rounds) {
-  if (bench_can_pin()) bench_pin_self(BENCH_CPU_SERVER);
-  char b;
-  while (read(go_fd, &b, 1) < 0 && errno == EINTR) {}
-  FILE *out = fdopen(out_fd, "w");
-  int rc = 0;
-  for (int k = first; k <= (int)last && rc == 0; k++)
-    for (int i = 0; i < rounds && rc == 0; i++) rc = drive_one((enum kind)k, spec, out);
-  fclose(out);
-  _exit(rc == 0 ? 0 : 1);
-}
-
-/* ---- the workloads (this process's loop) ---------------------------------- */
+/* ---- what a phase records --------------------------------------------------- */
 
 typedef struct times {
   uint64_t *v;
@@ -330,99 +79,168 @@ static void times_add(times *t, uint64_t us) {
   t->v[t->n++] = us;
 }
 
+/* The clients' record counters, summed. */
+typedef struct kept {
+  uint64_t releases, pushes, restored, permits_restored, permits_lost;
+} kept;
+
 typedef struct round {
   int kind;
-  uint64_t trigger, done;
+  uint64_t trigger, done; /* done 0: no end line (yet) */
+  kept at_start;
 } round;
+
+/* One message pushed: when it was sent and acknowledged (0: not OK), how
+ * often it was delivered. */
+typedef struct pushed {
+  uint64_t sent, acked;
+  unsigned delivered;
+  int status;
+} pushed;
+
+typedef struct holder {
+  struct run *r;
+  sluice_sem *sem;
+  sluice_permit *held;
+  uint64_t since;          /* the hold's start; 0 when none is open */
+  times spans;             /* closed holds: start, end pairs */
+  struct event *release_ev, *retry_ev;
+  int waiter;              /* the one whose grants are the successes */
+} holder;
 
 typedef struct run {
   struct event_base *base;
-  sluice_sem *hold_sem, *wait_sem;
+  sluice_client *clients[4];
+  holder h[2];
   sluice_dq *dq;
-  struct event *hold_ev, *retry_hold, *retry_wait, *push_ev, *pipe_ev;
-  sluice_permit *held;
+  struct event *push_ev, *pipe_ev;
   times sem_ok, dq_ok;
+  pushed *msgs;
+  size_t nmsgs, capmsgs;
   long errors;
-  round rounds[64];
+  round rounds[MAX_ROUNDS];
   int nrounds, stopping;
   char line[128];
   size_t linelen;
 } run;
 
-static void hold_acquire(run *r);
-static void wait_acquire(run *r);
+static kept kept_now(const run *r) {
+  kept k = {0};
+  for (int i = 0; i < 4; i++) {
+    sluice_client_metrics m;
+    sluice_client_get_metrics(r->clients[i], &m);
+    k.releases += m.replay_releases;
+    k.pushes += m.replay_pushes;
+    k.restored += m.replay_restored;
+    k.permits_restored += m.permits_restored;
+    k.permits_lost += m.permits_lost;
+  }
+  return k;
+}
 
-static void on_hold(sluice_sem *sem, int status, sluice_permit *p, void *ud) {
-  run *r = ud;
+static void say(const char *what, int status) {
+  if (env_on("SLUICE_BENCH_LOG"))
+    fprintf(stderr, "%.3f %s: %s\n", (double)bench_now_us() / 1e6, what, sluice_err_name(status));
+}
+
+/* ---- the semaphore's two holders -------------------------------------------- */
+
+static void hold_acquire(holder *h);
+
+static void end_hold(holder *h) {
+  if (!h->since) return;
+  times_add(&h->spans, h->since);
+  times_add(&h->spans, bench_now_us());
+  h->since = 0;
+}
+
+static void on_lost(sluice_permit *p, int reason, void *ud) { end_hold(ud); }
+
+static void on_granted(sluice_sem *sem, int status, sluice_permit *p, void *ud) {
+  holder *h = ud;
   struct timeval tv = {0, (status == SLUICE_OK ? HOLD_MS : RETRY_MS) * 1000};
-  if (status == SLUICE_OK) r->held = p;
-  else if (status != SLUICE_ECANCELED) r->errors++;
-  const char *log = getenv("SLUICE_BENCH_LOG");
-  if (status != SLUICE_OK && log && *log == '1')
-    fprintf(stderr, "%.3f hold acquire failed: %s\n", (double)bench_now_us() / 1e6,
-            sluice_err_name(status));
-  if (status != SLUICE_ECANCELED) evtimer_add(status == SLUICE_OK ? r->hold_ev : r->retry_hold, &tv);
+  if (status == SLUICE_ECANCELED) return;
+  if (status == SLUICE_OK) {
+    h->held = p;
+    h->since = bench_now_us();
+    sluice_permit_set_lost_cb(p, on_lost, h);
+    if (h->waiter) times_add(&h->r->sem_ok, h->since);
+  } else {
+    h->r->errors++;
+    say(h->waiter ? "waiter acquire failed" : "holder acquire failed", status);
+  }
+  evtimer_add(status == SLUICE_OK ? h->release_ev : h->retry_ev, &tv);
 }
 
 static void hold_release(evutil_socket_t fd, short what, void *arg) {
-  run *r = arg;
-  if (r->held) sluice_permit_release(r->held, NULL, NULL);
-  r->held = NULL;
-  hold_acquire(r);
+  holder *h = arg;
+  end_hold(h);
+  if (h->held) sluice_permit_release(h->held, NULL, NULL);
+  h->held = NULL;
+  hold_acquire(h);
 }
 
 static void hold_retry(evutil_socket_t fd, short what, void *arg) { hold_acquire(arg); }
 
-static void hold_acquire(run *r) {
-  if (!r->stopping && sluice_sem_acquire(r->hold_sem, 10000, on_hold, r, NULL) != SLUICE_OK) {
+static void hold_acquire(holder *h) {
+  if (h->r->stopping) return;
+  if (sluice_sem_acquire(h->sem, 10000, on_granted, h, NULL) != SLUICE_OK) {
     struct timeval tv = {0, RETRY_MS * 1000};
-    r->errors++;
-    evtimer_add(r->retry_hold, &tv);
+    h->r->errors++;
+    evtimer_add(h->retry_ev, &tv);
   }
 }
 
-static void on_wait(sluice_sem *sem, int status, sluice_permit *p, void *ud) {
-  run *r = ud;
-  if (status == SLUICE_OK) {
-    times_add(&r->sem_ok, bench_now_us());
-    sluice_permit_release(p, NULL, NULL);
-    wait_acquire(r);
-  } else if (status != SLUICE_ECANCELED) {
-    struct timeval tv = {0, RETRY_MS * 1000};
-    r->errors++;
-    evtimer_add(r->retry_wait, &tv);
-  }
-}
-
-static void wait_retry(evutil_socket_t fd, short what, void *arg) { wait_acquire(arg); }
-
-static void wait_acquire(run *r) {
-  if (!r->stopping && sluice_sem_acquire(r->wait_sem, 10000, on_wait, r, NULL) != SLUICE_OK) {
-    struct timeval tv = {0, RETRY_MS * 1000};
-    r->errors++;
-    evtimer_add(r->retry_wait, &tv);
-  }
-}
+/* ---- the queue's producer and consumer --------------------------------------- */
 
 static void on_pushed(sluice_dq *dq, int status, const char *id, int64_t due, void *ud) {
-  if (status != SLUICE_OK) ((run *)ud)->errors++;
-  const char *log = getenv("SLUICE_BENCH_LOG");
-  if (status != SLUICE_OK && log && *log == '1')
-    fprintf(stderr, "%.3f push failed: %s\n", (double)bench_now_us() / 1e6, sluice_err_name(status));
+  run *r = ud;
+  size_t seq = strtoul(id + 1, NULL, 10);
+  if (seq < r->nmsgs) {
+    r->msgs[seq].status = status;
+    if (status == SLUICE_OK) r->msgs[seq].acked = bench_now_us();
+  }
+  if (status != SLUICE_OK) {
+    r->errors++;
+    say("push failed", status);
+  }
 }
 
 static void push_tick(evutil_socket_t fd, short what, void *arg) {
   run *r = arg;
-  sluice_dq_item item = {"tick", 4, 0, 0, NULL};
+  if (r->nmsgs == r->capmsgs) {
+    r->capmsgs = r->capmsgs ? 2 * r->capmsgs : 8192;
+    r->msgs = realloc(r->msgs, r->capmsgs * sizeof *r->msgs);
+    if (!r->msgs) exit(1);
+  }
+  char id[24];
+  snprintf(id, sizeof id, "p%zu", r->nmsgs);
+  r->msgs[r->nmsgs] = (pushed){bench_now_us(), 0, 0, 1};
+  sluice_dq_item item = {"tick", 4, 0, 0, id};
   if (sluice_dq_push(r->dq, &item, on_pushed, r) != SLUICE_OK) r->errors++;
+  r->nmsgs++;
 }
 
 static void on_msg(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
-  times_add(&((run *)ud)->dq_ok, bench_now_us());
+  run *r = ud;
+  size_t seq = strtoul(sluice_dq_msg_id(m) + 1, NULL, 10);
+  if (seq < r->nmsgs) r->msgs[seq].delivered++;
+  times_add(&r->dq_ok, bench_now_us());
   sluice_dq_ack(m, NULL, NULL);
 }
 
-/* The driver's lines; EOF ends the phase. */
+/* ---- the driver's lines ---------------------------------------------------------- */
+
+static void on_line(run *r, const char *line) {
+  unsigned long long t, d;
+  int k;
+  if (sscanf(line, "start %d %llu", &k, &t) == 2 && r->nrounds < MAX_ROUNDS)
+    r->rounds[r->nrounds++] = (round){k, t, 0, kept_now(r)};
+  else if (sscanf(line, "end %d %llu %llu", &k, &t, &d) == 3 && r->nrounds > 0)
+    r->rounds[r->nrounds - 1].done = d;
+}
+
+/* EOF ends the phase. */
 static void on_pipe(evutil_socket_t fd, short what, void *arg) {
   run *r = arg;
   char buf[256];
@@ -439,12 +257,20 @@ static void on_pipe(evutil_socket_t fd, short what, void *arg) {
     }
     r->line[r->linelen] = '\0';
     r->linelen = 0;
-    unsigned long long t, d;
-    int k;
-    if (r->nrounds < 64 && sscanf(r->line, "%d %llu %llu", &k, &t, &d) == 3)
-      r->rounds[r->nrounds++] = (round){k, t, d};
+    on_line(r, r->line);
   }
 }
+
+/* ---- accounting -------------------------------------------------------------------- */
+
+/* Per kind, over its rounds. */
+typedef struct stats {
+  bench_lat *sem, *dq, *detect, *overlap;
+  long acked, lost, dups, doubt, overlaps, errors;
+  kept k;
+  double sem_normal, dq_normal; /* median spacing of successes over the phase */
+  int rounds;
+} stats;
 
 /* Longest stretch without a success from the last one at or before the
  * trigger to the first one after done (successes may go on for a while
@@ -462,6 +288,80 @@ static double recovery_ms(const times *t, const round *rd, uint64_t until) {
   return -1;
 }
 
+/* The round an event at `at` belongs to: the last one that started less
+ * than ATTRIBUTE_MS after it; -1 before the first. */
+static int round_of(const run *r, uint64_t at) {
+  int k = -1;
+  for (int i = 0; i < r->nrounds; i++)
+    if (r->rounds[i].trigger <= at + ATTRIBUTE_MS * 1000ull) k = i;
+  return k;
+}
+
+static void count_pushes(const run *r, stats st[FO_NKINDS]) {
+  for (size_t i = 0; i < r->nmsgs; i++) {
+    const pushed *m = &r->msgs[i];
+    int k = round_of(r, m->sent);
+    if (k < 0) continue;
+    stats *s = &st[r->rounds[k].kind];
+    if (m->acked) s->acked++;
+    if (m->acked && !m->delivered) s->lost++;
+    if (m->delivered > 1) s->dups += m->delivered - 1;
+    if (m->status == SLUICE_EINDOUBT) s->doubt++;
+  }
+}
+
+/* Every overlap of a hold of one holder with a hold of the other. */
+static void count_overlaps(const run *r, stats st[FO_NKINDS]) {
+  const times *a = &r->h[0].spans, *b = &r->h[1].spans;
+  for (size_t i = 0; i + 1 < a->n; i += 2)
+    for (size_t j = 0; j + 1 < b->n; j += 2) {
+      uint64_t from = a->v[i] > b->v[j] ? a->v[i] : b->v[j];
+      uint64_t to = a->v[i + 1] < b->v[j + 1] ? a->v[i + 1] : b->v[j + 1];
+      if (from >= to) continue;
+      int k = round_of(r, from);
+      if (k < 0) continue;
+      st[r->rounds[k].kind].overlaps++;
+      bench_lat_add(st[r->rounds[k].kind].overlap, (double)(to - from) / 1000);
+    }
+}
+
+static void kept_add(kept *to, const kept *a, const kept *b) { /* to += a - b */
+  to->releases += a->releases - b->releases;
+  to->pushes += a->pushes - b->pushes;
+  to->restored += a->restored - b->restored;
+  to->permits_restored += a->permits_restored - b->permits_restored;
+  to->permits_lost += a->permits_lost - b->permits_lost;
+}
+
+static double median_spacing(const times *t) {
+  bench_lat *l = bench_lat_new();
+  for (size_t i = 0; i + 1 < t->n; i++) bench_lat_add(l, (double)(t->v[i + 1] - t->v[i]) / 1000);
+  double m = bench_lat_pct(l, 50);
+  bench_lat_free(l);
+  return m;
+}
+
+static void account(run *r, stats st[FO_NKINDS]) {
+  kept end = kept_now(r);
+  for (int i = 0; i < r->nrounds; i++) {
+    const round *rd = &r->rounds[i];
+    stats *s = &st[rd->kind];
+    s->rounds++;
+    uint64_t until = i + 1 < r->nrounds ? r->rounds[i + 1].trigger : UINT64_MAX;
+    bench_lat_add(s->sem, recovery_ms(&r->sem_ok, rd, until));
+    bench_lat_add(s->dq, recovery_ms(&r->dq_ok, rd, until));
+    bench_lat_add(s->detect, rd->done ? (double)(rd->done - rd->trigger) / 1000 : -1);
+    kept_add(&s->k, i + 1 < r->nrounds ? &r->rounds[i + 1].at_start : &end, &rd->at_start);
+    s->sem_normal = median_spacing(&r->sem_ok);
+    s->dq_normal = median_spacing(&r->dq_ok);
+    s->errors = r->errors;
+  }
+  count_pushes(r, st);
+  count_overlaps(r, st);
+}
+
+/* ---- one phase ------------------------------------------------------------------ */
+
 /* SLUICE_BENCH_LOG=1: every client's log on stderr, to see a slow round. */
 static void print_log(sluice_client *c, int level, const char *msg, void *ud) {
   fprintf(stderr, "%.3f %s %s: %s\n", (double)bench_now_us() / 1e6, (const char *)ud,
@@ -475,33 +375,80 @@ static sluice_client *client_at(struct event_base *base, const char *url, const 
   o.url = url;
   const char *wait = getenv("SLUICE_BENCH_WAIT_REPLICAS");
   if (wait && atoi(wait) > 0) o.wait_replicas = (unsigned)atoi(wait);
+  o.replay_off = env_on("SLUICE_BENCH_REPLAY_OFF");
   if (sluice_client_new(base, &o, &c) != SLUICE_OK) {
     fprintf(stderr, "bench_failover: %s: %s\n", url, sluice_client_last_error(NULL));
     exit(1);
   }
-  const char *log = getenv("SLUICE_BENCH_LOG");
-  if (log && *log == '1') sluice_client_set_log_cb(c, print_log, (void *)who);
+  if (env_on("SLUICE_BENCH_LOG")) sluice_client_set_log_cb(c, print_log, (void *)who);
   return c;
 }
 
-typedef struct stats {
-  bench_lat *sem, *dq;
-  double sem_normal, dq_normal; /* median spacing of successes over the phase */
-  long errors;
-  int rounds;
-} stats;
+static int run_open(run *r, const char *url, int out_fd, sluice_dq_consumer **con) {
+  static const char *const who[4] = {"holder", "waiter", "producer", "consumer"};
+  struct event_config *cfg = event_config_new();
+  event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+  r->base = event_base_new_with_config(cfg);
+  event_config_free(cfg);
+  for (int i = 0; i < 4; i++) r->clients[i] = client_at(r->base, url, who[i]);
+  sluice_sem_options so;
+  sluice_sem_options_init(&so);
+  so.permits = 1; /* default lease (30 s) */
+  for (int i = 0; i < 2; i++) {
+    holder *h = &r->h[i];
+    h->r = r;
+    h->waiter = i == 1;
+    h->release_ev = evtimer_new(r->base, hold_release, h);
+    h->retry_ev = evtimer_new(r->base, hold_retry, h);
+    if (sluice_sem_new(r->clients[i], NAME, &so, &h->sem) != SLUICE_OK) return -1;
+  }
+  if (sluice_dq_new(r->clients[2], NAME, NULL, &r->dq) != SLUICE_OK ||
+      sluice_dq_consumer_new(r->clients[3], NAME, NULL, on_msg, r, con) != SLUICE_OK)
+    return -1;
+  r->push_ev = event_new(r->base, -1, EV_PERSIST, push_tick, r);
+  r->pipe_ev = event_new(r->base, out_fd, EV_READ | EV_PERSIST, on_pipe, r);
+  struct timeval tick = {0, PUSH_MS * 1000};
+  event_add(r->push_ev, &tick);
+  event_add(r->pipe_ev, NULL);
+  hold_acquire(&r->h[0]);
+  hold_acquire(&r->h[1]);
+  return 0;
+}
 
-static double median_spacing(const times *t) {
-  bench_lat *l = bench_lat_new();
-  for (size_t i = 0; i + 1 < t->n; i++) bench_lat_add(l, (double)(t->v[i + 1] - t->v[i]) / 1000);
-  double m = bench_lat_pct(l, 50);
-  bench_lat_free(l);
-  return m;
+/* Freeing a semaphore returns and frees its permits: no timer may touch
+ * them afterwards. */
+static void run_close(run *r, sluice_dq_consumer *con) {
+  r->stopping = 1;
+  event_del(r->push_ev);
+  event_del(r->pipe_ev);
+  for (int i = 0; i < 2; i++) {
+    event_del(r->h[i].release_ev);
+    event_del(r->h[i].retry_ev);
+    r->h[i].held = NULL;
+    sluice_sem_free(r->h[i].sem);
+  }
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(r->dq);
+  for (int i = 0; i < 4; i++) sluice_client_free(r->clients[i]);
+  struct timeval drain = {1, 0};
+  event_base_loopexit(r->base, &drain);
+  event_base_dispatch(r->base);
+  for (int i = 0; i < 2; i++) {
+    event_free(r->h[i].release_ev);
+    event_free(r->h[i].retry_ev);
+    free(r->h[i].spans.v);
+  }
+  event_free(r->push_ev);
+  event_free(r->pipe_ev);
+  event_base_free(r->base);
+  free(r->sem_ok.v);
+  free(r->dq_ok.v);
+  free(r->msgs);
 }
 
 /* One topology: the workloads on url while the driver fails it over. */
-static int phase(const char *url, const char *spec, enum kind first, enum kind last, int rounds,
-                 stats st[NKINDS]) {
+static int phase(const char *url, const char *spec, enum fo_kind first, enum fo_kind last,
+                 int rounds, stats st[FO_NKINDS]) {
   int go[2], out[2];
   if (pipe(go) != 0 || pipe(out) != 0) return -1;
   fflush(NULL);
@@ -509,93 +456,31 @@ static int phase(const char *url, const char *spec, enum kind first, enum kind l
   if (pid == 0) {
     close(go[1]);
     close(out[0]);
-    driver(go[0], out[1], spec, first, last, rounds);
+    fo_driver(go[0], out[1], spec, first, last, rounds);
   }
   close(go[0]);
   close(out[1]);
-  struct event_config *cfg = event_config_new();
-  event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
-  run r;
-  memset(&r, 0, sizeof r);
-  r.base = event_base_new_with_config(cfg);
-  event_config_free(cfg);
-  sluice_client *hc = client_at(r.base, url, "holder"), *wc = client_at(r.base, url, "waiter"),
-                *pc = client_at(r.base, url, "producer"), *cc = client_at(r.base, url, "consumer");
-  sluice_sem_options so;
-  sluice_sem_options_init(&so);
-  so.permits = 1; /* default lease (30 s) */
+  run *r = calloc(1, sizeof *r);
   sluice_dq_consumer *con = NULL;
-  if (sluice_sem_new(hc, NAME, &so, &r.hold_sem) != SLUICE_OK ||
-      sluice_sem_new(wc, NAME, &so, &r.wait_sem) != SLUICE_OK ||
-      sluice_dq_new(pc, NAME, NULL, &r.dq) != SLUICE_OK ||
-      sluice_dq_consumer_new(cc, NAME, NULL, on_msg, &r, &con) != SLUICE_OK)
-    return -1;
-  r.hold_ev = evtimer_new(r.base, hold_release, &r);
-  r.retry_hold = evtimer_new(r.base, hold_retry, &r);
-  r.retry_wait = evtimer_new(r.base, wait_retry, &r);
-  r.push_ev = event_new(r.base, -1, EV_PERSIST, push_tick, &r);
-  r.pipe_ev = event_new(r.base, out[0], EV_READ | EV_PERSIST, on_pipe, &r);
-  struct timeval tick = {0, PUSH_MS * 1000};
-  event_add(r.push_ev, &tick);
-  event_add(r.pipe_ev, NULL);
-  hold_acquire(&r);
-  wait_acquire(&r);
+  if (!r || run_open(r, url, out[0], &con) != 0) return -1;
   /* Two quiet seconds first: the normal rhythm, then the driver starts. */
   struct timeval warm = {2, 0};
-  event_base_loopexit(r.base, &warm);
-  event_base_dispatch(r.base);
+  event_base_loopexit(r->base, &warm);
+  event_base_dispatch(r->base);
   if (write(go[1], "g", 1) != 1) return -1;
-  event_base_dispatch(r.base); /* until the driver's pipe closes */
-  struct timeval tail = {TAIL_MS / 1000, 0}; /* the last round's recovery */
-  event_base_loopexit(r.base, &tail);
-  event_base_dispatch(r.base);
+  event_base_dispatch(r->base); /* until the driver's pipe closes */
+  event_del(r->push_ev);        /* the tail: what was pushed gets delivered */
+  struct timeval tail = {TAIL_MS / 1000, 0};
+  event_base_loopexit(r->base, &tail);
+  event_base_dispatch(r->base);
   int wst = 0;
   waitpid(pid, &wst, 0);
-  r.stopping = 1;
-  for (int i = 0; i < r.nrounds; i++) {
-    stats *s = &st[r.rounds[i].kind];
-    s->rounds++;
-    uint64_t until = i + 1 < r.nrounds ? r.rounds[i + 1].trigger : UINT64_MAX;
-    double a = recovery_ms(&r.sem_ok, &r.rounds[i], until),
-           b = recovery_ms(&r.dq_ok, &r.rounds[i], until);
-    bench_lat_add(s->sem, a);
-    bench_lat_add(s->dq, b);
-  }
-  for (int k = first; k <= (int)last; k++) {
-    st[k].sem_normal = median_spacing(&r.sem_ok);
-    st[k].dq_normal = median_spacing(&r.dq_ok);
-    st[k].errors = r.errors;
-  }
-  event_del(r.push_ev);
-  event_del(r.pipe_ev);
-  /* Freeing a semaphore returns and frees its permits: no timer may touch
-   * them afterwards. */
-  r.stopping = 1;
-  event_del(r.hold_ev);
-  event_del(r.retry_hold);
-  event_del(r.retry_wait);
-  r.held = NULL;
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(r.dq);
-  sluice_sem_free(r.wait_sem);
-  sluice_sem_free(r.hold_sem);
-  sluice_client_free(hc);
-  sluice_client_free(wc);
-  sluice_client_free(pc);
-  sluice_client_free(cc);
-  struct timeval drain = {1, 0};
-  event_base_loopexit(r.base, &drain);
-  event_base_dispatch(r.base);
-  event_free(r.hold_ev);
-  event_free(r.retry_hold);
-  event_free(r.retry_wait);
-  event_free(r.push_ev);
-  event_free(r.pipe_ev);
-  event_base_free(r.base);
+  r->stopping = 1;
+  account(r, st);
+  run_close(r, con);
+  free(r);
   close(out[0]);
   close(go[1]);
-  free(r.sem_ok.v);
-  free(r.dq_ok.v);
   return WIFEXITED(wst) && WEXITSTATUS(wst) == 0 ? 0 : -1;
 }
 
@@ -611,7 +496,8 @@ static void topo_stop(void) {
   topo_dir[0] = '\0';
 }
 
-/* bench/topology.sh ARGS into out (its one line: seeds or sentinels). */
+/* bench/topology.sh ARGS into out (its one line: seeds, sentinels, or the
+ * single server's address). */
 static int topo_start(const char *args, char *out, size_t cap) {
   char cmd[512];
   snprintf(cmd, sizeof cmd, "'%s' %s", bench_topology_script(), args);
@@ -624,22 +510,30 @@ static int topo_start(const char *args, char *out, size_t cap) {
   return 0;
 }
 
-static int run_topology(int sentinel, int rounds, stats st[NKINDS]) {
+static const struct topology {
+  const char *name, *what, *args, *url;
+  enum fo_kind first, last;
+} topologies[] = {
+    {"cluster", "cluster (3 masters + 1 replica each)", "cluster '%s/c' 3 1", "redis+cluster://%s",
+     FO_CLUSTER_MANUAL, FO_CLUSTER_SIGKILL},
+    {"sentinel", "Sentinel set (master, replica, 3 sentinels)", "sentinel '%s/s' " FO_MASTER_NAME,
+     "redis+sentinel://%s/" FO_MASTER_NAME, FO_SENTINEL_MANUAL, FO_SENTINEL_SIGKILL},
+    {"single", "one Redis (appendonly yes, appendfsync everysec)", "single '%s/n'", "redis://%s",
+     FO_SINGLE_RESTART, FO_SINGLE_RESTART},
+};
+
+static int run_topology(const struct topology *t, int rounds, stats st[FO_NKINDS]) {
   const char *tmp = getenv("TMPDIR");
   snprintf(topo_dir, sizeof topo_dir, "%s/sluice-bench-fo-XXXXXX", tmp && *tmp ? tmp : "/tmp");
   if (!mkdtemp(topo_dir)) return -1;
   char args[256], spec[256], url[320];
-  if (sentinel) snprintf(args, sizeof args, "sentinel '%s/s' %s", topo_dir, MASTER_NAME);
-  else snprintf(args, sizeof args, "cluster '%s/c' 3 1", topo_dir);
+  snprintf(args, sizeof args, t->args, topo_dir);
   int rc = topo_start(args, spec, sizeof spec);
   if (rc == 0) {
-    if (sentinel) snprintf(url, sizeof url, "redis+sentinel://%s/%s", spec, MASTER_NAME);
-    else snprintf(url, sizeof url, "redis+cluster://%s", spec);
-    printf("%s: %s\n", sentinel ? "Sentinel set (master, replica, 3 sentinels)"
-                                : "cluster (3 masters + 1 replica each)", url);
+    snprintf(url, sizeof url, t->url, spec);
+    printf("%s: %s\n", t->what, url);
     fflush(stdout);
-    rc = phase(url, spec, sentinel ? SENTINEL_MANUAL : CLUSTER_MANUAL,
-               sentinel ? SENTINEL_SIGSTOP : CLUSTER_SIGSTOP, rounds, st);
+    rc = phase(url, spec, t->first, t->last, rounds, st);
   } else {
     fprintf(stderr, "bench_failover: bench/topology.sh %s failed\n", args);
   }
@@ -652,6 +546,48 @@ static void on_signal(int sig) {
   topo_stop();
   signal(sig, SIG_DFL);
   raise(sig);
+}
+
+/* ---- report ------------------------------------------------------------------- */
+
+static void print_recovery(stats st[FO_NKINDS]) {
+  static const char *const cols[] = {"failover", "rounds", "detect p50", "sem p50", "sem max",
+                                     "dq p50",   "dq max", NULL};
+  bench_table *t = bench_table_new(
+      "recovery (ms): detect = the act to the new master's answer; sem (the waiter), dq (the "
+      "consumer) = last success before -> first success after",
+      cols);
+  for (int k = 0; k < FO_NKINDS; k++)
+    if (st[k].rounds)
+      bench_table_row(t, "%s|%d|%.0f|%.0f|%.0f|%.0f|%.0f", fo_kind_names[k], st[k].rounds,
+                      bench_lat_pct(st[k].detect, 50), bench_lat_pct(st[k].sem, 50),
+                      bench_lat_max(st[k].sem), bench_lat_pct(st[k].dq, 50),
+                      bench_lat_max(st[k].dq));
+  bench_table_print(t, stdout);
+  bench_table_free(t);
+}
+
+static void print_kept(stats st[FO_NKINDS]) {
+  static const char *const cols[] = {
+      "failover", "pushes acked", "lost", "dups", "in doubt", "permits restored",
+      "permits lost", "overlaps", "overlap max ms", "sent again", NULL};
+  bench_table *t = bench_table_new(
+      "what the failovers cost (all rounds of a kind); sent again: releases / pushes, of them "
+      "missing on the new node",
+      cols);
+  for (int k = 0; k < FO_NKINDS; k++) {
+    const stats *s = &st[k];
+    if (!s->rounds) continue;
+    bench_table_row(t, "%s|%ld|%ld|%ld|%ld|%llu|%llu|%ld|%.0f|%llu / %llu, %llu", fo_kind_names[k],
+                    s->acked, s->lost, s->dups, s->doubt,
+                    (unsigned long long)s->k.permits_restored,
+                    (unsigned long long)s->k.permits_lost, s->overlaps,
+                    s->overlaps ? bench_lat_max(s->overlap) : 0.0,
+                    (unsigned long long)s->k.releases, (unsigned long long)s->k.pushes,
+                    (unsigned long long)s->k.restored);
+  }
+  bench_table_print(t, stdout);
+  bench_table_free(t);
 }
 
 int main(int argc, char **argv) {
@@ -667,38 +603,41 @@ int main(int argc, char **argv) {
   signal(SIGABRT, on_signal);
   if (bench_can_pin()) bench_pin_self(BENCH_CPU_CLIENT);
   const char *wait = getenv("SLUICE_BENCH_WAIT_REPLICAS");
-  printf("failover recovery: %d rounds per kind; semaphore waiter (holder releases every %d ms), "
-         "delay-queue consumer (a push every %d ms); wait_replicas %d; pinning %s\n",
+  printf("failover recovery: %d rounds per kind; a semaphore passed between two holders (%d ms "
+         "each), a push every %d ms; wait_replicas %d, replay %s; pinning %s\n",
          rounds, HOLD_MS, PUSH_MS, wait ? atoi(wait) : 0,
+         env_on("SLUICE_BENCH_REPLAY_OFF") ? "off" : "on (default)",
          bench_can_pin() ? "on (servers CPU 0, client CPU 1)" : "off");
-  stats st[NKINDS];
-  for (int k = 0; k < NKINDS; k++) st[k] = (stats){bench_lat_new(), bench_lat_new(), 0, 0, 0, 0};
-  int rc = run_topology(0, rounds, st);
-  if (run_topology(1, rounds, st) != 0) rc = -1;
-  static const char *const cols[] = {"failover", "rounds", "sem min", "sem p50", "sem max",
-                                     "dq min", "dq p50", "dq max", NULL};
-  bench_table *t = bench_table_new(
-      "recovery (ms): last success before -> first success after the failover", cols);
-  for (int k = 0; k < NKINDS; k++) {
-    if (!st[k].rounds) continue;
-    bench_table_row(t, "%s|%d|%.0f|%.0f|%.0f|%.0f|%.0f|%.0f", kind_names[k], st[k].rounds,
-                    bench_lat_pct(st[k].sem, 0), bench_lat_pct(st[k].sem, 50),
-                    bench_lat_max(st[k].sem), bench_lat_pct(st[k].dq, 0),
-                    bench_lat_pct(st[k].dq, 50), bench_lat_max(st[k].dq));
+  stats st[FO_NKINDS];
+  for (int k = 0; k < FO_NKINDS; k++) {
+    memset(&st[k], 0, sizeof st[k]);
+    st[k].sem = bench_lat_new();
+    st[k].dq = bench_lat_new();
+    st[k].detect = bench_lat_new();
+    st[k].overlap = bench_lat_new();
   }
-  bench_table_print(t, stdout);
-  bench_table_free(t);
-  for (int k = 0; k < NKINDS; k += 2)
-    if (st[k].rounds)
-      printf("%s: normal spacing (median) %.1f ms between waiter grants, %.1f ms between "
+  int rc = 0;
+  const char *only = getenv("SLUICE_BENCH_ONLY");
+  for (size_t i = 0; i < sizeof topologies / sizeof topologies[0]; i++)
+    if ((!only || strcmp(only, topologies[i].name) == 0) &&
+        run_topology(&topologies[i], rounds, st) != 0)
+      rc = -1;
+  print_recovery(st);
+  print_kept(st);
+  for (size_t i = 0; i < sizeof topologies / sizeof topologies[0]; i++) {
+    const stats *s = &st[topologies[i].first];
+    if (s->rounds)
+      printf("%s: normal spacing (median) %.1f ms between the waiter's grants, %.1f ms between "
              "deliveries; %ld operations failed\n",
-             k < SENTINEL_MANUAL ? "cluster" : "sentinel", st[k].sem_normal, st[k].dq_normal,
-             st[k].errors);
+             topologies[i].what, s->sem_normal, s->dq_normal, s->errors);
+  }
   printf("(-1: no success after the new master before the next round, or %d s after the last)\n",
          TAIL_MS / 1000);
-  for (int k = 0; k < NKINDS; k++) {
+  for (int k = 0; k < FO_NKINDS; k++) {
     bench_lat_free(st[k].sem);
     bench_lat_free(st[k].dq);
+    bench_lat_free(st[k].detect);
+    bench_lat_free(st[k].overlap);
   }
   return rc == 0 ? 0 : 1;
 }

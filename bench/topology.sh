@@ -6,6 +6,10 @@
 #   bench/topology.sh cluster DIR MASTERS REPLICAS  # prints the seeds, host:port,...
 #   bench/topology.sh sentinel DIR NAME             # master + replica + 3 sentinels;
 #                                                   # prints the sentinels, host:port,...
+#   bench/topology.sh single DIR                    # one Redis with appendfsync everysec;
+#                                                   # prints host:port
+#   bench/topology.sh restart NODE_DIR              # starts a killed server of a topology
+#                                                   # again, as it was started (same files)
 #   bench/topology.sh stop DIR                      # kills every server of DIR, removes it
 #
 # A cluster uses cluster-node-timeout 1000; a Sentinel set down-after 1000 ms,
@@ -47,11 +51,12 @@ wait_ping() { # port dir
   die "server on port $1 did not start"
 }
 
-# start_server NAME-DIR PORT EXTRA-ARGS...
+# start_server NAME-DIR PORT EXTRA-ARGS... (kept in NAME-DIR/args for restart)
 start_server() {
   local d=$1 port=$2
   shift 2
   mkdir -p "$d"
+  printf '%q ' "$port" "$@" >"$d/args"
   "${pin[@]}" setsid redis-server --port "$port" --bind 127.0.0.1 --dir "$d" --save '' \
     --appendonly no --daemonize no --logfile "$d/redis.log" --pidfile "$d/redis.pid" \
     --repl-diskless-sync-delay 0 "$@" </dev/null >/dev/null 2>&1 &
@@ -140,6 +145,21 @@ EOF
   (IFS=,; echo "${sents[*]}")
 }
 
+single() { # dir
+  local dir=$1 port
+  mkdir -p "$dir"
+  port=$(free_port)
+  start_server "$dir/n" "$port" --appendonly yes --appendfsync everysec
+  echo "127.0.0.1:$port"
+}
+
+restart() { # node dir
+  local d=$1
+  [ -f "$d/args" ] || die "$d: not a server of a topology"
+  eval "set -- $(cat "$d/args")"
+  start_server "$d" "$@"
+}
+
 stop() { # dir
   local dir=$1
   [ -d "$dir" ] || return 0
@@ -157,6 +177,8 @@ stop() { # dir
 case ${1:-} in
   cluster) [ $# -eq 4 ] || die "usage: cluster DIR MASTERS REPLICAS"; cluster "$2" "$3" "$4" ;;
   sentinel) [ $# -eq 3 ] || die "usage: sentinel DIR NAME"; sentinel "$2" "$3" ;;
+  single) [ $# -eq 2 ] || die "usage: single DIR"; single "$2" ;;
+  restart) [ $# -eq 2 ] || die "usage: restart NODE_DIR"; restart "$2" ;;
   stop) [ $# -eq 2 ] || die "usage: stop DIR"; stop "$2" ;;
-  *) sed -n '2,14s/^# \{0,1\}//p' "$0"; exit 2 ;;
+  *) sed -n '2,19s/^# \{0,1\}//p' "$0"; exit 2 ;;
 esac

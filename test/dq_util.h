@@ -13,6 +13,18 @@ static inline sluice_client *dqt_client(struct event_base *base) {
   return th_client(base, th_server.url, 3000);
 }
 
+static inline sluice_dq_consumer_options dqt_options(unsigned batch, unsigned max_in_flight,
+                                                     unsigned visibility_ms,
+                                                     unsigned max_attempts) {
+  sluice_dq_consumer_options o;
+  sluice_dq_consumer_options_init(&o);
+  o.batch = batch;
+  o.max_in_flight = max_in_flight;
+  o.visibility_ms = visibility_ms;
+  o.max_attempts = max_attempts;
+  return o;
+}
+
 static inline sluice_dq *dqt_queue(sluice_client *c, const char *name) {
   sluice_dq *dq = NULL;
   TH_ASSERT_EQ(sluice_dq_new(c, name, NULL, &dq), SLUICE_OK);

@@ -1,6 +1,7 @@
 /* Test harness; see harness.h. */
 #include "harness.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -258,10 +259,28 @@ static void kill_wait(th_redis *r) {
   }
 }
 
+/* What a server with persistence left in dir (AOF's directory, dumps). */
+static void remove_persistence(const char *dir) {
+  char path[400];
+  snprintf(path, sizeof path, "%s/appendonlydir", dir);
+  DIR *d = opendir(path);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    char file[700];
+    snprintf(file, sizeof file, "%s/%s", path, e->d_name);
+    unlink(file);
+  }
+  if (d) closedir(d);
+  rmdir(path);
+  snprintf(path, sizeof path, "%s/dump.rdb", dir);
+  unlink(path);
+}
+
 void th_redis_stop(th_redis *r) {
   char path[300];
   kill_wait(r);
   unlink(r->sock);
+  remove_persistence(r->dir);
   snprintf(path, sizeof path, "%s/redis.log", r->dir);
   unlink(path);
   snprintf(path, sizeof path, "%s/redis.pid", r->dir);
@@ -274,6 +293,12 @@ void th_redis_restart(th_redis *r) {
   kill_wait(r);
   unlink(r->sock);
   if (spawn(r, server_extra) != 0) th_fail(__FILE__, __LINE__, "redis-server restart failed");
+}
+
+void th_redis_respawn(th_redis *r, const char *const *extra) {
+  kill_wait(r);
+  unlink(r->sock);
+  if (spawn(r, extra) != 0) th_fail(__FILE__, __LINE__, "redis-server respawn failed");
 }
 
 void th_redis_pause(th_redis *r) {

@@ -56,6 +56,10 @@ void th_redis_stop(th_redis *r);
 void th_redis_start_tcp(th_redis *r, const char *const *extra);
 /* Kill -9 and start again on the same socket/port, empty (no persistence). */
 void th_redis_restart(th_redis *r);
+/* Kill -9 and start r again with extra (as th_redis_start), in the same
+ * directory: a server started with persistence (--appendonly yes) finds its
+ * files. th_redis_stop removes them. */
+void th_redis_respawn(th_redis *r, const char *const *extra);
 void th_redis_pause(th_redis *r);   /* SIGSTOP */
 void th_redis_resume(th_redis *r);  /* SIGCONT */
 /* (restart, pause and resume of th_server fail the case under a cluster or

@@ -23,6 +23,9 @@
  * fair semaphore while the parent kills and stops them too, and a monitor
  * checks that no permit stays free while a live one waits and that none
  * goes to a caller that gave up.
+ * A second queue has consumer processes of its own, which the parent kills
+ * and stops while it pushes to them (see "delay-queue liveness" below): no
+ * due message may wait more than about a second while one of them is live.
  * At the end the workers drain the queue and close; the parent waits one
  * lease past the last fault (and the last close), inspects, checks and
  * prints a report whose last line is "soak: N faults, M operations, V
@@ -45,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -106,6 +110,8 @@ enum violation {
   V_DQ_UNDRAINED, /* the queue still held messages at the end */
   V_WORKER,       /* a worker crashed, hung or failed to set up */
   V_NORENEW,      /* renewal off, yet the permit outlived its lease (known) */
+  V_DQ_WAITED,    /* a takeable message waited > LV_BOUND_MS with a live consumer */
+  V_DQ_NEVER,     /* a message of the liveness queue never delivered */
   NVIOL
 };
 static const char *const viol_name[NVIOL] = {
@@ -114,7 +120,8 @@ static const char *const viol_name[NVIOL] = {
     "lost callback twice", "limiter over limit (sliding log)",
     "fail-closed limiter allowed unchecked", "acked message lost (push said OK)",
     "delivered id that was never queued", "queue not drained at the end",
-    "worker crashed / hung", "renewal off, lease outlived its TTL"};
+    "worker crashed / hung", "renewal off, lease outlived its TTL",
+    "due message waited > 1 s (live consumer)", "liveness queue: message never delivered"};
 /* Violations that are library bugs already reported: shown, but left out of
  * the exit status unless --strict, so CI stays green on everything else
  * while a fix is under way. None at present. */
@@ -152,6 +159,36 @@ typedef struct worker_shm {
   admit_rec admit[MAX_ADMIT];
 } worker_shm;
 
+/* The liveness queue (see "delay-queue liveness" below): times are ms on the
+ * wall clock, which Redis's TIME shares on this host. */
+#define LV_MAX 20000      /* messages pushed at most (bounded) */
+#define LV_DELIVERIES 6   /* deliveries recorded per message */
+#define LV_FAULTS 2048
+
+typedef struct lv_delivery {
+  int64_t at_ms;          /* the handler ran */
+  uint16_t attempt;
+  uint8_t who;            /* consumer slot */
+} lv_delivery;
+
+typedef struct lv_msg {
+  int64_t due_ms;         /* from the push's answer; 0: not pushed OK */
+  _Atomic uint32_t n;     /* deliveries (slots of d taken) */
+  lv_delivery d[LV_DELIVERIES];
+} lv_msg;
+
+typedef struct lv_fault {
+  int who, stop;          /* consumer slot; 1 SIGSTOP, 0 SIGKILL */
+  int64_t start_ms, end_ms; /* stopped / dead until end_ms */
+} lv_fault;
+
+typedef struct lv_shm {
+  uint32_t pushed;        /* messages 0..pushed-1 were sent */
+  int nfaults;
+  lv_fault faults[LV_FAULTS];
+  lv_msg msg[LV_MAX];
+} lv_shm;
+
 typedef struct shm_t {
   _Atomic int stop;
   _Atomic int producers_done;
@@ -164,6 +201,7 @@ typedef struct shm_t {
   fault_rec faults[MAX_FAULTS];
   worker_shm w[MAX_WORKERS];
   id_rec ids[MAX_WORKERS][MAX_PUSH];
+  lv_shm lv;
 } shm_t;
 
 static shm_t *S;
@@ -817,6 +855,344 @@ static int redis_cmd(const char *cmd) {
   return ok;
 }
 
+/* ---- delay-queue liveness: consumer processes killed and stopped ------- */
+/*
+ * LV_NAME lives on a redis-server of its own that is never hurt (while
+ * Redis is hurt nothing can be taken, and the faults come every second or
+ * two: the waits they cause would hide the consumers'). It has LV_CONSUMERS
+ * consumer processes: library consumers with the default max_poll_ms (a
+ * minute), so a lost wake-up shows as a long wait. The parent pushes to it
+ * and, at random, kills a consumer (SIGKILL; a new one starts a little
+ * later) or stops one (SIGSTOP for up to three visibility timeouts),
+ * never all at once: one at least is live, with room for sixteen messages.
+ * At the end every delivery is checked: each take comes within LV_BOUND_MS
+ * of the message becoming takeable (its due time, or the visibility
+ * deadline of the take before). Bounds are taken the safe way: a take
+ * happened no later than its handler ran, nor than its consumer was stopped
+ * or killed (plus LV_SLACK_MS, a take already sent); a deadline is no later
+ * than that plus the visibility timeout.
+ */
+#define LV_NAME "soak-dq-live"
+#define LV_CONSUMERS 3
+#define LV_VIS_MS 2000
+#define LV_HOLD_MS 50     /* handlers hold a message 10..50 ms */
+#define LV_BOUND_MS (1000 + LV_HOLD_MS)
+#define LV_SLACK_MS 50
+
+static th_redis lv_server;
+
+static int64_t wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* -- a consumer process -- */
+
+static struct event_base *lv_base;
+static int lv_who;
+
+typedef struct lv_held {
+  struct event *ev;
+  sluice_dq_msg *msg;
+} lv_held;
+
+static void lv_release(evutil_socket_t fd, short what, void *arg) {
+  lv_held *h = arg;
+  sluice_dq_ack(h->msg, NULL, NULL);
+  event_free(h->ev);
+  free(h);
+}
+
+static void lv_handler(sluice_dq_consumer *con, sluice_dq_msg *msg, void *ud) {
+  unsigned long i = strtoul(sluice_dq_msg_payload(msg, NULL), NULL, 10);
+  if (i < LV_MAX) {
+    lv_msg *m = &S->lv.msg[i];
+    uint32_t k = atomic_fetch_add(&m->n, 1);
+    if (k < LV_DELIVERIES)
+      m->d[k] = (lv_delivery){wall_ms(), (uint16_t)sluice_dq_msg_attempt(msg), (uint8_t)lv_who};
+  }
+  lv_held *h = malloc(sizeof *h);
+  if (!h || !(h->ev = evtimer_new(lv_base, lv_release, h))) abort();
+  h->msg = msg;
+  struct timeval tv;
+  tv_ms(&tv, rnd_between(10, LV_HOLD_MS));
+  evtimer_add(h->ev, &tv);
+}
+
+static void lv_consumer_main(int who) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  lv_who = who;
+  rng_state = seed * 0x9E3779B97F4A7C15ull + (uint64_t)getpid() * 7919u + 1;
+  sluice_client_options co;
+  sluice_client_options_init(&co);
+  co.url = lv_server.url;
+  co.key_prefix = PREFIX;
+  sluice_dq_consumer_options qo;
+  sluice_dq_consumer_options_init(&qo);
+  qo.visibility_ms = LV_VIS_MS;
+  qo.max_attempts = 0;
+  qo.max_in_flight = 16;
+  sluice_client *c = NULL;
+  sluice_dq_consumer *con = NULL;
+  if (!(lv_base = new_base()) || sluice_client_new(lv_base, &co, &c) != SLUICE_OK ||
+      sluice_dq_consumer_new(c, LV_NAME, &qo, lv_handler, NULL, &con) != SLUICE_OK)
+    _exit(2);
+  event_base_dispatch(lv_base);
+  _exit(0);
+}
+
+/* -- the parent: pushes, kills and stops -- */
+
+static struct {
+  sluice_client *client;
+  sluice_dq *dq;
+  pid_t pid[LV_CONSUMERS];
+  int faulted[LV_CONSUMERS];  /* its open fault's index + 1; 0: none */
+  struct event *push_timer, *fault_timer, *end_timer[LV_CONSUMERS];
+  unsigned kills, stops;
+  int ending, closed;
+} LV;
+
+static void rm_rf(const char *dir);
+
+/* A command's integer reply (-1 if none) on the liveness server. */
+static long long lv_redis(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  redisContext *c = th_redis_connect(&lv_server);
+  redisReply *r = c && !c->err ? redisvCommand(c, fmt, ap) : NULL;
+  va_end(ap);
+  long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+  if (r) freeReplyObject(r);
+  if (c) redisFree(c);
+  return v;
+}
+
+static pid_t lv_spawn(int who) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    lv_consumer_main(who);
+  }
+  return pid;
+}
+
+static void on_lv_pushed(sluice_dq *dq, int status, const char *id, int64_t due, void *ud) {
+  if (status == SLUICE_OK) S->lv.msg[(uintptr_t)ud].due_ms = due;
+}
+
+/* Bursts of 1-3 messages due within 4 s, 0.05-2 s apart: the consumers are
+ * often idle with nothing to look at soon before a push wakes them (steady
+ * traffic would hide a lost wake-up behind the next due message). With
+ * --sabotage the consumers' registrations are deleted behind their backs
+ * (as an eviction would), which the check must notice. */
+static void lv_push_cb(evutil_socket_t fd, short what, void *arg) {
+  if (LV.ending) return;
+  for (unsigned n = rnd_between(1, 3); n > 0 && S->lv.pushed < LV_MAX; n--) {
+    uint32_t i = S->lv.pushed++;
+    char text[16];
+    snprintf(text, sizeof text, "%u", i);
+    sluice_dq_item it = {.payload = text, .len = strlen(text), .delay_ms = rnd_between(0, 4000)};
+    sluice_dq_push(LV.dq, &it, on_lv_pushed, (void *)(uintptr_t)i);
+  }
+  if (sabotage) lv_redis("DEL " PREFIX "dq:{" LV_NAME "}:c");
+  struct timeval tv;
+  tv_ms(&tv, rnd_between(50, 2000));
+  evtimer_add(LV.push_timer, &tv);
+}
+
+/* Slot who's fault ends: SIGCONT, or a new consumer for a killed one. */
+static void lv_fault_end(evutil_socket_t fd, short what, void *arg) {
+  int who = (int)(intptr_t)arg;
+  lv_fault *f = &S->lv.faults[LV.faulted[who] - 1];
+  if (f->stop) kill(LV.pid[who], SIGCONT);
+  else LV.pid[who] = lv_spawn(who);
+  f->end_ms = wall_ms();
+  LV.faulted[who] = 0;
+}
+
+static void lv_fault_cb(evutil_socket_t fd, short what, void *arg) {
+  int who = (int)(rnd() % LV_CONSUMERS), faulted = 0;
+  for (int k = 0; k < LV_CONSUMERS; k++) faulted += LV.faulted[k] != 0;
+  if (faulted < LV_CONSUMERS - 1 && !LV.faulted[who] && S->lv.nfaults < LV_FAULTS) {
+    lv_fault *f = &S->lv.faults[S->lv.nfaults++];
+    f->who = who;
+    f->stop = (int)(rnd() % 2);
+    f->start_ms = wall_ms();
+    unsigned ms;
+    if (f->stop) {
+      kill(LV.pid[who], SIGSTOP);
+      LV.stops++;
+      ms = rnd_between(500, 3 * LV_VIS_MS);
+    } else {
+      kill(LV.pid[who], SIGKILL);
+      waitpid(LV.pid[who], NULL, 0);
+      LV.kills++;
+      ms = rnd_between(500, 4000);
+    }
+    LV.faulted[who] = S->lv.nfaults;
+    struct timeval tv;
+    tv_ms(&tv, ms);
+    evtimer_add(LV.end_timer[who], &tv);
+    if (verbose)
+      fprintf(stderr, "[%8.3f] dq consumer %d %s for %u ms\n", since_start(), who,
+              f->stop ? "stopped" : "killed", ms);
+  }
+  struct timeval tv;
+  tv_ms(&tv, rnd_between(1000, 3000));
+  evtimer_add(LV.fault_timer, &tv);
+}
+
+static int lv_start(void) {
+  sluice_client_options co;
+  sluice_client_options_init(&co);
+  co.key_prefix = PREFIX;
+  if (th_redis_start(&lv_server, 0, NULL) != 0) return -1;
+  co.url = lv_server.url;
+  if (sluice_client_new(P.base, &co, &LV.client) != SLUICE_OK ||
+      sluice_dq_new(LV.client, LV_NAME, NULL, &LV.dq) != SLUICE_OK)
+    return -1;
+  for (int k = 0; k < LV_CONSUMERS; k++) {
+    if ((LV.pid[k] = lv_spawn(k)) < 0) return -1;
+    LV.end_timer[k] = evtimer_new(P.base, lv_fault_end, (void *)(intptr_t)k);
+  }
+  LV.push_timer = evtimer_new(P.base, lv_push_cb, NULL);
+  LV.fault_timer = evtimer_new(P.base, lv_fault_cb, NULL);
+  struct timeval tv = {0, 0};
+  evtimer_add(LV.push_timer, &tv);
+  tv_ms(&tv, rnd_between(1500, 3000));
+  evtimer_add(LV.fault_timer, &tv);
+  return 0;
+}
+
+/* Injection stops: pushing stops, stopped consumers go on, killed ones
+ * are replaced, so the queue drains. */
+static void lv_end(void) {
+  LV.ending = 1;
+  evtimer_del(LV.push_timer);
+  evtimer_del(LV.fault_timer);
+  for (int k = 0; k < LV_CONSUMERS; k++) {
+    if (!LV.faulted[k]) continue;
+    evtimer_del(LV.end_timer[k]);
+    lv_fault_end(-1, 0, (void *)(intptr_t)k);
+  }
+}
+
+static void on_lv_closed(void *ud) { LV.closed = 1; }
+
+/* Wait (at most DRAIN_MS) for the queue to empty, then stop the consumers
+ * and the server. */
+static void lv_finish(void) {
+  uint64_t end = now_ns() + (uint64_t)DRAIN_MS * 1000000u;
+  while (lv_redis("EVAL %s 2 %s %s",
+                  "return redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2])",
+                  PREFIX "dq:{" LV_NAME "}:z", PREFIX "dq:{" LV_NAME "}:f") != 0 &&
+         now_ns() < end)
+    usleep(50000);
+  for (int k = 0; k < LV_CONSUMERS; k++) {
+    kill(LV.pid[k], SIGKILL);
+    waitpid(LV.pid[k], NULL, 0);
+    event_free(LV.end_timer[k]);
+  }
+  event_free(LV.push_timer);
+  event_free(LV.fault_timer);
+  sluice_dq_free(LV.dq);
+  sluice_client_close(LV.client, on_lv_closed, NULL);
+  while (!LV.closed && event_base_loop(P.base, EVLOOP_ONCE) == 0) {}
+  char dir[sizeof lv_server.dir];
+  snprintf(dir, sizeof dir, "%s", lv_server.dir);
+  th_redis_stop(&lv_server);
+  rm_rf(dir);
+}
+
+/* -- the check -- */
+
+/* The latest take time of a delivery reported at d->at_ms: its consumer's
+ * stop or kill that began after `from` and before that caps it. */
+static int64_t lv_take_bound(const lv_delivery *d, int64_t from) {
+  int64_t t = d->at_ms;
+  for (int i = 0; i < S->lv.nfaults; i++) {
+    const lv_fault *f = &S->lv.faults[i];
+    if (f->who == d->who && f->start_ms >= from - LV_SLACK_MS && f->start_ms + LV_SLACK_MS < t)
+      t = f->start_ms + LV_SLACK_MS;
+  }
+  return t;
+}
+
+/* A take nobody reported (its consumer died before its handler ran) came
+ * no later than the last kill before `at`; -1 if there was none. */
+static int64_t lv_unreported_take(int64_t from, int64_t at) {
+  int64_t t = -1;
+  for (int i = 0; i < S->lv.nfaults; i++) {
+    const lv_fault *f = &S->lv.faults[i];
+    if (f->start_ms >= from - LV_SLACK_MS && f->start_ms < at) t = f->start_ms;
+  }
+  return t < 0 ? -1 : t + LV_SLACK_MS;
+}
+
+static int cmp_attempt(const void *a, const void *b) {
+  const lv_delivery *x = a, *y = b;
+  return (x->attempt > y->attempt) - (x->attempt < y->attempt);
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Check one message's takes; their waits go to w[*nw]. */
+static void lv_check_msg(uint32_t i, int64_t *w, size_t *nw) {
+  lv_msg *m = &S->lv.msg[i];
+  uint32_t n = atomic_load(&m->n);
+  if (n > LV_DELIVERIES) n = LV_DELIVERIES;
+  if (!n) {
+    violation(V_DQ_NEVER, "message %u (due at %lld) never delivered", i, (long long)m->due_ms);
+    return;
+  }
+  qsort(m->d, n, sizeof m->d[0], cmp_attempt);
+  int64_t takeable = m->due_ms;
+  unsigned expect = 1;
+  for (uint32_t j = 0; j < n; j++) {
+    const lv_delivery *d = &m->d[j];
+    if (d->attempt != expect) { /* takes between were never reported */
+      int64_t t = lv_unreported_take(takeable, d->at_ms);
+      if (t < 0) break; /* unexplained: not checked */
+      takeable = t + LV_VIS_MS;
+    }
+    int64_t take = lv_take_bound(d, takeable);
+    int64_t waited = take - takeable;
+    w[(*nw)++] = waited;
+    if (waited > LV_BOUND_MS)
+      violation(V_DQ_WAITED, "message %u attempt %u: taken %lld ms after it became takeable, "
+                "by consumer %d", i, d->attempt, (long long)waited, d->who);
+    takeable = take + LV_VIS_MS;
+    expect = d->attempt + 1u;
+  }
+}
+
+static void lv_report(void) {
+  int64_t *w = malloc(sizeof *w * LV_MAX * LV_DELIVERIES);
+  if (!w) abort();
+  size_t nw = 0;
+  uint32_t ok = 0;
+  for (uint32_t i = 0; i < S->lv.pushed; i++) {
+    if (!S->lv.msg[i].due_ms) continue;
+    ok++;
+    lv_check_msg(i, w, &nw);
+  }
+  qsort(w, nw, sizeof *w, cmp_i64);
+  printf("  dq liveness: %u pushed (%u OK) to %d consumers, %u killed, %u stopped; %zu takes, "
+         "taken after becoming takeable: p50 %lld ms, p99 %lld ms, max %lld ms (bound %d ms)\n", S->lv.pushed, ok, LV_CONSUMERS, LV.kills, LV.stops, nw,
+         nw ? (long long)w[nw / 2] : 0, nw ? (long long)w[nw * 99 / 100] : 0,
+         nw ? (long long)w[nw - 1] : 0, LV_BOUND_MS);
+  free(w);
+}
+
+
+
 static void fault_end(void) {
   fault_rec *fr = &S->faults[S->nfaults - 1];
   fr->end_ns = now_ns();
@@ -887,6 +1263,7 @@ static void end_cb(evutil_socket_t fd, short what, void *arg) {
   evtimer_del(P.fault_timer);
   atomic_store(&S->stop, 1);
   soak_sem_stop();
+  lv_end();
   if (verbose) fprintf(stderr, "[%8.3f] stop: workers drain and close\n", since_start());
 }
 
@@ -1204,6 +1581,7 @@ static int report(uint64_t elapsed_ns) {
 
   uint64_t sem_clients = soak_sem_report();
 
+  lv_report();
   print_recovery();
 
   uint64_t viol = sem_clients, known = 0;
@@ -1248,6 +1626,7 @@ static void on_signal(int sig) {
     kill(th_server.pid, SIGCONT);
     kill(th_server.pid, SIGKILL);
   }
+  if (lv_server.pid > 0) kill(lv_server.pid, SIGKILL);
   atomic_store(&S->stop, 1);
   _exit(128 + sig);
 }
@@ -1329,7 +1708,7 @@ int main(int argc, char **argv) {
   if (!P.base || sluice_client_new(P.base, &co, &P.client) != SLUICE_OK ||
       sluice_sem_new(P.client, SEM_NAME, &so, &P.sem) != SLUICE_OK ||
       sluice_dq_new(P.client, DQ_NAME, NULL, &P.dq) != SLUICE_OK ||
-      soak_sem_attach(P.base, redis_quiet_since) != 0) {
+      soak_sem_attach(P.base, redis_quiet_since) != 0 || lv_start() != 0) {
     fprintf(stderr, "soak: monitor setup failed\n");
     atomic_store(&S->stop, 1);
     soak_sem_stop();
@@ -1357,6 +1736,7 @@ int main(int argc, char **argv) {
   while (!(P.final_done && P.dq_done)) {
     if (event_base_loop(P.base, EVLOOP_ONCE) != 0) break;
   }
+  lv_finish();
   sluice_dq_free(P.dq);
   sluice_sem_free(P.sem);
   sluice_client_close(P.client, on_parent_closed, NULL);

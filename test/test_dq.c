@@ -5,8 +5,10 @@
 #include <event2/event.h>
 #include <sluice/sluice.h>
 
+#include "core/script_args.h" /* DQ_NKEYS */
 #include "dq_util.h"
 #include "harness.h"
+#include "lua_scripts.h"
 
 enum { REC_MAX = 256 };
 
@@ -434,6 +436,276 @@ static void test_expired_dead_letter(void) {
   dq_fx_close(&fx);
 }
 
+/* ---- the layout before sequence-prefixed payloads ----------------------------- */
+
+/* Records what it gets (payloads are short: record leaves them
+ * NUL-terminated); "f1"'s second attempt is retried, the rest acked. */
+static void old_layout_handler(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
+  rec *r = ud;
+  record(con, m, r);
+  int i = r->n - 1;
+  if (strcmp(r->ids[i], "f1") == 0 && r->attempts[i] == 2)
+    TH_ASSERT_EQ(sluice_dq_retry(m, 0, on_settled, r), SLUICE_OK);
+  else
+    TH_ASSERT_EQ(sluice_dq_ack(m, on_settled, r), SLUICE_OK);
+}
+
+static int rec_find(const rec *r, const char *id, unsigned attempt) {
+  for (int i = 0; i < r->n; i++)
+    if (strcmp(r->ids[i], id) == 0 && r->attempts[i] == attempt) return i;
+  return -1;
+}
+
+/* A queue written by the previous layout (z members "<12 hex digits><id>",
+ * raw payloads, s<id> fields) drains with this one: delayed messages in
+ * order, an expired in-flight one redelivered and retried, a dead letter
+ * listed and requeued, a far one cancelled; nothing is left behind. */
+static void test_old_layout_drains(void) {
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = dqt_queue(fx.c, "old");
+  long long now = dqt_unix_ms();
+  const char *z = "sluice:dq:{old}:z", *f = "sluice:dq:{old}:f", *d = "sluice:dq:{old}:d",
+             *h = "sluice:dq:{old}:h";
+  freeReplyObject(th_redis_command(&th_server, "ZADD %s %lld 000000000001a1 %lld 000000000002a2 "
+                                   "%lld 000000000003c1", z, now - 1000, now - 1000, now + 600000));
+  freeReplyObject(th_redis_command(&th_server, "ZADD %s %lld f1", f, now - 1));
+  freeReplyObject(th_redis_command(&th_server, "ZADD %s %lld d1", d, now - 5000));
+  freeReplyObject(th_redis_command(&th_server,
+                                   "HSET %s pa1 one sa1 000000000001 pa2 two sa2 000000000002 "
+                                   "pc1 far sc1 000000000003 pf1 flight af1 1 sf1 000000000004 "
+                                   "pd1 dead ad1 5 sd1 000000000005 #seq 5 #exp %lld",
+                                   h, now + 86400000));
+  dqt_info in;
+  sluice_dq_info info = dqt_inspect(fx.base, dq, &in);
+  TH_ASSERT_STR_EQ(info.next_id, "a1");
+  TH_ASSERT_EQ(info.delayed, 3);
+  dead_res dl = {0};
+  TH_ASSERT_EQ(sluice_dq_dead_list(dq, 0, 10, on_dead, &dl), SLUICE_OK);
+  TH_ASSERT(th_loop_until(fx.base, &dl.done, 3000));
+  TH_ASSERT_STR_EQ(dl.id, "d1");
+  TH_ASSERT_EQ(dl.attempts, 5);
+  TH_ASSERT_STR_EQ(dl.payload, "dead");
+  TH_ASSERT_EQ(cancel_wait(fx.base, dq, "c1"), SLUICE_OK);
+
+  static rec r;
+  memset(&r, 0, sizeof r);
+  r.target = 4;
+  sluice_dq_consumer_options o = opts(16, 30000, 0);
+  sluice_dq_consumer *con = NULL;
+  TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, "old", &o, old_layout_handler, &r, &con), SLUICE_OK);
+  TH_ASSERT(th_loop_until(fx.base, &r.reached, 3000));
+  TH_ASSERT_CMP(rec_find(&r, "a1", 1), <, rec_find(&r, "a2", 1));
+  TH_ASSERT_STR_EQ(r.payloads[rec_find(&r, "a1", 1)], "one");
+  TH_ASSERT_STR_EQ(r.payloads[rec_find(&r, "a2", 1)], "two");
+  TH_ASSERT_STR_EQ(r.payloads[rec_find(&r, "f1", 2)], "flight");
+  TH_ASSERT_STR_EQ(r.payloads[rec_find(&r, "f1", 3)], "flight"); /* after its retry */
+  memset(&dl, 0, sizeof dl);
+  r.target = 5; /* before the requeue: d1 may come before its answer */
+  r.reached = 0;
+  TH_ASSERT_EQ(sluice_dq_dead_requeue(dq, NULL, on_count, &dl), SLUICE_OK);
+  TH_ASSERT(th_loop_until(fx.base, &dl.done, 3000));
+  TH_ASSERT_EQ(dl.count, 1);
+  TH_ASSERT(th_loop_until(fx.base, &r.reached, 3000));
+  TH_ASSERT_STR_EQ(r.payloads[rec_find(&r, "d1", 1)], "dead");
+  wait_n(fx.base, &r.settled, 5);
+  for (int i = 0; i < 5; i++) TH_ASSERT_EQ(r.settle_status[i], SLUICE_OK);
+  info = dqt_inspect(fx.base, dq, &in);
+  TH_ASSERT_EQ(info.delayed + info.in_flight + info.dead, 0);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "HLEN %s", h), 2); /* #seq, #exp: nothing left */
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  dq_fx_close(&fx);
+}
+
+/* ---- the cap on pushes in flight ------------------------------------------------ */
+
+static void count_push(sluice_dq *dq, int status, const char *id, int64_t due, void *ud) {
+  TH_ASSERT_EQ(status, SLUICE_OK);
+  (*(int *)ud)++;
+}
+
+/* max_pending_pushes counts messages in flight over every queue of the
+ * client: beyond it a push or batch fails at once with SLUICE_EFULL, and
+ * room comes back as answers arrive. The metrics show both. */
+static void test_pending_pushes_capped(void) {
+  struct event_base *base = event_base_new();
+  sluice_client_options co;
+  sluice_client_options_init(&co);
+  co.url = th_server.url;
+  co.max_pending_pushes = 10;
+  sluice_client *c = NULL;
+  TH_ASSERT_EQ(sluice_client_new(base, &co, &c), SLUICE_OK);
+  sluice_dq *a = dqt_queue(c, "cap-a"), *b = dqt_queue(c, "cap-b");
+  sluice_dq_item it = {"x", 1, 60000, 0, NULL}, items[4] = {it, it, it, it};
+  int answered = 0;
+  for (int i = 0; i < 7; i++) TH_ASSERT_EQ(sluice_dq_push(a, &it, count_push, &answered), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_push_batch(b, items, 4, NULL, NULL), SLUICE_EFULL); /* 7 + 4 > 10 */
+  TH_ASSERT_EQ(sluice_dq_push_batch(b, items, 3, NULL, NULL), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_push(a, &it, count_push, &answered), SLUICE_EFULL);
+  sluice_dq_metrics ma, mb;
+  sluice_dq_get_metrics(a, &ma);
+  sluice_dq_get_metrics(b, &mb);
+  TH_ASSERT_EQ(ma.in_flight, 7);
+  TH_ASSERT_EQ(ma.full, 1);
+  TH_ASSERT_EQ(mb.in_flight, 3);
+  TH_ASSERT_EQ(mb.full, 4);
+  wait_n(base, &answered, 7);
+  th_loop_for(base, 50); /* b's batch */
+  sluice_dq_get_metrics(a, &ma);
+  sluice_dq_get_metrics(b, &mb);
+  TH_ASSERT_EQ(ma.in_flight + mb.in_flight, 0);
+  TH_ASSERT_EQ(ma.pushed + mb.pushed, 10);
+  TH_ASSERT_EQ(sluice_dq_push_batch(b, (sluice_dq_item[10]){it, it, it, it, it, it, it, it, it, it},
+                                    10, NULL, NULL), SLUICE_OK);
+  sluice_dq_free(a);
+  sluice_dq_free(b);
+  dqt_finish(base, c);
+}
+
+/* ---- scripts called directly --------------------------------------------------- */
+
+/* EVAL of script s on the queue {raw} with extra ARGV (n of them, from
+ * fill(i)); returns the reply (the caller frees it). */
+static redisReply *raw_eval(redisContext *rc, const sluice__script *s, size_t n,
+                            const char *(*fill)(size_t i, size_t *len)) {
+  size_t argc = 3 + DQ_NKEYS + n;
+  const char **argv = malloc(argc * sizeof *argv);
+  size_t *lens = malloc(argc * sizeof *lens);
+  TH_ASSERT(argv && lens);
+  static const char *const keys[DQ_NKEYS] = {"sluice:dq:{raw}:z", "sluice:dq:{raw}:f",
+                                             "sluice:dq:{raw}:d", "sluice:dq:{raw}:h",
+                                             "sluice:dq:{raw}:c"};
+  argv[0] = "EVAL", argv[1] = s->body, argv[2] = "5";
+  for (int k = 0; k < DQ_NKEYS; k++) argv[3 + k] = keys[k];
+  for (size_t i = 0; i < argc; i++) lens[i] = i < 3 + DQ_NKEYS ? strlen(argv[i]) : 0;
+  for (size_t i = 0; i < n; i++) argv[3 + DQ_NKEYS + i] = fill(i, &lens[3 + DQ_NKEYS + i]);
+  redisReply *r = redisCommandArgv(rc, (int)argc, argv, lens);
+  free(argv);
+  free(lens);
+  TH_ASSERT(r != NULL);
+  return r;
+}
+
+static const char *push_arg(size_t i, size_t *len) { /* retention, then id 'd' 0 payload */
+  static const char *const cyc[4] = {"x", "d", "0", "p"};
+  const char *a = i == 0 ? "1000" : cyc[(i - 1) % 4];
+  *len = strlen(a);
+  return a;
+}
+static char *huge;
+static const char *huge_arg(size_t i, size_t *len) {
+  if (i == 4) {
+    *len = SLUICE_DQ_PAYLOAD_MAX + 1;
+    return huge;
+  }
+  return push_arg(i, len);
+}
+static const char *take_arg(size_t i, size_t *len) { /* retention, batch, vis, attempts, id, poll */
+  static const char *const a[6] = {"1000", "1001", "1000", "0", "c", "1000"};
+  *len = strlen(a[i]);
+  return a[i];
+}
+static const char *ack_arg(size_t i, size_t *len) { /* retention, attempts, then id 1 'a' 0 */
+  static const char *const cyc[4] = {"x", "1", "a", "0"};
+  const char *a = i < 2 ? "0" : cyc[(i - 2) % 4];
+  *len = strlen(a);
+  return a;
+}
+static const char *page_arg(size_t i, size_t *len) { /* offset, limit */
+  const char *a = i == 0 ? "0" : "1001";
+  *len = strlen(a);
+  return a;
+}
+static const char *requeue_arg(size_t i, size_t *len) { /* retention, id, limit */
+  const char *a = i == 0 ? "1000" : i == 1 ? "" : "1001";
+  *len = strlen(a);
+  return a;
+}
+
+static void expect_refused(redisContext *rc, const sluice__script *s, size_t n,
+                           const char *(*fill)(size_t, size_t *)) {
+  redisReply *r = raw_eval(rc, s, n, fill);
+  printf("# %s with %zu arguments: %s\n", s->name, n,
+         r->type == REDIS_REPLY_ERROR ? r->str : "accepted");
+  TH_ASSERT_EQ(r->type, REDIS_REPLY_ERROR);
+  TH_ASSERT(strstr(r->str, "sluice:") != NULL);
+  freeReplyObject(r);
+}
+
+/* Every script's work is bounded whatever its caller sends: what the
+ * client never sends (more than 10,000 pushes, a payload over 1 MiB, a take
+ * of more than 1000, more than 1000 settlements, a dead-letter page or
+ * requeue of more than 1000) is refused before any write. */
+static void test_scripts_refuse_oversize(void) {
+  redisContext *rc = th_redis_connect(&th_server);
+  TH_ASSERT(rc && !rc->err);
+  huge = malloc(SLUICE_DQ_PAYLOAD_MAX + 1);
+  TH_ASSERT(huge != NULL);
+  memset(huge, 'p', SLUICE_DQ_PAYLOAD_MAX + 1);
+  expect_refused(rc, &sluice__lua_dq_push, 1 + 4 * (SLUICE_DQ_BATCH_MAX + 1), push_arg);
+  expect_refused(rc, &sluice__lua_dq_push, 1 + 4, huge_arg);
+  expect_refused(rc, &sluice__lua_dq_take, 6, take_arg);
+  expect_refused(rc, &sluice__lua_dq_ack, 2 + 4 * 1001, ack_arg);
+  expect_refused(rc, &sluice__lua_dq_dead, 2, page_arg);
+  expect_refused(rc, &sluice__lua_dq_requeue, 3, requeue_arg);
+  free(huge);
+  redisFree(rc);
+  TH_ASSERT_EQ(th_redis_int_all("DBSIZE"), 0); /* nothing written */
+}
+
+/* ---- memory -------------------------------------------------------------------- */
+
+enum { MEM_N = 100000, MEM_BATCH = 10000 };
+
+static void on_mem_batch(sluice_dq *dq, int status, const sluice_dq_push_result *res, size_t n,
+                         void *ud) {
+  TH_ASSERT_EQ(status, SLUICE_OK);
+  (*(int *)ud)++;
+}
+
+static long long mem_usage(const char *key) {
+  return th_redis_int(&th_server, "MEMORY USAGE %s SAMPLES 0", key);
+}
+
+/* Redis memory per queued message (16-byte payload, 32-character id), by
+ * MEMORY USAGE of the queue's keys and by used_memory's growth, against the
+ * same ids, due times and payloads in a bare sorted set and hash. */
+static void test_memory_per_message(void) {
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = dqt_queue(fx.c, "mem");
+  static sluice_dq_item items[MEM_BATCH];
+  static char ids[MEM_BATCH][33];
+  long long before = th_redis_info_sum("memory", "used_memory:");
+  int done = 0;
+  for (int b = 0; b < MEM_N / MEM_BATCH; b++) {
+    for (int i = 0; i < MEM_BATCH; i++) {
+      snprintf(ids[i], sizeof ids[i], "%032x", b * MEM_BATCH + i);
+      items[i] = (sluice_dq_item){"0123456789abcdef", 16, 600000 + i, 0, ids[i]};
+    }
+    TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, MEM_BATCH, on_mem_batch, &done), SLUICE_OK);
+    wait_n(fx.base, &done, b + 1);
+  }
+  long long grown = th_redis_info_sum("memory", "used_memory:") - before;
+  long long keys = mem_usage("sluice:dq:{mem}:z") + mem_usage("sluice:dq:{mem}:h");
+  /* The bare data: member = id, score = due; field = id, value = payload. */
+  before = th_redis_info_sum("memory", "used_memory:");
+  char script[256];
+  snprintf(script, sizeof script,
+           "for i = 0, %d do local id = string.format('%%032x', i) "
+           "redis.call('ZADD', KEYS[1], 1795000000000 + i %% 10000, id) "
+           "redis.call('HSET', KEYS[2], id, '0123456789abcdef') end",
+           MEM_N - 1);
+  freeReplyObject(th_redis_command(&th_server, "EVAL %s 2 {mem}bz {mem}bh", script));
+  long long bare_grown = th_redis_info_sum("memory", "used_memory:") - before;
+  long long bare = mem_usage("{mem}bz") + mem_usage("{mem}bh");
+  printf("# per queued 16-byte message: %.1f B by MEMORY USAGE (bare zset + hash: %.1f B), "
+         "%.1f B by used_memory (bare: %.1f B)\n", (double)keys / MEM_N, (double)bare / MEM_N,
+         (double)grown / MEM_N, (double)bare_grown / MEM_N);
+  TH_ASSERT_CMP(keys / MEM_N, <=, 290);
+  sluice_dq_free(dq);
+  dq_fx_close(&fx);
+}
+
 /* ---- bad input --------------------------------------------------------------- */
 
 static void noop_handler(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
@@ -809,6 +1081,11 @@ int main(int argc, char **argv) {
       {"early_push_wakes_consumer", test_early_push_wakes_consumer, 30},
       {"idle_cost", test_idle_cost, 30},
       {"inspect_counts", test_inspect_counts, 30},
+      {"old_layout_drains", test_old_layout_drains, 30},
+      {"memory_per_message", test_memory_per_message, 60},
+      {"pending_pushes_capped", test_pending_pushes_capped, 30},
+      {"scripts_refuse_oversize", test_scripts_refuse_oversize, 30,
+       .standalone_only = "raw EVALs on one connection to the first master"},
       {NULL, NULL, 0},
   };
   return th_main(argc, argv, cases);

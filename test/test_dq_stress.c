@@ -51,12 +51,8 @@ static pid_t spawn_consumer(const child_cfg *cfg) {
   if (getppid() == 1) _exit(1);
   struct event_base *base = event_base_new();
   sluice_client *c = dqt_client(base);
-  sluice_dq_consumer_options o;
-  sluice_dq_consumer_options_init(&o);
-  o.batch = cfg->batch;
-  o.max_in_flight = cfg->max_in_flight;
-  o.visibility_ms = cfg->visibility_ms;
-  o.max_attempts = cfg->max_attempts;
+  sluice_dq_consumer_options o =
+      dqt_options(cfg->batch, cfg->max_in_flight, cfg->visibility_ms, cfg->max_attempts);
   sluice_dq_consumer *con = NULL;
   if (sluice_dq_consumer_new(c, cfg->queue, &o, child_handler, (void *)cfg, &con) != 0) _exit(2);
   event_base_dispatch(base);

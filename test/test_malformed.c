@@ -1,8 +1,8 @@
 /* Unexpected replies from a fake server: every primitive step must answer
  * SLUICE_EPROTOCOL (or a connection error for bytes that are not RESP at
  * all), never crash, hang or leak. The fake server speaks just enough RESP:
- * the handshake (PING, SCRIPT LOAD, INFO) and the clock probe (TIME) get
- * proper answers, every other command gets the reply under test. */
+ * the handshake (PING, SCRIPT LOAD, INFO, WAIT) and the clock probe (TIME)
+ * get proper answers, every other command gets the reply under test. */
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -106,6 +106,8 @@ static void serve(int lfd, const char *reply) {
           out = "$40\r\n0000000000000000000000000000000000000000\r\n";
         else if (flen == 4 && strncasecmp(first, "INFO", 4) == 0)
           out = "$17\r\nrun_id:0123456789\r\n";
+        else if (flen == 4 && strncasecmp(first, "WAIT", 4) == 0)
+          out = ":0\r\n";
         if (write(fds[i].fd, out, strlen(out)) < 0) break;
         if (out == reply) stream_out(fds[i].fd);
         memmove(b, b + clen, used[i - 1] - clen);

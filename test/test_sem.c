@@ -301,8 +301,48 @@ static void free_lapsed(int release) {
 static void test_free_lapsed_released(void) { free_lapsed(1); }
 static void test_free_lapsed_held(void) { free_lapsed(0); }
 
-static void test_restart_loses_permits(void) {
+static uint64_t permits_restored(const sluice_client *c) {
+  sluice_client_metrics m;
+  sluice_client_get_metrics(c, &m);
+  return m.permits_restored;
+}
+
+/* A restart without persistence empties Redis; the client sees another
+ * run_id, and re-asserts the permit it holds: put back, with its fencing
+ * token, so the semaphore is full again and the next grant's token is
+ * higher. */
+static void test_restart_restores_permits(void) {
   sem_fx fx = sem_fx_open();
+  sluice_sem *s = sem_test_new(fx.c, "t", 1, 1500, 0);
+  acq_result a = sem_try(fx.base, s);
+  lost_result l = {0};
+  sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
+  th_redis_restart(&th_server);
+  uint64_t end = th_now_ms() + 3000;
+  while (permits_restored(fx.c) == 0 && th_now_ms() < end) th_loop_for(fx.base, 10);
+  TH_ASSERT_EQ(permits_restored(fx.c), 1);
+  TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{t}:holders"), 1);
+  th_loop_for(fx.base, 1600); /* past the lease it had before: renewed since */
+  TH_ASSERT_EQ(l.done, 0);
+  TH_ASSERT_EQ(sem_try(fx.base, s).status, SLUICE_EBUSY);
+  sluice_permit_release(a.permit, NULL, NULL);
+  acq_result b = sem_try(fx.base, s);
+  TH_ASSERT_EQ(b.status, SLUICE_OK);
+  TH_ASSERT_CMP(sluice_permit_fence(b.permit), >, sluice_permit_fence(a.permit));
+  sluice_permit_release(b.permit, NULL, NULL);
+  sluice_sem_free(s);
+  sem_fx_close(&fx);
+}
+
+/* Without the record (replay_off), a restart without persistence loses
+ * the permits held: the next renewal finds them gone. */
+static void test_restart_loses_permits_without_replay(void) {
+  sem_fx fx;
+  fx.base = event_base_new();
+  sluice_client_options o;
+  th_client_options(&o, th_server.url);
+  o.replay_off = 1;
+  fx.c = th_client_with(fx.base, &o);
   sluice_sem *s = sem_test_new(fx.c, "t", 1, 1500, 0);
   acq_result a = sem_try(fx.base, s);
   lost_result l = {0};
@@ -605,7 +645,8 @@ static void test_bad_input(void) {
 }
 
 /* A waiter keeps waiting through a Redis outage shorter than its timeout,
- * and gets a permit once Redis is back. */
+ * and gets a permit once Redis is back (the holder, restored there, lets
+ * it go). */
 static void test_wait_survives_restart(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_test_new(fx.c, "t", 1, 5000, 0);
@@ -613,10 +654,13 @@ static void test_wait_survives_restart(void) {
   acq_result w = {0};
   TH_ASSERT_EQ(sluice_sem_acquire(s, 8000, acq_cb, &w, NULL), 0);
   th_loop_for(fx.base, 100);
-  th_redis_restart(&th_server); /* holder gone with the data */
-  TH_ASSERT(th_loop_until(fx.base, &w.done, 6000));
+  th_redis_restart(&th_server); /* the data gone; the holder is put back */
+  uint64_t end = th_now_ms() + 3000;
+  while (permits_restored(fx.c) == 0 && th_now_ms() < end) th_loop_for(fx.base, 10);
+  TH_ASSERT_EQ(w.done, 0);
+  TH_ASSERT_EQ(sluice_permit_release(a.permit, NULL, NULL), SLUICE_OK);
+  TH_ASSERT(th_loop_until(fx.base, &w.done, 4000));
   TH_ASSERT_EQ(w.status, SLUICE_OK);
-  sluice_permit_release(a.permit, NULL, NULL);
   sluice_permit_release(w.permit, NULL, NULL);
   sluice_sem_free(s);
   sem_fx_close(&fx);
@@ -999,7 +1043,9 @@ int main(int argc, char **argv) {
       {"free_lapsed_released", test_free_lapsed_released, 0, .standalone_only = "pauses the server"},
     {"free_lapsed_held", test_free_lapsed_held, 0, .standalone_only = "pauses the server"},
     {"lost_uncertain", test_lost_uncertain, 0, .standalone_only = "pauses the server"},
-      {"restart_loses_permits", test_restart_loses_permits, 0,
+      {"restart_restores_permits", test_restart_restores_permits, 0,
+       .standalone_only = "restarts the server"},
+      {"restart_loses_permits_without_replay", test_restart_loses_permits_without_replay, 0,
        .standalone_only = "restarts the server"},
       {"fencing_increases", test_fencing_increases, 0},
       {"fair_fifo_and_try_refused", test_fair_fifo_and_try_refused, 0},

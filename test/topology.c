@@ -386,6 +386,18 @@ static int node_ok(const th_node *n, const char *what, redisReply *r) {
   return ok ? 0 : -1;
 }
 
+/* Hold replicas that were paused: the bytes of the replication stream
+ * already sent still reach them (the kernel takes them), so the master also
+ * drops its replicas' connections, and nothing it writes from now on is
+ * sent. The paused replicas cannot reconnect. 0 or -1. */
+static int cut_replication(const th_node *m) {
+  redisReply *r = node_cmd(m, "CLIENT KILL TYPE replica");
+  int ok = r && r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+  if (!ok) say("CLIENT KILL TYPE replica on %s: %s", m->addr, !r ? "no answer" : r->type == REDIS_REPLY_ERROR ? r->str : "no replica connected");
+  if (r) freeReplyObject(r);
+  return ok ? 0 : -1;
+}
+
 static int wait_ready(th_node *n, unsigned timeout_ms) {
   uint64_t end = th_now_ms() + timeout_ms;
   for (;;) {
@@ -975,17 +987,27 @@ static int replica_took_over(th_cluster *cl, const void *arg, char *why, size_t 
   return -1;
 }
 
-static th_node *cluster_lose_master(th_cluster *cl, th_node *m, int sig) {
-  lost l = {{0}, 0, -1};
+/* m's replicas: the live ones, or with held, the paused ones (which are
+ * resumed). */
+static void replicas_of(th_cluster *cl, th_node *m, lost *l, int held) {
   int mi = (int)(m - cl->node);
-  for (int i = 0; i < cl->n; i++)
-    if (cl->node[i].master == mi && node_live(&cl->node[i])) l.idx[l.n++] = i;
+  for (int i = 0; i < cl->n; i++) {
+    th_node *r = &cl->node[i];
+    if (r->master != mi || r->pid <= 0 || r->paused != held) continue;
+    l->idx[l->n++] = i;
+  }
+}
+
+static th_node *cluster_lose_master(th_cluster *cl, th_node *m, int sig, int held) {
+  lost l = {{0}, 0, -1};
+  replicas_of(cl, m, &l, held);
   if (!m->is_master || !node_live(m) || l.n == 0) {
-    say("%s: not a live master with a live replica", m->addr);
+    say("%s: not a live master with a %s replica", m->addr, held ? "held" : "live");
     return NULL;
   }
   if (sig == SIGSTOP) node_pause(m);
   else node_kill(m);
+  for (int i = 0; held && i < l.n; i++) node_resume(&cl->node[l.idx[i]]);
   /* node timeout 1 s to flag it, then the election (rank-delayed): a few
    * seconds; generous for a busy machine. */
   if (cluster_wait(cl, 60000, sig == SIGSTOP ? "failover of a paused master" : "failover of a killed master",
@@ -994,8 +1016,16 @@ static th_node *cluster_lose_master(th_cluster *cl, th_node *m, int sig) {
   return &cl->node[l.winner];
 }
 
-th_node *th_cluster_pause_master(th_cluster *cl, th_node *m) { return cluster_lose_master(cl, m, SIGSTOP); }
-th_node *th_cluster_kill_master(th_cluster *cl, th_node *m) { return cluster_lose_master(cl, m, SIGKILL); }
+th_node *th_cluster_pause_master(th_cluster *cl, th_node *m) { return cluster_lose_master(cl, m, SIGSTOP, 0); }
+th_node *th_cluster_kill_master(th_cluster *cl, th_node *m) { return cluster_lose_master(cl, m, SIGKILL, 0); }
+th_node *th_cluster_kill_held(th_cluster *cl, th_node *m) { return cluster_lose_master(cl, m, SIGKILL, 1); }
+
+int th_cluster_hold_replicas(th_cluster *cl, th_node *m) {
+  lost l = {{0}, 0, -1};
+  replicas_of(cl, m, &l, 0);
+  for (int i = 0; i < l.n; i++) node_pause(&cl->node[l.idx[i]]);
+  return l.n > 0 ? cut_replication(m) : -1;
+}
 
 int th_cluster_resume_node(th_cluster *cl, th_node *n) {
   if (n->pid <= 0 || !n->paused) {
@@ -1264,6 +1294,7 @@ static th_node *sentinel_lose_master(th_sentinel *s, int sig) {
   th_node *neu = old == &s->data[0] ? &s->data[1] : &s->data[0];
   if (sig == SIGSTOP) node_pause(old);
   else node_kill(old);
+  if (neu->paused) node_resume(neu); /* held (th_sentinel_hold_replica) */
   /* down-after 1 s, quorum, leader election, promotion: a few seconds; an
    * election that splits its votes retries only after 2 x failover-timeout
    * (10 s), hence the bound. */
@@ -1275,6 +1306,14 @@ static th_node *sentinel_lose_master(th_sentinel *s, int sig) {
 
 th_node *th_sentinel_pause_master(th_sentinel *s) { return sentinel_lose_master(s, SIGSTOP); }
 th_node *th_sentinel_kill_master(th_sentinel *s) { return sentinel_lose_master(s, SIGKILL); }
+th_node *th_sentinel_kill_held(th_sentinel *s) { return sentinel_lose_master(s, SIGKILL); }
+
+int th_sentinel_hold_replica(th_sentinel *s) {
+  th_node *m = th_sentinel_master(s), *r = th_sentinel_replica(s);
+  if (!m || !r || !node_live(r)) return -1;
+  node_pause(r);
+  return cut_replication(m);
+}
 
 int th_sentinel_resume_node(th_sentinel *s, th_node *n) {
   if (n->pid <= 0 || !n->paused) {

@@ -143,6 +143,13 @@ th_node *th_cluster_kill_master(th_cluster *cl, th_node *m);
 /* SIGCONT a paused node; waits until it has rejoined (as a replica, if it
  * was failed over) and the whole cluster agrees again. 0 or -1. */
 int th_cluster_resume_node(th_cluster *cl, th_node *n);
+/* A failover that loses writes: th_cluster_hold_replicas pauses (SIGSTOP)
+ * m's live replicas and makes m drop their links (CLIENT KILL TYPE
+ * replica), so what m acknowledges from then on reaches none of them; th_cluster_kill_held then kills m, resumes them and waits until one
+ * has taken over (as th_cluster_kill_master). Keep the hold short (well
+ * under the node timeout): a replica that seems down is not promoted. */
+int th_cluster_hold_replicas(th_cluster *cl, th_node *m);
+th_node *th_cluster_kill_held(th_cluster *cl, th_node *m);
 /* Waits until every live node agrees (state ok, same map and roles,
  * replicas linked). 0 or -1. */
 int th_cluster_wait_ok(th_cluster *cl, unsigned timeout_ms);
@@ -173,6 +180,12 @@ th_node *th_sentinel_kill_master(th_sentinel *s);
 /* SIGCONT a paused data node; waits until the sentinels have made it a
  * linked replica of the current master. 0 or -1. */
 int th_sentinel_resume_node(th_sentinel *s, th_node *n);
+/* The same loss of writes: th_sentinel_hold_replica pauses the replica
+ * and cuts its link;
+ * th_sentinel_kill_held kills the master, resumes the replica and waits for
+ * the automatic failover to it. New master or NULL. */
+int th_sentinel_hold_replica(th_sentinel *s);
+th_node *th_sentinel_kill_held(th_sentinel *s);
 /* Kill the replica; start it again (same port, empty) as a replica of the
  * current master and wait until its link is up and the master lists it. */
 int th_sentinel_replica_stop(th_sentinel *s);

@@ -139,6 +139,26 @@ typedef struct sluice_client_options {
    * this client's limiters (each key also has its limiter's
    * wait_queue_max); one more returns SLUICE_EFULL at once. 0: 100000. */
   unsigned limiter_waits_max;
+  /* Messages pushed to delay queues (sluice_dq_push, sluice_dq_push_batch)
+   * and not yet answered, over all of this client's queues: a push that
+   * would pass it fails at once with SLUICE_EFULL, so a stalled Redis or a
+   * runaway producer cannot grow the client without bound. 0: the default,
+   * 100000 (a server pushing 20,000 a second reaches it only if Redis stops
+   * answering for the whole 5 s op_timeout_ms). */
+  unsigned max_pending_pushes;
+  /* The record of unreplicated writes (on by default): every release,
+   * push, settlement (ack, retry) and cancel Redis acknowledged is kept
+   * until a replica has it (a non-blocking WAIT 0 0 on the same connection,
+   * at most every 100 ms while there are any) or, on a node with no replica
+   * online, until the node has answered for replay_window_ms since. When the
+   * node behind a key changes (a failover, a restart), what the record holds
+   * for it is sent again to the new node before anything else, the permits
+   * the client holds there are re-asserted (restored, or reported lost at
+   * once) and waiters and consumers look again. See docs/failures.md. */
+  int replay_off;                 /* 1: no record, nothing replayed */
+  unsigned replay_window_ms;      /* no replica: kept this long; default 3000 */
+  size_t replay_max_entries;      /* steps kept at most; default 100000 */
+  size_t replay_max_bytes;        /* bytes kept at most; default 32 MiB */
 } sluice_client_options;
 
 /* Fill *opts with the defaults. */
@@ -240,6 +260,24 @@ typedef struct sluice_client_metrics {
   size_t nkinds;             /* entries of kinds[] in use: the kinds seen */
   sluice_op_metrics kinds[SLUICE_METRICS_MAX_KINDS];
   unsigned limiter_waits;    /* sluice_limiter_wait calls pending now (all limiters) */
+  /* The record of unreplicated writes (replay_off above). Writes sent again
+   * to a new node and answered there, by kind (permit releases, pushed
+   * messages, acks and retries, cancels), and of them the ones that node
+   * was missing (it acted on them: a permit released, a message queued). */
+  uint64_t replay_releases;
+  uint64_t replay_pushes;
+  uint64_t replay_settlements;
+  uint64_t replay_cancels;
+  uint64_t replay_restored;
+  /* Held permits re-asserted on a new node that were missing there: put
+   * back (with their id, fencing token and a full lease), or lost because
+   * the semaphore was full there (lost callback, SLUICE_LOST_DEFINITE). */
+  uint64_t permits_restored;
+  uint64_t permits_lost;
+  uint64_t record_dropped;   /* steps that fell out past its bounds unconfirmed */
+  size_t record_entries;     /* steps it holds now */
+  size_t record_bytes;
+  uint64_t record_oldest_ms; /* age of the oldest (0: empty) */
 } sluice_client_metrics;
 
 /* Copy the client's metrics into *out (about 2 KB; a fresh copy each call). */

@@ -12,10 +12,19 @@
  * moves to the queue's dead letters, which can be listed and requeued.
  *
  * Messages with the same due time are delivered in push order. A consumer
- * arms a libevent timer for the next due time and is woken early through
- * Redis (BRPOP on the client's shared blocking connection) when a push makes
- * a new earliest message, so it never busy-polls: an idle consumer costs
+ * arms a libevent timer for the earliest time anything becomes takeable (the
+ * next due time or in-flight visibility deadline) and is woken early
+ * through Redis (BRPOP on the client's shared blocking connection, on a wake
+ * list of its own) when a push, retry, requeue or another consumer's take
+ * makes that time earlier, so it never busy-polls: an idle consumer costs
  * Redis one cheap script call per max_poll_ms plus the blocking call.
+ *
+ * Liveness: whatever happens to other consumers (killed, stopped, full at
+ * max_in_flight, disconnected), a due message is taken by a live consumer
+ * with room as soon as its timer or wake-up fires (milliseconds), and a
+ * message whose visibility deadline passed is taken again as soon as the
+ * deadline passed; wake-ups go to every idle consumer's own list (up to
+ * 100 per queue at once), so none is spent on a consumer that cannot use it.
  *
  * Ids and de-duplication: every message has an id, random (32 hex
  * characters) unless the producer gives one. A push whose id is still in the
@@ -90,7 +99,9 @@ typedef void sluice_dq_push_cb(sluice_dq *dq, int status, const char *id,
                                int64_t due_ms, void *userdata);
 
 /* Push one message. cb may be NULL. The payload and id are copied.
- * SLUICE_EINVAL (bad id, negative or too large delay), SLUICE_ETOOBIG. */
+ * SLUICE_EINVAL (bad id, negative or too large delay), SLUICE_ETOOBIG,
+ * SLUICE_EFULL (the client already has max_pending_pushes messages in
+ * flight; see sluice_client_options). */
 SLUICE_EXPORT int sluice_dq_push(sluice_dq *dq, const sluice_dq_item *item,
                                  sluice_dq_push_cb *cb, void *userdata);
 
@@ -109,7 +120,8 @@ typedef void sluice_dq_batch_cb(sluice_dq *dq, int status,
                                 void *userdata);
 
 /* Push 1..SLUICE_DQ_BATCH_MAX messages atomically in one Redis call. If any
- * item is invalid, nothing is sent and its error is returned. */
+ * item is invalid, nothing is sent and its error is returned; SLUICE_EFULL
+ * if the n messages would pass the client's max_pending_pushes. */
 SLUICE_EXPORT int sluice_dq_push_batch(sluice_dq *dq, const sluice_dq_item *items,
                                        size_t n, sluice_dq_batch_cb *cb,
                                        void *userdata);
@@ -177,8 +189,9 @@ typedef struct sluice_dq_consumer_options {
   unsigned max_attempts;   /* deliveries before dead-lettering; 0 = no limit;
                               default 5 */
   unsigned max_poll_ms;    /* longest sleep between takes when idle; >= 10,
-                            * default 60000. Only a safety net: due times and
-                            * wake-ups never wait for it. */
+                            * default 60000. Only a safety net (for wake-ups
+                            * lost with evicted keys): due times, deadlines
+                            * and other consumers' failures never wait for it. */
   unsigned op_timeout_ms;  /* deadline of each Redis step; 0 = client default */
   uint64_t retention_ms;   /* as in sluice_dq_options; default 7 days */
 } sluice_dq_consumer_options;
@@ -258,6 +271,9 @@ typedef struct sluice_dq_metrics {
   uint64_t pushed;      /* messages accepted */
   uint64_t duplicates;  /* pushes refused with SLUICE_EEXIST */
   uint64_t errors;      /* pushes answered with another status */
+  uint64_t in_flight;   /* messages pushed, not yet answered (now) */
+  uint64_t full;        /* messages refused at once with SLUICE_EFULL: the
+                           client's max_pending_pushes was reached */
 } sluice_dq_metrics;
 SLUICE_EXPORT void sluice_dq_get_metrics(const sluice_dq *dq, sluice_dq_metrics *out);
 

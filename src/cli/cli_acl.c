@@ -13,10 +13,13 @@
 
 #include "cli.h"
 
-/* What every client runs: the handshake (PING, SCRIPT LOAD), steps by
- * EVALSHA, EVAL when Redis lost a script (restart, SCRIPT FLUSH), and TIME,
- * which every script asks first. */
-static const char base_cmds[] = "ping script|load evalsha eval time";
+/* What every client runs: the handshake (PING, SCRIPT LOAD; INFO for the
+ * server's run_id, which tells a restart from a reconnect; WAIT 0 0 for
+ * the replicas online), steps by EVALSHA, EVAL when Redis lost a script
+ * (restart, SCRIPT FLUSH), TIME, which every script asks first, and WAIT
+ * 0 0 again for the writes a replica has (the record of unreplicated
+ * writes, on by default). */
+static const char base_cmds[] = "ping script|load evalsha eval time info wait";
 
 /* What each primitive's scripts call, and BRPOP for the blocking side
  * (waiters, consumers) with the wake-up lists it pushes to. */
@@ -31,8 +34,8 @@ static const struct primitive {
      "get set hincrby hmget hset pexpire llen lrange lindex ltrim rpush zcard zcount zrange "
      "sort lset"},
     {"dq",
-     "hdel hexists hget hincrby hmget hset hsetnx llen lpush ltrim pexpire pexpireat zadd "
-     "zcard zcount zrange zrangebyscore zrem zremrangebyrank zscore brpop"},
+     "hdel hget hincrby hmget hset hsetnx lpush ltrim pexpire pexpireat zadd zcard zcount "
+     "zrange zrangebyscore zrem zremrangebyrank zscore brpop"},
 };
 #define NPRIMITIVES (sizeof primitives / sizeof primitives[0])
 
@@ -119,11 +122,12 @@ static void usage(FILE *f) {
       "the primitives used (default all of them; the tool's commands use theirs:\n"
       "sem run/status/release sem, rl check/wait rl, dq push/consume/status dq, top\n"
       "sem and dq). --sentinel: also the sentinels' rule; --cluster: a cluster's\n"
-      "commands; --db: a database other than 0 (SELECT); --wait: the client's\n"
-      "wait_replicas option (WAIT); --scan: `sluice top` without NAMEs, which lists\n"
-      "objects by SCAN. SCAN is not confined by key patterns: a user allowed it can\n"
-      "list every key name of the server, other prefixes' too. Without --scan, give\n"
-      "`sluice top` the NAMEs to show.\n",
+      "commands; --db: a database other than 0 (SELECT); --wait: accepted, as every\n"
+      "rule has WAIT now (wait_replicas and the record of unreplicated writes ask\n"
+      "it); --scan: `sluice top` without NAMEs, which lists objects by SCAN. SCAN\n"
+      "is not confined by key patterns: a user allowed it can list every key name\n"
+      "of the server, other prefixes' too. Without --scan, give `sluice top` the\n"
+      "NAMEs to show.\n",
       f);
 }
 

@@ -191,6 +191,8 @@ static void on_reply(void *ud, int status, const redisReply *reply) {
     sample_clock(batch->b, batch->sent_ms, reply);
   /* Only the client knows about replication (a fake sender in tests does not). */
   int replicated = batch->b->send == sluice__eval ? sluice__client_replicated(batch->b->c) : -1;
+  if (status == SLUICE_OK && batch->b->kind->record && batch->b->send == sluice__eval)
+    sluice__record_answered(batch->b->c, batch->b->kind->record, (unsigned)batch->n);
   fan_out(batch, status, reply, replicated);
 }
 

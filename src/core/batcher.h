@@ -67,6 +67,9 @@ typedef struct sluice__batch_kind {
   void (*answer)(void *owner, sluice__breq *r, int status, const sluice__batch_reply *br);
   /* Deadline of a call in ms (NULL or 0: the batcher's timeout_ms). */
   unsigned (*timeout)(void *owner, sluice__breq *const *reqs, size_t n);
+  /* A call Redis answered is kept in the client's record of unreplicated
+   * writes as this kind (SLUICE__WRITE_*, engine.h); 0: not kept. */
+  int record;
 } sluice__batch_kind;
 
 /* How a call goes out: sluice__eval, or a fake in Redis-free tests. */

@@ -35,8 +35,10 @@ static void master_moved(void *ud) {
 }
 
 /* The node behind routes lo..hi is another one: what Redis acknowledged
- * on the old one may be gone there. Counted and logged; the replay of
- * unreplicated writes will start here. */
+ * on the old one may be gone there. Before any new step goes there, the
+ * writes no replica was known to have are sent again (record.h), then the
+ * objects on those routes reconcile: permits held are re-asserted, waiters
+ * and consumers look again. */
 static void node_changed(int lo, int hi, void *ud) {
   sluice_client *c = ud;
   c->node_changes++;
@@ -44,6 +46,9 @@ static void node_changed(int lo, int hi, void *ud) {
     sluice__log(c, SLUICE_LOG_INFO, "a different Redis node serves every key now");
   else
     sluice__log(c, SLUICE_LOG_INFO, "a different Redis node serves slots %d-%d now", lo, hi);
+  if (c->closing || !c->rec.on) return;
+  sluice__record_replay(c, lo, hi);
+  sluice__guard_home_node_changed(&c->home, lo, hi);
 }
 
 /* A connection's handshake completed: the steps that waited for it go,
@@ -52,6 +57,7 @@ static void node_changed(int lo, int hi, void *ud) {
 static void conn_state(sluice__conn *conn, int up, void *ud) {
   sluice_client *c = ud;
   if (up) {
+    if (c->rec.on && !c->closing) sluice__record_conn_up(c, conn);
     sluice__engine_send_unsent(c, SLUICE__WAITERS_OF_CONN, conn);
     return;
   }
@@ -65,6 +71,19 @@ static const char *where(const sluice__conn *conn, char *buf, size_t size) {
   if (ep->unix_path) snprintf(buf, size, "%s", ep->unix_path);
   else snprintf(buf, size, "%s:%d", ep->host ? ep->host : "?", ep->port);
   return buf;
+}
+
+/* The handshake's optional steps that an ACL rule refused: said once per
+ * client, as errors, since what they serve then fails silently. */
+static void note_refusals(sluice_client *c, const sluice__conn *conn) {
+  if (conn->info_refused[0] && !c->said_info_refused++)
+    sluice__log(c, SLUICE_LOG_ERROR,
+                "INFO refused (%s): a restart of Redis cannot be told from a reconnect, so the "
+                "writes and permits it lost are not restored", conn->info_refused);
+  if (conn->wait_refused[0] && !c->said_wait_refused++ && c->rec.on)
+    sluice__log(c, SLUICE_LOG_ERROR,
+                "WAIT refused (%s): acknowledged writes are kept for replay_window_ms, not "
+                "until a replica has them", conn->wait_refused);
 }
 
 /* A data connection's handshake completed: the command connection, or in
@@ -81,6 +100,7 @@ static void data_up(sluice__conn *conn, void *ud) {
     sluice__log(c, SLUICE_LOG_INFO, "connected to %s", where(conn, w, sizeof w));
   c->m_fails = 0;
   c->m_last_down[0] = '\0';
+  note_refusals(c, conn);
   if (c->blocker) sluice__blocker_kick(c->blocker);
   sluice__guard_home_resume(&c->home); /* releases first, then everyone else */
   if (sluice__topo_up(c->topo) && !c->m_up) {
@@ -202,6 +222,7 @@ static int build_endpoint(sluice_client *c, const sluice_client_options *o) {
 
 static void client_destroy(sluice_client *c) {
   sluice__topo_free(c->topo);
+  sluice__record_clear(c); /* after the topology: its WAITs are answered */
   sluice__endpoint_clear(&c->endpoint);
   free(c->key_prefix);
   if (c->reaper) event_free(c->reaper);
@@ -242,6 +263,7 @@ int sluice_client_new(struct event_base *base, const sluice_client_options *opts
   if (!c->opts.connect_timeout_ms) c->opts.connect_timeout_ms = 2000;
   if (!c->opts.op_timeout_ms) c->opts.op_timeout_ms = 5000;
   if (!c->opts.reconnect_min_ms) c->opts.reconnect_min_ms = 50;
+  if (!c->opts.max_pending_pushes) c->opts.max_pending_pushes = 100000;
   if (c->opts.reconnect_max_ms < c->opts.reconnect_min_ms)
     c->opts.reconnect_max_ms = c->opts.reconnect_min_ms > 2000 ? c->opts.reconnect_min_ms : 2000;
   /* The WAIT must answer within the step's deadline. */
@@ -269,10 +291,11 @@ int sluice_client_new(struct event_base *base, const sluice_client_options *opts
                                 .reconnect_max_ms = c->opts.reconnect_max_ms};
   sluice__topo_config tcfg = {.net = c->net,
                               .scripts = sluice__lua_all,
+                              .count_replicas = !c->opts.replay_off,
                               .ev = {data_up, data_down, conn_state, routes_changed,
                                      master_moved, node_changed, c}};
   if (!c->key_prefix || !c->reaper || !c->log_ev || !c->clock_ev || !c->wait_ev ||
-      sluice__guard_home_init(&c->home, base, home_empty) != 0 ||
+      sluice__record_init(c) != 0 || sluice__guard_home_init(&c->home, base, home_empty) != 0 ||
       !(c->topo = sluice__topo_new(base, &tcfg))) {
     client_destroy(c);
     return SLUICE_ENOMEM;
@@ -317,6 +340,7 @@ static void reaper_cb(evutil_socket_t fd, short what, void *arg) {
   sluice__guard_home_close(&c->home);
   c->sealed = 1;
   sluice__engine_cancel_all(c);
+  sluice__record_close(c);
   if (c->blocker) {
     sluice__blocker_free(c->blocker);
     c->blocker = NULL;
@@ -385,4 +409,12 @@ int sluice__client_sem_pending(sluice_client *c, int delta) {
   c->sem_pending += (unsigned)delta;
   return SLUICE_OK;
 }
+
+int sluice__client_push_reserve(sluice_client *c, size_t n) {
+  if (n > c->opts.max_pending_pushes - c->pending_pushes) return SLUICE_EFULL;
+  c->pending_pushes += (unsigned)n;
+  return SLUICE_OK;
+}
+
+void sluice__client_push_release(sluice_client *c, size_t n) { c->pending_pushes -= (unsigned)n; }
 

@@ -18,6 +18,7 @@
 #include "core/engine.h"
 #include "core/guard.h"
 #include "core/rclock.h"
+#include "core/record.h"
 #include "net/topo.h"
 #include "net/url.h"
 
@@ -52,7 +53,10 @@ struct sluice_client {
   int reaped;                     /* close sequence done */
   sluice_client_stats stats;
   unsigned rl_waits;              /* limiter waits pending (limiter_waits_max) */
+  unsigned pending_pushes;        /* delay-queue messages sent, not answered */
   int replicas;                   /* see sluice__client_replicated */
+  sluice__record rec;             /* unreplicated writes (record.h) */
+  const sluice__answered *answered; /* the step being answered, during its callback */
   char last_error[512];           /* a connection error or Redis's own words */
 
   /* Metrics (sluice_client_get_metrics): by script index, the last entry
@@ -82,6 +86,7 @@ struct sluice_client {
   unsigned clock_steps;
   int clock_checked;
   int m_up;                       /* the command connection was up */
+  unsigned said_info_refused, said_wait_refused; /* logged once */
   unsigned m_fails;               /* failed attempts since it last was */
   char m_last_down[256];          /* the last failure logged */
 };

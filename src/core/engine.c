@@ -38,6 +38,9 @@ struct sluice__op {
   unsigned retried : 1;         /* EVAL fallback already sent */
   unsigned sent_up : 1;         /* handed over while the connection was up */
   unsigned long ups_at_send;    /* handshakes completed when handed over */
+  uint64_t node_id;             /* conn's node then (conn.h) */
+  uint64_t route_node;          /* the node its route named then */
+  int nkeys;
   sluice__conn *conn;           /* where it was handed over last */
   int slot;                     /* cluster: hash slot of KEYS[1]; -1 any node */
   unsigned redirects;           /* cluster: MOVED, ASK and retries so far */
@@ -83,18 +86,26 @@ static void op_count(sluice_client *c, const sluice__op *op, int status) {
   sluice__hist_record(&c->m.latency[k], sluice__mono_us() - op->start_us);
 }
 
-/* Report status to the owner now (from the loop) and mark the op done. */
+/* Report status to the owner now (from the loop) and mark the op done.
+ * A script's answer says where it ran, for the record (record.h). */
 static void op_complete_replicas(sluice__op *op, int status, const redisReply *reply,
                                  int replicas) {
   if (op->done) return;
+  sluice_client *c = op->c;
   op->done = 1;
-  op_count(op->c, op, status);
+  op_count(c, op, status);
   evtimer_del(&op->timer);
   evtimer_del(&op->retry);
   op_unlink(op);
-  op->c->replicas = replicas;
+  sluice__answered a = {op->script, op->nkeys, op->argc - 3, op->argv + 3, op->lens + 3,
+                        op->slot, op->conn, op->node_id, op->ups_at_send, op->route_node,
+                        replicas};
+  const sluice__answered *outer = c->answered;
+  c->answered = status == SLUICE_OK && op->script ? &a : NULL;
+  c->replicas = replicas;
   op->fn(op->ud, status, reply);
-  op->c->replicas = -1;
+  c->replicas = -1;
+  c->answered = outer;
 }
 
 static void op_complete(sluice__op *op, int status, const redisReply *reply) {
@@ -337,6 +348,9 @@ static int op_send(sluice__op *op) {
   if (op->waits) wait_join(op);
   op->sent_up = conn->state == SLUICE_CONN_UP;
   op->ups_at_send = conn->ups;
+  op->node_id = conn->node_id;
+  sluice__conn *home = op->ask ? sluice__topo_conn(op->c->topo, op->slot) : conn;
+  op->route_node = home ? home->node_id : 0;
   return SLUICE_OK;
 }
 
@@ -484,6 +498,7 @@ int sluice__eval_at(sluice_client *c, int slot, const sluice__script *s, int nke
   sluice__op *op = op_new(c, 3, head, headlens, argc, argv, lens);
   if (!op) return SLUICE_ENOMEM;
   op->script = s;
+  op->nkeys = nkeys;
   op->waits = c->opts.wait_replicas > 0 && script_writes(s);
   op->slot = slot;
   if (slot < 0 && nkeys > 0)

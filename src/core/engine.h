@@ -90,6 +90,11 @@ int sluice__client_rl_waits(sluice_client *c, int delta);
 uint64_t sluice__client_up_since(const sluice_client *c);
 /* A permit release that could not reach Redis before the client closed. */
 void sluice__client_note_abandoned(sluice_client *c, const char *permit_id);
+/* Delay-queue messages in flight, capped per client (max_pending_pushes):
+ * reserve n before sending them (SLUICE_EFULL if that would pass the cap),
+ * release them when answered or not sent. */
+int sluice__client_push_reserve(sluice_client *c, size_t n);
+void sluice__client_push_release(sluice_client *c, size_t n);
 /* The route (hash slot) a key's calls go to; one Redis has one route, 0. */
 unsigned sluice__client_route(const sluice_client *c, const char *key);
 
@@ -111,6 +116,30 @@ const struct sluice__guard_home *sluice__client_objects(const sluice_client *c);
 /* During a script's completion callback: 1 when wait_replicas acknowledged
  * its writes, 0 when fewer did in wait_timeout_ms, -1 when not asked. */
 int sluice__client_replicated(const sluice_client *c);
+
+/* ---- the record of unreplicated writes (core/record.h) -------------------- */
+
+/* What a kept write is, for the metrics (replay_releases, ...). */
+enum { SLUICE__WRITE_RELEASE = 1, SLUICE__WRITE_PUSH, SLUICE__WRITE_SETTLE, SLUICE__WRITE_CANCEL };
+
+/* In the completion callback of a script answered SLUICE_OK: keep the step
+ * as it was sent (it carries `items` writes of `kind`) until a replica has
+ * it, to send again if the node behind its route changes before. Steps
+ * that must be idempotent by id: sending one twice changes nothing. */
+void sluice__record_answered(sluice_client *c, int kind, unsigned items);
+/* The same for another form of the step, built by the caller from its
+ * arguments (sluice__answered_args): a push with its due times made
+ * absolute. Same script, same route. */
+struct sluice__args;
+void sluice__record_answered_as(sluice_client *c, int kind, unsigned items,
+                                const struct sluice__args *a);
+/* The answered step's KEYS then ARGV; SLUICE_EINVAL outside a completion. */
+int sluice__answered_args(const sluice_client *c, int *argc, const char *const **argv,
+                          const size_t **lens);
+/* 1 unless replay_off. */
+int sluice__record_on(const sluice_client *c);
+/* Held permits re-asserted on a new node: put back, or found taken. */
+void sluice__record_permits(sluice_client *c, unsigned restored, unsigned lost);
 
 /* Set what sluice_client_last_error() answers (text is copied). */
 void sluice__client_set_error(sluice_client *c, const char *text);

@@ -98,6 +98,13 @@ void sluice__guard_home_resume(sluice__guard_home *h) {
   }
 }
 
+void sluice__guard_home_node_changed(sluice__guard_home *h, int lo, int hi) {
+  for (sluice__link *l = h->guards.head; l; l = l->next) {
+    sluice__guard *g = sluice__container_of(l, sluice__guard, link);
+    if (g->ops->node_changed && !g->closed && !g->freeing) g->ops->node_changed(g, lo, hi);
+  }
+}
+
 void sluice__guard_leave(sluice__guard *g) {
   if (--g->depth == 0 && g->freeing) queue_reap(g);
 }

@@ -78,6 +78,11 @@ typedef struct sluice__guard_ops {
   /* The client's command connection came (back) up (may be NULL): work
    * that waited for it goes now. */
   void (*resume)(sluice__guard *g);
+  /* The node behind routes lo..hi (lo -1: every route) is another one than
+   * before (may be NULL): what the object holds there is re-asserted, and
+   * what waits there looks again. Runs after the client's unreplicated
+   * writes of those routes were sent again (core/record.h). */
+  void (*node_changed)(sluice__guard *g, int lo, int hi);
   /* Describe the object (may be NULL: not listed, as permits are, which
    * their semaphore accounts for). */
   void (*view)(const sluice__guard *g, sluice__obj_view *out);
@@ -111,6 +116,8 @@ int sluice__guard_home_init(sluice__guard_home *h, struct event_base *base,
 void sluice__guard_home_close(sluice__guard_home *h);
 /* The connection is up: every live guard resumes. */
 void sluice__guard_home_resume(sluice__guard_home *h);
+/* The node behind routes lo..hi changed: every live guard reconciles. */
+void sluice__guard_home_node_changed(sluice__guard_home *h, int lo, int hi);
 /* Release the home's event; every guard must be gone. */
 void sluice__guard_home_clear(sluice__guard_home *h);
 

@@ -12,7 +12,7 @@
 #include "core/keys.h"
 
 const char *const sluice__sem_parts[SEM_NKEYS] = {"holders", "queue", "beats", "meta"};
-const char *const sluice__dq_parts[DQ_NKEYS] = {"z", "f", "d", "h", "w"};
+const char *const sluice__dq_parts[DQ_NKEYS] = {"z", "f", "d", "h", "c"};
 
 char *sluice__key(const sluice_client *c, const char *kind, const char *name, const char *part) {
   size_t plen = strlen(c->key_prefix), klen = strlen(kind), nlen = strlen(name);

@@ -17,6 +17,7 @@
  * bucket bounds are powers of two of microseconds, which the log-linear
  * histogram counts exactly (sluice__hist_below).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,7 +28,7 @@
 #include "core/engine.h"
 #include "core/guard.h"
 
-#define MAX_FIELDS 16
+#define MAX_FIELDS 32
 #define LE_MIN_LOG2 4  /* 16 µs: a round trip on a unix socket */
 #define LE_MAX_LOG2 26 /* 67 s; longer waits count only in +Inf */
 #define NLE (LE_MAX_LOG2 - LE_MIN_LOG2 + 1)
@@ -37,15 +38,17 @@
 typedef struct field {
   const char *name, *type, *help;
   size_t offset, size;
+  int ms; /* the member counts milliseconds: written as seconds */
 } field;
 
-#define FIELD(st, member, type, name, help) \
-  { name, type, help, offsetof(st, member), sizeof((st *)0)->member }
-#define COUNTER(st, member, name, help) FIELD(st, member, "counter", name "_total", help)
-#define GAUGE(st, member, name, help) FIELD(st, member, "gauge", name, help)
+#define FIELD(st, member, type, name, help, ms) \
+  { name, type, help, offsetof(st, member), sizeof((st *)0)->member, ms }
+#define COUNTER(st, member, name, help) FIELD(st, member, "counter", name "_total", help, 0)
+#define GAUGE(st, member, name, help) FIELD(st, member, "gauge", name, help, 0)
+#define GAUGE_MS(st, member, name, help) FIELD(st, member, "gauge", name "_seconds", help, 1)
 /* Families whose series are added one by one (add_value). */
 #define LABELLED(type, name, help) \
-  { name, type, help, 0, 0 }
+  { name, type, help, 0, 0, 0 }
 
 typedef struct group_desc {
   const char *prefix;
@@ -84,6 +87,27 @@ static const field client_fields[] = {
             "Writes that fewer than wait_replicas replicas acknowledged in time."),
     GAUGE(client_view, m.limiter_waits, "limiter_waits",
           "Limiter waits pending now, all limiters (at most limiter_waits_max)."),
+    COUNTER(client_view, m.replay_releases, "replay_releases",
+            "Permit releases sent again to a new node (failover, restart) and answered."),
+    COUNTER(client_view, m.replay_pushes, "replay_pushes",
+            "Messages pushed again to a new node and answered."),
+    COUNTER(client_view, m.replay_settlements, "replay_settlements",
+            "Acks and retries sent again to a new node and answered."),
+    COUNTER(client_view, m.replay_cancels, "replay_cancels",
+            "Cancels sent again to a new node and answered."),
+    COUNTER(client_view, m.replay_restored, "replay_restored",
+            "Writes sent again that the new node was missing (it acted on them)."),
+    COUNTER(client_view, m.permits_restored, "permits_restored",
+            "Held permits missing on a new node, put back there."),
+    COUNTER(client_view, m.permits_lost, "permits_lost",
+            "Held permits missing on a new node and taken meanwhile: lost at once."),
+    COUNTER(client_view, m.record_dropped, "record_dropped",
+            "Writes that fell out of the record of unreplicated writes past its bounds."),
+    GAUGE(client_view, m.record_entries, "record_entries",
+          "Writes kept until a replica has them (the record of unreplicated writes)."),
+    GAUGE(client_view, m.record_bytes, "record_bytes", "Bytes the record holds."),
+    GAUGE_MS(client_view, m.record_oldest_ms, "record_oldest_age",
+             "Age of the record's oldest write (0: empty)."),
 };
 
 static const field connection_fields[] = {
@@ -141,6 +165,9 @@ static const field dq_fields[] = {
     COUNTER(sluice_dq_metrics, pushed, "pushed", "Messages accepted."),
     COUNTER(sluice_dq_metrics, duplicates, "duplicates", "Pushes refused: the id exists."),
     COUNTER(sluice_dq_metrics, errors, "push_errors", "Pushes answered with another status."),
+    GAUGE(sluice_dq_metrics, in_flight, "push_in_flight", "Messages pushed, not yet answered."),
+    COUNTER(sluice_dq_metrics, full, "push_full",
+            "Messages refused at once: the client's max_pending_pushes was reached."),
 };
 
 typedef struct consumer_view {
@@ -338,13 +365,33 @@ static void put_header(sluice__text *t, const char *prefix, const char *name, co
 }
 
 /* The sample's name and labels (le: one more, or NULL), then " value". */
-static void put_sample(sluice__text *t, const char *prefix, const char *name, const char *suffix,
-                       const char *labels, const char *le, uint64_t v) {
+static void put_sample_text(sluice__text *t, const char *prefix, const char *name,
+                            const char *suffix, const char *labels, const char *le,
+                            const char *value) {
   sluice__text_printf(t, "%s%s%s", prefix, name, suffix);
   if (*labels || le)
     sluice__text_printf(t, "{%s%s%s%s%s}", labels, *labels && le ? "," : "", le ? "le=\"" : "",
                         le ? le : "", le ? "\"" : "");
-  sluice__text_printf(t, " %llu\n", (unsigned long long)v);
+  sluice__text_printf(t, " %s\n", value);
+}
+
+static void put_sample(sluice__text *t, const char *prefix, const char *name, const char *suffix,
+                       const char *labels, const char *le, uint64_t v) {
+  char value[24];
+  snprintf(value, sizeof value, "%llu", (unsigned long long)v);
+  put_sample_text(t, prefix, name, suffix, labels, le, value);
+}
+
+/* A field's sample: its count, or milliseconds as seconds. */
+static void put_field(sluice__text *t, const group_desc *d, const field *f, const series *s,
+                      uint64_t v) {
+  char seconds[SLUICE__PROM_SECONDS_MAX];
+  if (!f->ms) {
+    put_sample(t, d->prefix, f->name, "", s->labels, NULL, v);
+    return;
+  }
+  sluice__prom_seconds(seconds, v > UINT64_MAX / 1000 ? UINT64_MAX : v * 1000);
+  put_sample_text(t, d->prefix, f->name, "", s->labels, NULL, seconds);
 }
 
 static void put_hist_series(sluice__text *t, const group_desc *d, const series *s) {
@@ -367,8 +414,7 @@ static void put_group(sluice__text *t, const group *g) {
   if (!g->n) return;
   for (size_t f = 0; f < d->nfields; f++) {
     put_header(t, d->prefix, d->fields[f].name, d->fields[f].type, d->fields[f].help);
-    for (size_t i = 0; i < g->n; i++)
-      put_sample(t, d->prefix, d->fields[f].name, "", g->s[i].labels, NULL, g->s[i].v[f]);
+    for (size_t i = 0; i < g->n; i++) put_field(t, d, &d->fields[f], &g->s[i], g->s[i].v[f]);
   }
   if (!d->hist) return;
   put_header(t, d->prefix, d->hist, "histogram", d->hist_help);

@@ -45,6 +45,19 @@ void sluice__sem_renew_item(sluice__args *a, const char *permit_id) {
   sluice__args_str(a, permit_id);
 }
 
+void sluice__sem_reassert_head(sluice__args *a, const sluice__sem_call *s) {
+  sluice__args_key(a, s->keys[SEM_KEY_HOLDERS]);
+  sluice__args_key(a, s->keys[SEM_KEY_META]);
+  sluice__args_u64(a, s->permits);
+  sluice__args_u64(a, s->ttl_ms);
+  sluice__args_u64(a, s->keep_ms);
+}
+
+void sluice__sem_reassert_item(sluice__args *a, const char *permit_id, uint64_t fence) {
+  sluice__args_str(a, permit_id);
+  sluice__args_u64(a, fence);
+}
+
 void sluice__sem_leave_args(sluice__args *a, const sluice__sem_call *s, const char *waiter) {
   sem_head(a, s);
   sluice__args_str(a, waiter);
@@ -53,12 +66,15 @@ void sluice__sem_leave_args(sluice__args *a, const sluice__sem_call *s, const ch
 /* ---- delay queue --------------------------------------------------------- */
 
 void sluice__dq_take_args(sluice__args *a, char *const keys[DQ_NKEYS], uint64_t retention_ms,
-                          unsigned batch, uint64_t visibility_ms, unsigned max_attempts) {
+                          unsigned batch, uint64_t visibility_ms, unsigned max_attempts,
+                          const char *consumer_id, unsigned max_poll_ms) {
   for (int i = 0; i < DQ_NKEYS; i++) sluice__args_key(a, keys[i]);
   sluice__args_u64(a, retention_ms);
   sluice__args_u64(a, batch);
   sluice__args_u64(a, visibility_ms);
   sluice__args_u64(a, max_attempts);
+  sluice__args_str(a, consumer_id);
+  sluice__args_u64(a, max_poll_ms);
 }
 
 void sluice__dq_ack_head(sluice__args *a, char *const keys[DQ_NKEYS], uint64_t retention_ms,

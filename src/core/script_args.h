@@ -72,6 +72,17 @@ void sluice__sem_release_item(sluice__args *a, const char *permit_id);
 void sluice__sem_renew_head(sluice__args *a, const sluice__sem_call *s);
 void sluice__sem_renew_item(sluice__args *a, const char *permit_id);
 
+/* sem_reassert.lua
+ * KEYS: 1 holders, 2 meta; ARGV: 1 permits, 2 ttl_ms, 3 keep_ms, then per
+ * permit: id, fencing token.
+ * Reply: {1 renewed, 2 restored or 0 lost, per request}. */
+#define SEM_REASSERT_ARGS_HEAD 5
+#define SEM_REASSERT_ARGS_PER 2
+#define SEM_REASSERT_NUMS_HEAD 3
+#define SEM_REASSERT_NUMS_PER 1
+void sluice__sem_reassert_head(sluice__args *a, const sluice__sem_call *s);
+void sluice__sem_reassert_item(sluice__args *a, const char *permit_id, uint64_t fence);
+
 /* sem_leave.lua: the head, then the waiter ("<handle id>:<waiter id>"). */
 #define SEM_LEAVE_ARGS (SEM_HEAD_ARGS + 1)
 #define SEM_LEAVE_NUMS SEM_HEAD_NUMS
@@ -79,17 +90,19 @@ void sluice__sem_leave_args(sluice__args *a, const sluice__sem_call *s, const ch
 
 /* ---- delay queue --------------------------------------------------------- */
 
-enum { DQ_KEY_DELAYED, DQ_KEY_FLIGHT, DQ_KEY_DEAD, DQ_KEY_HASH, DQ_KEY_WAKE, DQ_NKEYS };
+enum { DQ_KEY_DELAYED, DQ_KEY_FLIGHT, DQ_KEY_DEAD, DQ_KEY_HASH, DQ_KEY_CONSUMERS, DQ_NKEYS };
 
 /* dq_take.lua
  * KEYS: the queue's five keys
- * ARGV: 1 retention_ms, 2 batch, 3 visibility_ms, 4 max_attempts (0: none).
+ * ARGV: 1 retention_ms, 2 batch, 3 visibility_ms, 4 max_attempts (0: none),
+ *       5 consumer id, 6 max_poll_ms.
  * Reply: {now us, next wake-up ms or -1, count, then id, attempt, due ms,
  * payload per message}. */
-#define DQ_TAKE_ARGS (DQ_NKEYS + 4)
-#define DQ_TAKE_NUMS 4
+#define DQ_TAKE_ARGS (DQ_NKEYS + 6)
+#define DQ_TAKE_NUMS 5
 void sluice__dq_take_args(sluice__args *a, char *const keys[DQ_NKEYS], uint64_t retention_ms,
-                          unsigned batch, uint64_t visibility_ms, unsigned max_attempts);
+                          unsigned batch, uint64_t visibility_ms, unsigned max_attempts,
+                          const char *consumer_id, unsigned max_poll_ms);
 
 /* dq_ack.lua
  * KEYS: the queue's five keys

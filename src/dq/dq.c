@@ -125,7 +125,6 @@ static void finish_batch(dq_req *r, int status, const redisReply *reply) {
   sluice_dq_batch_cb *cb = r->cb.batch;
   sluice_dq_push_result *res = NULL;
   int err = 0;
-  if (!cb) return;
   if (status == SLUICE_OK && !(res = malloc(r->n * sizeof *res))) status = SLUICE_ENOMEM;
   for (size_t i = 0; res && i < r->n; i++) {
     res[i].id = r->ids[i];
@@ -141,7 +140,7 @@ static void finish_batch(dq_req *r, int status, const redisReply *reply) {
     res = NULL;
     status = SLUICE_EPROTOCOL;
   }
-  cb(r->dq, status, res, res ? r->n : 0, r->ud);
+  if (cb) cb(r->dq, status, res, res ? r->n : 0, r->ud);
   free(res);
 }
 
@@ -219,6 +218,10 @@ static void finish_requeue(dq_req *r, int status, const redisReply *reply) {
 static void req_finish(dq_req *r, int status, const redisReply *reply) {
   sluice_dq *dq = r->dq;
   sluice__list_remove(&dq->reqs, &r->link);
+  if (r->kind == REQ_PUSH || r->kind == REQ_BATCH) {
+    sluice__client_push_release(dq->c, r->n);
+    dq->m.in_flight -= r->n;
+  }
   sluice__guard_enter(&dq->guard);
   switch (r->kind) {
   case REQ_PUSH: finish_push(r, status, reply); break;
@@ -232,10 +235,52 @@ static void req_finish(dq_req *r, int status, const redisReply *reply) {
   sluice__guard_leave(&dq->guard);
 }
 
+/* ---- the record of unreplicated writes (core/record.h) ------------------- */
+
+/* A push Redis answered, kept as the messages it queued (not those it
+ * refused as duplicates), each due at the time Redis gave it: sent again
+ * as a delay it would count again from the replay. ARGV as dq_push.lua's:
+ * retention, then per message id, mode, ms, payload. */
+static void record_push(sluice_client *c, const redisReply *reply) {
+  int argc;
+  const char *const *argv;
+  const size_t *lens;
+  if (!sluice__record_on(c) || sluice__answered_args(c, &argc, &argv, &lens) != SLUICE_OK) return;
+  size_t n = (size_t)(argc - DQ_NKEYS - 1) / 4, kept = 0;
+  sluice__args a;
+  if (reply->type != REDIS_REPLY_ARRAY || reply->elements != n ||
+      sluice__args_init(&a, argc, (int)n) != SLUICE_OK)
+    return;
+  for (int i = 0; i < DQ_NKEYS; i++) sluice__args_key(&a, argv[i]);
+  sluice__args_bin(&a, argv[DQ_NKEYS], lens[DQ_NKEYS]);
+  for (size_t i = 0; i < n; i++) {
+    const redisReply *due = reply->element[i];
+    int at = DQ_NKEYS + 1 + 4 * (int)i;
+    if (due->type != REDIS_REPLY_INTEGER || due->integer < 0) continue;
+    sluice__args_bin(&a, argv[at], lens[at]);
+    sluice__args_str(&a, "a");
+    sluice__args_i64(&a, due->integer);
+    sluice__args_bin(&a, argv[at + 3], lens[at + 3]);
+    kept++;
+  }
+  if (kept) sluice__record_answered_as(c, SLUICE__WRITE_PUSH, (unsigned)kept, &a);
+  sluice__args_clear(&a);
+}
+
+/* Writes a failover could undo are kept for replay: pushes, and cancels
+ * that removed something. */
+static void record_write(const dq_req *r, const redisReply *reply) {
+  sluice_client *c = r->dq->c;
+  if (r->kind == REQ_PUSH || r->kind == REQ_BATCH) record_push(c, reply);
+  else if (r->kind == REQ_CANCEL && reply->type == REDIS_REPLY_INTEGER && reply->integer == 1)
+    sluice__record_answered(c, SLUICE__WRITE_CANCEL, 1);
+}
+
 static void on_reply(void *ud, int status, const redisReply *reply) {
   dq_req *r = ud;
   if (status == SLUICE_EREDIS) reply = NULL;
   if (status == SLUICE_OK && (!reply || reply->type == REDIS_REPLY_NIL)) status = SLUICE_EPROTOCOL;
+  if (status == SLUICE_OK) record_write(r, reply);
   req_finish(r, status, reply);
 }
 
@@ -384,14 +429,28 @@ static int push_items(dq_req *r, const sluice_dq_item *items, size_t n) {
   return rc;
 }
 
+/* Send n valid items as one request, within the client's cap on messages
+ * in flight. */
+static int push_request(sluice_dq *dq, enum req_kind kind, dq_cb cb, void *ud,
+                        const sluice_dq_item *items, size_t n) {
+  int rc = sluice__client_push_reserve(dq->c, n);
+  if (rc != SLUICE_OK) {
+    dq->m.full += n;
+    return rc;
+  }
+  dq_req *r = req_new(dq, kind, cb, ud, n);
+  rc = r ? push_items(r, items, n) : SLUICE_ENOMEM;
+  if (rc != SLUICE_OK) sluice__client_push_release(dq->c, n);
+  else dq->m.in_flight += n;
+  return rc;
+}
+
 int sluice_dq_push(sluice_dq *dq, const sluice_dq_item *item, sluice_dq_push_cb *cb,
                    void *ud) {
   int rc = usable(dq);
   if (rc == SLUICE_OK) rc = check_item(item);
   if (rc != SLUICE_OK) return rc;
-  dq_req *r = req_new(dq, REQ_PUSH, (dq_cb){.push = cb}, ud, 1);
-  if (!r) return SLUICE_ENOMEM;
-  return push_items(r, item, 1);
+  return push_request(dq, REQ_PUSH, (dq_cb){.push = cb}, ud, item, 1);
 }
 
 int sluice_dq_push_batch(sluice_dq *dq, const sluice_dq_item *items, size_t n,
@@ -401,9 +460,7 @@ int sluice_dq_push_batch(sluice_dq *dq, const sluice_dq_item *items, size_t n,
   if (!items || n < 1 || n > SLUICE_DQ_BATCH_MAX) return SLUICE_EINVAL;
   for (size_t i = 0; i < n; i++)
     if ((rc = check_item(&items[i])) != SLUICE_OK) return rc;
-  dq_req *r = req_new(dq, REQ_BATCH, (dq_cb){.batch = cb}, ud, n);
-  if (!r) return SLUICE_ENOMEM;
-  return push_items(r, items, n);
+  return push_request(dq, REQ_BATCH, (dq_cb){.batch = cb}, ud, items, n);
 }
 
 /* ---- cancel, inspection, dead letters -------------------------------------- */

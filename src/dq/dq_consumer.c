@@ -2,11 +2,20 @@
  * Delay queue, consumer side.
  *
  * The consumer runs dq_take (a batch of due messages into the in-flight set)
- * whenever something may be due: when its timer fires — armed for the next
- * due time or in-flight deadline the script returned, capped by max_poll_ms —
- * when a push made a new earliest message (a token on the wake list, popped
- * by the client's shared BRPOP), or after the blocking connection came back.
- * Precise times are libevent timers; BRPOP only tells "look again now".
+ * whenever something may be takeable: when its timer fires — armed for the
+ * next due time or in-flight deadline the take returned, capped by
+ * max_poll_ms — when a wake-up on its own wake list says something became
+ * takeable sooner, or after the blocking connection came back. Precise
+ * times are libevent timers; a wake-up carries the time (ms on Redis's
+ * clock) and only moves the timer earlier.
+ *
+ * Why no consumer's fate can stall another (the argument in full is in
+ * src/lua/_dq_common.lua and the docs): an idle consumer is registered in
+ * the queue's set c with the time it will look next, and every step that
+ * makes something takeable sooner than a registered time (a push, a retry,
+ * a requeue, a take's new visibility deadline) writes that time to each
+ * such consumer's own wake list in the same script. Nothing is shared, so a
+ * consumer that dies, stops or is full spends nobody's wake-up.
  *
  * Settlements (ack, retry, and "release" of messages taken after the
  * consumer was freed) go through the batcher: one dq_ack call per loop turn.
@@ -58,7 +67,13 @@ struct sluice_dq_consumer {
   void *ud;
   sluice_dq_error_cb *err_cb;
   void *err_ud;
+  char cid[33];          /* this consumer's id in the queue's set c */
+  char *wake_key;        /* its wake list, "<c key>:<cid>" */
   struct event *timer;   /* next take */
+  uint64_t timer_at_us;  /* monotonic time it is armed for; 0: not armed */
+  uint64_t woken_us;     /* earliest wake-up heard while a take was out; 0: none */
+  int64_t offset_us;     /* Redis's clock minus ours, as of the last take */
+  int have_offset;
   struct event *kick;    /* take on the next loop turn */
   sluice__flusher flusher;
   sluice__batcher settles;
@@ -77,24 +92,72 @@ static void take(sluice_dq_consumer *con);
 
 static int taking_allowed(const sluice_dq_consumer *con) { return sluice__guard_live(&con->guard); }
 
-static void on_wake(void *ud, const char *data, size_t len) { take(ud); }
+static void on_wake(void *ud, const char *data, size_t len);
 
-/* Listen for wake tokens only while a take could use them: a consumer at
- * max_in_flight would swallow a token another consumer needs. */
+/* Listen on the own wake list while taking is allowed (a failed listen is
+ * tried again after the next take; the timer still finds due messages). */
 static void update_listen(sluice_dq_consumer *con) {
-  int want = taking_allowed(con) && con->in_flight < con->o.max_in_flight;
+  int want = taking_allowed(con);
   if (want && !con->listener) {
-    if (sluice__listen(con->c, con->keys[DQ_KEY_WAKE], on_wake, con, &con->listener) != 0)
-      con->listener = NULL; /* the poll timer still finds due messages */
+    if (sluice__listen(con->c, con->wake_key, on_wake, con, &con->listener) != 0)
+      con->listener = NULL;
   } else if (!want && con->listener) {
     sluice__unlisten(con->listener);
     con->listener = NULL;
   }
 }
 
-static void timer_in_us(struct event *ev, uint64_t us) {
+/* Arm the timer for monotonic time at_us (now or past: take on the next
+ * turn), unless it is already armed no later. */
+static void arm_at(sluice_dq_consumer *con, uint64_t at_us) {
+  uint64_t now = sluice__mono_us();
+  if (at_us <= now) {
+    evtimer_del(con->timer);
+    con->timer_at_us = 0;
+    event_active(con->kick, 0, 0);
+    return;
+  }
+  if (con->timer_at_us && con->timer_at_us <= at_us) return;
+  uint64_t us = at_us - now;
   struct timeval tv = {(time_t)(us / 1000000), (suseconds_t)(us % 1000000)};
-  evtimer_add(ev, &tv);
+  evtimer_add(con->timer, &tv);
+  con->timer_at_us = at_us;
+}
+
+/* Our monotonic time when Redis's clock reads ms. The offset comes from a
+ * reply's arrival, so the result is never early: a take sent then finds
+ * what became due at ms. */
+static uint64_t local_us(const sluice_dq_consumer *con, int64_t ms) {
+  int64_t us = ms * 1000 - con->offset_us;
+  return us > 0 ? (uint64_t)us : 0;
+}
+
+/* A wake-up: something becomes takeable at ms (Redis's clock). While a take
+ * is out its answer may predate the wake-up, so the time waits for it. */
+static void woken_at(sluice_dq_consumer *con, int64_t ms) {
+  uint64_t at = con->have_offset ? local_us(con, ms) : 0;
+  if (con->taking) {
+    if (!con->woken_us || at < con->woken_us) con->woken_us = at ? at : 1;
+    return;
+  }
+  arm_at(con, at);
+}
+
+/* An element of the wake list (its time), or NULL after the blocking
+ * connection came back: wake-ups may be lost, look now. */
+static void on_wake(void *ud, const char *data, size_t len) {
+  sluice_dq_consumer *con = ud;
+  char buf[24];
+  char *end = NULL;
+  long long ms = -1;
+  if (!taking_allowed(con)) return;
+  if (data && len > 0 && len < sizeof buf) {
+    memcpy(buf, data, len);
+    buf[len] = '\0';
+    ms = strtoll(buf, &end, 10);
+  }
+  if (!data || !end || *end || ms < 0) take(con);
+  else woken_at(con, ms);
 }
 
 /* ---- settling -------------------------------------------------------------- */
@@ -131,7 +194,7 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
 static const sluice__batch_kind settle_kind = {
     &sluice__lua_dq_ack, DQ_SETTLE_MAX,
     DQ_ACK_ARGS_HEAD, DQ_ACK_ARGS_PER, DQ_ACK_NUMS_HEAD, DQ_ACK_NUMS_PER,
-    0, 1, build, answer, NULL};
+    0, 1, build, answer, NULL, SLUICE__WRITE_SETTLE};
 
 static int enqueue(sluice_dq_consumer *con, const char *id, unsigned attempt, char op,
                    int64_t delay, sluice_dq_settle_cb *cb, void *ud) {
@@ -157,7 +220,6 @@ static void msg_release(sluice_dq_msg *msg) {
     con->starved = 0;
     event_active(con->kick, 0, 0);
   }
-  update_listen(con);
   sluice__guard_poke(&con->guard);
 }
 
@@ -189,7 +251,8 @@ static void take_failed(sluice_dq_consumer *con, int status) {
   unsigned cap = con->o.max_poll_ms < DQ_BACKOFF_MAX_MS ? con->o.max_poll_ms : DQ_BACKOFF_MAX_MS;
   con->backoff_ms = con->backoff_ms ? con->backoff_ms * 2 : DQ_BACKOFF_MIN_MS;
   if (con->backoff_ms > cap) con->backoff_ms = cap;
-  sluice__timer_in(con->timer, con->backoff_ms);
+  con->timer_at_us = 0;
+  arm_at(con, sluice__mono_us() + con->backoff_ms * 1000ull);
   if (!con->err_cb) return;
   sluice__guard_enter(&con->guard);
   con->err_cb(con, status, con->err_ud);
@@ -247,21 +310,15 @@ static void deliver(sluice_dq_consumer *con, const redisReply *reply, size_t cou
 }
 
 /* After a take: go again at once if more may be due, else sleep until the
- * next due time or deadline (µs from Redis's clock), capped by max_poll_ms. */
-static void schedule(sluice_dq_consumer *con, int64_t now_us, int64_t next_ms, size_t count) {
-  uint64_t cap_us = (uint64_t)con->o.max_poll_ms * 1000;
+ * next due time or deadline, a wake-up heard meanwhile, or max_poll_ms. */
+static void schedule(sluice_dq_consumer *con, int64_t next_ms, size_t count) {
+  uint64_t at = sluice__mono_us() + (uint64_t)con->o.max_poll_ms * 1000;
   update_listen(con);
-  if (con->again || count >= con->asked) {
-    event_active(con->kick, 0, 0);
-    return;
-  }
-  if (next_ms < 0) {
-    timer_in_us(con->timer, cap_us);
-    return;
-  }
-  int64_t wait_us = next_ms * 1000 - now_us;
-  if (wait_us <= 0) event_active(con->kick, 0, 0);
-  else timer_in_us(con->timer, (uint64_t)wait_us < cap_us ? (uint64_t)wait_us : cap_us);
+  if (next_ms >= 0 && local_us(con, next_ms) < at) at = local_us(con, next_ms);
+  if (con->woken_us && con->woken_us < at) at = con->woken_us;
+  con->woken_us = 0;
+  if (con->again || count >= con->asked) at = 0;
+  arm_at(con, at);
 }
 
 static void take_done(void *ud, int status, const redisReply *reply) {
@@ -280,12 +337,15 @@ static void take_done(void *ud, int status, const redisReply *reply) {
     return;
   }
   con->backoff_ms = 0;
+  /* Before the handlers run: their time must not shift Redis's clock. */
+  con->offset_us = now_us - (int64_t)sluice__mono_us();
+  con->have_offset = 1;
   deliver(con, reply, (size_t)count, now_us);
   if (!taking_allowed(con)) {
     sluice__guard_poke(&con->guard);
     return;
   }
-  schedule(con, now_us, next_ms, (size_t)count);
+  schedule(con, next_ms, (size_t)count);
 }
 
 static void take(sluice_dq_consumer *con) {
@@ -302,11 +362,13 @@ static void take(sluice_dq_consumer *con) {
   }
   con->asked = cap < con->o.batch ? cap : con->o.batch;
   evtimer_del(con->timer);
+  con->timer_at_us = 0;
+  con->woken_us = 0; /* this take sees every wake-up heard so far */
   con->take_sent_ms = sluice__mono_ms();
   int rc = sluice__args_init(&args, DQ_TAKE_ARGS, DQ_TAKE_NUMS);
   if (rc == SLUICE_OK) {
     sluice__dq_take_args(&args, con->keys, con->o.retention_ms, con->asked, con->o.visibility_ms,
-                         con->o.max_attempts);
+                         con->o.max_attempts, con->cid, con->o.max_poll_ms);
     rc = sluice__eval(con->c, &sluice__lua_dq_take, args.nkeys, args.argc, args.argv, args.lens,
                       con->o.op_timeout_ms, take_done, con, NULL);
     sluice__args_clear(&args);
@@ -321,6 +383,12 @@ static void take(sluice_dq_consumer *con) {
 }
 
 static void take_cb(evutil_socket_t fd, short what, void *arg) { take(arg); }
+
+static void timer_cb(evutil_socket_t fd, short what, void *arg) {
+  sluice_dq_consumer *con = arg;
+  con->timer_at_us = 0;
+  take(con);
+}
 
 /* ---- public API ------------------------------------------------------------ */
 
@@ -357,6 +425,7 @@ static void consumer_destroy(sluice__guard *g) {
   if (con->kick) event_free(con->kick);
   sluice__flusher_clear(&con->flusher);
   sluice__dq_keys_free(con->keys);
+  free(con->wake_key);
   free(con->name);
   sluice__free(con);
 }
@@ -371,6 +440,15 @@ static void consumer_resume(sluice__guard *g) {
   event_active(con->kick, 0, 0);
 }
 
+/* Another node serves the queue (a failover, a restart): the client's
+ * unreplicated pushes and settlements were sent there already; look again
+ * at once, as after a reconnect. */
+static void consumer_node_changed(sluice__guard *g, int lo, int hi) {
+  sluice_dq_consumer *con = sluice__container_of(g, sluice_dq_consumer, guard);
+  unsigned route = sluice__client_route(con->c, con->keys[0]);
+  if (lo < 0 || (route >= (unsigned)lo && route <= (unsigned)hi)) consumer_resume(g);
+}
+
 static void consumer_view(const sluice__guard *g, sluice__obj_view *out) {
   const sluice_dq_consumer *con = sluice__container_of(g, sluice_dq_consumer, guard);
   *out = (sluice__obj_view){SLUICE__OBJ_DQ_CONSUMER, con, con->name, NULL, &con->lateness};
@@ -382,6 +460,7 @@ static const sluice__guard_ops consumer_guard_ops = {.quiesce = consumer_cancel,
                                                      .idle = consumer_idle,
                                                      .destroy = consumer_destroy,
                                                      .resume = consumer_resume,
+                                                     .node_changed = consumer_node_changed,
                                                      .view = consumer_view};
 
 static int check_options(const sluice_dq_consumer_options *o) {
@@ -394,12 +473,18 @@ static int check_options(const sluice_dq_consumer_options *o) {
 
 static int consumer_init(sluice_dq_consumer *con, sluice_client *c, const char *name) {
   struct event_base *base = sluice__client_base(c);
-  con->timer = evtimer_new(base, take_cb, con);
+  con->timer = evtimer_new(base, timer_cb, con);
   con->kick = event_new(base, -1, 0, take_cb, con);
   con->name = strdup(name);
   if (!con->timer || !con->kick || !con->name || sluice__flusher_init(&con->flusher, base) != SLUICE_OK ||
       sluice__dq_keys(c, name, con->keys) != 0)
     return SLUICE_ENOMEM;
+  sluice__random_hex(con->cid);
+  size_t klen = strlen(con->keys[DQ_KEY_CONSUMERS]);
+  if (!(con->wake_key = malloc(klen + sizeof con->cid + 1))) return SLUICE_ENOMEM;
+  memcpy(con->wake_key, con->keys[DQ_KEY_CONSUMERS], klen);
+  con->wake_key[klen] = ':';
+  memcpy(con->wake_key + klen + 1, con->cid, sizeof con->cid);
   sluice__batcher_init(&con->settles, &settle_kind, c, con, &con->guard, &con->flusher,
                        con->o.op_timeout_ms);
   con->route = sluice__client_route(c, con->keys[0]);

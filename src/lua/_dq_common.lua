@@ -1,23 +1,108 @@
 -- Shared by the delay-queue scripts (inlined at build time by embed_lua.py).
--- KEYS[1..4] are a queue's z (delayed), f (in flight), d (dead) and h
--- (per-message data, counters and the key horizon '#exp').
+-- KEYS[1..5] are a queue's z (delayed), f (in flight), d (dead), h
+-- (per-message data, counters and the key horizon '#exp') and c (idle
+-- consumers: consumer id -> the time, ms on Redis's clock, at which it will
+-- look at the queue next). Consumer <cid>'s wake list is c .. ':' .. cid: it
+-- carries c's hash tag, hence its slot.
 -- Redis Cluster rule: while the slot migrates, its source node runs a script
 -- only when all declared keys exist there, then refuses any later access to
 -- a key the script emptied, keeping the writes before it. So a removal that
--- may empty z, f or d is that key's last access (after dq_expire too); h
+-- may empty z, f, d or c is that key's last access (after dq_expire too); h
 -- keeps its counters (#seq) and is never emptied.
+--
+-- Message layout. z's member is seq .. id, seq being the message's push
+-- sequence number encoded as one length byte (1..8) and that many bytes,
+-- big-endian: byte order is numeric order, so equal due times sort in push
+-- order. h holds p<id> = seq .. payload and, once delivered, a<id> = seq ..
+-- attempts (decimal), so a requeue or cancel finds the member without
+-- another field. Queues written before this layout have members of 12 hex
+-- digits .. id, raw payloads, a<id> = attempts and s<id> = the 12 digits;
+-- such a message keeps that layout until it is acknowledged (a hex digit is
+-- never below '0', a length byte always is).
 
--- Wake idle consumers only when the earliest due time moved earlier than
--- old: their timers are armed for the old head. At most 4 tokens wait.
-local function dq_wake(w, due, old)
-  if (not old or due < old) and redis.call('LLEN', w) < 4 then
-    redis.call('LPUSH', w, due)
-    redis.call('PEXPIRE', w, 60000)
+-- Why no consumer's fate stalls another (liveness). Let E be the earliest
+-- time anything becomes takeable: the head of z, or the first deadline of
+-- f + 1. Invariant: every consumer in c looks at the queue no later than E
+-- (its timer is armed for its score), or an unread wake-up for a time no
+-- later than E waits on its own list. A take registers its consumer with
+-- min(E, now + its poll) (dq_take.lua); steps that only remove raise E; a
+-- step that adds a time X (push, retry, release, requeue, a take's new
+-- deadlines) calls dq_wake(c, X), which in the same script tells every
+-- consumer scored later than X. Wake-ups are never shared: one that a
+-- consumer pops and then cannot use (it died, stopped, is full) was its
+-- own, and the others got theirs. A full consumer (its take found as many
+-- due messages as it asked for) leaves c and takes again once it has room.
+-- Left to the poll: writes lost to eviction, more than DQ_WAKE_MAX
+-- consumers scored later than one X, a push refused while the slot migrates.
+
+local DQ_WAKE_MAX = 100  -- idle consumers told per call
+local DQ_STALE_MS = 10000 -- an entry of c this far in the past is a gone consumer
+
+-- The encoded sequence number n.
+local function seq_enc(n)
+  local b = {}
+  while n > 0 or #b == 0 do
+    table.insert(b, 1, n % 256)
+    n = math.floor(n / 256)
   end
+  return string.char(#b, unpack(b))
+end
+
+-- Length of the encoded sequence number that starts s; nil for the old
+-- layout (or an empty s).
+local function seq_len(s)
+  local b = string.byte(s, 1)
+  if b and b <= 8 then return b + 1 end
+  return nil
+end
+
+-- A member of z -> its sequence prefix, the id.
+local function member_split(m)
+  local n = seq_len(m) or 12
+  return string.sub(m, 1, n), string.sub(m, n + 1)
+end
+
+-- An a<id> value -> its sequence prefix (nil: old layout), the attempts.
+local function attempts_split(v)
+  if not v then return nil, 0 end
+  local n = seq_len(v)
+  if not n then return nil, tonumber(v) or 0 end
+  return string.sub(v, 1, n), tonumber(string.sub(v, n + 1)) or 0
+end
+
+-- The member of z for message id, delivered before (a<id> = av).
+local function member_of(h, id, av)
+  local seq = attempts_split(av)
+  return (seq or redis.call('HGET', h, 's' .. id) or string.format('%012x', 0)) .. id
+end
+
+-- Set message id's attempts to att, keeping a<id>'s layout (av: its value).
+local function set_attempts(h, id, av, att)
+  redis.call('HSET', h, 'a' .. id, (attempts_split(av) or '') .. att)
+end
+
+-- Something became takeable at `at` (ms): every idle consumer that would
+-- look later gets `at` on its wake list and its entry moves to `at`, at
+-- most DQ_WAKE_MAX of them (the earliest first). The push may be refused
+-- while the slot migrates (the list may live on the other node by now):
+-- then that consumer hears of it when its blocking call is redirected.
+local function dq_wake(c, at)
+  local ids = redis.call('ZRANGEBYSCORE', c, '(' .. at, '+inf', 'LIMIT', 0, DQ_WAKE_MAX)
+  local moved = {}
+  for _, cid in ipairs(ids) do
+    local w = c .. ':' .. cid
+    local r = redis.pcall('LPUSH', w, at)
+    if type(r) == 'number' then
+      redis.pcall('PEXPIRE', w, 60000)
+      moved[#moved + 1] = at
+      moved[#moved + 1] = cid
+    end
+  end
+  if #moved > 0 then redis.call('ZADD', c, 'XX', unpack(moved)) end
 end
 
 -- Keys live `ret` ms past the latest due time or deadline they hold. The
--- horizon only grows: when `need` passes it, all four keys move to the new
+-- horizon only grows: when `need` passes it, all five keys move to the new
 -- horizon; otherwise only the keys this script wrote (the set `wrote`: one
 -- it re-created has no expiry yet) get the current one again.
 local function dq_expire(h, need, ret, wrote)
@@ -25,7 +110,7 @@ local function dq_expire(h, need, ret, wrote)
   if need > exp then
     exp = need + math.floor(ret / 8)
     redis.call('HSET', h, '#exp', exp)
-    for k = 1, 4 do redis.call('PEXPIREAT', KEYS[k], exp) end
+    for k = 1, 5 do redis.call('PEXPIREAT', KEYS[k], exp) end
   else
     for k in pairs(wrote) do redis.call('PEXPIREAT', k, exp) end
   end

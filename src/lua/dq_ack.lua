@@ -1,22 +1,23 @@
 -- Settle in-flight messages: acknowledge, retry later, or release (put back
--- uncounted). KEYS: z f d h w as in dq_push.lua.
+-- uncounted). KEYS: z f d h c (see _dq_common.lua).
 -- ARGV: retention ms, max attempts (0 = no limit), then per message: id,
 -- attempt it was delivered as, 'a' | 'r' | 'x', delay ms (for 'r').
 -- Returns per message: 1 done, 2 dead-lettered (retry past max attempts),
 -- -1 late (deadline passed or delivered again since), -2 not found.
+-- Work: at most 1000 messages (the client's batch, checked here too), plus
+-- dq_wake's bound.
 --@include _dq_common.lua
-local z, f, d, h, w = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local z, f, d, h, c = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local n = (#ARGV - 2) / 4
+if n ~= math.floor(n) or n > 1000 then return redis.error_reply('ERR sluice: bad settle') end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local later = tonumber(t[1]) * 1000 + math.ceil(tonumber(t[2]) / 1000)
 local ret, maxa = tonumber(ARGV[1]), tonumber(ARGV[2])
-local out, old, mindue, maxdue, wrote = {}, false, nil, now, {}
+local out, mindue, maxdue, wrote = {}, nil, now, {}
 
-local function requeue(id, due)
-  if old == false then old = tonumber(redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')[2]) end
-  local s = string.format('%012x', redis.call('HINCRBY', h, '#seq', 1))
-  redis.call('HSET', h, 's' .. id, s)
-  redis.call('ZADD', z, due, s .. id)
+local function requeue(id, av, due)
+  redis.call('ZADD', z, due, member_of(h, id, av))
   wrote[z] = true
   if not mindue or due < mindue then mindue = due end
   if due > maxdue then maxdue = due end
@@ -28,38 +29,41 @@ for i = 3, #ARGV, 4 do
   afields[#afields + 1] = 'a' .. ARGV[i]
   dls[#dls + 1] = redis.call('ZSCORE', f, ARGV[i])
 end
-local atts = redis.call('HMGET', h, unpack(afields))
+local atts = #afields > 0 and redis.call('HMGET', h, unpack(afields)) or {}
 local gone, hdel = {}, {}
 for k = 1, #dls do
   local i = 4 * k - 1
-  local id, op, dl = ARGV[i], ARGV[i + 2], dls[k]
+  local id, op, dl, av = ARGV[i], ARGV[i + 2], dls[k], atts[k]
+  local seq, a = attempts_split(av)
   local code = 1
   if not dl then
-    code = redis.call('HEXISTS', h, 'p' .. id) == 1 and -1 or -2
-  elseif tonumber(dl) < now or atts[k] ~= ARGV[i + 1] then
+    -- Delivered again and waiting (a<id> stays until acked or cancelled),
+    -- or gone: acked by whoever got it after the deadline, or cancelled.
+    code = av and -1 or -2
+  elseif tonumber(dl) < now or a ~= tonumber(ARGV[i + 1]) then
     code = -1
   else
     gone[#gone + 1] = id
     if op == 'a' then
       hdel[#hdel + 1] = 'p' .. id
       hdel[#hdel + 1] = 'a' .. id
-      hdel[#hdel + 1] = 's' .. id
+      if not seq then hdel[#hdel + 1] = 's' .. id end
     elseif op == 'x' then
-      redis.call('HINCRBY', h, 'a' .. id, -1)
-      requeue(id, now)
-    elseif maxa > 0 and tonumber(ARGV[i + 1]) >= maxa then
+      set_attempts(h, id, av, a - 1)
+      requeue(id, av, now)
+    elseif maxa > 0 and a >= maxa then
       redis.call('ZADD', d, now, id)
       wrote[d] = true
       code = 2
     else
-      requeue(id, later + tonumber(ARGV[i + 3]))
+      requeue(id, av, later + tonumber(ARGV[i + 3]))
     end
   end
   out[k] = code
 end
 if #hdel > 0 then redis.call('HDEL', h, unpack(hdel)) end
 
-if mindue then dq_wake(w, mindue, old) end
+if mindue then dq_wake(c, mindue) end
 if next(wrote) then dq_expire(h, maxdue + ret, ret, wrote) end
 -- Last: this may empty f (see _dq_common.lua).
 if #gone > 0 then redis.call('ZREM', f, unpack(gone)) end

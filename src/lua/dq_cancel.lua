@@ -1,11 +1,15 @@
--- Remove one message wherever it is. KEYS: z f d h w as in dq_push.lua.
+-- Remove one message wherever it is. KEYS: z f d h c (see _dq_common.lua).
 -- ARGV: id. Returns 1 if removed, 0 if there was no such message.
+--@include _dq_common.lua
 local z, f, d, h = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id = ARGV[1]
-if redis.call('HEXISTS', h, 'p' .. id) == 0 then return 0 end
-local s = redis.call('HGET', h, 's' .. id)
-if s then redis.call('ZREM', z, s .. id) end
+local v = redis.call('HMGET', h, 'p' .. id, 'a' .. id, 's' .. id)
+if not v[1] then return 0 end
+-- Its member in z: from a<id> once delivered, else from its payload's
+-- sequence prefix; an old-layout message's is s<id> .. id.
+local seq = v[3] or attempts_split(v[2]) or string.sub(v[1], 1, seq_len(v[1]) or 0)
+redis.call('HDEL', h, 'p' .. id, 'a' .. id, 's' .. id)
+redis.call('ZREM', z, seq .. id)
 redis.call('ZREM', f, id)
 redis.call('ZREM', d, id)
-redis.call('HDEL', h, 'p' .. id, 'a' .. id, 's' .. id)
 return 1

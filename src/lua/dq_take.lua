@@ -1,35 +1,51 @@
 -- Take up to ARGV[2] due messages into the in-flight set with a visibility
 -- deadline, after requeueing (or dead-lettering) in-flight messages whose
--- deadline passed. KEYS: z f d h w as in dq_push.lua.
--- ARGV: retention ms, batch, visibility ms, max attempts (0 = no limit).
+-- deadline passed; then record when this consumer looks next.
+-- KEYS: z f d h c (see _dq_common.lua).
+-- ARGV: retention ms, batch (1..1000), visibility ms, max attempts (0 = no
+-- limit), consumer id, its longest sleep (max_poll_ms).
 -- Returns {now us, next wake-up ms or -1, count, then per message: id,
 -- attempt, due ms, payload}. The next wake-up is the earliest of the next
 -- due time and the next in-flight deadline (+1 ms: expiry is deadline < now).
+-- A consumer that found fewer due messages than it asked for is idle: its
+-- entry in c says when it looks next (the next wake-up, or now + its
+-- longest sleep), so a later step that makes something takeable sooner
+-- wakes it (dq_wake). One that found as many leaves c: it takes again at
+-- once, or it is full and takes again when it has room. The new deadlines
+-- wake the idle consumers that would look later, so whoever holds a message
+-- its deadline is watched by every idle consumer.
+-- Work: at most 100 late messages, 1000 taken, 16 stale entries of c
+-- removed, plus dq_wake's bound.
 --@include _dq_common.lua
-local z, f, d, h = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local z, f, d, h, c = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(now_us / 1000)
 local ret, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
 local vis, maxa = tonumber(ARGV[3]), tonumber(ARGV[4])
+local cid, poll = ARGV[5], tonumber(ARGV[6])
+if not (batch >= 1 and batch <= 1000) then return redis.error_reply('ERR sluice: bad batch') end
 local wrote = {}
 
 -- Removals come last, after every read, addition and dq_expire (a removal
--- may empty z or f: see _dq_common.lua): the late ones leave f at the end,
--- but for those taken again here, whose new deadline replaced theirs.
-local late = redis.call('ZRANGEBYSCORE', f, '-inf', '(' .. now, 'LIMIT', 0, 100)
+-- may empty z, f or c: see _dq_common.lua): the late ones leave f at the
+-- end, but for those taken again here, whose new deadline replaced theirs.
+local fh = redis.call('ZRANGE', f, 0, 0, 'WITHSCORES')
+local late = {}
+if fh[2] and tonumber(fh[2]) < now then
+  late = redis.call('ZRANGEBYSCORE', f, '-inf', '(' .. now, 'LIMIT', 0, 100)
+end
 if #late > 0 then
-  local seq = redis.call('HINCRBY', h, '#seq', #late) - #late
-  for _, id in ipairs(late) do
-    local a = tonumber(redis.call('HGET', h, 'a' .. id) or '0')
+  local fields = {}
+  for i, id in ipairs(late) do fields[i] = 'a' .. id end
+  local avs = redis.call('HMGET', h, unpack(fields))
+  for i, id in ipairs(late) do
+    local _, a = attempts_split(avs[i])
     if maxa > 0 and a >= maxa then
       redis.call('ZADD', d, now, id)
       wrote[d] = true
     else
-      seq = seq + 1
-      local s = string.format('%012x', seq)
-      redis.call('HSET', h, 's' .. id, s)
-      redis.call('ZADD', z, now, s .. id)
+      redis.call('ZADD', z, now, member_of(h, id, avs[i]))
       wrote[z] = true
     end
   end
@@ -40,27 +56,31 @@ local cand = redis.call('ZRANGE', z, 0, batch, 'WITHSCORES')
 local n = 0
 while n < batch and cand[2 * n + 2] and tonumber(cand[2 * n + 2]) <= now do n = n + 1 end
 local nextdue = tonumber(cand[2 * n + 2])
-local taken = {}
+local taken, deadline, count = {}, now + vis, 0
 if n > 0 then
   -- Payloads and attempt counts in one HMGET, new counts in one HSET.
-  local fields = {}
+  local fields, seqs = {}, {}
   for i = 1, n do
-    local id = string.sub(cand[2 * i - 1], 13)
+    local seq, id = member_split(cand[2 * i - 1])
+    seqs[i] = seq_len(seq) and seq or ''
     fields[i], fields[n + i] = 'p' .. id, 'a' .. id
   end
   local v = redis.call('HMGET', h, unpack(fields))
-  local deadline, zargs, hargs, count = now + vis, {}, {}, 0
+  local zargs, hargs = {}, {}
   for i = 1, n do
     if v[i] then
-      local id, a = string.sub(fields[i], 2), (tonumber(v[n + i]) or 0) + 1
+      local id = string.sub(fields[i], 2)
+      local _, a = attempts_split(v[n + i])
+      local payload = v[i]
+      if seqs[i] ~= '' then payload = string.sub(payload, (seq_len(payload) or 0) + 1) end
       zargs[#zargs + 1] = deadline
       zargs[#zargs + 1] = id
       hargs[#hargs + 1] = fields[n + i]
-      hargs[#hargs + 1] = a
+      hargs[#hargs + 1] = seqs[i] .. (a + 1)
       out[#out + 1] = id
-      out[#out + 1] = a
+      out[#out + 1] = a + 1
       out[#out + 1] = tonumber(cand[2 * i])
-      out[#out + 1] = v[i]
+      out[#out + 1] = payload
       count = count + 1
       taken[id] = true
     end
@@ -76,21 +96,42 @@ local drop = {}
 for _, id in ipairs(late) do
   if not taken[id] then drop[#drop + 1] = id end
 end
--- The earliest deadline that stays: the late ones still in f are its
--- lowest entries (new deadlines are later than now).
-local fh = redis.call('ZRANGE', f, 0, #drop, 'WITHSCORES')
-local dropping = {}
-for _, id in ipairs(drop) do dropping[id] = true end
-for i = 1, #fh, 2 do
-  if not dropping[fh[i]] then
-    local dl = tonumber(fh[i + 1]) + 1
-    if not nextdue or dl < nextdue then nextdue = dl end
-    break
+
+-- The earliest deadline that stays in f: without late ones, the one read
+-- first or this take's; else the lowest entry that is not leaving (the late
+-- ones still in f are its lowest entries, new deadlines are later than now).
+local first = tonumber(fh[2])
+if #late == 0 then
+  if count > 0 and (not first or deadline < first) then first = deadline end
+else
+  first = nil
+  local dropping = {}
+  for _, id in ipairs(drop) do dropping[id] = true end
+  local fl = redis.call('ZRANGE', f, 0, #drop, 'WITHSCORES')
+  for i = 1, #fl, 2 do
+    if not dropping[fl[i]] then
+      first = tonumber(fl[i + 1])
+      break
+    end
   end
 end
+if first and (not nextdue or first + 1 < nextdue) then nextdue = first + 1 end
 if nextdue then out[2] = nextdue end
 
+if count > 0 then dq_wake(c, deadline + 1) end
+local stale = {}
+if n < batch then
+  local at = now + poll
+  if nextdue and nextdue < at then at = nextdue end
+  if redis.call('ZADD', c, at, cid) == 1 then
+    stale = redis.call('ZRANGEBYSCORE', c, '-inf', '(' .. (now - DQ_STALE_MS), 'LIMIT', 0, 16)
+  end
+  wrote[c] = true
+end
 if next(wrote) then dq_expire(h, now + vis + ret, ret, wrote) end
 if n > 0 then redis.call('ZREMRANGEBYRANK', z, 0, n - 1) end
 if #drop > 0 then redis.call('ZREM', f, unpack(drop)) end
+-- c last: this consumer's own entry is in it, or leaving it may empty it.
+if #stale > 0 then redis.call('ZREM', c, unpack(stale)) end
+if n >= batch then redis.call('ZREM', c, cid) end
 return out

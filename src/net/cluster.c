@@ -124,6 +124,7 @@ static node *node_get(sluice__cluster *cl, const char *host, size_t hlen, int po
   n->ep.host = malloc(hlen + 1);
   sluice__conn_config cfg = {.net = cl->cfg.net,
                              .scripts = cl->cfg.scripts,
+                             .count_replicas = cl->cfg.count_replicas,
                              .on_up = node_up,
                              .on_down = node_down,
                              .userdata = n};

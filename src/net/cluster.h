@@ -30,6 +30,7 @@ typedef struct sluice__cluster sluice__cluster;
 typedef struct sluice__cluster_config {
   sluice__net_config net;        /* endpoint: seeds, credentials, TLS */
   const struct sluice__script *const *scripts;
+  int count_replicas;            /* every node's handshake asks (conn.h) */
   /* A master's connection came up / went down (as conn.h's on_up/on_down). */
   void (*node_up)(sluice__conn *conn, void *userdata);
   void (*node_down)(sluice__conn *conn, int status, void *userdata);

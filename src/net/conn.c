@@ -1,4 +1,5 @@
 /* Connection life cycle; see conn.h. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -59,6 +60,20 @@ static void read_run_id(sluice__conn *conn, const redisReply *reply) {
   conn->info_run_id[n] = '\0';
 }
 
+/* An optional handshake step's refusal by the ACL rule, kept for the
+ * client to say (other errors: a replica refuses WAIT, and says nothing a
+ * user could change). */
+static void note_refusal(char *buf, size_t size, const redisReply *reply) {
+  int noperm = reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOPERM", 6) == 0;
+  snprintf(buf, size, "%s", noperm ? reply->str : "");
+}
+
+/* A number no other node of this process had: 64 bits never wrap. */
+static uint64_t fresh_node_id(void) {
+  static atomic_uint_fast64_t next = 1;
+  return (uint64_t)atomic_fetch_add_explicit(&next, 1, memory_order_relaxed);
+}
+
 /* The handshake completed: is this the node of the previous up? Another
  * address (a Sentinel switch), or the same with another run_id (a
  * restart), is another node; an unknown run_id tells nothing. */
@@ -73,6 +88,8 @@ static void note_node(sluice__conn *conn) {
                             strcmp(conn->run_id, conn->info_run_id) != 0));
   memcpy(conn->up_addr, addr, sizeof addr);
   memcpy(conn->run_id, conn->info_run_id, sizeof conn->run_id);
+  if (!had || conn->new_node) conn->node_id = fresh_node_id();
+  conn->replicas_online = conn->info_replicas;
 }
 
 static void handshake_cb(redisAsyncContext *ac, void *r, void *privdata) {
@@ -85,6 +102,12 @@ static void handshake_cb(redisAsyncContext *ac, void *r, void *privdata) {
   if (conn->handshake_failed) return;
   if (strcmp(step, "INFO") == 0) {
     read_run_id(conn, reply);
+    note_refusal(conn->info_refused, sizeof conn->info_refused, reply);
+    return;
+  }
+  if (strcmp(step, "WAIT") == 0) { /* refused (ACL, a replica): unknown, fails nothing */
+    conn->info_replicas = reply->type == REDIS_REPLY_INTEGER ? (int)reply->integer : -1;
+    note_refusal(conn->wait_refused, sizeof conn->wait_refused, reply);
     return;
   }
   if (reply->type == REDIS_REPLY_ERROR) {
@@ -174,6 +197,12 @@ static void send_handshake(sluice__conn *conn) {
     const char *argv[2] = {"SELECT", db};
     sluice__conn_send(conn, handshake_cb, (void *)"SELECT", 2, argv, NULL);
   }
+  /* Before anything that could be replicated: with no write of its own
+   * yet, WAIT counts every replica online. */
+  if (conn->cfg.count_replicas) {
+    const char *wait[3] = {"WAIT", "0", "0"};
+    sluice__conn_send(conn, handshake_cb, (void *)"WAIT", 3, wait, NULL);
+  }
   for (const struct sluice__script *const *sc = conn->cfg.scripts; sc && *sc; sc++) {
     const char *argv[3] = {"SCRIPT", "LOAD", (*sc)->body};
     size_t lens[3] = {6, 4, (*sc)->len};
@@ -253,6 +282,7 @@ int sluice__conn_init(sluice__conn *conn, struct event_base *base,
                       const sluice__conn_config *cfg) {
   memset(conn, 0, sizeof *conn);
   conn->cfg = *cfg;
+  conn->replicas_online = -1;
   conn->base = base;
   conn->timer = evtimer_new(base, timer_cb, conn);
   conn->drop_ev = event_new(base, -1, 0, drop_cb, conn);
@@ -323,6 +353,8 @@ void sluice__conn_start(sluice__conn *conn) {
   conn->state = SLUICE_CONN_CONNECTING;
   conn->handshake_failed = 0;
   conn->info_run_id[0] = '\0';
+  conn->info_replicas = -1;
+  conn->info_refused[0] = conn->wait_refused[0] = '\0';
   sluice__timer_in(conn->timer, conn->cfg.net.connect_timeout_ms);
   send_handshake(conn);
   if (conn->cfg.on_context) conn->cfg.on_context(conn, conn->cfg.userdata);

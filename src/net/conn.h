@@ -59,6 +59,9 @@ typedef struct sluice__conn_config {
   /* Optional: a context exists and the handshake is queued on it; commands
    * sent now follow the handshake. */
   void (*on_context)(sluice__conn *conn, void *userdata);
+  /* A data connection: its handshake also asks how many replicas are
+   * online (WAIT 0 0 before any write counts every replica in sync). */
+  int count_replicas;
   void *userdata;
 } sluice__conn_config;
 
@@ -85,6 +88,18 @@ struct sluice__conn {
   char up_addr[280];
   int new_node;
   char info_run_id[41];           /* this attempt's, until it is up */
+  /* The node it talks to, unique in the process: a new id at the first up
+   * and whenever new_node is set, so whoever noted it can tell later
+   * whether this connection still reaches the same data. */
+  uint64_t node_id;
+  /* Replicas online at the last handshake (count_replicas; -1 unknown:
+   * WAIT refused, or a replica answered). */
+  int replicas_online;
+  int info_replicas;              /* this attempt's, until it is up */
+  /* Redis's words when the handshake's INFO or WAIT was refused (an ACL
+   * rule without them): "" when answered. Neither fails the handshake. */
+  char info_refused[160];
+  char wait_refused[160];
   uint64_t last_reply_ms;         /* monotonic: last reply (the client's steps) */
   /* The client's wait_replicas state for this connection (client.c). */
   struct wait_batch *wait_open;   /* writes sent this turn, for one WAIT */

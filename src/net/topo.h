@@ -60,6 +60,7 @@ typedef struct sluice__topo_events {
 typedef struct sluice__topo_config {
   sluice__net_config net;                      /* endpoint, timeouts, reconnect */
   const struct sluice__script *const *scripts; /* loaded in every handshake */
+  int count_replicas;                          /* data connections ask (conn.h) */
   sluice__topo_events ev;
 } sluice__topo_config;
 

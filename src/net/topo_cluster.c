@@ -143,6 +143,7 @@ sluice__topo *sluice__topo_cluster_new(struct event_base *base, const sluice__to
   tc->t.ops = &cluster_ops;
   tc->t.cfg = *cfg;
   sluice__cluster_config cc = {.net = cfg->net,
+                               .count_replicas = cfg->count_replicas,
                                .scripts = cfg->scripts,
                                .node_up = node_up,
                                .node_down = node_down,

@@ -42,6 +42,7 @@ static void stop_renewing(sluice_permit *p) {
   evtimer_del(p->lost_timer);
   round_leave(p);
   sluice__batcher_leave(&p->sem->renewals, &p->renewal);
+  sluice__batcher_leave(&p->sem->reasserts, &p->reassert);
 }
 
 /* Lost: tell the holder once, last (the callback may release the permit). */
@@ -185,9 +186,69 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
 static const sluice__batch_kind renew_kind = {
     &sluice__lua_sem_renew, SEM_BATCH_MAX,
     SEM_RENEW_ARGS_HEAD, SEM_RENEW_ARGS_PER, SEM_RENEW_NUMS_HEAD, SEM_RENEW_NUMS_PER,
-    0, 1, build, answer, timeout};
+    0, 1, build, answer, timeout, 0};
 
+/* ---- re-assertion on a new node ------------------------------------------ */
+
+static void reassert_build(sluice__args *a, void *owner, sluice__breq *const *reqs, size_t n) {
+  sluice_sem *sem = owner;
+  sluice__sem_reassert_head(a, &sem->call);
+  for (size_t i = 0; i < n; i++) {
+    const sluice_permit *p = sluice__container_of(reqs[i], sluice_permit, reassert);
+    sluice__sem_reassert_item(a, p->id, p->fence);
+  }
+}
+
+/* 1 still held, 2 put back: a full lease from when the call was sent; 0
+ * taken by someone else meanwhile: lost, now rather than at the next
+ * renewal. Unanswered: again when the connection is back (meanwhile the
+ * renewals go on, and would find it gone). */
+static void reassert_answer(void *owner, sluice__breq *r, int status,
+                            const sluice__batch_reply *br) {
+  sluice_permit *p = sluice__container_of(r, sluice_permit, reassert);
+  sluice_sem *sem = owner;
+  int64_t v = 0;
+  if (p->lost || status == SLUICE_ECANCELED) return;
+  if (status == SLUICE_OK && sluice__reply_i64(br->reply->element[br->at], &v))
+    status = SLUICE_EPROTOCOL;
+  p->reassert_again = status != SLUICE_OK;
+  if (status != SLUICE_OK) return;
+  sluice__record_permits(sem->c, v == 2, v == 0);
+  if (v == 0) {
+    fire_lost(p, SLUICE_LOST_DEFINITE);
+    return;
+  }
+  if (v == 2)
+    sluice__log(sem->c, SLUICE_LOG_INFO, "semaphore '%s': permit %s restored on the new node",
+                sem->name, p->id);
+  p->replicated = br->replicated;
+  set_deadline(p, sluice__permit_deadline(sem, br->sent_ms, sem->o.ttl_ms));
+}
+
+static const sluice__batch_kind reassert_kind = {
+    &sluice__lua_sem_reassert, SEM_BATCH_MAX,
+    SEM_REASSERT_ARGS_HEAD, SEM_REASSERT_ARGS_PER, SEM_REASSERT_NUMS_HEAD, SEM_REASSERT_NUMS_PER,
+    0, 1, reassert_build, reassert_answer, timeout, 0};
+
+void sluice__permits_reassert(sluice_sem *sem) {
+  for (sluice__link *l = sem->permits.head; l; l = l->next) {
+    sluice_permit *p = sluice__container_of(l, sluice_permit, link);
+    if (!p->lost) sluice__batcher_queue(&sem->reasserts, &p->reassert, sem->route);
+  }
+}
+
+void sluice__permits_resume(sluice_sem *sem) {
+  for (sluice__link *l = sem->permits.head; l; l = l->next) {
+    sluice_permit *p = sluice__container_of(l, sluice_permit, link);
+    if (p->reassert_again && !p->lost)
+      sluice__batcher_queue(&sem->reasserts, &p->reassert, sem->route);
+  }
+}
+
+/* Flushed in this order: re-assertions before renewals. */
 int sluice__permit_setup(sluice_sem *sem) {
+  sluice__batcher_init(&sem->reasserts, &reassert_kind, sem->c, sem, &sem->guard, &sem->flusher,
+                       sem->o.op_timeout_ms);
   sluice__batcher_init(&sem->renewals, &renew_kind, sem->c, sem, &sem->guard, &sem->flusher,
                        sem->o.op_timeout_ms);
   sem->round_done = sluice__mono_ms() / round_ms(sem);
@@ -295,6 +356,7 @@ static int hand_on(sluice_permit *p, sluice_release_cb *cb, void *ud) {
 
 void sluice__permits_quiesce(sluice_sem *sem) {
   sluice__batcher_cancel(&sem->renewals, SLUICE_ECANCELED); /* no callback */
+  sluice__batcher_cancel(&sem->reasserts, SLUICE_ECANCELED);
   for (sluice__link *l = sem->permits.head; l; l = l->next)
     stop_renewing(sluice__container_of(l, sluice_permit, link));
   evtimer_del(sem->round_timer);
@@ -303,6 +365,7 @@ void sluice__permits_quiesce(sluice_sem *sem) {
 void sluice__permits_cancel_all(sluice_sem *sem) {
   sluice__batcher_cancel(&sem->renewals, SLUICE_ECANCELED);
   evtimer_del(sem->round_timer);
+  sluice__batcher_cancel(&sem->reasserts, SLUICE_ECANCELED);
   for (sluice__link *l = sem->permits.head, *next; l; l = next) {
     next = l->next;
     sluice_permit *p = sluice__container_of(l, sluice_permit, link);

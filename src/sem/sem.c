@@ -166,6 +166,18 @@ static void sem_destroy(sluice__guard *g) {
 static void sem_resume(sluice__guard *g) {
   sluice_sem *sem = sluice__container_of(g, sluice_sem, guard);
   sluice__release_resume(sem);
+  sluice__permits_resume(sem);
+  sluice__acquire_resume(sem);
+}
+
+/* Another node serves the semaphore (a failover, a restart): the client's
+ * unreplicated releases were sent there already; now every permit held
+ * is re-asserted, and every blocked waiter tries at once (a release
+ * replayed there may have freed a permit). */
+static void sem_node_changed(sluice__guard *g, int lo, int hi) {
+  sluice_sem *sem = sluice__container_of(g, sluice_sem, guard);
+  if (lo >= 0 && (sem->route < (unsigned)lo || sem->route > (unsigned)hi)) return;
+  sluice__permits_reassert(sem);
   sluice__acquire_resume(sem);
 }
 
@@ -179,6 +191,7 @@ static const sluice__guard_ops sem_guard_ops = {.quiesce = sem_quiesce,
                                                 .idle = sem_idle,
                                                 .destroy = sem_destroy,
                                                 .resume = sem_resume,
+                                                .node_changed = sem_node_changed,
                                                 .view = sem_view};
 
 static int sem_init(sluice_sem *sem, sluice_client *c, const char *name) {

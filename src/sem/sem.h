@@ -10,10 +10,11 @@
  * The parts never call back into sem.c; acquire and permit queue releases
  * through sem_release.c. One call goes up: with local_handoff, permit.c
  * offers a released lease to a waiter of sem_acquire.c instead. Every Redis
- * step of a handle goes through one of its three batchers, which its one
+ * step of a handle goes through one of its four batchers, which its one
  * flusher sends in a fixed order each loop turn: releases first (they free
- * permits for the attempts behind them), then renewals (a lease about to run
- * out matters more), then attempts.
+ * permits for the attempts behind them), then re-assertions of held permits
+ * on a new node, then renewals (a lease about to run out matters more),
+ * then attempts.
  * While the handle's waiters are queued in Redis, attempts also wait for
  * the releases in flight to be answered (see sem_acquire.c).
  */
@@ -49,6 +50,7 @@ struct sluice_sem {
 
   sluice__flusher flusher;
   sluice__batcher releases;       /* flushed in this order */
+  sluice__batcher reasserts;      /* held permits, on a new node */
   sluice__batcher renewals;
   sluice__batcher attempts;
 
@@ -68,9 +70,6 @@ struct sluice_sem {
 
   /* sem_release.c */
   sluice__list parked;            /* releases waiting to be sent again */
-  sluice__list unconfirmed;       /* ran, but fewer replicas than wait_replicas
-                                     saw them: sent again after a reconnect */
-  unsigned nunconfirmed;
   struct event *release_retry;
   unsigned retry_ms;
 
@@ -105,6 +104,8 @@ struct sluice_permit {
   sluice_sem *sem;                /* NULL once released */
   sluice__link link;              /* in sem->permits */
   sluice__breq renewal;           /* in sem->renewals */
+  sluice__breq reassert;          /* in sem->reasserts */
+  unsigned reassert_again : 1;    /* the last one went unanswered */
   char id[33];
   uint64_t fence;
   uint64_t deadline_ms;           /* monotonic: lease surely valid until */
@@ -161,6 +162,11 @@ void sluice__permit_renew_now(sluice_permit *p);
 sluice_permit *sluice__permit_from_pass(sluice_sem *sem, const sluice__pass *pass);
 /* Stop renewing, without callbacks (inside sluice_sem_free). */
 void sluice__permits_quiesce(sluice_sem *sem);
+/* The node behind the semaphore changed: every held permit is re-asserted
+ * there (sem_reassert.lua): renewed, restored, or lost at once. */
+void sluice__permits_reassert(sluice_sem *sem);
+/* The connection is back: re-assertions that went unanswered go again. */
+void sluice__permits_resume(sluice_sem *sem);
 /* Client closed: stop renewing. Handle freed: release and drop permits. */
 void sluice__permits_cancel_all(sluice_sem *sem);
 

@@ -13,11 +13,11 @@
  * also removes a permit granted late to an abandoned attempt. Ids are
  * idempotent: releasing twice is harmless.
  *
- * With wait_replicas, a release that ran but that fewer replicas saw may be
- * missing after a failover (the old master answered it after the switch,
- * or died before its replicas had it), leaving the permit taken for the
- * rest of its lease. Such a release is answered, and a copy of it is sent
- * again after the next reconnect, while its lease may still live.
+ * A release Redis answered may still be missing after a failover (the old
+ * master answered it after the switch, or died before its replicas had
+ * it), leaving the permit taken for the rest of its lease: the client's
+ * record of unreplicated writes keeps each answered call and sends it
+ * again to a new node (core/record.h; release_kind.record).
  */
 #include <string.h>
 
@@ -25,8 +25,6 @@
 
 #define RETRY_MIN_MS 50
 #define RETRY_MAX_MS 1000
-/* Unconfirmed releases kept per handle, at most (the oldest go first). */
-#define UNCONFIRMED_MAX 1024
 
 typedef struct rel_req {
   sluice__breq req;               /* in sem->releases */
@@ -52,8 +50,8 @@ static void reply_to(sluice_sem *sem, rel_req *rel, int status) {
   if (cb) cb(sem, status, ud);
 }
 
-/* Whether the lease an unconfirmed release refers to may still exist: it
- * was granted at the latest when Redis last accepted a connection of ours
+/* Whether the lease a parked release refers to may still exist: it was
+ * granted at the latest when Redis last accepted a connection of ours
  * after the release was queued, so it ends within a lease of that. */
 static int lease_may_live(const sluice_sem *sem, const rel_req *rel) {
   uint64_t since = sluice__client_up_since(sem->c);
@@ -66,26 +64,6 @@ static void park(sluice_sem *sem, rel_req *rel) {
   sluice__list_append(&sem->parked, &rel->park);
   if (!evtimer_pending(sem->release_retry, NULL)) sluice__timer_in(sem->release_retry, sem->retry_ms);
   sem->retry_ms = sem->retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : sem->retry_ms * 2;
-}
-
-static void drop_unconfirmed(sluice_sem *sem, int all) {
-  while (sem->unconfirmed.head && (all || sem->nunconfirmed > UNCONFIRMED_MAX)) {
-    rel_req *rel = sluice__container_of(sem->unconfirmed.head, rel_req, park);
-    sluice__list_remove(&sem->unconfirmed, &rel->park);
-    sem->nunconfirmed--;
-    sluice__free(rel);
-  }
-}
-
-/* A copy of a release that ran unreplicated, to send after a reconnect. */
-static void keep_unconfirmed(sluice_sem *sem, const char *id) {
-  rel_req *copy = sluice__calloc(1, sizeof *copy);
-  if (!copy) return;
-  memcpy(copy->id, id, 32);
-  copy->queued_ms = sluice__mono_ms(); /* the lease ends within a ttl of now */
-  sluice__list_append(&sem->unconfirmed, &copy->park);
-  sem->nunconfirmed++;
-  drop_unconfirmed(sem, 0);
 }
 
 /* Held (1) or already gone (0). Transport failures park the release; once
@@ -113,9 +91,6 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
     return;
   }
   if (status == SLUICE_OK || status == SLUICE_ENOTFOUND) sem->retry_ms = RETRY_MIN_MS;
-  if (status == SLUICE_OK && br->replicated == 0 && !sem->guard.freeing && !sem->guard.closed &&
-      lease_may_live(sem, rel))
-    keep_unconfirmed(sem, rel->id);
   if (transport) status = SLUICE_ECONNECTION; /* gave up: the lease has ended anyway */
   if (!sluice__guard_live(&sem->guard) || status == SLUICE_ECLOSED) status = SLUICE_ECANCELED;
   reply_to(sem, rel, status);
@@ -125,7 +100,7 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
 static const sluice__batch_kind release_kind = {
     &sluice__lua_sem_release, SEM_BATCH_MAX,
     SEM_RELEASE_ARGS_HEAD, SEM_RELEASE_ARGS_PER, SEM_RELEASE_NUMS_HEAD, SEM_RELEASE_NUMS_PER,
-    0, 1, build, answer, NULL};
+    0, 1, build, answer, NULL, SLUICE__WRITE_RELEASE};
 
 /* Send every parked release again, in the order they were parked. */
 static void unpark_all(sluice_sem *sem) {
@@ -147,7 +122,6 @@ int sluice__release_setup(sluice_sem *sem) {
 }
 
 void sluice__release_teardown(sluice_sem *sem) {
-  drop_unconfirmed(sem, 1);
   if (sem->release_retry) event_free(sem->release_retry);
   sem->release_retry = NULL;
 }
@@ -168,21 +142,12 @@ void sluice__release_resume(sluice_sem *sem) {
   sem->retry_ms = RETRY_MIN_MS;
   evtimer_del(sem->release_retry);
   unpark_all(sem);
-  /* Maybe a failover: releases the replicas had not seen go again. */
-  while (sem->unconfirmed.head) {
-    rel_req *rel = sluice__container_of(sem->unconfirmed.head, rel_req, park);
-    sluice__list_remove(&sem->unconfirmed, &rel->park);
-    sem->nunconfirmed--;
-    if (lease_may_live(sem, rel)) sluice__batcher_queue(&sem->releases, &rel->req, sem->route);
-    else sluice__free(rel);
-  }
 }
 
 /* Freed: parked releases keep trying (the handle's memory waits for them).
  * Client closed: one last try goes out with what is queued; what cannot be
  * sent any more is counted as abandoned. */
 void sluice__release_cancel_all(sluice_sem *sem) {
-  drop_unconfirmed(sem, 1); /* they ran; only a failover could undo them */
   if (!sem->guard.closed) {
     sluice__batcher_flush(&sem->releases);
     return;

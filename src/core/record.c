@@ -1,0 +1,464 @@
+/* The record of unreplicated writes: see record.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "core/client.h"
+
+/* WAIT 0 0 per node with entries, at most this often... */
+#define POLL_MS 100
+/* ...and this often once its oldest entry is SLOW_AFTER_MS old: replicas
+ * acknowledge about once a second, so a longer wait means they lag or are
+ * gone, and asking ten times a second would not hasten them. */
+#define SLOW_POLL_MS 1000
+#define SLOW_AFTER_MS 2000
+/* A full record is logged at most this often. */
+#define FULL_LOG_MS 10000
+
+typedef struct rec_entry {
+  sluice__link all;     /* in rec->all, oldest first */
+  sluice__link by_node; /* in its node's list, or in rec->pending (node_id 0) */
+  sluice_client *c;
+  uint64_t seq, node_id, acked_ms;
+  uint64_t origin;      /* the node that answered it first */
+  unsigned long ups;    /* its node's handshake that answered it */
+  int route;
+  unsigned kind, items;
+  size_t bytes;
+  const sluice__script *script;
+  int nkeys, argc;
+  const char **argv;
+  size_t *lens;
+} rec_entry;
+
+struct rec_node {
+  uint64_t id;          /* conn.h's node_id */
+  int route;            /* a route it served last: finds its connection */
+  sluice__list entries; /* oldest first */
+  size_t n;
+  unsigned long ups;    /* the handshake its newest entry was answered on */
+  uint64_t newest;      /* that entry's seq */
+  uint64_t next_ms;     /* no WAIT before */
+  int seen;             /* most replicas a WAIT counted */
+  unsigned asking : 1;  /* a WAIT in flight */
+  unsigned refused : 1; /* WAIT refused (ACL): the time window decides */
+};
+
+/* One WAIT in flight. */
+typedef struct rec_wait {
+  sluice_client *c;
+  sluice__conn *conn;
+  uint64_t node_id, upto; /* clears the node's entries up to seq upto (0: none) */
+} rec_wait;
+
+static void keep(sluice_client *c, rec_entry *e, const sluice__answered *a);
+
+/* ---- entries -------------------------------------------------------------- */
+
+static rec_entry *entry_new(sluice_client *c, unsigned kind, unsigned items,
+                            const sluice__script *s, int nkeys, int argc,
+                            const char *const *argv, const size_t *lens) {
+  size_t bytes = 0;
+  for (int i = 0; i < argc; i++) bytes += (lens ? lens[i] : strlen(argv[i])) + 1;
+  size_t fixed = sizeof(rec_entry) + (size_t)argc * (sizeof(char *) + sizeof(size_t));
+  rec_entry *e = sluice__calloc(1, fixed + bytes);
+  if (!e) return NULL;
+  e->c = c;
+  e->kind = kind;
+  e->items = items;
+  e->script = s;
+  e->nkeys = nkeys;
+  e->argc = argc;
+  e->bytes = fixed + bytes;
+  e->argv = (const char **)(e + 1);
+  e->lens = (size_t *)(e->argv + argc);
+  char *p = (char *)(e->lens + argc);
+  for (int i = 0; i < argc; i++) {
+    size_t n = lens ? lens[i] : strlen(argv[i]);
+    memcpy(p, argv[i], n);
+    p[n] = '\0';
+    e->argv[i] = p;
+    e->lens[i] = n;
+    p += n + 1;
+  }
+  return e;
+}
+
+static rec_node *node_find(sluice__record *r, uint64_t id) {
+  for (size_t i = 0; i < r->nnodes; i++)
+    if (r->nodes[i].id == id) return &r->nodes[i];
+  return NULL;
+}
+
+static rec_node *node_get(sluice__record *r, uint64_t id) {
+  rec_node *nd = node_find(r, id);
+  if (nd) return nd;
+  if (r->nnodes == r->capnodes) {
+    size_t cap = r->capnodes ? 2 * r->capnodes : 4;
+    rec_node *v = realloc(r->nodes, cap * sizeof *v);
+    if (!v) return NULL;
+    r->nodes = v;
+    r->capnodes = cap;
+  }
+  nd = &r->nodes[r->nnodes++];
+  memset(nd, 0, sizeof *nd);
+  nd->id = id;
+  return nd;
+}
+
+/* Take e out of the record (it stays allocated). */
+static void unlink_entry(sluice__record *r, rec_entry *e) {
+  sluice__list_remove(&r->all, &e->all);
+  if (e->node_id) {
+    rec_node *nd = node_find(r, e->node_id);
+    sluice__list_remove(&nd->entries, &e->by_node);
+    nd->n--;
+  } else {
+    sluice__list_remove(&r->pending, &e->by_node);
+  }
+  r->n--;
+  r->bytes -= e->bytes;
+}
+
+static void drop_entry(sluice__record *r, rec_entry *e) {
+  unlink_entry(r, e);
+  sluice__free(e);
+}
+
+static rec_entry *entry_of(sluice__link *l) { return sluice__container_of(l, rec_entry, all); }
+static rec_entry *node_entry(sluice__link *l) { return sluice__container_of(l, rec_entry, by_node); }
+
+/* Past a bound the oldest go: counted, and logged now and then. */
+static void enforce_bounds(sluice_client *c) {
+  sluice__record *r = &c->rec;
+  uint64_t before = r->dropped;
+  while (r->all.head && (r->n > r->max_entries || r->bytes > r->max_bytes)) {
+    drop_entry(r, entry_of(r->all.head));
+    r->dropped++;
+  }
+  uint64_t now = sluice__mono_ms();
+  if (r->dropped != before && (!r->full_logged_ms || now - r->full_logged_ms >= FULL_LOG_MS)) {
+    r->full_logged_ms = now;
+    sluice__log(c, SLUICE_LOG_WARN,
+                "record of unreplicated writes full (%zu entries, %zu bytes): %llu dropped so "
+                "far; a failover now may undo them",
+                r->max_entries, r->max_bytes, (unsigned long long)r->dropped);
+  }
+}
+
+/* ---- replication ---------------------------------------------------------- */
+
+/* The connection that reaches nd's node for its route, if it is up. */
+static sluice__conn *node_conn(sluice_client *c, const rec_node *nd) {
+  sluice__conn *conn = c->closing ? NULL : sluice__topo_conn(c->topo, nd->route);
+  return conn && conn->node_id == nd->id && conn->state == SLUICE_CONN_UP ? conn : NULL;
+}
+
+static int has_replicas(const rec_node *nd, const sluice__conn *conn) {
+  return !nd->refused && (nd->seen > 0 || conn->replicas_online > 0);
+}
+
+/* Entries up to seq upto are on a replica. */
+static void confirm(sluice__record *r, rec_node *nd, uint64_t upto) {
+  while (nd->entries.head && node_entry(nd->entries.head)->seq <= upto)
+    drop_entry(r, node_entry(nd->entries.head));
+}
+
+/* Without replicas: an entry goes once the node answered anything
+ * window_ms after it. */
+static void sweep_window(sluice__record *r, rec_node *nd, const sluice__conn *conn) {
+  if (has_replicas(nd, conn)) return;
+  while (nd->entries.head &&
+         node_entry(nd->entries.head)->acked_ms + r->window_ms <= conn->last_reply_ms)
+    drop_entry(r, node_entry(nd->entries.head));
+}
+
+static void wait_answered(redisAsyncContext *ac, void *reply_, void *privdata) {
+  rec_wait *w = privdata;
+  redisReply *reply = reply_;
+  sluice__record *r = &w->c->rec;
+  rec_node *nd = node_find(r, w->node_id);
+  uint64_t now = sluice__mono_ms();
+  if (nd) nd->asking = 0;
+  if (nd && reply) {
+    w->conn->last_reply_ms = now; /* it is alive: the time window counts on it */
+    if (reply->type == REDIS_REPLY_INTEGER && reply->integer > 0) {
+      if (reply->integer > nd->seen) nd->seen = (int)reply->integer;
+      confirm(r, nd, w->upto);
+    } else if (reply->type == REDIS_REPLY_ERROR && !nd->refused &&
+               strncmp(reply->str, "NOPERM", 6) == 0) {
+      nd->refused = 1;
+      if (!r->wait_refused_logged++)
+        sluice__log(w->c, SLUICE_LOG_ERROR,
+                    "WAIT refused (%s): writes are kept for replay_window_ms instead of until "
+                    "a replica has them", reply->str);
+    }
+    sweep_window(r, nd, w->conn);
+    uint64_t oldest = nd->entries.head ? node_entry(nd->entries.head)->acked_ms : now;
+    nd->next_ms = now + (now - oldest >= SLOW_AFTER_MS ? SLOW_POLL_MS : POLL_MS);
+  }
+  sluice__free(w);
+}
+
+/* Ask nd's node whether a replica has its entries (or, without replicas,
+ * whether it is alive a window after the oldest), when that is due. */
+static void maybe_ask(sluice_client *c, rec_node *nd, sluice__conn *conn, uint64_t now) {
+  sluice__record *r = &c->rec;
+  if (nd->asking || !nd->n) return;
+  uint64_t upto = nd->ups == conn->ups ? nd->newest : 0; /* else this connection wrote none */
+  if (has_replicas(nd, conn)) {
+    if (now < nd->next_ms || !upto) return;
+  } else {
+    uint64_t due = node_entry(nd->entries.head)->acked_ms + r->window_ms;
+    if (now < due || conn->last_reply_ms >= due) return;
+  }
+  rec_wait *w = sluice__calloc(1, sizeof *w);
+  if (!w) return;
+  *w = (rec_wait){c, conn, nd->id, upto};
+  static const char *argv[3] = {"WAIT", "0", "0"};
+  if (sluice__conn_send(conn, wait_answered, w, 3, argv, NULL) != REDIS_OK) {
+    sluice__free(w);
+    return;
+  }
+  nd->asking = 1;
+}
+
+static void poll_cb(evutil_socket_t fd, short what, void *arg) {
+  sluice_client *c = arg;
+  sluice__record *r = &c->rec;
+  uint64_t now = sluice__mono_ms();
+  for (size_t i = 0; i < r->nnodes;) {
+    rec_node *nd = &r->nodes[i];
+    sluice__conn *conn = node_conn(c, nd);
+    if (conn) {
+      sweep_window(r, nd, conn);
+      maybe_ask(c, nd, conn, now);
+    }
+    if (!nd->n && !nd->asking) {
+      r->nodes[i] = r->nodes[--r->nnodes]; /* no entry points into it */
+      continue;
+    }
+    i++;
+  }
+  if (r->nnodes) sluice__timer_in(r->poll, POLL_MS);
+}
+
+/* ---- replays -------------------------------------------------------------- */
+
+static void send_again(sluice_client *c, rec_entry *e);
+
+static int transport_failure(int status) {
+  return status == SLUICE_ECONNECTION || status == SLUICE_EINDOUBT || status == SLUICE_ETIMEDOUT;
+}
+
+/* Of a replay's answer, the writes that changed something: every script
+ * kept here answers an integer per item, > 0 when it acted (a release that
+ * found its permit, a push queued rather than refused as a duplicate, a
+ * settlement or cancel that found its message). */
+static unsigned acted(const redisReply *reply) {
+  if (reply->type == REDIS_REPLY_INTEGER) return reply->integer > 0;
+  unsigned n = 0;
+  for (size_t i = 0; reply->type == REDIS_REPLY_ARRAY && i < reply->elements; i++)
+    n += reply->element[i]->type == REDIS_REPLY_INTEGER && reply->element[i]->integer > 0;
+  return n;
+}
+
+static void replayed(void *ud, int status, const redisReply *reply) {
+  rec_entry *e = ud;
+  sluice_client *c = e->c;
+  sluice__record *r = &c->rec;
+  r->replaying--;
+  if (c->closing) status = SLUICE_ECANCELED;
+  if (status == SLUICE_OK && c->answered) {
+    r->replayed[e->kind] += e->items;
+    r->restored += acted(reply);
+    keep(c, e, c->answered); /* the new node's replicas may not have it yet */
+    return;
+  }
+  if (transport_failure(status) && !c->closing) { /* again once the node is back */
+    e->node_id = 0;
+    e->seq = ++r->seq;
+    sluice__list_append(&r->all, &e->all);
+    sluice__list_append(&r->pending, &e->by_node);
+    r->n++;
+    r->bytes += e->bytes;
+    enforce_bounds(c);
+    return;
+  }
+  if (status != SLUICE_ECANCELED && status != SLUICE_ECLOSED)
+    sluice__log(c, SLUICE_LOG_WARN, "a write sent again to a new Redis node failed (%s%s%s)",
+                sluice_err_name(status), status == SLUICE_EREDIS ? ": " : "",
+                status == SLUICE_EREDIS && reply ? reply->str : "");
+  sluice__free(e);
+}
+
+static void send_again(sluice_client *c, rec_entry *e) {
+  int rc = sluice__eval_at(c, e->route, e->script, e->nkeys, e->argc, e->argv, e->lens, 0,
+                           replayed, e, NULL);
+  if (rc != SLUICE_OK) {
+    sluice__free(e); /* the client closes */
+    return;
+  }
+  c->rec.replaying++;
+}
+
+static int in_routes(int route, int lo, int hi) { return lo < 0 || (route >= lo && route <= hi); }
+
+/* The route names a node that answered e already: a map that flaps back
+ * (a stale map, then the fresh one again) is no loss there, and sending e
+ * again would only deliver a consumed message twice. Node ids change with
+ * a restart, so a node that came back empty is another one. */
+static int answered_there(sluice_client *c, const rec_entry *e) {
+  const sluice__conn *to = sluice__topo_conn(c->topo, e->route);
+  return to && to->node_id && (to->node_id == e->origin || to->node_id == e->node_id);
+}
+
+void sluice__record_replay(sluice_client *c, int lo, int hi) {
+  sluice__record *r = &c->rec;
+  unsigned n = 0;
+  for (sluice__link *l = r->all.head, *next; l; l = next) {
+    next = l->next;
+    rec_entry *e = entry_of(l);
+    if (!in_routes(e->route, lo, hi) || answered_there(c, e)) continue;
+    unlink_entry(r, e);
+    send_again(c, e);
+    n++;
+  }
+  if (n)
+    sluice__log(c, SLUICE_LOG_INFO, "%u write(s) not yet on a replica sent again to the new node",
+                n);
+}
+
+void sluice__record_conn_up(sluice_client *c, const sluice__conn *conn) {
+  sluice__record *r = &c->rec;
+  for (sluice__link *l = r->pending.head, *next; l; l = next) {
+    next = l->next;
+    rec_entry *e = node_entry(l);
+    if (sluice__topo_conn(c->topo, e->route) != conn) continue;
+    unlink_entry(r, e);
+    send_again(c, e);
+  }
+}
+
+/* ---- keeping -------------------------------------------------------------- */
+
+/* Kept under the node that answered it, or sent again at once when its
+ * route named another node by the time the answer came (an old master
+ * answering what it had queued before it learnt it was replaced). */
+static void keep(sluice_client *c, rec_entry *e, const sluice__answered *a) {
+  sluice__record *r = &c->rec;
+  sluice__conn *now_at = sluice__topo_conn(c->topo, a->route);
+  if (now_at && now_at->node_id != a->route_node) {
+    send_again(c, e);
+    return;
+  }
+  rec_node *nd = node_get(r, a->node_id);
+  if (!nd) {
+    sluice__free(e);
+    r->dropped++;
+    return;
+  }
+  e->node_id = a->node_id;
+  if (!e->origin) e->origin = a->node_id;
+  e->ups = a->ups;
+  e->route = a->route;
+  e->acked_ms = sluice__mono_ms();
+  e->seq = ++r->seq;
+  nd->route = a->route;
+  nd->ups = a->ups;
+  nd->newest = e->seq;
+  sluice__list_append(&nd->entries, &e->by_node);
+  nd->n++;
+  sluice__list_append(&r->all, &e->all);
+  r->n++;
+  r->bytes += e->bytes;
+  enforce_bounds(c);
+  if (!evtimer_pending(r->poll, NULL)) sluice__timer_in(r->poll, POLL_MS);
+}
+
+static int recording(const sluice_client *c) {
+  const sluice__answered *a = c->answered;
+  return c->rec.on && a && a->replicated != 1 && !c->closing;
+}
+
+void sluice__record_answered(sluice_client *c, int kind, unsigned items) {
+  if (!recording(c)) return;
+  const sluice__answered *a = c->answered;
+  rec_entry *e = entry_new(c, (unsigned)kind, items, a->script, a->nkeys, a->argc, a->argv,
+                           a->lens);
+  if (e) keep(c, e, a);
+  else c->rec.dropped++;
+}
+
+void sluice__record_answered_as(sluice_client *c, int kind, unsigned items,
+                                const sluice__args *args) {
+  if (!recording(c) || args->failed) return;
+  rec_entry *e = entry_new(c, (unsigned)kind, items, c->answered->script, args->nkeys,
+                           args->argc, args->argv, args->lens);
+  if (e) keep(c, e, c->answered);
+  else c->rec.dropped++;
+}
+
+int sluice__answered_args(const sluice_client *c, int *argc, const char *const **argv,
+                          const size_t **lens) {
+  if (!c->answered) return SLUICE_EINVAL;
+  *argc = c->answered->argc;
+  *argv = c->answered->argv;
+  *lens = c->answered->lens;
+  return SLUICE_OK;
+}
+
+int sluice__record_on(const sluice_client *c) { return c->rec.on; }
+
+void sluice__record_permits(sluice_client *c, unsigned restored, unsigned lost) {
+  c->rec.permits_restored += restored;
+  c->rec.permits_lost += lost;
+}
+
+/* ---- life cycle ----------------------------------------------------------- */
+
+int sluice__record_init(sluice_client *c) {
+  sluice__record *r = &c->rec;
+  const sluice_client_options *o = &c->opts;
+  r->on = !o->replay_off;
+  r->window_ms = o->replay_window_ms ? o->replay_window_ms : SLUICE_REPLAY_WINDOW_MS;
+  r->max_entries = o->replay_max_entries ? o->replay_max_entries : SLUICE_REPLAY_MAX_ENTRIES;
+  r->max_bytes = o->replay_max_bytes ? o->replay_max_bytes : SLUICE_REPLAY_MAX_BYTES;
+  r->poll = evtimer_new(c->base, poll_cb, c);
+  return r->poll ? SLUICE_OK : SLUICE_ENOMEM;
+}
+
+/* The client closes: nothing will be replayed; the poll stops (WAITs in
+ * flight are answered by the drain, or with NULL). */
+void sluice__record_close(sluice_client *c) {
+  sluice__record *r = &c->rec;
+  while (r->all.head) drop_entry(r, entry_of(r->all.head));
+  if (r->poll) evtimer_del(r->poll);
+}
+
+/* After the topology is gone: WAITs in flight have been answered (NULL). */
+void sluice__record_clear(sluice_client *c) {
+  sluice__record *r = &c->rec;
+  while (r->all.head) drop_entry(r, entry_of(r->all.head));
+  free(r->nodes);
+  r->nodes = NULL;
+  r->nnodes = r->capnodes = 0;
+  if (r->poll) event_free(r->poll);
+  r->poll = NULL;
+}
+
+void sluice__record_metrics(const sluice_client *c, sluice_client_metrics *out) {
+  const sluice__record *r = &c->rec;
+  out->replay_releases = r->replayed[SLUICE__WRITE_RELEASE];
+  out->replay_pushes = r->replayed[SLUICE__WRITE_PUSH];
+  out->replay_settlements = r->replayed[SLUICE__WRITE_SETTLE];
+  out->replay_cancels = r->replayed[SLUICE__WRITE_CANCEL];
+  out->replay_restored = r->restored;
+  out->permits_restored = r->permits_restored;
+  out->permits_lost = r->permits_lost;
+  out->record_dropped = r->dropped;
+  out->record_entries = r->n;
+  out->record_bytes = r->bytes;
+  out->record_oldest_ms = r->all.head ? sluice__mono_ms() - entry_of(r->all.head)->acked_ms : 0;
+}

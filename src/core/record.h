@@ -1,0 +1,97 @@
+/*
+ * The record of unreplicated writes: every write Redis acknowledged that a
+ * failover or a restart could still undo, kept until Redis says a replica
+ * has it, and sent again to the node that now serves its route when that
+ * node is another one than the node that acknowledged it.
+ *
+ *  - What is kept: the steps the primitives name as they are answered
+ *    (sluice__record_answered, engine.h): releases, pushes (with absolute
+ *    due times), settlements, cancels. Grants and renewals are not: the
+ *    permits a client holds are re-asserted by their semaphores instead.
+ *  - Each entry carries its route and the node (conn.h's node_id) and
+ *    handshake it was acknowledged on, in one list oldest first and in its
+ *    node's list.
+ *  - Replication is learnt with `WAIT 0 0` on the node's own connection:
+ *    it never blocks and answers how many replicas have every earlier
+ *    write of that connection. Asked at most every POLL_MS per node while
+ *    it has entries; an answer >= 1 clears the entries answered before it
+ *    was sent. A node with no replica online (or where WAIT is refused)
+ *    keeps a time window instead: an entry goes once the node has answered
+ *    anything window_ms after it (appendfsync everysec writes it to disk
+ *    within about a second).
+ *  - Bounded in entries and bytes: past either bound the oldest entries go
+ *    and are counted (metrics: record_dropped).
+ *  - When the node behind routes changes (the topology's node_changed),
+ *    the entries of those routes are sent again, in the order they were
+ *    answered, before anything new goes there; each is kept again under the
+ *    node that answered its replay. A write answered by a node that had
+ *    already stopped serving its route is sent again at once.
+ */
+#ifndef SLUICE_RECORD_H
+#define SLUICE_RECORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/list.h"
+
+/* The documented defaults (sluice_client_options). */
+#define SLUICE_REPLAY_WINDOW_MS 3000
+#define SLUICE_REPLAY_MAX_ENTRIES 100000
+#define SLUICE_REPLAY_MAX_BYTES ((size_t)32 << 20)
+
+struct event;
+struct sluice__conn;
+typedef struct rec_node rec_node;
+
+typedef struct sluice__record {
+  int on;                     /* replay_off not set */
+  unsigned window_ms;
+  size_t max_entries, max_bytes;
+  sluice__list all;           /* entries, oldest first */
+  sluice__list pending;       /* entries to send again once their route's node is up */
+  size_t n, bytes;            /* in all */
+  uint64_t seq;               /* of the newest entry */
+  rec_node *nodes;            /* per node with entries */
+  size_t nnodes, capnodes;
+  struct event *poll;
+  unsigned replaying;         /* replays in flight */
+  int wait_refused_logged;
+  uint64_t full_logged_ms;    /* when a full record was last logged */
+  /* counters (metrics) */
+  uint64_t replayed[5];       /* items sent again and answered, by kind */
+  uint64_t restored;          /* of them, writes the new node was missing */
+  uint64_t dropped;           /* entries that fell out past the bounds */
+  uint64_t permits_restored, permits_lost;
+} sluice__record;
+
+/* What the engine knows of a step it is answering (engine.c). */
+typedef struct sluice__answered {
+  const struct sluice__script *script;
+  int nkeys, argc;            /* KEYS then ARGV, after EVALSHA sha nkeys */
+  const char *const *argv;
+  const size_t *lens;
+  int route;
+  struct sluice__conn *conn;  /* where it ran */
+  uint64_t node_id;           /* conn's node when it was sent */
+  unsigned long ups;          /* conn's handshakes then */
+  uint64_t route_node;        /* the node its route named when it was sent */
+  int replicated;             /* wait_replicas: 1 enough replicas had it */
+} sluice__answered;
+
+struct sluice_client;
+int sluice__record_init(struct sluice_client *c);
+void sluice__record_clear(struct sluice_client *c);
+/* The node behind routes lo..hi (-1: all) is another one: send their
+ * entries again now. */
+void sluice__record_replay(struct sluice_client *c, int lo, int hi);
+/* The client closes: entries go, the poll stops. */
+void sluice__record_close(struct sluice_client *c);
+/* The record's part of sluice_client_get_metrics. */
+struct sluice_client_metrics;
+void sluice__record_metrics(const struct sluice_client *c, struct sluice_client_metrics *out);
+/* conn finished a handshake: entries whose replay failed go again if it
+ * serves their route. */
+void sluice__record_conn_up(struct sluice_client *c, const struct sluice__conn *conn);
+
+#endif

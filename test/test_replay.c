@@ -1,0 +1,405 @@
+/* The record of unreplicated writes (core/record.h) across real failovers
+ * and restarts, with the client's default options.
+ *
+ * A write the master acknowledged and never replicated is made on purpose:
+ * the replica is held (SIGSTOP) while the client writes, then the master is
+ * killed, the replica resumed and promoted (topology.h's *_hold_* and
+ * *_kill_held). The case's loop does not run during that wait, so the new
+ * master is in place, without the writes, before the client hears of it.
+ * Each reconciliation step is checked on a Sentinel set and on a cluster:
+ * a release sent again, a permit restored, a permit lost at once (taken on
+ * the new master first), pushes sent again without a duplicate, the
+ * record's bounds. And on a single Redis killed -9 and restarted, with
+ * appendfsync everysec and without persistence.
+ * Suite "replay": each case starts its own topology (a few seconds). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dq_util.h"
+#include "sem_util.h"
+#include "topology.h"
+
+/* ---- the rig: a Sentinel set or a cluster, and the master of {t} ---------- */
+
+typedef struct rig {
+  int cluster;
+  th_cluster cl;
+  th_sentinel sn;
+  char url[512];
+  th_node *master; /* serves every key of the cases (hash tag {t}) */
+} rig;
+
+static rig R;
+
+static void rig_start(int cluster) {
+  memset(&R, 0, sizeof R);
+  R.cluster = cluster;
+  if (cluster) {
+    TH_ASSERT_EQ(th_cluster_start(&R.cl, 3, 1), 0);
+    snprintf(R.url, sizeof R.url, "redis+cluster://%s", R.cl.seeds);
+    R.master = th_cluster_master_for_key(&R.cl, "{t}");
+  } else {
+    TH_ASSERT_EQ(th_sentinel_start(&R.sn, "mymaster"), 0);
+    snprintf(R.url, sizeof R.url, "redis+sentinel://%s/mymaster", R.sn.sentinels);
+    R.master = th_sentinel_master(&R.sn);
+  }
+  TH_ASSERT(R.master != NULL);
+}
+
+static void rig_stop(void) {
+  if (R.cluster) th_cluster_stop(&R.cl);
+  else th_sentinel_stop(&R.sn);
+}
+
+/* From now on the master's writes reach no replica. */
+static void rig_hold(void) {
+  TH_ASSERT_EQ(R.cluster ? th_cluster_hold_replicas(&R.cl, R.master) : th_sentinel_hold_replica(&R.sn),
+               0);
+}
+
+/* Kill the master; its held replica takes over without those writes. */
+static void rig_fail_over(void) {
+  R.master = R.cluster ? th_cluster_kill_held(&R.cl, R.master) : th_sentinel_kill_held(&R.sn);
+  TH_ASSERT(R.master != NULL);
+}
+
+/* The replica of {t}'s master now (for checks of what it has). */
+static th_node *rig_replica(void) {
+  return R.cluster ? th_cluster_replica_of(&R.cl, R.master) : th_sentinel_replica(&R.sn);
+}
+
+/* cmd's integer answer, a string's number, or an array's first (TIME);
+ * with replica set, read from a cluster replica (READONLY first). */
+static long long node_read(const th_node *n, const char *cmd, int replica) {
+  redisContext *ctx = th_node_connect(n);
+  TH_ASSERT(ctx != NULL);
+  if (replica && R.cluster) freeReplyObject(redisCommand(ctx, "READONLY"));
+  redisReply *r = redisCommand(ctx, cmd);
+  TH_ASSERT(r != NULL && r->type != REDIS_REPLY_ERROR);
+  const redisReply *e = r->type == REDIS_REPLY_ARRAY && r->elements ? r->element[0] : r;
+  long long v = e->type == REDIS_REPLY_INTEGER ? e->integer
+                : e->type == REDIS_REPLY_STRING ? strtoll(e->str, NULL, 10)
+                                                 : -1;
+  freeReplyObject(r);
+  redisFree(ctx);
+  return v;
+}
+
+static long long master_int(const char *cmd) { return node_read(R.master, cmd, 0); }
+
+/* Wait (outside the loop: the client must not see it) until the replica
+ * has what cmd counts. */
+static void replica_has(const char *cmd, long long want) {
+  th_node *r = rig_replica();
+  TH_ASSERT(r != NULL);
+  uint64_t end = th_now_ms() + 5000;
+  while (node_read(r, cmd, 1) != want && th_now_ms() < end) {}
+  TH_ASSERT_EQ(node_read(r, cmd, 1), want);
+}
+
+static sluice_client_metrics metrics(const sluice_client *c) {
+  sluice_client_metrics m;
+  sluice_client_get_metrics(c, &m);
+  return m;
+}
+
+static sluice_client *client(struct event_base *base) {
+  sluice_client *c = th_client(base, R.url, 3000);
+  TH_LOOP_UNTIL(base, sluice_client_is_connected(c), 10000);
+  TH_ASSERT(sluice_client_is_connected(c));
+  return c;
+}
+
+static void finish(struct event_base *base, sluice_client *c) {
+  client_close_drain(base, c);
+  event_base_free(base);
+  rig_stop();
+}
+
+static void on_released(sluice_sem *s, int status, void *ud) { *(int *)ud = status ? -1 : 1; }
+
+/* ---- the cases ------------------------------------------------------------- */
+
+/* A release the old master answered is missing on the new one: sent
+ * again, it frees the permit there at once (not at the end of its lease). */
+static void release_replayed(int cluster) {
+  rig_start(cluster);
+  struct event_base *base = event_base_new();
+  sluice_client *c = client(base);
+  sluice_sem *s = sem_test_new(c, "t", 1, 30000, 0);
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  replica_has("ZCARD sluice:sem:{t}:holders", 1);
+  rig_hold();
+  int released = 0;
+  TH_ASSERT_EQ(sluice_permit_release(a.permit, on_released, &released), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &released, 3000));
+  TH_ASSERT_EQ(released, 1);
+  TH_ASSERT_CMP(metrics(c).record_entries, >=, 1);
+  rig_fail_over();
+  TH_ASSERT_EQ(master_int("ZCARD sluice:sem:{t}:holders"), 1); /* the release is gone */
+  TH_LOOP_UNTIL(base, metrics(c).replay_releases >= 1, 15000);
+  sluice_client_metrics m = metrics(c);
+  TH_ASSERT_EQ(m.replay_releases, 1);
+  TH_ASSERT_EQ(m.replay_restored, 1);
+  TH_ASSERT_EQ(master_int("ZCARD sluice:sem:{t}:holders"), 0);
+  acq_result b = sem_try(base, s);
+  TH_ASSERT_EQ(b.status, SLUICE_OK);
+  sluice_permit_release(b.permit, NULL, NULL);
+  sluice_sem_free(s);
+  finish(base, c);
+}
+
+/* A grant the old master answered is missing on the new one: the permit
+ * is put back with its id and token, the fence raised to the token, so the
+ * semaphore stays full and the next grant's token is higher. */
+static void permit_restored(int cluster) {
+  rig_start(cluster);
+  struct event_base *base = event_base_new();
+  sluice_client *c = client(base);
+  sluice_client *other = client(base);
+  sluice_sem *s = sem_test_new(c, "t", 1, 30000, 0);
+  sluice_sem *o = sem_test_new(other, "t", 1, 30000, 0);
+  rig_hold();
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  rig_fail_over();
+  TH_ASSERT_EQ(master_int("ZCARD sluice:sem:{t}:holders"), 0);
+  TH_LOOP_UNTIL(base, metrics(c).permits_restored >= 1, 15000);
+  TH_ASSERT_EQ(metrics(c).permits_restored, 1);
+  TH_ASSERT_EQ(master_int("ZCARD sluice:sem:{t}:holders"), 1);
+  TH_ASSERT_CMP(master_int("HGET sluice:sem:{t}:meta fence"), >=, sluice_permit_fence(a.permit));
+  TH_ASSERT_EQ(sluice_permit_lost(a.permit), 0);
+  TH_ASSERT_EQ(sem_try(base, o).status, SLUICE_EBUSY);
+  uint64_t fence = sluice_permit_fence(a.permit); /* the release frees the permit */
+  sluice_permit_release(a.permit, NULL, NULL);
+  acq_result b = {0};
+  TH_ASSERT_EQ(sluice_sem_acquire(o, 5000, acq_cb, &b, NULL), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &b.done, 5000));
+  TH_ASSERT_EQ(b.status, SLUICE_OK);
+  TH_ASSERT_CMP(sluice_permit_fence(b.permit), >, fence);
+  sluice_permit_release(b.permit, NULL, NULL);
+  sluice_sem_free(o);
+  sluice_sem_free(s);
+  sluice_client_free(other);
+  finish(base, c);
+}
+
+typedef struct lost_at {
+  int done, reason;
+  uint64_t at_ms;
+} lost_at;
+
+static void on_lost(sluice_permit *p, int reason, void *ud) {
+  lost_at *l = ud;
+  l->done++;
+  l->reason = reason;
+  l->at_ms = th_now_ms();
+}
+
+/* The new master granted the permit to someone else before this client
+ * heard of the failover: the holder is told at once, DEFINITE, not at its
+ * next renewal (a third of the 30 s lease away). */
+static void permit_lost(int cluster) {
+  rig_start(cluster);
+  struct event_base *base = event_base_new();
+  sluice_client *c = client(base);
+  sluice_sem *s = sem_test_new(c, "t", 1, 30000, 0);
+  rig_hold();
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  lost_at l = {0};
+  sluice_permit_set_lost_cb(a.permit, on_lost, &l);
+  rig_fail_over();
+  char cmd[160];
+  long long now_s = master_int("TIME");
+  snprintf(cmd, sizeof cmd, "ZADD sluice:sem:{t}:holders %lld 0123456789abcdef0123456789abcdef",
+           (now_s + 60) * 1000);
+  TH_ASSERT_EQ(master_int(cmd), 1);
+  uint64_t from = th_now_ms();
+  TH_ASSERT(th_loop_until(base, &l.done, 8000));
+  TH_ASSERT_EQ(l.reason, SLUICE_LOST_DEFINITE);
+  printf("# lost %llu ms after the loop ran again\n", (unsigned long long)(l.at_ms - from));
+  TH_ASSERT_EQ(metrics(c).permits_lost, 1);
+  TH_ASSERT_EQ(master_int("ZCARD sluice:sem:{t}:holders"), 1); /* the other's only */
+  sluice_permit_release(a.permit, NULL, NULL);
+  sluice_sem_free(s);
+  finish(base, c);
+}
+
+/* Pushes sent again under their ids: m2, which the new master never saw,
+ * is queued again; m1, which it has, is refused as a duplicate; each is
+ * delivered once. m1 is in the record too: it reached the replica, but no
+ * WAIT has run since (the loop ran only for the few ms of the pushes). */
+static void push_replayed(int cluster) {
+  rig_start(cluster);
+  struct event_base *base = event_base_new();
+  sluice_client *c = client(base);
+  sluice_dq *dq = dqt_queue(c, "t");
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, "m1", "one", 0, &p), SLUICE_OK);
+  replica_has("HEXISTS sluice:dq:{t}:h pm1", 1);
+  rig_hold();
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, "m2", "two", 0, &p), SLUICE_OK);
+  size_t kept = metrics(c).record_entries;
+  TH_ASSERT_CMP(kept, >=, 1);
+  rig_fail_over();
+  TH_ASSERT_EQ(master_int("HEXISTS sluice:dq:{t}:h pm2"), 0);
+  TH_LOOP_UNTIL(base, metrics(c).replay_pushes >= kept, 15000);
+  sluice_client_metrics m = metrics(c);
+  TH_ASSERT_EQ(m.replay_pushes, kept);
+  TH_ASSERT_EQ(m.replay_restored, 1); /* m2 only */
+  TH_ASSERT_EQ(master_int("ZCARD sluice:dq:{t}:z"), 2);
+  TH_ASSERT_EQ(master_int("HEXISTS sluice:dq:{t}:h pm2"), 1);
+  dqt_info in;
+  TH_ASSERT_EQ(dqt_inspect(base, dq, &in).ready, 2);
+  sluice_dq_free(dq);
+  finish(base, c);
+}
+
+/* The record keeps at most replay_max_entries steps (and bytes): the
+ * oldest fall out, counted; only what it kept is sent again. */
+static void record_bounded(int cluster) {
+  rig_start(cluster);
+  struct event_base *base = event_base_new();
+  sluice_client_options o;
+  th_client_options(&o, R.url);
+  o.replay_max_entries = 4;
+  sluice_client *c = th_client_with(base, &o);
+  o.replay_max_entries = 0;
+  o.replay_max_bytes = 3000;
+  sluice_client *small = th_client_with(base, &o);
+  sluice_dq *dq = dqt_queue(c, "t"), *dq2 = dqt_queue(small, "t");
+  rig_hold();
+  char id[16], big[1000];
+  memset(big, 'b', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  dqt_push p;
+  for (int i = 0; i < 10; i++) {
+    snprintf(id, sizeof id, "a%d", i);
+    TH_ASSERT_EQ(dqt_push_wait(base, dq, id, "x", 0, &p), SLUICE_OK);
+    snprintf(id, sizeof id, "b%d", i);
+    TH_ASSERT_EQ(dqt_push_wait(base, dq2, id, big, 0, &p), SLUICE_OK);
+  }
+  sluice_client_metrics m = metrics(c), ms = metrics(small);
+  TH_ASSERT_EQ(m.record_entries, 4);
+  TH_ASSERT_EQ(m.record_dropped, 6);
+  TH_ASSERT_CMP(ms.record_bytes, <=, 3000);
+  TH_ASSERT_CMP(ms.record_entries, >=, 1);
+  TH_ASSERT_EQ(ms.record_entries + ms.record_dropped, 10);
+  rig_fail_over();
+  TH_LOOP_UNTIL(base, metrics(c).replay_pushes >= 4 && metrics(small).replay_pushes >= ms.record_entries,
+                15000);
+  TH_ASSERT_EQ(metrics(c).replay_pushes, 4);
+  TH_ASSERT_EQ(metrics(small).replay_pushes, ms.record_entries);
+  TH_ASSERT_EQ(master_int("ZCARD sluice:dq:{t}:z"), 4 + (long long)ms.record_entries);
+  sluice_dq_free(dq);
+  sluice_dq_free(dq2);
+  sluice_client_free(small);
+  finish(base, c);
+}
+
+/* Once a replica has the writes (WAIT 0 0 says so), the record is empty
+ * again, and a failover then sends nothing. */
+static void replicated_not_replayed(int cluster) {
+  rig_start(cluster);
+  struct event_base *base = event_base_new();
+  sluice_client *c = client(base);
+  sluice_dq *dq = dqt_queue(c, "t");
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, "m1", "one", 0, &p), SLUICE_OK);
+  TH_ASSERT_EQ(metrics(c).record_entries, 1);
+  TH_LOOP_UNTIL(base, metrics(c).record_entries == 0, 5000);
+  TH_ASSERT_EQ(metrics(c).record_entries, 0);
+  rig_hold();
+  rig_fail_over();
+  uint64_t end = th_now_ms() + 15000; /* a push fails fast until the new master is found */
+  while (dqt_push_wait(base, dq, "m2", "two", 0, &p) != SLUICE_OK && th_now_ms() < end)
+    th_loop_for(base, 50);
+  TH_ASSERT_EQ(p.status, SLUICE_OK);
+  TH_ASSERT_EQ(metrics(c).replay_pushes, 0);
+  TH_ASSERT_EQ(master_int("ZCARD sluice:dq:{t}:z"), 2);
+  sluice_dq_free(dq);
+  finish(base, c);
+}
+
+#define ON_BOTH(name)                                          \
+  static void test_sentinel_##name(void) { name(0); }         \
+  static void test_cluster_##name(void) { name(1); }
+
+ON_BOTH(release_replayed)
+ON_BOTH(permit_restored)
+ON_BOTH(permit_lost)
+ON_BOTH(push_replayed)
+ON_BOTH(record_bounded)
+ON_BOTH(replicated_not_replayed)
+
+/* ---- a single Redis killed -9 and restarted ------------------------------- */
+
+/* Held permits and acknowledged pushes survive a kill -9: with appendfsync
+ * everysec from the file (what the record sends again is refused as
+ * duplicates), without persistence from the record (what it holds: the
+ * writes of the last replay_window_ms). */
+static void restart(const char *const *extra, int persistent) {
+  th_redis r;
+  TH_ASSERT_EQ(th_redis_start(&r, 0, extra), 0);
+  struct event_base *base = event_base_new();
+  sluice_client *c = th_client(base, r.url, 3000);
+  sluice_sem *s = sem_test_new(c, "t", 1, 30000, 0);
+  sluice_dq *dq = dqt_queue(c, "t");
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  lost_at l = {0};
+  sluice_permit_set_lost_cb(a.permit, on_lost, &l);
+  enum { N = 50 };
+  dqt_push p;
+  for (int i = 0; i < N; i++) {
+    char id[16];
+    snprintf(id, sizeof id, "m%d", i);
+    TH_ASSERT_EQ(dqt_push_wait(base, dq, id, "x", 60000, &p), SLUICE_OK);
+  }
+  th_redis_respawn(&r, extra);
+  TH_LOOP_UNTIL(base, metrics(c).replay_pushes >= N, 10000);
+  sluice_client_metrics m = metrics(c);
+  TH_ASSERT_EQ(m.replay_pushes, N);
+  TH_ASSERT_EQ(m.replay_restored, persistent ? 0 : N);
+  TH_ASSERT_EQ(th_redis_int(&r, "ZCARD sluice:dq:{t}:z"), N);
+  TH_LOOP_UNTIL(base, th_redis_int(&r, "ZCARD sluice:sem:{t}:holders") == 1, 5000);
+  TH_ASSERT_EQ(th_redis_int(&r, "ZCARD sluice:sem:{t}:holders"), 1);
+  TH_ASSERT_EQ(metrics(c).permits_restored, persistent ? 0 : 1);
+  TH_ASSERT_EQ(l.done, 0);
+  sluice_permit_release(a.permit, NULL, NULL);
+  sluice_dq_free(dq);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+  th_redis_stop(&r);
+}
+
+static void test_restart_aof_everysec(void) {
+  static const char *const aof[] = {"--appendonly", "yes", "--appendfsync", "everysec", NULL};
+  restart(aof, 1);
+}
+
+static void test_restart_empty(void) { restart(NULL, 0); }
+
+int main(int argc, char **argv) {
+  static const th_case cases[] = {
+      {"sentinel_release_replayed", test_sentinel_release_replayed, 90},
+      {"sentinel_permit_restored", test_sentinel_permit_restored, 90},
+      {"sentinel_permit_lost", test_sentinel_permit_lost, 90},
+      {"sentinel_push_replayed", test_sentinel_push_replayed, 90},
+      {"sentinel_record_bounded", test_sentinel_record_bounded, 90},
+      {"sentinel_replicated_not_replayed", test_sentinel_replicated_not_replayed, 90},
+      {"cluster_release_replayed", test_cluster_release_replayed, 120},
+      {"cluster_permit_restored", test_cluster_permit_restored, 120},
+      {"cluster_permit_lost", test_cluster_permit_lost, 120},
+      {"cluster_push_replayed", test_cluster_push_replayed, 120},
+      {"cluster_record_bounded", test_cluster_record_bounded, 120},
+      {"cluster_replicated_not_replayed", test_cluster_replicated_not_replayed, 120},
+      {"restart_aof_everysec", test_restart_aof_everysec, 60},
+      {"restart_empty", test_restart_empty, 60},
+      {NULL, NULL, 0},
+  };
+  return th_topology_main(argc, argv, cases);
+}
