@@ -59,10 +59,12 @@ static inline sluice_rl_result rl_test_check(struct event_base *base, sluice_lim
 
 /* n requests of cost on key in one call of the sliding-log script, sent
  * as a caller with its own limit and period would; returns the reply
- * (freeReplyObject), one {allowed, remaining, retry, reset} per request. */
+ * (freeReplyObject): Redis's clock, then one {allowed, remaining, retry,
+ * reset} per request (rl_request_at finds them). No deadline: the requests
+ * never give up. */
 static inline redisReply *rl_log_call(redisContext *rc, const char *key, unsigned limit,
                                       unsigned period_ms, unsigned cost, int n) {
-  const char **argv = calloc((size_t)(6 + 3 * n), sizeof *argv);
+  const char **argv = calloc((size_t)(6 + 4 * n), sizeof *argv);
   char nk[16], lim[16], per[16], cst[16];
   snprintf(nk, sizeof nk, "%d", n);
   snprintf(lim, sizeof lim, "%u", limit);
@@ -76,11 +78,16 @@ static inline redisReply *rl_log_call(redisContext *rc, const char *key, unsigne
   argv[argc++] = lim;
   argv[argc++] = per;
   argv[argc++] = lim;
-  for (int i = 0; i < n; i++) argv[argc++] = cst, argv[argc++] = "0";
+  for (int i = 0; i < n; i++) argv[argc++] = cst, argv[argc++] = "0", argv[argc++] = "9007199254740991";
   redisReply *r = redisCommandArgv(rc, argc, argv, NULL);
   free(argv);
-  TH_ASSERT(r && r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)(4 * n));
+  TH_ASSERT(r && r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)(1 + 4 * n));
   return r;
+}
+
+/* Field f (0 allowed, 1 remaining, 2 retry, 3 reset) of request i's answer. */
+static inline long long rl_request_at(const redisReply *r, int i, int f) {
+  return r->element[1 + 4 * i + f]->integer;
 }
 
 #endif

@@ -169,13 +169,13 @@ static void test_full_log_denies(void) {
     freeReplyObject(rl_log_call(rc, key, SLUICE_RL_LOG_ENTRIES_MAX, 600000, 1, 250));
   TH_ASSERT_EQ(log_entries(key), SLUICE_RL_LOG_ENTRIES_MAX);
   redisReply *r = rl_log_call(rc, key, SLUICE_RL_LIMIT_MAX, 600000, 10000, 1);
-  TH_ASSERT_EQ(r->element[0]->integer, 0);
-  TH_ASSERT_EQ(r->element[1]->integer, 0);
-  TH_ASSERT_CMP(r->element[2]->integer, >, 590000);
+  TH_ASSERT_EQ(rl_request_at(r, 0, 0), 0);
+  TH_ASSERT_EQ(rl_request_at(r, 0, 1), 0);
+  TH_ASSERT_CMP(rl_request_at(r, 0, 2), >, 590000);
   freeReplyObject(r);
   r = rl_log_call(rc, key, SLUICE_RL_LIMIT_MAX, 600000, 9999, 1);
-  TH_ASSERT_EQ(r->element[0]->integer, 0);
-  TH_ASSERT_EQ(r->element[2]->integer, -1); /* never passes */
+  TH_ASSERT_EQ(rl_request_at(r, 0, 0), 0);
+  TH_ASSERT_EQ(rl_request_at(r, 0, 2), -1); /* never passes */
   freeReplyObject(r);
   TH_ASSERT_EQ(log_entries(key), SLUICE_RL_LOG_ENTRIES_MAX);
   redisFree(rc);

@@ -343,6 +343,30 @@ static void step_sem_waiters(void) {
   sluice_sem_free(sem);
 }
 
+/* A full batch of re-assertions at the maxima (the client sends them after
+ * a failover or a restart, which this Redis does not have): the permits are
+ * missing, so each is restored and the fence raised. */
+static void on_reply(void *ud, int status, const redisReply *r);
+
+static void step_sem_reassert(void) {
+  static char ids[SEM_BATCH][24];
+  const char *argv[5 + 2 * SEM_BATCH] = {"sluice:sem:{ra}:holders", "sluice:sem:{ra}:meta",
+                                         "1000000", "86400000", "86400000"};
+  int argc = 5;
+  for (int i = 0; i < SEM_BATCH; i++) {
+    snprintf(ids[i], sizeof ids[i], "reassert-%d", i);
+    argv[argc++] = ids[i];
+    argv[argc++] = "9007199254740991";
+  }
+  long long m = used_memory();
+  window_begin();
+  TH_ASSERT_EQ(sluice__eval(client, &sluice__lua_sem_reassert, 2, argc, argv, NULL, 0, on_reply,
+                            NULL, NULL),
+               0);
+  run_until(1);
+  step_done("sem: 256 re-assertions (1e6 permits, 1 day)", m, SEM_BATCH * 300);
+}
+
 /* ---- the delay queue ---- */
 
 static void on_batch(sluice_dq *dq, int status, const sluice_dq_push_result *r, size_t n,
@@ -490,6 +514,7 @@ static void all_steps(void) {
   step_long_log();
   step_sem_batches();
   step_sem_waiters();
+  step_sem_reassert();
   step_dq();
   step_rest();
 }
