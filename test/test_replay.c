@@ -170,6 +170,8 @@ static void permit_restored(int cluster) {
   TH_ASSERT_EQ(master_int("ZCARD sluice:sem:{t}:holders"), 1);
   TH_ASSERT_CMP(master_int("HGET sluice:sem:{t}:meta fence"), >=, sluice_permit_fence(a.permit));
   TH_ASSERT_EQ(sluice_permit_lost(a.permit), 0);
+  /* The other client may still be finding the new master. */
+  TH_LOOP_UNTIL(base, sluice_client_is_connected(other), 10000);
   TH_ASSERT_EQ(sem_try(base, o).status, SLUICE_EBUSY);
   uint64_t fence = sluice_permit_fence(a.permit); /* the release frees the permit */
   sluice_permit_release(a.permit, NULL, NULL);
