@@ -385,6 +385,46 @@ static void test_restart_aof_everysec(void) {
 
 static void test_restart_empty(void) { restart(NULL, 0); }
 
+/* A permit that is not renewed, restored on a restarted Redis, keeps the
+ * lease its holder counts on: Redis's copy ends no later than the grant's
+ * lease, and the lost callback comes when that lease ends. */
+static void test_restart_unrenewed(void) {
+  enum { TTL = 3000 };
+  th_redis r;
+  TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
+  struct event_base *base = event_base_new();
+  sluice_client *c = th_client(base, r.url, 3000);
+  sluice_sem_options o;
+  sluice_sem_options_init(&o);
+  o.permits = 1;
+  o.ttl_ms = TTL;
+  o.auto_renew = 0;
+  sluice_sem *s = sem_test_new_opts(c, "t", &o);
+  uint64_t asked = th_now_ms();
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  lost_at l = {0};
+  sluice_permit_set_lost_cb(a.permit, on_lost, &l);
+  th_loop_for(base, 1000); /* a third of the lease gone */
+  th_redis_respawn(&r, NULL);
+  TH_LOOP_UNTIL(base, metrics(c).permits_restored == 1, 5000);
+  TH_ASSERT_EQ(metrics(c).permits_restored, 1);
+  /* Redis's lease ends within the holder's (its clock is this machine's). */
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "ZSCORE sluice:sem:{t}:holders %s", sluice_permit_id(a.permit));
+  redisReply *score = th_redis_command(&r, cmd);
+  TH_ASSERT(score && score->type == REDIS_REPLY_STRING);
+  uint64_t ends = strtoull(score->str, NULL, 10);
+  freeReplyObject(score);
+  TH_ASSERT_CMP(ends, <=, (uint64_t)dqt_unix_ms() + TTL - 1000 + 100);
+  TH_ASSERT(th_loop_until(base, &l.done, TTL + 1000));
+  TH_ASSERT_CMP(l.at_ms - asked, <=, TTL + 200);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+  th_redis_stop(&r);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"sentinel_release_replayed", test_sentinel_release_replayed, 90},
@@ -401,6 +441,7 @@ int main(int argc, char **argv) {
       {"cluster_replicated_not_replayed", test_cluster_replicated_not_replayed, 120},
       {"restart_aof_everysec", test_restart_aof_everysec, 60},
       {"restart_empty", test_restart_empty, 60},
+      {"restart_unrenewed", test_restart_unrenewed, 60},
       {NULL, NULL, 0},
   };
   return th_topology_main(argc, argv, cases);

@@ -350,13 +350,14 @@ static void on_reply(void *ud, int status, const redisReply *r);
 
 static void step_sem_reassert(void) {
   static char ids[SEM_BATCH][24];
-  const char *argv[5 + 2 * SEM_BATCH] = {"sluice:sem:{ra}:holders", "sluice:sem:{ra}:meta",
+  const char *argv[5 + 3 * SEM_BATCH] = {"sluice:sem:{ra}:holders", "sluice:sem:{ra}:meta",
                                          "1000000", "86400000", "86400000"};
   int argc = 5;
   for (int i = 0; i < SEM_BATCH; i++) {
     snprintf(ids[i], sizeof ids[i], "reassert-%d", i);
     argv[argc++] = ids[i];
     argv[argc++] = "9007199254740991";
+    argv[argc++] = "86400000";
   }
   long long m = used_memory();
   window_begin();

@@ -270,7 +270,7 @@ typedef struct sluice_client_metrics {
   uint64_t replay_cancels;
   uint64_t replay_restored;
   /* Held permits re-asserted on a new node that were missing there: put
-   * back (with their id, fencing token and a full lease), or lost because
+   * back (with their id, fencing token and the rest of their lease), or lost because
    * the semaphore was full there (lost callback, SLUICE_LOST_DEFINITE). */
   uint64_t permits_restored;
   uint64_t permits_lost;

@@ -53,9 +53,11 @@ void sluice__sem_reassert_head(sluice__args *a, const sluice__sem_call *s) {
   sluice__args_u64(a, s->keep_ms);
 }
 
-void sluice__sem_reassert_item(sluice__args *a, const char *permit_id, uint64_t fence) {
+void sluice__sem_reassert_item(sluice__args *a, const char *permit_id, uint64_t fence,
+                               uint64_t lease_left_ms) {
   sluice__args_str(a, permit_id);
   sluice__args_u64(a, fence);
+  sluice__args_u64(a, lease_left_ms);
 }
 
 void sluice__sem_leave_args(sluice__args *a, const sluice__sem_call *s, const char *waiter) {

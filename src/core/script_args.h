@@ -77,11 +77,12 @@ void sluice__sem_renew_item(sluice__args *a, const char *permit_id);
  * permit: id, fencing token.
  * Reply: {1 renewed, 2 restored or 0 lost, per request}. */
 #define SEM_REASSERT_ARGS_HEAD 5
-#define SEM_REASSERT_ARGS_PER 2
+#define SEM_REASSERT_ARGS_PER 3
 #define SEM_REASSERT_NUMS_HEAD 3
-#define SEM_REASSERT_NUMS_PER 1
+#define SEM_REASSERT_NUMS_PER 2
 void sluice__sem_reassert_head(sluice__args *a, const sluice__sem_call *s);
-void sluice__sem_reassert_item(sluice__args *a, const char *permit_id, uint64_t fence);
+void sluice__sem_reassert_item(sluice__args *a, const char *permit_id, uint64_t fence,
+                               uint64_t lease_left_ms);
 
 /* sem_leave.lua: the head, then the waiter ("<handle id>:<waiter id>"). */
 #define SEM_LEAVE_ARGS (SEM_HEAD_ARGS + 1)

@@ -1,24 +1,28 @@
 -- Re-assert permits a handle holds, on a node that may not have seen their
 -- grants or renewals (a failover or a restart: the client's node changed).
--- A permit still held there is renewed; a missing one is restored with its
--- id and a full lease while the semaphore has room, and the fence is raised
+-- A permit still held there gets the rest of its lease; a missing one is
+-- restored with its id and the rest of its lease (what its holder still
+-- counts on: never more, so a permit that is not renewed still ends when
+-- its holder's lease does) while the semaphore has room, and the fence is raised
 -- to at least its token, so that every later grant still gets a higher
 -- one; a missing one while the semaphore is full is lost (someone else was
 -- granted its place meanwhile). Nothing is removed: no key may be emptied.
 -- KEYS: 1 holders, 2 meta
--- ARGV: 1 permits, 2 ttl_ms, 3 keep_ms, then per permit: id, fencing token
+-- ARGV: 1 permits, 2 ttl_ms, 3 keep_ms, then per permit: id, fencing token,
+-- lease left (ms, at most ttl_ms)
 -- Returns per permit: 1 renewed, 2 restored, 0 lost.
 -- Work: at most 256 permits (the client's batch).
 --@include _sem_common.lua
 local H, M = KEYS[1], KEYS[2]
 local permits, ttl, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-if (#ARGV - 3) % 2 ~= 0 or #ARGV > 3 + 2 * 256 then
+if (#ARGV - 3) % 3 ~= 0 or #ARGV > 3 + 3 * 256 then
   return redis.error_reply('ERR sluice: bad reassert')
 end
 local held = redis.call('ZCOUNT', H, '(' .. n2s(now), '+inf')
 local out, fence, leases = {}, 0, {}
-for i = 4, #ARGV, 2 do
+for i = 4, #ARGV, 3 do
   local id, token = ARGV[i], tonumber(ARGV[i + 1])
+  local left = math.min(math.max(tonumber(ARGV[i + 2]), 1), ttl)
   local r = 0
   if live_lease(H, id) then
     r = 1
@@ -28,7 +32,7 @@ for i = 4, #ARGV, 2 do
     r = 2
   end
   if r > 0 then
-    leases[#leases + 1] = n2s(now + ttl)
+    leases[#leases + 1] = n2s(now + left)
     leases[#leases + 1] = id
   end
   out[#out + 1] = r

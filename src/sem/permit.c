@@ -195,11 +195,12 @@ static void reassert_build(sluice__args *a, void *owner, sluice__breq *const *re
   sluice__sem_reassert_head(a, &sem->call);
   for (size_t i = 0; i < n; i++) {
     const sluice_permit *p = sluice__container_of(reqs[i], sluice_permit, reassert);
-    sluice__sem_reassert_item(a, p->id, p->fence);
+    sluice__sem_reassert_item(a, p->id, p->fence, ms_left(p));
   }
 }
 
-/* 1 still held, 2 put back: a full lease from when the call was sent; 0
+/* 1 still held, 2 put back: either way with the rest of the lease the
+ * client counts on (its deadline stands: Redis's lease now ends later); 0
  * taken by someone else meanwhile: lost, now rather than at the next
  * renewal. Unanswered: again when the connection is back (meanwhile the
  * renewals go on, and would find it gone). */
@@ -222,7 +223,6 @@ static void reassert_answer(void *owner, sluice__breq *r, int status,
     sluice__log(sem->c, SLUICE_LOG_INFO, "semaphore '%s': permit %s restored on the new node",
                 sem->name, p->id);
   p->replicated = br->replicated;
-  set_deadline(p, sluice__permit_deadline(sem, br->sent_ms, sem->o.ttl_ms));
 }
 
 static const sluice__batch_kind reassert_kind = {
