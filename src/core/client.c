@@ -164,13 +164,24 @@ int sluice__listen(sluice_client *c, const char *key, sluice__wake_fn *fn, void 
 
 /* ---- public API ---------------------------------------------------------- */
 
-#define LIMITER_WAITS_DEFAULT 100000
-
-int sluice__client_rl_waits(sluice_client *c, int delta) {
-  unsigned cap = c->opts.limiter_waits_max ? c->opts.limiter_waits_max : LIMITER_WAITS_DEFAULT;
-  if (delta > 0 && c->rl_waits >= cap) return SLUICE_EFULL;
-  c->rl_waits += (unsigned)delta;
+int sluice__client_reserve(sluice_client *c, sluice__cap cap, size_t n) {
+  if (n > c->cap[cap] - c->used[cap]) return SLUICE_EFULL;
+  c->used[cap] += (unsigned)n;
   return SLUICE_OK;
+}
+
+void sluice__client_release(sluice_client *c, sluice__cap cap, size_t n) {
+  c->used[cap] -= (unsigned)n;
+}
+
+/* The caps' defaults (sluice_client_options documents them). */
+#define SEM_PENDING_DEFAULT 250000
+#define LIMITER_WAITS_DEFAULT 100000
+#define PUSHES_DEFAULT 100000
+
+static unsigned or_default(unsigned *opt, unsigned dflt) {
+  if (!*opt) *opt = dflt;
+  return *opt;
 }
 
 void sluice_client_options_init(sluice_client_options *o) {
@@ -263,7 +274,9 @@ int sluice_client_new(struct event_base *base, const sluice_client_options *opts
   if (!c->opts.connect_timeout_ms) c->opts.connect_timeout_ms = 2000;
   if (!c->opts.op_timeout_ms) c->opts.op_timeout_ms = 5000;
   if (!c->opts.reconnect_min_ms) c->opts.reconnect_min_ms = 50;
-  if (!c->opts.max_pending_pushes) c->opts.max_pending_pushes = 100000;
+  c->cap[SLUICE__CAP_SEM_PENDING] = or_default(&c->opts.sem_pending_max, SEM_PENDING_DEFAULT);
+  c->cap[SLUICE__CAP_RL_WAITS] = or_default(&c->opts.limiter_waits_max, LIMITER_WAITS_DEFAULT);
+  c->cap[SLUICE__CAP_PUSHES] = or_default(&c->opts.max_pending_pushes, PUSHES_DEFAULT);
   if (c->opts.reconnect_max_ms < c->opts.reconnect_min_ms)
     c->opts.reconnect_max_ms = c->opts.reconnect_min_ms > 2000 ? c->opts.reconnect_min_ms : 2000;
   /* The WAIT must answer within the step's deadline. */
@@ -401,20 +414,5 @@ struct event_base *sluice__client_base(const sluice_client *c) { return c->base;
 unsigned sluice__client_op_timeout(const sluice_client *c) { return c->opts.op_timeout_ms; }
 sluice__rclock *sluice__client_rclock(sluice_client *c) { return &c->rclock; }
 
-#define SEM_PENDING_MAX_DEFAULT 250000
 
-int sluice__client_sem_pending(sluice_client *c, int delta) {
-  unsigned cap = c->opts.sem_pending_max ? c->opts.sem_pending_max : SEM_PENDING_MAX_DEFAULT;
-  if (delta > 0 && c->sem_pending >= cap) return SLUICE_EFULL;
-  c->sem_pending += (unsigned)delta;
-  return SLUICE_OK;
-}
-
-int sluice__client_push_reserve(sluice_client *c, size_t n) {
-  if (n > c->opts.max_pending_pushes - c->pending_pushes) return SLUICE_EFULL;
-  c->pending_pushes += (unsigned)n;
-  return SLUICE_OK;
-}
-
-void sluice__client_push_release(sluice_client *c, size_t n) { c->pending_pushes -= (unsigned)n; }
 

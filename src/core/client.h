@@ -41,7 +41,6 @@ struct sluice_client {
   sluice__guard_home home;        /* every object created on the client */
   sluice__blocker *blocker;       /* created on first listen */
   sluice__rclock rclock;          /* Redis's clock, from replies (rclock.h) */
-  unsigned sem_pending;           /* semaphore acquires pending, all handles */
 
   sluice_client_state_cb *state_cb;
   void *state_ud;
@@ -52,8 +51,8 @@ struct sluice_client {
   int sealed;                     /* objects cancelled: no new operations */
   int reaped;                     /* close sequence done */
   sluice_client_stats stats;
-  unsigned rl_waits;              /* limiter waits pending (limiter_waits_max) */
-  unsigned pending_pushes;        /* delay-queue messages sent, not answered */
+  unsigned used[SLUICE__NCAPS];   /* under each cap now (engine.h) */
+  unsigned cap[SLUICE__NCAPS];    /* the caps, from the options */
   int replicas;                   /* see sluice__client_replicated */
   sluice__record rec;             /* unreplicated writes (record.h) */
   const sluice__answered *answered; /* the step being answered, during its callback */

@@ -79,22 +79,23 @@ unsigned sluice__client_op_timeout(const sluice_client *c);
 /* What the client knows of Redis's clock (rclock.h). */
 struct sluice__rclock;
 struct sluice__rclock *sluice__client_rclock(sluice_client *c);
-/* Count a semaphore acquire pending on the client (+1: SLUICE_EFULL past
- * its sem_pending_max) or one that ended (-1). */
-int sluice__client_sem_pending(sluice_client *c, int delta);
-/* Count a limiter wait pending on the client (+1: SLUICE_EFULL past its
- * limiter_waits_max) or one that ended (-1). */
-int sluice__client_rl_waits(sluice_client *c, int delta);
+/* What a client caps, so that no caller can grow it without bound: each
+ * with its option (0: the default) in sluice_client_options. */
+typedef enum sluice__cap {
+  SLUICE__CAP_SEM_PENDING, /* semaphore acquires pending (sem_pending_max) */
+  SLUICE__CAP_RL_WAITS,    /* limiter waits pending (limiter_waits_max) */
+  SLUICE__CAP_PUSHES,      /* messages pushed, not answered (max_pending_pushes) */
+  SLUICE__NCAPS
+} sluice__cap;
+/* Reserve n under a cap before starting them (SLUICE_EFULL if that would
+ * pass it: nothing reserved); release them when they end. */
+int sluice__client_reserve(sluice_client *c, sluice__cap cap, size_t n);
+void sluice__client_release(sluice_client *c, sluice__cap cap, size_t n);
 /* Monotonic ms when the command connection last completed its handshake
  * (0: never). */
 uint64_t sluice__client_up_since(const sluice_client *c);
 /* A permit release that could not reach Redis before the client closed. */
 void sluice__client_note_abandoned(sluice_client *c, const char *permit_id);
-/* Delay-queue messages in flight, capped per client (max_pending_pushes):
- * reserve n before sending them (SLUICE_EFULL if that would pass the cap),
- * release them when answered or not sent. */
-int sluice__client_push_reserve(sluice_client *c, size_t n);
-void sluice__client_push_release(sluice_client *c, size_t n);
 /* The route (hash slot) a key's calls go to; one Redis has one route, 0. */
 unsigned sluice__client_route(const sluice_client *c, const char *key);
 

@@ -219,7 +219,7 @@ static void req_finish(dq_req *r, int status, const redisReply *reply) {
   sluice_dq *dq = r->dq;
   sluice__list_remove(&dq->reqs, &r->link);
   if (r->kind == REQ_PUSH || r->kind == REQ_BATCH) {
-    sluice__client_push_release(dq->c, r->n);
+    sluice__client_release(dq->c, SLUICE__CAP_PUSHES, r->n);
     dq->m.in_flight -= r->n;
   }
   sluice__guard_enter(&dq->guard);
@@ -433,14 +433,14 @@ static int push_items(dq_req *r, const sluice_dq_item *items, size_t n) {
  * in flight. */
 static int push_request(sluice_dq *dq, enum req_kind kind, dq_cb cb, void *ud,
                         const sluice_dq_item *items, size_t n) {
-  int rc = sluice__client_push_reserve(dq->c, n);
+  int rc = sluice__client_reserve(dq->c, SLUICE__CAP_PUSHES, n);
   if (rc != SLUICE_OK) {
     dq->m.full += n;
     return rc;
   }
   dq_req *r = req_new(dq, kind, cb, ud, n);
   rc = r ? push_items(r, items, n) : SLUICE_ENOMEM;
-  if (rc != SLUICE_OK) sluice__client_push_release(dq->c, n);
+  if (rc != SLUICE_OK) sluice__client_release(dq->c, SLUICE__CAP_PUSHES, n);
   else dq->m.in_flight += n;
   return rc;
 }

@@ -200,7 +200,7 @@ static int queue_add(sluice_limiter *lim, rl_req *rq, rl_queue **out) {
 
 static void rq_free(rl_req *rq) {
   if (rq->kind == RQ_WAIT) { /* its slot of the client's limiter_waits_max */
-    sluice__client_rl_waits(rq->lim->c, -1);
+    sluice__client_release(rq->lim->c, SLUICE__CAP_RL_WAITS, 1);
     rq->lim->m.waiting--;
   }
   evtimer_del(&rq->timer);
@@ -213,13 +213,13 @@ static void rq_timer_cb(evutil_socket_t fd, short what, void *arg);
 static int rq_new(sluice_limiter *lim, rq_kind kind, const char *key, unsigned cost,
                   sluice_limiter_cb *cb, void *ud, rl_req **out) {
   size_t klen = strlen(key);
-  if (kind == RQ_WAIT && sluice__client_rl_waits(lim->c, 1) != SLUICE_OK) {
+  if (kind == RQ_WAIT && sluice__client_reserve(lim->c, SLUICE__CAP_RL_WAITS, 1) != SLUICE_OK) {
     lim->m.waits_refused++;
     return SLUICE_EFULL;
   }
   rl_req *rq = sluice__calloc(1, sizeof *rq + klen + 1);
   if (!rq) {
-    if (kind == RQ_WAIT) sluice__client_rl_waits(lim->c, -1);
+    if (kind == RQ_WAIT) sluice__client_release(lim->c, SLUICE__CAP_RL_WAITS, 1);
     return SLUICE_ENOMEM;
   }
   memcpy(rq->key, key, klen + 1);

@@ -112,7 +112,7 @@ static void send_leave(sluice_acquire *a) {
 static void acquire_free(sluice_acquire *a) {
   sluice__list_remove(&a->sem->acquires, &a->link);
   a->sem->npending--;
-  sluice__client_sem_pending(a->sem->c, -1);
+  sluice__client_release(a->sem->c, SLUICE__CAP_SEM_PENDING, 1);
   event_free(a->timer);
   event_free(a->deadline);
   sluice__free(a);
@@ -662,12 +662,12 @@ static int start_acquire(sluice_sem *sem, int blocking, unsigned timeout_ms,
   if (!sem || !cb) return SLUICE_EINVAL;
   if (!sluice__guard_live(&sem->guard)) return SLUICE_ECLOSED;
   unsigned cap = sem->o.max_pending ? sem->o.max_pending : PENDING_MAX_DEFAULT;
-  if (sem->npending >= cap || sluice__client_sem_pending(sem->c, 1) != SLUICE_OK)
+  if (sem->npending >= cap || sluice__client_reserve(sem->c, SLUICE__CAP_SEM_PENDING, 1) != SLUICE_OK)
     return SLUICE_EFULL;
   struct event_base *base = sluice__client_base(sem->c);
   sluice_acquire *a = sluice__calloc(1, sizeof *a);
   if (!a) {
-    sluice__client_sem_pending(sem->c, -1);
+    sluice__client_release(sem->c, SLUICE__CAP_SEM_PENDING, 1);
     return SLUICE_ENOMEM;
   }
   a->sem = sem;
@@ -682,7 +682,7 @@ static int start_acquire(sluice_sem *sem, int blocking, unsigned timeout_ms,
     if (a->timer) event_free(a->timer);
     if (a->deadline) event_free(a->deadline);
     sluice__free(a);
-    sluice__client_sem_pending(sem->c, -1);
+    sluice__client_release(sem->c, SLUICE__CAP_SEM_PENDING, 1);
     return SLUICE_ENOMEM;
   }
   sluice__random_hex(a->waiter_id);
