@@ -625,7 +625,7 @@ static const char *requeue_arg(size_t i, size_t *len) { /* retention, id, limit 
 static void expect_refused(redisContext *rc, const sluice__script *s, size_t n,
                            const char *(*fill)(size_t, size_t *)) {
   redisReply *r = raw_eval(rc, s, n, fill);
-  printf("# %s with %zu arguments: %s\n", s->name, n,
+  th_note("%s with %zu arguments: %s\n", s->name, n,
          r->type == REDIS_REPLY_ERROR ? r->str : "accepted");
   TH_ASSERT_EQ(r->type, REDIS_REPLY_ERROR);
   TH_ASSERT(strstr(r->str, "sluice:") != NULL);
@@ -698,7 +698,7 @@ static void test_memory_per_message(void) {
   freeReplyObject(th_redis_command(&th_server, "EVAL %s 2 {mem}bz {mem}bh", script));
   long long bare_grown = th_redis_info_sum("memory", "used_memory:") - before;
   long long bare = mem_usage("{mem}bz") + mem_usage("{mem}bh");
-  printf("# per queued 16-byte message: %.1f B by MEMORY USAGE (bare zset + hash: %.1f B), "
+  th_note("per queued 16-byte message: %.1f B by MEMORY USAGE (bare zset + hash: %.1f B), "
          "%.1f B by used_memory (bare: %.1f B)\n", (double)keys / MEM_N, (double)bare / MEM_N,
          (double)grown / MEM_N, (double)bare_grown / MEM_N);
   TH_ASSERT_CMP(keys / MEM_N, <=, 290);

@@ -353,9 +353,9 @@ static void check(run *r, const char *what) {
   }
   qsort(late, (size_t)n, sizeof late[0], cmp_i64);
   int64_t p50 = late[n / 2], p99 = late[n * 99 / 100], mx = late[n - 1];
-  printf("# %s: %d messages taken on time: lateness p50 %lld ms, p99 %lld ms, max %lld ms\n", what,
+  th_note("%s: %d messages taken on time: lateness p50 %lld ms, p99 %lld ms, max %lld ms\n", what,
          n, (long long)p50, (long long)p99, (long long)mx);
-  printf("# %s: %d held by killed consumers, redelivered at most %lld ms past their deadline\n",
+  th_note("%s: %d held by killed consumers, redelivered at most %lld ms past their deadline\n",
          what, nheld, (long long)worst_redelivery);
   TH_ASSERT_CMP(p99, <, 1000 + HOLD_MS);
   TH_ASSERT_CMP(mx, <, 2000 + HOLD_MS);
@@ -440,7 +440,7 @@ static void sigstop_past_visibility(int cli) {
   TH_ASSERT_EQ(r.m[0].n, 2);
   TH_ASSERT_EQ(r.m[0].d[1].who, other);
   int64_t past = r.m[0].d[1].at_ms - (taken + 2000);
-  printf("# %s: stopped consumer's message redelivered %lld ms past its deadline\n",
+  th_note("%s: stopped consumer's message redelivered %lld ms past its deadline\n",
          cli ? "tool" : "library", (long long)past);
   TH_ASSERT_CMP(past, <, 1000);
   kill(-r.pid[s], SIGCONT);
@@ -457,7 +457,7 @@ static void sigstop_past_visibility(int cli) {
     }
     char *said = strstr(text, "settled after its visibility deadline");
     TH_ASSERT(said != NULL);
-    printf("# the stopped tool said: ...%.*s\n", (int)strcspn(said, "\n"), said);
+    th_note("the stopped tool said: ...%.*s\n", (int)strcspn(said, "\n"), said);
   } else {
     end = th_now_ms() + 5000;
     while (!r.late_settles && th_now_ms() < end) read_reports(&r, 20);

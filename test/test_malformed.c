@@ -359,7 +359,7 @@ static void bounded_answer(const char *reply, int expected) {
   acq_result r = sem_try(base, s);
   uint64_t took = th_now_ms() - t0;
   long grew = status_kb("VmHWM:") - rss;
-  printf("# %s after %llu ms (%s); resident set %s%ld KB; %s\n", sluice_err_name(r.status),
+  th_note("%s after %llu ms (%s); resident set %s%ld KB; %s\n", sluice_err_name(r.status),
          (unsigned long long)took, sluice_client_last_error(c), peak ? "grew " : "(no peak) ",
          grew, sluice_client_is_connected(c) ? "connected" : "dropped");
   TH_ASSERT_EQ(r.status, expected);

@@ -221,7 +221,7 @@ static void permit_lost(int cluster) {
   uint64_t from = th_now_ms();
   TH_ASSERT(th_loop_until(base, &l.done, 8000));
   TH_ASSERT_EQ(l.reason, SLUICE_LOST_DEFINITE);
-  printf("# lost %llu ms after the loop ran again\n", (unsigned long long)(l.at_ms - from));
+  th_note("lost %llu ms after the loop ran again\n", (unsigned long long)(l.at_ms - from));
   TH_ASSERT_EQ(metrics(c).permits_lost, 1);
   TH_ASSERT_EQ(master_int("ZCARD sluice:sem:{t}:holders"), 1); /* the other's only */
   sluice_permit_release(a.permit, NULL, NULL);

@@ -70,7 +70,7 @@ static void test_entry_bytes(void) {
   char *k = sluice__rl_redis_key(lim, "203.0.113.7");
   TH_ASSERT_EQ(log_entries(k), N);
   long long bytes = th_redis_int(&th_server, "MEMORY USAGE %s SAMPLES 0", k);
-  printf("# sliding log: %d entries in %lld bytes, %.1f bytes an entry\n", N, bytes,
+  th_note("sliding log: %d entries in %lld bytes, %.1f bytes an entry\n", N, bytes,
          (double)bytes / N);
   TH_ASSERT_CMP(bytes, <=, 20 * N);
   free(k);

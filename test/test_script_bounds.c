@@ -153,7 +153,7 @@ static void step_check(const char *what, long long before, long long stored, lon
   freeReplyObject(th_redis_command(&th_server, "SLOWLOG RESET"));
   double ping_ms = pinger_worst();
   long long grew = used_memory() - before;
-  printf("# %-44s slowest %-18s %6lld us; PING %6.2f ms; memory %+lld KB\n", what,
+  th_note("%-44s slowest %-18s %6lld us; PING %6.2f ms; memory %+lld KB\n", what,
          worst ? worst->name : "-", worst_us, ping_ms, grew / 1024);
   TH_ASSERT_CMP(worst_us, <=, SCRIPT_US_MAX + items * us_per_item);
   TH_ASSERT_CMP(ping_ms, <=, PING_MS_MAX + items * us_per_item / 1000);
@@ -246,7 +246,7 @@ static void step_long_log(void) {
   checks(lim, 1, 1, SLUICE_RL_LOG_ENTRIES_MAX); /* denied: the search for its time */
   step_done("sliding-log of 100,000 entries, half expired", m, 0);
   long long left = (th_redis_int(&th_server, "LLEN sluice:rl:{4:long:k0}:log") - 1) / 2;
-  printf("# %lld entries left of %u\n", left, SLUICE_RL_LOG_ENTRIES_MAX + 1);
+  th_note("%lld entries left of %u\n", left, SLUICE_RL_LOG_ENTRIES_MAX + 1);
   TH_ASSERT(left > SLUICE_RL_LOG_ENTRIES_MAX * 2 / 5 && left <= SLUICE_RL_LOG_ENTRIES_MAX / 2 + 1);
   sluice_limiter_free(lim);
 }
@@ -531,7 +531,7 @@ static void test_every_script(void) {
   pinger_worst();
   all_steps();
   for (unsigned i = 0; i < SLUICE__LUA_COUNT; i++) {
-    printf("# %-20s %lld calls\n", sluice__lua_all[i]->name, seen_calls[i]);
+    th_note("%-20s %lld calls\n", sluice__lua_all[i]->name, seen_calls[i]);
     TH_ASSERT_CMP(seen_calls[i], >, 0); /* every script ran */
   }
   pinger_stop();
