@@ -26,11 +26,11 @@
 #define BENCH_CPU_CLIENT 1
 
 typedef struct bench_redis {
-  pid_t pid;         /* 0 when the server is shared (not ours to stop) */
+  pid_t pid; /* 0 when the server is shared (not ours to stop) */
   char host[64];
   int port;
-  char url[96];      /* "redis://host:port", for sluice_client_new */
-  char dir[128];     /* private temp dir of a server we started */
+  char url[96];  /* "redis://host:port", for sluice_client_new */
+  char dir[128]; /* private temp dir of a server we started */
 } bench_redis;
 
 /* Number of online CPUs (at least 1). */
@@ -54,11 +54,11 @@ int bench_redis_flush(const bench_redis *r);
 int bench_script_load(const bench_redis *r, const sluice__script *script, char sha[41]);
 
 typedef struct bench_rb_opts {
-  int clients;     /* -c, 0: 50 */
-  int requests;    /* -n, 0: 100000 */
-  int pipeline;    /* -P, 0: 1 */
-  int keyspace;    /* -r: replace __rand_int__ in keys/args; 0: off */
-  int cluster;     /* --cluster: r is one seed; a key must contain "{tag}",
+  int clients;  /* -c, 0: 50 */
+  int requests; /* -n, 0: 100000 */
+  int pipeline; /* -P, 0: 1 */
+  int keyspace; /* -r: replace __rand_int__ in keys/args; 0: off */
+  int cluster;  /* --cluster: r is one seed; a key must contain "{tag}",
                       which each connection replaces with a tag of a slot of
                       its node (connections spread over the masters);
                       run with --threads 1 */
@@ -78,9 +78,8 @@ int bench_have_redis_benchmark(void);
 int bench_redis_benchmark(const bench_redis *r, const bench_rb_opts *opts, int argc,
                           const char *const *argv, bench_rb_result *out);
 /* The same for "EVALSHA <sha> <numkeys> <keys_and_args...>". */
-int bench_evalsha(const bench_redis *r, const bench_rb_opts *opts, const char *sha,
-                  int numkeys, int nargs, const char *const *keys_and_args,
-                  bench_rb_result *out);
+int bench_evalsha(const bench_redis *r, const bench_rb_opts *opts, const char *sha, int numkeys,
+                  int nargs, const char *const *keys_and_args, bench_rb_result *out);
 
 /* Latency recorder: samples in microseconds. */
 typedef struct bench_lat bench_lat;
@@ -117,8 +116,7 @@ typedef struct bench_table bench_table;
 bench_table *bench_table_new(const char *title, const char *const *cols);
 /* Add a row; cells are separated by '|' in the formatted string, e.g.
  * bench_table_row(t, "%s|%.0f|%.2f", name, rps, ratio). */
-void bench_table_row(bench_table *t, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+void bench_table_row(bench_table *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void bench_table_print(const bench_table *t, FILE *out);
 void bench_table_free(bench_table *t);
 
@@ -129,7 +127,7 @@ void bench_table_free(bench_table *t);
 #define BENCH_CLUSTER_MAX 8
 
 typedef struct bench_cluster {
-  int n;                             /* masters */
+  int n; /* masters */
   bench_redis node[BENCH_CLUSTER_MAX];
   char seeds[BENCH_CLUSTER_MAX * 24];
   char url[BENCH_CLUSTER_MAX * 24 + 20]; /* "redis+cluster://seeds" */
@@ -141,8 +139,7 @@ int bench_cluster_attach(bench_cluster *cl);
 /* FLUSHALL on every master; 0 or -1. */
 int bench_cluster_flush(const bench_cluster *cl);
 /* bench_script_load on every master (EVALSHA may land on any). */
-int bench_cluster_script_load(const bench_cluster *cl, const sluice__script *script,
-                              char sha[41]);
+int bench_cluster_script_load(const bench_cluster *cl, const sluice__script *script, char sha[41]);
 
 /* Absolute path of bench/topology.sh (private clusters and Sentinel sets). */
 const char *bench_topology_script(void);

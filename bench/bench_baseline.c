@@ -25,8 +25,8 @@ static int throughput(const bench_redis *r, const char *sha, bench_table *t) {
     if (bench_evalsha(r, &o, sha, 0, 0, NULL, &eval) != 0) return -1;
     bench_table_row(t, "PING|%d|%.0f|%.3f|%.3f|1.00", depths[i], ping.rps, ping.p50_ms,
                     ping.p99_ms);
-    bench_table_row(t, "EVALSHA ping.lua|%d|%.0f|%.3f|%.3f|%.2f", depths[i], eval.rps,
-                    eval.p50_ms, eval.p99_ms, eval.rps / ping.rps);
+    bench_table_row(t, "EVALSHA ping.lua|%d|%.0f|%.3f|%.3f|%.2f", depths[i], eval.rps, eval.p50_ms,
+                    eval.p99_ms, eval.rps / ping.rps);
   }
   return 0;
 }
@@ -50,11 +50,9 @@ static int latency(const bench_redis *r, const char *sha, bench_table *t) {
     if (rc == 0) rc = bench_lat_add(lat, (double)(t1 - t0));
   }
   if (rc == 0)
-    bench_table_row(t, "EVALSHA ping.lua, 1 sync client|%zu|%.1f|%.1f|%.1f",
-                    bench_lat_count(lat), bench_lat_pct(lat, 50), bench_lat_pct(lat, 99),
-                    bench_lat_max(lat));
-  else
-    fprintf(stderr, "bench_baseline: EVALSHA failed\n");
+    bench_table_row(t, "EVALSHA ping.lua, 1 sync client|%zu|%.1f|%.1f|%.1f", bench_lat_count(lat),
+                    bench_lat_pct(lat, 50), bench_lat_pct(lat, 99), bench_lat_max(lat));
+  else fprintf(stderr, "bench_baseline: EVALSHA failed\n");
   bench_lat_free(lat);
   redisFree(c);
   return rc;

@@ -170,9 +170,9 @@ static int attach_shared(bench_redis *r, const char *spec) {
 static pid_t spawn_server(const char *bin, bench_redis *r) {
   char port[16];
   snprintf(port, sizeof port, "%d", r->port);
-  const char *argv[] = {bin, "--port", port, "--bind", "127.0.0.1", "--save", "",
-                        "--appendonly", "no", "--dir", r->dir, "--daemonize", "no",
-                        "--loglevel", "warning", "--logfile", "redis.log", NULL};
+  const char *argv[] = {bin,  "--port",       port,      "--bind",    "127.0.0.1", "--save",
+                        "",   "--appendonly", "no",      "--dir",     r->dir,      "--daemonize",
+                        "no", "--loglevel",   "warning", "--logfile", "redis.log", NULL};
   pid_t pid = fork();
   if (pid != 0) return pid;
   setpgid(0, 0);
@@ -242,10 +242,8 @@ void bench_redis_stop(bench_redis *r) {
     kill(r->pid, SIGTERM);
     int done = 0;
     for (int i = 0; i < 300 && !done; i++) {
-      if (waitpid(r->pid, NULL, WNOHANG) == r->pid)
-        done = 1;
-      else
-        sleep_ms(10);
+      if (waitpid(r->pid, NULL, WNOHANG) == r->pid) done = 1;
+      else sleep_ms(10);
     }
     if (!done) {
       kill(r->pid, SIGKILL);
@@ -284,8 +282,8 @@ int bench_script_load(const bench_redis *r, const sluice__script *script, char s
     fprintf(stderr, "bench: SCRIPT LOAD %s failed: %s\n", script->name,
             rep && rep->type == REDIS_REPLY_ERROR ? rep->str : c->errstr);
   } else if (strcmp(rep->str, script->sha) != 0) {
-    fprintf(stderr, "bench: SCRIPT LOAD %s: server SHA %s, built-in %s\n", script->name,
-            rep->str, script->sha);
+    fprintf(stderr, "bench: SCRIPT LOAD %s: server SHA %s, built-in %s\n", script->name, rep->str,
+            script->sha);
   } else {
     memcpy(sha, rep->str, 41);
     rc = 0;
@@ -335,7 +333,7 @@ static int parse_csv(const char *text, bench_rb_result *out) {
   if (!found) return -1;
   double v[7];
   int nv = 0;
-  const char *p = strstr(found + 1, "\",\"");  /* end of the (quoted) name */
+  const char *p = strstr(found + 1, "\",\""); /* end of the (quoted) name */
   while (p && nv < 7) {
     p += 3;
     v[nv++] = strtod(p, NULL);
@@ -366,21 +364,28 @@ int bench_redis_benchmark(const bench_redis *r, const bench_rb_opts *opts, int a
   if (!av) return -1;
   int i = 0;
   av[i++] = bin;
-  av[i++] = "-h"; av[i++] = r->host;
-  av[i++] = "-p"; av[i++] = port;
-  av[i++] = "-c"; av[i++] = c;
-  av[i++] = "-n"; av[i++] = n;
-  av[i++] = "-P"; av[i++] = p;
+  av[i++] = "-h";
+  av[i++] = r->host;
+  av[i++] = "-p";
+  av[i++] = port;
+  av[i++] = "-c";
+  av[i++] = c;
+  av[i++] = "-n";
+  av[i++] = n;
+  av[i++] = "-P";
+  av[i++] = p;
   if (opts && opts->keyspace > 0) {
     snprintf(k, sizeof k, "%d", opts->keyspace);
-    av[i++] = "-r"; av[i++] = k;
+    av[i++] = "-r";
+    av[i++] = k;
   }
   if (opts && opts->cluster) {
     /* One thread, like the standalone runs: with its default of a thread
      * per node it notices the end only every few hundred ms, which rounds
      * a short run's time up (a 0.2 s run reported as 0.5 s). */
     av[i++] = "--cluster";
-    av[i++] = "--threads"; av[i++] = "1";
+    av[i++] = "--threads";
+    av[i++] = "1";
   }
   av[i++] = "--csv";
   for (int a = 0; a < argc; a++) av[i++] = argv[a];
@@ -419,9 +424,8 @@ int bench_redis_benchmark(const bench_redis *r, const bench_rb_opts *opts, int a
   return rc;
 }
 
-int bench_evalsha(const bench_redis *r, const bench_rb_opts *opts, const char *sha,
-                  int numkeys, int nargs, const char *const *keys_and_args,
-                  bench_rb_result *out) {
+int bench_evalsha(const bench_redis *r, const bench_rb_opts *opts, const char *sha, int numkeys,
+                  int nargs, const char *const *keys_and_args, bench_rb_result *out) {
   const char **av = calloc((size_t)nargs + 3, sizeof *av);
   if (!av) return -1;
   char nk[16];
@@ -510,7 +514,7 @@ struct bench_table {
   char *title;
   int ncols;
   char *head[BENCH_TABLE_MAX_COLS];
-  char **cells;  /* nrows * ncols */
+  char **cells; /* nrows * ncols */
   size_t nrows, cap;
 };
 
@@ -614,8 +618,7 @@ int bench_cluster_flush(const bench_cluster *cl) {
   return rc;
 }
 
-int bench_cluster_script_load(const bench_cluster *cl, const sluice__script *script,
-                              char sha[41]) {
+int bench_cluster_script_load(const bench_cluster *cl, const sluice__script *script, char sha[41]) {
   for (int i = 0; i < cl->n; i++)
     if (bench_script_load(&cl->node[i], script, sha) != 0) return -1;
   return cl->n > 0 ? 0 : -1;

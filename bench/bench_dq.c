@@ -94,7 +94,8 @@ static void on_one(sluice_dq *dq, int status, const char *id, int64_t due, void 
 static double push_run(struct event_base *base, sluice_dq *dq, uint64_t total, size_t batch,
                        int depth, int64_t delay_ms, double *cpu_us) {
   static sluice_dq_item items[TAKE_BATCH];
-  for (size_t i = 0; i < batch; i++) items[i] = (sluice_dq_item){"payload-0123456789", 18, delay_ms, 0, NULL};
+  for (size_t i = 0; i < batch; i++)
+    items[i] = (sluice_dq_item){"payload-0123456789", 18, delay_ms, 0, NULL};
   pusher p = {dq, 0, 0, 0, total};
   uint64_t t0 = bench_now_us();
   bench_cpu cpu = bench_cpu_start();
@@ -120,7 +121,7 @@ static double push_run(struct event_base *base, sluice_dq *dq, uint64_t total, s
 
 typedef struct sink {
   uint64_t got, acked, want;
-  bench_lat *lat;   /* lateness samples (us), or NULL */
+  bench_lat *lat; /* lateness samples (us), or NULL */
 } sink;
 
 static void on_ack(sluice_dq_consumer *con, int status, const char *id, void *ud) {
@@ -326,11 +327,12 @@ typedef struct cl_result {
 
 static double cl_push(struct event_base *base, sluice_dq **dqs, uint64_t total, double *cpu_us) {
   static sluice_dq_item items[TAKE_BATCH];
-  for (size_t i = 0; i < TAKE_BATCH; i++) items[i] = (sluice_dq_item){"payload-0123456789", 18, 0, 0, NULL};
+  for (size_t i = 0; i < TAKE_BATCH; i++)
+    items[i] = (sluice_dq_item){"payload-0123456789", 18, 0, 0, NULL};
   pusher p = {NULL, 0, 0, 0, total};
   uint64_t t0 = bench_now_us();
   bench_cpu cpu = bench_cpu_start();
-  for (int q = 0; p.sent < total || p.outstanding; ) {
+  for (int q = 0; p.sent < total || p.outstanding;) {
     while (p.sent < total && p.outstanding < 16) {
       if (sluice_dq_push_batch(dqs[q++ % CL_QUEUES], items, TAKE_BATCH, on_batch, &p) != 0) exit(1);
       p.outstanding++;
@@ -396,7 +398,7 @@ static void cluster_run(void) {
       if (k) bench_cluster_flush(&cl);
       else bench_redis_flush(&rs);
     }
-  static const char *const cols[] = {"messages/s", "standalone", "CPU us/msg", "cluster",
+  static const char *const cols[] = {"messages/s", "standalone",         "CPU us/msg", "cluster",
                                      "CPU us/msg", "cluster/standalone", NULL};
   char title[200];
   snprintf(title, sizeof title,
@@ -439,8 +441,8 @@ int main(void) {
   int have_rb = bench_have_redis_benchmark() && take_rb(&take_msgs, &rb) == 0;
   bench_redis_flush(&rs);
 
-  static const char *const cols[] = {"delay queue",    "sluice", "CPU us/msg", "BullMQ",
-                                     "CPU us/msg", "sluice/BullMQ", NULL};
+  static const char *const cols[] = {"delay queue", "sluice",        "CPU us/msg", "BullMQ",
+                                     "CPU us/msg",  "sluice/BullMQ", NULL};
   bench_table *t = bench_table_new("Delay queue: throughput (messages/s)", cols);
   double bull[2] = {0}, bull_cons_v[2] = {0};
   static const char *const k_push[] = {"push_per_s", "cpu_us_per_op"};
@@ -462,12 +464,13 @@ int main(void) {
   bench_table_print(t, stdout);
   bench_table_free(t);
   if (have_rb)
-    printf("take script alone (redis-benchmark, EVALSHA dq_take, batch 100, same KEYS/ARGV): "
-           "%.0f calls/s = %.0f messages/s; sluice consume / take alone = %.2f\n\n",
-           rb.rps, take_msgs, consume / take_msgs);
+    printf(
+        "take script alone (redis-benchmark, EVALSHA dq_take, batch 100, same KEYS/ARGV): "
+        "%.0f calls/s = %.0f messages/s; sluice consume / take alone = %.2f\n\n",
+        rb.rps, take_msgs, consume / take_msgs);
 
-  static const char *const lcols[] = {"lateness (ms)", "p50", "p99", "max", "BullMQ p50",
-                                      "BullMQ p99", "BullMQ max", NULL};
+  static const char *const lcols[] = {"lateness (ms)", "p50",        "p99",        "max",
+                                      "BullMQ p50",    "BullMQ p99", "BullMQ max", NULL};
   t = bench_table_new("Delay queue: delivery lateness, delays 20..1020 ms", lcols);
   static const double rates[] = {1000, 10000};
   static const double secs[] = {5, 3};
@@ -498,9 +501,10 @@ int main(void) {
   snprintf(args, sizeof args, "idle %s %d 5", rs.host, rs.port);
   if (node && node_run(args, k_idle, &bull_idle, 1) != 0) bull_idle = -1;
   if (bull_idle >= 0)
-    printf("idle consumer: sluice %.2f Redis commands/s over %d s, BullMQ worker %.2f commands/s "
-           "over 5 s\n",
-           idle, IDLE_SECONDS, bull_idle);
+    printf(
+        "idle consumer: sluice %.2f Redis commands/s over %d s, BullMQ worker %.2f commands/s "
+        "over 5 s\n",
+        idle, IDLE_SECONDS, bull_idle);
   else
     printf("idle consumer: sluice %.2f Redis commands/s over %d s (BullMQ skipped)\n", idle,
            IDLE_SECONDS);

@@ -102,10 +102,10 @@ typedef struct holder {
   struct run *r;
   sluice_sem *sem;
   sluice_permit *held;
-  uint64_t since;          /* the hold's start; 0 when none is open */
-  times spans;             /* closed holds: start, end pairs */
+  uint64_t since; /* the hold's start; 0 when none is open */
+  times spans;    /* closed holds: start, end pairs */
   struct event *release_ev, *retry_ev;
-  int waiter;              /* the one whose grants are the successes */
+  int waiter; /* the one whose grants are the successes */
 } holder;
 
 typedef struct run {
@@ -551,8 +551,8 @@ static void on_signal(int sig) {
 /* ---- report ------------------------------------------------------------------- */
 
 static void print_recovery(stats st[FO_NKINDS]) {
-  static const char *const cols[] = {"failover", "rounds", "detect p50", "sem p50", "sem max",
-                                     "dq p50",   "dq max", NULL};
+  static const char *const cols[] = {"failover", "rounds", "detect p50", "sem p50",
+                                     "sem max",  "dq p50", "dq max",     NULL};
   bench_table *t = bench_table_new(
       "recovery (ms): detect = the act to the new master's answer; sem (the waiter), dq (the "
       "consumer) = last success before -> first success after",
@@ -568,9 +568,17 @@ static void print_recovery(stats st[FO_NKINDS]) {
 }
 
 static void print_kept(stats st[FO_NKINDS]) {
-  static const char *const cols[] = {
-      "failover", "pushes acked", "lost", "dups", "in doubt", "permits restored",
-      "permits lost", "overlaps", "overlap max ms", "sent again", NULL};
+  static const char *const cols[] = {"failover",
+                                     "pushes acked",
+                                     "lost",
+                                     "dups",
+                                     "in doubt",
+                                     "permits restored",
+                                     "permits lost",
+                                     "overlaps",
+                                     "overlap max ms",
+                                     "sent again",
+                                     NULL};
   bench_table *t = bench_table_new(
       "what the failovers cost (all rounds of a kind); sent again: releases / pushes, of them "
       "missing on the new node",
@@ -579,8 +587,7 @@ static void print_kept(stats st[FO_NKINDS]) {
     const stats *s = &st[k];
     if (!s->rounds) continue;
     bench_table_row(t, "%s|%ld|%ld|%ld|%ld|%llu|%llu|%ld|%.0f|%llu / %llu, %llu", fo_kind_names[k],
-                    s->acked, s->lost, s->dups, s->doubt,
-                    (unsigned long long)s->k.permits_restored,
+                    s->acked, s->lost, s->dups, s->doubt, (unsigned long long)s->k.permits_restored,
                     (unsigned long long)s->k.permits_lost, s->overlaps,
                     s->overlaps ? bench_lat_max(s->overlap) : 0.0,
                     (unsigned long long)s->k.releases, (unsigned long long)s->k.pushes,
@@ -603,11 +610,12 @@ int main(int argc, char **argv) {
   signal(SIGABRT, on_signal);
   if (bench_can_pin()) bench_pin_self(BENCH_CPU_CLIENT);
   const char *wait = getenv("SLUICE_BENCH_WAIT_REPLICAS");
-  printf("failover recovery: %d rounds per kind; a semaphore passed between two holders (%d ms "
-         "each), a push every %d ms; wait_replicas %d, replay %s; pinning %s\n",
-         rounds, HOLD_MS, PUSH_MS, wait ? atoi(wait) : 0,
-         env_on("SLUICE_BENCH_REPLAY_OFF") ? "off" : "on (default)",
-         bench_can_pin() ? "on (servers CPU 0, client CPU 1)" : "off");
+  printf(
+      "failover recovery: %d rounds per kind; a semaphore passed between two holders (%d ms "
+      "each), a push every %d ms; wait_replicas %d, replay %s; pinning %s\n",
+      rounds, HOLD_MS, PUSH_MS, wait ? atoi(wait) : 0,
+      env_on("SLUICE_BENCH_REPLAY_OFF") ? "off" : "on (default)",
+      bench_can_pin() ? "on (servers CPU 0, client CPU 1)" : "off");
   stats st[FO_NKINDS];
   for (int k = 0; k < FO_NKINDS; k++) {
     memset(&st[k], 0, sizeof st[k]);
@@ -627,9 +635,10 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof topologies / sizeof topologies[0]; i++) {
     const stats *s = &st[topologies[i].first];
     if (s->rounds)
-      printf("%s: normal spacing (median) %.1f ms between the waiter's grants, %.1f ms between "
-             "deliveries; %ld operations failed\n",
-             topologies[i].what, s->sem_normal, s->dq_normal, s->errors);
+      printf(
+          "%s: normal spacing (median) %.1f ms between the waiter's grants, %.1f ms between "
+          "deliveries; %ld operations failed\n",
+          topologies[i].what, s->sem_normal, s->dq_normal, s->errors);
   }
   printf("(-1: no success after the new master before the next round, or %d s after the last)\n",
          TAIL_MS / 1000);

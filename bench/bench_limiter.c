@@ -151,7 +151,7 @@ static int run_sluice(struct event_base *base, sluice_limiter *lim, unsigned key
 }
 
 static sluice_limiter *make_limiter(sluice_client *c, sluice_rl_algo algo, const char *name,
-                                   const workload *w) {
+                                    const workload *w) {
   sluice_limiter_options o;
   sluice_limiter *lim = NULL;
   sluice_limiter_options_init(&o);
@@ -164,10 +164,10 @@ static sluice_limiter *make_limiter(sluice_client *c, sluice_rl_algo algo, const
 
 static const sluice__script *script_of(sluice_rl_algo algo) {
   switch (algo) {
-  case SLUICE_RL_FIXED: return &sluice__lua_rl_fixed;
-  case SLUICE_RL_SLIDING_LOG: return &sluice__lua_rl_sliding_log;
-  case SLUICE_RL_SLIDING_COUNTER: return &sluice__lua_rl_sliding_counter;
-  default: return &sluice__lua_rl_gcra;
+    case SLUICE_RL_FIXED: return &sluice__lua_rl_fixed;
+    case SLUICE_RL_SLIDING_LOG: return &sluice__lua_rl_sliding_log;
+    case SLUICE_RL_SLIDING_COUNTER: return &sluice__lua_rl_sliding_counter;
+    default: return &sluice__lua_rl_gcra;
   }
 }
 
@@ -199,7 +199,7 @@ static int run_rb(const bench_redis *rs, sluice_client *c, sluice_rl_algo algo, 
   free(key);
   if (rc == 0)
     *out = (result){rb.rps, rb.p50_ms, rb.p99_ms, bench_cpu_children_us_per_op(&cpu, lv->requests),
-                    0, 0, 0};
+                    0,      0,         0};
   return rc;
 }
 
@@ -209,8 +209,8 @@ static void keep_best(result *best, const result *r) {
 
 static int run_node_once(const bench_redis *rs, const workload *w, const level *lv, result *out) {
   char cmd[1024], line[512];
-  snprintf(cmd, sizeof cmd, "node '%s/limiter.js' %s %d %d %d %u %u %d", bench_node_dir(),
-           rs->host, rs->port, lv->in_flight, lv->requests, w->keyspace, w->limit, w->period_ms);
+  snprintf(cmd, sizeof cmd, "node '%s/limiter.js' %s %d %d %d %u %u %d", bench_node_dir(), rs->host,
+           rs->port, lv->in_flight, lv->requests, w->keyspace, w->limit, w->period_ms);
   FILE *p = popen(cmd, "r");
   if (!p) return -1;
   int got = fgets(line, sizeof line, p) != NULL;
@@ -244,8 +244,8 @@ static int wait_connected(struct event_base *base, sluice_client *c) {
 
 /* One algorithm at one level in one workload: sluice and redis-benchmark
  * alternately, each on its own keys (names of equal length), best of REPS. */
-static int bench_pair(const bench_redis *rs, struct event_base *base, sluice_client *c,
-                      size_t wi, size_t ai, size_t li, bench_table *t, result *ours) {
+static int bench_pair(const bench_redis *rs, struct event_base *base, sluice_client *c, size_t wi,
+                      size_t ai, size_t li, bench_table *t, result *ours) {
   workload wa = for_algo(&workloads[wi], algos[ai]);
   const workload *w = &wa;
   char name[32], rbname[32];
@@ -260,7 +260,8 @@ static int bench_pair(const bench_redis *rs, struct event_base *base, sluice_cli
   for (int i = 0; i < REPS && rc == 0; i++) {
     rc = run_sluice(base, lim, w->keyspace, levels[li].in_flight, levels[li].requests, &one);
     keep_best(ours, &one);
-    if (have_rb && run_rb(rs, c, algos[ai], rbname, w, &levels[li], &one) == 0) keep_best(&rb, &one);
+    if (have_rb && run_rb(rs, c, algos[ai], rbname, w, &levels[li], &one) == 0)
+      keep_best(&rb, &one);
     else have_rb = 0;
   }
   sluice_limiter_free(lim);
@@ -274,11 +275,13 @@ static int bench_pair(const bench_redis *rs, struct event_base *base, sluice_cli
 }
 
 static void node_table(const bench_redis *rs, const result fixed[2][3]) {
-  const char *cols[] = {"keys", "in flight", "sluice/s", "p50 ms", "p99 ms", "CPU us/op",
-                        "rlflex/s", "p50 ms", "p99 ms", "CPU us/op", "sluice/rlflex", NULL};
+  const char *cols[] = {"keys",   "in flight", "sluice/s",      "p50 ms",
+                        "p99 ms", "CPU us/op", "rlflex/s",      "p50 ms",
+                        "p99 ms", "CPU us/op", "sluice/rlflex", NULL};
   bench_table *t = bench_table_new(
       "fixed window: sluice vs rate-limiter-flexible RateLimiterRedis (ioredis), same server; "
-      "client CPU us/op", cols);
+      "client CPU us/op",
+      cols);
   for (size_t wi = 0; wi < 2; wi++) {
     for (size_t li = 0; li < 3; li++) {
       const result *f = &fixed[wi][li];
@@ -354,7 +357,7 @@ static int cl_rb(const bench_redis *at, int cluster, const char *sha, const char
   sluice__args_clear(&a);
   if (rc == 0)
     *out = (result){rb.rps, rb.p50_ms, rb.p99_ms, bench_cpu_children_us_per_op(&cpu, lv->requests),
-                    0, 0, 0};
+                    0,      0,         0};
   return rc;
 }
 
@@ -373,13 +376,15 @@ static int cluster_run(const bench_redis *rs, struct event_base *base, int argc,
       return -1;
     }
   }
-  const char *cols[] = {"keys", "algorithm", "in flight", "standalone/s", "p50 ms", "p99 ms",
-                        "CPU us/op", "cluster/s", "p50 ms", "p99 ms", "CPU us/op",
-                        "cluster/standalone", "rb standalone/s", "rb --cluster/s", NULL};
+  const char *cols[] = {
+      "keys",      "algorithm",          "in flight",       "standalone/s",   "p50 ms",
+      "p99 ms",    "CPU us/op",          "cluster/s",       "p50 ms",         "p99 ms",
+      "CPU us/op", "cluster/standalone", "rb standalone/s", "rb --cluster/s", NULL};
   char title[256];
   snprintf(title, sizeof title,
            "cluster (%d masters, one core between them) vs standalone, same run; redis-benchmark "
-           "-c min(N,3) -P N/c on each ({tag} key)", cl.n);
+           "-c min(N,3) -P N/c on each ({tag} key)",
+           cl.n);
   bench_table *t = bench_table_new(title, cols);
   int rc = 0;
   for (size_t wi = 0; wi < 2 && rc == 0; wi++) {
@@ -417,8 +422,8 @@ static int cluster_run(const bench_redis *rs, struct event_base *base, int argc,
           bench_table_row(t, "%s|%s|%d|%.0f|%.3f|%.3f|%.2f|%.0f|%.3f|%.3f|%.2f|%.2f|%.0f|%.0f",
                           w->name, sluice_rl_algo_name(algos[ai]), lv->in_flight, best[0].rps,
                           best[0].p50_ms, best[0].p99_ms, best[0].cpu_us, best[1].rps,
-                          best[1].p50_ms, best[1].p99_ms, best[1].cpu_us,
-                          best[1].rps / best[0].rps, rb[0].rps, rb[1].rps);
+                          best[1].p50_ms, best[1].p99_ms, best[1].cpu_us, best[1].rps / best[0].rps,
+                          rb[0].rps, rb[1].rps);
       }
       bench_redis_flush(rs);
       bench_cluster_flush(&cl);
@@ -437,23 +442,24 @@ int main(int argc, char **argv) {
   bench_redis rs;
   if (bench_redis_start(&rs) != 0) return 1;
   if (bench_can_pin()) bench_pin_self(BENCH_CPU_CLIENT);
-  printf("limiter: Redis at %s, %d CPUs, pinning %s; random: %d keys, limit %d per %d ms; "
-         "hot: 1 key, limit %d per %d ms (sliding-log: %u per %d ms)\n",
-         rs.url, bench_ncpus(), bench_can_pin() ? "on (server CPU 0, client CPU 1)" : "off",
-         KEYSPACE, LIMIT, PERIOD_MS, HOT_LIMIT, PERIOD_MS, SLUICE_RL_LOG_ENTRIES_MAX,
-         HOT_LOG_PERIOD_MS);
+  printf(
+      "limiter: Redis at %s, %d CPUs, pinning %s; random: %d keys, limit %d per %d ms; "
+      "hot: 1 key, limit %d per %d ms (sliding-log: %u per %d ms)\n",
+      rs.url, bench_ncpus(), bench_can_pin() ? "on (server CPU 0, client CPU 1)" : "off", KEYSPACE,
+      LIMIT, PERIOD_MS, HOT_LIMIT, PERIOD_MS, SLUICE_RL_LOG_ENTRIES_MAX, HOT_LOG_PERIOD_MS);
   struct event_base *base = event_base_new();
   sluice_client_options o;
   sluice_client_options_init(&o);
   o.url = rs.url;
   sluice_client *c = NULL;
   int rc = base && sluice_client_new(base, &o, &c) == SLUICE_OK ? wait_connected(base, c) : -1;
-  const char *cols[] = {"keys", "algorithm", "in flight", "sluice/s", "p50 ms", "p99 ms",
-                        "allowed", "CPU us/op", "redis-bench/s", "p50 ms", "p99 ms", "CPU us/op",
-                        "ratio", NULL};
+  const char *cols[] = {"keys",    "algorithm", "in flight",     "sluice/s", "p50 ms", "p99 ms",
+                        "allowed", "CPU us/op", "redis-bench/s", "p50 ms",   "p99 ms", "CPU us/op",
+                        "ratio",   NULL};
   bench_table *t = bench_table_new(
       "rate limiters: sluice vs redis-benchmark (same script, KEYS/ARGV of a one-request call); "
-      "client CPU us/op", cols);
+      "client CPU us/op",
+      cols);
   result fixed[2][3];
   memset(fixed, 0, sizeof fixed);
   for (size_t wi = 0; wi < 2 && rc == 0; wi++) {
@@ -470,7 +476,8 @@ int main(int argc, char **argv) {
   bench_table_free(t);
   int want_node = rc == 0 && selected(argc, argv, "fixed", 0); /* it compares fixed windows */
   if (want_node && bench_node_available()) node_table(&rs, fixed);
-  else if (want_node) printf("limiter: node peer skipped (node or bench/node/node_modules missing)\n");
+  else if (want_node)
+    printf("limiter: node peer skipped (node or bench/node/node_modules missing)\n");
   if (rc == 0 && cluster_run(&rs, base, argc, argv) != 0) rc = -1;
   if (c) sluice_client_free(c);
   if (base) {

@@ -71,7 +71,7 @@ static struct event_base *base;
 
 typedef struct result {
   double rps, p50_ms, p99_ms;
-  double cpu_us;  /* client CPU per operation (µs); 0 when not measured */
+  double cpu_us; /* client CPU per operation (µs); 0 when not measured */
 } result;
 
 static void keep_best(result *best, const result *r) {
@@ -139,8 +139,8 @@ struct runner {
   sluice_sem *sem;
   enum mode mode;
   int total, started, done, errors;
-  sluice_permit **held;  /* ACQUIRE fills it, RELEASE empties it */
-  bench_lat *lat;        /* acquire latency (release latency in RELEASE) */
+  sluice_permit **held; /* ACQUIRE fills it, RELEASE empties it */
+  bench_lat *lat;       /* acquire latency (release latency in RELEASE) */
 };
 
 static void start_one(slot *s);
@@ -265,7 +265,7 @@ static int run_rb(const rb_args *a, int release, int clients, int pipeline, int 
 /* ---- throughput at one level ---------------------------------------------- */
 
 typedef struct cell {
-  result acq, rel, pair, pair_nowait; /* sluice */
+  result acq, rel, pair, pair_nowait;  /* sluice */
   result rb_acq, rb_acq_conns, rb_rel; /* redis-benchmark: -c 1 -P N; -c N -P 1; release */
   int have_rb;
 } cell;
@@ -300,17 +300,20 @@ static int bench_level(sluice_client *c, const level *lv, cell *out) {
     rc = run_sluice(sem, ACQUIRE, lv->in_flight, lv->ops, held, &one);
     keep_best(&out->acq, &one);
     if (rb) del_keys(rbsem);
-    if (rb && (rb = run_rb(&a, 0, 1, lv->in_flight, lv->ops, &one) == 0)) keep_best(&out->rb_acq, &one);
+    if (rb && (rb = run_rb(&a, 0, 1, lv->in_flight, lv->ops, &one) == 0))
+      keep_best(&out->rb_acq, &one);
     if (rc == 0) rc = run_sluice(sem, RELEASE, lv->in_flight, lv->ops, held, &one);
     keep_best(&out->rel, &one);
-    if (rb && (rb = run_rb(&a, 1, 1, lv->in_flight, lv->ops, &one) == 0)) keep_best(&out->rb_rel, &one);
+    if (rb && (rb = run_rb(&a, 1, 1, lv->in_flight, lv->ops, &one) == 0))
+      keep_best(&out->rb_rel, &one);
     if (rc == 0) rc = run_sluice(sem, PAIR, lv->in_flight, lv->ops, NULL, &one);
     keep_best(&out->pair, &one);
     if (rc == 0) rc = run_sluice(sem, PAIR_NOWAIT, lv->in_flight, lv->ops, NULL, &one);
     keep_best(&out->pair_nowait, &one);
     if (rb && lv->in_flight > 1) {
       del_keys(rbsem);
-      if ((rb = run_rb(&a, 0, lv->in_flight, 1, lv->ops, &one) == 0)) keep_best(&out->rb_acq_conns, &one);
+      if ((rb = run_rb(&a, 0, lv->in_flight, 1, lv->ops, &one) == 0))
+        keep_best(&out->rb_acq_conns, &one);
     }
   }
   out->have_rb = rb;
@@ -466,10 +469,10 @@ typedef struct cont_worker {
 struct cont_run {
   sluice_sem *sem;
   uint64_t end_us, grants, errors;
-  uint64_t last_release_us;  /* 0: a permit is free only when none is released */
+  uint64_t last_release_us; /* 0: a permit is free only when none is released */
   bench_lat *gap;
-  bench_lat *held;           /* how long holds really last (the timer's lateness) */
-  bench_lat *release_rtt;    /* release called -> its answer */
+  bench_lat *held;        /* how long holds really last (the timer's lateness) */
+  bench_lat *release_rtt; /* release called -> its answer */
   int running;
 };
 
@@ -477,7 +480,8 @@ static void cont_acquire(cont_worker *w);
 
 static void cont_released(sluice_sem *sem, int status, void *ud) {
   cont_worker *w = ud;
-  if (status == SLUICE_OK) bench_lat_add(w->run->release_rtt, (double)(bench_now_us() - w->released_us));
+  if (status == SLUICE_OK)
+    bench_lat_add(w->run->release_rtt, (double)(bench_now_us() - w->released_us));
 }
 
 static void cont_release(evutil_socket_t fd, short what, void *arg) {
@@ -609,7 +613,8 @@ static int contention_run(unsigned permits, int local_handoff, cont_result *out)
   bench_lat_free(r.gap);
   bench_lat_free(r.held);
   bench_lat_free(r.release_rtt);
-  if (r.errors) fprintf(stderr, "bench_sem: contention: %llu errors\n", (unsigned long long)r.errors);
+  if (r.errors)
+    fprintf(stderr, "bench_sem: contention: %llu errors\n", (unsigned long long)r.errors);
   return r.errors ? -1 : 0;
 }
 
@@ -698,7 +703,8 @@ static int cl_level(sluice_client *cs[2], const bench_cluster *cl, const rb_args
       rc = run_sluice_spread(NULL, sems[k], CL_NAMES, ACQUIRE, lv->in_flight, lv->ops, held, &one);
       keep_best(&out->acq[k], &one);
       if (rc == 0)
-        rc = run_sluice_spread(NULL, sems[k], CL_NAMES, RELEASE, lv->in_flight, lv->ops, held, &one);
+        rc = run_sluice_spread(NULL, sems[k], CL_NAMES, RELEASE, lv->in_flight, lv->ops, held,
+                               &one);
       keep_best(&out->rel[k], &one);
       if (rc == 0)
         rc = run_sluice_spread(NULL, sems[k], CL_NAMES, PAIR, lv->in_flight, lv->ops, NULL, &one);
@@ -714,9 +720,9 @@ static int cl_level(sluice_client *cs[2], const bench_cluster *cl, const rb_args
 }
 
 static void cl_row(bench_table *t, const char *op, int in_flight, const result r[2]) {
-  bench_table_row(t, "%s|%d|%.0f|%.3f|%.3f|%.2f|%.0f|%.3f|%.3f|%.2f|%.2f", op, in_flight,
-                  r[0].rps, r[0].p50_ms, r[0].p99_ms, r[0].cpu_us, r[1].rps, r[1].p50_ms,
-                  r[1].p99_ms, r[1].cpu_us, r[1].rps / r[0].rps);
+  bench_table_row(t, "%s|%d|%.0f|%.3f|%.3f|%.2f|%.0f|%.3f|%.3f|%.2f|%.2f", op, in_flight, r[0].rps,
+                  r[0].p50_ms, r[0].p99_ms, r[0].cpu_us, r[1].rps, r[1].p50_ms, r[1].p99_ms,
+                  r[1].cpu_us, r[1].rps / r[0].rps);
 }
 
 static int cluster_run(void) {
@@ -731,7 +737,8 @@ static int cluster_run(void) {
            bench_cluster_script_load(&cl, &sluice__lua_sem_acquire, a.acq_sha) == 0;
   cl_cell cells[NLEVELS]; /* tag lives on: a's KEYS/ARGV point into it */
   int rc = 0;
-  for (size_t i = 0; i < NLEVELS && rc == 0; i++) rc = cl_level(cs, &cl, &a, rb, &levels[i], &cells[i]);
+  for (size_t i = 0; i < NLEVELS && rc == 0; i++)
+    rc = cl_level(cs, &cl, &a, rb, &levels[i], &cells[i]);
   if (rb) {
     sluice__args_clear(&a.acq);
     sluice__args_clear(&a.rel);
@@ -743,9 +750,9 @@ static int cluster_run(void) {
     fprintf(stderr, "bench_sem: cluster run failed\n");
     return -1;
   }
-  static const char *const cols[] = {"op", "in flight", "standalone/s", "p50 ms", "p99 ms",
-                                     "CPU us", "cluster/s", "p50 ms", "p99 ms", "CPU us",
-                                     "cluster/standalone", NULL};
+  static const char *const cols[] = {"op",     "in flight", "standalone/s",       "p50 ms",
+                                     "p99 ms", "CPU us",    "cluster/s",          "p50 ms",
+                                     "p99 ms", "CPU us",    "cluster/standalone", NULL};
   char title[256];
   snprintf(title, sizeof title,
            "cluster (%d masters, one core between them) vs standalone, same run: %d semaphore "
@@ -754,23 +761,26 @@ static int cluster_run(void) {
   bench_table *t = bench_table_new(title, cols);
   for (size_t i = 0; i < NLEVELS; i++) cl_row(t, "try_acquire", levels[i].in_flight, cells[i].acq);
   for (size_t i = 0; i < NLEVELS; i++) cl_row(t, "release", levels[i].in_flight, cells[i].rel);
-  for (size_t i = 0; i < NLEVELS; i++) cl_row(t, "acquire->release pair", levels[i].in_flight, cells[i].pair);
+  for (size_t i = 0; i < NLEVELS; i++)
+    cl_row(t, "acquire->release pair", levels[i].in_flight, cells[i].pair);
   bench_table_print(t, stdout);
   bench_table_free(t);
   if (rb) {
     static const char *const rcols[] = {"in flight", "rb standalone/s", "rb --cluster/s", "ratio",
                                         NULL};
-    t = bench_table_new("redis-benchmark EVALSHA sem_acquire, -c min(N,3) -P N/c (--cluster: one "
-                        "connection per master, its own {tag} semaphore)",
-                        rcols);
+    t = bench_table_new(
+        "redis-benchmark EVALSHA sem_acquire, -c min(N,3) -P N/c (--cluster: one "
+        "connection per master, its own {tag} semaphore)",
+        rcols);
     for (size_t i = 0; i < NLEVELS; i++)
       bench_table_row(t, "%d|%.0f|%.0f|%.2f", levels[i].in_flight, cells[i].rb[0].rps,
                       cells[i].rb[1].rps, cells[i].rb[1].rps / cells[i].rb[0].rps);
     bench_table_print(t, stdout);
     bench_table_free(t);
   }
-  printf("cluster: redis-semaphore not run on the cluster (its Semaphore takes one ioredis "
-         "client; not measured here)\n");
+  printf(
+      "cluster: redis-semaphore not run on the cluster (its Semaphore takes one ioredis "
+      "client; not measured here)\n");
   return 0;
 }
 
@@ -786,10 +796,10 @@ static int contention_table(void) {
   for (int i = 0; i < NCONT; i++)
     have_cont = have_cont && contention_run(cont_permits[i], cont_local[i], &cr[i]) == 0;
   if (have_cont) {
-    static const char *const ccols[] = {"permits", "local_handoff", "grants/s", "ideal",
-                                        "of ideal", "gap p50 ms", "gap p99 ms", "RTT p50 ms",
-                                        "release p50 ms", "hold p50 ms", "handed locally",
-                                        "calls/grant", NULL};
+    static const char *const ccols[] = {
+        "permits",        "local_handoff", "grants/s",   "ideal",          "of ideal",
+        "gap p50 ms",     "gap p99 ms",    "RTT p50 ms", "release p50 ms", "hold p50 ms",
+        "handed locally", "calls/grant",   NULL};
     bench_table *t = bench_table_new(
         "contention: 32 blocking waiters in one process, holds of 1 ms; gap = release called -> "
         "next grant; RTT = PING, one a ms; release = release called -> its answer",
@@ -860,9 +870,9 @@ int main(int argc, char **argv) {
                        json_num(lines[i], "p99_ms"), json_num(lines[i], "cpu_us_per_op")};
   bench_redis_flush(&rs);
 
-  static const char *const acols[] = {"in flight", "sluice/s", "p50 ms", "p99 ms", "CPU us",
-                                      "rb -c1 -PN/s", "p50 ms", "p99 ms", "CPU us", "ratio",
-                                      "rb -cN/s", "ratio", NULL};
+  static const char *const acols[] = {"in flight",    "sluice/s", "p50 ms", "p99 ms", "CPU us",
+                                      "rb -c1 -PN/s", "p50 ms",   "p99 ms", "CPU us", "ratio",
+                                      "rb -cN/s",     "ratio",    NULL};
   bench_table *t = bench_table_new(
       "acquire (grant): sluice try_acquire vs redis-benchmark EVALSHA sem_acquire, same KEYS/ARGV",
       acols);
@@ -870,9 +880,9 @@ int main(int argc, char **argv) {
     const cell *x = &cells[i];
     if (x->have_rb)
       bench_table_row(t, "%d|%.0f|%.3f|%.3f|%.2f|%.0f|%.3f|%.3f|%.2f|%.2f|%.0f|%.2f",
-                      levels[i].in_flight, x->acq.rps, x->acq.p50_ms, x->acq.p99_ms,
-                      x->acq.cpu_us, x->rb_acq.rps, x->rb_acq.p50_ms, x->rb_acq.p99_ms,
-                      x->rb_acq.cpu_us, x->acq.rps / x->rb_acq.rps, x->rb_acq_conns.rps,
+                      levels[i].in_flight, x->acq.rps, x->acq.p50_ms, x->acq.p99_ms, x->acq.cpu_us,
+                      x->rb_acq.rps, x->rb_acq.p50_ms, x->rb_acq.p99_ms, x->rb_acq.cpu_us,
+                      x->acq.rps / x->rb_acq.rps, x->rb_acq_conns.rps,
                       x->acq.rps / x->rb_acq_conns.rps);
     else
       bench_table_row(t, "%d|%.0f|%.3f|%.3f|%.2f|-|-|-|-|-|-|-", levels[i].in_flight, x->acq.rps,
@@ -881,15 +891,16 @@ int main(int argc, char **argv) {
   bench_table_print(t, stdout);
   bench_table_free(t);
 
-  static const char *const rcols[] = {"in flight", "sluice/s", "p50 ms", "p99 ms", "CPU us",
-                                      "rb -c1 -PN/s", "CPU us", "ratio", NULL};
-  t = bench_table_new("release: sluice_permit_release vs redis-benchmark EVALSHA sem_release", rcols);
+  static const char *const rcols[] = {"in flight",    "sluice/s", "p50 ms", "p99 ms", "CPU us",
+                                      "rb -c1 -PN/s", "CPU us",   "ratio",  NULL};
+  t = bench_table_new("release: sluice_permit_release vs redis-benchmark EVALSHA sem_release",
+                      rcols);
   for (size_t i = 0; i < NLEVELS; i++) {
     const cell *x = &cells[i];
     if (x->have_rb)
-      bench_table_row(t, "%d|%.0f|%.3f|%.3f|%.2f|%.0f|%.2f|%.2f", levels[i].in_flight,
-                      x->rel.rps, x->rel.p50_ms, x->rel.p99_ms, x->rel.cpu_us, x->rb_rel.rps,
-                      x->rb_rel.cpu_us, x->rel.rps / x->rb_rel.rps);
+      bench_table_row(t, "%d|%.0f|%.3f|%.3f|%.2f|%.0f|%.2f|%.2f", levels[i].in_flight, x->rel.rps,
+                      x->rel.p50_ms, x->rel.p99_ms, x->rel.cpu_us, x->rb_rel.rps, x->rb_rel.cpu_us,
+                      x->rel.rps / x->rb_rel.rps);
     else
       bench_table_row(t, "%d|%.0f|%.3f|%.3f|%.2f|-|-|-", levels[i].in_flight, x->rel.rps,
                       x->rel.p50_ms, x->rel.p99_ms, x->rel.cpu_us);
@@ -898,11 +909,13 @@ int main(int argc, char **argv) {
   bench_table_free(t);
 
   static const char *const pcols[] = {"in flight", "sluice pairs/s", "acq p50", "acq p99",
-                                      "CPU us", "rb pairs/s", "ratio", "redis-sem pairs/s",
-                                      "acq p50", "acq p99", "CPU us", "sluice/redis-sem", NULL};
-  t = bench_table_new("try_acquire -> release pairs (ms): sluice vs redis-benchmark (acquire + "
-                      "release) vs redis-semaphore",
-                      pcols);
+                                      "CPU us",    "rb pairs/s",     "ratio",   "redis-sem pairs/s",
+                                      "acq p50",   "acq p99",        "CPU us",  "sluice/redis-sem",
+                                      NULL};
+  t = bench_table_new(
+      "try_acquire -> release pairs (ms): sluice vs redis-benchmark (acquire + "
+      "release) vs redis-semaphore",
+      pcols);
   for (size_t i = 0; i < NLEVELS; i++) {
     const cell *x = &cells[i];
     char rb[64] = "-|-", nd[112] = "-|-|-|-|-";
@@ -921,9 +934,10 @@ int main(int argc, char **argv) {
 
   static const char *const ncols[] = {"in flight", "sluice pairs/s", "CPU us", "sluice/redis-sem",
                                       NULL};
-  t = bench_table_new("pairs with the release not awaited (sluice_permit_release without a "
-                      "callback; the next acquire is pipelined behind it)",
-                      ncols);
+  t = bench_table_new(
+      "pairs with the release not awaited (sluice_permit_release without a "
+      "callback; the next acquire is pipelined behind it)",
+      ncols);
   for (size_t i = 0; i < NLEVELS; i++) {
     char nd[32] = "-";
     if (have_node) snprintf(nd, sizeof nd, "%.2f", cells[i].pair_nowait.rps / nres[i].rps);
@@ -960,7 +974,8 @@ int main(int argc, char **argv) {
   if (idle >= 0)
     printf("\n%d waiters blocked on one handle (heartbeat 3 s): %.2f script calls/s over %d s\n",
            IDLE_WAITERS, idle, IDLE_SECONDS);
-  if (!node) printf("semaphore: redis-semaphore skipped (node or bench/node/node_modules missing)\n");
+  if (!node)
+    printf("semaphore: redis-semaphore skipped (node or bench/node/node_modules missing)\n");
   printf("%d iterations of wake-up; throughput cells best of %d interleaved runs\n", WAKE_ITERS,
          REPS);
   event_base_free(base);

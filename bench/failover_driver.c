@@ -17,10 +17,13 @@
 
 #define SETTLE_MS 3000 /* quiet time after a failover, the old master rejoined */
 
-const char *const fo_kind_names[FO_NKINDS] = {
-    "cluster: CLUSTER FAILOVER", "cluster: SIGSTOP, resumed", "cluster: SIGKILL, restarted",
-    "sentinel: SENTINEL FAILOVER", "sentinel: SIGSTOP, resumed", "sentinel: SIGKILL, restarted",
-    "one Redis: kill -9, restart (AOF everysec)"};
+const char *const fo_kind_names[FO_NKINDS] = {"cluster: CLUSTER FAILOVER",
+                                              "cluster: SIGSTOP, resumed",
+                                              "cluster: SIGKILL, restarted",
+                                              "sentinel: SENTINEL FAILOVER",
+                                              "sentinel: SIGSTOP, resumed",
+                                              "sentinel: SIGKILL, restarted",
+                                              "one Redis: kill -9, restart (AOF everysec)"};
 
 static void sleep_ms(unsigned ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -155,7 +158,8 @@ static int cluster_pair(const char *seeds, addr *master, addr *replica) {
          line = strtok_r(NULL, "\n", &save)) {
       char *f[64];
       int nf = 0;
-      for (char *s2 = NULL, *w = strtok_r(line, " ", &s2); w && nf < 64; w = strtok_r(NULL, " ", &s2))
+      for (char *s2 = NULL, *w = strtok_r(line, " ", &s2); w && nf < 64;
+           w = strtok_r(NULL, " ", &s2))
         f[nf++] = w;
       if (nf < 8 || strstr(f[2], "fail")) continue;
       if (pass == 0 && strstr(f[2], "master") && owns_slot(f, nf, slot)) {
@@ -238,8 +242,12 @@ static int restart_server(const char *dir) {
   return system(cmd) == 0 ? 0 : -1;
 }
 
-static int is_sentinel(enum fo_kind k) { return k >= FO_SENTINEL_MANUAL && k <= FO_SENTINEL_SIGKILL; }
-static int is_sigstop(enum fo_kind k) { return k == FO_CLUSTER_SIGSTOP || k == FO_SENTINEL_SIGSTOP; }
+static int is_sentinel(enum fo_kind k) {
+  return k >= FO_SENTINEL_MANUAL && k <= FO_SENTINEL_SIGKILL;
+}
+static int is_sigstop(enum fo_kind k) {
+  return k == FO_CLUSTER_SIGSTOP || k == FO_SENTINEL_SIGSTOP;
+}
 static int is_sigkill(enum fo_kind k) {
   return k == FO_CLUSTER_SIGKILL || k == FO_SENTINEL_SIGKILL || k == FO_SINGLE_RESTART;
 }

@@ -14,13 +14,13 @@
 #define BENCH_FAILOVER_DRIVER_H
 
 enum fo_kind {
-  FO_CLUSTER_MANUAL,   /* CLUSTER FAILOVER on the replica */
-  FO_CLUSTER_SIGSTOP,  /* SIGSTOP of the master, resumed once the replica took over */
-  FO_CLUSTER_SIGKILL,  /* SIGKILL of the master, restarted once the replica took over */
-  FO_SENTINEL_MANUAL,  /* SENTINEL FAILOVER */
+  FO_CLUSTER_MANUAL,  /* CLUSTER FAILOVER on the replica */
+  FO_CLUSTER_SIGSTOP, /* SIGSTOP of the master, resumed once the replica took over */
+  FO_CLUSTER_SIGKILL, /* SIGKILL of the master, restarted once the replica took over */
+  FO_SENTINEL_MANUAL, /* SENTINEL FAILOVER */
   FO_SENTINEL_SIGSTOP,
   FO_SENTINEL_SIGKILL,
-  FO_SINGLE_RESTART,   /* one Redis (appendfsync everysec) killed -9 and restarted */
+  FO_SINGLE_RESTART, /* one Redis (appendfsync everysec) killed -9 and restarted */
   FO_NKINDS
 };
 

@@ -99,15 +99,15 @@ typedef struct proc proc;
 typedef struct worker worker;
 
 struct proc {
-  char name;                 /* 'A', 'B', 'C' */
-  sluice_client *client;     /* NULL while crashed */
-  sluice_sem *sem;           /* "db-writers" */
-  sluice_sem *fair;          /* "deploy-lock" (fair mutex) */
-  sluice_sem *ledger;        /* "ledger-lock" */
-  int generation;            /* restarts so far */
+  char name;             /* 'A', 'B', 'C' */
+  sluice_client *client; /* NULL while crashed */
+  sluice_sem *sem;       /* "db-writers" */
+  sluice_sem *fair;      /* "deploy-lock" (fair mutex) */
+  sluice_sem *ledger;    /* "ledger-lock" */
+  int generation;        /* restarts so far */
   int connected;
-  int ever_connected;        /* this client came up at least once */
-  int closing;               /* closed, close_cb not yet run */
+  int ever_connected; /* this client came up at least once */
+  int closing;        /* closed, close_cb not yet run */
   int restart_when_closed;
 };
 
@@ -117,23 +117,31 @@ struct worker {
   char name[4];
   proc *p;
   enum wstate state;
-  struct event *timer;       /* pause or hold */
+  struct event *timer; /* pause or hold */
   sluice_acquire *acq;
   sluice_permit *permit;
   uint64_t fence;
   char permit_id[33];
   double wait_start, granted_at, hold_ms;
-  uint64_t max_fence_at_start;  /* highest fence known when the wait began */
-  int64_t last_local_left;      /* last sluice_permit_remaining_ms sample */
-  int64_t last_redis_left;      /* last remaining_ms seen by inspect */
-  unsigned renewals;            /* confirmed renewals of the current permit */
-  int lost;                     /* current permit reported lost */
+  uint64_t max_fence_at_start; /* highest fence known when the wait began */
+  int64_t last_local_left;     /* last sluice_permit_remaining_ms sample */
+  int64_t last_redis_left;     /* last remaining_ms seen by inspect */
+  unsigned renewals;           /* confirmed renewals of the current permit */
+  int lost;                    /* current permit reported lost */
   /* fair scene */
-  int fair_arrival;             /* 1-based order of arrival, 0 if not queued */
+  int fair_arrival; /* 1-based order of arrival, 0 if not queued */
 };
 
-enum phase { PH_CONNECT, PH_CONTEND, PH_STOPPING, PH_LEDGER, PH_FAIR, PH_LIMITER, PH_DQ,
-             PH_SHUTDOWN };
+enum phase {
+  PH_CONNECT,
+  PH_CONTEND,
+  PH_STOPPING,
+  PH_LEDGER,
+  PH_FAIR,
+  PH_LIMITER,
+  PH_DQ,
+  PH_SHUTDOWN
+};
 
 static struct {
   const char *url;
@@ -144,16 +152,16 @@ static struct {
   worker workers[NWORKERS];
   enum phase phase;
   int interrupted;
-  int exit_code;             /* 0, or 1 once something went wrong */
+  int exit_code; /* 0, or 1 once something went wrong */
 
-  struct event *phase_timer, *tick_timer, *poll_timer, *crash_timer, *restart_timer,
-      *connect_timer, *sigint_ev, *scene_timer;
+  struct event *phase_timer, *tick_timer, *poll_timer, *crash_timer, *restart_timer, *connect_timer,
+      *sigint_ev, *scene_timer;
 
   /* contention counters */
-  int live_holders;          /* granted, release not yet called, not lost */
+  int live_holders; /* granted, release not yet called, not lost */
   int max_live_seen;
-  unsigned grants, immediate, waited, timeouts, errors, lost, renewals, releases,
-      releases_pending, enotfound;
+  unsigned grants, immediate, waited, timeouts, errors, lost, renewals, releases, releases_pending,
+      enotfound;
   double wait_samples[MAX_SAMPLES];
   unsigned nwait_samples;
   double handoff_samples[MAX_SAMPLES];
@@ -168,12 +176,12 @@ static struct {
   int crash_armed, crash_done;
   worker *crash_victim;
   double crash_at;
-  double contend_end_at;     /* when phase 1 is due to end, then when it ended */
+  double contend_end_at; /* when phase 1 is due to end, then when it ended */
   struct crashed {
     worker *w;
     uint64_t fence;
     char id[33];
-    double expire_est;       /* local, conservative: Redis frees it no earlier */
+    double expire_est; /* local, conservative: Redis frees it no earlier */
     int reclaimed;
   } crashed[PERMITS];
   int ncrashed;
@@ -186,7 +194,7 @@ static struct {
 
   /* fair scene */
   worker *fair_holder;
-  worker *fair_order[NWORKERS];   /* arrival order of the queued workers */
+  worker *fair_order[NWORKERS]; /* arrival order of the queued workers */
   int fair_nqueued, fair_narrived, fair_ngranted, fair_in_order;
   int fair_holders;
   sluice_permit *fair_permit;
@@ -266,8 +274,7 @@ static void on_client_state(sluice_client *c, int connected, int status, void *u
   }
   if (connected)
     say("process %c: %s", p->name, first ? "connected to Redis" : "connected to Redis again");
-  else
-    say("process %c: lost its Redis connection: %s", p->name, sluice_strerror(status));
+  else say("process %c: lost its Redis connection: %s", p->name, sluice_strerror(status));
 }
 
 static int proc_start(proc *p) {
@@ -340,8 +347,7 @@ static void proc_restart(proc *p) {
   p->ever_connected = 0;
   if (proc_start(p)) return;
   int running = g.phase == PH_CONTEND;
-  say("process %c restarts (new client); its workers %s", p->name,
-      running ? "rejoin" : "stand by");
+  say("process %c restarts (new client); its workers %s", p->name, running ? "rejoin" : "stand by");
   for (int i = 0; i < NWORKERS; i++) {
     worker *w = &g.workers[i];
     if (w->p != p) continue;
@@ -451,10 +457,11 @@ static void on_acquired(sluice_sem *sem, int status, sluice_permit *permit, void
     crashed_unclaimed += !g.crashed[i].reclaimed;
   }
   if (live_before + crashed_live + 1 > PERMITS)
-    violation("%s granted while %d permit%s already held (%d live, %d crashed and unexpired), "
-              "permits %d",
-              w->name, live_before + crashed_live, live_before + crashed_live == 1 ? " was" : "s were",
-              live_before, crashed_live, PERMITS);
+    violation(
+        "%s granted while %d permit%s already held (%d live, %d crashed and unexpired), "
+        "permits %d",
+        w->name, live_before + crashed_live, live_before + crashed_live == 1 ? " was" : "s were",
+        live_before, crashed_live, PERMITS);
   /* With the live holders and the crashed leases filling every permit, this
    * grant can only have come from a crashed lease that expired. */
   struct crashed *freed = NULL;
@@ -465,8 +472,8 @@ static void on_acquired(sluice_sem *sem, int status, sluice_permit *permit, void
     freed->reclaimed = 1;
   }
   if (fence <= w->max_fence_at_start)
-    violation("%s got fence %" PRIu64 ", not above %" PRIu64 " granted before it asked",
-              w->name, fence, w->max_fence_at_start);
+    violation("%s got fence %" PRIu64 ", not above %" PRIu64 " granted before it asked", w->name,
+              fence, w->max_fence_at_start);
   if (fence > g.max_fence) g.max_fence = fence;
   if (!g.first_fence) g.first_fence = fence;
 
@@ -506,14 +513,16 @@ static void on_acquired(sluice_sem *sem, int status, sluice_permit *permit, void
     if (g.last_release_at > w->wait_start && !freed)
       add_sample(g.handoff_samples, &g.nhandoff_samples, t - g.last_release_at);
   }
-  say("%s (process %c) granted fence %" PRIu64 " %s; holds %.2f s%s", w->name, w->p->name,
-      fence, how, w->hold_ms / 1e3,
-      victim ? " -- but process C is about to crash"
-             : w->hold_ms > TTL_MS ? " (> lease: needs renewals)" : "");
+  say("%s (process %c) granted fence %" PRIu64 " %s; holds %.2f s%s", w->name, w->p->name, fence,
+      how, w->hold_ms / 1e3,
+      victim                ? " -- but process C is about to crash"
+      : w->hold_ms > TTL_MS ? " (> lease: needs renewals)"
+                            : "");
 
   if (freed) {
     if (!g.crash_reclaimed_after) g.crash_reclaimed_after = t - g.crash_at;
-    say("    ^ %s got the slot of crashed %s (fence %" PRIu64 "), whose lease expired "
+    say("    ^ %s got the slot of crashed %s (fence %" PRIu64
+        "), whose lease expired "
         "%.2f s after the crash: never released",
         w->name, freed->w->name, freed->fence, (t - g.crash_at) / 1e3);
   }
@@ -569,8 +578,10 @@ static void crash_cb(evutil_socket_t fd, short what, void *arg) {
       snprintf(c->id, sizeof c->id, "%s", w->permit_id);
       c->expire_est = g.crash_at + (double)left;
       g.live_holders--;
-      say("    %s held fence %" PRIu64 ": nobody renews it now; its lease runs out in about "
-          "%.2f s", w->name, w->fence, (double)left / 1e3);
+      say("    %s held fence %" PRIu64
+          ": nobody renews it now; its lease runs out in about "
+          "%.2f s",
+          w->name, w->fence, (double)left / 1e3);
     } else if (w->state == W_WAITING) {
       say("    %s was waiting; its acquire dies with the process", w->name);
     }
@@ -583,9 +594,7 @@ static void crash_cb(evutil_socket_t fd, short what, void *arg) {
   if (g.phase == PH_CONTEND) timer_in(g.restart_timer, 3500);
 }
 
-static void restart_cb(evutil_socket_t fd, short what, void *arg) {
-  proc_restart(&g.procs[2]);
-}
+static void restart_cb(evutil_socket_t fd, short what, void *arg) { proc_restart(&g.procs[2]); }
 
 /* ---- the live summary ---------------------------------------------------- */
 
@@ -623,8 +632,7 @@ static void on_inspect(sluice_sem *sem, int status, const sluice_sem_info *info,
         }
     }
     off += (size_t)snprintf(line + off, sizeof line - off, " %s %.2fs%s%s", who,
-                            (double)h->remaining_ms / 1e3, note,
-                            i + 1 < info->nholders ? "," : "");
+                            (double)h->remaining_ms / 1e3, note, i + 1 < info->nholders ? "," : "");
   }
   if (!info->nholders) off += (size_t)snprintf(line + off, sizeof line - off, " none");
   double ws[MAX_SAMPLES];
@@ -683,20 +691,19 @@ static void contend_stop(void) {
   for (int i = 0; i < NWORKERS; i++) {
     worker *w = &g.workers[i];
     switch (w->state) {
-    case W_IDLE:
-      evtimer_del(w->timer);
-      w->state = W_STOPPED;
-      break;
-    case W_HOLDING:
-      evtimer_del(w->timer);
-      worker_release(w);
-      w->state = W_STOPPED;
-      break;
-    case W_WAITING:
-      sluice_acquire_cancel(w->acq); /* its callback gets SLUICE_ECANCELED */
-      break;
-    default:
-      break;
+      case W_IDLE:
+        evtimer_del(w->timer);
+        w->state = W_STOPPED;
+        break;
+      case W_HOLDING:
+        evtimer_del(w->timer);
+        worker_release(w);
+        w->state = W_STOPPED;
+        break;
+      case W_WAITING:
+        sluice_acquire_cancel(w->acq); /* its callback gets SLUICE_ECANCELED */
+        break;
+      default: break;
     }
   }
   if (evtimer_pending(g.restart_timer, NULL) || g.procs[2].closing || !g.procs[2].client) {
@@ -711,8 +718,7 @@ static void maybe_stopped(void) {
   if (g.phase != PH_STOPPING) return;
   for (int i = 0; i < NWORKERS; i++)
     if (g.workers[i].state != W_STOPPED) return;
-  if (g.releases_pending || g.inspect_pending || !g.procs[2].client || g.procs[2].closing)
-    return;
+  if (g.releases_pending || g.inspect_pending || !g.procs[2].client || g.procs[2].closing) return;
   event_del(g.poll_timer);
   if (g.violations == 0)
     say("phase 1 checks passed: at most %d live holders at any time%s, fences increasing",
@@ -757,7 +763,8 @@ static void ledger_w3_acquired(sluice_sem *sem, int status, sluice_permit *permi
   if (g.ledger_f3 <= g.ledger_f1)
     violation("fence %" PRIu64 " is not above the stale %" PRIu64, g.ledger_f3, g.ledger_f1);
   else
-    say("    a store that keeps the highest fence it has seen (%" PRIu64 ") now refuses "
+    say("    a store that keeps the highest fence it has seen (%" PRIu64
+        ") now refuses "
         "writes still carrying w1's %" PRIu64,
         g.ledger_f3, g.ledger_f1);
 }
@@ -772,7 +779,8 @@ static void ledger_w1_acquired(sluice_sem *sem, int status, sluice_permit *permi
   g.ledger_w1 = permit;
   g.ledger_f1 = sluice_permit_fence(permit);
   sluice_permit_set_lost_cb(permit, ledger_lost, NULL);
-  say("w1 (process A) takes ledger-lock, fence %" PRIu64 ", lease 0.6 s with renewal off, "
+  say("w1 (process A) takes ledger-lock, fence %" PRIu64
+      ", lease 0.6 s with renewal off, "
       "then stalls for 1.0 s",
       g.ledger_f1);
   g.ledger_step = 0;
@@ -782,38 +790,37 @@ static void ledger_w1_acquired(sluice_sem *sem, int status, sluice_permit *permi
 static void ledger_scene_cb(void) {
   int rc;
   switch (g.ledger_step++) {
-  case 0:
-    rc = sluice_sem_acquire(g.procs[1].ledger, 3000, ledger_w3_acquired, NULL, NULL);
-    if (rc) {
-      failure("sluice_sem_acquire", rc);
-      enter_phase(PH_SHUTDOWN);
-      return;
-    }
-    say("w3 (process B) asks for ledger-lock and waits");
-    timer_in(g.scene_timer, 800);
-    break;
-  case 1:
-    if (!g.ledger_w3) {
-      violation("w3 still waits for ledger-lock 0.4 s after w1's lease ran out");
-      enter_phase(PH_SHUTDOWN);
-      return;
-    }
-    say("w1 wakes up from its stall and releases, unaware that its lease is long gone");
-    rc = sluice_permit_release(g.ledger_w1, ledger_released, &g.workers[0]);
-    g.ledger_w1 = NULL;
-    if (rc) {
-      failure("sluice_permit_release", rc);
-      g.ledger_released++;
-    }
-    rc = sluice_permit_release(g.ledger_w3, ledger_released, &g.workers[2]);
-    g.ledger_w3 = NULL;
-    if (rc) {
-      failure("sluice_permit_release", rc);
-      if (++g.ledger_released == 2) enter_phase(PH_SHUTDOWN);
-    }
-    break;
-  default:
-    break;
+    case 0:
+      rc = sluice_sem_acquire(g.procs[1].ledger, 3000, ledger_w3_acquired, NULL, NULL);
+      if (rc) {
+        failure("sluice_sem_acquire", rc);
+        enter_phase(PH_SHUTDOWN);
+        return;
+      }
+      say("w3 (process B) asks for ledger-lock and waits");
+      timer_in(g.scene_timer, 800);
+      break;
+    case 1:
+      if (!g.ledger_w3) {
+        violation("w3 still waits for ledger-lock 0.4 s after w1's lease ran out");
+        enter_phase(PH_SHUTDOWN);
+        return;
+      }
+      say("w1 wakes up from its stall and releases, unaware that its lease is long gone");
+      rc = sluice_permit_release(g.ledger_w1, ledger_released, &g.workers[0]);
+      g.ledger_w1 = NULL;
+      if (rc) {
+        failure("sluice_permit_release", rc);
+        g.ledger_released++;
+      }
+      rc = sluice_permit_release(g.ledger_w3, ledger_released, &g.workers[2]);
+      g.ledger_w3 = NULL;
+      if (rc) {
+        failure("sluice_permit_release", rc);
+        if (++g.ledger_released == 2) enter_phase(PH_SHUTDOWN);
+      }
+      break;
+    default: break;
   }
 }
 
@@ -821,9 +828,7 @@ static void ledger_scene_cb(void) {
 
 static void fair_acquired(sluice_sem *sem, int status, sluice_permit *permit, void *ud);
 
-static const char *ordinal(int n) {
-  return n == 1 ? "st" : n == 2 ? "nd" : n == 3 ? "rd" : "th";
-}
+static const char *ordinal(int n) { return n == 1 ? "st" : n == 2 ? "nd" : n == 3 ? "rd" : "th"; }
 
 static void fair_check_done(void) {
   char arr[64] = "", got[64] = "";
@@ -837,10 +842,8 @@ static void fair_check_done(void) {
         strcat(got, " ");
         strcat(got, g.workers[i].name);
       }
-  if (g.fair_in_order)
-    say("FIFO kept: arrival order%s = grant order%s", arr, got);
-  else
-    violation("fair lock: arrival order%s, grant order%s", arr, got);
+  if (g.fair_in_order) say("FIFO kept: arrival order%s = grant order%s", arr, got);
+  else violation("fair lock: arrival order%s, grant order%s", arr, got);
   enter_phase(g.interrupted ? PH_SHUTDOWN : PH_LIMITER);
 }
 
@@ -897,8 +900,8 @@ static void fair_acquired(sluice_sem *sem, int status, sluice_permit *permit, vo
   }
   g.fair_ngranted++;
   if (w->fair_arrival != g.fair_ngranted) g.fair_in_order = 0;
-  say("%s gets deploy-lock (fence %" PRIu64 ") after %.2f s: arrived %d%s, served %d%s",
-      w->name, sluice_permit_fence(permit), (now_ms() - w->wait_start) / 1e3, w->fair_arrival,
+  say("%s gets deploy-lock (fence %" PRIu64 ") after %.2f s: arrived %d%s, served %d%s", w->name,
+      sluice_permit_fence(permit), (now_ms() - w->wait_start) / 1e3, w->fair_arrival,
       ordinal(w->fair_arrival), g.fair_ngranted, ordinal(g.fair_ngranted));
   w->fair_arrival = -g.fair_ngranted;
   timer_in(g.scene_timer, 150); /* hold briefly, then release */
@@ -929,8 +932,7 @@ static void fair_start(void) {
 
 /* ---- epilogue: a rate limiter -------------------------------------------- */
 
-static void lim_wait_done(sluice_limiter *lim, int status, const sluice_rl_result *res,
-                          void *ud) {
+static void lim_wait_done(sluice_limiter *lim, int status, const sluice_rl_result *res, void *ud) {
   intptr_t i = (intptr_t)ud;
   if (status == SLUICE_ECANCELED && g.phase == PH_SHUTDOWN) return;
   if (status != SLUICE_OK) failure("sluice_limiter_wait", status);
@@ -953,8 +955,7 @@ static void lim_checked(sluice_limiter *lim, int status, const sluice_rl_result 
   }
   if (i != 5) return; /* one connection: the answers come in order */
   if (g.lim_allowed != 3 || g.lim_denied != 2)
-    violation("limiter: %d allowed and %d denied, expected 3 and 2", g.lim_allowed,
-              g.lim_denied);
+    violation("limiter: %d allowed and %d denied, expected 3 and 2", g.lim_allowed, g.lim_denied);
   say("  two waits queue in this process and pass as the bucket refills:");
   g.lim_started = now_ms();
   for (intptr_t k = 1; k <= 2; k++) {
@@ -1013,14 +1014,16 @@ static void dq_handler(sluice_dq_consumer *con, sluice_dq_msg *msg, void *ud) {
     if (strcmp(dq_jobs[i].id, id) == 0) due = dq_jobs[i].delay_ms;
   double at = now_ms() - g.dq_pushed_at;
   if (strcmp(id, "job-b") == 0 && attempt == 1) {
-    say("    %s delivered at +%.0f ms (due +%" PRId64 "), attempt 1: \"%.*s\" fails; retry in "
-        "150 ms", id, at, due, (int)len, payload);
+    say("    %s delivered at +%.0f ms (due +%" PRId64
+        "), attempt 1: \"%.*s\" fails; retry in "
+        "150 ms",
+        id, at, due, (int)len, payload);
     int rc = sluice_dq_retry(msg, 150, dq_settled, NULL);
     if (rc) failure("sluice_dq_retry", rc);
     return;
   }
-  say("    %s delivered at +%.0f ms (due +%" PRId64 "), attempt %u: \"%.*s\", acknowledged",
-      id, at, due, attempt, (int)len, payload);
+  say("    %s delivered at +%.0f ms (due +%" PRId64 "), attempt %u: \"%.*s\", acknowledged", id, at,
+      due, attempt, (int)len, payload);
   int rc = sluice_dq_ack(msg, dq_settled, &g.dq_acked /* non-NULL: an ack */);
   if (rc) failure("sluice_dq_ack", rc);
 }
@@ -1045,7 +1048,8 @@ static void dq_start(void) {
   co.visibility_ms = 5000;
   co.max_poll_ms = 1000;
   int rc = sluice_dq_new(g.procs[0].client, "emails", &qo, &g.dq);
-  if (!rc) rc = sluice_dq_consumer_new(g.procs[1].client, "emails", &co, dq_handler, NULL, &g.consumer);
+  if (!rc)
+    rc = sluice_dq_consumer_new(g.procs[1].client, "emails", &co, dq_handler, NULL, &g.consumer);
   g.dq_pushed_at = now_ms();
   for (int i = 0; i < 3 && !rc; i++) {
     sluice_dq_item it;
@@ -1066,25 +1070,25 @@ static void dq_start(void) {
 
 static void scene_timer_cb(evutil_socket_t fd, short what, void *arg) {
   switch (g.phase) {
-  case PH_CONTEND:
-    if (!g.crash_done && !g.crash_armed && !evtimer_pending(g.crash_timer, NULL)) {
-      for (int i = 0; i < NWORKERS; i++) {
-        worker *w = &g.workers[i];
-        if (w->p->name == 'C' && w->state == W_HOLDING && !w->lost) {
-          say("*** process C is about to crash while %s holds a permit", w->name);
-          g.crash_victim = w;
-          timer_in(g.crash_timer, 0);
-          return;
+    case PH_CONTEND:
+      if (!g.crash_done && !g.crash_armed && !evtimer_pending(g.crash_timer, NULL)) {
+        for (int i = 0; i < NWORKERS; i++) {
+          worker *w = &g.workers[i];
+          if (w->p->name == 'C' && w->state == W_HOLDING && !w->lost) {
+            say("*** process C is about to crash while %s holds a permit", w->name);
+            g.crash_victim = w;
+            timer_in(g.crash_timer, 0);
+            return;
+          }
         }
+        say("*** arming the crash: the next worker of process C to get a permit will die "
+            "holding it");
+        g.crash_armed = 1;
       }
-      say("*** arming the crash: the next worker of process C to get a permit will die "
-          "holding it");
-      g.crash_armed = 1;
-    }
-    break;
-  case PH_LEDGER: ledger_scene_cb(); break;
-  case PH_FAIR: fair_scene_timer(); break;
-  default: break;
+      break;
+    case PH_LEDGER: ledger_scene_cb(); break;
+    case PH_FAIR: fair_scene_timer(); break;
+    default: break;
   }
 }
 
@@ -1092,21 +1096,21 @@ static void phase_timer_cb(evutil_socket_t fd, short what, void *arg) {
   int crash_unfinished = 0;
   for (int i = 0; i < g.ncrashed; i++) crash_unfinished |= !g.crashed[i].reclaimed;
   switch (g.phase) {
-  case PH_CONTEND:
-    /* In a short run, give the crash time to play out (up to 5 s more). */
-    if ((g.crash_armed || evtimer_pending(g.crash_timer, NULL) ||
-         (crash_unfinished && now_ms() < g.crash_at + TTL_MS + 1500)) &&
-        now_ms() < g.contend_end_at + 5000) {
-      timer_in(g.phase_timer, 50);
-      return;
-    }
-    contend_stop();
-    break;
-  case PH_STOPPING:
-  default: /* a scene overran its time */
-    failure("scene did not finish in time", SLUICE_ETIMEDOUT);
-    enter_phase(PH_SHUTDOWN);
-    break;
+    case PH_CONTEND:
+      /* In a short run, give the crash time to play out (up to 5 s more). */
+      if ((g.crash_armed || evtimer_pending(g.crash_timer, NULL) ||
+           (crash_unfinished && now_ms() < g.crash_at + TTL_MS + 1500)) &&
+          now_ms() < g.contend_end_at + 5000) {
+        timer_in(g.phase_timer, 50);
+        return;
+      }
+      contend_stop();
+      break;
+    case PH_STOPPING:
+    default: /* a scene overran its time */
+      failure("scene did not finish in time", SLUICE_ETIMEDOUT);
+      enter_phase(PH_SHUTDOWN);
+      break;
   }
 }
 
@@ -1127,39 +1131,36 @@ static void enter_phase(enum phase ph) {
   evtimer_del(g.phase_timer);
   g.phase = ph;
   switch (ph) {
-  case PH_CONTEND:
-    evtimer_del(g.connect_timer);
-    say("all three processes connected (key prefix \"%s\")", g.prefix);
-    contend_start();
-    break;
-  case PH_LEDGER: {
-    say("phase 2: a holder that stalls past its lease loses it, and fencing tokens show it");
-    int rc = sluice_sem_try_acquire(g.procs[0].ledger, ledger_w1_acquired, NULL);
-    if (rc) {
-      failure("sluice_sem_try_acquire", rc);
-      enter_phase(PH_SHUTDOWN);
-      return;
+    case PH_CONTEND:
+      evtimer_del(g.connect_timer);
+      say("all three processes connected (key prefix \"%s\")", g.prefix);
+      contend_start();
+      break;
+    case PH_LEDGER: {
+      say("phase 2: a holder that stalls past its lease loses it, and fencing tokens show it");
+      int rc = sluice_sem_try_acquire(g.procs[0].ledger, ledger_w1_acquired, NULL);
+      if (rc) {
+        failure("sluice_sem_try_acquire", rc);
+        enter_phase(PH_SHUTDOWN);
+        return;
+      }
+      timer_in(g.phase_timer, 10000);
+      break;
     }
-    timer_in(g.phase_timer, 10000);
-    break;
-  }
-  case PH_FAIR:
-    fair_start();
-    timer_in(g.phase_timer, 10000);
-    break;
-  case PH_LIMITER:
-    limiter_start();
-    timer_in(g.phase_timer, 10000);
-    break;
-  case PH_DQ:
-    dq_start();
-    timer_in(g.phase_timer, 10000);
-    break;
-  case PH_SHUTDOWN:
-    shutdown_all();
-    break;
-  default:
-    break;
+    case PH_FAIR:
+      fair_start();
+      timer_in(g.phase_timer, 10000);
+      break;
+    case PH_LIMITER:
+      limiter_start();
+      timer_in(g.phase_timer, 10000);
+      break;
+    case PH_DQ:
+      dq_start();
+      timer_in(g.phase_timer, 10000);
+      break;
+    case PH_SHUTDOWN: shutdown_all(); break;
+    default: break;
   }
 }
 
@@ -1256,8 +1257,7 @@ int main(int argc, char **argv) {
     } else {
       if (!strcmp(a, "--seconds") && val)
         fprintf(stderr, "demo: --seconds needs a whole number from 3 to 3600\n");
-      else
-        fprintf(stderr, "demo: bad argument: %s\n", a);
+      else fprintf(stderr, "demo: bad argument: %s\n", a);
       usage(stderr);
       return 2;
     }
@@ -1339,18 +1339,20 @@ int main(int argc, char **argv) {
   double h50 = percentile(g.handoff_samples, g.nhandoff_samples, 0.5);
   double hmax = g.nhandoff_samples ? g.handoff_samples[g.nhandoff_samples - 1] : 0;
   printf("\nsummary after %.1f s\n", now_ms() / 1e3);
-  printf("  semaphore db-writers: %u grants (%u at once, %u after waiting), %u releases,\n"
-         "    %d abandoned by the crash, %u acquire timeouts, %u renewals observed,\n"
-         "    %u permits lost, %u errors\n",
-         g.grants, g.immediate, g.waited, g.releases, g.ncrashed, g.timeouts, g.renewals, g.lost,
-         g.errors);
+  printf(
+      "  semaphore db-writers: %u grants (%u at once, %u after waiting), %u releases,\n"
+      "    %d abandoned by the crash, %u acquire timeouts, %u renewals observed,\n"
+      "    %u permits lost, %u errors\n",
+      g.grants, g.immediate, g.waited, g.releases, g.ncrashed, g.timeouts, g.renewals, g.lost,
+      g.errors);
   printf("  wait for a permit: p50 %.2f s, p90 %.2f s, max %.2f s\n", p50 / 1e3, p90 / 1e3,
          wmax / 1e3);
   printf("  wake-up after a release: p50 %.1f ms, max %.1f ms (%u samples)\n", h50, hmax,
          g.nhandoff_samples);
   if (g.crash_done && g.crash_reclaimed_after)
     printf("  crash of process C: %s it held came free by lease expiry, %.2f s later\n",
-           g.ncrashed == 1 ? "the permit" : "the first of the permits", g.crash_reclaimed_after / 1e3);
+           g.ncrashed == 1 ? "the permit" : "the first of the permits",
+           g.crash_reclaimed_after / 1e3);
   printf("  most live holders at once: %d of %d permits\n", g.max_live_seen, PERMITS);
   /* Liveness: waiters must get the crashed permit once its lease is over. */
   if (g.crash_done && !g.crash_reclaimed_after && !g.interrupted &&

@@ -63,19 +63,19 @@ enum stage { ST_LIMIT, ST_ACQUIRE, ST_WORK };
  * it moves it on or frees it. */
 struct req_ctx {
   gw *g;
-  struct evhttp_request *req;  /* NULL once answered (e.g. at shutdown) */
+  struct evhttp_request *req; /* NULL once answered (e.g. at shutdown) */
   enum stage stage;
-  sluice_permit *permit;       /* sluice mode, while working */
-  int local_permit;            /* --no-sluice, while working */
-  struct event *timer;         /* work; in --no-sluice also the queue timeout */
+  sluice_permit *permit; /* sluice mode, while working */
+  int local_permit;      /* --no-sluice, while working */
+  struct event *timer;   /* work; in --no-sluice also the queue timeout */
   uint64_t seq;
-  req_ctx *prev, *next;        /* gw->live */
-  req_ctx *qnext;              /* --no-sluice wait queue */
+  req_ctx *prev, *next; /* gw->live */
+  req_ctx *qnext;       /* --no-sluice wait queue */
 };
 
 typedef struct gw_stats {
   uint64_t requests, ok, limited, busy, unavailable, errors;
-  uint64_t unchecked;           /* limiter decisions made without Redis */
+  uint64_t unchecked; /* limiter decisions made without Redis */
   uint64_t followups_pushed, followups_push_failed, followups_done;
   uint64_t consumer_errors;
 } gw_stats;
@@ -99,7 +99,7 @@ struct gw {
   /* --no-sluice */
   unsigned local_free;
   req_ctx *qhead, *qtail;
-  unsigned local_followups;     /* follow-up timers pending */
+  unsigned local_followups; /* follow-up timers pending */
   /* bookkeeping */
   req_ctx *live;
   unsigned nlive;
@@ -156,7 +156,7 @@ static void on_followup(sluice_dq_consumer *con, sluice_dq_msg *msg, void *ud) {
 static void on_consumer_error(sluice_dq_consumer *con, int status, void *ud) {
   (void)con, (void)status;
   gw *g = ud;
-  g->st.consumer_errors++;  /* it retries with backoff by itself */
+  g->st.consumer_errors++; /* it retries with backoff by itself */
 }
 
 static void local_followup_cb(evutil_socket_t fd, short what, void *arg) {
@@ -213,7 +213,7 @@ static void local_grant_next(gw *g);
 
 static void release_permit(req_ctx *r) {
   if (r->permit) {
-    sluice_permit_release(r->permit, NULL, NULL);  /* handle invalid afterwards */
+    sluice_permit_release(r->permit, NULL, NULL); /* handle invalid afterwards */
     r->permit = NULL;
   }
   if (r->local_permit) {
@@ -261,7 +261,7 @@ static void local_dequeue(gw *g, req_ctx *r) {
 }
 
 static void local_grant_next(gw *g) {
-  if (g->stopping) return;  /* stop() answers and frees the queued ones */
+  if (g->stopping) return; /* stop() answers and frees the queued ones */
   while (g->local_free > 0 && g->qhead) {
     req_ctx *r = g->qhead;
     local_dequeue(g, r);
@@ -306,13 +306,12 @@ static void acquire(req_ctx *r) {
     return;
   }
   int rc = sluice_sem_acquire(g->sem, g->queue_timeout_ms, on_acquired, r, NULL);
-  if (rc != SLUICE_OK) on_acquired(g->sem, rc, NULL, r);  /* it will not be called */
+  if (rc != SLUICE_OK) on_acquired(g->sem, rc, NULL, r); /* it will not be called */
 }
 
 /* ---- stage 1: the rate limit ---------------------------------------------- */
 
-static void on_decision(sluice_limiter *lim, int status, const sluice_rl_result *res,
-                        void *ud) {
+static void on_decision(sluice_limiter *lim, int status, const sluice_rl_result *res, void *ud) {
   (void)lim;
   req_ctx *r = ud;
   gw *g = r->g;
@@ -320,7 +319,7 @@ static void on_decision(sluice_limiter *lim, int status, const sluice_rl_result 
     ctx_free(r);
     return;
   }
-  if (status != SLUICE_OK) {  /* fail-open covers Redis down; this is worse */
+  if (status != SLUICE_OK) { /* fail-open covers Redis down; this is worse */
     g->st.errors++;
     reply(r, HTTP_SERVUNAVAIL, "Service Unavailable", sluice_strerror(status), 1);
     ctx_free(r);
@@ -349,18 +348,18 @@ static void send_stats(gw *g, struct evhttp_request *req) {
   }
   sluice_client_stats cs = {0};
   if (g->client) sluice_client_get_stats(g->client, &cs);
-  evbuffer_add_printf(b,
+  evbuffer_add_printf(
+      b,
       "requests %" PRIu64 "\nok %" PRIu64 "\nlimited %" PRIu64 "\nbusy %" PRIu64
       "\nunavailable %" PRIu64 "\nerrors %" PRIu64 "\nunchecked %" PRIu64
-      "\nfollowups_pushed %" PRIu64 "\nfollowups_push_failed %" PRIu64
-      "\nfollowups_done %" PRIu64 "\nconsumer_errors %" PRIu64 "\nlive_requests %u"
-      "\nconnected %d\nops_in_flight %u\nops_timed_out %" PRIu64 "\nreconnects %" PRIu64
-      "\n",
-      g->st.requests, g->st.ok, g->st.limited, g->st.busy, g->st.unavailable,
-      g->st.errors, g->st.unchecked, g->st.followups_pushed, g->st.followups_push_failed,
-      g->st.followups_done, g->st.consumer_errors, g->nlive,
-      g->client ? sluice_client_is_connected(g->client) : 0, cs.ops_in_flight,
-      cs.ops_timed_out, cs.reconnects);
+      "\nfollowups_pushed %" PRIu64 "\nfollowups_push_failed %" PRIu64 "\nfollowups_done %" PRIu64
+      "\nconsumer_errors %" PRIu64
+      "\nlive_requests %u"
+      "\nconnected %d\nops_in_flight %u\nops_timed_out %" PRIu64 "\nreconnects %" PRIu64 "\n",
+      g->st.requests, g->st.ok, g->st.limited, g->st.busy, g->st.unavailable, g->st.errors,
+      g->st.unchecked, g->st.followups_pushed, g->st.followups_push_failed, g->st.followups_done,
+      g->st.consumer_errors, g->nlive, g->client ? sluice_client_is_connected(g->client) : 0,
+      cs.ops_in_flight, cs.ops_timed_out, cs.reconnects);
   evhttp_send_reply(req, HTTP_OK, "OK", b);
   evbuffer_free(b);
 }
@@ -434,7 +433,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
   }
   r->stage = ST_LIMIT;
   int rc = sluice_limiter_check(g->limiter, key, 1, on_decision, r);
-  if (rc != SLUICE_OK) on_decision(g->limiter, rc, NULL, r);  /* it will not be called */
+  if (rc != SLUICE_OK) on_decision(g->limiter, rc, NULL, r); /* it will not be called */
 }
 
 /* ---- start and stop ------------------------------------------------------- */
@@ -464,8 +463,8 @@ static void stop(gw *g) {
   if (g->use_sluice) {
     sluice_dq_consumer_free(g->consumer);
     sluice_dq_free(g->dq);
-    sluice_sem_free(g->sem);          /* pending acquires: ECANCELED, now */
-    sluice_limiter_free(g->limiter);  /* pending checks: ECANCELED, from the loop */
+    sluice_sem_free(g->sem);         /* pending acquires: ECANCELED, now */
+    sluice_limiter_free(g->limiter); /* pending checks: ECANCELED, from the loop */
     g->consumer = NULL;
     g->dq = NULL;
     g->sem = NULL;
@@ -497,24 +496,24 @@ static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out) {
 
 static void usage(FILE *f) {
   fprintf(f,
-      "usage: gateway [options]\n"
-      "  --listen ADDR         address to listen on (default 127.0.0.1)\n"
-      "  --port N              port (default 8080; 0 picks one, printed)\n"
-      "  --redis URL           Redis (default redis://127.0.0.1:6379)\n"
-      "  --prefix P            sluice key prefix (default \"sluice:gw:\")\n"
-      "  --permits N           global concurrency permits (default 16)\n"
-      "  --rate N              requests per period per client (default 100)\n"
-      "  --period MS           rate period (default 1000)\n"
-      "  --burst N             GCRA burst (default: rate)\n"
-      "  --work-ms MS          simulated work per request (default 1)\n"
-      "  --queue-timeout MS    longest wait for a permit before 503 (default 200)\n"
-      "  --op-timeout MS       deadline of each Redis step (default 100)\n"
-      "  --followup-every N    push a follow-up job every N requests (default 10; 0 off)\n"
-      "  --followup-delay MS   follow-up delay (default 100)\n"
-      "  --fair                grant permits in arrival order (fair semaphore)\n"
-      "  --local-handoff       a released permit goes straight to a request waiting here\n"
-      "  --no-sluice           same work without Redis (in-process permits, no limit)\n"
-      "  --quiet               no progress lines\n");
+          "usage: gateway [options]\n"
+          "  --listen ADDR         address to listen on (default 127.0.0.1)\n"
+          "  --port N              port (default 8080; 0 picks one, printed)\n"
+          "  --redis URL           Redis (default redis://127.0.0.1:6379)\n"
+          "  --prefix P            sluice key prefix (default \"sluice:gw:\")\n"
+          "  --permits N           global concurrency permits (default 16)\n"
+          "  --rate N              requests per period per client (default 100)\n"
+          "  --period MS           rate period (default 1000)\n"
+          "  --burst N             GCRA burst (default: rate)\n"
+          "  --work-ms MS          simulated work per request (default 1)\n"
+          "  --queue-timeout MS    longest wait for a permit before 503 (default 200)\n"
+          "  --op-timeout MS       deadline of each Redis step (default 100)\n"
+          "  --followup-every N    push a follow-up job every N requests (default 10; 0 off)\n"
+          "  --followup-delay MS   follow-up delay (default 100)\n"
+          "  --fair                grant permits in arrival order (fair semaphore)\n"
+          "  --local-handoff       a released permit goes straight to a request waiting here\n"
+          "  --no-sluice           same work without Redis (in-process permits, no limit)\n"
+          "  --quiet               no progress lines\n");
 }
 
 static int parse_args(gw *g, int argc, char **argv) {
@@ -523,15 +522,15 @@ static int parse_args(gw *g, int argc, char **argv) {
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     unsigned u;
     int used = 1;
-#define UOPT(name, lo, hi, field)                                                \
-  if (strcmp(a, name) == 0) {                                                    \
-    if (parse_uint(v, lo, hi, &u) != 0) {                                        \
-      fprintf(stderr, "gateway: %s needs a number in %u..%u\n", name, lo, hi);   \
-      return -1;                                                                 \
-    }                                                                            \
-    g->field = u;                                                                \
-    i++;                                                                         \
-    continue;                                                                    \
+#define UOPT(name, lo, hi, field)                                              \
+  if (strcmp(a, name) == 0) {                                                  \
+    if (parse_uint(v, lo, hi, &u) != 0) {                                      \
+      fprintf(stderr, "gateway: %s needs a number in %u..%u\n", name, lo, hi); \
+      return -1;                                                               \
+    }                                                                          \
+    g->field = u;                                                              \
+    i++;                                                                       \
+    continue;                                                                  \
   }
     UOPT("--port", 0, 65535, port)
     UOPT("--permits", 1, 1000000, permits)
@@ -544,8 +543,7 @@ static int parse_args(gw *g, int argc, char **argv) {
     UOPT("--followup-every", 0, 1000000000, followup_every)
     UOPT("--followup-delay", 0, 86400000, followup_delay_ms)
 #undef UOPT
-    if (strcmp(a, "--listen") == 0 || strcmp(a, "--redis") == 0 ||
-        strcmp(a, "--prefix") == 0) {
+    if (strcmp(a, "--listen") == 0 || strcmp(a, "--redis") == 0 || strcmp(a, "--prefix") == 0) {
       if (!v) {
         fprintf(stderr, "gateway: %s needs a value\n", a);
         return -1;
@@ -612,9 +610,8 @@ static int start_sluice(gw *g) {
   lo.limit = g->rate;
   lo.period_ms = g->period_ms;
   lo.burst = g->burst;
-  lo.on_redis_down = SLUICE_RL_FAIL_OPEN;  /* availability over strictness */
-  if ((rc = sluice_limiter_new(g->client, "gateway", &lo, &g->limiter)) != SLUICE_OK)
-    goto fail;
+  lo.on_redis_down = SLUICE_RL_FAIL_OPEN; /* availability over strictness */
+  if ((rc = sluice_limiter_new(g->client, "gateway", &lo, &g->limiter)) != SLUICE_OK) goto fail;
 
   sluice_sem_options so;
   sluice_sem_options_init(&so);
@@ -627,8 +624,7 @@ static int start_sluice(gw *g) {
   so.fail_fast = 1; /* Redis unreachable: 503 at once, not after the queue timeout */
   if ((rc = sluice_sem_new(g->client, "gateway-work", &so, &g->sem)) != SLUICE_OK) goto fail;
 
-  if ((rc = sluice_dq_new(g->client, "gateway-followups", NULL, &g->dq)) != SLUICE_OK)
-    goto fail;
+  if ((rc = sluice_dq_new(g->client, "gateway-followups", NULL, &g->dq)) != SLUICE_OK) goto fail;
   sluice_dq_consumer_options cons;
   sluice_dq_consumer_options_init(&cons);
   cons.visibility_ms = 10000;
@@ -680,8 +676,8 @@ int main(int argc, char **argv) {
   evsignal_add(g.sigterm, NULL);
   evhttp_set_gencb(g.http, on_request, &g);
   evhttp_set_allowed_methods(g.http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD);
-  struct evhttp_bound_socket *bs =
-      evhttp_bind_socket_with_handle(g.http, g.listen_addr, (ev_uint16_t)g.port);
+  struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(g.http, g.listen_addr,
+                                                                  (ev_uint16_t)g.port);
   if (!bs) {
     fprintf(stderr, "gateway: cannot listen on %s:%d\n", g.listen_addr, g.port);
     goto out;
@@ -702,7 +698,7 @@ int main(int argc, char **argv) {
   status = 0;
 
 out:
-  if (!g.stopping) {  /* a start-up failure: tear down what exists */
+  if (!g.stopping) { /* a start-up failure: tear down what exists */
     g.stopping = 1;
     sluice_dq_consumer_free(g.consumer);
     sluice_dq_free(g.dq);
@@ -712,7 +708,7 @@ out:
     if (g.http) evhttp_free(g.http);
     if (g.sigint) event_del(g.sigint);
     if (g.sigterm) event_del(g.sigterm);
-    event_base_dispatch(g.base);  /* lets the client drain and close */
+    event_base_dispatch(g.base); /* lets the client drain and close */
   }
   if (g.sigint) event_free(g.sigint);
   if (g.sigterm) event_free(g.sigterm);
@@ -720,11 +716,10 @@ out:
     fprintf(stderr,
             "gateway: %" PRIu64 " requests: %" PRIu64 " ok, %" PRIu64 " limited, %" PRIu64
             " busy, %" PRIu64 " unavailable, %" PRIu64 " errors; %" PRIu64
-            " unchecked decisions; follow-ups %" PRIu64 " pushed, %" PRIu64
-            " failed, %" PRIu64 " done\n",
+            " unchecked decisions; follow-ups %" PRIu64 " pushed, %" PRIu64 " failed, %" PRIu64
+            " done\n",
             g.st.requests, g.st.ok, g.st.limited, g.st.busy, g.st.unavailable, g.st.errors,
-            g.st.unchecked, g.st.followups_pushed, g.st.followups_push_failed,
-            g.st.followups_done);
+            g.st.unchecked, g.st.followups_pushed, g.st.followups_push_failed, g.st.followups_done);
   event_base_free(g.base);
   return status;
 }

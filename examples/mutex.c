@@ -14,7 +14,7 @@ static void on_released(sluice_sem *sem, int status, void *client) {
   printf("released: %s\n", sluice_strerror(status));
   failed |= status != SLUICE_OK;
   sluice_sem_free(sem);
-  sluice_client_close(client, NULL, NULL);  /* the loop ends once it has closed */
+  sluice_client_close(client, NULL, NULL); /* the loop ends once it has closed */
 }
 
 static void on_acquired(sluice_sem *sem, int status, sluice_permit *permit, void *client) {
@@ -29,7 +29,7 @@ static void on_acquired(sluice_sem *sem, int status, sluice_permit *permit, void
          (unsigned long long)sluice_permit_fence(permit));
   /* ... the work the semaphore protects; the lease is renewed meanwhile ... */
   int rc = sluice_permit_release(permit, on_released, client);
-  if (rc != SLUICE_OK) on_released(sem, rc, client);  /* then it won't be called */
+  if (rc != SLUICE_OK) on_released(sem, rc, client); /* then it won't be called */
 }
 
 int main(int argc, char **argv) {
@@ -51,13 +51,13 @@ int main(int argc, char **argv) {
 
   sluice_sem_options sopts;
   sluice_sem_options_init(&sopts);
-  sopts.permits = 3;      /* at most three holders at a time, across all processes */
-  sopts.ttl_ms = 10000;   /* a holder that dies frees its permit after 10 s */
+  sopts.permits = 3;    /* at most three holders at a time, across all processes */
+  sopts.ttl_ms = 10000; /* a holder that dies frees its permit after 10 s */
   sluice_sem *sem = NULL;
   int rc = sluice_sem_new(client, "db-writers", &sopts, &sem);
-  if (rc == SLUICE_OK)    /* wait up to 5 s for a permit */
+  if (rc == SLUICE_OK) /* wait up to 5 s for a permit */
     rc = sluice_sem_acquire(sem, 5000, on_acquired, client, NULL);
-  if (rc != SLUICE_OK) {  /* the callback will not run: clean up here */
+  if (rc != SLUICE_OK) { /* the callback will not run: clean up here */
     fprintf(stderr, "%s\n", sluice_strerror(rc));
     failed = 1;
     sluice_sem_free(sem);

@@ -96,9 +96,7 @@ void th_note(const char *fmt, ...) {
  * PR_SET_PDEATHSIG alone kills the server but not a fork of it, and any of
  * them left running keeps the test alive for meson. */
 #define MAX_OWNED 32
-static struct {
-  pid_t pid, owner;
-} owned[MAX_OWNED];
+static struct { pid_t pid, owner; } owned[MAX_OWNED];
 
 static void own(pid_t pid) {
   for (int i = 0; i < MAX_OWNED; i++)
@@ -186,17 +184,28 @@ static int spawn(th_redis *r, const char *const *extra) {
   const char *argv[64];
   int n = 0;
   argv[n++] = bin;
-  argv[n++] = "--port"; argv[n++] = port;
-  argv[n++] = "--bind"; argv[n++] = "127.0.0.1";
-  argv[n++] = "--unixsocket"; argv[n++] = r->sock;
-  argv[n++] = "--unixsocketperm"; argv[n++] = "700";
-  argv[n++] = "--save"; argv[n++] = "";
-  argv[n++] = "--appendonly"; argv[n++] = "no";
-  argv[n++] = "--dir"; argv[n++] = r->dir;
-  argv[n++] = "--daemonize"; argv[n++] = "no";
-  argv[n++] = "--loglevel"; argv[n++] = "warning";
-  argv[n++] = "--logfile"; argv[n++] = "redis.log";
-  argv[n++] = "--pidfile"; argv[n++] = "redis.pid"; /* see adopt_restarted() */
+  argv[n++] = "--port";
+  argv[n++] = port;
+  argv[n++] = "--bind";
+  argv[n++] = "127.0.0.1";
+  argv[n++] = "--unixsocket";
+  argv[n++] = r->sock;
+  argv[n++] = "--unixsocketperm";
+  argv[n++] = "700";
+  argv[n++] = "--save";
+  argv[n++] = "";
+  argv[n++] = "--appendonly";
+  argv[n++] = "no";
+  argv[n++] = "--dir";
+  argv[n++] = r->dir;
+  argv[n++] = "--daemonize";
+  argv[n++] = "no";
+  argv[n++] = "--loglevel";
+  argv[n++] = "warning";
+  argv[n++] = "--logfile";
+  argv[n++] = "redis.log";
+  argv[n++] = "--pidfile";
+  argv[n++] = "redis.pid"; /* see adopt_restarted() */
   for (int i = 0; extra && extra[i] && n < 62; i++) argv[n++] = extra[i];
   argv[n] = NULL;
   /* Its output (what it says before it reads --logfile) goes to its log,
@@ -212,12 +221,14 @@ static int spawn(th_redis *r, const char *const *extra) {
   if (pid < 0) return -1;
   if (pid == 0) {
     setpgid(0, 0);
-    if (dies_with_us && (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent))
-      _exit(127);
+    if (dies_with_us && (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)) _exit(127);
     int in = open("/dev/null", O_RDONLY);
     int out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
     if (in >= 0) dup2(in, 0);
-    if (out >= 0) { dup2(out, 1); dup2(out, 2); }
+    if (out >= 0) {
+      dup2(out, 1);
+      dup2(out, 2);
+    }
     execv(bin, (char *const *)argv);
     _exit(127);
   }
@@ -364,8 +375,9 @@ static long long reply_int(redisReply *rep) {
   else if (rep->type == REDIS_REPLY_STRING) v = strtoll(rep->str, NULL, 10);
   else if (rep->type == REDIS_REPLY_NIL) v = 0;
   else if (rep->type == REDIS_REPLY_STATUS) v = 0;
-  else th_fail(__FILE__, __LINE__, "unexpected reply type %d (%s)", rep->type,
-               rep->type == REDIS_REPLY_ERROR ? rep->str : "");
+  else
+    th_fail(__FILE__, __LINE__, "unexpected reply type %d (%s)", rep->type,
+            rep->type == REDIS_REPLY_ERROR ? rep->str : "");
   freeReplyObject(rep);
   return v;
 }
@@ -381,7 +393,8 @@ long long th_redis_int(const th_redis *r, const char *fmt, ...) {
 int th_redis_masters(void) { return topo == TH_TOPO_STANDALONE ? 1 : th__server_topo_masters(); }
 
 redisContext *th_redis_connect_master(int i) {
-  redisContext *c = topo == TH_TOPO_STANDALONE ? th_redis_connect(&th_server) : th__server_topo_master(i);
+  redisContext *c = topo == TH_TOPO_STANDALONE ? th_redis_connect(&th_server)
+                                               : th__server_topo_master(i);
   if (!c || c->err) th_fail(__FILE__, __LINE__, "cannot connect to master %d of the test redis", i);
   return c;
 }
@@ -471,7 +484,8 @@ static long long clients_all(int blocked_only, int kill) {
 long long th_redis_clients(int blocked_only) { return clients_all(blocked_only, 0); }
 
 long long th_redis_kill_clients(void) {
-  if (topo == TH_TOPO_STANDALONE) return th_redis_int(&th_server, "CLIENT KILL TYPE normal SKIPME yes");
+  if (topo == TH_TOPO_STANDALONE)
+    return th_redis_int(&th_server, "CLIENT KILL TYPE normal SKIPME yes");
   return clients_all(0, 1);
 }
 
@@ -693,9 +707,7 @@ static int selected(int argc, char **argv, const char *name) {
 /* A case that needs the standalone server is not part of a topology's
  * run at all (not planned, not a SKIP): on a topology it does not apply,
  * and a skip count must only ever mean something is missing. */
-static int applies(const th_case *tc) {
-  return topo == TH_TOPO_STANDALONE || !tc->standalone_only;
-}
+static int applies(const th_case *tc) { return topo == TH_TOPO_STANDALONE || !tc->standalone_only; }
 
 /* The cases, as TAP; the server (if any) is already up. */
 static int run_cases(int argc, char **argv, const th_case *cases) {

@@ -29,10 +29,10 @@ struct event_base;
 
 typedef struct th_redis {
   pid_t pid;
-  char dir[128];     /* private temp dir */
-  char sock[192];    /* unix socket path */
-  char url[224];     /* "unix://<sock>" */
-  int port;          /* TCP port, 0 for unix only */
+  char dir[128];  /* private temp dir */
+  char sock[192]; /* unix socket path */
+  char url[224];  /* "unix://<sock>" */
+  int port;       /* TCP port, 0 for unix only */
 } th_redis;
 
 /* The binary's server (started by th_main). Under a cluster or sentinel
@@ -60,8 +60,8 @@ void th_redis_restart(th_redis *r);
  * directory: a server started with persistence (--appendonly yes) finds its
  * files. th_redis_stop removes them. */
 void th_redis_respawn(th_redis *r, const char *const *extra);
-void th_redis_pause(th_redis *r);   /* SIGSTOP */
-void th_redis_resume(th_redis *r);  /* SIGCONT */
+void th_redis_pause(th_redis *r);  /* SIGSTOP */
+void th_redis_resume(th_redis *r); /* SIGCONT */
 /* (restart, pause and resume of th_server fail the case under a cluster or
  * sentinel topology: such cases are marked standalone_only.) */
 /* SIGSTOP the server process that serves key on th_server, on every
@@ -192,9 +192,9 @@ void th_tool_run(th_tool_out *r, const th_argv *a, int join);
  * (NULL-terminated, may be NULL): "NAME=VALUE" sets, "NAME" unsets. Free
  * with th_run_free. */
 typedef struct th_run {
-  int status;  /* exit status */
-  char *out;   /* all of stdout (and stderr when joined), NUL-terminated */
-  char *err;   /* all of stderr ("" when joined) */
+  int status; /* exit status */
+  char *out;  /* all of stdout (and stderr when joined), NUL-terminated */
+  char *err;  /* all of stderr ("" when joined) */
 } th_run;
 th_run th_tool_capture(const char *const *words, const char *const *env, int join);
 void th_run_free(th_run *r);
@@ -212,32 +212,34 @@ void th_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Assertions: print both sides and location, then fail the case. */
 void th_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 3, 4)));
-#define TH_ASSERT(c) \
-  do { if (!(c)) th_fail(__FILE__, __LINE__, "assertion failed: %s", #c); } while (0)
-#define TH_ASSERT_EQ(a, b)                                                          \
-  do {                                                                              \
-    long long th_a_ = (long long)(a), th_b_ = (long long)(b);                       \
-    if (th_a_ != th_b_)                                                             \
+#define TH_ASSERT(c)                                                   \
+  do {                                                                 \
+    if (!(c)) th_fail(__FILE__, __LINE__, "assertion failed: %s", #c); \
+  } while (0)
+#define TH_ASSERT_EQ(a, b)                                                         \
+  do {                                                                             \
+    long long th_a_ = (long long)(a), th_b_ = (long long)(b);                      \
+    if (th_a_ != th_b_)                                                            \
       th_fail(__FILE__, __LINE__, "%s == %s: %lld != %lld", #a, #b, th_a_, th_b_); \
   } while (0)
-#define TH_ASSERT_CMP(a, op, b)                                                        \
-  do {                                                                                 \
-    long long th_a_ = (long long)(a), th_b_ = (long long)(b);                          \
-    if (!(th_a_ op th_b_))                                                             \
+#define TH_ASSERT_CMP(a, op, b)                                                         \
+  do {                                                                                  \
+    long long th_a_ = (long long)(a), th_b_ = (long long)(b);                           \
+    if (!(th_a_ op th_b_))                                                              \
       th_fail(__FILE__, __LINE__, "%s %s %s: %lld vs %lld", #a, #op, #b, th_a_, th_b_); \
   } while (0)
-#define TH_ASSERT_STR_EQ(a, b)                                                     \
-  do {                                                                             \
-    const char *th_a_ = (a), *th_b_ = (b);                                         \
-    if (!th_a_ || !th_b_ || strcmp(th_a_, th_b_) != 0)                              \
-      th_fail(__FILE__, __LINE__, "%s == %s: \"%s\" != \"%s\"", #a, #b,             \
-              th_a_ ? th_a_ : "(null)", th_b_ ? th_b_ : "(null)");                   \
+#define TH_ASSERT_STR_EQ(a, b)                                                                    \
+  do {                                                                                            \
+    const char *th_a_ = (a), *th_b_ = (b);                                                        \
+    if (!th_a_ || !th_b_ || strcmp(th_a_, th_b_) != 0)                                            \
+      th_fail(__FILE__, __LINE__, "%s == %s: \"%s\" != \"%s\"", #a, #b, th_a_ ? th_a_ : "(null)", \
+              th_b_ ? th_b_ : "(null)");                                                          \
   } while (0)
 
 typedef struct th_case {
   const char *name;
   void (*fn)(void);
-  unsigned timeout_s;  /* 0: 60 */
+  unsigned timeout_s; /* 0: 60 */
   /* Why the case needs the standalone server (it restarts, pauses or kills
    * it...): under a cluster or sentinel topology it is left out of the
    * plan, with a "# <name>: not on <topology> (<this>)" comment. NULL: it

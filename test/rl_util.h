@@ -78,7 +78,8 @@ static inline redisReply *rl_log_call(redisContext *rc, const char *key, unsigne
   argv[argc++] = lim;
   argv[argc++] = per;
   argv[argc++] = lim;
-  for (int i = 0; i < n; i++) argv[argc++] = cst, argv[argc++] = "0", argv[argc++] = "9007199254740991";
+  for (int i = 0; i < n; i++)
+    argv[argc++] = cst, argv[argc++] = "0", argv[argc++] = "9007199254740991";
   redisReply *r = redisCommandArgv(rc, argc, argv, NULL);
   free(argv);
   TH_ASSERT(r && r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)(1 + 4 * n));

@@ -63,17 +63,17 @@
 /* ---- parameters -------------------------------------------------------- */
 
 #define MAX_WORKERS 8
-#define ACTORS 3          /* semaphore acquirers per worker */
+#define ACTORS 3 /* semaphore acquirers per worker */
 #define PERMITS 4
 #define TTL_MS 2000
 #define ACQ_TIMEOUT_MS 2000
 #define RL_LIMIT 20
 #define RL_PERIOD_MS 1000
-#define MAX_PUSH 50000    /* ids per worker; pushing stops there (bounded) */
-#define MAX_ADMIT 40000   /* recorded limiter admissions per worker */
+#define MAX_PUSH 50000  /* ids per worker; pushing stops there (bounded) */
+#define MAX_ADMIT 40000 /* recorded limiter admissions per worker */
 #define MAX_FAULTS 4096
-#define DRAIN_MS 25000    /* workers' budget to empty the queue after stop */
-#define NSTATUS 18        /* status codes 0..-17 */
+#define DRAIN_MS 25000 /* workers' budget to empty the queue after stop */
+#define NSTATUS 18     /* status codes 0..-17 */
 #define SEM_NAME "soak-sem"
 /* A second semaphore whose holders never release and renew nothing: the
  * documented contract is that such a lease just ends, one TTL after it was
@@ -86,42 +86,49 @@
 
 enum op_kind { K_ACQ, K_REL, K_NR_ACQ, K_NR_REL, K_RL, K_PUSH, K_ACK, K_INSPECT, NKINDS };
 static const char *const kind_name[NKINDS] = {"sem acquire", "sem release", "norenew acq",
-                                              "norenew rel", "rl check",
-                                              "dq push", "dq ack", "dq inspect"};
+                                              "norenew rel", "rl check",    "dq push",
+                                              "dq ack",      "dq inspect"};
 /* Kinds whose first success after a fault measures recovery. */
 enum rec_kind { R_ACQ, R_RL, R_PUSH, R_ACK, NREC };
 static const char *const rec_name[NREC] = {"sem acquire", "rl check", "dq push", "dq ack"};
 
 enum fault_kind { F_KILL, F_STALL, F_RESTART, F_FLUSH, F_SLEEP, NFAULTS };
-static const char *const fault_name[NFAULTS] = {"client-kill", "sigstop", "restart",
-                                                "script-flush", "debug-sleep"};
+static const char *const fault_name[NFAULTS] = {"client-kill", "sigstop", "restart", "script-flush",
+                                                "debug-sleep"};
 
 enum violation {
-  V_HOLDERS,      /* more live holders than permits inside critical sections */
-  V_REDIS_HOLDERS,/* inspect: more unexpired holders than permits */
-  V_STRANDED,     /* a permit held past one lease (during the run or at the end) */
-  V_CB_TWICE,     /* an operation's callback ran twice */
-  V_CB_MISSING,   /* an operation's callback never ran */
-  V_LOST_TWICE,   /* a permit's lost callback ran twice */
-  V_RL_OVER,      /* more than limit admissions certainly within one period */
-  V_RL_SOURCE,    /* a fail-closed limiter allowed without asking Redis */
-  V_DQ_LOST,      /* a push answered OK whose message was never acked */
-  V_DQ_PHANTOM,   /* delivered an id never pushed, or whose push said "not sent" */
-  V_DQ_UNDRAINED, /* the queue still held messages at the end */
-  V_WORKER,       /* a worker crashed, hung or failed to set up */
-  V_NORENEW,      /* renewal off, yet the permit outlived its lease (known) */
-  V_DQ_WAITED,    /* a takeable message waited > LV_BOUND_MS with a live consumer */
-  V_DQ_NEVER,     /* a message of the liveness queue never delivered */
+  V_HOLDERS,       /* more live holders than permits inside critical sections */
+  V_REDIS_HOLDERS, /* inspect: more unexpired holders than permits */
+  V_STRANDED,      /* a permit held past one lease (during the run or at the end) */
+  V_CB_TWICE,      /* an operation's callback ran twice */
+  V_CB_MISSING,    /* an operation's callback never ran */
+  V_LOST_TWICE,    /* a permit's lost callback ran twice */
+  V_RL_OVER,       /* more than limit admissions certainly within one period */
+  V_RL_SOURCE,     /* a fail-closed limiter allowed without asking Redis */
+  V_DQ_LOST,       /* a push answered OK whose message was never acked */
+  V_DQ_PHANTOM,    /* delivered an id never pushed, or whose push said "not sent" */
+  V_DQ_UNDRAINED,  /* the queue still held messages at the end */
+  V_WORKER,        /* a worker crashed, hung or failed to set up */
+  V_NORENEW,       /* renewal off, yet the permit outlived its lease (known) */
+  V_DQ_WAITED,     /* a takeable message waited > LV_BOUND_MS with a live consumer */
+  V_DQ_NEVER,      /* a message of the liveness queue never delivered */
   NVIOL
 };
-static const char *const viol_name[NVIOL] = {
-    "holders > permits (critical sections)", "holders > permits (Redis, inspect)",
-    "permit stranded past one lease", "callback twice", "callback never ran",
-    "lost callback twice", "limiter over limit (sliding log)",
-    "fail-closed limiter allowed unchecked", "acked message lost (push said OK)",
-    "delivered id that was never queued", "queue not drained at the end",
-    "worker crashed / hung", "renewal off, lease outlived its TTL",
-    "due message waited > 1 s (live consumer)", "liveness queue: message never delivered"};
+static const char *const viol_name[NVIOL] = {"holders > permits (critical sections)",
+                                             "holders > permits (Redis, inspect)",
+                                             "permit stranded past one lease",
+                                             "callback twice",
+                                             "callback never ran",
+                                             "lost callback twice",
+                                             "limiter over limit (sliding log)",
+                                             "fail-closed limiter allowed unchecked",
+                                             "acked message lost (push said OK)",
+                                             "delivered id that was never queued",
+                                             "queue not drained at the end",
+                                             "worker crashed / hung",
+                                             "renewal off, lease outlived its TTL",
+                                             "due message waited > 1 s (live consumer)",
+                                             "liveness queue: message never delivered"};
 /* Violations that are library bugs already reported: shown, but left out of
  * the exit status unless --strict, so CI stays green on everything else
  * while a fix is under way. None at present. */
@@ -132,58 +139,60 @@ static int strict;
 
 typedef struct fault_rec {
   int kind;
-  uint64_t start_ns, end_ns;       /* CLOCK_MONOTONIC, same for every process */
+  uint64_t start_ns, end_ns;         /* CLOCK_MONOTONIC, same for every process */
   _Atomic uint64_t recover_ns[NREC]; /* first success after end, minus end, +1 */
 } fault_rec;
 
 typedef struct id_rec {
-  _Atomic uint32_t push;       /* push class, below */
+  _Atomic uint32_t push; /* push class, below */
   _Atomic uint32_t delivered;
   _Atomic uint32_t acked_ok;
   _Atomic uint32_t acked_doubt; /* ack sent, answer lost: it may have counted */
 } id_rec;
 enum { P_NONE, P_PENDING, P_OK, P_DOUBT, P_NOTSENT, P_OTHER };
 
-typedef struct admit_rec { uint64_t sent_ns, answered_ns; } admit_rec;
+typedef struct admit_rec {
+  uint64_t sent_ns, answered_ns;
+} admit_rec;
 
 typedef struct worker_shm {
   uint64_t ops[NKINDS][NSTATUS];
-  uint64_t sync_errors;          /* calls refused at once (status returned) */
-  uint64_t lost[3];              /* by reason */
+  uint64_t sync_errors; /* calls refused at once (status returned) */
+  uint64_t lost[3];     /* by reason */
   uint64_t deliveries, redeliveries;
   uint64_t releases_abandoned, reconnects, noscript_reloads;
-  uint32_t pushes;               /* ids used: w<i>-0 .. w<i>-(pushes-1) */
+  uint32_t pushes; /* ids used: w<i>-0 .. w<i>-(pushes-1) */
   uint32_t nadmit;
-  int drained;                   /* saw the queue empty before leaving */
-  int done;                      /* reached the end of its main */
+  int drained; /* saw the queue empty before leaving */
+  int done;    /* reached the end of its main */
   admit_rec admit[MAX_ADMIT];
 } worker_shm;
 
 /* The liveness queue (see "delay-queue liveness" below): times are ms on the
  * wall clock, which Redis's TIME shares on this host. */
-#define LV_MAX 20000      /* messages pushed at most (bounded) */
-#define LV_DELIVERIES 6   /* deliveries recorded per message */
+#define LV_MAX 20000    /* messages pushed at most (bounded) */
+#define LV_DELIVERIES 6 /* deliveries recorded per message */
 #define LV_FAULTS 2048
 
 typedef struct lv_delivery {
-  int64_t at_ms;          /* the handler ran */
+  int64_t at_ms; /* the handler ran */
   uint16_t attempt;
-  uint8_t who;            /* consumer slot */
+  uint8_t who; /* consumer slot */
 } lv_delivery;
 
 typedef struct lv_msg {
-  int64_t due_ms;         /* from the push's answer; 0: not pushed OK */
-  _Atomic uint32_t n;     /* deliveries (slots of d taken) */
+  int64_t due_ms;     /* from the push's answer; 0: not pushed OK */
+  _Atomic uint32_t n; /* deliveries (slots of d taken) */
   lv_delivery d[LV_DELIVERIES];
 } lv_msg;
 
 typedef struct lv_fault {
-  int who, stop;          /* consumer slot; 1 SIGSTOP, 0 SIGKILL */
+  int who, stop;            /* consumer slot; 1 SIGSTOP, 0 SIGKILL */
   int64_t start_ms, end_ms; /* stopped / dead until end_ms */
 } lv_fault;
 
 typedef struct lv_shm {
-  uint32_t pushed;        /* messages 0..pushed-1 were sent */
+  uint32_t pushed; /* messages 0..pushed-1 were sent */
   int nfaults;
   lv_fault faults[LV_FAULTS];
   lv_msg msg[LV_MAX];
@@ -262,7 +271,7 @@ static int status_index(int st) { return st <= 0 && st > -NSTATUS ? -st : NSTATU
  * none) is seen whatever else happened meanwhile. */
 typedef struct op {
   uint8_t kind, calls, lost;
-  uint32_t aux;  /* actor index, or id index */
+  uint32_t aux; /* actor index, or id index */
   uint64_t t0;
 } op;
 #define OP_CHUNK 8192
@@ -271,7 +280,7 @@ typedef struct actor {
   struct worker *w;
   int idx;
   sluice_permit *permit;
-  int counted;  /* counts in S->holders: granted, not lost, hold not over */
+  int counted; /* counts in S->holders: granted, not lost, hold not over */
   unsigned grants;
   uint64_t granted_ns;
   int overstay; /* --sabotage */
@@ -288,12 +297,12 @@ typedef struct worker {
   sluice_dq *dq;
   sluice_dq_consumer *con;
   actor actors[ACTORS];
-  actor nr;               /* the never-releasing holder of NR_NAME */
+  actor nr; /* the never-releasing holder of NR_NAME */
   sluice_sem *nr_sem;
   struct event *rl_timer, *push_timer, *tick;
   op **chunks;
   size_t nchunks, nops;
-  long pending;           /* operations whose callback is owed */
+  long pending; /* operations whose callback is owed */
   long pending_push;
   int stopping, producer_done, drained, draining_inspect, closed;
   uint64_t stop_ns;
@@ -379,8 +388,8 @@ static void on_lost(sluice_permit *permit, int reason, void *ud) {
   w = self;
   a = &w->actors[o->aux];
   if (++o->lost > 1) {
-    violation(V_LOST_TWICE, "worker %d actor %d: lost callback ran %u times", w->idx,
-              a->idx, o->lost);
+    violation(V_LOST_TWICE, "worker %d actor %d: lost callback ran %u times", w->idx, a->idx,
+              o->lost);
     return;
   }
   if (reason >= 1 && reason <= 2) w->ws->lost[reason]++;
@@ -414,8 +423,9 @@ static void on_acquired(sluice_sem *sem, int status, sluice_permit *permit, void
     int mx = atomic_load(&S->max_holders);
     while (now > mx && !atomic_compare_exchange_weak(&S->max_holders, &mx, now)) {}
     if (now > PERMITS)
-      violation(V_HOLDERS, "worker %d actor %d: %d live holders of %d permits (fence %" PRIu64
-                ", permit %s)", w->idx, a->idx, now, PERMITS, sluice_permit_fence(permit),
+      violation(V_HOLDERS,
+                "worker %d actor %d: %d live holders of %d permits (fence %" PRIu64 ", permit %s)",
+                w->idx, a->idx, now, PERMITS, sluice_permit_fence(permit),
                 sluice_permit_id(permit));
   }
   /* Sabotage: every 50th holder keeps working 100 ms after its release. */
@@ -477,8 +487,8 @@ static void on_nr_lost(sluice_permit *permit, int reason, void *ud) {
   op *o = ud;
   actor *a = &w->nr;
   if (++o->lost > 1) {
-    violation(V_LOST_TWICE, "worker %d: lost callback of a renewal-off permit ran %u times",
-              w->idx, o->lost);
+    violation(V_LOST_TWICE, "worker %d: lost callback of a renewal-off permit ran %u times", w->idx,
+              o->lost);
     return;
   }
   if (a->permit != permit) return;
@@ -518,9 +528,11 @@ static void nr_cb(evutil_socket_t fd, short what, void *arg) {
   actor *a = arg;
   worker *w = a->w;
   if (a->permit && a->overstay) {
-    violation(V_NORENEW, "worker %d: permit %s of %s (renewal off, never released) still "
+    violation(V_NORENEW,
+              "worker %d: permit %s of %s (renewal off, never released) still "
               "held %.0f ms after its grant (TTL %d ms): no lost callback, lease %" PRId64
-              " ms left locally", w->idx, sluice_permit_id(a->permit), NR_NAME,
+              " ms left locally",
+              w->idx, sluice_permit_id(a->permit), NR_NAME,
               (double)(now_ns() - a->granted_ns) / 1e6, TTL_MS,
               sluice_permit_remaining_ms(a->permit));
     nr_drop(a); /* so the run goes on */
@@ -584,9 +596,14 @@ static void on_pushed(sluice_dq *dq, int status, const char *id, int64_t due, vo
   id_rec *r = &S->ids[w->idx][o->aux];
   uint32_t cls;
   switch (status) {
-    case SLUICE_OK: cls = P_OK; recovered(R_PUSH); break;
+    case SLUICE_OK:
+      cls = P_OK;
+      recovered(R_PUSH);
+      break;
     /* Sent (or perhaps sent): the message may or may not exist. */
-    case SLUICE_EINDOUBT: case SLUICE_ETIMEDOUT: case SLUICE_ECANCELED: cls = P_DOUBT; break;
+    case SLUICE_EINDOUBT:
+    case SLUICE_ETIMEDOUT:
+    case SLUICE_ECANCELED: cls = P_DOUBT; break;
     /* Never left this process, says the library. */
     case SLUICE_ECONNECTION: cls = P_NOTSENT; break;
     default: cls = P_OTHER; break;
@@ -675,7 +692,10 @@ static void shutdown_worker(worker *w) {
   sluice_sem_free(w->sem);
   sluice_sem_free(w->nr_sem);
   w->nr_sem = NULL;
-  w->con = NULL; w->dq = NULL; w->lim = NULL; w->sem = NULL;
+  w->con = NULL;
+  w->dq = NULL;
+  w->lim = NULL;
+  w->sem = NULL;
   sluice_client_close(w->client, on_closed, w);
 }
 
@@ -744,7 +764,7 @@ static int worker_main(int idx) {
   sluice_sem_options_init(&so);
   so.permits = PERMITS;
   so.ttl_ms = TTL_MS;
-  so.heartbeat_ms = TTL_MS; /* a handed-off permit's first lease is one heartbeat */
+  so.heartbeat_ms = TTL_MS;   /* a handed-off permit's first lease is one heartbeat */
   so.local_handoff = idx % 2; /* half the workers hand leases on in-process */
   sluice_limiter_options lo;
   sluice_limiter_options_init(&lo);
@@ -821,10 +841,10 @@ typedef struct parent {
   sluice_sem *sem;
   sluice_dq *dq;
   struct event *fault_timer, *inspect_timer, *end_timer, *reap_timer;
-  int stalled;          /* redis-server is SIGSTOPped */
-  int ending;           /* no more faults */
+  int stalled; /* redis-server is SIGSTOPped */
+  int ending;  /* no more faults */
   int inspecting;
-  uint64_t end_ns;      /* when injection stops */
+  uint64_t end_ns; /* when injection stops */
   uint64_t last_fault_end_ns;
   seen_holder seen[64];
   int nseen;
@@ -875,7 +895,7 @@ static int redis_cmd(const char *cmd) {
 #define LV_NAME "soak-dq-live"
 #define LV_CONSUMERS 3
 #define LV_VIS_MS 2000
-#define LV_HOLD_MS 50     /* handlers hold a message 10..50 ms */
+#define LV_HOLD_MS 50 /* handlers hold a message 10..50 ms */
 #define LV_BOUND_MS (1000 + LV_HOLD_MS)
 #define LV_SLACK_MS 50
 
@@ -948,7 +968,7 @@ static struct {
   sluice_client *client;
   sluice_dq *dq;
   pid_t pid[LV_CONSUMERS];
-  int faulted[LV_CONSUMERS];  /* its open fault's index + 1; 0: none */
+  int faulted[LV_CONSUMERS]; /* its open fault's index + 1; 0: none */
   struct event *push_timer, *fault_timer, *end_timer[LV_CONSUMERS];
   unsigned kills, stops;
   int ending, closed;
@@ -1166,8 +1186,10 @@ static void lv_check_msg(uint32_t i, int64_t *w, size_t *nw) {
     int64_t waited = take - takeable;
     w[(*nw)++] = waited;
     if (waited > LV_BOUND_MS)
-      violation(V_DQ_WAITED, "message %u attempt %u: taken %lld ms after it became takeable, "
-                "by consumer %d", i, d->attempt, (long long)waited, d->who);
+      violation(V_DQ_WAITED,
+                "message %u attempt %u: taken %lld ms after it became takeable, "
+                "by consumer %d",
+                i, d->attempt, (long long)waited, d->who);
     takeable = take + LV_VIS_MS;
     expect = d->attempt + 1u;
   }
@@ -1184,14 +1206,13 @@ static void lv_report(void) {
     lv_check_msg(i, w, &nw);
   }
   qsort(w, nw, sizeof *w, cmp_i64);
-  printf("  dq liveness: %u pushed (%u OK) to %d consumers, %u killed, %u stopped; %zu takes, "
-         "taken after becoming takeable: p50 %lld ms, p99 %lld ms, max %lld ms (bound %d ms)\n", S->lv.pushed, ok, LV_CONSUMERS, LV.kills, LV.stops, nw,
-         nw ? (long long)w[nw / 2] : 0, nw ? (long long)w[nw * 99 / 100] : 0,
-         nw ? (long long)w[nw - 1] : 0, LV_BOUND_MS);
+  printf(
+      "  dq liveness: %u pushed (%u OK) to %d consumers, %u killed, %u stopped; %zu takes, "
+      "taken after becoming takeable: p50 %lld ms, p99 %lld ms, max %lld ms (bound %d ms)\n",
+      S->lv.pushed, ok, LV_CONSUMERS, LV.kills, LV.stops, nw, nw ? (long long)w[nw / 2] : 0,
+      nw ? (long long)w[nw * 99 / 100] : 0, nw ? (long long)w[nw - 1] : 0, LV_BOUND_MS);
   free(w);
 }
-
-
 
 static void fault_end(void) {
   fault_rec *fr = &S->faults[S->nfaults - 1];
@@ -1238,7 +1259,8 @@ static void fault_cb(evutil_socket_t fd, short what, void *arg) {
   fr->kind = kind;
   fr->start_ns = now_ns();
   atomic_fetch_add(&S->nfaults, 1);
-  if (verbose) fprintf(stderr, "[%8.3f] fault %d %s\n", since_start(), S->nfaults, fault_name[kind]);
+  if (verbose)
+    fprintf(stderr, "[%8.3f] fault %d %s\n", since_start(), S->nfaults, fault_name[kind]);
   switch (kind) {
     case F_KILL: redis_cmd("CLIENT KILL TYPE normal"); break;
     case F_FLUSH: redis_cmd("SCRIPT FLUSH"); break;
@@ -1337,8 +1359,11 @@ static void on_final(sluice_sem *sem, int status, const sluice_sem_info *info, v
     P.final_holders++;
     if (info->holders[i].remaining_ms > P.final_max_remaining)
       P.final_max_remaining = info->holders[i].remaining_ms;
-    violation(V_STRANDED, "permit %s still held (%" PRId64 " ms left) one lease after the "
-              "last fault and the last close", info->holders[i].id, info->holders[i].remaining_ms);
+    violation(V_STRANDED,
+              "permit %s still held (%" PRId64
+              " ms left) one lease after the "
+              "last fault and the last close",
+              info->holders[i].id, info->holders[i].remaining_ms);
   }
 }
 
@@ -1356,8 +1381,9 @@ static void reap_cb(evutil_socket_t fd, short what, void *arg) {
       P.pids[i] = 0;
       P.alive--;
       if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        violation(V_WORKER, "worker %d %s %d", i, WIFEXITED(st) ? "exited with status" :
-                  "died of signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+        violation(V_WORKER, "worker %d %s %d", i,
+                  WIFEXITED(st) ? "exited with status" : "died of signal",
+                  WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
     } else if (P.reap_deadline_ns && now_ns() > P.reap_deadline_ns) {
       violation(V_WORKER, "worker %d still running %d s after stop: killed", i,
                 (int)((P.reap_deadline_ns - P.end_ns) / 1000000000u));
@@ -1367,7 +1393,8 @@ static void reap_cb(evutil_socket_t fd, short what, void *arg) {
       P.alive--;
     }
   }
-  if (P.ending && !P.reap_deadline_ns) P.reap_deadline_ns = now_ns() + (uint64_t)(DRAIN_MS + 15000) * 1000000u;
+  if (P.ending && !P.reap_deadline_ns)
+    P.reap_deadline_ns = now_ns() + (uint64_t)(DRAIN_MS + 15000) * 1000000u;
   if (P.alive > 0) {
     struct timeval tv;
     tv_ms(&tv, 50);
@@ -1377,11 +1404,13 @@ static void reap_cb(evutil_socket_t fd, short what, void *arg) {
   /* Everyone closed. A permit whose release was lost in a fault lives at most
    * one lease after the last fault, or after the close that abandoned it. */
   uint64_t t = now_ns();
-  uint64_t at = (P.last_fault_end_ns > t ? P.last_fault_end_ns : t) + (uint64_t)(TTL_MS + 250) * 1000000u;
+  uint64_t at = (P.last_fault_end_ns > t ? P.last_fault_end_ns : t) +
+                (uint64_t)(TTL_MS + 250) * 1000000u;
   struct timeval tv;
   tv_ms(&tv, (unsigned)((at - t) / 1000000u));
-  if (verbose) fprintf(stderr, "[%8.3f] workers done; final inspection in %u ms\n", since_start(),
-                       (unsigned)((at - t) / 1000000u));
+  if (verbose)
+    fprintf(stderr, "[%8.3f] workers done; final inspection in %u ms\n", since_start(),
+            (unsigned)((at - t) / 1000000u));
   event_base_once(P.base, -1, EV_TIMEOUT, final_cb, NULL, &tv);
 }
 
@@ -1429,8 +1458,8 @@ static unsigned check_limiter(uint64_t *total) {
     if (c > best) best = c;
     if (c > RL_LIMIT && !reported) {
       reported = 1;
-      violation(V_RL_OVER, "%u admissions certainly within one %d ms period, from t=%.3f s",
-                c, RL_PERIOD_MS, (double)(a[i].sent_ns - t_origin) / 1e9);
+      violation(V_RL_OVER, "%u admissions certainly within one %d ms period, from t=%.3f s", c,
+                RL_PERIOD_MS, (double)(a[i].sent_ns - t_origin) / 1e9);
     }
   }
   free(a);
@@ -1471,7 +1500,9 @@ static void print_recovery(void) {
   }
   free(v);
   if (!verbose) return;
-  printf("  each fault: start s, length ms, then recovery ms per kind (- none before the next fault)\n");
+  printf(
+      "  each fault: start s, length ms, then recovery ms per kind (- none before the next "
+      "fault)\n");
   for (int i = 0; i < S->nfaults; i++) {
     fault_rec *fr = &S->faults[i];
     printf("  %3d %-13s %8.3f %7.1f", i + 1, fault_name[fr->kind],
@@ -1526,10 +1557,14 @@ static int report(uint64_t elapsed_ns) {
     reloads += S->w[i].noscript_reloads;
     sync_err += S->w[i].sync_errors;
   }
-  printf("  permits lost: %" PRIu64 " definite, %" PRIu64 " uncertain; releases abandoned at close: %"
-         PRIu64 "; calls refused at once: %" PRIu64 "\n", lost[1], lost[2], abandoned, sync_err);
-  printf("  clients: %" PRIu64 " reconnects, %" PRIu64 " NOSCRIPT reloads; monitor: %u inspections"
-         " (%u failed)\n", reconnects, reloads, P.inspections, P.inspect_fail);
+  printf("  permits lost: %" PRIu64 " definite, %" PRIu64
+         " uncertain; releases abandoned at close: %" PRIu64 "; calls refused at once: %" PRIu64
+         "\n",
+         lost[1], lost[2], abandoned, sync_err);
+  printf("  clients: %" PRIu64 " reconnects, %" PRIu64
+         " NOSCRIPT reloads; monitor: %u inspections"
+         " (%u failed)\n",
+         reconnects, reloads, P.inspections, P.inspect_fail);
 
   /* The delay queue, per id. */
   uint64_t pushed[P_OTHER + 1] = {0}, acked = 0, dupes = 0, doubt_seen = 0;
@@ -1543,18 +1578,21 @@ static int report(uint64_t elapsed_ns) {
       if (del > 1) dupes++;
       if (cls == P_DOUBT && del) doubt_seen++;
       if (cls == P_OK && !ok && !dbt)
-        violation(V_DQ_LOST, "w%d-%u: push answered OK, delivered %u times, never acked", i, n, del);
+        violation(V_DQ_LOST, "w%d-%u: push answered OK, delivered %u times, never acked", i, n,
+                  del);
       if ((cls == P_NOTSENT || cls == P_OTHER || cls == P_NONE || cls == P_PENDING) && del)
         violation(V_DQ_PHANTOM, "w%d-%u delivered %u times although its push %s", i, n, del,
-                  cls == P_NOTSENT ? "said not sent (SLUICE_ECONNECTION)" :
-                  cls == P_OTHER ? "failed" : "never completed");
+                  cls == P_NOTSENT ? "said not sent (SLUICE_ECONNECTION)"
+                  : cls == P_OTHER ? "failed"
+                                   : "never completed");
     }
   }
-  printf("  dq: pushed OK %" PRIu64 ", in doubt %" PRIu64 " (%" PRIu64 " of them delivered), not sent %"
-         PRIu64 ", failed %" PRIu64 "; %" PRIu64 " deliveries, ids acked %" PRIu64
-         ", delivered more than once %" PRIu64 " (%" PRIu64 " redeliveries)\n", pushed[P_OK],
-         pushed[P_DOUBT], doubt_seen, pushed[P_NOTSENT], pushed[P_OTHER], deliveries, acked, dupes,
-         redeliveries);
+  printf("  dq: pushed OK %" PRIu64 ", in doubt %" PRIu64 " (%" PRIu64
+         " of them delivered), not sent %" PRIu64 ", failed %" PRIu64 "; %" PRIu64
+         " deliveries, ids acked %" PRIu64 ", delivered more than once %" PRIu64 " (%" PRIu64
+         " redeliveries)\n",
+         pushed[P_OK], pushed[P_DOUBT], doubt_seen, pushed[P_NOTSENT], pushed[P_OTHER], deliveries,
+         acked, dupes, redeliveries);
   if (P.dq_done == 1 && P.dq_status == SLUICE_OK) {
     printf("  dq at the end: delayed %" PRIu64 ", in flight %" PRIu64 ", dead %" PRIu64 "\n",
            P.dq_info.delayed, P.dq_info.in_flight, P.dq_info.dead);
@@ -1562,7 +1600,8 @@ static int report(uint64_t elapsed_ns) {
       violation(V_DQ_UNDRAINED, "%" PRIu64 " delayed, %" PRIu64 " in flight, %" PRIu64 " dead",
                 P.dq_info.delayed, P.dq_info.in_flight, P.dq_info.dead);
   } else {
-    violation(V_DQ_UNDRAINED, "final inspection of the queue failed (%s)", sluice_err_name(P.dq_status));
+    violation(V_DQ_UNDRAINED, "final inspection of the queue failed (%s)",
+              sluice_err_name(P.dq_status));
   }
   for (int i = 0; i < nworkers; i++)
     if (S->w[i].done && !S->w[i].drained)
@@ -1598,13 +1637,16 @@ static int report(uint64_t elapsed_ns) {
       printf("  known, reported: %s -- %s; --strict counts it\n", viol_name[v], known_bug[v]);
   char kn[64] = "";
   if (known) snprintf(kn, sizeof kn, " (+%" PRIu64 " known, reported)", known);
-  printf("soak: %d faults, %" PRIu64 " operations, %" PRIu64 " violations%s (%.1f s, %d workers, seed %"
-         PRIu64 ")\n", S->nfaults, ops, viol, kn, (double)elapsed_ns / 1e9, nworkers, seed);
+  printf("soak: %d faults, %" PRIu64 " operations, %" PRIu64
+         " violations%s (%.1f s, %d workers, seed %" PRIu64 ")\n",
+         S->nfaults, ops, viol, kn, (double)elapsed_ns / 1e9, nworkers, seed);
   return viol ? 1 : 0;
 }
 
 static void usage(void) {
-  fprintf(stderr, "usage: soak [--seconds N] [--workers 1..%d] [--seed S] [--verbose] [--sabotage] [--strict]\n",
+  fprintf(stderr,
+          "usage: soak [--seconds N] [--workers 1..%d] [--seed S] [--verbose] [--sabotage] "
+          "[--strict]\n",
           MAX_WORKERS);
   exit(64);
 }
@@ -1634,7 +1676,8 @@ static void on_signal(int sig) {
 int main(int argc, char **argv) {
   seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = (unsigned)strtoul(argv[++i], NULL, 10);
+    if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
+      seconds = (unsigned)strtoul(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--workers") && i + 1 < argc) nworkers = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--verbose") || !strcmp(argv[i], "-v")) verbose = 1;
@@ -1655,8 +1698,8 @@ int main(int argc, char **argv) {
   }
   /* Later arguments win in redis-server's command line: AOF on, fsync before
    * every reply, so a kill -9 loses nothing Redis acknowledged. */
-  static const char *const extra[] = {"--appendonly", "yes", "--appendfsync", "always",
-                                      "--enable-debug-command", "yes", NULL};
+  static const char *const extra[] = {
+      "--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "yes", NULL};
   int rc = th_redis_start(&th_server, 0, extra);
   if (rc != 0) {
     fprintf(stderr, "soak: cannot start redis-server (%d)\n", rc);
@@ -1665,11 +1708,13 @@ int main(int argc, char **argv) {
   snprintf(url, sizeof url, "%s", th_server.url);
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
-  printf("soak: %u s, %d workers, seed %" PRIu64 ", redis-server on %s (AOF, appendfsync always)%s\n",
+  printf("soak: %u s, %d workers, seed %" PRIu64
+         ", redis-server on %s (AOF, appendfsync always)%s\n",
          seconds, nworkers, seed, url, sabotage ? "; SABOTAGE: violations expected" : "");
-  printf("  semaphore %d permits, TTL %d ms, %d acquirers per worker holding 1-5 ms; sliding-log "
-         "limiter %d per %d ms; delay queue, visibility 2000 ms\n", PERMITS, TTL_MS, ACTORS,
-         RL_LIMIT, RL_PERIOD_MS);
+  printf(
+      "  semaphore %d permits, TTL %d ms, %d acquirers per worker holding 1-5 ms; sliding-log "
+      "limiter %d per %d ms; delay queue, visibility 2000 ms\n",
+      PERMITS, TTL_MS, ACTORS, RL_LIMIT, RL_PERIOD_MS);
   fflush(stdout);
 
   for (int i = 0; i < nworkers; i++) {
@@ -1712,7 +1757,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "soak: monitor setup failed\n");
     atomic_store(&S->stop, 1);
     soak_sem_stop();
-    for (int i = 0; i < nworkers; i++) if (P.pids[i] > 0) waitpid(P.pids[i], NULL, 0);
+    for (int i = 0; i < nworkers; i++)
+      if (P.pids[i] > 0) waitpid(P.pids[i], NULL, 0);
     th_redis_stop(&th_server);
     return 2;
   }

@@ -33,7 +33,8 @@ static int fake_send(sluice_client *c, const sluice__script *s, int nkeys, int a
   call *k = &calls[ncalls++];
   k->nkeys = nkeys;
   k->argc = argc;
-  for (int i = 0; i < argc; i++) snprintf(k->argv[i], sizeof k->argv[i], "%.*s", (int)lens[i], argv[i]);
+  for (int i = 0; i < argc; i++)
+    snprintf(k->argv[i], sizeof k->argv[i], "%.*s", (int)lens[i], argv[i]);
   k->timeout_ms = timeout_ms;
   k->fn = fn;
   k->ud = userdata;
@@ -120,9 +121,15 @@ static void answer(void *ow, sluice__breq *b, int status, const sluice__batch_re
 static sluice__batch_kind kind = {
     .script = NULL, /* the fake send does not look at it */
     .max = 4,
-    .args_head = 1, .args_per = 1, .nums_head = 0, .nums_per = 1,
-    .reply_head = 1, .reply_per = 1,
-    .build = build, .answer = answer, .timeout = NULL,
+    .args_head = 1,
+    .args_per = 1,
+    .nums_head = 0,
+    .nums_per = 1,
+    .reply_head = 1,
+    .reply_per = 1,
+    .build = build,
+    .answer = answer,
+    .timeout = NULL,
 };
 
 static struct event_base *base;
@@ -186,7 +193,7 @@ static void test_one_turn_one_call(void) {
   treq r[5];
   queue_new(&o, r, 5);
   sluice__batcher_queue(&o.b, &r[2].br, 0); /* queued twice: still once */
-  TH_ASSERT_EQ(ncalls, 0); /* nothing goes out inside queue */
+  TH_ASSERT_EQ(ncalls, 0);                  /* nothing goes out inside queue */
   TH_ASSERT_EQ(sluice__batcher_pending(&o.b), 5);
   TH_ASSERT(th_loop_drain(base, 1000));
   TH_ASSERT_EQ(ncalls, 1);
@@ -373,7 +380,7 @@ static void test_cancel_answers_once(void) {
 /* ---- an owner with a lifetime guard ------------------------------------------ */
 
 typedef struct gowner {
-  owner o;                        /* first: answer() gets the owner */
+  owner o; /* first: answer() gets the owner */
   sluice__guard g;
   treq r[3];
   int *destroyed;

@@ -12,8 +12,8 @@
 #include "sem_util.h"
 
 static sluice_client *client_with_backoff(struct event_base *base, const char *user,
-                                         const char *pass, unsigned op_timeout_ms,
-                                         unsigned reconnect_max_ms) {
+                                          const char *pass, unsigned op_timeout_ms,
+                                          unsigned reconnect_max_ms) {
   sluice_client_options o;
   th_client_options(&o, NULL);
   o.unix_path = th_server.sock;
@@ -222,7 +222,7 @@ static void test_consumer_resumes_at_once(void) {
   TH_ASSERT_EQ(sluice_dq_consumer_new(c, "resume", NULL, on_msg, &g, &con), SLUICE_OK);
   th_loop_for(base, 100);
   th_redis_int(&th_server, "SAVE"); /* the restart below brings the message back */
-  redis_kill(); /* the message falls due while Redis is away; takes fail */
+  redis_kill();                     /* the message falls due while Redis is away; takes fail */
   th_loop_for(base, 2500);
   TH_ASSERT_EQ(g.n, 0);
   up_at = 0;
@@ -336,7 +336,9 @@ static void test_hand_off_long_lease(void) {
 }
 
 /* A release by id, for a holder that lost its handle. */
-static void on_rel_status(sluice_sem *sem, int status, void *ud) { *(int *)ud = status ? status : 1; }
+static void on_rel_status(sluice_sem *sem, int status, void *ud) {
+  *(int *)ud = status ? status : 1;
+}
 
 static void test_release_by_id(void) {
   sem_fx fx = sem_fx_open();

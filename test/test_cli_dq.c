@@ -15,7 +15,7 @@
 
 #include "harness.h"
 
-static char work[256]; /* this case's scratch directory */
+static char work[256];   /* this case's scratch directory */
 static char errlog[300]; /* the tool's stderr */
 
 static void setup(void) {
@@ -48,9 +48,15 @@ static void push(const char *queue, const char *payload) {
 }
 
 /* Messages of queue q by state (the tool uses the default "sluice:" prefix). */
-static long long delayed(const char *q) { return th_redis_int(&th_server, "ZCARD sluice:dq:{%s}:z", q); }
-static long long in_flight(const char *q) { return th_redis_int(&th_server, "ZCARD sluice:dq:{%s}:f", q); }
-static long long dead(const char *q) { return th_redis_int(&th_server, "ZCARD sluice:dq:{%s}:d", q); }
+static long long delayed(const char *q) {
+  return th_redis_int(&th_server, "ZCARD sluice:dq:{%s}:z", q);
+}
+static long long in_flight(const char *q) {
+  return th_redis_int(&th_server, "ZCARD sluice:dq:{%s}:f", q);
+}
+static long long dead(const char *q) {
+  return th_redis_int(&th_server, "ZCARD sluice:dq:{%s}:d", q);
+}
 
 /* Write an executable sh script into the scratch dir; returns its path. */
 static const char *script(const char *name, const char *body) {
@@ -187,11 +193,11 @@ static void test_crash_retried(void) {
 }
 
 /* Handlers that finish only when told: wait for the "go" file (at most 30 s). */
-#define WAIT_GO                                                          \
-  "touch \"$d/started.$SLUICE_DQ_ID\"\n"                                 \
-  "i=0\n"                                                                \
-  "while [ ! -e \"$d/go\" ]; do\n"                                       \
-  "  i=$((i+1)); [ $i -lt 1500 ] || exit 9; sleep 0.02\n"                \
+#define WAIT_GO                                           \
+  "touch \"$d/started.$SLUICE_DQ_ID\"\n"                  \
+  "i=0\n"                                                 \
+  "while [ ! -e \"$d/go\" ]; do\n"                        \
+  "  i=$((i+1)); [ $i -lt 1500 ] || exit 9; sleep 0.02\n" \
   "done\n"
 
 /* SIGTERM while 3 of 4 messages are being handled: the tool takes nothing
@@ -221,12 +227,10 @@ static void test_sigterm_drains(void) {
  * their messages are retried (not lost, not acknowledged). */
 static void test_second_signal_forwards(void) {
   setup();
-  const char *h = script("h.sh",
-                         "trap 'touch \"$d/term.$SLUICE_DQ_ID\"; exit 1' TERM\n" WAIT_GO);
+  const char *h = script("h.sh", "trap 'touch \"$d/term.$SLUICE_DQ_ID\"; exit 1' TERM\n" WAIT_GO);
   push("t", "x");
   push("t", "y");
-  pid_t pid = start("consume", "t", "--concurrency", "2", "--retry-delay", "60000", "--", h,
-                    NULL);
+  pid_t pid = start("consume", "t", "--concurrency", "2", "--retry-delay", "60000", "--", h, NULL);
   wait_files("started.", 2, 10000);
   TH_ASSERT_EQ(kill(pid, SIGTERM), 0);
   wait_log("stopping: waiting for 2 running CMDs", 10000);
@@ -249,8 +253,8 @@ static void test_visibility_watchdog(void) {
                          "touch \"$d/started\"\n"
                          "i=0; while [ $i -lt 1500 ]; do sleep 0.02; i=$((i+1)); done\n");
   push("v", "x");
-  pid_t pid = start("consume", "v", "--visibility", "4000", "--max-attempts", "2",
-                    "--retry-delay", "60000", "--count", "1", "--", h, NULL);
+  pid_t pid = start("consume", "v", "--visibility", "4000", "--max-attempts", "2", "--retry-delay",
+                    "60000", "--count", "1", "--", h, NULL);
   wait_files("started", 1, 10000);
   uint64_t t0 = th_now_ms();
   TH_ASSERT_EQ(wait_exit(pid, 20000), 0);
@@ -277,10 +281,12 @@ static void test_cmd_not_found_and_usage(void) {
   TH_ASSERT(log_has("cannot run 'sluice-test-no-such-cmd': command not found"));
   TH_ASSERT_EQ(wait_exit(start("consume", "n", "--", work, NULL), 10000), 126);
   TH_ASSERT_EQ(delayed("n"), 1); /* untouched */
-  TH_ASSERT_EQ(wait_exit(start("consume", "n", "--concurrency", "0", "--", "true", NULL), 10000), 64);
-  TH_ASSERT_EQ(wait_exit(start("consume", "n", "--concurrency", "x", "--", "true", NULL), 10000), 64);
-  TH_ASSERT_EQ(wait_exit(start("consume", "n", "--concurrency", "10001", "--", "true", NULL), 10000),
+  TH_ASSERT_EQ(wait_exit(start("consume", "n", "--concurrency", "0", "--", "true", NULL), 10000),
                64);
+  TH_ASSERT_EQ(wait_exit(start("consume", "n", "--concurrency", "x", "--", "true", NULL), 10000),
+               64);
+  TH_ASSERT_EQ(
+      wait_exit(start("consume", "n", "--concurrency", "10001", "--", "true", NULL), 10000), 64);
   TH_ASSERT_EQ(wait_exit(start("consume", "n", "--concurrency", "2", NULL), 10000), 64);
   /* The script runs for the first message and removes itself. */
   const char *h = script("h.sh", "rm -f \"$0\"\n");
@@ -291,7 +297,6 @@ static void test_cmd_not_found_and_usage(void) {
   TH_ASSERT_EQ(delayed("n"), 1);
   cleanup();
 }
-
 
 /* Run `sluice dq ARGS...` against url (no other --redis), stdout and stderr
  * to errlog (emptied first); returns the exit status. */
@@ -321,8 +326,8 @@ static void test_redis_errors_verbatim(void) {
   wait_log("sluice: dq push: ", 1000);
   wait_log("OOM", 1000);
   th_redis_stop(&r);
-  static const char *const noperm[] = {"--user", "default", "on", "nopass", "~*", "&*", "+@all",
-                                       "-evalsha", "-eval", NULL};
+  static const char *const noperm[] = {"--user", "default", "on",       "nopass", "~*",
+                                       "&*",     "+@all",   "-evalsha", "-eval",  NULL};
   TH_ASSERT_EQ(th_redis_start(&r, 0, noperm), 0);
   TH_ASSERT_EQ(dq_at(r.url, "push", "q", "hello", NULL), 69);
   wait_log("sluice: dq push: ", 1000);
@@ -342,10 +347,11 @@ static void test_bad_numbers_and_long_names(void) {
   wait_log("sluice: dq push: --delay must be 0..4398046511104 ms, got 99999999999999999999", 1000);
   TH_ASSERT_EQ(dq_at(th_server.url, "push", "q", "--at", "0", "x", NULL), 64);
   wait_log("--at must be 1..4398046511104", 1000);
-  TH_ASSERT_EQ(dq_at(th_server.url, "consume", "q", "--concurrency", "10001", "--", "true", NULL), 64);
+  TH_ASSERT_EQ(dq_at(th_server.url, "consume", "q", "--concurrency", "10001", "--", "true", NULL),
+               64);
   wait_log("sluice: dq consume: --concurrency must be 1..10000, got 10001", 1000);
-  TH_ASSERT_EQ(dq_at(th_server.url, "consume", "q", "--visibility", "4294967296", "--", "true",
-                     NULL), 64);
+  TH_ASSERT_EQ(
+      dq_at(th_server.url, "consume", "q", "--visibility", "4294967296", "--", "true", NULL), 64);
   wait_log("--visibility must be 10..4294967295 ms, got 4294967296", 1000);
   static char name[100001];
   memset(name, 'q', sizeof name - 1);

@@ -41,7 +41,8 @@ static void test_check(void) {
   r = rl("check", "api", "1.2.3.4", "--algo", "sliding-log", "--limit", "2", "--period", "60000",
          "--cost", "1", NULL);
   TH_ASSERT_EQ(r.status, 0);
-  r = rl("check", "api", "1.2.3.4", "--algo", "sliding-log", "--limit", "2", "--period", "60000", NULL);
+  r = rl("check", "api", "1.2.3.4", "--algo", "sliding-log", "--limit", "2", "--period", "60000",
+         NULL);
   TH_ASSERT_EQ(r.status, 1); /* rate-limited */
   TH_ASSERT_EQ(field(&r, "allowed"), 0);
   TH_ASSERT_CMP(field(&r, "retry_after_ms"), >, 59000);
@@ -80,25 +81,37 @@ static void test_usage_and_unreachable(void) {
   TH_ASSERT_EQ(rl("check", "--help", NULL).status, 0);
   TH_ASSERT(strstr(rl("check", "--help", NULL).out, "sliding-log") != NULL);
   TH_ASSERT_EQ(rl("frob", NULL).status, 64);
-  TH_ASSERT_EQ(rl("check", "n", "--algo", "fixed", "--limit", "1", "--period", "1", NULL).status, 64);
+  TH_ASSERT_EQ(rl("check", "n", "--algo", "fixed", "--limit", "1", "--period", "1", NULL).status,
+               64);
   TH_ASSERT_EQ(rl("check", "n", "k", "--limit", "1", "--period", "1", NULL).status, 64);
-  TH_ASSERT_EQ(rl("check", "n", "k", "--algo", "leaky", "--limit", "1", "--period", "1", NULL).status, 64);
-  TH_ASSERT_EQ(rl("check", "n", "k", "--algo", "fixed", "--limit", "0", "--period", "1", NULL).status, 64);
-  TH_ASSERT_EQ(rl("check", "n", "k", "--algo", "fixed", "--limit", "x", "--period", "1", NULL).status, 64);
-  TH_ASSERT_EQ(rl("check", "n", "k", "--algo", "fixed", "--limit", "2", "--period", "1", "--cost",
-                  "3", NULL).status, 64);
-  TH_ASSERT_EQ(rl("check", "n", "k", "--algo", "fixed", "--limit", "2", "--period", "1", "--bogus",
-                  NULL).status, 64);
-  TH_ASSERT_EQ(rl("check", "n", "", "--algo", "fixed", "--limit", "2", "--period", "1", NULL).status, 64);
+  TH_ASSERT_EQ(
+      rl("check", "n", "k", "--algo", "leaky", "--limit", "1", "--period", "1", NULL).status, 64);
+  TH_ASSERT_EQ(
+      rl("check", "n", "k", "--algo", "fixed", "--limit", "0", "--period", "1", NULL).status, 64);
+  TH_ASSERT_EQ(
+      rl("check", "n", "k", "--algo", "fixed", "--limit", "x", "--period", "1", NULL).status, 64);
+  TH_ASSERT_EQ(
+      rl("check", "n", "k", "--algo", "fixed", "--limit", "2", "--period", "1", "--cost", "3", NULL)
+          .status,
+      64);
+  TH_ASSERT_EQ(
+      rl("check", "n", "k", "--algo", "fixed", "--limit", "2", "--period", "1", "--bogus", NULL)
+          .status,
+      64);
+  TH_ASSERT_EQ(
+      rl("check", "n", "", "--algo", "fixed", "--limit", "2", "--period", "1", NULL).status, 64);
   /* No server there. */
   char url[300];
   snprintf(url, sizeof url, "unix://%s/nothing.sock", th_server.dir);
   TH_ASSERT_EQ(rl("-", "check", "n", "k", "--algo", "fixed", "--limit", "2", "--period", "1",
-                  "--redis", url, NULL).status, 69);
+                  "--redis", url, NULL)
+                   .status,
+               69);
   TH_ASSERT_EQ(rl("-", "wait", "n", "k", "--algo", "fixed", "--limit", "2", "--period", "1",
-                  "--redis", url, NULL).status, 69);
+                  "--redis", url, NULL)
+                   .status,
+               69);
 }
-
 
 static void assert_has(const char *text, const char *want) {
   if (!strstr(text, want)) th_fail(__FILE__, __LINE__, "no '%s' in: %s", want, text);
@@ -132,7 +145,8 @@ static void test_bad_numbers(void) {
          NULL);
   TH_ASSERT_EQ(o.status, 64);
   assert_has(o.err, "sluice: rl wait: --timeout must be 0..4294967295 ms, got '-1'");
-  o = rl("check", "n", "k", "--algo", "fixed", "--limit", "2", "--period", "1", "--cost", "3", NULL);
+  o = rl("check", "n", "k", "--algo", "fixed", "--limit", "2", "--period", "1", "--cost", "3",
+         NULL);
   TH_ASSERT_EQ(o.status, 64);
   assert_has(o.err, "--cost must be 1..2, got 3");
   o = rl("check", "n", "k", "--algo", "sliding-log", "--limit", "1000000000", "--period", "60000",

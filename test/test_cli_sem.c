@@ -30,7 +30,6 @@ static void wait_for_file(const char *path, unsigned ms) {
   TH_ASSERT(file_exists(path));
 }
 
-
 typedef th_tool_out tool_out;
 
 /* Run `sluice sem ARGS...` (NULL-terminated; no --redis added) to its end. */
@@ -76,9 +75,8 @@ static void test_busy_and_timeout(void) {
  * (mkdir is atomic): the semaphore makes them take turns. */
 static void test_mutual_exclusion(void) {
   char script[512];
-  snprintf(script, sizeof script,
-           "mkdir %s/inside || exit 42; sleep 0.05; rmdir %s/inside", th_server.dir,
-           th_server.dir);
+  snprintf(script, sizeof script, "mkdir %s/inside || exit 42; sleep 0.05; rmdir %s/inside",
+           th_server.dir, th_server.dir);
   pid_t pids[6];
   for (int i = 0; i < 6; i++)
     pids[i] = start("run", "x", "-n", "1", "--ttl", "2000", "--wait", "20000", "--", "sh", "-c",
@@ -109,8 +107,8 @@ static void test_tool_killed_terminates_command(void) {
   char marker[256], script[1200], started[300];
   snprintf(marker, sizeof marker, "%s/orphan-term", th_server.dir);
   snprintf(started, sizeof started, "%s.started", marker);
-  snprintf(script, sizeof script, "trap 'touch %s; exit 0' TERM; touch %s; sleep 20 & wait",
-           marker, started);
+  snprintf(script, sizeof script, "trap 'touch %s; exit 0' TERM; touch %s; sleep 20 & wait", marker,
+           started);
   pid_t pid = start("run", "k", "--ttl", "5000", "--", "sh", "-c", script, NULL);
   wait_for_file(started, 5000);
   kill(pid, SIGKILL);
@@ -148,13 +146,12 @@ static void test_status_and_usage(void) {
   TH_ASSERT_EQ(wait_exit(pid), 69);
 }
 
-
 /* Redis's own words reach stderr, prefixed with the command, and the exit
  * status is the table's 69 whatever the command: a user without EVALSHA
  * (NOPERM), a wrong password (WRONGPASS, the password itself not shown). */
 static void test_redis_errors_verbatim(void) {
-  static const char *const noperm[] = {"--user", "default", "on", "nopass", "~*", "&*", "+@all",
-                                       "-evalsha", "-eval", NULL};
+  static const char *const noperm[] = {"--user", "default", "on",       "nopass", "~*",
+                                       "&*",     "+@all",   "-evalsha", "-eval",  NULL};
   th_redis r;
   TH_ASSERT_EQ(th_redis_start(&r, 0, noperm), 0);
   tool_out t = tool("run", "m", "--redis", r.url, "--", "true", NULL);

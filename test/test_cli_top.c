@@ -15,7 +15,7 @@
 
 typedef struct ctx {
   int flag;
-  int want, reached;         /* replies expected, and all of them came */
+  int want, reached; /* replies expected, and all of them came */
   int status;
   sluice_permit *permit;
   size_t nwaiters;
@@ -73,8 +73,8 @@ static int run_top(struct event_base *base, ctx *c, const char *mode, const char
   if (pid == 0) {
     dup2(fds[1], 1);
     close(fds[0]);
-    execl(getenv("SLUICE_BIN"), "sluice", "top", mode, "--redis", th_server.url,
-          name ? name : mode, (char *)NULL);
+    execl(getenv("SLUICE_BIN"), "sluice", "top", mode, "--redis", th_server.url, name ? name : mode,
+          (char *)NULL);
     _exit(99);
   }
   close(fds[1]);
@@ -149,7 +149,8 @@ static void test_once(void) {
   TH_ASSERT(strstr(c.out, "waiter  1. "));
   TH_ASSERT(strstr(c.out, "  jobs                    2          1          0      0  "));
   TH_ASSERT(strstr(c.out, "  api              user:1               gcra             tat +"));
-  TH_ASSERT(strstr(c.out, "  login            10.0.0.1             fixed            n=3 in window"));
+  TH_ASSERT(
+      strstr(c.out, "  login            10.0.0.1             fixed            n=3 in window"));
   TH_ASSERT(!strstr(c.out, "incomplete"));
 
   /* Named: only those objects. */

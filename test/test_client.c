@@ -288,7 +288,7 @@ static void test_bad_input(void) {
 /* AUTH (password and ACL user) and SELECT run on every (re)connect. */
 static void test_auth_and_select(void) {
   static const char *const extra[] = {"--requirepass", "sekret", "--user", "alice", "on",
-                                      ">pw", "~*", "&*", "+@all", NULL};
+                                      ">pw",           "~*",     "&*",     "+@all", NULL};
   th_redis r;
   TH_ASSERT_EQ(th_redis_start(&r, 0, extra), 0);
   struct event_base *base = event_base_new();

@@ -184,7 +184,7 @@ static void test_primitives(void) {
   sluice_client_stats st;
   sluice_client_get_stats(c, &st);
   th_note("ops %llu, timed out %llu\n", (unsigned long long)st.ops_started,
-         (unsigned long long)st.ops_timed_out);
+          (unsigned long long)st.ops_timed_out);
   TH_ASSERT_EQ(st.ops_timed_out, 0);
   finish(base, c);
 }
@@ -222,15 +222,21 @@ static void test_bad_input(void) {
   TH_ASSERT_EQ(sluice_sem_try_acquire(s, acq_cb, &a), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &a.done, 5000));
   TH_ASSERT_EQ(a.status, SLUICE_ECONNECTION);
-  if (!strstr(sluice_client_last_error(c), "127.0.0.1:") || !strstr(sluice_client_last_error(c), "connect"))
+  if (!strstr(sluice_client_last_error(c), "127.0.0.1:") ||
+      !strstr(sluice_client_last_error(c), "connect"))
     th_fail(__FILE__, __LINE__, "unclear error: \"%s\"", sluice_client_last_error(c));
   sluice_sem_free(s);
   client_close_drain(base, c);
 
-  static const char *const malformed[] = {
-      "redis+cluster://", "redis+cluster://h", "redis+cluster://h:0",
-      "redis+cluster://h:1,", "redis+cluster://:1", "redis+cluster://h:1/2",
-      "redis+cluster://h:1?verify=0", "redis+cluster://h:1,h:x", NULL};
+  static const char *const malformed[] = {"redis+cluster://",
+                                          "redis+cluster://h",
+                                          "redis+cluster://h:0",
+                                          "redis+cluster://h:1,",
+                                          "redis+cluster://:1",
+                                          "redis+cluster://h:1/2",
+                                          "redis+cluster://h:1?verify=0",
+                                          "redis+cluster://h:1,h:x",
+                                          NULL};
   th_assert_urls_refused(base, malformed);
   sluice_client_options o;
   th_client_options(&o, NULL);
@@ -264,7 +270,8 @@ static int node_ok(const th_node *n, const char *fmt, ...) {
   va_end(ap);
   redisFree(x);
   int ok = r && r->type == REDIS_REPLY_STATUS;
-  if (!ok) fprintf(stderr, "# %s: %s\n", n->addr, r && r->type == REDIS_REPLY_ERROR ? r->str : "failed");
+  if (!ok)
+    fprintf(stderr, "# %s: %s\n", n->addr, r && r->type == REDIS_REPLY_ERROR ? r->str : "failed");
   if (r) freeReplyObject(r);
   return ok;
 }
@@ -286,7 +293,8 @@ static int migrate_slowly(th_node *from, th_node *to, unsigned slot, unsigned pa
     redisReply *r = node_cmd(from, "MIGRATE 127.0.0.1 %d %b 0 5000 REPLACE", to->port,
                              keys->element[0]->str, keys->element[0]->len);
     int ok = r && r->type == REDIS_REPLY_STATUS;
-    if (!ok) fprintf(stderr, "# MIGRATE: %s\n", r && r->type == REDIS_REPLY_ERROR ? r->str : "failed");
+    if (!ok)
+      fprintf(stderr, "# MIGRATE: %s\n", r && r->type == REDIS_REPLY_ERROR ? r->str : "failed");
     if (r) freeReplyObject(r);
     freeReplyObject(keys);
     if (!ok) return -1;
@@ -294,7 +302,8 @@ static int migrate_slowly(th_node *from, th_node *to, unsigned slot, unsigned pa
   }
   for (int i = 0; i < topo.n; i++) {
     th_node *m = &topo.node[i];
-    if (m != to && m != from && m->is_master && !node_ok(m, "CLUSTER SETSLOT %u NODE %s", slot, to->id))
+    if (m != to && m != from && m->is_master &&
+        !node_ok(m, "CLUSTER SETSLOT %u NODE %s", slot, to->id))
       return -1;
   }
   return node_ok(to, "CLUSTER SETSLOT %u NODE %s", slot, to->id) &&
@@ -322,20 +331,20 @@ typedef struct load {
   sluice_sem *sem[WORKERS];
   sluice_dq *dq;
   int stop;
-  int holders, max_holders;         /* this process holds all of them */
+  int holders, max_holders; /* this process holds all of them */
   long grants, refusals, acquires, acquire_cbs, late, twice;
   long pushes, pushed_ok, push_cbs;
-  char seen[4096];                  /* message i delivered */
-  char pushed[4096];                /* message i accepted by Redis */
+  char seen[4096];   /* message i delivered */
+  char pushed[4096]; /* message i accepted by Redis */
   long delivered, dup;
 } load;
 
 typedef struct worker {
   load *L;
   int i;
-  int busy;                         /* an acquire is outstanding */
+  int busy; /* an acquire is outstanding */
   uint64_t started_ms;
-  long cbs;                         /* callbacks of the acquire in flight */
+  long cbs; /* callbacks of the acquire in flight */
   sluice_permit *permit;
   struct event *hold;
 } worker;
@@ -421,9 +430,9 @@ static void migrate_under_load(struct event_base *base, unsigned slot, th_node *
   th_note("slot %u moved from %s to %s\n", slot, from->addr, to->addr);
 }
 
-static th_node *other_master(const th_node *not) {
+static th_node *other_master(const th_node * not ) {
   for (int i = 0; i < topo.n; i++)
-    if (topo.node[i].is_master && &topo.node[i] != not) return &topo.node[i];
+    if (topo.node[i].is_master && &topo.node[i] != not ) return &topo.node[i];
   return NULL;
 }
 
@@ -469,28 +478,31 @@ static void test_resharding(void) {
   for (;;) {
     int busy = 0;
     for (int i = 0; i < WORKERS; i++) busy += workers[i].busy || workers[i].permit;
-    if ((!busy && L.push_cbs == L.pushes && L.delivered == L.pushed_ok) || th_now_ms() > until) break;
+    if ((!busy && L.push_cbs == L.pushes && L.delivered == L.pushed_ok) || th_now_ms() > until)
+      break;
     th_loop_for(base, 20);
   }
-  th_note("grants %ld (during the moves %ld, after %ld), refusals %ld, max holders %d, "
-         "pushes %ld ok %ld delivered %ld dup %ld\n", L.grants, during, after, L.refusals,
-         L.max_holders, L.pushes, L.pushed_ok, L.delivered, L.dup);
+  th_note(
+      "grants %ld (during the moves %ld, after %ld), refusals %ld, max holders %d, "
+      "pushes %ld ok %ld delivered %ld dup %ld\n",
+      L.grants, during, after, L.refusals, L.max_holders, L.pushes, L.pushed_ok, L.delivered,
+      L.dup);
   sluice_client_metrics m;
   sluice_client_get_metrics(c, &m);
   for (unsigned k = 0; k < m.nkinds; k++)
     th_note("%s: %llu ops, %llu errors\n", m.kinds[k].name, (unsigned long long)m.kinds[k].ops,
-           (unsigned long long)m.kinds[k].errors);
+            (unsigned long long)m.kinds[k].errors);
   th_note("Redis errors: %llu; last error: %s\n", (unsigned long long)m.by_status[-SLUICE_EREDIS],
-         sluice_client_last_error(c));
+          sluice_client_last_error(c));
   TH_ASSERT_EQ(m.by_status[-SLUICE_EREDIS], 0); /* no script broke a cluster rule */
-  TH_ASSERT_CMP(L.max_holders, <=, PERMITS);   /* no over-issue */
-  TH_ASSERT_EQ(L.twice, 0);                   /* every callback once */
+  TH_ASSERT_CMP(L.max_holders, <=, PERMITS);    /* no over-issue */
+  TH_ASSERT_EQ(L.twice, 0);                     /* every callback once */
   TH_ASSERT_EQ(L.acquire_cbs, L.acquires);
-  TH_ASSERT_EQ(L.late, 0);                    /* nobody past its timeout */
+  TH_ASSERT_EQ(L.late, 0); /* nobody past its timeout */
   TH_ASSERT_EQ(L.push_cbs, L.pushes);
-  for (int i = 0; i < L.pushes; i++)          /* no accepted message lost */
+  for (int i = 0; i < L.pushes; i++) /* no accepted message lost */
     if (L.pushed[i] && !L.seen[i]) th_fail(__FILE__, __LINE__, "message m%d lost", i);
-  TH_ASSERT_CMP(after, >, 10);                /* and it all still works */
+  TH_ASSERT_CMP(after, >, 10); /* and it all still works */
 
   event_free(pusher);
   sluice_dq_consumer_free(con);
@@ -581,7 +593,7 @@ static void test_failover(void) {
   in_child_under_loop(base, manual_failover, sem_master);
   TH_ASSERT(th_cluster_master_for_key(&topo, "{f}") != sem_master);
   th_note("manual failover of %s done after %llu ms\n", sem_master->addr,
-         (unsigned long long)(th_now_ms() - t0));
+          (unsigned long long)(th_now_ms() - t0));
   /* The holder's renewals went on; its release on the new master hands the
    * waiter the permit through the re-armed blocking connection. */
   th_loop_for(base, 200);
@@ -592,7 +604,7 @@ static void test_failover(void) {
   TH_ASSERT(th_loop_until(base, &f.waited.done, 5000));
   TH_ASSERT_EQ(f.waited.status, SLUICE_OK);
   th_note("release to hand-off on the new master: %llu ms\n",
-         (unsigned long long)(th_now_ms() - t0));
+          (unsigned long long)(th_now_ms() - t0));
 
   th_node *q_master = th_cluster_master_for_key(&topo, "{fq}");
   t0 = th_now_ms();
@@ -602,8 +614,10 @@ static void test_failover(void) {
   TH_ASSERT(th_cluster_master_for_key(&topo, "{fq}") != q_master);
   uint64_t agreed = th_now_ms() - t0;
   uint64_t recovered = push_until_delivered(base, &f, t0);
-  th_note("SIGKILL of %s: cluster agreed after %llu ms, a push delivered %llu ms after the "
-         "kill\n", q_master->addr, (unsigned long long)agreed, (unsigned long long)recovered);
+  th_note(
+      "SIGKILL of %s: cluster agreed after %llu ms, a push delivered %llu ms after the "
+      "kill\n",
+      q_master->addr, (unsigned long long)agreed, (unsigned long long)recovered);
   TH_ASSERT_CMP(recovered, <, agreed + 5000);
 
   sluice_client_health h;
@@ -689,7 +703,8 @@ static int rejoin(void *m) { return th_cluster_resume_node(&topo, m); }
 static void on_lost(sluice_permit *p, int reason, void *ud) { ++*(int *)ud; }
 
 static void print_log(sluice_client *c, int level, const char *msg, void *ud) {
-  th_note("%llu %s %s\n", (unsigned long long)(th_now_ms() % 100000), sluice_log_level_name(level), msg);
+  th_note("%llu %s %s\n", (unsigned long long)(th_now_ms() % 100000), sluice_log_level_name(level),
+          msg);
 }
 
 /* The holder's id in the holders set of the master now serving "{p}". */
@@ -744,13 +759,13 @@ static void test_pause_master(void) {
   in_child_under_loop(base, pause_master, m);
   TH_ASSERT(th_cluster_master_for_key(&topo, "{p}") != m);
   th_note("SIGSTOP of %s: taken over after %llu ms; holder lost: %d\n", m->addr,
-         (unsigned long long)(th_now_ms() - t0), lost);
+          (unsigned long long)(th_now_ms() - t0), lost);
   /* Within one lease the holder knows where it stands: held on the new
    * master, or told it is lost. */
   th_loop_for(base, 2000);
   int held = holds_there(holder_id);
-  th_note("after a lease: holder held there %d, lost callbacks %d, waiter done %d\n", held,
-         lost, f.waited.done);
+  th_note("after a lease: holder held there %d, lost callbacks %d, waiter done %d\n", held, lost,
+          f.waited.done);
   TH_ASSERT(held || lost == 1);
   TH_ASSERT_CMP(lost, <=, 1);
   if (!held) { /* its lease ended during the switch: the waiter has it */
@@ -758,7 +773,7 @@ static void test_pause_master(void) {
       sluice_client_health hh;
       sluice_client_get_health(c, &hh);
       th_note("waiter not served: health %d/%d, last error %s\n", hh.command_up, hh.blocking_up,
-             sluice_client_last_error(c));
+              sluice_client_last_error(c));
       th_fail(__FILE__, __LINE__, "waiter not served");
     }
   } else {
@@ -818,7 +833,7 @@ static void test_release_during_pause(void) {
   TH_ASSERT(th_loop_until(base, &w.done, 10000));
   TH_ASSERT_EQ(w.status, SLUICE_OK);
   th_note("released during the pause; taken over after %llu ms, waiter granted after %llu ms\n",
-         (unsigned long long)took, (unsigned long long)(th_now_ms() - t0));
+          (unsigned long long)took, (unsigned long long)(th_now_ms() - t0));
   sluice_permit_release(w.permit, NULL, NULL);
   sluice_sem_free(hs);
   sluice_sem_free(ws);
@@ -895,9 +910,15 @@ static void test_join_leave(void) {
   int port = 0, rc = -1;
   /* It stays an empty master when its slot goes back (else Redis makes it
    * a replica of the slot's new owner), so that it can simply be forgotten. */
-  const char *extra[] = {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                         "--cluster-node-timeout", "1000",
-                         "--cluster-allow-replica-migration", "no", NULL};
+  const char *extra[] = {"--cluster-enabled",
+                         "yes",
+                         "--cluster-config-file",
+                         "nodes.conf",
+                         "--cluster-node-timeout",
+                         "1000",
+                         "--cluster-allow-replica-migration",
+                         "no",
+                         NULL};
   for (int attempt = 0; attempt < 20 && rc != 0; attempt++) {
     port = 20000 + rand() % 25000;
     rc = th_redis_start(&r, port, extra);
@@ -987,7 +1008,8 @@ static void test_tool(void) {
   TH_ASSERT_EQ(tool(out, sizeof out, "sem status job"), 0);
   TH_ASSERT_EQ(tool(out, sizeof out, "sem release job 0123456789abcdef0123456789abcdef"), 1);
   for (int i = 0; i < 3; i++)
-    TH_ASSERT_EQ(tool(out, sizeof out, "rl check api user1 --algo gcra --limit 3 --period 60000"), 0);
+    TH_ASSERT_EQ(tool(out, sizeof out, "rl check api user1 --algo gcra --limit 3 --period 60000"),
+                 0);
   TH_ASSERT_EQ(tool(out, sizeof out, "rl check api user1 --algo gcra --limit 3 --period 60000"), 1);
   TH_ASSERT_EQ(tool(out, sizeof out, "dq push jobs --id j1 hello"), 0);
   TH_ASSERT_EQ(tool(out, sizeof out, "dq push jobs --id j1 hello"), 1); /* duplicate id */

@@ -117,7 +117,7 @@ static unsigned long long redis_errors(const sluice_client *c) {
 static void no_redis_errors(const sluice_client *c, const char *step) {
   unsigned long long n = redis_errors(c);
   th_note("%s: Redis errors %llu%s%s\n", step, n, n ? "; last: " : "",
-         n ? sluice_client_last_error(c) : "");
+          n ? sluice_client_last_error(c) : "");
   if (n) th_fail(__FILE__, __LINE__, "%s: %llu Redis errors", step, n);
 }
 
@@ -142,8 +142,7 @@ static void sem_keys(const char *name, char keys[4][96], const char *ptrs[5]) {
   ptrs[4] = NULL;
 }
 
-static sluice_sem *sem_with(sluice_client *c, const char *name, unsigned ttl, int fair,
-                            int renew) {
+static sluice_sem *sem_with(sluice_client *c, const char *name, unsigned ttl, int fair, int renew) {
   sluice_sem_options o;
   sluice_sem_options_init(&o);
   o.permits = 1;
@@ -195,12 +194,12 @@ static void release_last(struct event_base *base, sluice_client *c, int fair) {
   TH_ASSERT_EQ(sluice_permit_release(held.permit, on_release, &rel), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &rel.done, 5000));
   th_note("%s release of the last holder: %s\n", fair ? "fair" : "non-fair",
-         sluice_err_name(rel.status));
+          sluice_err_name(rel.status));
   TH_ASSERT_EQ(rel.status, SLUICE_OK);
   th_loop_for(base, 500);
   TH_ASSERT_CMP(src_zcard(keys[0]), <=, 1);
   th_note("waiter %s while migrating (its next attempt needs the emptied holders key)\n",
-         waited.done ? "granted" : "still waiting");
+          waited.done ? "granted" : "still waiting");
   no_redis_errors(c, fair ? "fair release" : "non-fair release");
   stable();
   TH_ASSERT(th_loop_until(base, &waited.done, 10000));
@@ -219,8 +218,8 @@ static void expired_renew_leave(struct event_base *base, sluice_client *c) {
   char keys[4][96];
   const char *ptrs[5];
   sem_keys(name, keys, ptrs);
-  sluice_sem *a = sem_with(c, name, 400, 0, 0);   /* its lease just expires */
-  sluice_sem *w = sem_with(c, name, 900, 0, 1);   /* renewed every 300 ms */
+  sluice_sem *a = sem_with(c, name, 400, 0, 0); /* its lease just expires */
+  sluice_sem *w = sem_with(c, name, 900, 0, 1); /* renewed every 300 ms */
   sluice_sem *l = sem_with(c, name, 900, 0, 1);
   acq_result held = sem_try(base, a);
   TH_ASSERT_EQ(held.status, SLUICE_OK);
@@ -261,9 +260,10 @@ static void renew_expired_direct(void) {
   const char *h = "sluice:sem:{ren}:holders";
   node_ok(th_cluster_master_for_key(&topo, h), "ZADD %s 1 gone", h);
   migrating("{ren}", NULL);
-  redisReply *r = node_cmd(src, "EVAL %s 1 %s 1000 60000 gone other", sluice__lua_sem_renew.body, h);
+  redisReply *r = node_cmd(src, "EVAL %s 1 %s 1000 60000 gone other", sluice__lua_sem_renew.body,
+                           h);
   th_note("sem_renew, expired only holder then another id: %s\n",
-         r->type == REDIS_REPLY_ERROR ? r->str : "ok");
+          r->type == REDIS_REPLY_ERROR ? r->str : "ok");
   TH_ASSERT_EQ(r->type, REDIS_REPLY_ARRAY);
   TH_ASSERT_EQ(r->elements, 2);
   freeReplyObject(r);
@@ -333,7 +333,7 @@ static void test_limiters(void) {
     uint64_t until = th_now_ms() + 5000;
     while (r.done < 2 && th_now_ms() < until) th_loop_for(base, 5);
     th_note("%s on the migrating slot: %s, allowed %d of 2\n", algos[i].suffix,
-           sluice_err_name(r.status), r.allowed);
+            sluice_err_name(r.status), r.allowed);
     TH_ASSERT_EQ(r.done, 2);
     TH_ASSERT_EQ(r.status, SLUICE_OK);
     if (algos[i].algo == SLUICE_RL_SLIDING_LOG) {
@@ -466,10 +466,10 @@ static void test_queue(void) {
   dqt_info in;
   sluice_dq_info info = dqt_inspect(base, dq, &in);
   th_note("delayed %llu, in flight %llu, dead %llu\n", (unsigned long long)info.delayed,
-         (unsigned long long)info.in_flight, (unsigned long long)info.dead);
+          (unsigned long long)info.in_flight, (unsigned long long)info.dead);
   TH_ASSERT_EQ(info.delayed, 2); /* later, m1 */
   TH_ASSERT_EQ(info.in_flight, 0);
-  TH_ASSERT_EQ(info.dead, 1);    /* x */
+  TH_ASSERT_EQ(info.dead, 1); /* x */
 
   /* m2 in flight again (so f exists), then: cancel the far message, requeue
    * the only dead letter (empties d: every later step would go to the other

@@ -243,7 +243,8 @@ static void test_dedup(void) {
   TH_ASSERT_STR_EQ(p.id, "job-1");
   TH_ASSERT_EQ(p.due, -1);
   /* Duplicates inside one batch, and against the queue. */
-  sluice_dq_item items[3] = {{"a", 1, 0, 0, "job-2"}, {"b", 1, 0, 0, "job-2"}, {"c", 1, 0, 0, "job-1"}};
+  sluice_dq_item items[3] = {
+      {"a", 1, 0, 0, "job-2"}, {"b", 1, 0, 0, "job-2"}, {"c", 1, 0, 0, "job-1"}};
   batch_res b = {0};
   TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, 3, on_batch, &b), SLUICE_OK);
   TH_ASSERT(th_loop_until(fx.base, &b.done, 5000));
@@ -278,7 +279,8 @@ static void test_largest_batch(void) {
   for (int i = 0; i < SLUICE_DQ_BATCH_MAX; i++) items[i] = (sluice_dq_item){"p", 1, 60000, 0, NULL};
   items[SLUICE_DQ_BATCH_MAX - 1].delay_ms = 0;
   batch_res b = {0};
-  TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, SLUICE_DQ_BATCH_MAX + 1, on_batch, &b), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, SLUICE_DQ_BATCH_MAX + 1, on_batch, &b),
+               SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, SLUICE_DQ_BATCH_MAX, on_batch, &b), SLUICE_OK);
   TH_ASSERT(th_loop_until(fx.base, &b.done, 10000));
   TH_ASSERT_EQ(b.status, SLUICE_OK);
@@ -446,8 +448,7 @@ static void old_layout_handler(sluice_dq_consumer *con, sluice_dq_msg *m, void *
   int i = r->n - 1;
   if (strcmp(r->ids[i], "f1") == 0 && r->attempts[i] == 2)
     TH_ASSERT_EQ(sluice_dq_retry(m, 0, on_settled, r), SLUICE_OK);
-  else
-    TH_ASSERT_EQ(sluice_dq_ack(m, on_settled, r), SLUICE_OK);
+  else TH_ASSERT_EQ(sluice_dq_ack(m, on_settled, r), SLUICE_OK);
 }
 
 static int rec_find(const rec *r, const char *id, unsigned attempt) {
@@ -466,8 +467,10 @@ static void test_old_layout_drains(void) {
   long long now = dqt_unix_ms();
   const char *z = "sluice:dq:{old}:z", *f = "sluice:dq:{old}:f", *d = "sluice:dq:{old}:d",
              *h = "sluice:dq:{old}:h";
-  freeReplyObject(th_redis_command(&th_server, "ZADD %s %lld 000000000001a1 %lld 000000000002a2 "
-                                   "%lld 000000000003c1", z, now - 1000, now - 1000, now + 600000));
+  freeReplyObject(th_redis_command(&th_server,
+                                   "ZADD %s %lld 000000000001a1 %lld 000000000002a2 "
+                                   "%lld 000000000003c1",
+                                   z, now - 1000, now - 1000, now + 600000));
   freeReplyObject(th_redis_command(&th_server, "ZADD %s %lld f1", f, now - 1));
   freeReplyObject(th_redis_command(&th_server, "ZADD %s %lld d1", d, now - 5000));
   freeReplyObject(th_redis_command(&th_server,
@@ -538,7 +541,8 @@ static void test_pending_pushes_capped(void) {
   sluice_dq *a = dqt_queue(c, "cap-a"), *b = dqt_queue(c, "cap-b");
   sluice_dq_item it = {"x", 1, 60000, 0, NULL}, items[4] = {it, it, it, it};
   int answered = 0;
-  for (int i = 0; i < 7; i++) TH_ASSERT_EQ(sluice_dq_push(a, &it, count_push, &answered), SLUICE_OK);
+  for (int i = 0; i < 7; i++)
+    TH_ASSERT_EQ(sluice_dq_push(a, &it, count_push, &answered), SLUICE_OK);
   TH_ASSERT_EQ(sluice_dq_push_batch(b, items, 4, NULL, NULL), SLUICE_EFULL); /* 7 + 4 > 10 */
   TH_ASSERT_EQ(sluice_dq_push_batch(b, items, 3, NULL, NULL), SLUICE_OK);
   TH_ASSERT_EQ(sluice_dq_push(a, &it, count_push, &answered), SLUICE_EFULL);
@@ -556,7 +560,8 @@ static void test_pending_pushes_capped(void) {
   TH_ASSERT_EQ(ma.in_flight + mb.in_flight, 0);
   TH_ASSERT_EQ(ma.pushed + mb.pushed, 10);
   TH_ASSERT_EQ(sluice_dq_push_batch(b, (sluice_dq_item[10]){it, it, it, it, it, it, it, it, it, it},
-                                    10, NULL, NULL), SLUICE_OK);
+                                    10, NULL, NULL),
+               SLUICE_OK);
   sluice_dq_free(a);
   sluice_dq_free(b);
   dqt_finish(base, c);
@@ -626,7 +631,7 @@ static void expect_refused(redisContext *rc, const sluice__script *s, size_t n,
                            const char *(*fill)(size_t, size_t *)) {
   redisReply *r = raw_eval(rc, s, n, fill);
   th_note("%s with %zu arguments: %s\n", s->name, n,
-         r->type == REDIS_REPLY_ERROR ? r->str : "accepted");
+          r->type == REDIS_REPLY_ERROR ? r->str : "accepted");
   TH_ASSERT_EQ(r->type, REDIS_REPLY_ERROR);
   TH_ASSERT(strstr(r->str, "sluice:") != NULL);
   freeReplyObject(r);
@@ -698,9 +703,11 @@ static void test_memory_per_message(void) {
   freeReplyObject(th_redis_command(&th_server, "EVAL %s 2 {mem}bz {mem}bh", script));
   long long bare_grown = th_redis_info_sum("memory", "used_memory:") - before;
   long long bare = mem_usage("{mem}bz") + mem_usage("{mem}bh");
-  th_note("per queued 16-byte message: %.1f B by MEMORY USAGE (bare zset + hash: %.1f B), "
-         "%.1f B by used_memory (bare: %.1f B)\n", (double)keys / MEM_N, (double)bare / MEM_N,
-         (double)grown / MEM_N, (double)bare_grown / MEM_N);
+  th_note(
+      "per queued 16-byte message: %.1f B by MEMORY USAGE (bare zset + hash: %.1f B), "
+      "%.1f B by used_memory (bare: %.1f B)\n",
+      (double)keys / MEM_N, (double)bare / MEM_N, (double)grown / MEM_N,
+      (double)bare_grown / MEM_N);
   TH_ASSERT_CMP(keys / MEM_N, <=, 290);
   sluice_dq_free(dq);
   dq_fx_close(&fx);
@@ -725,7 +732,8 @@ static void test_bad_input(void) {
   TH_ASSERT(dq == NULL);
   TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, NULL, NULL, noop_handler, NULL, &con), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, "", NULL, noop_handler, NULL, &con), SLUICE_EINVAL);
-  TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, big_name, NULL, noop_handler, NULL, &con), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, big_name, NULL, noop_handler, NULL, &con),
+               SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, "q", NULL, NULL, NULL, &con), SLUICE_EINVAL);
   sluice_dq_consumer_options o = opts(0, 30000, 5);
   TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, "q", &o, noop_handler, NULL, &con), SLUICE_EINVAL);
@@ -825,7 +833,8 @@ static void test_free_inside_callbacks(void) {
   TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, 5, NULL, NULL), SLUICE_OK);
   free_ctx f = {0};
   sluice_dq_consumer_options o = opts(16, 30000, 5);
-  TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, "selffree", &o, freeing_handler, &f, &f.con), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, "selffree", &o, freeing_handler, &f, &f.con),
+               SLUICE_OK);
   TH_ASSERT(th_loop_until(fx.base, &f.acked, 3000));
   TH_ASSERT_EQ(f.n, 1);
   TH_ASSERT_EQ(f.ack_status, SLUICE_OK);

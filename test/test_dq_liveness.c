@@ -354,9 +354,9 @@ static void check(run *r, const char *what) {
   qsort(late, (size_t)n, sizeof late[0], cmp_i64);
   int64_t p50 = late[n / 2], p99 = late[n * 99 / 100], mx = late[n - 1];
   th_note("%s: %d messages taken on time: lateness p50 %lld ms, p99 %lld ms, max %lld ms\n", what,
-         n, (long long)p50, (long long)p99, (long long)mx);
+          n, (long long)p50, (long long)p99, (long long)mx);
   th_note("%s: %d held by killed consumers, redelivered at most %lld ms past their deadline\n",
-         what, nheld, (long long)worst_redelivery);
+          what, nheld, (long long)worst_redelivery);
   TH_ASSERT_CMP(p99, <, 1000 + HOLD_MS);
   TH_ASSERT_CMP(mx, <, 2000 + HOLD_MS);
 }
@@ -441,7 +441,7 @@ static void sigstop_past_visibility(int cli) {
   TH_ASSERT_EQ(r.m[0].d[1].who, other);
   int64_t past = r.m[0].d[1].at_ms - (taken + 2000);
   th_note("%s: stopped consumer's message redelivered %lld ms past its deadline\n",
-         cli ? "tool" : "library", (long long)past);
+          cli ? "tool" : "library", (long long)past);
   TH_ASSERT_CMP(past, <, 1000);
   kill(-r.pid[s], SIGCONT);
   if (cli) {

@@ -18,7 +18,7 @@
 
 /* What a child consumer reports per delivery, through a pipe (atomic write). */
 typedef struct report {
-  uint32_t index;   /* message index, parsed from the payload */
+  uint32_t index; /* message index, parsed from the payload */
   uint32_t attempt;
   int32_t late_ms;
   uint32_t pad;
@@ -27,8 +27,8 @@ typedef struct report {
 typedef struct child_cfg {
   const char *queue;
   unsigned batch, max_in_flight, visibility_ms, max_attempts;
-  int ack;          /* 0: hold every message forever (a consumer about to die) */
-  int fd;           /* write end of the report pipe */
+  int ack; /* 0: hold every message forever (a consumer about to die) */
+  int fd;  /* write end of the report pipe */
 } child_cfg;
 
 static void child_handler(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
@@ -51,8 +51,8 @@ static pid_t spawn_consumer(const child_cfg *cfg) {
   if (getppid() == 1) _exit(1);
   struct event_base *base = event_base_new();
   sluice_client *c = dqt_client(base);
-  sluice_dq_consumer_options o =
-      dqt_options(cfg->batch, cfg->max_in_flight, cfg->visibility_ms, cfg->max_attempts);
+  sluice_dq_consumer_options o = dqt_options(cfg->batch, cfg->max_in_flight, cfg->visibility_ms,
+                                             cfg->max_attempts);
   sluice_dq_consumer *con = NULL;
   if (sluice_dq_consumer_new(c, cfg->queue, &o, child_handler, (void *)cfg, &con) != 0) _exit(2);
   event_base_dispatch(base);
@@ -175,11 +175,11 @@ static void test_many_messages_many_consumers(void) {
   struct pollfd pfd = {fds[0], POLLIN, 0};
   TH_ASSERT_EQ(poll(&pfd, 1, 300), 0);
   TH_ASSERT_EQ(dups, 0);
-  th_note("delivered all in %llu ms across %d processes\n",
-         (unsigned long long)(th_now_ms() - t0), PROCS);
+  th_note("delivered all in %llu ms across %d processes\n", (unsigned long long)(th_now_ms() - t0),
+          PROCS);
   qsort(late, (size_t)n, sizeof late[0], cmp_int);
   th_note("lateness under load: p50 %d ms, p99 %d ms, max %d ms\n", late[n / 2], late[n * 99 / 100],
-         late[n - 1]);
+          late[n - 1]);
   for (int i = 0; i < PROCS; i++) kill_child(kids[i]);
   close(fds[0]);
   dqt_info in;

@@ -72,10 +72,10 @@ struct load {
   struct evhttp_connection *conn[NCONN];
   slot slots[NCONN];
   int port;
-  int running;       /* issue new requests */
+  int running; /* issue new requests */
   int outstanding;
   counts c;
-  uint64_t watch_since_ms;  /* non-zero: note the first 200 after this */
+  uint64_t watch_since_ms; /* non-zero: note the first 200 after this */
   uint64_t first_ok_ms;
 };
 
@@ -104,7 +104,7 @@ static void issue(load *l, int i) {
   evhttp_add_header(h, "Host", "127.0.0.1");
   evhttp_add_header(h, "X-Client", client);
   if (evhttp_make_request(l->conn[i], req, EVHTTP_REQ_GET, "/") == 0) l->outstanding++;
-  else l->c.failed++;  /* evhttp freed the request */
+  else l->c.failed++; /* evhttp freed the request */
 }
 
 static void load_init(load *l, int port) {
@@ -148,8 +148,8 @@ static void load_free(load *l) {
 }
 
 static void print_counts(const char *what, counts c) {
-  th_note("%-22s 200: %ld, 429: %ld, 503: %ld, other: %ld, failed: %ld\n", what, c.ok,
-         c.limited, c.unavailable, c.other, c.failed);
+  th_note("%-22s 200: %ld, 429: %ld, 503: %ld, other: %ld, failed: %ld\n", what, c.ok, c.limited,
+          c.unavailable, c.other, c.failed);
   fflush(stdout);
 }
 
@@ -177,7 +177,7 @@ static void redis_restart_under_load(const char *extra) {
   signal(SIGPIPE, SIG_IGN);
   gateway gw;
   gateway_start(&gw, extra);
-  unsigned scale = gw.wrapped ? 4 : 1;  /* valgrind: longer phases */
+  unsigned scale = gw.wrapped ? 4 : 1; /* valgrind: longer phases */
   TH_ASSERT_EQ(wait_stat(gw.port, "connected", 1, 10000 * scale), 1);
 
   load l;
@@ -202,12 +202,12 @@ static void redis_restart_under_load(const char *extra) {
    * itself and serves again. */
   l.watch_since_ms = th_now_ms();
   th_redis_restart(&th_server);
-  uint64_t up_ms = th_now_ms();  /* th_redis_restart returns once it answers */
+  uint64_t up_ms = th_now_ms(); /* th_redis_restart returns once it answers */
   counts back = load_for(&l, 1500 * scale);
   print_counts("after the restart:", back);
   TH_ASSERT(l.first_ok_ms != 0);
   th_note("first 200 %lld ms after Redis answered again\n",
-         (long long)l.first_ok_ms - (long long)up_ms);
+          (long long)l.first_ok_ms - (long long)up_ms);
   counts tail = load_for(&l, 500 * scale);
   print_counts("last 0.5 s:", tail);
   TH_ASSERT_EQ(back.failed + back.other + tail.failed + tail.other, 0);
@@ -227,8 +227,8 @@ static void redis_restart_under_load(const char *extra) {
   char *s = th_http_get(gw.port, "/stats");
   TH_ASSERT(s != NULL);
   th_note("reconnects %ld, followups pushed %ld done %ld, unchecked decisions %ld\n",
-         stat_value(s, "reconnects"), stat_value(s, "followups_pushed"),
-         stat_value(s, "followups_done"), stat_value(s, "unchecked"));
+          stat_value(s, "reconnects"), stat_value(s, "followups_pushed"),
+          stat_value(s, "followups_done"), stat_value(s, "unchecked"));
   TH_ASSERT_CMP(stat_value(s, "reconnects"), >=, 1);
   TH_ASSERT_CMP(stat_value(s, "followups_done"), >, 0);
   free(s);

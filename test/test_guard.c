@@ -18,7 +18,7 @@ typedef void fobj_cb(fobj *o, int status, void *ud);
 /* What a test can see after the object's memory is gone. */
 typedef struct fstate {
   int quiesced, cancels, destroyed;
-  int ok, canceled;  /* callbacks by status */
+  int ok, canceled; /* callbacks by status */
 } fstate;
 
 struct fobj {
@@ -34,8 +34,8 @@ struct fobj {
 
 static sluice__guard_home home;
 static struct event_base *base;
-static int in_free;   /* inside fobj_free: no callback may run */
-static int empties;   /* on_empty calls */
+static int in_free; /* inside fobj_free: no callback may run */
+static int empties; /* on_empty calls */
 
 static void on_empty(sluice__guard_home *h) {
   TH_ASSERT(h == &home);
@@ -284,7 +284,7 @@ static void test_home_close(void) {
    * found nothing the second time: a's callback ran once. */
   TH_ASSERT_EQ(a.cancels, 2);
   TH_ASSERT_EQ(a.canceled, 1);
-  TH_ASSERT_EQ(b.cancels, 1); /* freed before its close-cancel: once */
+  TH_ASSERT_EQ(b.cancels, 1);   /* freed before its close-cancel: once */
   TH_ASSERT_EQ(c.destroyed, 0); /* closing frees nothing */
   TH_ASSERT_EQ(empties, 0);
   /* Attached after the close: closed from the start. */

@@ -24,8 +24,8 @@ typedef struct rcv {
   int status;
   int has_res;
   sluice_rl_result res;
-  uint64_t at_ms;        /* when the callback ran */
-  int *order, *norder;   /* optional: append id to order[] */
+  uint64_t at_ms;      /* when the callback ran */
+  int *order, *norder; /* optional: append id to order[] */
   int id;
 } rcv;
 
@@ -130,7 +130,8 @@ static long long log_entries(const char *key) {
 static int64_t server_us(void) {
   redisReply *r = th_redis_command(&th_server, "TIME");
   TH_ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements == 2);
-  int64_t us = strtoll(r->element[0]->str, NULL, 10) * 1000000 + strtoll(r->element[1]->str, NULL, 10);
+  int64_t us = strtoll(r->element[0]->str, NULL, 10) * 1000000 +
+               strtoll(r->element[1]->str, NULL, 10);
   freeReplyObject(r);
   return us;
 }
@@ -414,7 +415,7 @@ static void report_memory(struct event_base *base, sluice_client *c, sluice_rl_a
   sluice_limiter *lim = new_lim(c, "mem", algo, limit, 600000, 0);
   char *k = rkey(lim, "203.0.113.7");
   freeReplyObject(th_redis_command(&th_server, "DEL %s", k)); /* a smaller limit's */
-  for (unsigned n = 0; n < limit; n += 250) { /* limit requests of 1, 250 a call */
+  for (unsigned n = 0; n < limit; n += 250) {                 /* limit requests of 1, 250 a call */
     rcv r[250];
     memset(r, 0, sizeof r);
     unsigned turn = limit - n < 250 ? limit - n : 250;
@@ -427,7 +428,7 @@ static void report_memory(struct event_base *base, sluice_client *c, sluice_rl_a
   long long bytes = th_redis_int(&th_server, "MEMORY USAGE %s SAMPLES 0", k);
   TH_ASSERT_CMP(bytes, >, 0);
   th_note("memory per key: %-15s limit %-5u %6lld bytes (key %zu bytes)\n",
-         sluice_rl_algo_name(algo), limit, bytes, strlen(k));
+          sluice_rl_algo_name(algo), limit, bytes, strlen(k));
   free(k);
   sluice_limiter_free(lim);
 }
@@ -447,13 +448,13 @@ typedef struct worker_cfg {
   sluice_rl_algo algo;
   unsigned limit, period, burst;
   int in_flight;
-  int total;          /* stop after sending this many; 0: run for run_ms */
+  int total; /* stop after sending this many; 0: run for run_ms */
   unsigned run_ms;
 } worker_cfg;
 
 typedef struct worker_out {
   long allowed, denied, errors;
-  int64_t first_admit_us;  /* wall clock (Redis's TIME is on the same host) */
+  int64_t first_admit_us; /* wall clock (Redis's TIME is on the same host) */
   int64_t last_send_us;
 } worker_out;
 
@@ -542,7 +543,8 @@ static worker_out run_workers(const worker_cfg *cfg, int nproc, int64_t *t0, int
     int st;
     pid_t p = waitpid(-1, &st, during ? WNOHANG : 0);
     if (p > 0) {
-      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) th_fail(__FILE__, __LINE__, "worker failed (%d)", st);
+      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        th_fail(__FILE__, __LINE__, "worker failed (%d)", st);
       left--;
     } else if (during) {
       struct timespec ts = {0, 20 * 1000 * 1000};
@@ -568,7 +570,8 @@ static worker_out run_workers(const worker_cfg *cfg, int nproc, int64_t *t0, int
 /* Inside one window (10 min, checked on Redis's clock), fixed window, sliding
  * log and sliding counter admit exactly limit of 4 x 300 concurrent requests. */
 static void test_concurrent_exact(void) {
-  const sluice_rl_algo algos[] = {SLUICE_RL_FIXED, SLUICE_RL_SLIDING_LOG, SLUICE_RL_SLIDING_COUNTER};
+  const sluice_rl_algo algos[] = {SLUICE_RL_FIXED, SLUICE_RL_SLIDING_LOG,
+                                  SLUICE_RL_SLIDING_COUNTER};
   for (size_t i = 0; i < 3; i++) {
     worker_cfg cfg = {algos[i], 500, 600000, 0, 50, 300, 0};
     for (int attempt = 0;; attempt++) {
@@ -579,7 +582,7 @@ static void test_concurrent_exact(void) {
       /* Same window (and, for the counter, a fresh previous one)? */
       if (t0 / span != t1 / span && attempt < 2) continue;
       th_note("%s: %ld admitted, %ld denied of 1200 (limit %u)\n", sluice_rl_algo_name(algos[i]),
-             s.allowed, s.denied, cfg.limit);
+              s.allowed, s.denied, cfg.limit);
       TH_ASSERT_EQ(s.errors, 0);
       TH_ASSERT_EQ(s.allowed + s.denied, 1200);
       TH_ASSERT_EQ(s.allowed, cfg.limit);
@@ -647,7 +650,7 @@ static void test_concurrent_sliding_log_windows(void) {
   }
   double windows = (double)(t1 - t0) / (double)span;
   th_note("sliding-log: %ld admitted over %.1f periods, at most %zu in any period (limit %u)\n",
-         w.allowed, windows, worst, cfg.limit);
+          w.allowed, windows, worst, cfg.limit);
   TH_ASSERT_CMP(worst, <=, cfg.limit);
   TH_ASSERT_EQ(worst, cfg.limit); /* under load the limit is reached, too */
   TH_ASSERT_CMP(w.allowed, <=, (long)(cfg.limit * (windows + 1)));
@@ -667,7 +670,8 @@ typedef struct tat_watch {
 static void watch_tat(void *arg) {
   tat_watch *t = arg;
   redisReply *r = th_redis_command(&th_server, "GET sluice:rl:{4:conc:shared}:gcra");
-  if (r->type == REDIS_REPLY_STRING && strtoll(r->str, NULL, 10) > t->max) t->max = strtoll(r->str, NULL, 10);
+  if (r->type == REDIS_REPLY_STRING && strtoll(r->str, NULL, 10) > t->max)
+    t->max = strtoll(r->str, NULL, 10);
   freeReplyObject(r);
 }
 
@@ -681,11 +685,11 @@ static void test_concurrent_gcra_rate(void) {
   double most = cfg.burst + (double)(t1 - t0) / (double)T;
   double busy = cfg.burst + (double)(w.last_send_us - w.first_admit_us) / (double)T;
   long long tat = watch.max;
-  th_note("gcra: %ld admitted; burst + rate x time = %.1f over the run (%.0f ms), "
-         "%.1f while loaded; TAT - n*T - t0 = %.1f ms\n",
-         w.allowed, most, (double)(t1 - t0) / 1000, busy,
-         (double)(tat - w.allowed * T - t0) / 1000);
-  TH_ASSERT_CMP(w.allowed, <=, (long)most + 1);        /* never more */
+  th_note(
+      "gcra: %ld admitted; burst + rate x time = %.1f over the run (%.0f ms), "
+      "%.1f while loaded; TAT - n*T - t0 = %.1f ms\n",
+      w.allowed, most, (double)(t1 - t0) / 1000, busy, (double)(tat - w.allowed * T - t0) / 1000);
+  TH_ASSERT_CMP(w.allowed, <=, (long)most + 1);         /* never more */
   TH_ASSERT_CMP(w.allowed, >=, (long)(busy * 0.9) - 2); /* and close to it */
   /* TAT = first admission + n*T + idle gaps, and the first came after t0. */
   TH_ASSERT_CMP(tat - w.allowed * T, >=, t0);
@@ -739,8 +743,8 @@ static void test_batch_one_call(void) {
     }
     TH_ASSERT(th_loop_until(base, &r[N - 1].done, 5000));
     long long calls = cmd_calls("evalsha") + cmd_calls("eval") - calls0;
-    th_note("%s: %d checks in one turn took %lld script calls\n",
-           sluice_rl_algo_name(all_algos[a]), N, calls);
+    th_note("%s: %d checks in one turn took %lld script calls\n", sluice_rl_algo_name(all_algos[a]),
+            N, calls);
     TH_ASSERT_CMP(calls, <=, 2);
     TH_ASSERT_EQ(norder, N);
     for (int i = 0; i < N; i++) {
@@ -1038,7 +1042,8 @@ static void test_free_cancels_pending(void) {
   sluice_client *c = new_client(base, 2000);
   sluice_limiter *lim = new_lim(c, "fcp", SLUICE_RL_FIXED, 1, 60000, 0);
   freeing f = {0};
-  for (int i = 0; i < 10; i++) TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 1, on_other, &f), SLUICE_OK);
+  for (int i = 0; i < 10; i++)
+    TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 1, on_other, &f), SLUICE_OK);
   TH_ASSERT_EQ(sluice_limiter_peek(lim, "k", 1, on_other, &f), SLUICE_OK);
   TH_ASSERT_EQ(sluice_limiter_wait(lim, "k", 1, 0, on_other, &f, NULL), SLUICE_OK);
   TH_ASSERT_EQ(sluice_limiter_wait(lim, "k", 1, 0, on_other, &f, NULL), SLUICE_OK);
@@ -1062,7 +1067,8 @@ static void test_client_close_cancels(void) {
   TH_ASSERT_EQ(sluice_limiter_wait(lim, "k", 1, 0, on_other, &f, NULL), SLUICE_OK);
   TH_ASSERT_EQ(sluice_limiter_wait(lim, "k", 1, 0, on_other, &f, NULL), SLUICE_OK);
   th_loop_for(base, 20); /* the head waiter now sleeps on its retry timer */
-  for (int i = 0; i < 5; i++) TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 1, on_other, &f), SLUICE_OK);
+  for (int i = 0; i < 5; i++)
+    TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 1, on_other, &f), SLUICE_OK);
   sluice_client_free(c);
   TH_ASSERT_EQ(f.others_done, 0);
   th_loop_for(base, 100);

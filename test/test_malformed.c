@@ -19,7 +19,7 @@
 typedef struct fake {
   pid_t pid;
   char path[200];
-  int port;          /* a TCP fake (cluster cases): its port on 127.0.0.1 */
+  int port; /* a TCP fake (cluster cases): its port on 127.0.0.1 */
 } fake;
 
 /* What a TCP fake answers to CLUSTER (SLOTS): every slot is its own. */
@@ -106,8 +106,7 @@ static void serve(int lfd, const char *reply) {
           out = "$40\r\n0000000000000000000000000000000000000000\r\n";
         else if (flen == 4 && strncasecmp(first, "INFO", 4) == 0)
           out = "$17\r\nrun_id:0123456789\r\n";
-        else if (flen == 4 && strncasecmp(first, "WAIT", 4) == 0)
-          out = ":0\r\n";
+        else if (flen == 4 && strncasecmp(first, "WAIT", 4) == 0) out = ":0\r\n";
         if (write(fds[i].fd, out, strlen(out)) < 0) break;
         if (out == reply) stream_out(fds[i].fd);
         memmove(b, b + clen, used[i - 1] - clen);
@@ -154,12 +153,10 @@ static void fake_start_tcp(fake *f, const char *reply, const char *slots) {
   TH_ASSERT_EQ(listen(lfd, 8), 0);
   f->port = ntohs(sa.sin_port);
   f->path[0] = '\0';
-  if (slots)
-    snprintf(cluster_slots, sizeof cluster_slots, "%s", slots);
+  if (slots) snprintf(cluster_slots, sizeof cluster_slots, "%s", slots);
   else
     snprintf(cluster_slots, sizeof cluster_slots,
-             "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$9\r\n127.0.0.1\r\n:%d\r\n$3\r\nfak\r\n",
-             f->port);
+             "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$9\r\n127.0.0.1\r\n:%d\r\n$3\r\nfak\r\n", f->port);
   f->pid = fork();
   TH_ASSERT(f->pid >= 0);
   if (f->pid == 0) {
@@ -360,8 +357,8 @@ static void bounded_answer(const char *reply, int expected) {
   uint64_t took = th_now_ms() - t0;
   long grew = status_kb("VmHWM:") - rss;
   th_note("%s after %llu ms (%s); resident set %s%ld KB; %s\n", sluice_err_name(r.status),
-         (unsigned long long)took, sluice_client_last_error(c), peak ? "grew " : "(no peak) ",
-         grew, sluice_client_is_connected(c) ? "connected" : "dropped");
+          (unsigned long long)took, sluice_client_last_error(c), peak ? "grew " : "(no peak) ",
+          grew, sluice_client_is_connected(c) ? "connected" : "dropped");
   TH_ASSERT_EQ(r.status, expected);
   TH_ASSERT_CMP(took, <, expected == SLUICE_ETIMEDOUT ? 1500 : 1000);
   if (peak) TH_ASSERT_CMP(grew, <, 64 * 1024);
@@ -403,22 +400,21 @@ static void test_gigabyte_bulk(void) { gigabyte_bulk(65536, 0, SLUICE_EPROTOCOL)
 static void test_slow_trickle(void) { gigabyte_bulk(1024, 10000, SLUICE_ETIMEDOUT); }
 
 int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"integer_instead_of_array", test_integer_instead_of_array, 0},
-      {"array_of_wrong_shape", test_array_of_wrong_shape, 0},
-      {"nil", test_nil, 0},
-      {"error_reply", test_error_reply, 0},
-      {"garbage_bytes", test_garbage_bytes, 0},
-      {"renewal_nonsense", test_renewal_nonsense, 0},
-      {"moved_to_itself", test_moved_to_itself, 0},
-      {"tryagain_forever", test_tryagain_forever, 0},
-      {"moved_empty_host", test_moved_empty_host, 0},
-      {"moved_unreadable", test_moved_unreadable, 0},
-      {"slots_nonsense", test_slots_nonsense, 0},
-      {"huge_array_header", test_huge_array_header, 0},
-      {"deep_nesting", test_deep_nesting, 0},
-      {"gigabyte_bulk", test_gigabyte_bulk, 0},
-      {"slow_trickle", test_slow_trickle, 0},
-      {NULL, NULL, 0}};
+  static const th_case cases[] = {{"integer_instead_of_array", test_integer_instead_of_array, 0},
+                                  {"array_of_wrong_shape", test_array_of_wrong_shape, 0},
+                                  {"nil", test_nil, 0},
+                                  {"error_reply", test_error_reply, 0},
+                                  {"garbage_bytes", test_garbage_bytes, 0},
+                                  {"renewal_nonsense", test_renewal_nonsense, 0},
+                                  {"moved_to_itself", test_moved_to_itself, 0},
+                                  {"tryagain_forever", test_tryagain_forever, 0},
+                                  {"moved_empty_host", test_moved_empty_host, 0},
+                                  {"moved_unreadable", test_moved_unreadable, 0},
+                                  {"slots_nonsense", test_slots_nonsense, 0},
+                                  {"huge_array_header", test_huge_array_header, 0},
+                                  {"deep_nesting", test_deep_nesting, 0},
+                                  {"gigabyte_bulk", test_gigabyte_bulk, 0},
+                                  {"slow_trickle", test_slow_trickle, 0},
+                                  {NULL, NULL, 0}};
   return th_main(argc, argv, cases);
 }

@@ -239,10 +239,10 @@ static void test_counters(void) {
   int seen_acquire = 0;
   for (size_t i = 0; i < m.nkinds; i++) {
     th_note("%-16s ops %llu errors %llu p50 %llu us p99 %llu us max %llu us\n", m.kinds[i].name,
-           (unsigned long long)m.kinds[i].ops, (unsigned long long)m.kinds[i].errors,
-           (unsigned long long)m.kinds[i].latency.p50_us,
-           (unsigned long long)m.kinds[i].latency.p99_us,
-           (unsigned long long)m.kinds[i].latency.max_us);
+            (unsigned long long)m.kinds[i].ops, (unsigned long long)m.kinds[i].errors,
+            (unsigned long long)m.kinds[i].latency.p50_us,
+            (unsigned long long)m.kinds[i].latency.p99_us,
+            (unsigned long long)m.kinds[i].latency.max_us);
     if (strcmp(m.kinds[i].name, "sem_acquire") == 0) seen_acquire = m.kinds[i].ops >= 2;
   }
   TH_ASSERT(seen_acquire);

@@ -68,7 +68,7 @@ static void prom_start(prom_server *p, int target_port) {
     _exit(127);
   }
   th_note("prometheus (pid %d) on 127.0.0.1:%d scraping 127.0.0.1:%d\n", (int)p->pid, p->port,
-         target_port);
+          target_port);
 }
 
 static void print_log(const prom_server *p) {
@@ -132,8 +132,7 @@ static void test_scraped_by_prometheus(void) {
   char *answer = th_http_wait(p.port, "/api/v1/query?query=sluice_sem_grants_total", want, 30000);
   if (!answer) print_log(&p);
   TH_ASSERT(answer != NULL);
-  th_note("answered %llu ms after ready: %.300s\n", (unsigned long long)(th_now_ms() - t0),
-         answer);
+  th_note("answered %llu ms after ready: %.300s\n", (unsigned long long)(th_now_ms() - t0), answer);
   TH_ASSERT(strstr(answer, "\"status\":\"success\""));
   TH_ASSERT(strstr(answer, "\"name\":\"gateway-work\""));
   TH_ASSERT(strstr(answer, "\"job\":\"sluice-gateway\""));

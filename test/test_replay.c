@@ -53,8 +53,8 @@ static void rig_stop(void) {
 
 /* From now on the master's writes reach no replica. */
 static void rig_hold(void) {
-  TH_ASSERT_EQ(R.cluster ? th_cluster_hold_replicas(&R.cl, R.master) : th_sentinel_hold_replica(&R.sn),
-               0);
+  TH_ASSERT_EQ(
+      R.cluster ? th_cluster_hold_replicas(&R.cl, R.master) : th_sentinel_hold_replica(&R.sn), 0);
 }
 
 /* Kill the master; its held replica takes over without those writes. */
@@ -77,9 +77,9 @@ static long long node_read(const th_node *n, const char *cmd, int replica) {
   redisReply *r = redisCommand(ctx, cmd);
   TH_ASSERT(r != NULL && r->type != REDIS_REPLY_ERROR);
   const redisReply *e = r->type == REDIS_REPLY_ARRAY && r->elements ? r->element[0] : r;
-  long long v = e->type == REDIS_REPLY_INTEGER ? e->integer
+  long long v = e->type == REDIS_REPLY_INTEGER  ? e->integer
                 : e->type == REDIS_REPLY_STRING ? strtoll(e->str, NULL, 10)
-                                                 : -1;
+                                                : -1;
   freeReplyObject(r);
   redisFree(ctx);
   return v;
@@ -290,7 +290,8 @@ static void record_bounded(int cluster) {
   TH_ASSERT_CMP(ms.record_entries, >=, 1);
   TH_ASSERT_EQ(ms.record_entries + ms.record_dropped, 10);
   rig_fail_over();
-  TH_LOOP_UNTIL(base, metrics(c).replay_pushes >= 4 && metrics(small).replay_pushes >= ms.record_entries,
+  TH_LOOP_UNTIL(base,
+                metrics(c).replay_pushes >= 4 && metrics(small).replay_pushes >= ms.record_entries,
                 15000);
   TH_ASSERT_EQ(metrics(c).replay_pushes, 4);
   TH_ASSERT_EQ(metrics(small).replay_pushes, ms.record_entries);
@@ -325,8 +326,8 @@ static void replicated_not_replayed(int cluster) {
   finish(base, c);
 }
 
-#define ON_BOTH(name)                                          \
-  static void test_sentinel_##name(void) { name(0); }         \
+#define ON_BOTH(name)                                 \
+  static void test_sentinel_##name(void) { name(0); } \
   static void test_cluster_##name(void) { name(1); }
 
 ON_BOTH(release_replayed)

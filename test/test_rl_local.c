@@ -19,15 +19,15 @@ static sluice__rl_local *make(sluice_rl_algo algo, int64_t limit, int64_t period
 }
 
 /* One decision, checked whole: allowed, remaining, retry_after, reset_after. */
-#define CHECK(l, key, cost, peek, now, allowed_, remaining_, retry_, reset_)           \
-  do {                                                                                 \
-    sluice_rl_result r_;                                                               \
-    TH_ASSERT_EQ(sluice__rl_local_check(l, key, cost, peek, now, &r_), SLUICE_OK);     \
-    TH_ASSERT_EQ(r_.source, SLUICE_RL_LOCAL);                                          \
-    TH_ASSERT_EQ(r_.allowed, allowed_);                                                \
-    TH_ASSERT_EQ(r_.remaining, remaining_);                                            \
-    TH_ASSERT_EQ(r_.retry_after_ms, retry_);                                           \
-    TH_ASSERT_EQ(r_.reset_after_ms, reset_);                                           \
+#define CHECK(l, key, cost, peek, now, allowed_, remaining_, retry_, reset_)       \
+  do {                                                                             \
+    sluice_rl_result r_;                                                           \
+    TH_ASSERT_EQ(sluice__rl_local_check(l, key, cost, peek, now, &r_), SLUICE_OK); \
+    TH_ASSERT_EQ(r_.source, SLUICE_RL_LOCAL);                                      \
+    TH_ASSERT_EQ(r_.allowed, allowed_);                                            \
+    TH_ASSERT_EQ(r_.remaining, remaining_);                                        \
+    TH_ASSERT_EQ(r_.retry_after_ms, retry_);                                       \
+    TH_ASSERT_EQ(r_.reset_after_ms, reset_);                                       \
   } while (0)
 
 static void test_fixed_edges(void) {
@@ -42,7 +42,7 @@ static void test_fixed_edges(void) {
   /* More than fits: refused, nothing taken. */
   CHECK(l, "k", 3, 0, B + 1000000, 0, 2, 1000, 1000);
   CHECK(l, "k", 2, 0, B + 1000000, 1, 0, 0, 1000);
-  CHECK(l, "other", 3, 0, B, 1, 0, 0, 1000);  /* keys are independent */
+  CHECK(l, "other", 3, 0, B, 1, 0, 0, 1000); /* keys are independent */
   sluice__rl_local_free(l);
 }
 

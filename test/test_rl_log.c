@@ -71,7 +71,7 @@ static void test_entry_bytes(void) {
   TH_ASSERT_EQ(log_entries(k), N);
   long long bytes = th_redis_int(&th_server, "MEMORY USAGE %s SAMPLES 0", k);
   th_note("sliding log: %d entries in %lld bytes, %.1f bytes an entry\n", N, bytes,
-         (double)bytes / N);
+          (double)bytes / N);
   TH_ASSERT_CMP(bytes, <=, 20 * N);
   free(k);
   sluice_limiter_free(lim);

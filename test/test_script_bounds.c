@@ -154,7 +154,7 @@ static void step_check(const char *what, long long before, long long stored, lon
   double ping_ms = pinger_worst();
   long long grew = used_memory() - before;
   th_note("%-44s slowest %-18s %6lld us; PING %6.2f ms; memory %+lld KB\n", what,
-         worst ? worst->name : "-", worst_us, ping_ms, grew / 1024);
+          worst ? worst->name : "-", worst_us, ping_ms, grew / 1024);
   TH_ASSERT_CMP(worst_us, <=, SCRIPT_US_MAX + items * us_per_item);
   TH_ASSERT_CMP(ping_ms, <=, PING_MS_MAX + items * us_per_item / 1000);
   TH_ASSERT_CMP(grew, <=, stored + (1 << 20));
@@ -361,9 +361,9 @@ static void step_sem_reassert(void) {
   }
   long long m = used_memory();
   window_begin();
-  TH_ASSERT_EQ(sluice__eval(client, &sluice__lua_sem_reassert, 2, argc, argv, NULL, 0, on_reply,
-                            NULL, NULL),
-               0);
+  TH_ASSERT_EQ(
+      sluice__eval(client, &sluice__lua_sem_reassert, 2, argc, argv, NULL, 0, on_reply, NULL, NULL),
+      0);
   run_until(1);
   step_done("sem: 256 re-assertions (1e6 permits, 1 day)", m, SEM_BATCH * 300);
 }

@@ -144,7 +144,7 @@ static void test_crashed_holder_expires(void) {
   TH_ASSERT(th_loop_until(base, &w.done, 5000));
   TH_ASSERT_EQ(w.status, SLUICE_OK);
   TH_ASSERT_CMP(w.at_ms - t0, >=, 300);
-  TH_ASSERT_CMP(w.at_ms - t0, <, 1200); /* at the lease expiry, not a heartbeat later */
+  TH_ASSERT_CMP(w.at_ms - t0, <, 1200);        /* at the lease expiry, not a heartbeat later */
   sluice_permit_release(a.permit, NULL, NULL); /* after close: just frees */
   sluice_permit_release(w.permit, NULL, NULL);
   sluice_sem_free(s1);
@@ -354,9 +354,7 @@ static void test_restart_loses_permits_without_replay(void) {
   /* ...and the semaphore works again. */
   acq_result b = {0};
   uint64_t end = th_now_ms() + 3000;
-  do {
-    b = sem_try(fx.base, s);
-  } while (b.status == SLUICE_ECONNECTION && th_now_ms() < end);
+  do { b = sem_try(fx.base, s); } while (b.status == SLUICE_ECONNECTION && th_now_ms() < end);
   TH_ASSERT_EQ(b.status, SLUICE_OK);
   TH_ASSERT_CMP(sluice_permit_fence(b.permit), >, sluice_permit_fence(a.permit));
   sluice_permit_release(a.permit, NULL, NULL);
@@ -763,9 +761,13 @@ static void test_hand_off_many_in_one_step(void) {
     TH_ASSERT_EQ(redisGetReply(rc, &ok), REDIS_OK);
     freeReplyObject(ok);
   }
-  const char *argv[] = {"EVAL", sluice__lua_sem_release.body, "4", H, Q, B, M,
-                        "4500", "30000", "3000", "0", WAKE, "120000",
-                        "0123456789abcdef0123456789abcdef"};
+  const char *argv[] = {"EVAL",   sluice__lua_sem_release.body,
+                        "4",      H,
+                        Q,        B,
+                        M,        "4500",
+                        "30000",  "3000",
+                        "0",      WAKE,
+                        "120000", "0123456789abcdef0123456789abcdef"};
   redisReply *r = redisCommandArgv(rc, 14, argv, NULL);
   TH_ASSERT(r != NULL);
   TH_ASSERT_EQ(r->type, REDIS_REPLY_ARRAY);
@@ -1041,9 +1043,10 @@ int main(int argc, char **argv) {
       {"renewal_keeps_permit", test_renewal_keeps_permit, 0},
       {"renewals_batched", test_renewals_batched, 0},
       {"lost_definite", test_lost_definite, 0},
-      {"free_lapsed_released", test_free_lapsed_released, 0, .standalone_only = "pauses the server"},
-    {"free_lapsed_held", test_free_lapsed_held, 0, .standalone_only = "pauses the server"},
-    {"lost_uncertain", test_lost_uncertain, 0, .standalone_only = "pauses the server"},
+      {"free_lapsed_released", test_free_lapsed_released, 0,
+       .standalone_only = "pauses the server"},
+      {"free_lapsed_held", test_free_lapsed_held, 0, .standalone_only = "pauses the server"},
+      {"lost_uncertain", test_lost_uncertain, 0, .standalone_only = "pauses the server"},
       {"restart_restores_permits", test_restart_restores_permits, 0,
        .standalone_only = "restarts the server"},
       {"restart_loses_permits_without_replay", test_restart_loses_permits_without_replay, 0,

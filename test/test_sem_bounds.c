@@ -56,7 +56,7 @@ static void test_idle_waiters_one_step(void) {
   th_loop_for(fx.base, 2000);
   uint64_t steps = calls(wc, "sem_acquire") - before;
   th_note("%d idle waiters: %llu steps in 2 s (heartbeat every 200 ms)\n", N,
-         (unsigned long long)steps);
+          (unsigned long long)steps);
   TH_ASSERT_CMP(steps, <=, 12);
   TH_ASSERT_EQ(done, 0);
   /* Still queued and alive: the release hands the permit on at once. */
@@ -86,7 +86,7 @@ static void test_renewals_in_rounds(void) {
   th_loop_for(fx.base, 1000);
   uint64_t renewals = calls(fx.c, "sem_renew") - before;
   th_note("%d permits held: %llu renewal calls in 1 s (each renews every 200 ms)\n", N,
-         (unsigned long long)renewals);
+          (unsigned long long)renewals);
   TH_ASSERT_CMP(renewals, <=, 5 * 2 * 2 + 2); /* 5 periods, 2 rounds, 2 batches */
   sluice_sem_metrics m;
   sluice_sem_get_metrics(s, &m);

@@ -138,7 +138,7 @@ static void holder_killed(int fair) {
   TH_ASSERT_EQ(child_exit(w1), 0);
   TH_ASSERT_EQ(child_exit(w2), 0);
   th_note("granted %llu ms and %llu ms after the kill\n", (unsigned long long)(rep[1].at_ms - t0),
-         (unsigned long long)(rep[2].at_ms - t0));
+          (unsigned long long)(rep[2].at_ms - t0));
   TH_ASSERT_CMP(rep[1].at_ms - t0, <, 800 + 500); /* within the dead holder's lease */
   TH_ASSERT_CMP(rep[2].at_ms, >=, rep[1].at_ms);
   TH_ASSERT_CMP(rep[2].at_ms - rep[1].at_ms, <, 200 + 500);
@@ -219,7 +219,7 @@ static void stall_gave_up(int fair) {
   TH_ASSERT(th_loop_until(fx.base, &next.done, 5000));
   TH_ASSERT_EQ(next.status, SLUICE_OK);
   th_note("stall %u ms; granted %llu ms after the resume\n", stall,
-         (unsigned long long)(next.at_ms - resumed));
+          (unsigned long long)(next.at_ms - resumed));
   TH_ASSERT_CMP(next.at_ms - resumed, <, 1000);
   /* The one grant is the live waiter's; nothing was handed to the other. */
   TH_ASSERT_EQ(zcard("sg", "holders"), 1);
@@ -371,7 +371,7 @@ static void test_cli_stall_gave_up(void) {
   uint64_t ran = fifo_wait(&f, 5000);
   TH_ASSERT(ran != 0);
   th_note("stall %u ms; the next acquirer ran %llu ms after the resume\n", stall,
-         (unsigned long long)(ran - resumed));
+          (unsigned long long)(ran - resumed));
   TH_ASSERT_CMP(ran - resumed, <, 1000);
   TH_ASSERT_EQ(child_exit(next), 0);
   TH_ASSERT_EQ(child_exit(holder), 76); /* its lease ran out in the stall */

@@ -12,7 +12,7 @@
 
 /* Shared between the processes of one case. */
 typedef struct shared {
-  atomic_int holders;      /* inside a critical section right now */
+  atomic_int holders; /* inside a critical section right now */
   atomic_int max_holders;
   atomic_int violations;
   atomic_int grants;
@@ -57,8 +57,8 @@ struct worker {
   struct event_base *base;
   sluice_sem *sem;
   unsigned permits;
-  int remaining;          /* grants still to obtain */
-  int active;             /* slots still looping */
+  int remaining; /* grants still to obtain */
+  int active;    /* slots still looping */
   unsigned max_hold_ms;
   int errors;
 };
@@ -179,7 +179,7 @@ static void test_stress_many_processes(void) {
   for (int i = 0; i < PROCS; i++) pids[i] = spawn_worker(PERMITS, 5000, CONC, EACH, 2);
   TH_ASSERT_EQ(wait_all(pids, PROCS), 0);
   th_note("grants %d, max concurrent holders %d\n", atomic_load(&sh->grants),
-         atomic_load(&sh->max_holders));
+          atomic_load(&sh->max_holders));
   TH_ASSERT_EQ(atomic_load(&sh->violations), 0);
   /* Loops stop once their process has its share; acquires already under
    * way may still be granted. */
@@ -213,7 +213,7 @@ static void test_client_kill_chaos(void) {
     kills++;
   }
   th_note("grants %d, losses %d, CLIENT KILLs %d, max holders %d\n", atomic_load(&sh->grants),
-         atomic_load(&sh->losses), kills, atomic_load(&sh->max_holders));
+          atomic_load(&sh->losses), kills, atomic_load(&sh->max_holders));
   TH_ASSERT_EQ(atomic_load(&sh->violations), 0);
   TH_ASSERT_CMP(atomic_load(&sh->grants), >=, PROCS * EACH);
   TH_ASSERT(fences_unique());

@@ -139,7 +139,7 @@ static void test_failover(void) {
    * it then). Either way the waiter gets it, without any action. */
   th_loop_for(base, 300);
   th_note("waiter after the switch: done %d, status %s; holder lost: %d\n", w.done,
-         sluice_err_name(w.status), sluice_permit_lost(h.permit));
+          sluice_err_name(w.status), sluice_permit_lost(h.permit));
   /* A waiter served before the release: the new master did not have the
    * holder's last renewal (replication is asynchronous) and its lease had
    * ended there. The holder hears it at its next renewal, a third of a lease
@@ -174,7 +174,8 @@ typedef struct changes {
 
 static void count_changes(sluice_client *c, int level, const char *msg, void *ud) {
   changes *b = ud;
-  if (strstr(msg, "a different Redis node serves every key")) b->changes++, b->change_at_up = b->ups;
+  if (strstr(msg, "a different Redis node serves every key"))
+    b->changes++, b->change_at_up = b->ups;
   if (strncmp(msg, "connected to ", 13) == 0) b->ups++;
 }
 
@@ -243,10 +244,15 @@ static void test_bad_input(void) {
   sluice_sem_free(s);
   TH_ASSERT(th_loop_drain(base, 5000));
 
-  static const char *const malformed[] = {
-      "redis+sentinel://", "redis+sentinel://h:1", "redis+sentinel://h:1/",
-      "redis+sentinel://h/m", "redis+sentinel://h:0/m", "redis+sentinel://:1/m",
-      "redis+sentinel://h:1,/m", "redis+sentinel://h:1/m?verify=0", NULL};
+  static const char *const malformed[] = {"redis+sentinel://",
+                                          "redis+sentinel://h:1",
+                                          "redis+sentinel://h:1/",
+                                          "redis+sentinel://h/m",
+                                          "redis+sentinel://h:0/m",
+                                          "redis+sentinel://:1/m",
+                                          "redis+sentinel://h:1,/m",
+                                          "redis+sentinel://h:1/m?verify=0",
+                                          NULL};
   th_assert_urls_refused(base, malformed);
   event_base_free(base);
   th_sentinel_stop(&topo);
@@ -296,7 +302,8 @@ static int until_known(struct event_base *base, sluice_client *c, int n, unsigne
  * times; 1, or 0 after ms. */
 static int until_asked(struct event_base *base, sluice_client *c, unsigned long than, unsigned ms) {
   uint64_t end = th_now_ms() + ms;
-  while (sluice__sentinel_answers(sentinel_link(c)) <= than && th_now_ms() < end) th_loop_for(base, 20);
+  while (sluice__sentinel_answers(sentinel_link(c)) <= than && th_now_ms() < end)
+    th_loop_for(base, 20);
   return sluice__sentinel_answers(sentinel_link(c)) > than;
 }
 
@@ -388,8 +395,8 @@ static void test_discovery(void) {
  * sentinel needs to answer for this. */
 static void test_list_bounds(void) {
   struct event_base *base = event_base_new();
-  sluice_client *c =
-      sem_test_client_at(base, "redis+sentinel://127.0.0.1:1,127.0.0.1:1,127.0.0.1:2/m", 1000);
+  sluice_client *c = sem_test_client_at(
+      base, "redis+sentinel://127.0.0.1:1,127.0.0.1:1,127.0.0.1:2/m", 1000);
   sluice__sentinel *sl = sentinel_link(c);
   TH_ASSERT_EQ(sluice__sentinel_count(sl), 2); /* the configured duplicate once */
   TH_ASSERT_EQ(sluice__sentinel_learn(sl, "127.0.0.1", 9, 2), 0);
@@ -398,7 +405,8 @@ static void test_list_bounds(void) {
   TH_ASSERT_EQ(sluice__sentinel_learn(sl, "", 0, 3), 0);
   int added = 0;
   for (int round = 0; round < 2; round++) /* the second round: all known or no room */
-    for (int port = 100; port < 130; port++) added += sluice__sentinel_learn(sl, "127.0.0.2", 9, port);
+    for (int port = 100; port < 130; port++)
+      added += sluice__sentinel_learn(sl, "127.0.0.2", 9, port);
   TH_ASSERT_EQ(added, 14);
   TH_ASSERT_EQ(sluice__sentinel_count(sl), 16);
   int port = 0;
@@ -410,7 +418,8 @@ static void test_list_bounds(void) {
 
   char many[512] = "redis+sentinel://";
   for (int i = 0; i < 18; i++)
-    snprintf(many + strlen(many), sizeof many - strlen(many), "%s127.0.0.1:%d", i ? "," : "", 10 + i);
+    snprintf(many + strlen(many), sizeof many - strlen(many), "%s127.0.0.1:%d", i ? "," : "",
+             10 + i);
   strcat(many, "/m");
   c = sem_test_client_at(base, many, 1000);
   TH_ASSERT_EQ(sluice__sentinel_count(sentinel_link(c)), 18);
@@ -576,7 +585,7 @@ static void test_kill_master(void) {
   th_loop_until_child(base, th_child_start(kill_master, NULL), 60000);
   old->pid = 0; /* killed by the child */
   th_note("sentinels promoted the replica after %llu ms; holder lost %d, waiter done %d\n",
-         (unsigned long long)(th_now_ms() - t0), lost, w.done);
+          (unsigned long long)(th_now_ms() - t0), lost, w.done);
   if (!w.done) {
     /* The holder kept its permit on the new master (its lease outlived the
      * switch) and its release hands it over; or its lease ran out there
@@ -698,9 +707,10 @@ static void test_pause_churn(void) {
     long before = k.grants;
     uint64_t until = th_now_ms() + 10000;
     while (k.grants == before && th_now_ms() < until) th_loop_for(base, 20);
-    th_note("round %d: switched after %llu ms; waiter served again %llu ms after the stop; "
-           "errors %ld\n", round, (unsigned long long)switched,
-           (unsigned long long)(th_now_ms() - t0), k.errs);
+    th_note(
+        "round %d: switched after %llu ms; waiter served again %llu ms after the stop; "
+        "errors %ld\n",
+        round, (unsigned long long)switched, (unsigned long long)(th_now_ms() - t0), k.errs);
     if (k.grants == before) {
       redisContext *m = th_node_connect(th_sentinel_master(&topo));
       redisReply *r = m ? redisCommand(m, "ZRANGE sluice:sem:{fo}:holders 0 -1 WITHSCORES") : NULL;
@@ -750,18 +760,12 @@ static void test_tool(void) {
 
 int main(int argc, char **argv) {
   static const th_case cases[] = {
-      {"primitives", test_primitives, 60},
-      {"failover", test_failover, 90},
-      {"node_change", test_node_change, 90},
-      {"bad_input", test_bad_input, 60},
-      {"wait_replicas", test_wait_replicas, 60},
-      {"discovery", test_discovery, 90},
-      {"list_bounds", test_list_bounds, 30},
-      {"re_resolve", test_re_resolve, 60},
-      {"kill_master", test_kill_master, 120},
-      {"tool", test_tool, 60},
-      {"pause_churn", test_pause_churn, 180},
-      {NULL, NULL, 0},
+      {"primitives", test_primitives, 60},       {"failover", test_failover, 90},
+      {"node_change", test_node_change, 90},     {"bad_input", test_bad_input, 60},
+      {"wait_replicas", test_wait_replicas, 60}, {"discovery", test_discovery, 90},
+      {"list_bounds", test_list_bounds, 30},     {"re_resolve", test_re_resolve, 60},
+      {"kill_master", test_kill_master, 120},    {"tool", test_tool, 60},
+      {"pause_churn", test_pause_churn, 180},    {NULL, NULL, 0},
   };
   return th_topology_main(argc, argv, cases);
 }

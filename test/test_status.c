@@ -55,8 +55,7 @@ static void test_every_code(void) {
     for (int j = 0; j < i; j++) {
       if (strcmp(sluice_strerror(r->value), sluice_strerror(table[j].value)) == 0 ||
           strcmp(sluice_err_name(r->value), sluice_err_name(table[j].value)) == 0)
-        th_fail(__FILE__, __LINE__, "%s and %s share a message or name", r->name,
-                table[j].name);
+        th_fail(__FILE__, __LINE__, "%s and %s share a message or name", r->name, table[j].name);
     }
   }
   TH_ASSERT_STR_EQ(sluice_err_name(SLUICE_OK), "SLUICE_OK");

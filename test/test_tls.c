@@ -22,7 +22,7 @@
 #include "sem_util.h"
 
 #ifdef SLUICE_HAVE_TLS
-static char certs[160];   /* temp dir with the CA, server and client files */
+static char certs[160]; /* temp dir with the CA, server and client files */
 static int tls_port;
 
 /* A file of the cert dir (one of a few rotating buffers). */
@@ -39,8 +39,7 @@ static const char *tls_url(const char *query) {
   static char buf[2][2048];
   static int i;
   i = (i + 1) % 2;
-  snprintf(buf[i], sizeof buf[i], "rediss://127.0.0.1:%d%s%s", tls_port, *query ? "?" : "",
-           query);
+  snprintf(buf[i], sizeof buf[i], "rediss://127.0.0.1:%d%s%s", tls_port, *query ? "?" : "", query);
   return buf[i];
 }
 
@@ -77,12 +76,12 @@ static sluice_client *client_for(struct event_base *base, const char *url, state
 static void test_hiredis_build(void) {
   Dl_info info;
   TH_ASSERT(dladdr((void *)redisAsyncConnect, &info) != 0 && info.dli_fname);
-  th_note("built against hiredis %d.%d.%d, running %s; TLS %s\n", HIREDIS_MAJOR,
-         HIREDIS_MINOR, HIREDIS_PATCH, info.dli_fname,
+  th_note("built against hiredis %d.%d.%d, running %s; TLS %s\n", HIREDIS_MAJOR, HIREDIS_MINOR,
+          HIREDIS_PATCH, info.dli_fname,
 #ifdef SLUICE_HAVE_TLS
-         "on"
+          "on"
 #else
-         "off"
+          "off"
 #endif
   );
   /* The library's file name carries its major version (libhiredis.so.1.1.0
@@ -105,12 +104,11 @@ static run_out run_cli(const char *first, ...) {
   return r;
 }
 
-#define TH_ASSERT_CONTAINS(hay, needle)                                                   \
-  do {                                                                                    \
-    const char *th_h_ = (hay);                                                            \
-    if (!th_h_ || !strstr(th_h_, (needle)))                                               \
-      th_fail(__FILE__, __LINE__, "\"%s\" does not contain \"%s\"", th_h_ ? th_h_ : "", \
-              (needle));                                                                  \
+#define TH_ASSERT_CONTAINS(hay, needle)                                                            \
+  do {                                                                                             \
+    const char *th_h_ = (hay);                                                                     \
+    if (!th_h_ || !strstr(th_h_, (needle)))                                                        \
+      th_fail(__FILE__, __LINE__, "\"%s\" does not contain \"%s\"", th_h_ ? th_h_ : "", (needle)); \
   } while (0)
 
 #ifndef SLUICE_HAVE_TLS
@@ -140,18 +138,18 @@ static void test_refused_without_tls(void) {
 }
 
 static void test_cli_refused_without_tls(void) {
-  run_out r = run_cli("rl", "check", "api", "k", "--algo", "fixed", "--limit", "2", "--period", "60000", "--redis",
-                      "rediss://127.0.0.1:6380", NULL);
+  run_out r = run_cli("rl", "check", "api", "k", "--algo", "fixed", "--limit", "2", "--period",
+                      "60000", "--redis", "rediss://127.0.0.1:6380", NULL);
   TH_ASSERT_EQ(r.status, 64);
   TH_ASSERT_CONTAINS(r.out, "TLS needs hiredis >= 1.0");
 }
 
 int main(int argc, char **argv) {
   static const th_case cases[] = {
-    {"hiredis_build", test_hiredis_build, 0},
-    {"refused_without_tls", test_refused_without_tls, 0},
-    {"cli_refused_without_tls", test_cli_refused_without_tls, 0},
-    {NULL, NULL, 0},
+      {"hiredis_build", test_hiredis_build, 0},
+      {"refused_without_tls", test_refused_without_tls, 0},
+      {"cli_refused_without_tls", test_cli_refused_without_tls, 0},
+      {NULL, NULL, 0},
   };
   return th_main(argc, argv, cases);
 }
@@ -179,9 +177,7 @@ static int loop_until_cond(struct event_base *base, int (*cond)(void), unsigned 
   return cond();
 }
 
-static int one_queued(void) {
-  return th_redis_int(&th_server, "ZCARD sluice:sem:{t}:queue") == 1;
-}
+static int one_queued(void) { return th_redis_int(&th_server, "ZCARD sluice:sem:{t}:queue") == 1; }
 
 static char laddr[64]; /* "laddr=127.0.0.1:<tls port>" */
 
@@ -474,20 +470,20 @@ static void test_refusals(void) {
     const char *cert, *key;
     const char *want;
   } bad[] = {
-    {"rediss://127.0.0.1:1?bogus=1", NULL, NULL, "unknown URL parameter 'bogus'"},
-    {"redis://127.0.0.1:1?ca=/x", NULL, NULL, "use a rediss:// URL"},
-    {"rediss://127.0.0.1:1?verify=2", NULL, NULL, "takes 0 or 1"},
-    {"rediss://127.0.0.1:1?ca=", NULL, NULL, "needs a value"},
-    {"rediss://127.0.0.1:1?ca=/nonexistent/ca.pem", NULL, NULL,
-     "TLS: cannot read CA file /nonexistent/ca.pem: No such file or directory"},
-    {"rediss://127.0.0.1:1?ca_dir=/nonexistent", NULL, NULL,
-     "TLS: cannot read CA directory /nonexistent: No such file or directory"},
-    {"rediss://127.0.0.1:1?cert=/nonexistent/c.pem&key=/nonexistent/k.pem", NULL, NULL,
-     "TLS: cannot read client certificate /nonexistent/c.pem: No such file or directory"},
-    {"rediss://127.0.0.1:1?cert=/x.pem", NULL, NULL, "needs its private key"},
-    {"unix:///tmp/x.sock", NULL, NULL, "not a unix socket"},
-    {NULL, "client.crt", "server.key", "client key"},
-    {"http://x", NULL, NULL, "invalid Redis URL"},
+      {"rediss://127.0.0.1:1?bogus=1", NULL, NULL, "unknown URL parameter 'bogus'"},
+      {"redis://127.0.0.1:1?ca=/x", NULL, NULL, "use a rediss:// URL"},
+      {"rediss://127.0.0.1:1?verify=2", NULL, NULL, "takes 0 or 1"},
+      {"rediss://127.0.0.1:1?ca=", NULL, NULL, "needs a value"},
+      {"rediss://127.0.0.1:1?ca=/nonexistent/ca.pem", NULL, NULL,
+       "TLS: cannot read CA file /nonexistent/ca.pem: No such file or directory"},
+      {"rediss://127.0.0.1:1?ca_dir=/nonexistent", NULL, NULL,
+       "TLS: cannot read CA directory /nonexistent: No such file or directory"},
+      {"rediss://127.0.0.1:1?cert=/nonexistent/c.pem&key=/nonexistent/k.pem", NULL, NULL,
+       "TLS: cannot read client certificate /nonexistent/c.pem: No such file or directory"},
+      {"rediss://127.0.0.1:1?cert=/x.pem", NULL, NULL, "needs its private key"},
+      {"unix:///tmp/x.sock", NULL, NULL, "not a unix socket"},
+      {NULL, "client.crt", "server.key", "client key"},
+      {"http://x", NULL, NULL, "invalid Redis URL"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     sluice_client_options o;
@@ -525,8 +521,8 @@ static void test_refusals(void) {
 }
 
 static void test_cli(void) {
-  run_out r = run_cli("rl", "check", "api", "k", "--algo", "fixed", "--limit", "2", "--period", "60000", "--redis",
-                      tls_url(good_query()), NULL);
+  run_out r = run_cli("rl", "check", "api", "k", "--algo", "fixed", "--limit", "2", "--period",
+                      "60000", "--redis", tls_url(good_query()), NULL);
   TH_ASSERT_EQ(r.status, 0);
   TH_ASSERT_CONTAINS(r.out, "allowed=1");
   TH_ASSERT_CMP(th_redis_int(&th_server, "DBSIZE"), >=, 1);
@@ -535,8 +531,8 @@ static void test_cli(void) {
   TH_ASSERT_EQ(r.status, 0);
   char q[300];
   snprintf(q, sizeof q, "ca=%s", cert("other-ca.crt"));
-  r = run_cli("rl", "check", "api", "k", "--algo", "fixed", "--limit", "2", "--period", "60000", "--redis",
-              tls_url(q), NULL);
+  r = run_cli("rl", "check", "api", "k", "--algo", "fixed", "--limit", "2", "--period", "60000",
+              "--redis", tls_url(q), NULL);
   TH_ASSERT_EQ(r.status, 69);
   TH_ASSERT_CONTAINS(r.out, "server certificate not accepted");
   snprintf(q, sizeof q, "ca=%s", cert("ca.crt"));
@@ -544,12 +540,11 @@ static void test_cli(void) {
               "--redis", tls_url(q), NULL);
   TH_ASSERT_EQ(r.status, 69);
   TH_ASSERT_CONTAINS(r.out, "requires a client certificate");
-  r = run_cli("rl", "check", "api", "k", "--algo", "fixed", "--limit", "2", "--period", "60000", "--redis",
-              "rediss://127.0.0.1:1?ca=/nonexistent.pem", NULL);
+  r = run_cli("rl", "check", "api", "k", "--algo", "fixed", "--limit", "2", "--period", "60000",
+              "--redis", "rediss://127.0.0.1:1?ca=/nonexistent.pem", NULL);
   TH_ASSERT_EQ(r.status, 64);
   TH_ASSERT_CONTAINS(r.out, "cannot read CA file /nonexistent.pem: No such file or directory");
 }
-
 
 /* rediss+cluster://: a one-node cluster that speaks only TLS (cluster bus
  * too); its slot map names its TLS port, and a semaphore with a blocked
@@ -564,10 +559,25 @@ static void test_cluster(void) {
   snprintf(keep[0], sizeof keep[0], "%s", cert("server.crt"));
   snprintf(keep[1], sizeof keep[1], "%s", cert("server.key"));
   snprintf(keep[2], sizeof keep[2], "%s", cert("ca.crt"));
-  const char *args[] = {"--tls-port", p, "--tls-cert-file", keep[0], "--tls-key-file", keep[1],
-                        "--tls-ca-cert-file", keep[2], "--tls-auth-clients", "yes",
-                        "--tls-cluster", "yes", "--cluster-enabled", "yes",
-                        "--cluster-port", b, "--cluster-config-file", "nodes.conf", NULL};
+  const char *args[] = {"--tls-port",
+                        p,
+                        "--tls-cert-file",
+                        keep[0],
+                        "--tls-key-file",
+                        keep[1],
+                        "--tls-ca-cert-file",
+                        keep[2],
+                        "--tls-auth-clients",
+                        "yes",
+                        "--tls-cluster",
+                        "yes",
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-port",
+                        b,
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        NULL};
   th_redis node;
   TH_ASSERT_EQ(th_redis_start(&node, 0, args), 0);
   TH_ASSERT_EQ(th_redis_int(&node, "CLUSTER ADDSLOTSRANGE 0 16383"), 0);
@@ -607,7 +617,6 @@ static void test_cluster(void) {
   rmdir(node.dir);
 }
 
-
 /* A CA, another CA, a server certificate for 127.0.0.1 and localhost, and a
  * client certificate, all from the first CA except other-ca. */
 static int make_certs(void) {
@@ -634,32 +643,32 @@ static int make_certs(void) {
 }
 
 static void remove_certs(void) {
-  static const char *const names[] = {"ca.key", "ca.crt", "ca.srl", "other-ca.key",
+  static const char *const names[] = {"ca.key",       "ca.crt",     "ca.srl",     "other-ca.key",
                                       "other-ca.crt", "server.ext", "server.key", "server.csr",
-                                      "server.crt", "client.ext", "client.key", "client.csr",
-                                      "client.crt", "openssl.log"};
+                                      "server.crt",   "client.ext", "client.key", "client.csr",
+                                      "client.crt",   "openssl.log"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) unlink(cert(names[i]));
   rmdir(certs);
 }
 
 int main(int argc, char **argv) {
   static const th_case cases[] = {
-    {"hiredis_build", test_hiredis_build, 0},
-    {"semaphore", test_semaphore, 0},
-    {"limiter", test_limiter, 0},
-    {"delay_queue", test_delay_queue, 0},
-    {"reconnect", test_reconnect, 0},
-    {"wrong_ca", test_wrong_ca, 0},
-    {"wrong_server_name", test_wrong_server_name, 0},
-    {"client_cert_missing", test_client_cert_missing, 0},
-    {"plain_to_tls_port", test_plain_to_tls_port, 0},
-    {"tls_to_plain_port", test_tls_to_plain_port, 0},
-    {"sni_and_skip_verify", test_sni_and_skip_verify, 0},
-    {"options", test_options, 0},
-    {"refusals", test_refusals, 0},
-    {"cli", test_cli, 0},
-    {"cluster", test_cluster, 0},
-    {NULL, NULL, 0},
+      {"hiredis_build", test_hiredis_build, 0},
+      {"semaphore", test_semaphore, 0},
+      {"limiter", test_limiter, 0},
+      {"delay_queue", test_delay_queue, 0},
+      {"reconnect", test_reconnect, 0},
+      {"wrong_ca", test_wrong_ca, 0},
+      {"wrong_server_name", test_wrong_server_name, 0},
+      {"client_cert_missing", test_client_cert_missing, 0},
+      {"plain_to_tls_port", test_plain_to_tls_port, 0},
+      {"tls_to_plain_port", test_tls_to_plain_port, 0},
+      {"sni_and_skip_verify", test_sni_and_skip_verify, 0},
+      {"options", test_options, 0},
+      {"refusals", test_refusals, 0},
+      {"cli", test_cli, 0},
+      {"cluster", test_cluster, 0},
+      {NULL, NULL, 0},
   };
   const char *ci = getenv("CI");
   int under_ci = ci && strcmp(ci, "true") == 0;
@@ -694,11 +703,16 @@ int main(int argc, char **argv) {
   snprintf(port, sizeof port, "%d", tls_port);
   /* TLS only (the harness's "--port 0" leaves no plain TCP port), and
    * clients must show a certificate from the test CA. */
-  const char *args[] = {"--tls-port", port,
-                        "--tls-cert-file", cert("server.crt"),
-                        "--tls-key-file", cert("server.key"),
-                        "--tls-ca-cert-file", cert("ca.crt"),
-                        "--tls-auth-clients", "yes",
+  const char *args[] = {"--tls-port",
+                        port,
+                        "--tls-cert-file",
+                        cert("server.crt"),
+                        "--tls-key-file",
+                        cert("server.key"),
+                        "--tls-ca-cert-file",
+                        cert("ca.crt"),
+                        "--tls-auth-clients",
+                        "yes",
                         NULL};
   char keep[4][256]; /* cert() rotates its buffers */
   for (int i = 0; i < 3; i++) {

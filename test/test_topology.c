@@ -44,7 +44,8 @@ static redisReply *cmd(const th_node *n, const char *fmt, ...) {
 static long long cmd_int(const th_node *n, const char *fmt, const char *arg) {
   redisReply *r = cmd(n, fmt, arg);
   if (r->type != REDIS_REPLY_INTEGER)
-    th_fail(__FILE__, __LINE__, "%s: %s", n->addr, r->type == REDIS_REPLY_ERROR ? r->str : "not an integer");
+    th_fail(__FILE__, __LINE__, "%s: %s", n->addr,
+            r->type == REDIS_REPLY_ERROR ? r->str : "not an integer");
   long long v = r->integer;
   freeReplyObject(r);
   return v;
@@ -53,8 +54,11 @@ static long long cmd_int(const th_node *n, const char *fmt, const char *arg) {
 /* "master" or "slave" (ROLE's first element), into buf. */
 static const char *role(const th_node *n, char *buf, size_t len) {
   redisReply *r = cmd(n, "ROLE");
-  snprintf(buf, len, "%s", r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-                               r->element[0]->type == REDIS_REPLY_STRING ? r->element[0]->str : "?");
+  snprintf(
+      buf, len, "%s",
+      r->type == REDIS_REPLY_ARRAY && r->elements > 0 && r->element[0]->type == REDIS_REPLY_STRING
+          ? r->element[0]->str
+          : "?");
   freeReplyObject(r);
   return buf;
 }
@@ -76,8 +80,8 @@ static void expect_moved(const th_node *wrong, const char *key, const th_node *o
   char want[64];
   snprintf(want, sizeof want, " %s", owner->addr);
   if (r->type != REDIS_REPLY_ERROR || strncmp(r->str, "MOVED ", 6) != 0 || !strstr(r->str, want))
-    th_fail(__FILE__, __LINE__, "GET %s on %s: want MOVED to %s, got %s", key, wrong->addr, owner->addr,
-            r->type == REDIS_REPLY_ERROR ? r->str : "a value");
+    th_fail(__FILE__, __LINE__, "GET %s on %s: want MOVED to %s, got %s", key, wrong->addr,
+            owner->addr, r->type == REDIS_REPLY_ERROR ? r->str : "a value");
   freeReplyObject(r);
 }
 
@@ -85,7 +89,9 @@ static void expect_value(const th_node *n, const char *key, const char *value) {
   redisReply *r = cmd(n, "GET %s", key);
   if (r->type != REDIS_REPLY_STRING || strcmp(r->str, value) != 0)
     th_fail(__FILE__, __LINE__, "GET %s on %s: want \"%s\", got %s", key, n->addr, value,
-            r->type == REDIS_REPLY_ERROR ? r->str : r->type == REDIS_REPLY_STRING ? r->str : "nil");
+            r->type == REDIS_REPLY_ERROR    ? r->str
+            : r->type == REDIS_REPLY_STRING ? r->str
+                                            : "nil");
   freeReplyObject(r);
 }
 
@@ -97,8 +103,11 @@ static void check_keyslots(const th_node *n) {
   enum { N = 4000 };
   static char keys[N][48];
   static size_t lens[N];
-  const char *forms[] = {"key:%d", "{user%d}.following", "foo{%d}bar", "{}%d", "x{}{%d}",
-                         "a{{b%d}}c", "{%d", "%d}", "{%d}{x}", "%d{y}"};
+  const char *forms[] = {"key:%d",     "{user%d}.following",
+                         "foo{%d}bar", "{}%d",
+                         "x{}{%d}",    "a{{b%d}}c",
+                         "{%d",        "%d}",
+                         "{%d}{x}",    "%d{y}"};
   for (int i = 0; i < N; i++) {
     if (i % 11 == 10) { /* binary: NUL and high bytes, braces around them */
       int l = 0;
@@ -157,7 +166,8 @@ static void test_cluster(void) {
     redisReply *r = redisCommand(conn[mi], "SET %s %s", key, val);
     TH_ASSERT(r != NULL);
     if (r->type != REDIS_REPLY_STATUS)
-      th_fail(__FILE__, __LINE__, "SET %s on %s: %s", key, m->addr, r->type == REDIS_REPLY_ERROR ? r->str : "?");
+      th_fail(__FILE__, __LINE__, "SET %s on %s: %s", key, m->addr,
+              r->type == REDIS_REPLY_ERROR ? r->str : "?");
     freeReplyObject(r);
     sent[mi]++;
   }

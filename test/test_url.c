@@ -14,11 +14,11 @@ static void expect_ok(const char *url, const char *host, int port, const char *p
   sluice__endpoint ep;
   int rc = sluice__parse_url(url, &ep);
   if (rc != SLUICE_OK) th_fail(__FILE__, __LINE__, "\"%s\": %s", url, sluice_err_name(rc));
-#define FIELD(f, want)                                                                     \
-  do {                                                                                     \
-    if ((want) == NULL ? ep.f != NULL : (!ep.f || strcmp(ep.f, (want)) != 0))              \
-      th_fail(__FILE__, __LINE__, "\"%s\": " #f " \"%s\", want \"%s\"", url,               \
-              ep.f ? ep.f : "(null)", (want) ? (want) : "(null)");                         \
+#define FIELD(f, want)                                                        \
+  do {                                                                        \
+    if ((want) == NULL ? ep.f != NULL : (!ep.f || strcmp(ep.f, (want)) != 0)) \
+      th_fail(__FILE__, __LINE__, "\"%s\": " #f " \"%s\", want \"%s\"", url,  \
+              ep.f ? ep.f : "(null)", (want) ? (want) : "(null)");            \
   } while (0)
   FIELD(host, host);
   FIELD(unix_path, path);
@@ -39,8 +39,7 @@ static void expect_rc(const char *url, int status) {
   if (rc != status)
     th_fail(__FILE__, __LINE__, "\"%s\": %s, want %s", url ? url : "(NULL)", sluice_err_name(rc),
             sluice_err_name(status));
-  TH_ASSERT(ep.host == NULL && ep.unix_path == NULL && ep.username == NULL &&
-            ep.password == NULL);
+  TH_ASSERT(ep.host == NULL && ep.unix_path == NULL && ep.username == NULL && ep.password == NULL);
   TH_ASSERT_EQ(ep.port, 0);
   TH_ASSERT_EQ(ep.db, 0);
 }
@@ -173,8 +172,8 @@ static void test_long_inputs(void) {
  * node, TLS, and what a cluster URL cannot say. */
 static void test_cluster_forms(void) {
   sluice__endpoint ep;
-  TH_ASSERT_EQ(sluice__parse_url("redis+cluster://u:p%40ss@10.0.0.1:7000,[::1]:7001,h:7002/",
-                                 &ep), SLUICE_OK);
+  TH_ASSERT_EQ(sluice__parse_url("redis+cluster://u:p%40ss@10.0.0.1:7000,[::1]:7001,h:7002/", &ep),
+               SLUICE_OK);
   TH_ASSERT_EQ(ep.cluster, 1);
   TH_ASSERT_EQ(ep.nseeds, 3);
   TH_ASSERT_STR_EQ(ep.seed_hosts[0], "10.0.0.1");
@@ -191,9 +190,10 @@ static void test_cluster_forms(void) {
   TH_ASSERT_EQ(ep.tls_skip_verify, 1);
   TH_ASSERT_EQ(ep.nseeds, 1);
   sluice__endpoint_clear(&ep);
-  static const char *const bad[] = {"redis+cluster://", "redis+cluster://h", "redis+cluster://h:1/1",
-                                    "redis+cluster://h:1,,h:2", "redis+cluster://h:99999",
-                                    "redis+cluster://h:1?verify=0", "redis+cluster://h:1?x=1", NULL};
+  static const char *const bad[] = {"redis+cluster://",        "redis+cluster://h",
+                                    "redis+cluster://h:1/1",   "redis+cluster://h:1,,h:2",
+                                    "redis+cluster://h:99999", "redis+cluster://h:1?verify=0",
+                                    "redis+cluster://h:1?x=1", NULL};
   for (int i = 0; bad[i]; i++) expect_rc(bad[i], SLUICE_EINVAL);
   /* From the options, no URL. */
   memset(&ep, 0, sizeof ep);
@@ -259,18 +259,12 @@ static void test_control_bytes(void) {
 
 int main(int argc, char **argv) {
   static const th_case cases[] = {
-      {"redis_forms", test_redis_forms, 10},
-      {"ports_and_dbs", test_ports_and_dbs, 10},
-      {"credentials", test_credentials, 10},
-      {"percent_escapes", test_percent_escapes, 10},
-      {"unix_forms", test_unix_forms, 10},
-      {"rediss_form", test_rediss_form, 0},
-      {"bad_schemes", test_bad_schemes, 10},
-      {"long_inputs", test_long_inputs, 10},
-      {"cluster_forms", test_cluster_forms, 10},
-      {"ambiguous_forms", test_ambiguous_forms, 10},
-      {"control_bytes", test_control_bytes, 10},
-      {NULL, NULL, 0},
+      {"redis_forms", test_redis_forms, 10},     {"ports_and_dbs", test_ports_and_dbs, 10},
+      {"credentials", test_credentials, 10},     {"percent_escapes", test_percent_escapes, 10},
+      {"unix_forms", test_unix_forms, 10},       {"rediss_form", test_rediss_form, 0},
+      {"bad_schemes", test_bad_schemes, 10},     {"long_inputs", test_long_inputs, 10},
+      {"cluster_forms", test_cluster_forms, 10}, {"ambiguous_forms", test_ambiguous_forms, 10},
+      {"control_bytes", test_control_bytes, 10}, {NULL, NULL, 0},
   };
   return th_main_local(argc, argv, cases);
 }

@@ -77,7 +77,9 @@ int th_topology_available(void) { return redis_server_bin() && redis_cli_bin(); 
 /* ---- directories and the sweep ------------------------------------------ */
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st; (void)flag; (void)ftw;
+  (void)st;
+  (void)flag;
+  (void)ftw;
   remove(path);
   return 0;
 }
@@ -191,8 +193,7 @@ int th_topology_dirs(void) {
   if (!d) return -1;
   struct dirent *e;
   const char *base = strrchr(topo_prefix, '/') + 1;
-  while ((e = readdir(d)))
-    count += strncmp(e->d_name, base, strlen(base)) == 0;
+  while ((e = readdir(d))) count += strncmp(e->d_name, base, strlen(base)) == 0;
   closedir(d);
   return count;
 }
@@ -299,7 +300,10 @@ static pid_t spawn_argv(const char *const *argv, const char *out_path) {
     int in = open("/dev/null", O_RDONLY);
     int out = open(out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0600);
     if (in >= 0) dup2(in, 0);
-    if (out >= 0) { dup2(out, 1); dup2(out, 2); }
+    if (out >= 0) {
+      dup2(out, 1);
+      dup2(out, 2);
+    }
     execv(argv[0], (char *const *)argv);
     _exit(127);
   }
@@ -381,7 +385,9 @@ static int node_ok(const th_node *n, const char *what, redisReply *r) {
   int ok = reply_ok(r);
   if (!ok)
     say("%s on %s: %s", what, n->addr,
-        !r ? "no answer" : r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        !r                             ? "no answer"
+        : r->type == REDIS_REPLY_ERROR ? r->str
+                                       : "unexpected reply");
   if (r) freeReplyObject(r);
   return ok ? 0 : -1;
 }
@@ -393,7 +399,11 @@ static int node_ok(const th_node *n, const char *what, redisReply *r) {
 static int cut_replication(const th_node *m) {
   redisReply *r = node_cmd(m, "CLIENT KILL TYPE replica");
   int ok = r && r->type == REDIS_REPLY_INTEGER && r->integer > 0;
-  if (!ok) say("CLIENT KILL TYPE replica on %s: %s", m->addr, !r ? "no answer" : r->type == REDIS_REPLY_ERROR ? r->str : "no replica connected");
+  if (!ok)
+    say("CLIENT KILL TYPE replica on %s: %s", m->addr,
+        !r                             ? "no answer"
+        : r->type == REDIS_REPLY_ERROR ? r->str
+                                       : "no replica connected");
   if (r) freeReplyObject(r);
   return ok ? 0 : -1;
 }
@@ -442,17 +452,26 @@ static int data_node_start(th_node *n, const char *root, const char *name,
     const char *argv[48];
     int k = 0;
     argv[k++] = redis_server_bin();
-    argv[k++] = "--port"; argv[k++] = port;
-    argv[k++] = "--bind"; argv[k++] = "127.0.0.1";
-    argv[k++] = "--dir"; argv[k++] = n->dir;
-    argv[k++] = "--save"; argv[k++] = "";
-    argv[k++] = "--appendonly"; argv[k++] = "no";
-    argv[k++] = "--daemonize"; argv[k++] = "no";
-    argv[k++] = "--logfile"; argv[k++] = log;
-    argv[k++] = "--pidfile"; argv[k++] = pidf;
+    argv[k++] = "--port";
+    argv[k++] = port;
+    argv[k++] = "--bind";
+    argv[k++] = "127.0.0.1";
+    argv[k++] = "--dir";
+    argv[k++] = n->dir;
+    argv[k++] = "--save";
+    argv[k++] = "";
+    argv[k++] = "--appendonly";
+    argv[k++] = "no";
+    argv[k++] = "--daemonize";
+    argv[k++] = "no";
+    argv[k++] = "--logfile";
+    argv[k++] = log;
+    argv[k++] = "--pidfile";
+    argv[k++] = pidf;
     /* Redis 7.0 waits 5 s by default before a diskless full sync, for more
      * replicas to join it: every replica would start 5 s late. */
-    argv[k++] = "--repl-diskless-sync-delay"; argv[k++] = "0";
+    argv[k++] = "--repl-diskless-sync-delay";
+    argv[k++] = "0";
     for (int i = 0; extra && extra[i] && k < 46; i++) argv[k++] = extra[i];
     argv[k] = NULL;
     n->pid = spawn_argv(argv, out);
@@ -494,11 +513,11 @@ static const char *kv(const redisReply *r, const char *key) {
 }
 
 typedef struct node_role {
-  int is_master;      /* -1: no answer */
-  int master_port;    /* replicas */
-  int linked;         /* replicas: state "connected" */
+  int is_master;   /* -1: no answer */
+  int master_port; /* replicas */
+  int linked;      /* replicas: state "connected" */
   int replica_ports[8];
-  int nreplicas;      /* masters: replicas listed by ROLE */
+  int nreplicas; /* masters: replicas listed by ROLE */
 } node_role;
 
 static node_role role_of(const th_node *n) {
@@ -513,7 +532,8 @@ static node_role role_of(const th_node *n) {
       if (r->elements >= 3 && r->element[2]->type == REDIS_REPLY_ARRAY) {
         for (size_t i = 0; i < r->element[2]->elements && ro.nreplicas < 8; i++) {
           redisReply *e = r->element[2]->element[i];
-          if (e->type == REDIS_REPLY_ARRAY && e->elements >= 2 && e->element[1]->type == REDIS_REPLY_STRING)
+          if (e->type == REDIS_REPLY_ARRAY && e->elements >= 2 &&
+              e->element[1]->type == REDIS_REPLY_STRING)
             ro.replica_ports[ro.nreplicas++] = atoi(e->element[1]->str);
         }
       }
@@ -535,8 +555,7 @@ uint16_t th_crc16(const void *buf, size_t len) {
   uint16_t crc = 0;
   for (size_t i = 0; i < len; i++) {
     crc ^= (uint16_t)(p[i] << 8);
-    for (int b = 0; b < 8; b++)
-      crc = (uint16_t)(crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1);
+    for (int b = 0; b < 8; b++) crc = (uint16_t)(crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1);
   }
   return crc;
 }
@@ -645,7 +664,8 @@ static int cluster_settled(th_cluster *cl, char *why, size_t wl) {
     if (!node_live(n)) continue;
     redisReply *r = node_cmd(n, "CLUSTER INFO");
     if (!r || r->type != REDIS_REPLY_STRING) {
-      snprintf(why, wl, "%s: CLUSTER INFO: %s", n->addr, r && r->type == REDIS_REPLY_ERROR ? r->str : "no answer");
+      snprintf(why, wl, "%s: CLUSTER INFO: %s", n->addr,
+               r && r->type == REDIS_REPLY_ERROR ? r->str : "no answer");
       if (r) freeReplyObject(r);
       return -1;
     }
@@ -657,7 +677,8 @@ static int cluster_settled(th_cluster *cl, char *why, size_t wl) {
     freeReplyObject(r);
     if (strcmp(state, "ok") != 0 || atoi(assigned) != TH_CLUSTER_SLOTS ||
         atoi(ok) != TH_CLUSTER_SLOTS || atoi(known) != cl->n) {
-      snprintf(why, wl, "%s: cluster_state:%s slots_assigned:%s slots_ok:%s known_nodes:%s (want %d)",
+      snprintf(why, wl,
+               "%s: cluster_state:%s slots_assigned:%s slots_ok:%s known_nodes:%s (want %d)",
                n->addr, state, assigned, ok, known, cl->n);
       return -1;
     }
@@ -691,7 +712,9 @@ static int cluster_settled(th_cluster *cl, char *why, size_t wl) {
       vnode *a = vfind(rv, m->port), *b = vfind(cv, m->port);
       if (!a || !b || b->bad || a->is_master != b->is_master || a->master_port != b->master_port) {
         snprintf(why, wl, "%s's view of %s: %s", cl->node[i].addr, m->addr,
-                 !b ? "unknown" : b->bad ? "flagged failing" : "role differs from the others'");
+                 !b       ? "unknown"
+                 : b->bad ? "flagged failing"
+                          : "role differs from the others'");
         return -1;
       }
     }
@@ -701,9 +724,13 @@ static int cluster_settled(th_cluster *cl, char *why, size_t wl) {
     if (!node_live(n)) continue;
     vnode *a = vfind(rv, n->port);
     node_role ro = role_of(n);
-    if (ro.is_master != a->is_master || (!a->is_master && (ro.master_port != a->master_port || !ro.linked))) {
+    if (ro.is_master != a->is_master ||
+        (!a->is_master && (ro.master_port != a->master_port || !ro.linked))) {
       snprintf(why, wl, "%s: ROLE %s (cluster says %s of %d)", n->addr,
-               ro.is_master < 0 ? "no answer" : ro.is_master ? "master" : ro.linked ? "replica" : "replica, link down",
+               ro.is_master < 0 ? "no answer"
+               : ro.is_master   ? "master"
+               : ro.linked      ? "replica"
+                                : "replica, link down",
                a->is_master ? "master" : "replica", a->master_port);
       return -1;
     }
@@ -723,8 +750,8 @@ static int cluster_settled(th_cluster *cl, char *why, size_t wl) {
 
 typedef int (*cluster_pred)(th_cluster *cl, const void *arg, char *why, size_t wl);
 
-static int cluster_wait(th_cluster *cl, unsigned timeout_ms, const char *what,
-                        cluster_pred pred, const void *arg) {
+static int cluster_wait(th_cluster *cl, unsigned timeout_ms, const char *what, cluster_pred pred,
+                        const void *arg) {
   char why[512] = "";
   uint64_t t0 = th_now_ms(), end = t0 + timeout_ms;
   for (;;) {
@@ -807,14 +834,20 @@ int th_cluster_start(th_cluster *cl, int masters, int replicas_per_master) {
     char name[16], conf[240];
     snprintf(name, sizeof name, "n%d", i);
     snprintf(conf, sizeof conf, "%s/%s/nodes.conf", cl->root, name);
-    const char *extra[] = {"--cluster-enabled", "yes", "--cluster-config-file", conf,
-                           "--cluster-node-timeout", "1000", NULL};
+    const char *extra[] = {"--cluster-enabled",
+                           "yes",
+                           "--cluster-config-file",
+                           conf,
+                           "--cluster-node-timeout",
+                           "1000",
+                           NULL};
     cl->n = i + 1; /* so that th_cluster_stop sees it */
     if (data_node_start(&cl->node[i], cl->root, name, extra) != 0) goto fail;
   }
   size_t off = 0;
   for (int i = 0; i < n; i++)
-    off += (size_t)snprintf(cl->seeds + off, sizeof cl->seeds - off, "%s%s", i ? "," : "", cl->node[i].addr);
+    off += (size_t)snprintf(cl->seeds + off, sizeof cl->seeds - off, "%s%s", i ? "," : "",
+                            cl->node[i].addr);
 
   char replicas[16], log[240];
   snprintf(replicas, sizeof replicas, "%d", replicas_per_master);
@@ -863,7 +896,10 @@ th_node *th_cluster_replica_of(th_cluster *cl, const th_node *m) {
   return NULL;
 }
 
-typedef struct slot_at { unsigned slot; int idx; } slot_at;
+typedef struct slot_at {
+  unsigned slot;
+  int idx;
+} slot_at;
 
 static int slot_owned(th_cluster *cl, const void *arg, char *why, size_t wl) {
   const slot_at *sa = arg;
@@ -880,8 +916,10 @@ long th_cluster_migrate_slot(th_cluster *cl, unsigned slot, th_node *to) {
   }
   /* The order the cluster spec gives: importing side first, so that a
    * client redirected by ASK always finds the target ready. */
-  if (node_ok(to, "SETSLOT IMPORTING", node_cmd(to, "CLUSTER SETSLOT %u IMPORTING %s", slot, from->id)) ||
-      node_ok(from, "SETSLOT MIGRATING", node_cmd(from, "CLUSTER SETSLOT %u MIGRATING %s", slot, to->id)))
+  if (node_ok(to, "SETSLOT IMPORTING",
+              node_cmd(to, "CLUSTER SETSLOT %u IMPORTING %s", slot, from->id)) ||
+      node_ok(from, "SETSLOT MIGRATING",
+              node_cmd(from, "CLUSTER SETSLOT %u MIGRATING %s", slot, to->id)))
     return -1;
   long moved = 0;
   redisContext *c = th_node_connect(from);
@@ -894,7 +932,8 @@ long th_cluster_migrate_slot(th_cluster *cl, unsigned slot, th_node *to) {
   for (int round = 0; round < 10000; round++) {
     redisReply *keys = redisCommand(c, "CLUSTER GETKEYSINSLOT %u 100", slot);
     if (!keys || keys->type != REDIS_REPLY_ARRAY) {
-      say("GETKEYSINSLOT on %s: %s", from->addr, keys && keys->type == REDIS_REPLY_ERROR ? keys->str : "failed");
+      say("GETKEYSINSLOT on %s: %s", from->addr,
+          keys && keys->type == REDIS_REPLY_ERROR ? keys->str : "failed");
       if (keys) freeReplyObject(keys);
       redisFree(c);
       return -1;
@@ -909,7 +948,10 @@ long th_cluster_migrate_slot(th_cluster *cl, unsigned slot, th_node *to) {
     if (!argv || !lens) abort();
     int k = 0;
     const char *head[] = {"MIGRATE", "127.0.0.1", port, "", "0", "5000", "REPLACE", "KEYS"};
-    for (int i = 0; i < 8; i++) { argv[k] = head[i]; lens[k++] = strlen(head[i]); }
+    for (int i = 0; i < 8; i++) {
+      argv[k] = head[i];
+      lens[k++] = strlen(head[i]);
+    }
     for (size_t i = 0; i < nk; i++) {
       argv[k] = keys->element[i]->str;
       lens[k++] = keys->element[i]->len;
@@ -938,21 +980,24 @@ long th_cluster_migrate_slot(th_cluster *cl, unsigned slot, th_node *to) {
   for (int i = 0; i < cl->n; i++) {
     th_node *m = &cl->node[i];
     if (m == to || m == from || !m->is_master || !node_live(m)) continue;
-    if (node_ok(m, "SETSLOT NODE", node_cmd(m, "CLUSTER SETSLOT %u NODE %s", slot, to->id))) return -1;
+    if (node_ok(m, "SETSLOT NODE", node_cmd(m, "CLUSTER SETSLOT %u NODE %s", slot, to->id)))
+      return -1;
   }
   slot_at sa = {slot, (int)(to - cl->node)};
   if (cluster_wait(cl, 30000, "slot migration", slot_owned, &sa) != 0) return -1;
   return moved;
 }
 
-typedef struct flip { int new_master, old_master; } flip;
+typedef struct flip {
+  int new_master, old_master;
+} flip;
 
 static int flipped(th_cluster *cl, const void *arg, char *why, size_t wl) {
   const flip *f = arg;
   th_node *nm = &cl->node[f->new_master], *om = &cl->node[f->old_master];
   if (nm->is_master && !om->is_master && om->master == f->new_master) return 0;
-  snprintf(why, wl, "%s is %s, %s is %s", nm->addr, nm->is_master ? "master" : "replica",
-           om->addr, om->is_master ? "master" : "replica");
+  snprintf(why, wl, "%s is %s, %s is %s", nm->addr, nm->is_master ? "master" : "replica", om->addr,
+           om->is_master ? "master" : "replica");
   return -1;
 }
 
@@ -974,7 +1019,11 @@ th_node *th_cluster_failover(th_cluster *cl, th_node *m) {
   return cluster_wait(cl, 30000, "CLUSTER FAILOVER", flipped, &f) == 0 ? r : NULL;
 }
 
-typedef struct lost { int idx[TH_CLUSTER_MAX]; int n; int winner; } lost;
+typedef struct lost {
+  int idx[TH_CLUSTER_MAX];
+  int n;
+  int winner;
+} lost;
 
 static int replica_took_over(th_cluster *cl, const void *arg, char *why, size_t wl) {
   lost *l = (lost *)arg;
@@ -1010,15 +1059,22 @@ static th_node *cluster_lose_master(th_cluster *cl, th_node *m, int sig, int hel
   for (int i = 0; held && i < l.n; i++) node_resume(&cl->node[l.idx[i]]);
   /* node timeout 1 s to flag it, then the election (rank-delayed): a few
    * seconds; generous for a busy machine. */
-  if (cluster_wait(cl, 60000, sig == SIGSTOP ? "failover of a paused master" : "failover of a killed master",
+  if (cluster_wait(cl, 60000,
+                   sig == SIGSTOP ? "failover of a paused master" : "failover of a killed master",
                    replica_took_over, &l) != 0)
     return NULL;
   return &cl->node[l.winner];
 }
 
-th_node *th_cluster_pause_master(th_cluster *cl, th_node *m) { return cluster_lose_master(cl, m, SIGSTOP, 0); }
-th_node *th_cluster_kill_master(th_cluster *cl, th_node *m) { return cluster_lose_master(cl, m, SIGKILL, 0); }
-th_node *th_cluster_kill_held(th_cluster *cl, th_node *m) { return cluster_lose_master(cl, m, SIGKILL, 1); }
+th_node *th_cluster_pause_master(th_cluster *cl, th_node *m) {
+  return cluster_lose_master(cl, m, SIGSTOP, 0);
+}
+th_node *th_cluster_kill_master(th_cluster *cl, th_node *m) {
+  return cluster_lose_master(cl, m, SIGKILL, 0);
+}
+th_node *th_cluster_kill_held(th_cluster *cl, th_node *m) {
+  return cluster_lose_master(cl, m, SIGKILL, 1);
+}
 
 int th_cluster_hold_replicas(th_cluster *cl, th_node *m) {
   lost l = {{0}, 0, -1};
@@ -1038,7 +1094,8 @@ int th_cluster_resume_node(th_cluster *cl, th_node *n) {
 
 /* ---- sentinel ------------------------------------------------------------ */
 
-static int sentinel_node_start(th_node *n, const char *root, int i, const char *name, int master_port) {
+static int sentinel_node_start(th_node *n, const char *root, int i, const char *name,
+                               int master_port) {
   memset(n, 0, sizeof *n);
   n->master = -1;
   snprintf(n->dir, sizeof n->dir, "%s/s%d", root, i);
@@ -1089,7 +1146,8 @@ static th_node *data_by_port(th_sentinel *s, int port) {
 static int reported_master(th_sentinel *s, th_node *t) {
   redisReply *r = node_cmd(t, "SENTINEL get-master-addr-by-name %s", s->name);
   int port = 0;
-  if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->type == REDIS_REPLY_STRING)
+  if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+      r->element[1]->type == REDIS_REPLY_STRING)
     port = atoi(r->element[1]->str);
   if (r) freeReplyObject(r);
   return port;
@@ -1113,7 +1171,8 @@ th_node *th_sentinel_replica(th_sentinel *s) {
 /* Every live sentinel reports master_port as the master; with
  * replica_port, it also lists that replica as linked ("ok"), the master is
  * not flagged down or in failover, and it knows the other live sentinels. */
-static int sentinels_agree(th_sentinel *s, int master_port, int replica_port, char *why, size_t wl) {
+static int sentinels_agree(th_sentinel *s, int master_port, int replica_port, char *why,
+                           size_t wl) {
   int live = 0;
   for (int i = 0; i < 3; i++) live += node_live(&s->sent[i]);
   for (int i = 0; i < 3; i++) {
@@ -1137,7 +1196,8 @@ static int sentinels_agree(th_sentinel *s, int master_port, int replica_port, ch
     good = 0;
     for (size_t j = 0; r && r->type == REDIS_REPLY_ARRAY && j < r->elements; j++) {
       const char *p = kv(r->element[j], "port"), *fl = kv(r->element[j], "flags"),
-                 *link = kv(r->element[j], "master-link-status"), *mp = kv(r->element[j], "master-port");
+                 *link = kv(r->element[j], "master-link-status"),
+                 *mp = kv(r->element[j], "master-port");
       if (p && atoi(p) == replica_port && fl && strcmp(fl, "slave") == 0 && link &&
           strcmp(link, "ok") == 0 && mp && atoi(mp) == master_port)
         good = 1;
@@ -1157,7 +1217,8 @@ static int sentinels_agree(th_sentinel *s, int master_port, int replica_port, ch
 static int data_linked(th_node *m, th_node *r, char *why, size_t wl) {
   node_role mr = role_of(m);
   if (mr.is_master != 1) {
-    snprintf(why, wl, "%s: ROLE is %s, want master", m->addr, mr.is_master < 0 ? "no answer" : "replica");
+    snprintf(why, wl, "%s: ROLE is %s, want master", m->addr,
+             mr.is_master < 0 ? "no answer" : "replica");
     return -1;
   }
   if (!r) return 0;
@@ -1165,7 +1226,8 @@ static int data_linked(th_node *m, th_node *r, char *why, size_t wl) {
   int listed = 0;
   for (int i = 0; i < mr.nreplicas; i++) listed |= mr.replica_ports[i] == r->port;
   if (rr.is_master != 0 || rr.master_port != m->port || !rr.linked || !listed) {
-    snprintf(why, wl, "%s: not yet a linked replica of %s (role %d, master port %d, linked %d, listed %d)",
+    snprintf(why, wl,
+             "%s: not yet a linked replica of %s (role %d, master port %d, linked %d, listed %d)",
              r->addr, m->addr, rr.is_master, rr.master_port, rr.linked, listed);
     return -1;
   }
@@ -1174,7 +1236,8 @@ static int data_linked(th_node *m, th_node *r, char *why, size_t wl) {
 
 /* Waits for: master m (ROLE), the sentinels reporting it, and with r, r its
  * linked replica known to every sentinel. */
-static int sentinel_wait(th_sentinel *s, th_node *m, th_node *r, unsigned timeout_ms, const char *what) {
+static int sentinel_wait(th_sentinel *s, th_node *m, th_node *r, unsigned timeout_ms,
+                         const char *what) {
   char why[512] = "";
   uint64_t end = th_now_ms() + timeout_ms;
   for (;;) {
@@ -1221,7 +1284,8 @@ int th_sentinel_start(th_sentinel *s, const char *master_name) {
   if (data_node_start(&s->data[1], s->root, "r", extra) != 0) goto fail;
   for (int i = 0; i < 3; i++)
     if (sentinel_node_start(&s->sent[i], s->root, i, s->name, s->data[0].port) != 0) goto fail;
-  snprintf(s->sentinels, sizeof s->sentinels, "%s,%s,%s", s->sent[0].addr, s->sent[1].addr, s->sent[2].addr);
+  snprintf(s->sentinels, sizeof s->sentinels, "%s,%s,%s", s->sent[0].addr, s->sent[1].addr,
+           s->sent[2].addr);
   sentinel_timers(s);
   /* Sentinels learn the replica from the master's INFO and each other from
    * hello messages every 2 s. */
@@ -1298,7 +1362,9 @@ static th_node *sentinel_lose_master(th_sentinel *s, int sig) {
   /* down-after 1 s, quorum, leader election, promotion: a few seconds; an
    * election that splits its votes retries only after 2 x failover-timeout
    * (10 s), hence the bound. */
-  if (sentinel_wait(s, neu, NULL, 60000, sig == SIGSTOP ? "failover of a paused master" : "failover of a killed master") != 0)
+  if (sentinel_wait(
+          s, neu, NULL, 60000,
+          sig == SIGSTOP ? "failover of a paused master" : "failover of a killed master") != 0)
     return NULL;
   old->is_master = 0;
   return neu;
@@ -1345,10 +1411,29 @@ int th_sentinel_replica_restart(th_sentinel *s) {
   snprintf(log, sizeof log, "%s/redis.log", r->dir);
   snprintf(pidf, sizeof pidf, "%s/redis.pid", r->dir);
   snprintf(out, sizeof out, "%s/stdout.log", r->dir);
-  const char *argv[] = {redis_server_bin(), "--port", port, "--bind", "127.0.0.1", "--dir", r->dir,
-                        "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", log,
-                        "--pidfile", pidf, "--repl-diskless-sync-delay", "0",
-                        "--replicaof", "127.0.0.1", mport, NULL};
+  const char *argv[] = {redis_server_bin(),
+                        "--port",
+                        port,
+                        "--bind",
+                        "127.0.0.1",
+                        "--dir",
+                        r->dir,
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                        "--daemonize",
+                        "no",
+                        "--logfile",
+                        log,
+                        "--pidfile",
+                        pidf,
+                        "--repl-diskless-sync-delay",
+                        "0",
+                        "--replicaof",
+                        "127.0.0.1",
+                        mport,
+                        NULL};
   /* Same port (clients and sentinels know it); Redis binds with
    * SO_REUSEADDR, so connections left in TIME_WAIT do not block it. */
   r->pid = spawn_argv(argv, out);

@@ -55,15 +55,15 @@
 #include <hiredis/hiredis.h>
 
 typedef struct th_node {
-  pid_t pid;        /* 0: not running (never started, stopped, or killed) */
+  pid_t pid; /* 0: not running (never started, stopped, or killed) */
   int port;
-  int paused;       /* SIGSTOPped by a helper: skipped by the waits */
-  char dir[200];    /* its own directory (config, log, pid file) */
-  char conf[224];   /* sentinels: their writable config file */
-  char addr[24];    /* "127.0.0.1:<port>" */
-  char id[41];      /* cluster node id, "" elsewhere */
-  int is_master;    /* role as last agreed (cluster) or reported (sentinel) */
-  int master;       /* cluster replicas: index of their master, else -1 */
+  int paused;     /* SIGSTOPped by a helper: skipped by the waits */
+  char dir[200];  /* its own directory (config, log, pid file) */
+  char conf[224]; /* sentinels: their writable config file */
+  char addr[24];  /* "127.0.0.1:<port>" */
+  char id[41];    /* cluster node id, "" elsewhere */
+  int is_master;  /* role as last agreed (cluster) or reported (sentinel) */
+  int master;     /* cluster replicas: index of their master, else -1 */
 } th_node;
 
 #define TH_CLUSTER_MAX 12
@@ -80,7 +80,7 @@ typedef struct th_cluster {
 typedef struct th_sentinel {
   char name[64];
   char root[160];
-  th_node data[2];     /* [0] started as the master, [1] as its replica */
+  th_node data[2]; /* [0] started as the master, [1] as its replica */
   th_node sent[3];
   char sentinels[80];
 } th_sentinel;

@@ -72,41 +72,41 @@ typedef struct sluice_client_options {
    * "unix:///path/to/sock[?db=N]".
    * When set it overrides host, port, unix_path, username, password and db. */
   const char *url;
-  const char *host;           /* default "127.0.0.1" */
-  int port;                   /* default 6379 */
-  const char *unix_path;      /* a unix socket instead of TCP */
-  const char *username;       /* ACL user (Redis 6+); NULL for AUTH password */
-  const char *password;       /* NULL: no AUTH */
-  int db;                     /* SELECT on every (re)connect when non-zero */
-  const char *key_prefix;     /* prepended to every key; default "sluice:" */
-  unsigned connect_timeout_ms;  /* default 2000 (request path: 200..500) */
-  unsigned op_timeout_ms;       /* default deadline of each operation; 5000
+  const char *host;            /* default "127.0.0.1" */
+  int port;                    /* default 6379 */
+  const char *unix_path;       /* a unix socket instead of TCP */
+  const char *username;        /* ACL user (Redis 6+); NULL for AUTH password */
+  const char *password;        /* NULL: no AUTH */
+  int db;                      /* SELECT on every (re)connect when non-zero */
+  const char *key_prefix;      /* prepended to every key; default "sluice:" */
+  unsigned connect_timeout_ms; /* default 2000 (request path: 200..500) */
+  unsigned op_timeout_ms;      /* default deadline of each operation; 5000
                                    (request path: 50..200, see above) */
-  unsigned reconnect_min_ms;    /* first reconnect delay; default 50 */
-  unsigned reconnect_max_ms;    /* backoff cap; default 2000 */
+  unsigned reconnect_min_ms;   /* first reconnect delay; default 50 */
+  unsigned reconnect_max_ms;   /* backoff cap; default 2000 */
   /* TLS, for a sluice built against hiredis >= 1.0 with libhiredis_ssl (else
    * sluice_client_new refuses it with SLUICE_EINVAL). A "rediss://" url turns
    * it on too, and its query (?ca=&ca_dir=&cert=&key=&sni=&verify=0|1)
    * overrides the fields below. With TLS off the fields below are ignored. */
-  int tls;                      /* 1: TLS to host:port */
-  const char *tls_ca_file;      /* PEM file of trusted CAs; with tls_ca_dir NULL
+  int tls;                     /* 1: TLS to host:port */
+  const char *tls_ca_file;     /* PEM file of trusted CAs; with tls_ca_dir NULL
                                    too, the system's CAs */
-  const char *tls_ca_dir;       /* directory of trusted CAs (OpenSSL hashed names) */
-  const char *tls_cert_file;    /* client certificate (PEM chain), for servers
+  const char *tls_ca_dir;      /* directory of trusted CAs (OpenSSL hashed names) */
+  const char *tls_cert_file;   /* client certificate (PEM chain), for servers
                                    that require one; needs tls_key_file */
-  const char *tls_key_file;     /* its private key (PEM, unencrypted) */
-  const char *tls_server_name;  /* sent as SNI and required in the server's
+  const char *tls_key_file;    /* its private key (PEM, unencrypted) */
+  const char *tls_server_name; /* sent as SNI and required in the server's
                                    certificate; default: the host */
-  int tls_skip_verify;          /* 1: accept any server certificate (tests only) */
+  int tls_skip_verify;         /* 1: accept any server certificate (tests only) */
   /* Redis Sentinel, as "redis+sentinel://[[user]:password@]host:port[,host:port
    * ...]/MASTER_NAME[/db][?sentinel_username=U&sentinel_password=P]" does:
    * with master_name set (and no url), the client asks these sentinels for
    * the master's address, verifies it with ROLE, and follows failovers;
    * host and port are ignored, username, password and db are the master's. */
   const char *master_name;
-  const char *sentinels;          /* "host:port[,host:port...]" */
-  const char *sentinel_username;  /* the sentinels' own ACL user, if any */
-  const char *sentinel_password;  /* the sentinels' own password, if any */
+  const char *sentinels;         /* "host:port[,host:port...]" */
+  const char *sentinel_username; /* the sentinels' own ACL user, if any */
+  const char *sentinel_password; /* the sentinels' own password, if any */
   /* Replica acknowledgement: after every script that writes (grants,
    * renewals, releases, pushes, acks, limiter checks), WAIT on the same
    * connection for wait_replicas replicas, at most wait_timeout_ms (default
@@ -121,7 +121,7 @@ typedef struct sluice_client_options {
    * master it names on demand, and follows MOVED/ASK redirects, resharding
    * and failovers; host, port and db are ignored (a cluster has only db 0),
    * username and password are every node's. */
-  const char *cluster_seeds;      /* "host:port[,host:port...]" */
+  const char *cluster_seeds; /* "host:port[,host:port...]" */
   /* A file holding the password (the one of password above, or of the
    * URL's user part, "redis://USER:@host"; on Sentinel the data nodes'),
    * read once by sluice_client_new: its one line, without the line break.
@@ -155,10 +155,10 @@ typedef struct sluice_client_options {
    * for it is sent again to the new node before anything else, the permits
    * the client holds there are re-asserted (restored, or reported lost at
    * once) and waiters and consumers look again. See docs/failures.md. */
-  int replay_off;                 /* 1: no record, nothing replayed */
-  unsigned replay_window_ms;      /* no replica: kept this long; default 3000 */
-  size_t replay_max_entries;      /* steps kept at most; default 100000 */
-  size_t replay_max_bytes;        /* bytes kept at most; default 32 MiB */
+  int replay_off;            /* 1: no record, nothing replayed */
+  unsigned replay_window_ms; /* no replica: kept this long; default 3000 */
+  size_t replay_max_entries; /* steps kept at most; default 100000 */
+  size_t replay_max_bytes;   /* bytes kept at most; default 32 MiB */
 } sluice_client_options;
 
 /* Fill *opts with the defaults. */
@@ -168,18 +168,16 @@ SLUICE_EXPORT void sluice_client_options_init(sluice_client_options *opts);
  * Returns SLUICE_EINVAL for a bad URL/option (including TLS in a build
  * without it, and TLS files that cannot be loaded), SLUICE_ENOMEM; then
  * sluice_client_last_error(NULL) says why. */
-SLUICE_EXPORT int sluice_client_new(struct event_base *base,
-                                    const sluice_client_options *opts,
+SLUICE_EXPORT int sluice_client_new(struct event_base *base, const sluice_client_options *opts,
                                     sluice_client **out);
 
 /* Called from the loop when the command connection comes up (connected = 1,
  * status 0) or goes down (connected = 0, status < 0 says why). On a cluster:
  * connected = 1 once the slot map is known and every master in use is
  * connected; connected = 0 whenever one of them goes down. */
-typedef void sluice_client_state_cb(sluice_client *client, int connected,
-                                    int status, void *userdata);
-SLUICE_EXPORT void sluice_client_set_state_cb(sluice_client *client,
-                                              sluice_client_state_cb *cb,
+typedef void sluice_client_state_cb(sluice_client *client, int connected, int status,
+                                    void *userdata);
+SLUICE_EXPORT void sluice_client_set_state_cb(sluice_client *client, sluice_client_state_cb *cb,
                                               void *userdata);
 
 /* 1 when the command connection is up (on a cluster: the slot map is known
@@ -202,14 +200,13 @@ typedef struct sluice_client_health {
   int command_up;
   int blocking_up;
 } sluice_client_health;
-SLUICE_EXPORT void sluice_client_get_health(const sluice_client *client,
-                                            sluice_client_health *out);
+SLUICE_EXPORT void sluice_client_get_health(const sluice_client *client, sluice_client_health *out);
 
 typedef struct sluice_client_stats {
-  uint64_t ops_started;       /* scripts and commands sent */
+  uint64_t ops_started; /* scripts and commands sent */
   uint64_t ops_timed_out;
-  uint64_t reconnects;        /* successful connections after the first */
-  uint64_t noscript_reloads;  /* NOSCRIPT answers recovered with EVAL */
+  uint64_t reconnects;       /* successful connections after the first */
+  uint64_t noscript_reloads; /* NOSCRIPT answers recovered with EVAL */
   unsigned ops_in_flight;
   /* Permit releases that could not reach Redis before the client closed
    * (their leases expire by themselves; see sluice_client_close). */
@@ -217,8 +214,7 @@ typedef struct sluice_client_stats {
   /* Writes that fewer than wait_replicas replicas acknowledged in time. */
   uint64_t writes_not_replicated;
 } sluice_client_stats;
-SLUICE_EXPORT void sluice_client_get_stats(const sluice_client *client,
-                                           sluice_client_stats *out);
+SLUICE_EXPORT void sluice_client_get_stats(const sluice_client *client, sluice_client_stats *out);
 
 /* ---- metrics --------------------------------------------------------------
  *
@@ -233,9 +229,9 @@ SLUICE_EXPORT void sluice_client_get_stats(const sluice_client *client,
  * or "command" for plain commands. Latency runs from the call to its
  * completion (every status, including timeouts). */
 typedef struct sluice_op_metrics {
-  const char *name;  /* static string */
-  uint64_t ops;      /* completed */
-  uint64_t errors;   /* completed with a status other than SLUICE_OK */
+  const char *name; /* static string */
+  uint64_t ops;     /* completed */
+  uint64_t errors;  /* completed with a status other than SLUICE_OK */
   sluice_latency latency;
 } sluice_op_metrics;
 
@@ -243,8 +239,8 @@ typedef struct sluice_op_metrics {
 #define SLUICE_METRICS_STATUSES 32
 
 typedef struct sluice_client_metrics {
-  uint64_t evals;            /* script calls started (EVALSHA) */
-  uint64_t commands;         /* plain commands started */
+  uint64_t evals;    /* script calls started (EVALSHA) */
+  uint64_t commands; /* plain commands started */
   /* Completions by status: by_status[-status], so [0] is SLUICE_OK and
    * [-SLUICE_ETIMEDOUT] the timeouts; statuses past the table count in
    * the last entry. */
@@ -253,13 +249,13 @@ typedef struct sluice_client_metrics {
   uint64_t connect_failures; /* connection attempts that failed (connect or handshake) */
   uint64_t disconnects;      /* established connections lost */
   uint64_t noscript_reloads;
-  uint64_t queued_connecting;/* operations started before the first connection was up */
-  unsigned in_flight;        /* operations not yet completed */
-  unsigned waiting_connect;  /* of those, waiting for the connection now */
+  uint64_t queued_connecting; /* operations started before the first connection was up */
+  unsigned in_flight;         /* operations not yet completed */
+  unsigned waiting_connect;   /* of those, waiting for the connection now */
   uint64_t releases_abandoned;
-  size_t nkinds;             /* entries of kinds[] in use: the kinds seen */
+  size_t nkinds; /* entries of kinds[] in use: the kinds seen */
   sluice_op_metrics kinds[SLUICE_METRICS_MAX_KINDS];
-  unsigned limiter_waits;    /* sluice_limiter_wait calls pending now (all limiters) */
+  unsigned limiter_waits; /* sluice_limiter_wait calls pending now (all limiters) */
   /* The record of unreplicated writes (replay_off above). Writes sent again
    * to a new node and answered there, by kind (permit releases, pushed
    * messages, acks and retries, cancels), and of them the ones that node
@@ -274,8 +270,8 @@ typedef struct sluice_client_metrics {
    * the semaphore was full there (lost callback, SLUICE_LOST_DEFINITE). */
   uint64_t permits_restored;
   uint64_t permits_lost;
-  uint64_t record_dropped;   /* steps that fell out past its bounds unconfirmed */
-  size_t record_entries;     /* steps it holds now */
+  uint64_t record_dropped; /* steps that fell out past its bounds unconfirmed */
+  size_t record_entries;   /* steps it holds now */
   size_t record_bytes;
   uint64_t record_oldest_ms; /* age of the oldest (0: empty) */
 } sluice_client_metrics;
@@ -305,8 +301,7 @@ SLUICE_EXPORT void sluice_client_get_metrics(const sluice_client *client,
  *
  * Return: 0, SLUICE_EINVAL (client or text NULL) or SLUICE_ENOMEM.
  */
-SLUICE_EXPORT int sluice_client_prometheus(const sluice_client *client, char **text,
-                                           size_t *len);
+SLUICE_EXPORT int sluice_client_prometheus(const sluice_client *client, char **text, size_t *len);
 /* Release a text of sluice_client_prometheus(). NULL is a no-op. */
 SLUICE_EXPORT void sluice_prometheus_free(char *text);
 
@@ -349,11 +344,10 @@ typedef enum sluice_log_level {
   SLUICE_LOG_DEBUG = 3
 } sluice_log_level;
 
-typedef void sluice_log_cb(sluice_client *client, int level, const char *msg,
-                           void *userdata);
+typedef void sluice_log_cb(sluice_client *client, int level, const char *msg, void *userdata);
 /* cb NULL turns logging off (queued messages are dropped). */
-SLUICE_EXPORT void sluice_client_set_log_cb(sluice_client *client,
-                                            sluice_log_cb *cb, void *userdata);
+SLUICE_EXPORT void sluice_client_set_log_cb(sluice_client *client, sluice_log_cb *cb,
+                                            void *userdata);
 /* "ERROR", "WARN", "INFO", "DEBUG" ("?" otherwise). */
 SLUICE_EXPORT const char *sluice_log_level_name(int level);
 
@@ -370,20 +364,19 @@ SLUICE_EXPORT const char *sluice_log_level_name(int level);
  * is set. Entries are valid during the callback only. */
 typedef struct sluice_scan_entry {
   const char *name;
-  const char *key;    /* rl only, else NULL */
-  const char *algo;   /* rl only, else NULL */
-  const char *state;  /* rl only, else NULL */
-  int64_t ttl_ms;     /* rl: the key's time to live, -1 none */
+  const char *key;   /* rl only, else NULL */
+  const char *algo;  /* rl only, else NULL */
+  const char *state; /* rl only, else NULL */
+  int64_t ttl_ms;    /* rl: the key's time to live, -1 none */
 } sluice_scan_entry;
 
 typedef void sluice_scan_cb(sluice_client *client, int status, uint64_t next_cursor,
-                            const sluice_scan_entry *entries, size_t n,
-                            void *userdata);
+                            const sluice_scan_entry *entries, size_t n, void *userdata);
 /* match_name: a glob on the object's name (NULL: "*"). SLUICE_EINVAL for an
  * unknown kind, SLUICE_ECLOSED after close. */
 SLUICE_EXPORT int sluice_client_scan(sluice_client *client, const char *kind,
-                                     const char *match_name, uint64_t cursor,
-                                     sluice_scan_cb *cb, void *userdata);
+                                     const char *match_name, uint64_t cursor, sluice_scan_cb *cb,
+                                     void *userdata);
 
 typedef void sluice_close_cb(void *userdata);
 
@@ -393,8 +386,7 @@ typedef void sluice_close_cb(void *userdata);
  * created on it has been freed. Objects still alive answer SLUICE_ECLOSED.
  * Keep running the loop until close_cb: the loop exits by itself when nothing
  * else is pending. NULL is a no-op; closing twice is a no-op. */
-SLUICE_EXPORT void sluice_client_close(sluice_client *client,
-                                       sluice_close_cb *close_cb,
+SLUICE_EXPORT void sluice_client_close(sluice_client *client, sluice_close_cb *close_cb,
                                        void *userdata);
 /* sluice_client_close(client, NULL, NULL). */
 SLUICE_EXPORT void sluice_client_free(sluice_client *client);

@@ -68,22 +68,22 @@ extern "C" {
 
 /* X(name, value, message): the one table of status codes. Values are never
  * reused: a code that goes leaves a gap. */
-#define SLUICE_STATUS_MAP(X)                                                  \
-  X(OK, 0, "success")                                                         \
-  X(EINVAL, -1, "invalid argument")                                           \
-  X(ENOMEM, -2, "out of memory")                                              \
-  X(ETIMEDOUT, -3, "operation timed out")                                     \
-  X(ECONNECTION, -4, "not connected to Redis")                                \
-  X(EREDIS, -5, "Redis returned an error")                                    \
-  X(EPROTOCOL, -6, "unexpected reply from Redis")                             \
-  X(ECANCELED, -7, "operation cancelled")                                     \
-  X(ECLOSED, -8, "object is closed")                                          \
-  X(EBUSY, -9, "no permit available")                                         \
-  X(EFULL, -12, "queue is full")                                              \
-  X(ENOTFOUND, -13, "no such item")                                           \
-  X(ETOOBIG, -14, "value too large")                                          \
-  X(ELATE, -15, "deadline already passed")                                    \
-  X(EEXIST, -16, "item already exists")                                       \
+#define SLUICE_STATUS_MAP(X)                      \
+  X(OK, 0, "success")                             \
+  X(EINVAL, -1, "invalid argument")               \
+  X(ENOMEM, -2, "out of memory")                  \
+  X(ETIMEDOUT, -3, "operation timed out")         \
+  X(ECONNECTION, -4, "not connected to Redis")    \
+  X(EREDIS, -5, "Redis returned an error")        \
+  X(EPROTOCOL, -6, "unexpected reply from Redis") \
+  X(ECANCELED, -7, "operation cancelled")         \
+  X(ECLOSED, -8, "object is closed")              \
+  X(EBUSY, -9, "no permit available")             \
+  X(EFULL, -12, "queue is full")                  \
+  X(ENOTFOUND, -13, "no such item")               \
+  X(ETOOBIG, -14, "value too large")              \
+  X(ELATE, -15, "deadline already passed")        \
+  X(EEXIST, -16, "item already exists")           \
   X(EINDOUBT, -17, "sent to Redis, but the connection was lost before the answer")
 
 typedef enum sluice_status {
@@ -95,7 +95,7 @@ typedef enum sluice_status {
 /* Percentiles of a latency histogram, in every metrics struct (see
  * "metrics" in sluice/client.h). */
 typedef struct sluice_latency {
-  uint64_t count;    /* values recorded */
+  uint64_t count; /* values recorded */
   uint64_t p50_us;
   uint64_t p99_us;
   uint64_t max_us;

@@ -58,8 +58,8 @@ extern "C" {
 #define SLUICE_DQ_TIME_MAX ((int64_t)1 << 42)
 
 typedef struct sluice_dq_options {
-  unsigned op_timeout_ms;  /* deadline of each Redis step; 0 = client default */
-  uint64_t retention_ms;   /* keep an idle queue this long; default 7 days */
+  unsigned op_timeout_ms; /* deadline of each Redis step; 0 = client default */
+  uint64_t retention_ms;  /* keep an idle queue this long; default 7 days */
 } sluice_dq_options;
 
 SLUICE_EXPORT void sluice_dq_options_init(sluice_dq_options *opts);
@@ -81,12 +81,12 @@ SLUICE_EXPORT const char *sluice_dq_name(const sluice_dq *dq);
 
 /* One message to push. Zero-initialise, then set what you need. */
 typedef struct sluice_dq_item {
-  const void *payload;  /* any bytes, NUL included; may be NULL when len is 0 */
-  size_t len;           /* <= SLUICE_DQ_PAYLOAD_MAX */
-  int64_t delay_ms;     /* due this long after Redis's "now"; 0..SLUICE_DQ_TIME_MAX */
-  int64_t at_ms;        /* > 0: absolute due time, unix ms on Redis's clock
+  const void *payload; /* any bytes, NUL included; may be NULL when len is 0 */
+  size_t len;          /* <= SLUICE_DQ_PAYLOAD_MAX */
+  int64_t delay_ms;    /* due this long after Redis's "now"; 0..SLUICE_DQ_TIME_MAX */
+  int64_t at_ms;       /* > 0: absolute due time, unix ms on Redis's clock
                            (a past time means due now); overrides delay_ms */
-  const char *id;       /* NULL: a random id; else 1..SLUICE_DQ_ID_MAX bytes */
+  const char *id;      /* NULL: a random id; else 1..SLUICE_DQ_ID_MAX bytes */
 } sluice_dq_item;
 
 /* status: SLUICE_OK (queued, due at due_ms on Redis's clock), SLUICE_EEXIST
@@ -95,36 +95,34 @@ typedef struct sluice_dq_item {
  * SLUICE_ETIMEDOUT (it may have been queued and may be delivered: push it
  * again under the same id, which is refused with SLUICE_EEXIST if it was).
  * id is borrowed (the given or generated id). */
-typedef void sluice_dq_push_cb(sluice_dq *dq, int status, const char *id,
-                               int64_t due_ms, void *userdata);
+typedef void sluice_dq_push_cb(sluice_dq *dq, int status, const char *id, int64_t due_ms,
+                               void *userdata);
 
 /* Push one message. cb may be NULL. The payload and id are copied.
  * SLUICE_EINVAL (bad id, negative or too large delay), SLUICE_ETOOBIG,
  * SLUICE_EFULL (the client already has max_pending_pushes messages in
  * flight; see sluice_client_options). */
-SLUICE_EXPORT int sluice_dq_push(sluice_dq *dq, const sluice_dq_item *item,
-                                 sluice_dq_push_cb *cb, void *userdata);
+SLUICE_EXPORT int sluice_dq_push(sluice_dq *dq, const sluice_dq_item *item, sluice_dq_push_cb *cb,
+                                 void *userdata);
 
 typedef struct sluice_dq_push_result {
   const char *id;
-  int status;      /* SLUICE_OK or SLUICE_EEXIST */
-  int64_t due_ms;  /* -1 unless status is SLUICE_OK */
+  int status;     /* SLUICE_OK or SLUICE_EEXIST */
+  int64_t due_ms; /* -1 unless status is SLUICE_OK */
 } sluice_dq_push_result;
 
 /* status is SLUICE_OK when Redis ran the batch; then results[i] says what
  * happened to items[i]. Otherwise results is NULL and nothing was queued
  * (SLUICE_ECONNECTION), or possibly everything (SLUICE_EINDOUBT,
  * SLUICE_ETIMEDOUT). */
-typedef void sluice_dq_batch_cb(sluice_dq *dq, int status,
-                                const sluice_dq_push_result *results, size_t n,
-                                void *userdata);
+typedef void sluice_dq_batch_cb(sluice_dq *dq, int status, const sluice_dq_push_result *results,
+                                size_t n, void *userdata);
 
 /* Push 1..SLUICE_DQ_BATCH_MAX messages atomically in one Redis call. If any
  * item is invalid, nothing is sent and its error is returned; SLUICE_EFULL
  * if the n messages would pass the client's max_pending_pushes. */
-SLUICE_EXPORT int sluice_dq_push_batch(sluice_dq *dq, const sluice_dq_item *items,
-                                       size_t n, sluice_dq_batch_cb *cb,
-                                       void *userdata);
+SLUICE_EXPORT int sluice_dq_push_batch(sluice_dq *dq, const sluice_dq_item *items, size_t n,
+                                       sluice_dq_batch_cb *cb, void *userdata);
 
 /* status: SLUICE_OK (removed wherever it was: delayed, in flight — whose
  * consumer's ack will then get SLUICE_ENOTFOUND — or dead), SLUICE_ENOTFOUND,
@@ -132,31 +130,30 @@ SLUICE_EXPORT int sluice_dq_push_batch(sluice_dq *dq, const sluice_dq_item *item
 typedef void sluice_dq_status_cb(sluice_dq *dq, int status, void *userdata);
 
 /* Remove message ID. cb may be NULL. */
-SLUICE_EXPORT int sluice_dq_cancel(sluice_dq *dq, const char *id,
-                                   sluice_dq_status_cb *cb, void *userdata);
+SLUICE_EXPORT int sluice_dq_cancel(sluice_dq *dq, const char *id, sluice_dq_status_cb *cb,
+                                   void *userdata);
 
 typedef struct sluice_dq_info {
-  int64_t now_ms;       /* Redis's clock when counted */
-  uint64_t delayed;     /* waiting for their due time, or due but not taken */
-  uint64_t ready;       /* of those, already due */
-  uint64_t in_flight;   /* taken, not yet acknowledged */
-  uint64_t expired;     /* of those, past their visibility deadline */
-  uint64_t dead;        /* dead letters */
-  const char *next_id;  /* the earliest delayed message, or NULL if none */
-  int64_t next_due_ms;  /* its due time, -1 if none */
+  int64_t now_ms;      /* Redis's clock when counted */
+  uint64_t delayed;    /* waiting for their due time, or due but not taken */
+  uint64_t ready;      /* of those, already due */
+  uint64_t in_flight;  /* taken, not yet acknowledged */
+  uint64_t expired;    /* of those, past their visibility deadline */
+  uint64_t dead;       /* dead letters */
+  const char *next_id; /* the earliest delayed message, or NULL if none */
+  int64_t next_due_ms; /* its due time, -1 if none */
 } sluice_dq_info;
 
-typedef void sluice_dq_info_cb(sluice_dq *dq, int status,
-                               const sluice_dq_info *info, void *userdata);
+typedef void sluice_dq_info_cb(sluice_dq *dq, int status, const sluice_dq_info *info,
+                               void *userdata);
 
 /* Count messages by state and peek at the next due one. */
-SLUICE_EXPORT int sluice_dq_inspect(sluice_dq *dq, sluice_dq_info_cb *cb,
-                                    void *userdata);
+SLUICE_EXPORT int sluice_dq_inspect(sluice_dq *dq, sluice_dq_info_cb *cb, void *userdata);
 
 typedef struct sluice_dq_dead_entry {
   const char *id;
-  int64_t died_ms;    /* when it was dead-lettered, Redis's clock */
-  unsigned attempts;  /* deliveries it had */
+  int64_t died_ms;   /* when it was dead-lettered, Redis's clock */
+  unsigned attempts; /* deliveries it had */
   const void *payload;
   size_t len;
 } sluice_dq_dead_entry;
@@ -164,36 +161,34 @@ typedef struct sluice_dq_dead_entry {
 /* total is the number of dead letters; entries are the requested slice,
  * oldest first. */
 typedef void sluice_dq_dead_cb(sluice_dq *dq, int status, size_t total,
-                               const sluice_dq_dead_entry *entries, size_t n,
-                               void *userdata);
+                               const sluice_dq_dead_entry *entries, size_t n, void *userdata);
 
 /* List up to limit (1..1000) dead letters starting at offset. */
 SLUICE_EXPORT int sluice_dq_dead_list(sluice_dq *dq, size_t offset, size_t limit,
                                       sluice_dq_dead_cb *cb, void *userdata);
 
 /* count: messages moved back to the queue (due now, attempt count reset). */
-typedef void sluice_dq_count_cb(sluice_dq *dq, int status, uint64_t count,
-                                void *userdata);
+typedef void sluice_dq_count_cb(sluice_dq *dq, int status, uint64_t count, void *userdata);
 
 /* Requeue dead letter ID, or when id is NULL the oldest up to 1000 of them
  * (call again while count is 1000). A missing id gives count 0. */
-SLUICE_EXPORT int sluice_dq_dead_requeue(sluice_dq *dq, const char *id,
-                                         sluice_dq_count_cb *cb, void *userdata);
+SLUICE_EXPORT int sluice_dq_dead_requeue(sluice_dq *dq, const char *id, sluice_dq_count_cb *cb,
+                                         void *userdata);
 
 /* ---- consuming ----------------------------------------------------------- */
 
 typedef struct sluice_dq_consumer_options {
-  unsigned batch;          /* most messages per take; 1..1000, default 16 */
-  unsigned visibility_ms;  /* time to settle a message; >= 10, default 30000 */
-  unsigned max_in_flight;  /* unsettled messages held at once; default 256 */
-  unsigned max_attempts;   /* deliveries before dead-lettering; 0 = no limit;
+  unsigned batch;         /* most messages per take; 1..1000, default 16 */
+  unsigned visibility_ms; /* time to settle a message; >= 10, default 30000 */
+  unsigned max_in_flight; /* unsettled messages held at once; default 256 */
+  unsigned max_attempts;  /* deliveries before dead-lettering; 0 = no limit;
                               default 5 */
-  unsigned max_poll_ms;    /* longest sleep between takes when idle; >= 10,
+  unsigned max_poll_ms;   /* longest sleep between takes when idle; >= 10,
                             * default 60000. Only a safety net (for wake-ups
                             * lost with evicted keys): due times, deadlines
                             * and other consumers' failures never wait for it. */
-  unsigned op_timeout_ms;  /* deadline of each Redis step; 0 = client default */
-  uint64_t retention_ms;   /* as in sluice_dq_options; default 7 days */
+  unsigned op_timeout_ms; /* deadline of each Redis step; 0 = client default */
+  uint64_t retention_ms;  /* as in sluice_dq_options; default 7 days */
 } sluice_dq_consumer_options;
 
 SLUICE_EXPORT void sluice_dq_consumer_options_init(sluice_dq_consumer_options *opts);
@@ -201,8 +196,7 @@ SLUICE_EXPORT void sluice_dq_consumer_options_init(sluice_dq_consumer_options *o
 /* A delivered message. Settle it exactly once, with sluice_dq_ack or
  * sluice_dq_retry, from the handler or any time later; the handle is valid
  * until then (even after the consumer was freed). */
-typedef void sluice_dq_handler(sluice_dq_consumer *consumer, sluice_dq_msg *msg,
-                               void *userdata);
+typedef void sluice_dq_handler(sluice_dq_consumer *consumer, sluice_dq_msg *msg, void *userdata);
 
 /* Start consuming queue NAME: the handler runs from the loop for each message.
  * SLUICE_EINVAL for a bad name, options or NULL handler. */
@@ -224,11 +218,9 @@ SLUICE_EXPORT void sluice_dq_consumer_free(sluice_dq_consumer *consumer);
 
 /* Called (from the loop) when a take fails, e.g. while Redis is unreachable;
  * the consumer keeps retrying with backoff. Informational only. */
-typedef void sluice_dq_error_cb(sluice_dq_consumer *consumer, int status,
-                                void *userdata);
+typedef void sluice_dq_error_cb(sluice_dq_consumer *consumer, int status, void *userdata);
 SLUICE_EXPORT void sluice_dq_consumer_set_error_cb(sluice_dq_consumer *consumer,
-                                                   sluice_dq_error_cb *cb,
-                                                   void *userdata);
+                                                   sluice_dq_error_cb *cb, void *userdata);
 
 /* Messages delivered and not yet settled by this consumer. */
 SLUICE_EXPORT unsigned sluice_dq_consumer_in_flight(const sluice_dq_consumer *consumer);
@@ -249,30 +241,29 @@ SLUICE_EXPORT int64_t sluice_dq_msg_remaining_ms(const sluice_dq_msg *msg);
  * SLUICE_ENOTFOUND (the message is gone: cancelled, or acknowledged by
  * whoever got it after the deadline); or a transport error, after which the
  * message is redelivered when its deadline passes. id is borrowed. */
-typedef void sluice_dq_settle_cb(sluice_dq_consumer *consumer, int status,
-                                 const char *id, void *userdata);
+typedef void sluice_dq_settle_cb(sluice_dq_consumer *consumer, int status, const char *id,
+                                 void *userdata);
 
 /* Acknowledge: the message is done and removed. Releases msg (invalid after
  * the call, whatever it returns; cb runs only if it returns 0). cb may be
  * NULL. Settlements made in one loop turn share one Redis call. */
-SLUICE_EXPORT int sluice_dq_ack(sluice_dq_msg *msg, sluice_dq_settle_cb *cb,
-                                void *userdata);
+SLUICE_EXPORT int sluice_dq_ack(sluice_dq_msg *msg, sluice_dq_settle_cb *cb, void *userdata);
 
 /* Deliver again no earlier than delay_ms (0..SLUICE_DQ_TIME_MAX) from now,
  * as a new attempt; if this was attempt max_attempts the message goes to the
  * dead letters instead (status still SLUICE_OK). Releases msg like
  * sluice_dq_ack. */
-SLUICE_EXPORT int sluice_dq_retry(sluice_dq_msg *msg, int64_t delay_ms,
-                                  sluice_dq_settle_cb *cb, void *userdata);
+SLUICE_EXPORT int sluice_dq_retry(sluice_dq_msg *msg, int64_t delay_ms, sluice_dq_settle_cb *cb,
+                                  void *userdata);
 
 /* Counters since the handle was created (see "metrics" in
  * sluice/client.h). */
 typedef struct sluice_dq_metrics {
-  uint64_t pushed;      /* messages accepted */
-  uint64_t duplicates;  /* pushes refused with SLUICE_EEXIST */
-  uint64_t errors;      /* pushes answered with another status */
-  uint64_t in_flight;   /* messages pushed, not yet answered (now) */
-  uint64_t full;        /* messages refused at once with SLUICE_EFULL: the
+  uint64_t pushed;     /* messages accepted */
+  uint64_t duplicates; /* pushes refused with SLUICE_EEXIST */
+  uint64_t errors;     /* pushes answered with another status */
+  uint64_t in_flight;  /* messages pushed, not yet answered (now) */
+  uint64_t full;       /* messages refused at once with SLUICE_EFULL: the
                            client's max_pending_pushes was reached */
 } sluice_dq_metrics;
 SLUICE_EXPORT void sluice_dq_get_metrics(const sluice_dq *dq, sluice_dq_metrics *out);

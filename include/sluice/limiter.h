@@ -84,9 +84,9 @@ typedef enum sluice_rl_algo {
 /* What a limiter does when Redis cannot be asked (not connected, or the step
  * timed out). Server errors (SLUICE_EREDIS) are always reported as such. */
 typedef enum sluice_rl_down_policy {
-  SLUICE_RL_FAIL_CLOSED = 0,  /* the callback gets the error status */
-  SLUICE_RL_FAIL_OPEN = 1,    /* allowed, with source SLUICE_RL_UNCHECKED */
-  SLUICE_RL_FAIL_LOCAL = 2    /* decided by an in-process limiter of the same
+  SLUICE_RL_FAIL_CLOSED = 0, /* the callback gets the error status */
+  SLUICE_RL_FAIL_OPEN = 1,   /* allowed, with source SLUICE_RL_UNCHECKED */
+  SLUICE_RL_FAIL_LOCAL = 2   /* decided by an in-process limiter of the same
                                  algorithm (each process then enforces the
                                  limit on its own) */
 } sluice_rl_down_policy;
@@ -95,17 +95,17 @@ typedef enum sluice_rl_down_policy {
 typedef enum sluice_rl_source {
   SLUICE_RL_REDIS = 0,
   SLUICE_RL_LOCAL = 1,
-  SLUICE_RL_UNCHECKED = 2  /* Redis was down and the policy is fail-open */
+  SLUICE_RL_UNCHECKED = 2 /* Redis was down and the policy is fail-open */
 } sluice_rl_source;
 
 typedef struct sluice_rl_result {
-  int allowed;              /* 1: the units were taken (peek: would be) */
+  int allowed; /* 1: the units were taken (peek: would be) */
   sluice_rl_source source;
-  int64_t limit;            /* capacity: limit, or burst for GCRA */
-  int64_t remaining;        /* units that could still pass now; -1 unchecked */
-  int64_t retry_after_ms;   /* 0 when allowed; else when this request could
+  int64_t limit;          /* capacity: limit, or burst for GCRA */
+  int64_t remaining;      /* units that could still pass now; -1 unchecked */
+  int64_t retry_after_ms; /* 0 when allowed; else when this request could
                                pass, rounded up */
-  int64_t reset_after_ms;   /* until the key is back to full capacity */
+  int64_t reset_after_ms; /* until the key is back to full capacity */
 } sluice_rl_result;
 
 /* Largest accepted limit/burst and period. */
@@ -115,13 +115,13 @@ typedef struct sluice_rl_result {
 #define SLUICE_RL_LOG_ENTRIES_MAX 100000u
 
 typedef struct sluice_limiter_options {
-  sluice_rl_algo algo;          /* default SLUICE_RL_FIXED */
-  unsigned limit;               /* units per period, 1..SLUICE_RL_LIMIT_MAX; required */
-  unsigned period_ms;           /* 1..SLUICE_RL_PERIOD_MAX; required */
-  unsigned burst;               /* GCRA bucket size; 0 = limit. Others ignore it */
-  sluice_rl_down_policy on_redis_down;  /* default SLUICE_RL_FAIL_CLOSED */
-  unsigned wait_queue_max;      /* waiters queued per key; default 128 */
-  unsigned op_timeout_ms;       /* deadline of each Redis step; 0 = client default */
+  sluice_rl_algo algo;                 /* default SLUICE_RL_FIXED */
+  unsigned limit;                      /* units per period, 1..SLUICE_RL_LIMIT_MAX; required */
+  unsigned period_ms;                  /* 1..SLUICE_RL_PERIOD_MAX; required */
+  unsigned burst;                      /* GCRA bucket size; 0 = limit. Others ignore it */
+  sluice_rl_down_policy on_redis_down; /* default SLUICE_RL_FAIL_CLOSED */
+  unsigned wait_queue_max;             /* waiters queued per key; default 128 */
+  unsigned op_timeout_ms;              /* deadline of each Redis step; 0 = client default */
 } sluice_limiter_options;
 
 /* Fill *opts with the defaults (limit and period are 0: set them). */
@@ -133,8 +133,7 @@ SLUICE_EXPORT void sluice_limiter_options_init(sluice_limiter_options *opts);
  * the client is closing, SLUICE_ENOMEM. *out must later be released with
  * sluice_limiter_free(). */
 SLUICE_EXPORT int sluice_limiter_new(sluice_client *client, const char *name,
-                                     const sluice_limiter_options *opts,
-                                     sluice_limiter **out);
+                                     const sluice_limiter_options *opts, sluice_limiter **out);
 
 /* Free the limiter. As for every sluice object (see sluice.h):
  * operations still pending complete with SLUICE_ECANCELED from the loop,
@@ -155,21 +154,19 @@ SLUICE_EXPORT const char *sluice_limiter_name(const sluice_limiter *lim);
  * SLUICE_EREDIS, SLUICE_EPROTOCOL, SLUICE_ECANCELED (freed, cancelled or
  * client closed), SLUICE_EFULL (wait queue of the key full). res is borrowed:
  * valid only during the call. */
-typedef void sluice_limiter_cb(sluice_limiter *lim, int status,
-                               const sluice_rl_result *res, void *userdata);
+typedef void sluice_limiter_cb(sluice_limiter *lim, int status, const sluice_rl_result *res,
+                               void *userdata);
 
 /* Take cost units (>= 1, <= capacity; for the sliding log also >= limit /
  * SLUICE_RL_LOG_ENTRIES_MAX) for key (1..SLUICE_NAME_MAX bytes, copied) if
  * they are available now. Never waits.
  * Returns 0, or SLUICE_EINVAL / SLUICE_ECLOSED / SLUICE_ENOMEM (cb not run). */
-SLUICE_EXPORT int sluice_limiter_check(sluice_limiter *lim, const char *key,
-                                       unsigned cost, sluice_limiter_cb *cb,
-                                       void *userdata);
+SLUICE_EXPORT int sluice_limiter_check(sluice_limiter *lim, const char *key, unsigned cost,
+                                       sluice_limiter_cb *cb, void *userdata);
 
 /* Like check, but consumes nothing: res says what a check would answer now. */
-SLUICE_EXPORT int sluice_limiter_peek(sluice_limiter *lim, const char *key,
-                                      unsigned cost, sluice_limiter_cb *cb,
-                                      void *userdata);
+SLUICE_EXPORT int sluice_limiter_peek(sluice_limiter *lim, const char *key, unsigned cost,
+                                      sluice_limiter_cb *cb, void *userdata);
 
 /* Take cost units for key, waiting for them if needed: a denied request is
  * queued in this process and retried on a timer at its retry_after, until it
@@ -180,9 +177,8 @@ SLUICE_EXPORT int sluice_limiter_peek(sluice_limiter *lim, const char *key,
  * *handle (optional) is valid until cb runs. Returns 0, or SLUICE_EINVAL /
  * SLUICE_ECLOSED / SLUICE_ENOMEM, or SLUICE_EFULL when the client's
  * limiter_waits_max waits are pending already (cb not run). */
-SLUICE_EXPORT int sluice_limiter_wait(sluice_limiter *lim, const char *key,
-                                      unsigned cost, unsigned timeout_ms,
-                                      sluice_limiter_cb *cb, void *userdata,
+SLUICE_EXPORT int sluice_limiter_wait(sluice_limiter *lim, const char *key, unsigned cost,
+                                      unsigned timeout_ms, sluice_limiter_cb *cb, void *userdata,
                                       sluice_rl_waiter **handle);
 
 /* Cancel a pending wait: its callback runs with SLUICE_ECANCELED from the
@@ -202,18 +198,18 @@ SLUICE_EXPORT const char *sluice_rl_source_name(sluice_rl_source source);
  * sluice/client.h). Every check, peek and wait counts once, when answered.
  * wait: waits that were allowed, from the call to the answer. */
 typedef struct sluice_limiter_metrics {
-  uint64_t allowed;     /* answered allowed (any source) */
-  uint64_t denied;      /* answered not allowed (a wait: not in time) */
-  uint64_t waited;      /* waits that were denied at least once and slept */
-  uint64_t fail_open;   /* of the allowed: unchecked, Redis down (SLUICE_RL_FAIL_OPEN) */
-  uint64_t local;       /* decided in process, Redis down (SLUICE_RL_FAIL_LOCAL) */
-  uint64_t errors;      /* answered with a status other than SLUICE_OK */
+  uint64_t allowed;   /* answered allowed (any source) */
+  uint64_t denied;    /* answered not allowed (a wait: not in time) */
+  uint64_t waited;    /* waits that were denied at least once and slept */
+  uint64_t fail_open; /* of the allowed: unchecked, Redis down (SLUICE_RL_FAIL_OPEN) */
+  uint64_t local;     /* decided in process, Redis down (SLUICE_RL_FAIL_LOCAL) */
+  uint64_t errors;    /* answered with a status other than SLUICE_OK */
   sluice_latency wait;
   /* Requests Redis read after their deadline (a stall, a slow connection)
    * and took nothing for: a wait then asks again or ends, a check or peek
    * is answered as timed out (see on_redis_down). */
   uint64_t late;
-  unsigned waiting;     /* waits pending now */
+  unsigned waiting;       /* waits pending now */
   uint64_t waits_refused; /* waits refused at the call with SLUICE_EFULL
                              (the client's limiter_waits_max) */
 } sluice_limiter_metrics;

@@ -43,16 +43,16 @@ extern "C" {
 #define SLUICE_LOCAL_HANDOFFS_MAX 16
 
 typedef struct sluice_sem_options {
-  unsigned permits;        /* >= 1; default 1 */
-  unsigned ttl_ms;         /* lease length, >= 10; default 30000 */
-  unsigned renew_ms;       /* renewal period, < ttl_ms; 0 = ttl_ms / 3 */
-  int fair;                /* 1: FIFO-fair blocking acquire; default 0 */
-  int auto_renew;          /* 1: renew while held (default); 0: lease just expires */
+  unsigned permits;  /* >= 1; default 1 */
+  unsigned ttl_ms;   /* lease length, >= 10; default 30000 */
+  unsigned renew_ms; /* renewal period, < ttl_ms; 0 = ttl_ms / 3 */
+  int fair;          /* 1: FIFO-fair blocking acquire; default 0 */
+  int auto_renew;    /* 1: renew while held (default); 0: lease just expires */
   /* Waiters whose process stops beating this long lose their places (a
    * killed process's waiters hold their places, or a permit handed to
    * them, no longer than this); default 3000. */
   unsigned heartbeat_ms;
-  unsigned op_timeout_ms;  /* deadline of each Redis step; 0 = client default */
+  unsigned op_timeout_ms; /* deadline of each Redis step; 0 = client default */
   /* 1: a blocking acquire gives up at once with SLUICE_ECONNECTION when Redis
    * cannot be reached, instead of retrying until its timeout (the choice for
    * a request path that should answer "unavailable" quickly); default 0. */
@@ -80,8 +80,7 @@ SLUICE_EXPORT void sluice_sem_options_init(sluice_sem_options *opts);
  * agree on permits. SLUICE_EINVAL for bad options (zero permits or TTL,
  * renew_ms >= ttl_ms), SLUICE_ECLOSED when the client is closed. */
 SLUICE_EXPORT int sluice_sem_new(sluice_client *client, const char *name,
-                                 const sluice_sem_options *opts,
-                                 sluice_sem **out);
+                                 const sluice_sem_options *opts, sluice_sem **out);
 
 /* Free the handle. As for every sluice object (see sluice.h):
  * operations still pending complete with SLUICE_ECANCELED from the loop,
@@ -102,38 +101,35 @@ SLUICE_EXPORT const char *sluice_sem_name(const sluice_sem *sem);
  * whose answer was lost is released by the library (retried across
  * reconnects until Redis confirms it). permit is NULL unless status is
  * SLUICE_OK. */
-typedef void sluice_acquire_cb(sluice_sem *sem, int status,
-                               sluice_permit *permit, void *userdata);
+typedef void sluice_acquire_cb(sluice_sem *sem, int status, sluice_permit *permit, void *userdata);
 
 /* Take a permit if one is free now; never waits for one. On a fair semaphore
  * it is refused (SLUICE_EBUSY) while blocking acquirers wait. An answer that
  * would come after the step's deadline is not given: Redis grants nothing
  * it reads that late (SLUICE_ETIMEDOUT). SLUICE_EFULL as for acquire. */
-SLUICE_EXPORT int sluice_sem_try_acquire(sluice_sem *sem, sluice_acquire_cb *cb,
-                                         void *userdata);
+SLUICE_EXPORT int sluice_sem_try_acquire(sluice_sem *sem, sluice_acquire_cb *cb, void *userdata);
 
 /* Wait up to timeout_ms for a permit (0 = no limit). Redis grants none
  * later than (about 20 ms before) the timeout, so the grant has time to
  * arrive (see "Deadlines" above). *handle (if non-NULL) receives a handle
  * for sluice_acquire_cancel, valid until cb runs. SLUICE_EFULL when the
  * handle or the client has its most acquires pending (max_pending). */
-SLUICE_EXPORT int sluice_sem_acquire(sluice_sem *sem, unsigned timeout_ms,
-                                     sluice_acquire_cb *cb, void *userdata,
-                                     sluice_acquire **handle);
+SLUICE_EXPORT int sluice_sem_acquire(sluice_sem *sem, unsigned timeout_ms, sluice_acquire_cb *cb,
+                                     void *userdata, sluice_acquire **handle);
 
 /* Cancel a pending acquire: its callback runs with SLUICE_ECANCELED from the
  * loop (a permit granted in the meantime is released). SLUICE_EINVAL if NULL. */
 SLUICE_EXPORT int sluice_acquire_cancel(sluice_acquire *acquire);
 
 enum sluice_lost_reason {
-  SLUICE_LOST_DEFINITE = 1,  /* Redis says the permit is no longer ours */
-  SLUICE_LOST_UNCERTAIN = 2  /* lease ran out locally without confirmation */
+  SLUICE_LOST_DEFINITE = 1, /* Redis says the permit is no longer ours */
+  SLUICE_LOST_UNCERTAIN = 2 /* lease ran out locally without confirmation */
 };
 typedef void sluice_lost_cb(sluice_permit *permit, int reason, void *userdata);
 
 /* Called at most once per permit. Set it from the acquire callback. */
-SLUICE_EXPORT void sluice_permit_set_lost_cb(sluice_permit *permit,
-                                             sluice_lost_cb *cb, void *userdata);
+SLUICE_EXPORT void sluice_permit_set_lost_cb(sluice_permit *permit, sluice_lost_cb *cb,
+                                             void *userdata);
 
 SLUICE_EXPORT sluice_sem *sluice_permit_sem(const sluice_permit *permit);
 /* Unique id of this grant (32 hex characters). */
@@ -163,8 +159,8 @@ typedef void sluice_release_cb(sluice_sem *sem, int status, void *userdata);
  * waiter's grant. Releasing frees only this permit, never another holder's;
  * releasing a lost permit is harmless. After the
  * client was closed it returns SLUICE_ECLOSED and the lease simply expires. */
-SLUICE_EXPORT int sluice_permit_release(sluice_permit *permit,
-                                        sluice_release_cb *cb, void *userdata);
+SLUICE_EXPORT int sluice_permit_release(sluice_permit *permit, sluice_release_cb *cb,
+                                        void *userdata);
 
 /* Release a permit by its id (sluice_permit_id(), e.g. one a program stored
  * before it restarted): for a holder that lost its handle. Like a release
@@ -176,33 +172,32 @@ SLUICE_EXPORT int sluice_sem_release_id(sluice_sem *sem, const char *permit_id,
 
 typedef struct sluice_holder_info {
   const char *id;
-  int64_t remaining_ms;  /* lease left on Redis's clock */
+  int64_t remaining_ms; /* lease left on Redis's clock */
 } sluice_holder_info;
 
 /* Most holders and waiters sluice_sem_inspect lists. */
 #define SLUICE_SEM_INSPECT_MAX 1000
 
 typedef struct sluice_sem_info {
-  unsigned permits;        /* as last declared by an acquirer; 0 if unknown */
-  size_t nholders;         /* listed: the SLUICE_SEM_INSPECT_MAX soonest to expire */
+  unsigned permits; /* as last declared by an acquirer; 0 if unknown */
+  size_t nholders;  /* listed: the SLUICE_SEM_INSPECT_MAX soonest to expire */
   const sluice_holder_info *holders;
-  size_t nwaiters;         /* listed: the live blocking acquirers among the first
+  size_t nwaiters; /* listed: the live blocking acquirers among the first
                               SLUICE_SEM_INSPECT_MAX queued, in arrival order */
   const char *const *waiters;
   uint64_t last_fence;
-  size_t holders_total;    /* live holders in all */
-  size_t queued_total;     /* queued acquirers in all (some may be dead, not
+  size_t holders_total; /* live holders in all */
+  size_t queued_total;  /* queued acquirers in all (some may be dead, not
                               evicted yet) */
 } sluice_sem_info;
 
-typedef void sluice_sem_info_cb(sluice_sem *sem, int status,
-                                const sluice_sem_info *info, void *userdata);
+typedef void sluice_sem_info_cb(sluice_sem *sem, int status, const sluice_sem_info *info,
+                                void *userdata);
 
 /* Read holders (with remaining lease), waiters and permits: one script whose
  * work and reply are bounded by SLUICE_SEM_INSPECT_MAX, however many
  * permits are held and acquirers wait. */
-SLUICE_EXPORT int sluice_sem_inspect(sluice_sem *sem, sluice_sem_info_cb *cb,
-                                  void *userdata);
+SLUICE_EXPORT int sluice_sem_inspect(sluice_sem *sem, sluice_sem_info_cb *cb, void *userdata);
 
 /* Counters of this handle since it was created (see "metrics" in
  * sluice/client.h). wait: blocking acquires that were granted, from the call
@@ -219,12 +214,12 @@ typedef struct sluice_sem_metrics {
   uint64_t lost_uncertain;  /* SLUICE_LOST_UNCERTAIN */
   uint64_t releases_parked; /* releases that could not reach Redis and wait to retry */
   sluice_latency wait;
-  uint64_t local_handoffs;  /* permits handed to a waiter of this handle (local_handoff) */
+  uint64_t local_handoffs; /* permits handed to a waiter of this handle (local_handoff) */
   /* Attempts Redis read after their deadline and did nothing for (a stall,
    * or a slow connection): never a grant to a caller that gave up. */
   uint64_t late;
-  uint64_t pending;         /* now: acquires not yet answered (see max_pending) */
-  uint64_t queued;          /* now: of them, waiting in Redis's queue */
+  uint64_t pending; /* now: acquires not yet answered (see max_pending) */
+  uint64_t queued;  /* now: of them, waiting in Redis's queue */
 } sluice_sem_metrics;
 SLUICE_EXPORT void sluice_sem_get_metrics(const sluice_sem *sem, sluice_sem_metrics *out);
 

@@ -4,8 +4,7 @@
 const char *sluice_strerror(int status) {
   switch (status) {
 #define SLUICE_STATUS_MSG_(name, value, msg) \
-  case value:                                \
-    return msg;
+  case value: return msg;
     SLUICE_STATUS_MAP(SLUICE_STATUS_MSG_)
 #undef SLUICE_STATUS_MSG_
   }
@@ -15,8 +14,7 @@ const char *sluice_strerror(int status) {
 const char *sluice_err_name(int status) {
   switch (status) {
 #define SLUICE_STATUS_NAME_(name, value, msg) \
-  case value:                                 \
-    return "SLUICE_" #name;
+  case value: return "SLUICE_" #name;
     SLUICE_STATUS_MAP(SLUICE_STATUS_NAME_)
 #undef SLUICE_STATUS_NAME_
   }

@@ -16,7 +16,7 @@ typedef struct sluice__list {
 } sluice__list;
 
 #define sluice__container_of(ptr, type, member) \
-  ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+  ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 
 static inline void sluice__list_append(sluice__list *l, sluice__link *n) {
   n->next = NULL;

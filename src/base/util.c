@@ -156,7 +156,6 @@ void sluice__timer_every(struct event *ev, uint64_t ms) {
   if (!evtimer_pending(ev, NULL)) sluice__timer_in(ev, ms);
 }
 
-
 /* Replies are freed by hiredis after their callback; an answer held until
  * a later one (the WAIT after a script) is copied. NULL on OOM. */
 redisReply *sluice__reply_dup(const redisReply *r) {

@@ -12,13 +12,13 @@ struct event_base;
 /* Exit statuses, documented in `sluice --help` and docs/tool.md. */
 enum {
   CLI_EXIT_OK = 0,
-  CLI_EXIT_NO = 1,          /* a negative answer: rate-limited (rl check),
+  CLI_EXIT_NO = 1,           /* a negative answer: rate-limited (rl check),
                                duplicate id (dq push), not held (sem release) */
-  CLI_EXIT_FAILURE = 70,    /* EX_SOFTWARE: unexpected failure */
-  CLI_EXIT_USAGE = 64,      /* EX_USAGE: bad arguments */
-  CLI_EXIT_UNAVAILABLE = 69,/* EX_UNAVAILABLE: Redis unreachable or failing */
-  CLI_EXIT_TIMEOUT = 75,    /* EX_TEMPFAIL: no permit / not allowed in time */
-  CLI_EXIT_LOST = 76        /* sem run: the permit was lost while CMD ran */
+  CLI_EXIT_FAILURE = 70,     /* EX_SOFTWARE: unexpected failure */
+  CLI_EXIT_USAGE = 64,       /* EX_USAGE: bad arguments */
+  CLI_EXIT_UNAVAILABLE = 69, /* EX_UNAVAILABLE: Redis unreachable or failing */
+  CLI_EXIT_TIMEOUT = 75,     /* EX_TEMPFAIL: no permit / not allowed in time */
+  CLI_EXIT_LOST = 76         /* sem run: the permit was lost while CMD ran */
 };
 
 #define CLI_DEFAULT_REDIS "redis://127.0.0.1:6379"
@@ -26,14 +26,14 @@ enum {
 typedef struct cli_ctx {
   struct event_base *base;
   sluice_client *client;
-  const char *url;          /* --redis (a private copy: argv's is scrubbed) */
-  const char *password_file;/* --redis-password-file */
-  char *shown_url;          /* the URL used, its secrets masked: for messages */
-  const char *prefix;       /* --prefix, or NULL for the library default */
+  const char *url;           /* --redis (a private copy: argv's is scrubbed) */
+  const char *password_file; /* --redis-password-file */
+  char *shown_url;           /* the URL used, its secrets masked: for messages */
+  const char *prefix;        /* --prefix, or NULL for the library default */
   /* Redis's own words for the last failed operation, copied in its callback
    * (sluice_client_last_error() is valid only until the next loop turn). */
   char why[512];
-  int why_status;           /* the status why belongs to */
+  int why_status; /* the status why belongs to */
 } cli_ctx;
 
 /* The subcommand being run ("sem run"): every message is prefixed with it. */
@@ -111,7 +111,7 @@ void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * background child would otherwise hold them open, and a blocked BRPOP held
  * that way swallows wake-ups. */
 typedef struct cli_fds {
-  unsigned char *open;  /* open[fd] != 0: open at start */
+  unsigned char *open; /* open[fd] != 0: open at start */
   int n;
 } cli_fds;
 /* Note the open fds (call before connecting). Without /proc, notes nothing

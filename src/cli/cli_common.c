@@ -70,31 +70,27 @@ void cli_error(const char *fmt, ...) {
 
 int cli_exit_status(int status, int own_deadline) {
   switch (status) {
-  case SLUICE_OK: return CLI_EXIT_OK;
-  case SLUICE_EEXIST:      /* dq push: that --id is queued already */
-  case SLUICE_ENOTFOUND:   /* sem release: the permit was not held */
-    return CLI_EXIT_NO;
-  case SLUICE_EINVAL:
-  case SLUICE_ETOOBIG: return CLI_EXIT_USAGE;
-  case SLUICE_EBUSY:       /* --no-wait: no permit free */
-  case SLUICE_EFULL:       /* too many waiters: try again later */
-    return CLI_EXIT_TIMEOUT;
-  case SLUICE_ETIMEDOUT: return own_deadline ? CLI_EXIT_TIMEOUT : CLI_EXIT_UNAVAILABLE;
-  case SLUICE_ECONNECTION:
-  case SLUICE_EREDIS:
-  case SLUICE_EPROTOCOL:
-  case SLUICE_EINDOUBT:    /* the command says what may have happened */
-    return CLI_EXIT_UNAVAILABLE;
-  default:                 /* ENOMEM, ECANCELED, ECLOSED, ELATE: not expected */
-    return CLI_EXIT_FAILURE;
+    case SLUICE_OK: return CLI_EXIT_OK;
+    case SLUICE_EEXIST: /* dq push: that --id is queued already */
+    case SLUICE_ENOTFOUND: /* sem release: the permit was not held */ return CLI_EXIT_NO;
+    case SLUICE_EINVAL:
+    case SLUICE_ETOOBIG: return CLI_EXIT_USAGE;
+    case SLUICE_EBUSY: /* --no-wait: no permit free */
+    case SLUICE_EFULL: /* too many waiters: try again later */ return CLI_EXIT_TIMEOUT;
+    case SLUICE_ETIMEDOUT: return own_deadline ? CLI_EXIT_TIMEOUT : CLI_EXIT_UNAVAILABLE;
+    case SLUICE_ECONNECTION:
+    case SLUICE_EREDIS:
+    case SLUICE_EPROTOCOL:
+    case SLUICE_EINDOUBT: /* the command says what may have happened */ return CLI_EXIT_UNAVAILABLE;
+    default: /* ENOMEM, ECANCELED, ECLOSED, ELATE: not expected */ return CLI_EXIT_FAILURE;
   }
 }
 
 void cli_capture(cli_ctx *ctx, int status) {
   /* Only these come with words of their own: Redis's error reply, or why
    * the connection failed or went. Another status would show stale text. */
-  if (!ctx->client || (status != SLUICE_EREDIS && status != SLUICE_ECONNECTION &&
-                       status != SLUICE_EINDOUBT))
+  if (!ctx->client ||
+      (status != SLUICE_EREDIS && status != SLUICE_ECONNECTION && status != SLUICE_EINDOUBT))
     return;
   snprintf(ctx->why, sizeof ctx->why, "%s", sluice_client_last_error(ctx->client));
   ctx->why_status = status;
@@ -104,7 +100,8 @@ int cli_fail(const cli_ctx *ctx, int status, int own_deadline, const char *fmt, 
   va_list ap;
   char tail[sizeof ctx->why + 64];
   const char *why = ctx && ctx->why[0] && ctx->why_status == status ? ctx->why : NULL;
-  if (status == SLUICE_EREDIS && why) snprintf(tail, sizeof tail, ": %s", why); /* "Redis: OOM ..." */
+  if (status == SLUICE_EREDIS && why)
+    snprintf(tail, sizeof tail, ": %s", why); /* "Redis: OOM ..." */
   else if (why) snprintf(tail, sizeof tail, ": %s (%s)", sluice_strerror(status), why);
   else snprintf(tail, sizeof tail, ": %s", sluice_strerror(status));
   va_start(ap, fmt);

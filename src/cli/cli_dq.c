@@ -120,7 +120,6 @@ typedef struct push_args {
   int have_delay, have_at;
 } push_args;
 
-
 static int push_positional(push_args *a, const char *s) {
   if (!a->queue) a->queue = s;
   else if (!a->payload) a->payload = s;
@@ -145,8 +144,7 @@ static int parse_push(cli_ctx *ctx, int argc, char **argv, push_args *a) {
       a->have_delay = 1;
       i++;
     } else if (!strcmp(s, "--at")) {
-      if (cli_number(s, value, 1, (uint64_t)SLUICE_DQ_TIME_MAX, "ms since 1970", &a->at))
-        return -1;
+      if (cli_number(s, value, 1, (uint64_t)SLUICE_DQ_TIME_MAX, "ms since 1970", &a->at)) return -1;
       a->have_at = 1;
       i++;
     } else if (!strcmp(s, "--id")) {
@@ -226,10 +224,9 @@ static void on_info(sluice_dq *dq, int status, const sluice_dq_info *in, void *u
          (unsigned long long)in->expired);
   printf("dead       %llu\n", (unsigned long long)in->dead);
   if (in->next_id)
-    printf("next       %s due at %lld (in %lld ms)\n", cli_clean(in->next_id), (long long)in->next_due_ms,
-           (long long)(in->next_due_ms - in->now_ms));
-  else
-    printf("next       -\n");
+    printf("next       %s due at %lld (in %lld ms)\n", cli_clean(in->next_id),
+           (long long)in->next_due_ms, (long long)(in->next_due_ms - in->now_ms));
+  else printf("next       -\n");
 }
 
 static int cmd_status(int argc, char **argv) {
@@ -287,7 +284,7 @@ typedef struct consume_state {
   cli_ctx ctx;
   const char *queue;
   char **cmd;
-  uint64_t count;         /* stop after this many CMD runs; 0 = never */
+  uint64_t count; /* stop after this many CMD runs; 0 = never */
   uint64_t started, settled;
   unsigned concurrency;
   unsigned retry_delay_ms;
@@ -295,24 +292,24 @@ typedef struct consume_state {
   unsigned visibility_ms;
   sluice_dq_consumer *con;
   struct event *sigchld, *sigint, *sigterm, *sighup;
-  job *jobs;              /* CMDs running */
+  job *jobs; /* CMDs running */
   unsigned njobs;
-  unsigned signals;       /* stop signals received */
-  cli_fds fds;            /* open at start, passed on to CMD */
-  sigset_t start_mask;    /* the mask we started with, CMD's mask */
+  unsigned signals;    /* stop signals received */
+  cli_fds fds;         /* open at start, passed on to CMD */
+  sigset_t start_mask; /* the mask we started with, CMD's mask */
   pid_t self;
   int stopping;
-  int exit_code;          /* set by the first fatal problem */
+  int exit_code; /* set by the first fatal problem */
 } consume_state;
 
 struct job {
   job *next;
   consume_state *st;
-  pid_t pid;              /* also its process group */
+  pid_t pid; /* also its process group */
   sluice_dq_msg *msg;
-  int exec_fd;            /* reads the errno of a failed exec, EOF otherwise */
-  int watchdog;           /* 0; 1 SIGTERM sent; 2 SIGKILL sent */
-  struct event *timer;    /* the watchdog */
+  int exec_fd;         /* reads the errno of a failed exec, EOF otherwise */
+  int watchdog;        /* 0; 1 SIGTERM sent; 2 SIGKILL sent */
+  struct event *timer; /* the watchdog */
 };
 
 static void maybe_stop(consume_state *st);
@@ -426,9 +423,10 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg) {
   job *j = arg;
   const char *id = sluice_dq_msg_id(j->msg);
   if (j->watchdog == 0) {
-    cli_error("message %s: CMD (pid %ld) still runs near its visibility deadline "
-              "(%lld ms left): SIGTERM, SIGKILL before the deadline",
-              id, (long)j->pid, (long long)sluice_dq_msg_remaining_ms(j->msg));
+    cli_error(
+        "message %s: CMD (pid %ld) still runs near its visibility deadline "
+        "(%lld ms left): SIGTERM, SIGKILL before the deadline",
+        id, (long)j->pid, (long long)sluice_dq_msg_remaining_ms(j->msg));
     kill(-j->pid, SIGTERM);
     j->watchdog = 1;
     watchdog_arm(j);
@@ -495,13 +493,13 @@ static void job_done(consume_state *st, job *j, int wstatus) {
     } else if (j->watchdog) {
       cli_error("message %s attempt %u: CMD stopped at its visibility deadline", id, attempt);
     } else if (WIFSIGNALED(wstatus)) {
-      cli_error("message %s attempt %u: CMD killed by signal %d", id, attempt,
-                WTERMSIG(wstatus));
+      cli_error("message %s attempt %u: CMD killed by signal %d", id, attempt, WTERMSIG(wstatus));
     } else {
       cli_error("message %s attempt %u: CMD exited with status %d", id, attempt,
                 WEXITSTATUS(wstatus));
     }
-    if (last) cli_error("message %s: %u attempts failed: moving it to the dead letters", id, attempt);
+    if (last)
+      cli_error("message %s: %u attempts failed: moving it to the dead letters", id, attempt);
     rc = sluice_dq_retry(j->msg, st->retry_delay_ms, on_settled, st);
   }
   if (rc != SLUICE_OK) {
@@ -594,8 +592,7 @@ static int cmd_missing(const char *cmd) {
   return err;
 }
 
-static int parse_consume(consume_state *st, sluice_dq_consumer_options *o, int argc,
-                         char **argv) {
+static int parse_consume(consume_state *st, sluice_dq_consumer_options *o, int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *s = argv[i];
     unsigned *target = NULL;

@@ -43,8 +43,8 @@ typedef struct rl_args {
 } rl_args;
 
 /* Parse "--opt VALUE", VALUE in min..max; 1 consumed, 0 not ours, -1 error. */
-static int number_option(int argc, char **argv, int *i, const char *opt, unsigned min,
-                         unsigned max, const char *unit, unsigned *out) {
+static int number_option(int argc, char **argv, int *i, const char *opt, unsigned min, unsigned max,
+                         const char *unit, unsigned *out) {
   if (strcmp(argv[*i], opt) != 0) return 0;
   if (cli_number_u(opt, *i + 1 < argc ? argv[*i + 1] : NULL, min, max, unit, out)) return -1;
   (*i)++;
@@ -109,9 +109,10 @@ static int parse_args(cli_ctx *ctx, rl_args *a, int argc, char **argv) {
     cli_error("--cost must be 1..%u, got %u: a cost above the %s can never pass", cap, a->cost,
               a->opts.algo == SLUICE_RL_GCRA ? "burst" : "limit");
   else if (a->cost < least)
-    cli_error("--cost must be at least %u with --limit %u: a sliding log keeps one entry per "
-              "request, at most %u",
-              least, a->opts.limit, SLUICE_RL_LOG_ENTRIES_MAX);
+    cli_error(
+        "--cost must be at least %u with --limit %u: a sliding log keeps one entry per "
+        "request, at most %u",
+        least, a->opts.limit, SLUICE_RL_LOG_ENTRIES_MAX);
   else return 0;
   return CLI_EXIT_USAGE;
 }
@@ -135,8 +136,8 @@ static void on_decision(sluice_limiter *lim, int status, const sluice_rl_result 
 
 static void print_result(const sluice_rl_result *r) {
   printf("allowed=%d\nlimit=%lld\nremaining=%lld\nretry_after_ms=%lld\nreset_after_ms=%lld\n",
-         r->allowed, (long long)r->limit, (long long)r->remaining,
-         (long long)r->retry_after_ms, (long long)r->reset_after_ms);
+         r->allowed, (long long)r->limit, (long long)r->remaining, (long long)r->retry_after_ms,
+         (long long)r->reset_after_ms);
 }
 
 static int exit_status(const rl_args *a, const rl_outcome *o) {

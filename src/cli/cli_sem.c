@@ -34,37 +34,38 @@
 #define TTL_MAX_MS 86400000u
 
 static void sem_usage(FILE *out) {
-  fputs("usage: sluice sem run NAME -n PERMITS --ttl MS [--wait MS | --no-wait] [--fair]\n"
-        "                       [--redis URL] [--prefix P] -- CMD [ARGS...]\n"
-        "       sluice sem status NAME [--redis URL] [--prefix P]\n"
-        "       sluice sem release NAME ID [-n PERMITS] [--fair] [--redis URL] [--prefix P]\n"
-        "\n"
-        "run: wait for a permit of semaphore NAME (shared by every process using the\n"
-        "same Redis, NAME and prefix), run CMD while holding it, renew it while CMD\n"
-        "runs, release it when CMD exits, and exit with CMD's status.\n"
-        "  -n, --permits N  permits of the semaphore, 1..1000000 (default 1: a mutex)\n"
-        "  --ttl MS         lease length, 10..86400000; renewed every MS/3 while CMD runs\n"
-        "                   (default 30000)\n"
-        "  --wait MS        give up after MS without a permit (default, or 0: wait forever)\n"
-        "  --no-wait        give up at once if no permit is free\n"
-        "  --fair           grant waiters in arrival order (FIFO across processes)\n"
-        "CMD runs in its own process group (unless the tool runs in the foreground of\n"
-        "a terminal), which gets the signals passed on; it inherits the tool's fds but\n"
-        "not its Redis connections.\n"
-        "Exit status: CMD's (128+N if killed by signal N); 75 no permit in time;\n"
-        "76 permit lost while CMD ran (CMD got SIGTERM); 64 usage; 69 Redis unreachable\n"
-        "or failing; 127 CMD not found, 126 CMD not executable.\n"
-        "\n"
-        "status: print permits, holders with their remaining lease, and waiters.\n"
-        "\n"
-        "release: release the permit with id ID (32 hex digits, as status prints it),\n"
-        "for a program that stored its permit's id and lost its handle. The freed\n"
-        "permit goes to the first waiter; -n (default: the permits the semaphore\n"
-        "declared) and --fair should match its users'.\n"
-        "Exit status: 0 released; 1 the permit was not held (its lease expired or it\n"
-        "was released already); 64 usage (a malformed ID); 69 Redis unreachable or\n"
-        "failing.\n",
-        out);
+  fputs(
+      "usage: sluice sem run NAME -n PERMITS --ttl MS [--wait MS | --no-wait] [--fair]\n"
+      "                       [--redis URL] [--prefix P] -- CMD [ARGS...]\n"
+      "       sluice sem status NAME [--redis URL] [--prefix P]\n"
+      "       sluice sem release NAME ID [-n PERMITS] [--fair] [--redis URL] [--prefix P]\n"
+      "\n"
+      "run: wait for a permit of semaphore NAME (shared by every process using the\n"
+      "same Redis, NAME and prefix), run CMD while holding it, renew it while CMD\n"
+      "runs, release it when CMD exits, and exit with CMD's status.\n"
+      "  -n, --permits N  permits of the semaphore, 1..1000000 (default 1: a mutex)\n"
+      "  --ttl MS         lease length, 10..86400000; renewed every MS/3 while CMD runs\n"
+      "                   (default 30000)\n"
+      "  --wait MS        give up after MS without a permit (default, or 0: wait forever)\n"
+      "  --no-wait        give up at once if no permit is free\n"
+      "  --fair           grant waiters in arrival order (FIFO across processes)\n"
+      "CMD runs in its own process group (unless the tool runs in the foreground of\n"
+      "a terminal), which gets the signals passed on; it inherits the tool's fds but\n"
+      "not its Redis connections.\n"
+      "Exit status: CMD's (128+N if killed by signal N); 75 no permit in time;\n"
+      "76 permit lost while CMD ran (CMD got SIGTERM); 64 usage; 69 Redis unreachable\n"
+      "or failing; 127 CMD not found, 126 CMD not executable.\n"
+      "\n"
+      "status: print permits, holders with their remaining lease, and waiters.\n"
+      "\n"
+      "release: release the permit with id ID (32 hex digits, as status prints it),\n"
+      "for a program that stored its permit's id and lost its handle. The freed\n"
+      "permit goes to the first waiter; -n (default: the permits the semaphore\n"
+      "declared) and --fair should match its users'.\n"
+      "Exit status: 0 released; 1 the permit was not held (its lease expired or it\n"
+      "was released already); 64 usage (a malformed ID); 69 Redis unreachable or\n"
+      "failing.\n",
+      out);
 }
 
 typedef struct run_state {
@@ -74,15 +75,15 @@ typedef struct run_state {
   sluice_permit *permit;
   char **cmd;
   pid_t child;
-  int child_status;       /* raw waitpid status once exited */
+  int child_status; /* raw waitpid status once exited */
   int child_done;
-  int lost;               /* sluice_lost_reason */
+  int lost; /* sluice_lost_reason */
   int acquire_status;
   int acquired;
   int release_done;
   int exit_code;
-  int own_group;          /* CMD leads its own process group */
-  cli_fds fds;            /* ours at start: CMD's */
+  int own_group; /* CMD leads its own process group */
+  cli_fds fds;   /* ours at start: CMD's */
   struct event *sigchld, *sigterm, *sigint, *sighup, *kill_timer;
 } run_state;
 
@@ -171,8 +172,7 @@ static pid_t spawn_command(run_state *st) {
   /* Our Redis connections are ours: a CMD (or what it leaves running)
    * holding them would keep them open after we exit. */
   cli_fds_close_others(&st->fds, -1);
-  for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
-    signal(forwarded[i], SIG_DFL);
+  for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++) signal(forwarded[i], SIG_DFL);
   signal(SIGPIPE, SIG_DFL); /* the tool ignores it; CMD gets the usual default */
   sigset_t none;
   sigemptyset(&none);
@@ -194,8 +194,8 @@ static int exit_code_of(int status) {
   return CLI_EXIT_FAILURE;
 }
 
-static int parse_run(int argc, char **argv, run_state *st, sluice_sem_options *o,
-                     unsigned *wait_ms, int *no_wait) {
+static int parse_run(int argc, char **argv, run_state *st, sluice_sem_options *o, unsigned *wait_ms,
+                     int *no_wait) {
   int i;
   for (i = 2; i < argc; i++) {
     const char *a = argv[i];
@@ -321,7 +321,7 @@ typedef struct status_state {
   cli_ctx *ctx;
   int done;
   int status;
-  int print;              /* 0: just learn the permits (sem release) */
+  int print; /* 0: just learn the permits (sem release) */
   unsigned permits;
 } status_state;
 
@@ -337,9 +337,10 @@ static void on_info(sluice_sem *sem, int status, const sluice_sem_info *info, vo
          cli_clean(sluice_sem_name(sem)), info->permits, info->holders_total, info->nwaiters,
          (unsigned long long)info->last_fence);
   if (info->holders_total > info->nholders || info->queued_total > SLUICE_SEM_INSPECT_MAX)
-    printf("  (listed: the %zu holders soonest to expire, the live waiters of the first %d of "
-           "%zu queued)\n",
-           info->nholders, SLUICE_SEM_INSPECT_MAX, info->queued_total);
+    printf(
+        "  (listed: the %zu holders soonest to expire, the live waiters of the first %d of "
+        "%zu queued)\n",
+        info->nholders, SLUICE_SEM_INSPECT_MAX, info->queued_total);
   for (size_t i = 0; i < info->nholders; i++)
     printf("  holder %s  lease %lld ms left\n", cli_clean(info->holders[i].id),
            (long long)info->holders[i].remaining_ms);

@@ -25,20 +25,20 @@
 #include "cli.h"
 #include "cli_top.h"
 
-#define TOP_MAX_OBJECTS 200  /* per kind and frame: a view, not an export */
+#define TOP_MAX_OBJECTS 200 /* per kind and frame: a view, not an export */
 
 typedef struct top {
   cli_ctx ctx;
   int done;
-  int status;                /* of the last step */
-  FILE *out;                 /* the frame being built */
-  char **names[2];           /* found semaphores [0] and queues [1] */
+  int status;      /* of the last step */
+  FILE *out;       /* the frame being built */
+  char **names[2]; /* found semaphores [0] and queues [1] */
   size_t nnames[2];
   uint64_t cursor;
-  size_t nrl;                /* limiter keys shown in this frame */
-  int which;                 /* scanning names: 0 semaphores, 1 queues */
-  int named;                 /* NAMEs given: skip what does not exist */
-  top_prom *prom;            /* --prometheus: the frame's objects go here */
+  size_t nrl;     /* limiter keys shown in this frame */
+  int which;      /* scanning names: 0 semaphores, 1 queues */
+  int named;      /* NAMEs given: skip what does not exist */
+  top_prom *prom; /* --prometheus: the frame's objects go here */
 } top;
 
 static void wait_step(top *t) {
@@ -79,8 +79,8 @@ static void fmt_ms(char *buf, size_t size, int64_t ms) {
 
 /* ---- discovery ------------------------------------------------------------ */
 
-static void on_scan_names(sluice_client *c, int status, uint64_t next,
-                          const sluice_scan_entry *e, size_t n, void *ud) {
+static void on_scan_names(sluice_client *c, int status, uint64_t next, const sluice_scan_entry *e,
+                          size_t n, void *ud) {
   top *t = ud;
   for (size_t i = 0; i < n; i++) add_name(t, t->which, e[i].name);
   t->cursor = next;
@@ -88,8 +88,8 @@ static void on_scan_names(sluice_client *c, int status, uint64_t next,
   t->done = 1;
 }
 
-static void on_scan_rl(sluice_client *c, int status, uint64_t next,
-                       const sluice_scan_entry *e, size_t n, void *ud) {
+static void on_scan_rl(sluice_client *c, int status, uint64_t next, const sluice_scan_entry *e,
+                       size_t n, void *ud) {
   top *t = ud;
   char ttl[24];
   for (size_t i = 0; i < n && t->nrl < TOP_MAX_OBJECTS; i++, t->nrl++) {
@@ -210,7 +210,9 @@ static int frame(top *t, int argc, char **names, char **text, size_t *len) {
   for (size_t i = 0; !rc && i < t->nnames[0]; i++) rc = show_sem(t, t->names[0][i]);
   fprintf(t->out, "\nQUEUES             due now  due later  in flight   dead  oldest due\n");
   for (size_t i = 0; !rc && i < t->nnames[1]; i++) rc = show_dq(t, t->names[1][i]);
-  fprintf(t->out, "\nLIMITERS           KEY                  ALGO             STATE                    TTL\n");
+  fprintf(
+      t->out,
+      "\nLIMITERS           KEY                  ALGO             STATE                    TTL\n");
   t->nrl = 0;
   if (!rc && argc == 0 && !t->prom) rc = scan_all(t, "rl", NULL, on_scan_rl);
   for (int i = 0; !rc && !t->prom && i < argc; i++) rc = scan_all(t, "rl", names[i], on_scan_rl);
@@ -226,21 +228,22 @@ static int frame(top *t, int argc, char **names, char **text, size_t *len) {
 }
 
 static void usage(FILE *f) {
-  fputs("usage: sluice top [NAME...] [--once | --prometheus] [--interval MS] [--redis URL]\n"
-        "                  [--prefix P]\n"
-        "\n"
-        "Show semaphores (holders with lease left, waiters in order), delay queues\n"
-        "(due now, due later, in flight, dead, age of the oldest due message) and\n"
-        "limiter keys (algorithm and stored state), refreshed every --interval ms\n"
-        "(default 1000; Ctrl-C quits). Without NAMEs every object under the prefix\n"
-        "is found by SCAN; with NAMEs, the semaphores, queues and limiters so named\n"
-        "(a Redis user without SCAN rights sees the semaphores and queues).\n"
-        "--once prints one frame without escape codes and exits (69: Redis\n"
-        "unreachable or failing).\n"
-        "--prometheus prints one frame's semaphores and queues (at most 200 of each;\n"
-        "no limiter keys) as Prometheus gauges, then the tool's own client metrics,\n"
-        "and exits; on failure it prints nothing to stdout and exits 69.\n",
-        f);
+  fputs(
+      "usage: sluice top [NAME...] [--once | --prometheus] [--interval MS] [--redis URL]\n"
+      "                  [--prefix P]\n"
+      "\n"
+      "Show semaphores (holders with lease left, waiters in order), delay queues\n"
+      "(due now, due later, in flight, dead, age of the oldest due message) and\n"
+      "limiter keys (algorithm and stored state), refreshed every --interval ms\n"
+      "(default 1000; Ctrl-C quits). Without NAMEs every object under the prefix\n"
+      "is found by SCAN; with NAMEs, the semaphores, queues and limiters so named\n"
+      "(a Redis user without SCAN rights sees the semaphores and queues).\n"
+      "--once prints one frame without escape codes and exits (69: Redis\n"
+      "unreachable or failing).\n"
+      "--prometheus prints one frame's semaphores and queues (at most 200 of each;\n"
+      "no limiter keys) as Prometheus gauges, then the tool's own client metrics,\n"
+      "and exits; on failure it prints nothing to stdout and exits 69.\n",
+      f);
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *ud) { ((top *)ud)->done = 1; }
@@ -319,8 +322,8 @@ int cli_top_main(int argc, char **argv) {
      * flickers. */
     const char *eol = once ? "\n" : "\033[K\n";
     if (!once) fputs("\033[H", stdout);
-    printf("sluice top  %s  prefix %s%s%s%s%s", t.ctx.shown_url, t.ctx.prefix ? t.ctx.prefix : "sluice:",
-           once ? "" : "  ", once ? "" : stamp, eol, eol);
+    printf("sluice top  %s  prefix %s%s%s%s%s", t.ctx.shown_url,
+           t.ctx.prefix ? t.ctx.prefix : "sluice:", once ? "" : "  ", once ? "" : stamp, eol, eol);
     for (size_t at = 0; text && at < len;) {
       const char *nl = memchr(text + at, '\n', len - at);
       size_t n = nl ? (size_t)(nl - (text + at)) : len - at;

@@ -25,7 +25,8 @@ static void usage(FILE *out) {
       "Every command takes --redis URL (redis://[user:pass@]host:port/db,\n"
       "rediss://... (TLS), redis+sentinel://host:port[,host:port...]/MASTER,\n"
       "redis+cluster://host:port[,host:port...] or unix:///path; default\n"
-      "$SLUICE_REDIS or " CLI_DEFAULT_REDIS "),\n"
+      "$SLUICE_REDIS or " CLI_DEFAULT_REDIS
+      "),\n"
       "--redis-password-file FILE (the password, kept out of the URL; default\n"
       "$SLUICE_REDIS_PASSWORD_FILE) and --prefix PREFIX (key prefix, default\n"
       "\"sluice:\"). A password given in --redis is scrubbed from the tool's\n"

@@ -10,14 +10,14 @@
 #include <stdint.h>
 
 typedef struct sluice__args {
-  int nkeys;               /* leading entries that are KEYS */
+  int nkeys; /* leading entries that are KEYS */
   int argc;
   int cap;
   const char **argv;
   size_t *lens;
-  char *nums;              /* storage for formatted numbers */
+  char *nums; /* storage for formatted numbers */
   size_t nums_used, nums_cap;
-  int failed;              /* out of room or memory: the call must not go */
+  int failed; /* out of room or memory: the call must not go */
 } sluice__args;
 
 /* Room for up to cap entries, nnums of them numbers. 0 or SLUICE_ENOMEM. */

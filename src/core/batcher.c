@@ -8,12 +8,12 @@
 
 struct sluice__batch {
   sluice__batcher *b;
-  sluice__link link;              /* in b->inflight */
+  sluice__link link; /* in b->inflight */
   sluice__op *op;
   uint64_t sent_ms;
-  size_t n, left;                 /* slots, slots still occupied */
-  unsigned inflight : 1;          /* in b->inflight, its op live */
-  sluice__breq *slots[];          /* NULL once that request left */
+  size_t n, left;        /* slots, slots still occupied */
+  unsigned inflight : 1; /* in b->inflight, its op live */
+  sluice__breq *slots[]; /* NULL once that request left */
 };
 
 /* ---- flusher ------------------------------------------------------------- */
@@ -70,8 +70,8 @@ void sluice__batcher_init(sluice__batcher *b, const sluice__batch_kind *kind, sl
   sluice__list_append(&f->batchers, &b->flink);
 }
 
-void sluice__batcher_clock(sluice__batcher *b, int (*redis_time)(const redisReply *reply,
-                                                                 int64_t *ms)) {
+void sluice__batcher_clock(sluice__batcher *b,
+                           int (*redis_time)(const redisReply *reply, int64_t *ms)) {
   b->redis_time = redis_time;
 }
 
@@ -230,8 +230,9 @@ static void on_probe(void *ud, int status, const redisReply *reply) {
     return;
   }
   /* The requests never left: in doubt is not what they are. */
-  fail_queue(b, status == SLUICE_OK ? SLUICE_EPROTOCOL
-                : status == SLUICE_EINDOUBT ? SLUICE_ECONNECTION : status);
+  fail_queue(b, status == SLUICE_OK         ? SLUICE_EPROTOCOL
+                : status == SLUICE_EINDOUBT ? SLUICE_ECONNECTION
+                                            : status);
 }
 
 /* Whether b must wait for Redis's clock before it sends; asks for it. */

@@ -40,24 +40,24 @@
 typedef struct sluice__batch sluice__batch;
 
 typedef struct sluice__breq {
-  sluice__link link;              /* in the batcher's queue */
-  sluice__batch *batch;           /* the call in flight carrying it, or NULL */
-  size_t slot;                    /* its index in that call */
-  unsigned route;                 /* hash slot (0 on a single Redis) */
+  sluice__link link;    /* in the batcher's queue */
+  sluice__batch *batch; /* the call in flight carrying it, or NULL */
+  size_t slot;          /* its index in that call */
+  unsigned route;       /* hash slot (0 on a single Redis) */
   unsigned queued : 1;
 } sluice__breq;
 
 /* A request's part of a reply. */
 typedef struct sluice__batch_reply {
-  const redisReply *reply;        /* the whole reply; NULL unless status is OK */
-  size_t at;                      /* index of the request's first element */
-  uint64_t sent_ms;               /* monotonic: when the call was sent */
-  int replicated;                 /* 1/0: wait_replicas acknowledged it; -1 not asked */
+  const redisReply *reply; /* the whole reply; NULL unless status is OK */
+  size_t at;               /* index of the request's first element */
+  uint64_t sent_ms;        /* monotonic: when the call was sent */
+  int replicated;          /* 1/0: wait_replicas acknowledged it; -1 not asked */
 } sluice__batch_reply;
 
 typedef struct sluice__batch_kind {
   const sluice__script *script;
-  unsigned max;                   /* requests per call */
+  unsigned max; /* requests per call */
   /* Sizing of one call: KEYS+ARGV entries and how many are numbers. */
   unsigned args_head, args_per, nums_head, nums_per;
   /* Reply shape: an array of reply_head + reply_per * n elements. */
@@ -88,23 +88,23 @@ typedef struct sluice__batcher {
   const sluice__batch_kind *kind;
   sluice_client *c;
   void *owner;
-  sluice__guard *guard;           /* entered during fan-out; may be NULL */
+  sluice__guard *guard; /* entered during fan-out; may be NULL */
   sluice__flusher *flusher;
-  sluice__link flink;             /* in flusher->batchers */
-  sluice__list queue;             /* requests ready to send, in order */
-  sluice__list inflight;          /* calls sent, not answered */
-  size_t nqueued, ninflight;      /* requests in each */
-  unsigned timeout_ms;            /* 0: the client's default */
+  sluice__link flink;        /* in flusher->batchers */
+  sluice__list queue;        /* requests ready to send, in order */
+  sluice__list inflight;     /* calls sent, not answered */
+  size_t nqueued, ninflight; /* requests in each */
+  unsigned timeout_ms;       /* 0: the client's default */
   sluice__send_fn *send;
   /* follow (sluice__batcher_follow) */
   struct sluice__batcher *leader, *follower;
-  int (*hold)(void *owner);       /* whether to wait for the leader now */
-  uint64_t sent, settled;         /* calls sent; of them, answered or dropped */
-  uint64_t wait_for;              /* holding: the leader's `sent` to wait for */
+  int (*hold)(void *owner); /* whether to wait for the leader now */
+  uint64_t sent, settled;   /* calls sent; of them, answered or dropped */
+  uint64_t wait_for;        /* holding: the leader's `sent` to wait for */
   unsigned holding : 1;
   /* clock (sluice__batcher_clock) */
   int (*redis_time)(const redisReply *reply, int64_t *ms);
-  sluice__op *probe;              /* in flight while the clock is unknown */
+  sluice__op *probe; /* in flight while the clock is unknown */
   uint64_t probe_sent_ms;
 } sluice__batcher;
 
@@ -123,8 +123,8 @@ void sluice__batcher_init(sluice__batcher *b, const sluice__batch_kind *kind, sl
 void sluice__batcher_follow(sluice__batcher *b, sluice__batcher *leader, int (*hold)(void *owner));
 /* b's requests carry deadlines on Redis's clock, and redis_time finds
  * that clock (ms) in a reply of b's script (0, or non-zero if absent). */
-void sluice__batcher_clock(sluice__batcher *b, int (*redis_time)(const redisReply *reply,
-                                                                 int64_t *ms));
+void sluice__batcher_clock(sluice__batcher *b,
+                           int (*redis_time)(const redisReply *reply, int64_t *ms));
 /* Queue r for this loop turn's flush. */
 void sluice__batcher_queue(sluice__batcher *b, sluice__breq *r, unsigned route);
 /* r leaves its queue or its call in flight, unanswered. */

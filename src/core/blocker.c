@@ -48,8 +48,8 @@
 typedef struct group group;
 
 struct sluice__listener {
-  group *g;                      /* NULL once the blocker is gone */
-  sluice__link link;             /* in g->listeners, oldest first */
+  group *g;          /* NULL once the blocker is gone */
+  sluice__link link; /* in g->listeners, oldest first */
   char *key;
   sluice__wake_fn *fn;
   void *ud;
@@ -58,19 +58,19 @@ struct sluice__listener {
 
 struct group {
   sluice__blocker *b;
-  sluice__link link;             /* in b->groups */
-  int slot;                      /* -1: every key (one Redis) */
-  sluice__endpoint ep;           /* the route's node: host and port its own */
+  sluice__link link;   /* in b->groups */
+  int slot;            /* -1: every key (one Redis) */
+  sluice__endpoint ep; /* the route's node: host and port its own */
   sluice__conn conn;
   sluice__list listeners;
   char *ctl_key;
   struct event *watchdog;
-  struct event *kick;            /* (re)issue BRPOP from the loop */
-  struct event *idle;            /* closes the group when nobody listens */
-  sluice__op *interrupt;         /* the control token on its way */
-  int waiting;                   /* a BRPOP is outstanding */
-  int refused;                   /* the ACL refused the last BRPOP */
-  int dirty;                     /* key set changed since it was sent */
+  struct event *kick;    /* (re)issue BRPOP from the loop */
+  struct event *idle;    /* closes the group when nobody listens */
+  sluice__op *interrupt; /* the control token on its way */
+  int waiting;           /* a BRPOP is outstanding */
+  int refused;           /* the ACL refused the last BRPOP */
+  int dirty;             /* key set changed since it was sent */
   unsigned notify_gen;
 };
 
@@ -303,11 +303,8 @@ static group *group_new(sluice__blocker *b, int slot, const char *key) {
   g->watchdog = evtimer_new(env->base, watchdog_cb, g);
   g->kick = event_new(env->base, -1, 0, kick_cb, g);
   g->idle = evtimer_new(env->base, idle_cb, g);
-  sluice__conn_config cfg = {.net = env->net,
-                             .on_up = blk_up,
-                             .on_down = blk_down,
-                             .ready = blk_ready,
-                             .userdata = g};
+  sluice__conn_config cfg = {
+      .net = env->net, .on_up = blk_up, .on_down = blk_down, .ready = blk_ready, .userdata = g};
   cfg.net.endpoint = &g->ep;
   if (!g->ctl_key || !g->watchdog || !g->kick || !g->idle ||
       sluice__conn_init(&g->conn, env->base, &cfg)) {
@@ -324,8 +321,8 @@ sluice__blocker *sluice__blocker_new(const sluice__blocker_env *env) {
   return b;
 }
 
-#define EACH_GROUP(b, g)                                                          \
-  for (sluice__link *g##_l = (b)->groups.head, *g##_n; g##_l; g##_l = g##_n)      \
+#define EACH_GROUP(b, g)                                                     \
+  for (sluice__link *g##_l = (b)->groups.head, *g##_n; g##_l; g##_l = g##_n) \
     for (group *g = (g##_n = g##_l->next, sluice__container_of(g##_l, group, link)); g; g = NULL)
 
 void sluice__blocker_moved(sluice__blocker *b) {

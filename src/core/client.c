@@ -42,10 +42,8 @@ static void master_moved(void *ud) {
 static void node_changed(int lo, int hi, void *ud) {
   sluice_client *c = ud;
   c->node_changes++;
-  if (lo < 0)
-    sluice__log(c, SLUICE_LOG_INFO, "a different Redis node serves every key now");
-  else
-    sluice__log(c, SLUICE_LOG_INFO, "a different Redis node serves slots %d-%d now", lo, hi);
+  if (lo < 0) sluice__log(c, SLUICE_LOG_INFO, "a different Redis node serves every key now");
+  else sluice__log(c, SLUICE_LOG_INFO, "a different Redis node serves slots %d-%d now", lo, hi);
   if (c->closing || !c->rec.on) return;
   sluice__record_replay(c, lo, hi);
   sluice__guard_home_node_changed(&c->home, lo, hi);
@@ -79,11 +77,13 @@ static void note_refusals(sluice_client *c, const sluice__conn *conn) {
   if (conn->info_refused[0] && !c->said_info_refused++)
     sluice__log(c, SLUICE_LOG_ERROR,
                 "INFO refused (%s): a restart of Redis cannot be told from a reconnect, so the "
-                "writes and permits it lost are not restored", conn->info_refused);
+                "writes and permits it lost are not restored",
+                conn->info_refused);
   if (conn->wait_refused[0] && !c->said_wait_refused++ && c->rec.on)
     sluice__log(c, SLUICE_LOG_ERROR,
                 "WAIT refused (%s): acknowledged writes are kept for replay_window_ms, not "
-                "until a replica has them", conn->wait_refused);
+                "until a replica has them",
+                conn->wait_refused);
 }
 
 /* A data connection's handshake completed: the command connection, or in
@@ -96,8 +96,7 @@ static void data_up(sluice__conn *conn, void *ud) {
   if (c->m_fails)
     sluice__log(c, SLUICE_LOG_INFO, "connected to %s after %u failed attempt(s)",
                 where(conn, w, sizeof w), c->m_fails);
-  else
-    sluice__log(c, SLUICE_LOG_INFO, "connected to %s", where(conn, w, sizeof w));
+  else sluice__log(c, SLUICE_LOG_INFO, "connected to %s", where(conn, w, sizeof w));
   c->m_fails = 0;
   c->m_last_down[0] = '\0';
   note_refusals(c, conn);
@@ -116,8 +115,8 @@ static void note_down(sluice_client *c, const sluice__conn *conn, const char *w)
   if (c->topo->ops->many)
     snprintf(c->last_error, sizeof c->last_error, "%.120s: %.300s", w, conn->errstr);
   else
-    snprintf(c->last_error, sizeof c->last_error, "%.240s%s%.260s", conn->errstr,
-             *terr ? "; " : "", terr);
+    snprintf(c->last_error, sizeof c->last_error, "%.240s%s%.260s", conn->errstr, *terr ? "; " : "",
+             terr);
 }
 
 static void data_down(sluice__conn *conn, int status, void *ud) {
@@ -139,7 +138,10 @@ static void data_down(sluice__conn *conn, int status, void *ud) {
     int again = strcmp(c->m_last_down, conn->errstr) == 0;
     c->m.connect_failures++;
     c->m_fails++;
-    sluice__log(c, again ? SLUICE_LOG_DEBUG : conn->handshake_failed ? SLUICE_LOG_ERROR : SLUICE_LOG_WARN,
+    sluice__log(c,
+                again                    ? SLUICE_LOG_DEBUG
+                : conn->handshake_failed ? SLUICE_LOG_ERROR
+                                         : SLUICE_LOG_WARN,
                 "%s %s: %s; retrying in %u ms (attempt %u)",
                 conn->handshake_failed ? "handshake failed with" : "cannot connect to", w,
                 conn->errstr, conn->retry_ms, c->m_fails);
@@ -211,13 +213,15 @@ static int build_endpoint(sluice_client *c, const sluice_client_options *o) {
   if (o->db < 0) return SLUICE_EINVAL;
   ep->port = o->port;
   ep->db = o->db;
-  if (dup_opt(&ep->host, o->host ? o->host : "127.0.0.1") || dup_opt(&ep->unix_path, o->unix_path) ||
-      dup_opt(&ep->username, o->username) || dup_opt(&ep->password, o->password)) {
+  if (dup_opt(&ep->host, o->host ? o->host : "127.0.0.1") ||
+      dup_opt(&ep->unix_path, o->unix_path) || dup_opt(&ep->username, o->username) ||
+      dup_opt(&ep->password, o->password)) {
     sluice__endpoint_clear(ep);
     return SLUICE_ENOMEM;
   }
   if (o->cluster_seeds) {
-    int rc = o->unix_path || o->master_name ? SLUICE_EINVAL : sluice__endpoint_cluster(ep, o->cluster_seeds);
+    int rc = o->unix_path || o->master_name ? SLUICE_EINVAL
+                                            : sluice__endpoint_cluster(ep, o->cluster_seeds);
     if (rc) sluice__endpoint_clear(ep);
     return rc;
   }
@@ -302,11 +306,11 @@ int sluice_client_new(struct event_base *base, const sluice_client_options *opts
                                 .connect_timeout_ms = c->opts.connect_timeout_ms,
                                 .reconnect_min_ms = c->opts.reconnect_min_ms,
                                 .reconnect_max_ms = c->opts.reconnect_max_ms};
-  sluice__topo_config tcfg = {.net = c->net,
-                              .scripts = sluice__lua_all,
-                              .count_replicas = !c->opts.replay_off,
-                              .ev = {data_up, data_down, conn_state, routes_changed,
-                                     master_moved, node_changed, c}};
+  sluice__topo_config tcfg = {
+      .net = c->net,
+      .scripts = sluice__lua_all,
+      .count_replicas = !c->opts.replay_off,
+      .ev = {data_up, data_down, conn_state, routes_changed, master_moved, node_changed, c}};
   if (!c->key_prefix || !c->reaper || !c->log_ev || !c->clock_ev || !c->wait_ev ||
       sluice__record_init(c) != 0 || sluice__guard_home_init(&c->home, base, home_empty) != 0 ||
       !(c->topo = sluice__topo_new(base, &tcfg))) {
@@ -383,7 +387,9 @@ void sluice_client_close(sluice_client *c, sluice_close_cb *cb, void *ud) {
 
 void sluice_client_free(sluice_client *c) { sluice_client_close(c, NULL, NULL); }
 
-struct sluice__guard_home *sluice__client_home(sluice_client *c) { return &c->home; }
+struct sluice__guard_home *sluice__client_home(sluice_client *c) {
+  return &c->home;
+}
 
 int sluice__client_replicated(const sluice_client *c) { return c->replicas; }
 
@@ -393,7 +399,8 @@ void sluice__client_note_abandoned(sluice_client *c, const char *permit_id) {
   c->stats.releases_abandoned++;
   sluice__log(c, SLUICE_LOG_ERROR,
               "closed while Redis was unreachable: release of permit %s abandoned; its lease "
-              "expires by itself", permit_id);
+              "expires by itself",
+              permit_id);
   snprintf(c->last_error, sizeof c->last_error,
            "closed while Redis was unreachable: %llu permit release(s) could not be sent; "
            "those leases expire by themselves",
@@ -410,9 +417,8 @@ void sluice__client_set_error(sluice_client *c, const char *text) {
 }
 
 int sluice__client_closing(const sluice_client *c) { return c->closing; }
-struct event_base *sluice__client_base(const sluice_client *c) { return c->base; }
+struct event_base *sluice__client_base(const sluice_client *c) {
+  return c->base;
+}
 unsigned sluice__client_op_timeout(const sluice_client *c) { return c->opts.op_timeout_ms; }
 sluice__rclock *sluice__client_rclock(sluice_client *c) { return &c->rclock; }
-
-
-

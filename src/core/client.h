@@ -22,41 +22,40 @@
 #include "net/topo.h"
 #include "net/url.h"
 
-
 struct sluice_client {
   struct event_base *base;
-  sluice_client_options opts;     /* strings below are owned copies */
+  sluice_client_options opts; /* strings below are owned copies */
   sluice__endpoint endpoint;
-  sluice__net_config net;         /* every connection's template (endpoint above) */
+  sluice__net_config net; /* every connection's template (endpoint above) */
   char *key_prefix;
-  char id[33];                    /* random id of this client instance */
+  char id[33]; /* random id of this client instance */
 
-  sluice__topo *topo;             /* where steps go (net/topo.h) */
-  uint64_t node_changes;          /* the topology's node_changed events */
-  uint64_t up_since_ms;           /* monotonic: last handshake completed */
-  sluice__list ops;               /* operations not yet completed */
-  sluice__list unsent;            /* waiting for a route (first connection, first map) */
-  sluice__list wait_open;         /* WAITs to send this turn (wait_replicas) */
-  struct event *wait_ev;          /* sends them, after the turn's scripts */
-  sluice__guard_home home;        /* every object created on the client */
-  sluice__blocker *blocker;       /* created on first listen */
-  sluice__rclock rclock;          /* Redis's clock, from replies (rclock.h) */
+  sluice__topo *topo;       /* where steps go (net/topo.h) */
+  uint64_t node_changes;    /* the topology's node_changed events */
+  uint64_t up_since_ms;     /* monotonic: last handshake completed */
+  sluice__list ops;         /* operations not yet completed */
+  sluice__list unsent;      /* waiting for a route (first connection, first map) */
+  sluice__list wait_open;   /* WAITs to send this turn (wait_replicas) */
+  struct event *wait_ev;    /* sends them, after the turn's scripts */
+  sluice__guard_home home;  /* every object created on the client */
+  sluice__blocker *blocker; /* created on first listen */
+  sluice__rclock rclock;    /* Redis's clock, from replies (rclock.h) */
 
   sluice_client_state_cb *state_cb;
   void *state_ud;
   sluice_close_cb *close_cb;
   void *close_ud;
-  struct event *reaper;           /* runs the close sequence from the loop */
-  int closing;                    /* close requested: public calls refused */
-  int sealed;                     /* objects cancelled: no new operations */
-  int reaped;                     /* close sequence done */
+  struct event *reaper; /* runs the close sequence from the loop */
+  int closing;          /* close requested: public calls refused */
+  int sealed;           /* objects cancelled: no new operations */
+  int reaped;           /* close sequence done */
   sluice_client_stats stats;
-  unsigned used[SLUICE__NCAPS];   /* under each cap now (engine.h) */
-  unsigned cap[SLUICE__NCAPS];    /* the caps, from the options */
-  int replicas;                   /* see sluice__client_replicated */
-  sluice__record rec;             /* unreplicated writes (record.h) */
+  unsigned used[SLUICE__NCAPS];     /* under each cap now (engine.h) */
+  unsigned cap[SLUICE__NCAPS];      /* the caps, from the options */
+  int replicas;                     /* see sluice__client_replicated */
+  sluice__record rec;               /* unreplicated writes (record.h) */
   const sluice__answered *answered; /* the step being answered, during its callback */
-  char last_error[512];           /* a connection error or Redis's own words */
+  char last_error[512];             /* a connection error or Redis's own words */
 
   /* Metrics (sluice_client_get_metrics): by script index, the last entry
    * for plain commands. */
@@ -72,22 +71,22 @@ struct sluice_client {
   sluice_log_cb *log_cb;
   void *log_ud;
   struct event *log_ev;
-  struct event *clock_ev;         /* measures the base's clock, once */
+  struct event *clock_ev; /* measures the base's clock, once */
   unsigned log_head, log_len, log_dropped;
   struct {
     int level;
     char msg[240];
   } log_ring[16];
   unsigned clock_turns;
-  uint64_t clock_start_us;        /* CLOCK_MONOTONIC when the check began */
-  int64_t clock_last_us;          /* the base's cached time, last turn */
-  uint64_t clock_min_step_us;     /* smallest step seen in it */
+  uint64_t clock_start_us;    /* CLOCK_MONOTONIC when the check began */
+  int64_t clock_last_us;      /* the base's cached time, last turn */
+  uint64_t clock_min_step_us; /* smallest step seen in it */
   unsigned clock_steps;
   int clock_checked;
-  int m_up;                       /* the command connection was up */
+  int m_up;                                      /* the command connection was up */
   unsigned said_info_refused, said_wait_refused; /* logged once */
-  unsigned m_fails;               /* failed attempts since it last was */
-  char m_last_down[256];          /* the last failure logged */
+  unsigned m_fails;                              /* failed attempts since it last was */
+  char m_last_down[256];                         /* the last failure logged */
 };
 
 /* The engine (engine.c), for the client's own events and close. */

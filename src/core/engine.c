@@ -29,17 +29,17 @@ struct sluice__op {
   sluice__conn *waiting_on; /* unsent: the handshake it waits for (NULL: a route) */
   sluice__reply_fn *fn;
   void *ud;
-  struct event timer;           /* deadline, or deferred completion */
-  int deferred_status;          /* status to report when timer fires early */
-  unsigned in_hiredis;          /* hiredis callbacks still due (replies, WAITs) */
-  unsigned waits : 1;           /* a WAIT follows it (wait_replicas) */
-  redisReply *held;             /* its reply, copied, until the WAIT answers */
-  unsigned done : 1;            /* fn called, or detached */
-  unsigned retried : 1;         /* EVAL fallback already sent */
-  unsigned sent_up : 1;         /* handed over while the connection was up */
-  unsigned long ups_at_send;    /* handshakes completed when handed over */
-  uint64_t node_id;             /* conn's node then (conn.h) */
-  uint64_t route_node;          /* the node its route named then */
+  struct event timer;        /* deadline, or deferred completion */
+  int deferred_status;       /* status to report when timer fires early */
+  unsigned in_hiredis;       /* hiredis callbacks still due (replies, WAITs) */
+  unsigned waits : 1;        /* a WAIT follows it (wait_replicas) */
+  redisReply *held;          /* its reply, copied, until the WAIT answers */
+  unsigned done : 1;         /* fn called, or detached */
+  unsigned retried : 1;      /* EVAL fallback already sent */
+  unsigned sent_up : 1;      /* handed over while the connection was up */
+  unsigned long ups_at_send; /* handshakes completed when handed over */
+  uint64_t node_id;          /* conn's node then (conn.h) */
+  uint64_t route_node;       /* the node its route named then */
   int nkeys;
   sluice__conn *conn;           /* where it was handed over last */
   int slot;                     /* cluster: hash slot of KEYS[1]; -1 any node */
@@ -97,9 +97,9 @@ static void op_complete_replicas(sluice__op *op, int status, const redisReply *r
   evtimer_del(&op->timer);
   evtimer_del(&op->retry);
   op_unlink(op);
-  sluice__answered a = {op->script, op->nkeys, op->argc - 3, op->argv + 3, op->lens + 3,
-                        op->slot, op->conn, op->node_id, op->ups_at_send, op->route_node,
-                        replicas};
+  sluice__answered a = {op->script,      op->nkeys,      op->argc - 3, op->argv + 3,
+                        op->lens + 3,    op->slot,       op->conn,     op->node_id,
+                        op->ups_at_send, op->route_node, replicas};
   const sluice__answered *outer = c->answered;
   c->answered = status == SLUICE_OK && op->script ? &a : NULL;
   c->replicas = replicas;

@@ -42,9 +42,8 @@ int sluice__eval(sluice_client *c, const sluice__script *s, int nkeys, int argc,
                  sluice__reply_fn *fn, void *userdata, sluice__op **op);
 
 /* Send one plain command, same contract as sluice__eval. */
-int sluice__command(sluice_client *c, int argc, const char *const *argv,
-                    const size_t *lens, unsigned timeout_ms,
-                    sluice__reply_fn *fn, void *userdata, sluice__op **op);
+int sluice__command(sluice_client *c, int argc, const char *const *argv, const size_t *lens,
+                    unsigned timeout_ms, sluice__reply_fn *fn, void *userdata, sluice__op **op);
 
 /* Forget an operation: its fn will never be called. Safe at any time before
  * fn ran; the late reply, if any, is dropped. */
@@ -62,8 +61,8 @@ typedef void sluice__wake_fn(void *userdata, const char *data, size_t len);
 /* Wait (BRPOP, on the client's one blocking connection) for elements pushed
  * to the list key. Several listeners may share a key: each element goes to
  * the oldest listener of that key. */
-int sluice__listen(sluice_client *c, const char *key, sluice__wake_fn *fn,
-                   void *userdata, sluice__listener **out);
+int sluice__listen(sluice_client *c, const char *key, sluice__wake_fn *fn, void *userdata,
+                   sluice__listener **out);
 void sluice__unlisten(sluice__listener *l);
 
 /* ---- client lifetime ----------------------------------------------------- */

@@ -55,7 +55,7 @@ typedef enum sluice__obj_kind {
 
 typedef struct sluice__obj_view {
   sluice__obj_kind kind;
-  const void *handle;              /* sluice_sem *, sluice_limiter *, ... */
+  const void *handle; /* sluice_sem *, sluice_limiter *, ... */
   const char *name;
   const char *algo;                /* limiters: the algorithm's name; else NULL */
   const struct sluice__hist *hist; /* NULL if the kind keeps none */
@@ -91,13 +91,13 @@ typedef struct sluice__guard_ops {
 struct sluice__guard {
   sluice__guard_home *home;
   const sluice__guard_ops *ops;
-  sluice__link link;          /* in home->guards */
-  sluice__link reap_link;     /* in home->reap while queued */
-  unsigned depth;             /* the object's callbacks on the stack */
-  unsigned freeing : 1;       /* _free was called */
-  unsigned closed : 1;        /* the client closed: cancelled, no new work */
-  unsigned cancelled : 1;     /* cancel ran after freeing */
-  unsigned queued : 1;        /* in home->reap */
+  sluice__link link;      /* in home->guards */
+  sluice__link reap_link; /* in home->reap while queued */
+  unsigned depth;         /* the object's callbacks on the stack */
+  unsigned freeing : 1;   /* _free was called */
+  unsigned closed : 1;    /* the client closed: cancelled, no new work */
+  unsigned cancelled : 1; /* cancel ran after freeing */
+  unsigned queued : 1;    /* in home->reap */
 };
 
 struct sluice__guard_home {

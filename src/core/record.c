@@ -21,8 +21,8 @@ typedef struct rec_entry {
   sluice__link by_node; /* in its node's list, or in rec->pending (node_id 0) */
   sluice_client *c;
   uint64_t seq, node_id, acked_ms;
-  uint64_t origin;      /* the node that answered it first */
-  unsigned long ups;    /* its node's handshake that answered it */
+  uint64_t origin;   /* the node that answered it first */
+  unsigned long ups; /* its node's handshake that answered it */
   int route;
   unsigned kind, items;
   size_t bytes;
@@ -57,8 +57,8 @@ static void keep(sluice_client *c, rec_entry *e, const sluice__answered *a);
 /* ---- entries -------------------------------------------------------------- */
 
 static rec_entry *entry_new(sluice_client *c, unsigned kind, unsigned items,
-                            const sluice__script *s, int nkeys, int argc,
-                            const char *const *argv, const size_t *lens) {
+                            const sluice__script *s, int nkeys, int argc, const char *const *argv,
+                            const size_t *lens) {
   size_t bytes = 0;
   for (int i = 0; i < argc; i++) bytes += (lens ? lens[i] : strlen(argv[i])) + 1;
   size_t fixed = sizeof(rec_entry) + (size_t)argc * (sizeof(char *) + sizeof(size_t));
@@ -127,7 +127,9 @@ static void drop_entry(sluice__record *r, rec_entry *e) {
 }
 
 static rec_entry *entry_of(sluice__link *l) { return sluice__container_of(l, rec_entry, all); }
-static rec_entry *node_entry(sluice__link *l) { return sluice__container_of(l, rec_entry, by_node); }
+static rec_entry *node_entry(sluice__link *l) {
+  return sluice__container_of(l, rec_entry, by_node);
+}
 
 /* Past a bound the oldest go: counted, and logged now and then. */
 static void enforce_bounds(sluice_client *c) {
@@ -192,7 +194,8 @@ static void wait_answered(redisAsyncContext *ac, void *reply_, void *privdata) {
       if (!r->wait_refused_logged++)
         sluice__log(w->c, SLUICE_LOG_ERROR,
                     "WAIT refused (%s): writes are kept for replay_window_ms instead of until "
-                    "a replica has them", reply->str);
+                    "a replica has them",
+                    reply->str);
     }
     sweep_window(r, nd, w->conn);
     uint64_t oldest = nd->entries.head ? node_entry(nd->entries.head)->acked_ms : now;
@@ -294,8 +297,8 @@ static void replayed(void *ud, int status, const redisReply *reply) {
 }
 
 static void send_again(sluice_client *c, rec_entry *e) {
-  int rc = sluice__eval_at(c, e->route, e->script, e->nkeys, e->argc, e->argv, e->lens, 0,
-                           replayed, e, NULL);
+  int rc = sluice__eval_at(c, e->route, e->script, e->nkeys, e->argc, e->argv, e->lens, 0, replayed,
+                           e, NULL);
   if (rc != SLUICE_OK) {
     sluice__free(e); /* the client closes */
     return;
@@ -394,8 +397,8 @@ void sluice__record_answered(sluice_client *c, int kind, unsigned items) {
 void sluice__record_answered_as(sluice_client *c, int kind, unsigned items,
                                 const sluice__args *args) {
   if (!recording(c) || args->failed) return;
-  rec_entry *e = entry_new(c, (unsigned)kind, items, c->answered->script, args->nkeys,
-                           args->argc, args->argv, args->lens);
+  rec_entry *e = entry_new(c, (unsigned)kind, items, c->answered->script, args->nkeys, args->argc,
+                           args->argv, args->lens);
   if (e) keep(c, e, c->answered);
   else c->rec.dropped++;
 }

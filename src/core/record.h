@@ -45,38 +45,38 @@ struct sluice__conn;
 typedef struct rec_node rec_node;
 
 typedef struct sluice__record {
-  int on;                     /* replay_off not set */
+  int on; /* replay_off not set */
   unsigned window_ms;
   size_t max_entries, max_bytes;
-  sluice__list all;           /* entries, oldest first */
-  sluice__list pending;       /* entries to send again once their route's node is up */
-  size_t n, bytes;            /* in all */
-  uint64_t seq;               /* of the newest entry */
-  rec_node *nodes;            /* per node with entries */
+  sluice__list all;     /* entries, oldest first */
+  sluice__list pending; /* entries to send again once their route's node is up */
+  size_t n, bytes;      /* in all */
+  uint64_t seq;         /* of the newest entry */
+  rec_node *nodes;      /* per node with entries */
   size_t nnodes, capnodes;
   struct event *poll;
-  unsigned replaying;         /* replays in flight */
+  unsigned replaying; /* replays in flight */
   int wait_refused_logged;
-  uint64_t full_logged_ms;    /* when a full record was last logged */
+  uint64_t full_logged_ms; /* when a full record was last logged */
   /* counters (metrics) */
-  uint64_t replayed[5];       /* items sent again and answered, by kind */
-  uint64_t restored;          /* of them, writes the new node was missing */
-  uint64_t dropped;           /* entries that fell out past the bounds */
+  uint64_t replayed[5]; /* items sent again and answered, by kind */
+  uint64_t restored;    /* of them, writes the new node was missing */
+  uint64_t dropped;     /* entries that fell out past the bounds */
   uint64_t permits_restored, permits_lost;
 } sluice__record;
 
 /* What the engine knows of a step it is answering (engine.c). */
 typedef struct sluice__answered {
   const struct sluice__script *script;
-  int nkeys, argc;            /* KEYS then ARGV, after EVALSHA sha nkeys */
+  int nkeys, argc; /* KEYS then ARGV, after EVALSHA sha nkeys */
   const char *const *argv;
   const size_t *lens;
   int route;
-  struct sluice__conn *conn;  /* where it ran */
-  uint64_t node_id;           /* conn's node when it was sent */
-  unsigned long ups;          /* conn's handshakes then */
-  uint64_t route_node;        /* the node its route named when it was sent */
-  int replicated;             /* wait_replicas: 1 enough replicas had it */
+  struct sluice__conn *conn; /* where it ran */
+  uint64_t node_id;          /* conn's node when it was sent */
+  unsigned long ups;         /* conn's handshakes then */
+  uint64_t route_node;       /* the node its route named when it was sent */
+  int replicated;            /* wait_replicas: 1 enough replicas had it */
 } sluice__answered;
 
 struct sluice_client;

@@ -23,7 +23,7 @@ enum { SEM_KEY_HOLDERS, SEM_KEY_QUEUE, SEM_KEY_BEATS, SEM_KEY_META, SEM_NKEYS };
 /* What every semaphore script of one handle shares. */
 typedef struct sluice__sem_call {
   const char *keys[SEM_NKEYS];
-  const char *wake_base;     /* "<prefix>sem:{name}:wake:" */
+  const char *wake_base; /* "<prefix>sem:{name}:wake:" */
   unsigned permits;
   uint64_t ttl_ms, heartbeat_ms, keep_ms;
   int fair;
@@ -123,7 +123,7 @@ void sluice__dq_ack_item(sluice__args *a, const char *id, unsigned attempt, char
 
 /* What every check script of one limiter shares. */
 typedef struct sluice__rl_call {
-  uint64_t limit, period_ms, burst;  /* burst: GCRA's capacity (= limit otherwise) */
+  uint64_t limit, period_ms, burst; /* burst: GCRA's capacity (= limit otherwise) */
 } sluice__rl_call;
 
 /* rl_fixed.lua, rl_sliding_log.lua, rl_sliding_counter.lua, rl_gcra.lua

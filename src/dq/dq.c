@@ -30,23 +30,23 @@ typedef union dq_cb {
 typedef struct dq_req dq_req;
 struct dq_req {
   sluice_dq *dq;
-  sluice__link link;     /* in dq->reqs */
+  sluice__link link; /* in dq->reqs */
   sluice__op *op;
   enum req_kind kind;
   dq_cb cb;
   void *ud;
-  size_t n;              /* ids below (push, batch) */
+  size_t n; /* ids below (push, batch) */
   char **ids;
 };
 
 struct sluice_dq {
-  sluice__guard guard;   /* how the handle dies (guard.h) */
+  sluice__guard guard; /* how the handle dies (guard.h) */
   sluice_client *c;
   char *name;
   char *keys[DQ_NKEYS];
   unsigned op_timeout_ms;
   uint64_t retention_ms;
-  sluice__list reqs;     /* pending */
+  sluice__list reqs; /* pending */
   sluice_dq_metrics m;
 };
 
@@ -224,12 +224,12 @@ static void req_finish(dq_req *r, int status, const redisReply *reply) {
   }
   sluice__guard_enter(&dq->guard);
   switch (r->kind) {
-  case REQ_PUSH: finish_push(r, status, reply); break;
-  case REQ_BATCH: finish_batch(r, status, reply); break;
-  case REQ_CANCEL: finish_cancel(r, status, reply); break;
-  case REQ_INSPECT: finish_inspect(r, status, reply); break;
-  case REQ_DEAD: finish_dead(r, status, reply); break;
-  case REQ_REQUEUE: finish_requeue(r, status, reply); break;
+    case REQ_PUSH: finish_push(r, status, reply); break;
+    case REQ_BATCH: finish_batch(r, status, reply); break;
+    case REQ_CANCEL: finish_cancel(r, status, reply); break;
+    case REQ_INSPECT: finish_inspect(r, status, reply); break;
+    case REQ_DEAD: finish_dead(r, status, reply); break;
+    case REQ_REQUEUE: finish_requeue(r, status, reply); break;
   }
   sluice__free(r);
   sluice__guard_leave(&dq->guard);
@@ -396,7 +396,7 @@ static int check_item(const sluice_dq_item *it) {
 static int usable(const sluice_dq *dq) {
   if (!dq || dq->guard.freeing) return SLUICE_EINVAL;
   return sluice__guard_live(&dq->guard) && !sluice__client_closing(dq->c) ? SLUICE_OK
-                                                                         : SLUICE_ECLOSED;
+                                                                          : SLUICE_ECLOSED;
 }
 
 /* Validate items, then send them as one dq_push call for r. */
@@ -445,8 +445,7 @@ static int push_request(sluice_dq *dq, enum req_kind kind, dq_cb cb, void *ud,
   return rc;
 }
 
-int sluice_dq_push(sluice_dq *dq, const sluice_dq_item *item, sluice_dq_push_cb *cb,
-                   void *ud) {
+int sluice_dq_push(sluice_dq *dq, const sluice_dq_item *item, sluice_dq_push_cb *cb, void *ud) {
   int rc = usable(dq);
   if (rc == SLUICE_OK) rc = check_item(item);
   if (rc != SLUICE_OK) return rc;

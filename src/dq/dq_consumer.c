@@ -33,16 +33,16 @@
 #include "dq/dq.h"
 #include "base/histogram.h"
 
-#define DQ_SETTLE_MAX 1000   /* settlements per dq_ack call */
+#define DQ_SETTLE_MAX 1000     /* settlements per dq_ack call */
 #define DQ_BACKOFF_MIN_MS 50   /* first retry after a failed take */
 #define DQ_BACKOFF_MAX_MS 2000 /* an outage is not an idle queue: look often */
 
 typedef struct settle {
-  sluice__breq req;          /* in con->settles */
+  sluice__breq req; /* in con->settles */
   sluice_dq_settle_cb *cb;
   void *ud;
   unsigned attempt;
-  char op;                   /* 'a' ack, 'r' retry, 'x' release */
+  char op; /* 'a' ack, 'r' retry, 'x' release */
   int64_t delay_ms;
   char id[];
 } settle;
@@ -51,41 +51,41 @@ struct sluice_dq_msg {
   sluice_dq_consumer *con;
   unsigned attempt;
   int64_t due_ms;
-  uint64_t deadline_ms;  /* monotonic, conservative */
+  uint64_t deadline_ms; /* monotonic, conservative */
   size_t len;
-  char *id;              /* points after the payload */
-  char payload[];        /* len bytes + NUL, then the id + NUL */
+  char *id;       /* points after the payload */
+  char payload[]; /* len bytes + NUL, then the id + NUL */
 };
 
 struct sluice_dq_consumer {
-  sluice__guard guard;   /* how the consumer dies (guard.h) */
+  sluice__guard guard; /* how the consumer dies (guard.h) */
   sluice_client *c;
-  char *name;            /* the queue's (metrics) */
+  char *name; /* the queue's (metrics) */
   char *keys[DQ_NKEYS];
   sluice_dq_consumer_options o;
   sluice_dq_handler *handler;
   void *ud;
   sluice_dq_error_cb *err_cb;
   void *err_ud;
-  char cid[33];          /* this consumer's id in the queue's set c */
-  char *wake_key;        /* its wake list, "<c key>:<cid>" */
-  struct event *timer;   /* next take */
-  uint64_t timer_at_us;  /* monotonic time it is armed for; 0: not armed */
-  uint64_t woken_us;     /* earliest wake-up heard while a take was out; 0: none */
-  int64_t offset_us;     /* Redis's clock minus ours, as of the last take */
+  char cid[33];         /* this consumer's id in the queue's set c */
+  char *wake_key;       /* its wake list, "<c key>:<cid>" */
+  struct event *timer;  /* next take */
+  uint64_t timer_at_us; /* monotonic time it is armed for; 0: not armed */
+  uint64_t woken_us;    /* earliest wake-up heard while a take was out; 0: none */
+  int64_t offset_us;    /* Redis's clock minus ours, as of the last take */
   int have_offset;
-  struct event *kick;    /* take on the next loop turn */
+  struct event *kick; /* take on the next loop turn */
   sluice__flusher flusher;
   sluice__batcher settles;
   sluice__listener *listener;
   unsigned route;
-  unsigned in_flight;    /* delivered, not settled */
-  unsigned asked;        /* batch size of the take in flight */
+  unsigned in_flight; /* delivered, not settled */
+  unsigned asked;     /* batch size of the take in flight */
   unsigned backoff_ms;
   uint64_t take_sent_ms;
   int taking, again, starved;
-  sluice_dq_consumer_metrics m;  /* counters; m.lateness from lateness */
-  sluice__hist lateness;         /* in µs, from ms on Redis's clock */
+  sluice_dq_consumer_metrics m; /* counters; m.lateness from lateness */
+  sluice__hist lateness;        /* in µs, from ms on Redis's clock */
 };
 
 static void take(sluice_dq_consumer *con);
@@ -177,9 +177,9 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
   int64_t v;
   if (status == SLUICE_OK)
     status = sluice__reply_i64(br->reply->element[br->at], &v) ? SLUICE_EPROTOCOL
-             : v > 0                                          ? SLUICE_OK
-             : v == -1                                        ? SLUICE_ELATE
-                                                              : SLUICE_ENOTFOUND;
+             : v > 0                                           ? SLUICE_OK
+             : v == -1                                         ? SLUICE_ELATE
+                                                               : SLUICE_ENOTFOUND;
   if (status == SLUICE_OK && s->op == 'a') con->m.acked++;
   else if (status == SLUICE_OK && s->op == 'r' && v == 2) con->m.dead_lettered++;
   else if (status == SLUICE_OK && s->op == 'r') con->m.retried++;
@@ -191,10 +191,18 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
   sluice__guard_poke(&con->guard);
 }
 
-static const sluice__batch_kind settle_kind = {
-    &sluice__lua_dq_ack, DQ_SETTLE_MAX,
-    DQ_ACK_ARGS_HEAD, DQ_ACK_ARGS_PER, DQ_ACK_NUMS_HEAD, DQ_ACK_NUMS_PER,
-    0, 1, build, answer, NULL, SLUICE__WRITE_SETTLE};
+static const sluice__batch_kind settle_kind = {&sluice__lua_dq_ack,
+                                               DQ_SETTLE_MAX,
+                                               DQ_ACK_ARGS_HEAD,
+                                               DQ_ACK_ARGS_PER,
+                                               DQ_ACK_NUMS_HEAD,
+                                               DQ_ACK_NUMS_PER,
+                                               0,
+                                               1,
+                                               build,
+                                               answer,
+                                               NULL,
+                                               SLUICE__WRITE_SETTLE};
 
 static int enqueue(sluice_dq_consumer *con, const char *id, unsigned attempt, char op,
                    int64_t delay, sluice_dq_settle_cb *cb, void *ud) {
@@ -325,11 +333,10 @@ static void take_done(void *ud, int status, const redisReply *reply) {
   sluice_dq_consumer *con = ud;
   int64_t now_us = 0, next_ms = -1, count = 0;
   con->taking = 0;
-  if (status == SLUICE_OK &&
-      (sluice__reply_i64(sluice__reply_at(reply, 0), &now_us) ||
-       sluice__reply_i64(sluice__reply_at(reply, 1), &next_ms) ||
-       sluice__reply_i64(sluice__reply_at(reply, 2), &count) || count < 0 ||
-       reply->elements != 3 + 4 * (size_t)count))
+  if (status == SLUICE_OK && (sluice__reply_i64(sluice__reply_at(reply, 0), &now_us) ||
+                              sluice__reply_i64(sluice__reply_at(reply, 1), &next_ms) ||
+                              sluice__reply_i64(sluice__reply_at(reply, 2), &count) || count < 0 ||
+                              reply->elements != 3 + 4 * (size_t)count))
     status = SLUICE_EPROTOCOL;
   if (status != SLUICE_OK) {
     take_failed(con, status);
@@ -465,8 +472,7 @@ static const sluice__guard_ops consumer_guard_ops = {.quiesce = consumer_cancel,
 
 static int check_options(const sluice_dq_consumer_options *o) {
   if (o->batch < 1 || o->batch > 1000 || o->visibility_ms < 10 || o->max_in_flight < 1 ||
-      o->max_poll_ms < 10 || o->retention_ms < 1 ||
-      o->retention_ms > (uint64_t)SLUICE_DQ_TIME_MAX)
+      o->max_poll_ms < 10 || o->retention_ms < 1 || o->retention_ms > (uint64_t)SLUICE_DQ_TIME_MAX)
     return SLUICE_EINVAL;
   return SLUICE_OK;
 }
@@ -476,7 +482,8 @@ static int consumer_init(sluice_dq_consumer *con, sluice_client *c, const char *
   con->timer = evtimer_new(base, timer_cb, con);
   con->kick = event_new(base, -1, 0, take_cb, con);
   con->name = strdup(name);
-  if (!con->timer || !con->kick || !con->name || sluice__flusher_init(&con->flusher, base) != SLUICE_OK ||
+  if (!con->timer || !con->kick || !con->name ||
+      sluice__flusher_init(&con->flusher, base) != SLUICE_OK ||
       sluice__dq_keys(c, name, con->keys) != 0)
     return SLUICE_ENOMEM;
   sluice__random_hex(con->cid);
@@ -522,8 +529,7 @@ void sluice_dq_consumer_free(sluice_dq_consumer *con) {
   if (con) sluice__guard_free(&con->guard);
 }
 
-void sluice_dq_consumer_set_error_cb(sluice_dq_consumer *con, sluice_dq_error_cb *cb,
-                                     void *ud) {
+void sluice_dq_consumer_set_error_cb(sluice_dq_consumer *con, sluice_dq_error_cb *cb, void *ud) {
   if (!con) return;
   con->err_cb = cb;
   con->err_ud = ud;
@@ -548,7 +554,8 @@ int64_t sluice_dq_msg_remaining_ms(const sluice_dq_msg *m) {
   return m && m->deadline_ms > now ? (int64_t)(m->deadline_ms - now) : 0;
 }
 
-void sluice_dq_consumer_get_metrics(const sluice_dq_consumer *con, sluice_dq_consumer_metrics *out) {
+void sluice_dq_consumer_get_metrics(const sluice_dq_consumer *con,
+                                    sluice_dq_consumer_metrics *out) {
   if (!out) return;
   memset(out, 0, sizeof *out);
   if (!con) return;

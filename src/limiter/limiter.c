@@ -49,59 +49,59 @@ typedef enum { RQ_CHECK, RQ_PEEK, RQ_WAIT } rq_kind;
 /* What a request's timer does when it fires. */
 typedef enum {
   RT_NONE,
-  RT_DOWN,     /* Redis could not be asked: apply the down policy */
-  RT_FINISH,   /* complete with rq->status (and rq->res if have_res) */
-  RT_ATTEMPT,  /* wait at the head of its queue: ask (again) now */
-  RT_DEADLINE  /* wait: the timeout passed */
+  RT_DOWN,    /* Redis could not be asked: apply the down policy */
+  RT_FINISH,  /* complete with rq->status (and rq->res if have_res) */
+  RT_ATTEMPT, /* wait at the head of its queue: ask (again) now */
+  RT_DEADLINE /* wait: the timeout passed */
 } rq_action;
 
 typedef struct rl_queue {
   sluice__rl_entry e;
-  sluice__list waits;                    /* FIFO of the key's waits */
+  sluice__list waits; /* FIFO of the key's waits */
   unsigned count;
   char key[];
 } rl_queue;
 
 struct sluice_rl_waiter {
   sluice_limiter *lim;
-  sluice__link link;                     /* in lim->reqs */
-  sluice__link qlink;                    /* in queue->waits */
-  rl_queue *queue;                       /* waits, while queued */
+  sluice__link link;  /* in lim->reqs */
+  sluice__link qlink; /* in queue->waits */
+  rl_queue *queue;    /* waits, while queued */
   rq_kind kind;
   unsigned cost;
   sluice_limiter_cb *cb;
   void *ud;
-  sluice__breq breq;                     /* queued or in a call (lim->checks) */
-  unsigned route;                        /* hash slot of rkey */
+  sluice__breq breq; /* queued or in a call (lim->checks) */
+  unsigned route;    /* hash slot of rkey */
   struct event timer;
   rq_action action;
   int status;
   int have_res;
-  sluice_rl_result res;                  /* deferred result / last denial */
-  uint64_t deadline_ms;                  /* waits: monotonic; 0 = none */
-  uint64_t started_us;                   /* monotonic: the call (metrics) */
-  int waited;                            /* a wait slept at least once */
-  char *rkey;                            /* the Redis key (malloc) */
+  sluice_rl_result res; /* deferred result / last denial */
+  uint64_t deadline_ms; /* waits: monotonic; 0 = none */
+  uint64_t started_us;  /* monotonic: the call (metrics) */
+  int waited;           /* a wait slept at least once */
+  char *rkey;           /* the Redis key (malloc) */
   char key[];
 };
 typedef struct sluice_rl_waiter rl_req;
 
 struct sluice_limiter {
-  sluice__guard guard;                   /* how the limiter dies (guard.h) */
+  sluice__guard guard; /* how the limiter dies (guard.h) */
   sluice_client *c;
   struct event_base *base;
   char *name;
   sluice_limiter_options opts;
   sluice__rl_params params;
-  const char *suffix;                    /* last part of every key */
-  sluice__rl_call call;                  /* ARGV every check call shares */
-  sluice__flusher flusher;               /* sends lim->checks once per turn */
-  sluice__batcher checks;                /* checks, peeks, wait attempts */
+  const char *suffix;      /* last part of every key */
+  sluice__rl_call call;    /* ARGV every check call shares */
+  sluice__flusher flusher; /* sends lim->checks once per turn */
+  sluice__batcher checks;  /* checks, peeks, wait attempts */
   sluice__rl_local *local;
-  sluice__rl_map queues;                 /* key -> rl_queue */
-  sluice__list reqs;                     /* every request not yet answered */
-  unsigned seen_up : 1;                  /* the client was connected once */
-  sluice_limiter_metrics m;              /* counters; m.wait from wait_hist */
+  sluice__rl_map queues;    /* key -> rl_queue */
+  sluice__list reqs;        /* every request not yet answered */
+  unsigned seen_up : 1;     /* the client was connected once */
+  sluice_limiter_metrics m; /* counters; m.wait from wait_hist */
   sluice__hist wait_hist;
 };
 
@@ -130,13 +130,12 @@ int sluice_rl_algo_parse(const char *name, sluice_rl_algo *out) {
 
 const char *sluice_rl_source_name(sluice_rl_source source) {
   switch (source) {
-  case SLUICE_RL_REDIS: return "redis";
-  case SLUICE_RL_LOCAL: return "local";
-  case SLUICE_RL_UNCHECKED: return "unchecked";
+    case SLUICE_RL_REDIS: return "redis";
+    case SLUICE_RL_LOCAL: return "local";
+    case SLUICE_RL_UNCHECKED: return "unchecked";
   }
   return NULL;
 }
-
 
 /* ---- request plumbing ---------------------------------------------------- */
 
@@ -155,9 +154,7 @@ static void rq_defer(rl_req *rq, rq_action action, int status) {
 }
 
 /* Leave the batch queue or the call in flight: that answer is dropped. */
-static void rq_leave_call(rl_req *rq) {
-  sluice__batcher_leave(&rq->lim->checks, &rq->breq);
-}
+static void rq_leave_call(rl_req *rq) { sluice__batcher_leave(&rq->lim->checks, &rq->breq); }
 
 static void queue_free(sluice_limiter *lim, rl_queue *q) {
   sluice__rl_map_remove(&lim->queues, &q->e);
@@ -318,19 +315,16 @@ static void rq_down(rl_req *rq, int status) {
   sluice_limiter *lim = rq->lim;
   sluice_rl_result res = {1, SLUICE_RL_UNCHECKED, capacity(lim), -1, 0, 0};
   switch (lim->opts.on_redis_down) {
-  case SLUICE_RL_FAIL_OPEN:
-    rq_finish(rq, SLUICE_OK, &res);
-    return;
-  case SLUICE_RL_FAIL_LOCAL:
-    status = sluice__rl_local_check(lim->local, rq->key, rq->cost, rq->kind == RQ_PEEK,
-                                    sluice__mono_us(), &res);
-    if (status == SLUICE_OK) {
-      rq_decided(rq, &res);
-      return;
-    }
-    break;
-  default:
-    break;
+    case SLUICE_RL_FAIL_OPEN: rq_finish(rq, SLUICE_OK, &res); return;
+    case SLUICE_RL_FAIL_LOCAL:
+      status = sluice__rl_local_check(lim->local, rq->key, rq->cost, rq->kind == RQ_PEEK,
+                                      sluice__mono_us(), &res);
+      if (status == SLUICE_OK) {
+        rq_decided(rq, &res);
+        return;
+      }
+      break;
+    default: break;
   }
   /* A wait's ETIMEDOUT means "not allowed in time"; a step timing out is
    * Redis being unreachable. */
@@ -348,7 +342,8 @@ static rl_req *breq_rq(sluice__breq *r) { return sluice__container_of(r, rl_req,
 static void build(sluice__args *a, void *owner, sluice__breq *const *reqs, size_t n) {
   sluice_limiter *lim = owner;
   const sluice__rclock *k = sluice__client_rclock(lim->c);
-  unsigned t = lim->opts.op_timeout_ms ? lim->opts.op_timeout_ms : sluice__client_op_timeout(lim->c);
+  unsigned t = lim->opts.op_timeout_ms ? lim->opts.op_timeout_ms
+                                       : sluice__client_op_timeout(lim->c);
   uint64_t call_end = sluice__mono_ms() + t;
   for (size_t i = 0; i < n; i++) sluice__rl_check_key(a, breq_rq(reqs[i])->rkey);
   sluice__rl_check_head(a, &lim->call);
@@ -386,8 +381,10 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
 }
 
 #define RL_KIND(script)                                                                    \
-  {&(script), RL_BATCH_MAX, RL_CHECK_ARGS_HEAD, RL_CHECK_ARGS_PER, RL_CHECK_NUMS_HEAD,  \
-   RL_CHECK_NUMS_PER, RL_CHECK_REPLY_HEAD, RL_CHECK_REPLY_PER, build, answer, NULL, 0}
+  {                                                                                        \
+    &(script), RL_BATCH_MAX, RL_CHECK_ARGS_HEAD, RL_CHECK_ARGS_PER, RL_CHECK_NUMS_HEAD,    \
+        RL_CHECK_NUMS_PER, RL_CHECK_REPLY_HEAD, RL_CHECK_REPLY_PER, build, answer, NULL, 0 \
+  }
 
 /* One kind per algorithm (indexed by sluice_rl_algo): only the script differs. */
 static const sluice__batch_kind check_kinds[] = {
@@ -417,17 +414,18 @@ static void rq_attempt(rl_req *rq) {
     return;
   }
   rq_send(rq);
-  if (sluice__breq_busy(&rq->breq) && rq->deadline_ms) rq_arm(rq, RT_DEADLINE, rq->deadline_ms - now);
+  if (sluice__breq_busy(&rq->breq) && rq->deadline_ms)
+    rq_arm(rq, RT_DEADLINE, rq->deadline_ms - now);
 }
 
 static void rq_timer_cb(evutil_socket_t fd, short what, void *arg) {
   rl_req *rq = arg;
   switch (rq->action) {
-  case RT_DOWN: rq_down(rq, rq->status); break;
-  case RT_FINISH: rq_finish(rq, rq->status, rq->have_res ? &rq->res : NULL); break;
-  case RT_ATTEMPT: rq_attempt(rq); break;
-  case RT_DEADLINE: rq_finish(rq, SLUICE_ETIMEDOUT, rq->have_res ? &rq->res : NULL); break;
-  case RT_NONE: break;
+    case RT_DOWN: rq_down(rq, rq->status); break;
+    case RT_FINISH: rq_finish(rq, rq->status, rq->have_res ? &rq->res : NULL); break;
+    case RT_ATTEMPT: rq_attempt(rq); break;
+    case RT_DEADLINE: rq_finish(rq, SLUICE_ETIMEDOUT, rq->have_res ? &rq->res : NULL); break;
+    case RT_NONE: break;
   }
 }
 
@@ -435,8 +433,8 @@ static void rq_timer_cb(evutil_socket_t fd, short what, void *arg) {
  * completes with SLUICE_ECANCELED, even a pending SLUICE_EFULL. */
 static void lim_cancel(sluice__guard *g) {
   sluice_limiter *lim = sluice__container_of(g, sluice_limiter, guard);
-  while (lim->reqs.head) rq_finish(sluice__container_of(lim->reqs.head, rl_req, link),
-                                   SLUICE_ECANCELED, NULL);
+  while (lim->reqs.head)
+    rq_finish(sluice__container_of(lim->reqs.head, rl_req, link), SLUICE_ECANCELED, NULL);
   /* Every request left its call: forget the calls still in flight. */
   sluice__batcher_cancel(&lim->checks, SLUICE_ECANCELED);
 }
@@ -577,13 +575,13 @@ static int start_now(sluice_limiter *lim, rq_kind kind, const char *key, unsigne
   return rc;
 }
 
-int sluice_limiter_check(sluice_limiter *lim, const char *key, unsigned cost,
-                         sluice_limiter_cb *cb, void *ud) {
+int sluice_limiter_check(sluice_limiter *lim, const char *key, unsigned cost, sluice_limiter_cb *cb,
+                         void *ud) {
   return start_now(lim, RQ_CHECK, key, cost, cb, ud);
 }
 
-int sluice_limiter_peek(sluice_limiter *lim, const char *key, unsigned cost,
-                        sluice_limiter_cb *cb, void *ud) {
+int sluice_limiter_peek(sluice_limiter *lim, const char *key, unsigned cost, sluice_limiter_cb *cb,
+                        void *ud) {
   return start_now(lim, RQ_PEEK, key, cost, cb, ud);
 }
 

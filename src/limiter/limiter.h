@@ -24,7 +24,7 @@ typedef struct sluice__rl_entry {
 
 typedef struct sluice__rl_map {
   sluice__rl_entry **slots;
-  size_t nslots;  /* power of two, or 0 before the first insert */
+  size_t nslots; /* power of two, or 0 before the first insert */
   size_t count;
 } sluice__rl_map;
 
@@ -41,7 +41,7 @@ typedef struct sluice__rl_params {
   sluice_rl_algo algo;
   int64_t limit;
   int64_t period_ms;
-  int64_t burst;     /* GCRA capacity */
+  int64_t burst; /* GCRA capacity */
 } sluice__rl_params;
 
 typedef struct sluice__rl_local sluice__rl_local;
@@ -50,8 +50,8 @@ sluice__rl_local *sluice__rl_local_new(const sluice__rl_params *p);
 void sluice__rl_local_free(sluice__rl_local *l);
 /* Decide (and unless peek, take) cost units for key at now_us (a monotonic
  * clock). res->source is SLUICE_RL_LOCAL. Returns 0 or SLUICE_ENOMEM. */
-int sluice__rl_local_check(sluice__rl_local *l, const char *key, unsigned cost,
-                           int peek, uint64_t now_us, sluice_rl_result *res);
+int sluice__rl_local_check(sluice__rl_local *l, const char *key, unsigned cost, int peek,
+                           uint64_t now_us, sluice_rl_result *res);
 /* Keys currently tracked (idle ones are dropped as new keys arrive). */
 size_t sluice__rl_local_keys(const sluice__rl_local *l);
 

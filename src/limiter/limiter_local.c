@@ -79,16 +79,16 @@ typedef struct log_entry {
 
 typedef struct local_key {
   sluice__rl_entry e;
-  int64_t w, c, p;     /* fixed: w, c; counter: w, c, p; gcra: c = TAT (us);
+  int64_t w, c, p; /* fixed: w, c; counter: w, c, p; gcra: c = TAT (us);
                           sliding log: c = the sum before the log's first entry */
-  log_entry *log;      /* sliding log: a ring, as rl_sliding_log.lua's list */
+  log_entry *log;  /* sliding log: a ring, as rl_sliding_log.lua's list */
   size_t cap, head, len;
   char key[];
 } local_key;
 
 struct sluice__rl_local {
   sluice__rl_params p;
-  int64_t T;           /* GCRA emission interval, us */
+  int64_t T; /* GCRA emission interval, us */
   sluice__rl_map keys;
   size_t next_sweep;
 };
@@ -101,10 +101,10 @@ static log_entry *log_at(const local_key *k, size_t i) { return &k->log[(k->head
 static int key_idle(const sluice__rl_local *l, const local_key *k, int64_t now_us) {
   int64_t now_ms = now_us / 1000, w = now_ms / l->p.period_ms;
   switch (l->p.algo) {
-  case SLUICE_RL_FIXED: return k->w < w;
-  case SLUICE_RL_SLIDING_COUNTER: return k->w < w - 1;
-  case SLUICE_RL_GCRA: return k->c <= now_us;
-  default: return !k->len || log_at(k, k->len - 1)->t <= now_us - l->p.period_ms * 1000;
+    case SLUICE_RL_FIXED: return k->w < w;
+    case SLUICE_RL_SLIDING_COUNTER: return k->w < w - 1;
+    case SLUICE_RL_GCRA: return k->c <= now_us;
+    default: return !k->len || log_at(k, k->len - 1)->t <= now_us - l->p.period_ms * 1000;
   }
 }
 
@@ -177,7 +177,8 @@ static int counter_fits(const sluice__rl_local *l, int64_t p, int64_t c, int64_t
   return p * (period - el) + (c + cost) * period <= l->p.limit * period;
 }
 
-static int64_t counter_wait(const sluice__rl_local *l, int64_t p, int64_t c, int64_t e, int64_t cost) {
+static int64_t counter_wait(const sluice__rl_local *l, int64_t p, int64_t c, int64_t e,
+                            int64_t cost) {
   int64_t period = l->p.period_ms, limit = l->p.limit, el;
   if (c + cost <= limit) {
     el = max64(e, period - (limit - c - cost) * period / p);
@@ -199,8 +200,7 @@ static int counter(const sluice__rl_local *l, local_key *k, int64_t cost, int pe
   int64_t cc = ok ? c + cost : c;
   int64_t room = max64(0, (limit * period - p * (period - e) - cc * period) / period);
   if (!ok) {
-    set_res(r, 0, limit, room, counter_wait(l, p, c, e, cost),
-            c > 0 ? 2 * period - e : period - e);
+    set_res(r, 0, limit, room, counter_wait(l, p, c, e, cost), c > 0 ? 2 * period - e : period - e);
     return SLUICE_OK;
   }
   if (!peek) k->w = w, k->c = cc, k->p = p;
@@ -248,8 +248,8 @@ static const log_entry *log_freeing(const local_key *k, int64_t need) {
   return log_at(k, lo);
 }
 
-static int sliding_log(const sluice__rl_local *l, local_key *k, int64_t cost, int peek,
-                       int64_t now, sluice_rl_result *r) {
+static int sliding_log(const sluice__rl_local *l, local_key *k, int64_t cost, int peek, int64_t now,
+                       sluice_rl_result *r) {
   int64_t limit = l->p.limit, span = l->p.period_ms * 1000;
   if (k->len && log_at(k, k->len - 1)->t > now) now = log_at(k, k->len - 1)->t;
   while (k->len && log_at(k, 0)->t <= now - span) { /* forget what left the window */
@@ -303,10 +303,10 @@ int sluice__rl_local_check(sluice__rl_local *l, const char *key, unsigned cost, 
   local_key *k = key_get(l, key, now);
   if (!k) return SLUICE_ENOMEM;
   switch (l->p.algo) {
-  case SLUICE_RL_FIXED: return fixed(l, k, cost, peek, now, res);
-  case SLUICE_RL_SLIDING_COUNTER: return counter(l, k, cost, peek, now, res);
-  case SLUICE_RL_GCRA: return gcra(l, k, cost, peek, now, res);
-  default: return sliding_log(l, k, cost, peek, now, res);
+    case SLUICE_RL_FIXED: return fixed(l, k, cost, peek, now, res);
+    case SLUICE_RL_SLIDING_COUNTER: return counter(l, k, cost, peek, now, res);
+    case SLUICE_RL_GCRA: return gcra(l, k, cost, peek, now, res);
+    default: return sliding_log(l, k, cost, peek, now, res);
   }
 }
 

@@ -23,19 +23,19 @@
 #define BOOK_MAX 64
 
 typedef struct node {
-  sluice__link link;             /* in cl->nodes */
+  sluice__link link; /* in cl->nodes */
   sluice__cluster *cl;
-  sluice__endpoint ep;           /* the client's, with this node's host and port */
+  sluice__endpoint ep; /* the client's, with this node's host and port */
   sluice__conn conn;
-  int master;                    /* serves slots in the current map */
-  int was_master;                /* in the map before the last one */
-  int retiring;                  /* draining; freed when drained */
+  int master;     /* serves slots in the current map */
+  int was_master; /* in the map before the last one */
+  int retiring;   /* draining; freed when drained */
 } node;
 
 /* One CLUSTER SLOTS in flight. hiredis calls its callback exactly once
  * (with NULL when the connection goes), so it owns its memory. */
 typedef struct ask {
-  sluice__cluster *cl;           /* NULL once abandoned (timed out, freed) */
+  sluice__cluster *cl; /* NULL once abandoned (timed out, freed) */
   node *from;
 } ask;
 
@@ -44,19 +44,22 @@ struct sluice__cluster {
   struct event_base *base;
   sluice__list nodes;
   node *slot[SLUICE__SLOTS];
-  int known;                     /* a map was applied */
-  ask *asking;                   /* the refresh in flight */
-  int wanted;                    /* a refresh is due once possible */
+  int known;   /* a map was applied */
+  ask *asking; /* the refresh in flight */
+  int wanted;  /* a refresh is due once possible */
   uint64_t last_ask_ms;
-  struct event *refresh_timer;   /* throttle, or an unanswered ask */
-  struct event *apply_ev;        /* applies a map outside hiredis frames */
-  redisReply *map;               /* the reply to apply */
+  struct event *refresh_timer; /* throttle, or an unanswered ask */
+  struct event *apply_ev;      /* applies a map outside hiredis frames */
+  redisReply *map;             /* the reply to apply */
   node *map_from;
-  unsigned probe;                /* next address of the book to try */
+  unsigned probe; /* next address of the book to try */
   int nbook;
-  struct { char *host; int port; } book[BOOK_MAX];
+  struct {
+    char *host;
+    int port;
+  } book[BOOK_MAX];
   int closing;
-  unsigned draining;             /* connections still draining */
+  unsigned draining; /* connections still draining */
   void (*drained)(void *userdata);
   void *drained_ud;
   char err[256];
@@ -197,13 +200,14 @@ static int split_addr(const char *addr, size_t len, const sluice__conn *like, co
   return 0;
 }
 
-int sluice__cluster_parse_redirect(const char *str, size_t len, unsigned *slot,
-                                   const char **addr, size_t *alen) {
+int sluice__cluster_parse_redirect(const char *str, size_t len, unsigned *slot, const char **addr,
+                                   size_t *alen) {
   const char *sp = memchr(str, ' ', len);
   if (!sp) return -1;
   unsigned long s = 0;
   const char *d = sp + 1;
-  for (; d < str + len && *d >= '0' && *d <= '9' && s < SLUICE__SLOTS; d++) s = s * 10 + (unsigned long)(*d - '0');
+  for (; d < str + len && *d >= '0' && *d <= '9' && s < SLUICE__SLOTS; d++)
+    s = s * 10 + (unsigned long)(*d - '0');
   if (d == sp + 1 || d >= str + len || *d != ' ' || s >= SLUICE__SLOTS) return -1;
   *slot = (unsigned)s;
   *addr = d + 1;
@@ -336,8 +340,7 @@ static int entry_addr(const redisReply *e, const node *from, const char **host, 
                       int *port) {
   const redisReply *h = sluice__reply_at(e, 0), *p = sluice__reply_at(e, 1);
   int64_t v;
-  if (!h || h->type != REDIS_REPLY_STRING || !p || sluice__reply_i64(p, &v) || v < 1 ||
-      v > 65535)
+  if (!h || h->type != REDIS_REPLY_STRING || !p || sluice__reply_i64(p, &v) || v < 1 || v > 65535)
     return -1;
   if (h->len == 1 && h->str[0] == '?') return -1;
   *host = h->str;
@@ -395,15 +398,13 @@ static void apply_map(evutil_socket_t fd, short what, void *arg) {
     const char *host;
     size_t hlen;
     int port;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
-        sluice__reply_i64(r->element[0], &lo) || sluice__reply_i64(r->element[1], &hi) ||
-        lo < 0 || hi < lo || hi >= SLUICE__SLOTS) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || sluice__reply_i64(r->element[0], &lo) ||
+        sluice__reply_i64(r->element[1], &hi) || lo < 0 || hi < lo || hi >= SLUICE__SLOTS) {
       bad = 1;
       continue;
     }
     for (size_t j = 2; j < r->elements; j++) /* master, then replicas */
-      if (entry_addr(r->element[j], from, &host, &hlen, &port) == 0)
-        book_add(cl, host, hlen, port);
+      if (entry_addr(r->element[j], from, &host, &hlen, &port) == 0) book_add(cl, host, hlen, port);
     if (entry_addr(r->element[2], from, &host, &hlen, &port) != 0) continue;
     node *n = node_get(cl, host, hlen, port);
     if (!n) {

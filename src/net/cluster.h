@@ -28,9 +28,9 @@ struct sluice__script;
 typedef struct sluice__cluster sluice__cluster;
 
 typedef struct sluice__cluster_config {
-  sluice__net_config net;        /* endpoint: seeds, credentials, TLS */
+  sluice__net_config net; /* endpoint: seeds, credentials, TLS */
   const struct sluice__script *const *scripts;
-  int count_replicas;            /* every node's handshake asks (conn.h) */
+  int count_replicas; /* every node's handshake asks (conn.h) */
   /* A master's connection came up / went down (as conn.h's on_up/on_down). */
   void (*node_up)(sluice__conn *conn, void *userdata);
   void (*node_down)(sluice__conn *conn, int status, void *userdata);
@@ -54,8 +54,8 @@ sluice__cluster *sluice__cluster_new(struct event_base *base, const sluice__clus
 /* Shuts every connection down (pending replies are dropped) and frees. */
 void sluice__cluster_free(sluice__cluster *cl);
 /* Close gracefully: every connection drains (conn.h), then done runs. */
-void sluice__cluster_drain(sluice__cluster *cl, unsigned timeout_ms,
-                           void (*done)(void *userdata), void *userdata);
+void sluice__cluster_drain(sluice__cluster *cl, unsigned timeout_ms, void (*done)(void *userdata),
+                           void *userdata);
 
 /* 1 once a map is known. */
 int sluice__cluster_known(const sluice__cluster *cl);
@@ -81,8 +81,8 @@ int sluice__cluster_moved(sluice__cluster *cl, unsigned slot, const char *addr, 
                           const sluice__conn *from);
 /* "MOVED <slot> <host:port>" or "ASK ..." (str[0..len)): its parts, 0; or
  * -1 when it does not read so. */
-int sluice__cluster_parse_redirect(const char *str, size_t len, unsigned *slot,
-                                   const char **addr, size_t *alen);
+int sluice__cluster_parse_redirect(const char *str, size_t len, unsigned *slot, const char **addr,
+                                   size_t *alen);
 /* Ask for a fresh map (a connection failed, or a step met a sign of
  * failover). Throttled, one at a time. */
 void sluice__cluster_refresh(sluice__cluster *cl);

@@ -80,7 +80,10 @@ static uint64_t fresh_node_id(void) {
 static void note_node(sluice__conn *conn) {
   const sluice__endpoint *ep = conn->cfg.net.endpoint;
   char addr[sizeof conn->up_addr];
-  snprintf(addr, sizeof addr, "%s:%d", ep->unix_path ? ep->unix_path : ep->host ? ep->host : "",
+  snprintf(addr, sizeof addr, "%s:%d",
+           ep->unix_path ? ep->unix_path
+           : ep->host    ? ep->host
+                         : "",
            ep->unix_path ? 0 : ep->port);
   int had = conn->ups > 0;
   conn->new_node = had && (strcmp(addr, conn->up_addr) != 0 ||
@@ -117,10 +120,9 @@ static void handshake_cb(redisAsyncContext *ac, void *r, void *privdata) {
     return;
   }
   /* A sentinel's answer is checked: a failover may have made it a replica. */
-  if (strcmp(step, "ROLE") == 0 &&
-      !(reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
-        reply->element[0]->type == REDIS_REPLY_STRING &&
-        strcmp(reply->element[0]->str, "master") == 0)) {
+  if (strcmp(step, "ROLE") == 0 && !(reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
+                                     reply->element[0]->type == REDIS_REPLY_STRING &&
+                                     strcmp(reply->element[0]->str, "master") == 0)) {
     conn->handshake_failed = 1;
     set_err(conn, "ROLE", "not a master (a failover may be under way)");
     sluice__conn_fail(conn, NULL);
@@ -169,12 +171,14 @@ static void disconnect_cb(const redisAsyncContext *ac, int status) {
   sluice__conn *conn = ac->data;
   if (!conn || conn->ac != ac) return; /* our own conn_drop: already handled */
   if (conn->draining) {
-    conn->ac = NULL; /* hiredis frees it after we return */
+    conn->ac = NULL;                   /* hiredis frees it after we return */
     event_active(conn->drop_ev, 0, 0); /* report from outside hiredis */
     return;
   }
   set_err(conn, "connection lost",
-          conn->refusal.refused ? conn->refusal.why : ac->errstr[0] ? ac->errstr : NULL);
+          conn->refusal.refused ? conn->refusal.why
+          : ac->errstr[0]       ? ac->errstr
+                                : NULL);
   tls_reason(conn);
   conn->ac = NULL; /* hiredis frees it after we return */
   conn->failed = 1;
@@ -234,14 +238,16 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
     finish_drain(conn);
   } else if (conn->state == SLUICE_CONN_CONNECTING) {
     char why[160];
-    set_err(conn, conn->ssl && sluice__tls_timed_out(conn->ssl, why, sizeof why) ? why
-                                                                                  : "connect timed out",
-            NULL);
+    set_err(
+        conn,
+        conn->ssl && sluice__tls_timed_out(conn->ssl, why, sizeof why) ? why : "connect timed out",
+        NULL);
     conn_drop(conn, NULL);
   } else if (conn->state == SLUICE_CONN_RESOLVING) {
-    set_err(conn, conn->cfg.net.endpoint->cluster
-                      ? "no address: the cluster map names no node for this slot yet"
-                      : "no address: the sentinels did not name the master in time",
+    set_err(conn,
+            conn->cfg.net.endpoint->cluster
+                ? "no address: the cluster map names no node for this slot yet"
+                : "no address: the sentinels did not name the master in time",
             NULL);
     conn_drop(conn, NULL);
   } else if (conn->state == SLUICE_CONN_WAITING) {
@@ -278,8 +284,7 @@ void sluice__conn_drain(sluice__conn *conn, unsigned timeout_ms,
   redisAsyncDisconnect(conn->ac);
 }
 
-int sluice__conn_init(sluice__conn *conn, struct event_base *base,
-                      const sluice__conn_config *cfg) {
+int sluice__conn_init(sluice__conn *conn, struct event_base *base, const sluice__conn_config *cfg) {
   memset(conn, 0, sizeof *conn);
   conn->cfg = *cfg;
   conn->replicas_online = -1;
@@ -316,8 +321,7 @@ void sluice__conn_start(sluice__conn *conn) {
     sluice__timer_in(conn->timer, conn->cfg.net.connect_timeout_ms);
     return;
   }
-  ac = ep->unix_path ? redisAsyncConnectUnix(ep->unix_path)
-                     : redisAsyncConnect(ep->host, ep->port);
+  ac = ep->unix_path ? redisAsyncConnectUnix(ep->unix_path) : redisAsyncConnect(ep->host, ep->port);
   if (!ac || ac->err) {
     set_err(conn, "connect failed", ac ? ac->errstr : "out of memory");
     if (ac) redisAsyncFree(ac);
@@ -392,8 +396,8 @@ void sluice__conn_shutdown(sluice__conn *conn) {
   if (ac) redisAsyncFree(ac);
 }
 
-int sluice__conn_send(sluice__conn *conn, redisCallbackFn *fn, void *privdata,
-                      int argc, const char **argv, const size_t *lens) {
+int sluice__conn_send(sluice__conn *conn, redisCallbackFn *fn, void *privdata, int argc,
+                      const char **argv, const size_t *lens) {
   if (!conn->ac) return REDIS_ERR;
   return redisAsyncCommandArgv(conn->ac, fn, privdata, argc, argv, lens);
 }

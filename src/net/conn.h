@@ -24,11 +24,11 @@
 #include "net/url.h"
 
 enum sluice__conn_state {
-  SLUICE_CONN_IDLE,        /* not started, or shut down */
-  SLUICE_CONN_CONNECTING,  /* TCP/unix connect or handshake in progress */
-  SLUICE_CONN_UP,          /* handshake done: commands flow */
-  SLUICE_CONN_WAITING,     /* lost; a reconnect is scheduled */
-  SLUICE_CONN_RESOLVING    /* waiting for the address (ready said not yet) */
+  SLUICE_CONN_IDLE,       /* not started, or shut down */
+  SLUICE_CONN_CONNECTING, /* TCP/unix connect or handshake in progress */
+  SLUICE_CONN_UP,         /* handshake done: commands flow */
+  SLUICE_CONN_WAITING,    /* lost; a reconnect is scheduled */
+  SLUICE_CONN_RESOLVING   /* waiting for the address (ready said not yet) */
 };
 
 typedef struct sluice__conn sluice__conn;
@@ -36,7 +36,7 @@ typedef struct sluice__conn sluice__conn;
 /* Where and how a client's connections connect: one template, copied into
  * every connection, the topology and the Sentinel link. */
 typedef struct sluice__net_config {
-  const sluice__endpoint *endpoint;  /* borrowed; outlives the conn */
+  const sluice__endpoint *endpoint; /* borrowed; outlives the conn */
   unsigned connect_timeout_ms;
   unsigned reconnect_min_ms;
   unsigned reconnect_max_ms;
@@ -68,18 +68,18 @@ typedef struct sluice__conn_config {
 struct sluice__conn {
   sluice__conn_config cfg;
   struct event_base *base;
-  redisAsyncContext *ac;          /* NULL when no context exists */
-  void *ssl;                      /* ac's TLS object (owned by hiredis) or NULL */
+  redisAsyncContext *ac; /* NULL when no context exists */
+  void *ssl;             /* ac's TLS object (owned by hiredis) or NULL */
   enum sluice__conn_state state;
-  int failed;                     /* lost or failed since last UP */
-  int draining;                   /* graceful close in progress */
-  int down_pending;               /* report a failed start from the loop */
-  int handshake_failed;           /* a step of this attempt failed */
+  int failed;           /* lost or failed since last UP */
+  int draining;         /* graceful close in progress */
+  int down_pending;     /* report a failed start from the loop */
+  int handshake_failed; /* a step of this attempt failed */
   void (*drained)(sluice__conn *conn, void *userdata);
-  unsigned attempts;              /* consecutive failed attempts */
-  unsigned retry_ms;              /* the delay of the reconnect scheduled last */
-  unsigned long ups;              /* handshakes completed */
-  int was_up;                     /* in on_down: it had been up (lost, not failed) */
+  unsigned attempts; /* consecutive failed attempts */
+  unsigned retry_ms; /* the delay of the reconnect scheduled last */
+  unsigned long ups; /* handshakes completed */
+  int was_up;        /* in on_down: it had been up (lost, not failed) */
   /* Who answers: the server's run_id (INFO server, in the handshake; ""
    * when it could not be read, e.g. NOPERM) and address at the last up. In
    * on_up, new_node says the node is another one than at the previous up
@@ -87,7 +87,7 @@ struct sluice__conn {
   char run_id[41];
   char up_addr[280];
   int new_node;
-  char info_run_id[41];           /* this attempt's, until it is up */
+  char info_run_id[41]; /* this attempt's, until it is up */
   /* The node it talks to, unique in the process: a new id at the first up
    * and whenever new_node is set, so whoever noted it can tell later
    * whether this connection still reaches the same data. */
@@ -95,24 +95,23 @@ struct sluice__conn {
   /* Replicas online at the last handshake (count_replicas; -1 unknown:
    * WAIT refused, or a replica answered). */
   int replicas_online;
-  int info_replicas;              /* this attempt's, until it is up */
+  int info_replicas; /* this attempt's, until it is up */
   /* Redis's words when the handshake's INFO or WAIT was refused (an ACL
    * rule without them): "" when answered. Neither fails the handshake. */
   char info_refused[160];
   char wait_refused[160];
-  uint64_t last_reply_ms;         /* monotonic: last reply (the client's steps) */
+  uint64_t last_reply_ms; /* monotonic: last reply (the client's steps) */
   /* The client's wait_replicas state for this connection (client.c). */
-  struct wait_batch *wait_open;   /* writes sent this turn, for one WAIT */
-  int replicas_short;             /* the last WAIT counted too few replicas */
-  uint64_t wait_probe_ms;         /* when a WAIT last had a longer timeout */
-  struct event *timer;            /* connect timeout, or reconnect delay */
-  struct event *drop_ev;          /* deferred drop out of hiredis frames */
-  char errstr[256];                /* "<what>: <detail>", truncated to fit */
-  sluice__reply_refusal refusal;  /* a reply too large for its bounds, on ac */
+  struct wait_batch *wait_open;  /* writes sent this turn, for one WAIT */
+  int replicas_short;            /* the last WAIT counted too few replicas */
+  uint64_t wait_probe_ms;        /* when a WAIT last had a longer timeout */
+  struct event *timer;           /* connect timeout, or reconnect delay */
+  struct event *drop_ev;         /* deferred drop out of hiredis frames */
+  char errstr[256];              /* "<what>: <detail>", truncated to fit */
+  sluice__reply_refusal refusal; /* a reply too large for its bounds, on ac */
 };
 
-int sluice__conn_init(sluice__conn *conn, struct event_base *base,
-                      const sluice__conn_config *cfg);
+int sluice__conn_init(sluice__conn *conn, struct event_base *base, const sluice__conn_config *cfg);
 /* Start connecting now (no-op unless IDLE or WAITING). */
 void sluice__conn_start(sluice__conn *conn);
 /* Drop the connection from the loop (safe inside hiredis callbacks) and
@@ -128,7 +127,7 @@ void sluice__conn_drain(sluice__conn *conn, unsigned timeout_ms,
  * (pending hiredis callbacks still run, with NULL, inside this call). */
 void sluice__conn_shutdown(sluice__conn *conn);
 /* Send a command on the context (UP or CONNECTING). REDIS_OK/REDIS_ERR. */
-int sluice__conn_send(sluice__conn *conn, redisCallbackFn *fn, void *privdata,
-                      int argc, const char **argv, const size_t *lens);
+int sluice__conn_send(sluice__conn *conn, redisCallbackFn *fn, void *privdata, int argc,
+                      const char **argv, const size_t *lens);
 
 #endif

@@ -14,24 +14,24 @@
 #define SENTINELS_MAX 16
 
 typedef struct sentinel_addr {
-  char *host;                     /* owned; lives as long as the link */
+  char *host; /* owned; lives as long as the link */
   int port;
 } sentinel_addr;
 
 struct sluice__sentinel {
   sluice__sentinel_config cfg;
-  const sluice__endpoint *names;  /* the data endpoint: master name, credentials */
-  sentinel_addr *known;           /* the sentinels to try, in order */
+  const sluice__endpoint *names; /* the data endpoint: master name, credentials */
+  sentinel_addr *known;          /* the sentinels to try, in order */
   int nknown, maxknown;
-  sluice__endpoint qep, wep;      /* the sentinel each connection uses now */
-  int qi, wi;                     /* their indexes in known */
-  unsigned long answers;          /* times a sentinel named the master */
+  sluice__endpoint qep, wep; /* the sentinel each connection uses now */
+  int qi, wi;                /* their indexes in known */
+  unsigned long answers;     /* times a sentinel named the master */
   sluice__conn query, watch;
-  struct event *ask_timer;        /* a question unanswered for too long */
-  int fresh;                      /* the address was given since it went stale */
-  int asking;                     /* a question is in flight */
-  int have;                       /* an address was ever given */
-  char err[384];                  /* room for a connection's errstr and more */
+  struct event *ask_timer; /* a question unanswered for too long */
+  int fresh;               /* the address was given since it went stale */
+  int asking;              /* a question is in flight */
+  int have;                /* an address was ever given */
+  char err[384];           /* room for a connection's errstr and more */
 };
 
 static void point_at(sluice__sentinel *s, sluice__endpoint *ep, int i) {
@@ -174,8 +174,7 @@ static void query_down(sluice__conn *conn, int status, void *ud) {
   if (strncmp(conn->errstr, "sentinel ", 9) == 0) /* our own verdict */
     snprintf(s->err, sizeof s->err, "%s", conn->errstr);
   else
-    snprintf(s->err, sizeof s->err, "sentinel %s:%d: %s", s->qep.host, s->qep.port,
-             conn->errstr);
+    snprintf(s->err, sizeof s->err, "sentinel %s:%d: %s", s->qep.host, s->qep.port, conn->errstr);
   s->qi = (s->qi + 1) % s->nknown;
   point_at(s, &s->qep, s->qi);
 }
@@ -216,15 +215,13 @@ static int link_init(sluice__sentinel *s, struct event_base *base, sluice__conn 
                      void (*down)(sluice__conn *, int, void *)) {
   ep->username = s->names->sentinel_username;
   ep->password = s->names->sentinel_password;
-  sluice__conn_config cfg = {.net = s->cfg.net,
-                             .on_up = up,
-                             .on_down = down,
-                             .userdata = s};
+  sluice__conn_config cfg = {.net = s->cfg.net, .on_up = up, .on_down = down, .userdata = s};
   cfg.net.endpoint = ep;
   return sluice__conn_init(conn, base, &cfg);
 }
 
-sluice__sentinel *sluice__sentinel_new(struct event_base *base, const sluice__sentinel_config *cfg) {
+sluice__sentinel *sluice__sentinel_new(struct event_base *base,
+                                       const sluice__sentinel_config *cfg) {
   sluice__sentinel *s = sluice__calloc(1, sizeof *s);
   if (!s) return NULL;
   s->cfg = *cfg;

@@ -29,8 +29,8 @@ struct event_base;
 typedef struct sluice__sentinel sluice__sentinel;
 
 typedef struct sluice__sentinel_config {
-  sluice__endpoint *data;         /* the data nodes' endpoint: its host/port are set here */
-  sluice__net_config net;         /* timeouts and reconnect (its endpoint unused) */
+  sluice__endpoint *data; /* the data nodes' endpoint: its host/port are set here */
+  sluice__net_config net; /* timeouts and reconnect (its endpoint unused) */
   /* The master's address changed (or its old connections must go): drop
    * and reconnect the data connections. */
   void (*moved)(void *userdata);

@@ -43,8 +43,7 @@ static int load_failed(SSL_CTX *ctx, const char *what, const char *path) {
   int is_dir = strstr(what, "directory") != NULL;
   if (*path && !(is_dir ? readable_dir(path) : readable_file(path)))
     sluice__endpoint_set_error("TLS: cannot read %s %.150s: %s", what, path, strerror(errno));
-  else
-    sluice__endpoint_set_error("TLS: cannot load %s %.150s: %s", what, path, ssl_reason());
+  else sluice__endpoint_set_error("TLS: cannot load %s %.150s: %s", what, path, ssl_reason());
   ERR_clear_error();
   SSL_CTX_free(ctx);
   return SLUICE_EINVAL;
@@ -103,8 +102,8 @@ static int is_ip_literal(const char *name) {
   return inet_pton(AF_INET, name, buf) == 1 || inet_pton(AF_INET6, name, buf) == 1;
 }
 
-int sluice__tls_attach(const sluice__endpoint *ep, redisAsyncContext *ac, void **ssl_out,
-                       char *err, size_t errlen) {
+int sluice__tls_attach(const sluice__endpoint *ep, redisAsyncContext *ac, void **ssl_out, char *err,
+                       size_t errlen) {
   /* The name the certificate must carry: the SNI name when one is given
    * (reaching a named server by address), else the host connected to. */
   const char *name = ep->tls_server_name ? ep->tls_server_name : ep->host;
@@ -118,9 +117,8 @@ int sluice__tls_attach(const sluice__endpoint *ep, redisAsyncContext *ac, void *
   }
   /* SNI carries host names only (RFC 6066), never addresses. */
   if ((!ip && SSL_set_tlsext_host_name(ssl, name) != 1) ||
-      (!ep->tls_skip_verify &&
-       (ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name)
-           : SSL_set1_host(ssl, name)) != 1)) {
+      (!ep->tls_skip_verify && (ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name)
+                                   : SSL_set1_host(ssl, name)) != 1)) {
     snprintf(err, errlen, "TLS: cannot use server name %.60s: %s", name, ssl_reason());
     ERR_clear_error();
     SSL_free(ssl);
@@ -148,7 +146,8 @@ int sluice__tls_explain(void *p, char *err, size_t errlen) {
     snprintf(err, errlen, "TLS: server certificate not accepted: %s",
              X509_verify_cert_error_string(vr));
   } else if (ssl && SSL_get_app_data(ssl) == &asked_for_cert) {
-    snprintf(err, errlen, "TLS: the server requires a client certificate and none is "
+    snprintf(err, errlen,
+             "TLS: the server requires a client certificate and none is "
              "configured (cert= and key=, or tls_cert_file and tls_key_file)");
   } else if (e) {
     const char *r = ERR_reason_error_string(e);
@@ -156,7 +155,8 @@ int sluice__tls_explain(void *p, char *err, size_t errlen) {
   } else if (ssl && SSL_is_init_finished(ssl)) {
     /* A server that refuses our client certificate does so after the
      * handshake, often with a reset that loses its alert. */
-    snprintf(err, errlen, "TLS: the server closed the connection after the handshake "
+    snprintf(err, errlen,
+             "TLS: the server closed the connection after the handshake "
              "(did it refuse the client certificate?)");
   } else {
     said = 0;
@@ -172,10 +172,10 @@ int sluice__tls_timed_out(void *p, char *err, size_t errlen) {
   if (BIO_number_read(SSL_get_rbio(ssl)) == 0)
     /* Our hello sent, not a byte back: a plain-text Redis keeps waiting
      * for a line end that a TLS hello does not have. */
-    snprintf(err, errlen, "TLS handshake failed: the server did not answer TLS (is this a "
+    snprintf(err, errlen,
+             "TLS handshake failed: the server did not answer TLS (is this a "
              "plain-text port? use redis://)");
-  else
-    snprintf(err, errlen, "TLS handshake failed: not complete in time");
+  else snprintf(err, errlen, "TLS handshake failed: not complete in time");
   return 1;
 }
 
@@ -190,8 +190,8 @@ int sluice__tls_prepare(sluice__endpoint *ep) {
 
 void sluice__tls_free_ctx(void *ctx) {}
 
-int sluice__tls_attach(const sluice__endpoint *ep, redisAsyncContext *ac, void **ssl,
-                       char *err, size_t errlen) {
+int sluice__tls_attach(const sluice__endpoint *ep, redisAsyncContext *ac, void **ssl, char *err,
+                       size_t errlen) {
   snprintf(err, errlen, "TLS is not supported by this build");
   return -1;
 }

@@ -23,8 +23,8 @@ void sluice__tls_free_ctx(void *ctx);
  * handshake then runs as the connection is used). *ssl receives the
  * connection's TLS object, owned by hiredis from then on (valid while ac
  * is). Returns 0, or -1 with err filled. */
-int sluice__tls_attach(const sluice__endpoint *ep, redisAsyncContext *ac, void **ssl,
-                       char *err, size_t errlen);
+int sluice__tls_attach(const sluice__endpoint *ep, redisAsyncContext *ac, void **ssl, char *err,
+                       size_t errlen);
 /* Why TLS failed on ssl, when it did (certificate verification, or an
  * OpenSSL error such as an alert from the server): writes a short text to
  * err and returns 1; 0 when TLS has nothing to say. Clears OpenSSL's error

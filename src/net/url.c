@@ -96,8 +96,8 @@ static int parse_port(const char *s, size_t len, int *port) {
 
 static int parse_db(const char *s, size_t len, int *db) {
   if (parse_int(s, len, 0, DB_MAX, db) == SLUICE_OK) return SLUICE_OK;
-  sluice__endpoint_set_error("database '%.*s' is not a number in 0..%d",
-                             (int)(len > 20 ? 20 : len), s, DB_MAX);
+  sluice__endpoint_set_error("database '%.*s' is not a number in 0..%d", (int)(len > 20 ? 20 : len),
+                             s, DB_MAX);
   return SLUICE_EINVAL;
 }
 
@@ -113,8 +113,10 @@ static int parse_hostport(const char *s, size_t len, int need_port, char **host,
       return SLUICE_EINVAL;
     }
     if (close + 1 < end && close[1] != ':') {
-      sluice__endpoint_set_error("junk after the IPv6 address '%.*s': only ':PORT' may follow "
-                                 "']'", (int)(close + 1 - s > 48 ? 48 : close + 1 - s), s);
+      sluice__endpoint_set_error(
+          "junk after the IPv6 address '%.*s': only ':PORT' may follow "
+          "']'",
+          (int)(close + 1 - s > 48 ? 48 : close + 1 - s), s);
       return SLUICE_EINVAL;
     }
     hstart = s + 1;
@@ -125,8 +127,9 @@ static int parse_hostport(const char *s, size_t len, int need_port, char **host,
     hend = portsep ? portsep : end;
     if (memchr(s, '[', (size_t)(hend - s)) || memchr(s, ']', (size_t)(hend - s)) ||
         (portsep && memchr(portsep + 1, ':', (size_t)(end - portsep - 1)))) {
-      sluice__endpoint_set_error("a host may not hold '[', ']' or ':' (an IPv6 address is "
-                                 "written in brackets: [::1]:6379)");
+      sluice__endpoint_set_error(
+          "a host may not hold '[', ']' or ':' (an IPv6 address is "
+          "written in brackets: [::1]:6379)");
       return SLUICE_EINVAL;
     }
   }
@@ -178,7 +181,7 @@ enum { FOR_TLS, FOR_SENTINEL, FOR_UNIX };
 static const struct url_param {
   const char *key;
   int url_kind;
-  size_t off;  /* of the char * it fills; 0: verify or db, parsed here */
+  size_t off; /* of the char * it fills; 0: verify or db, parsed here */
 } url_params[] = {
     {"ca", FOR_TLS, FIELD(tls_ca_file)},
     {"ca_dir", FOR_TLS, FIELD(tls_ca_dir)},
@@ -227,8 +230,7 @@ static int param_value(const struct url_param *p, const char *v, size_t vlen,
 }
 
 /* One "key=value" of a query; *seen marks the parameters given so far. */
-static int parse_param(const char *kv, size_t len, int kind, unsigned *seen,
-                       sluice__endpoint *ep) {
+static int parse_param(const char *kv, size_t len, int kind, unsigned *seen, sluice__endpoint *ep) {
   const char *eq = memchr(kv, '=', len);
   size_t klen = eq ? (size_t)(eq - kv) : len;
   if (len == 0) return SLUICE_OK; /* "?a=1&&b=2" */
@@ -353,7 +355,10 @@ static int parse_userinfo(const char *rest, size_t restlen, sluice__endpoint *ep
                           const char **hosts) {
   const char *at = NULL;
   for (size_t i = restlen; i > 0; i--)
-    if (rest[i - 1] == '@') { at = rest + i - 1; break; }
+    if (rest[i - 1] == '@') {
+      at = rest + i - 1;
+      break;
+    }
   *hosts = at ? at + 1 : rest;
   return at ? parse_credentials(rest, (size_t)(at - rest), ep) : SLUICE_OK;
 }
@@ -369,8 +374,9 @@ static int parse_cluster(const char *rest, sluice__endpoint *ep) {
   const char *end = rest + restlen;
   const char *slash = memchr(hosts, '/', (size_t)(end - hosts));
   if (slash && !(slash + 1 == end || (slash + 2 == end && slash[1] == '0'))) {
-    sluice__endpoint_set_error("a Redis Cluster has only database 0: nothing may follow the "
-                               "seed nodes but \"/\" or \"/0\"");
+    sluice__endpoint_set_error(
+        "a Redis Cluster has only database 0: nothing may follow the "
+        "seed nodes but \"/\" or \"/0\"");
     return SLUICE_EINVAL;
   }
   size_t hlen = (size_t)((slash ? slash : end) - hosts);
@@ -378,8 +384,7 @@ static int parse_cluster(const char *rest, sluice__endpoint *ep) {
     sluice__endpoint_set_error("redis+cluster:// needs seed nodes as host:port[,host:port...]");
     return SLUICE_EINVAL;
   }
-  if ((rc = parse_hostlist(hosts, hlen, &ep->seed_hosts, &ep->seed_ports, &ep->nseeds)))
-    return rc;
+  if ((rc = parse_hostlist(hosts, hlen, &ep->seed_hosts, &ep->seed_ports, &ep->nseeds))) return rc;
   ep->cluster = 1;
   return query ? parse_query(query + 1, FOR_TLS, ep) : SLUICE_OK;
 }
@@ -402,12 +407,14 @@ static int parse_sentinel(const char *rest, sluice__endpoint *ep) {
   const char *slash2 = memchr(name, '/', (size_t)(end - name));
   size_t nlen = slash2 ? (size_t)(slash2 - name) : (size_t)(end - name);
   if (nlen == 0 || nlen > 256) {
-    sluice__endpoint_set_error("redis+sentinel:// needs the master's name (1..256 bytes) after "
-                               "the sentinels");
+    sluice__endpoint_set_error(
+        "redis+sentinel:// needs the master's name (1..256 bytes) after "
+        "the sentinels");
     return SLUICE_EINVAL;
   }
   if ((rc = dup_part("the master name", name, nlen, &ep->master_name))) return rc;
-  if (slash2 && slash2 + 1 < end && (rc = parse_db(slash2 + 1, (size_t)(end - slash2 - 1), &ep->db)))
+  if (slash2 && slash2 + 1 < end &&
+      (rc = parse_db(slash2 + 1, (size_t)(end - slash2 - 1), &ep->db)))
     return rc;
   return query ? parse_query(query + 1, FOR_SENTINEL, ep) : SLUICE_OK;
 }
@@ -424,11 +431,17 @@ static int check_bytes(const char *url) {
 }
 
 static int parse_scheme(const char *url, sluice__endpoint *ep) {
-  static const struct { const char *scheme; int tls; int (*parse)(const char *, sluice__endpoint *); }
-  schemes[] = {
-      {"redis://", 0, parse_redis},           {"rediss://", 1, parse_redis},
-      {"redis+cluster://", 0, parse_cluster}, {"rediss+cluster://", 1, parse_cluster},
-      {"redis+sentinel://", 0, parse_sentinel}, {"unix://", 0, parse_unix},
+  static const struct {
+    const char *scheme;
+    int tls;
+    int (*parse)(const char *, sluice__endpoint *);
+  } schemes[] = {
+      {"redis://", 0, parse_redis},
+      {"rediss://", 1, parse_redis},
+      {"redis+cluster://", 0, parse_cluster},
+      {"rediss+cluster://", 1, parse_cluster},
+      {"redis+sentinel://", 0, parse_sentinel},
+      {"unix://", 0, parse_unix},
       {"unix:", 0, parse_unix},
   };
   for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
@@ -448,9 +461,10 @@ int sluice__parse_url(const char *url, sluice__endpoint *ep) {
   if (rc) {
     sluice__endpoint_clear(ep);
     if (rc == SLUICE_EINVAL && !endpoint_err[0])
-      sluice__endpoint_set_error("invalid Redis URL: expected redis://[[user]:password@]host"
-                                 "[:port][/db][?query], rediss://..., redis+sentinel://..., "
-                                 "redis+cluster://... or unix:///path[?db=N]");
+      sluice__endpoint_set_error(
+          "invalid Redis URL: expected redis://[[user]:password@]host"
+          "[:port][/db][?query], rediss://..., redis+sentinel://..., "
+          "redis+cluster://... or unix:///path[?db=N]");
   }
   return rc;
 }
@@ -489,8 +503,7 @@ int sluice__endpoint_sentinels(sluice__endpoint *ep, const char *master_name, co
 
 int sluice__endpoint_cluster(sluice__endpoint *ep, const char *seeds) {
   endpoint_err[0] = '\0';
-  int rc = parse_option_list("cluster_seeds", seeds, &ep->seed_hosts, &ep->seed_ports,
-                             &ep->nseeds);
+  int rc = parse_option_list("cluster_seeds", seeds, &ep->seed_hosts, &ep->seed_ports, &ep->nseeds);
   if (rc) return rc;
   if (ep->db) {
     sluice__endpoint_set_error("a Redis Cluster has only database 0");
@@ -509,8 +522,9 @@ static int copy_opt(char **dst, const char *src) {
 /* "redis://user:@host" names the user and leaves the password to the file. */
 static int password_from_file(sluice__endpoint *ep, const char *path) {
   if (ep->password && *ep->password) {
-    sluice__endpoint_set_error("a password is given twice: in password_file and in the URL or "
-                               "the options");
+    sluice__endpoint_set_error(
+        "a password is given twice: in password_file and in the URL or "
+        "the options");
     return SLUICE_EINVAL;
   }
   free(ep->password);
@@ -538,8 +552,9 @@ int sluice__endpoint_finish(sluice__endpoint *ep, const sluice_client_options *o
     sluice__endpoint_set_error("TLS needs a TCP connection (host and port), not a unix socket");
     rc = SLUICE_EINVAL;
   } else if (!ep->tls_cert_file != !ep->tls_key_file) {
-    sluice__endpoint_set_error("a TLS client certificate needs its private key, and a key its "
-                               "certificate");
+    sluice__endpoint_set_error(
+        "a TLS client certificate needs its private key, and a key its "
+        "certificate");
     rc = SLUICE_EINVAL;
   } else {
     rc = sluice__tls_prepare(ep);

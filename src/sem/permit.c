@@ -52,8 +52,9 @@ static void fire_lost(sluice_permit *p, int reason) {
   if (reason == SLUICE_LOST_DEFINITE) p->sem->m.lost_definite++;
   else p->sem->m.lost_uncertain++;
   sluice__log(p->sem->c, SLUICE_LOG_WARN, "semaphore '%s': permit %s lost (%s)", p->sem->name,
-              p->id, reason == SLUICE_LOST_DEFINITE ? "Redis says it is gone"
-                                                    : "lease ran out without a confirmed renewal");
+              p->id,
+              reason == SLUICE_LOST_DEFINITE ? "Redis says it is gone"
+                                             : "lease ran out without a confirmed renewal");
   stop_renewing(p);
   if (!p->lost_cb) return;
   sluice__guard_enter(&p->guard);
@@ -183,10 +184,18 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
   sluice__timer_in(p->renew_timer, again);
 }
 
-static const sluice__batch_kind renew_kind = {
-    &sluice__lua_sem_renew, SEM_BATCH_MAX,
-    SEM_RENEW_ARGS_HEAD, SEM_RENEW_ARGS_PER, SEM_RENEW_NUMS_HEAD, SEM_RENEW_NUMS_PER,
-    0, 1, build, answer, timeout, 0};
+static const sluice__batch_kind renew_kind = {&sluice__lua_sem_renew,
+                                              SEM_BATCH_MAX,
+                                              SEM_RENEW_ARGS_HEAD,
+                                              SEM_RENEW_ARGS_PER,
+                                              SEM_RENEW_NUMS_HEAD,
+                                              SEM_RENEW_NUMS_PER,
+                                              0,
+                                              1,
+                                              build,
+                                              answer,
+                                              timeout,
+                                              0};
 
 /* ---- re-assertion on a new node ------------------------------------------ */
 
@@ -225,10 +234,18 @@ static void reassert_answer(void *owner, sluice__breq *r, int status,
   p->replicated = br->replicated;
 }
 
-static const sluice__batch_kind reassert_kind = {
-    &sluice__lua_sem_reassert, SEM_BATCH_MAX,
-    SEM_REASSERT_ARGS_HEAD, SEM_REASSERT_ARGS_PER, SEM_REASSERT_NUMS_HEAD, SEM_REASSERT_NUMS_PER,
-    0, 1, reassert_build, reassert_answer, timeout, 0};
+static const sluice__batch_kind reassert_kind = {&sluice__lua_sem_reassert,
+                                                 SEM_BATCH_MAX,
+                                                 SEM_REASSERT_ARGS_HEAD,
+                                                 SEM_REASSERT_ARGS_PER,
+                                                 SEM_REASSERT_NUMS_HEAD,
+                                                 SEM_REASSERT_NUMS_PER,
+                                                 0,
+                                                 1,
+                                                 reassert_build,
+                                                 reassert_answer,
+                                                 timeout,
+                                                 0};
 
 void sluice__permits_reassert(sluice_sem *sem) {
   for (sluice__link *l = sem->permits.head; l; l = l->next) {
@@ -296,8 +313,8 @@ static void permit_destroy(sluice__guard *g) {
   sluice__free(p);
 }
 
-static const sluice__guard_ops permit_guard_ops = {
-    .cancel = permit_cancel, .destroy = permit_destroy};
+static const sluice__guard_ops permit_guard_ops = {.cancel = permit_cancel,
+                                                   .destroy = permit_destroy};
 
 sluice_permit *sluice__permit_new(sluice_sem *sem, const char *id, uint64_t fence,
                                   uint64_t deadline_ms, int replicated) {
@@ -346,10 +363,13 @@ static int hand_on(sluice_permit *p, sluice_release_cb *cb, void *ud) {
   if (left < sem->o.renew_ms) return 0;
   uint64_t fresh = sluice__permit_deadline(sem, 0, sem->o.ttl_ms);
   uint64_t due_at = fresh > sem->o.renew_ms ? fresh - sem->o.renew_ms : 0;
-  sluice__pass pass = {.fence = p->fence, .deadline_ms = p->deadline_ms,
+  sluice__pass pass = {.fence = p->fence,
+                       .deadline_ms = p->deadline_ms,
                        .renew_in_ms = left > due_at ? left - due_at : 0,
-                       .replicated = p->replicated, .handoffs = p->handoffs + 1,
-                       .cb = cb, .ud = ud};
+                       .replicated = p->replicated,
+                       .handoffs = p->handoffs + 1,
+                       .cb = cb,
+                       .ud = ud};
   memcpy(pass.id, p->id, sizeof pass.id);
   return sluice__acquire_take_pass(sem, &pass);
 }
@@ -403,8 +423,7 @@ int sluice_permit_release(sluice_permit *p, sluice_release_cb *cb, void *ud) {
   int rc = SLUICE_OK;
   if (p->guard.closed || !sluice__guard_live(&sem->guard))
     rc = SLUICE_ECLOSED; /* the lease will simply expire */
-  else if (!hand_on(p, cb, ud))
-    rc = sluice__release_queue(sem, p->id, cb, ud);
+  else if (!hand_on(p, cb, ud)) rc = sluice__release_queue(sem, p->id, cb, ud);
   detach(p);
   sluice__guard_free(&p->guard);
   return rc;

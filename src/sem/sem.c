@@ -13,7 +13,7 @@
 
 typedef struct sem_inspect_req {
   sluice_sem *sem;
-  sluice__link link;              /* in sem->inspects */
+  sluice__link link; /* in sem->inspects */
   sluice_sem_info_cb *cb;
   void *ud;
   sluice__op *op;
@@ -61,7 +61,8 @@ static int decode_info(const redisReply *r, sluice_sem_info *info, sluice_holder
   if (!*holders || !*waiters) return SLUICE_ENOMEM;
   for (size_t i = 0; i < info->nholders; i++) {
     int64_t left;
-    if (h->element[2 * i]->type != REDIS_REPLY_STRING || sluice__reply_i64(h->element[2 * i + 1], &left))
+    if (h->element[2 * i]->type != REDIS_REPLY_STRING ||
+        sluice__reply_i64(h->element[2 * i + 1], &left))
       return SLUICE_EPROTOCOL;
     (*holders)[i].id = h->element[2 * i]->str;
     (*holders)[i].remaining_ms = left;

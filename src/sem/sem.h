@@ -37,52 +37,52 @@
 #define SEM_ROUNDS 4
 
 struct sluice_sem {
-  sluice__guard guard;            /* how the handle dies (guard.h) */
+  sluice__guard guard; /* how the handle dies (guard.h) */
   sluice_client *c;
   char *name;
   sluice_sem_options o;
   char *keys[SEM_NKEYS];
-  char *wake_base;                /* "<prefix>sem:{name}:wake:" */
-  char *wake_key;                 /* wake_base + handle_id: our BRPOP list */
+  char *wake_base; /* "<prefix>sem:{name}:wake:" */
+  char *wake_key;  /* wake_base + handle_id: our BRPOP list */
   char handle_id[33];
-  sluice__sem_call call;          /* what every script of the handle shares */
-  unsigned route;                 /* the hash slot of the semaphore's keys */
+  sluice__sem_call call; /* what every script of the handle shares */
+  unsigned route;        /* the hash slot of the semaphore's keys */
 
   sluice__flusher flusher;
-  sluice__batcher releases;       /* flushed in this order */
-  sluice__batcher reasserts;      /* held permits, on a new node */
+  sluice__batcher releases;  /* flushed in this order */
+  sluice__batcher reasserts; /* held permits, on a new node */
   sluice__batcher renewals;
   sluice__batcher attempts;
 
   /* sem_acquire.c */
-  sluice__list acquires;          /* every live acquire */
-  unsigned npending;              /* in acquires */
-  sluice__listener *listener;     /* while blocking acquires wait */
-  unsigned nwaiting;              /* of them, queued in Redis (listening) */
-  struct event *beat;             /* the handle's heartbeat, while any wait */
-  sluice__op *beat_op;            /* a heartbeat step in flight */
+  sluice__list acquires;      /* every live acquire */
+  unsigned npending;          /* in acquires */
+  sluice__listener *listener; /* while blocking acquires wait */
+  unsigned nwaiting;          /* of them, queued in Redis (listening) */
+  struct event *beat;         /* the handle's heartbeat, while any wait */
+  sluice__op *beat_op;        /* a heartbeat step in flight */
   uint64_t beat_sent_ms;
-  int beat_again;                 /* another one once it is answered */
-  struct event *requeue;          /* the heartbeat had stopped: queue again */
-  uint64_t requeue_before;        /* ... the waiters whose attempts left before */
-  struct event *expiry;           /* earliest holder's lease expiry */
-  uint64_t expiry_at;             /* monotonic ms, while expiry is pending */
+  int beat_again;          /* another one once it is answered */
+  struct event *requeue;   /* the heartbeat had stopped: queue again */
+  uint64_t requeue_before; /* ... the waiters whose attempts left before */
+  struct event *expiry;    /* earliest holder's lease expiry */
+  uint64_t expiry_at;      /* monotonic ms, while expiry is pending */
 
   /* sem_release.c */
-  sluice__list parked;            /* releases waiting to be sent again */
+  sluice__list parked; /* releases waiting to be sent again */
   struct event *release_retry;
   unsigned retry_ms;
 
   /* permit.c */
-  sluice__list permits;           /* held permits */
-  sluice__list rounds[SEM_ROUNDS];/* permits by the renewal round they wait for */
-  struct event *round_timer;      /* the next round */
-  uint64_t round_done;            /* the last round renewed */
+  sluice__list permits;            /* held permits */
+  sluice__list rounds[SEM_ROUNDS]; /* permits by the renewal round they wait for */
+  struct event *round_timer;       /* the next round */
+  uint64_t round_done;             /* the last round renewed */
 
   /* sem.c */
   sluice__list inspects;
 
-  sluice_sem_metrics m;           /* counters; m.wait is filled from wait_hist */
+  sluice_sem_metrics m; /* counters; m.wait is filled from wait_hist */
   sluice__hist wait_hist;
 };
 
@@ -92,33 +92,33 @@ typedef struct sluice__pass {
   char id[33];
   uint64_t fence;
   uint64_t deadline_ms;
-  uint64_t renew_in_ms;           /* when the lease's next renewal is due */
+  uint64_t renew_in_ms; /* when the lease's next renewal is due */
   int replicated;
-  unsigned handoffs;              /* in a row, this one included */
+  unsigned handoffs; /* in a row, this one included */
   sluice_release_cb *cb;
   void *ud;
 } sluice__pass;
 
 struct sluice_permit {
-  sluice__guard guard;            /* its lost callback may release it */
-  sluice_sem *sem;                /* NULL once released */
-  sluice__link link;              /* in sem->permits */
-  sluice__breq renewal;           /* in sem->renewals */
-  sluice__breq reassert;          /* in sem->reasserts */
-  unsigned reassert_again : 1;    /* the last one went unanswered */
+  sluice__guard guard;         /* its lost callback may release it */
+  sluice_sem *sem;             /* NULL once released */
+  sluice__link link;           /* in sem->permits */
+  sluice__breq renewal;        /* in sem->renewals */
+  sluice__breq reassert;       /* in sem->reasserts */
+  unsigned reassert_again : 1; /* the last one went unanswered */
   char id[33];
   uint64_t fence;
-  uint64_t deadline_ms;           /* monotonic: lease surely valid until */
-  struct event *renew_timer;      /* renewals off the rounds: retries, hand-offs */
-  sluice__link round_link;        /* in sem->rounds[round % SEM_ROUNDS] */
+  uint64_t deadline_ms;      /* monotonic: lease surely valid until */
+  struct event *renew_timer; /* renewals off the rounds: retries, hand-offs */
+  sluice__link round_link;   /* in sem->rounds[round % SEM_ROUNDS] */
   uint64_t round;
   int in_round;
   struct event *lost_timer;
   sluice_lost_cb *lost_cb;
   void *lost_ud;
-  int lost;                       /* 0 or a sluice_lost_reason */
-  int replicated;                 /* last grant or renewal: 1, 0, -1 not asked */
-  unsigned handoffs;              /* local hand-offs of this lease in a row */
+  int lost;          /* 0 or a sluice_lost_reason */
+  int replicated;    /* last grant or renewal: 1, 0, -1 not asked */
+  unsigned handoffs; /* local hand-offs of this lease in a row */
 };
 
 /* sem_acquire.c */

@@ -48,26 +48,26 @@
 
 struct sluice_acquire {
   sluice_sem *sem;
-  sluice__link link;              /* in sem->acquires */
-  sluice__breq attempt;           /* in sem->attempts */
+  sluice__link link;    /* in sem->acquires */
+  sluice__breq attempt; /* in sem->attempts */
   sluice_acquire_cb *cb;
   void *ud;
   int blocking;
   char waiter_id[33];
-  char member[68];                /* "<handle id>:<waiter id>" in the queue */
-  char permit_id[33];             /* id the next attempt asks for */
-  int maybe_granted;              /* an attempt with permit_id got no answer */
-  int waiting;                    /* refused once: queued in Redis */
-  uint64_t deadline_ms;           /* monotonic: the caller's timeout; 0 none */
-  uint64_t sent_ms;               /* monotonic: the last attempt left */
-  uint64_t started_us;            /* monotonic: the call (wait metrics) */
-  struct event *timer;            /* retry after a failure, or deferred completion */
+  char member[68];      /* "<handle id>:<waiter id>" in the queue */
+  char permit_id[33];   /* id the next attempt asks for */
+  int maybe_granted;    /* an attempt with permit_id got no answer */
+  int waiting;          /* refused once: queued in Redis */
+  uint64_t deadline_ms; /* monotonic: the caller's timeout; 0 none */
+  uint64_t sent_ms;     /* monotonic: the last attempt left */
+  uint64_t started_us;  /* monotonic: the call (wait metrics) */
+  struct event *timer;  /* retry after a failure, or deferred completion */
   struct event *deadline;
-  int wake_pending;               /* woken while an attempt was under way */
-  int last_error;                 /* last transport failure of an attempt */
-  int final_status;               /* decided; reported from the timer */
-  unsigned retry_ms;              /* backoff after transport failures */
-  int passed;                     /* handed a lease in-process, not yet told */
+  int wake_pending;  /* woken while an attempt was under way */
+  int last_error;    /* last transport failure of an attempt */
+  int final_status;  /* decided; reported from the timer */
+  unsigned retry_ms; /* backoff after transport failures */
+  int passed;        /* handed a lease in-process, not yet told */
   sluice__pass pass;
 };
 
@@ -87,8 +87,10 @@ static void leave_attempt(sluice_acquire *a) {
   int in_flight = a->attempt.batch != NULL;
   sluice__batcher_leave(&sem->attempts, &a->attempt);
   if (!in_flight) return;
-  sluice__log(sem->c, SLUICE_LOG_DEBUG, "semaphore '%s': attempt for permit %.32s left in flight: "
-              "released behind it", sem->name, a->permit_id);
+  sluice__log(sem->c, SLUICE_LOG_DEBUG,
+              "semaphore '%s': attempt for permit %.32s left in flight: "
+              "released behind it",
+              sem->name, a->permit_id);
   sluice__release_queue(sem, a->permit_id, NULL, NULL);
   sluice__random_hex(a->permit_id);
   a->maybe_granted = 0;
@@ -129,16 +131,17 @@ static void finish(sluice_acquire *a, int status, sluice_permit *permit) {
   leave_attempt(a);
   /* An unanswered attempt may hold a permit that is not the one granted. */
   if (a->maybe_granted && (!permit || strcmp(permit->id, a->permit_id) != 0)) {
-    sluice__log(sem->c, SLUICE_LOG_DEBUG, "semaphore '%s': permit %.32s may have been granted to "
-                "an unanswered attempt: released", sem->name, a->permit_id);
+    sluice__log(sem->c, SLUICE_LOG_DEBUG,
+                "semaphore '%s': permit %.32s may have been granted to "
+                "an unanswered attempt: released",
+                sem->name, a->permit_id);
     sluice__release_queue(sem, a->permit_id, NULL, NULL);
   }
   if (a->passed) {
     /* A lease handed to us in-process that never reached the caller goes
      * back to Redis; its releaser hears that release's answer. */
     a->passed = 0;
-    if (sluice__release_queue(sem, a->pass.id, a->pass.cb, a->pass.ud) != SLUICE_OK &&
-        a->pass.cb) {
+    if (sluice__release_queue(sem, a->pass.id, a->pass.cb, a->pass.ud) != SLUICE_OK && a->pass.cb) {
       sluice__guard_enter(&sem->guard);
       a->pass.cb(sem, SLUICE_ECANCELED, a->pass.ud);
       sluice__guard_leave(&sem->guard);
@@ -342,8 +345,7 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
   int64_t wait = -1, now = 0, beat = 0, g = 0, value = 0, lease = 0;
   if (status == SLUICE_OK &&
       (sluice__reply_i64(rep->element[0], &wait) || sluice__reply_i64(rep->element[1], &now) ||
-       sluice__reply_i64(rep->element[2], &beat) ||
-       sluice__reply_i64(rep->element[br->at], &g) ||
+       sluice__reply_i64(rep->element[2], &beat) || sluice__reply_i64(rep->element[br->at], &g) ||
        sluice__reply_i64(rep->element[br->at + 1], &value) ||
        sluice__reply_i64(rep->element[br->at + 2], &lease) || lease < 0))
     status = SLUICE_EPROTOCOL;
@@ -357,7 +359,10 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
   uint64_t deadline = sluice__permit_deadline(a->sem, br->sent_ms, (uint64_t)lease);
   if (a->maybe_granted)
     sluice__log(a->sem->c, SLUICE_LOG_DEBUG, "semaphore '%s': retried attempt for permit %.32s: %s",
-                a->sem->name, a->permit_id, g == 1 ? "granted" : g == 2 ? "handed" : "refused");
+                a->sem->name, a->permit_id,
+                g == 1   ? "granted"
+                : g == 2 ? "handed"
+                         : "refused");
   if (g == 1) {
     a->maybe_granted = 0;
     granted(a, a->permit_id, (uint64_t)value, deadline, br->replicated);
@@ -371,10 +376,18 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
   }
 }
 
-static const sluice__batch_kind attempt_kind = {
-    &sluice__lua_sem_acquire, SEM_BATCH_MAX,
-    SEM_ACQUIRE_ARGS_HEAD, SEM_ACQUIRE_ARGS_PER, SEM_ACQUIRE_NUMS_HEAD, SEM_ACQUIRE_NUMS_PER,
-    SEM_ACQUIRE_REPLY_HEAD, 3, build, answer, NULL, 0};
+static const sluice__batch_kind attempt_kind = {&sluice__lua_sem_acquire,
+                                                SEM_BATCH_MAX,
+                                                SEM_ACQUIRE_ARGS_HEAD,
+                                                SEM_ACQUIRE_ARGS_PER,
+                                                SEM_ACQUIRE_NUMS_HEAD,
+                                                SEM_ACQUIRE_NUMS_PER,
+                                                SEM_ACQUIRE_REPLY_HEAD,
+                                                3,
+                                                build,
+                                                answer,
+                                                NULL,
+                                                0};
 
 /* ---- wake-ups, heartbeats ------------------------------------------------ */
 
@@ -657,12 +670,13 @@ void sluice__acquire_cancel_all(sluice_sem *sem) {
 
 /* ---- public API ---------------------------------------------------------- */
 
-static int start_acquire(sluice_sem *sem, int blocking, unsigned timeout_ms,
-                         sluice_acquire_cb *cb, void *ud, sluice_acquire **handle) {
+static int start_acquire(sluice_sem *sem, int blocking, unsigned timeout_ms, sluice_acquire_cb *cb,
+                         void *ud, sluice_acquire **handle) {
   if (!sem || !cb) return SLUICE_EINVAL;
   if (!sluice__guard_live(&sem->guard)) return SLUICE_ECLOSED;
   unsigned cap = sem->o.max_pending ? sem->o.max_pending : PENDING_MAX_DEFAULT;
-  if (sem->npending >= cap || sluice__client_reserve(sem->c, SLUICE__CAP_SEM_PENDING, 1) != SLUICE_OK)
+  if (sem->npending >= cap ||
+      sluice__client_reserve(sem->c, SLUICE__CAP_SEM_PENDING, 1) != SLUICE_OK)
     return SLUICE_EFULL;
   struct event_base *base = sluice__client_base(sem->c);
   sluice_acquire *a = sluice__calloc(1, sizeof *a);

@@ -27,13 +27,13 @@
 #define RETRY_MAX_MS 1000
 
 typedef struct rel_req {
-  sluice__breq req;               /* in sem->releases */
-  sluice__link park;              /* in sem->parked, while waiting to retry */
+  sluice__breq req;  /* in sem->releases */
+  sluice__link park; /* in sem->parked, while waiting to retry */
   char id[33];
-  sluice_release_cb *cb;          /* NULL: nobody waits for the answer */
+  sluice_release_cb *cb; /* NULL: nobody waits for the answer */
   void *ud;
-  uint64_t queued_ms;             /* monotonic: first queued */
-  int parked_once;                /* counted and logged when first parked */
+  uint64_t queued_ms; /* monotonic: first queued */
+  int parked_once;    /* counted and logged when first parked */
 } rel_req;
 
 static void build(sluice__args *a, void *owner, sluice__breq *const *reqs, size_t n) {
@@ -62,7 +62,8 @@ static int lease_may_live(const sluice_sem *sem, const rel_req *rel) {
 
 static void park(sluice_sem *sem, rel_req *rel) {
   sluice__list_append(&sem->parked, &rel->park);
-  if (!evtimer_pending(sem->release_retry, NULL)) sluice__timer_in(sem->release_retry, sem->retry_ms);
+  if (!evtimer_pending(sem->release_retry, NULL))
+    sluice__timer_in(sem->release_retry, sem->retry_ms);
   sem->retry_ms = sem->retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : sem->retry_ms * 2;
 }
 
@@ -75,8 +76,8 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
   int64_t held = 0;
   if (status == SLUICE_OK)
     status = sluice__reply_i64(br->reply->element[br->at], &held) ? SLUICE_EPROTOCOL
-             : held                                             ? SLUICE_OK
-                                                                : SLUICE_ENOTFOUND;
+             : held                                               ? SLUICE_OK
+                                                                  : SLUICE_ENOTFOUND;
   int transport = status == SLUICE_ECONNECTION || status == SLUICE_EINDOUBT ||
                   status == SLUICE_ETIMEDOUT;
   if (transport && !sem->guard.closed && lease_may_live(sem, rel)) {
@@ -85,7 +86,8 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
       sem->m.releases_parked++;
       sluice__log(sem->c, SLUICE_LOG_WARN,
                   "semaphore '%s': release of permit %s parked (%s); sent again when Redis "
-                  "answers", sem->name, rel->id, sluice_err_name(status));
+                  "answers",
+                  sem->name, rel->id, sluice_err_name(status));
     }
     park(sem, rel);
     return;
@@ -97,10 +99,18 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
   sluice__guard_poke(&sem->guard);
 }
 
-static const sluice__batch_kind release_kind = {
-    &sluice__lua_sem_release, SEM_BATCH_MAX,
-    SEM_RELEASE_ARGS_HEAD, SEM_RELEASE_ARGS_PER, SEM_RELEASE_NUMS_HEAD, SEM_RELEASE_NUMS_PER,
-    0, 1, build, answer, NULL, SLUICE__WRITE_RELEASE};
+static const sluice__batch_kind release_kind = {&sluice__lua_sem_release,
+                                                SEM_BATCH_MAX,
+                                                SEM_RELEASE_ARGS_HEAD,
+                                                SEM_RELEASE_ARGS_PER,
+                                                SEM_RELEASE_NUMS_HEAD,
+                                                SEM_RELEASE_NUMS_PER,
+                                                0,
+                                                1,
+                                                build,
+                                                answer,
+                                                NULL,
+                                                SLUICE__WRITE_RELEASE};
 
 /* Send every parked release again, in the order they were parked. */
 static void unpark_all(sluice_sem *sem) {
@@ -170,8 +180,7 @@ static int valid_permit_id(const char *id) {
   return id[32] == '\0';
 }
 
-int sluice_sem_release_id(sluice_sem *sem, const char *permit_id, sluice_release_cb *cb,
-                          void *ud) {
+int sluice_sem_release_id(sluice_sem *sem, const char *permit_id, sluice_release_cb *cb, void *ud) {
   if (!sem || !permit_id || !valid_permit_id(permit_id)) return SLUICE_EINVAL;
   if (!sluice__guard_live(&sem->guard)) return SLUICE_ECLOSED;
   return sluice__release_queue(sem, permit_id, cb, ud);
