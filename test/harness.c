@@ -678,14 +678,18 @@ static int run_case(const th_case *tc) {
     kill_owned();
     _exit(0);
   }
-  int st;
+  int st, bad;
   while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
   if (WIFSIGNALED(st)) {
     fprintf(stderr, "# case died with signal %d%s\n", WTERMSIG(st),
             WTERMSIG(st) == SIGALRM ? " (time limit)" : "");
-    return 1;
+    bad = 1;
+  } else {
+    bad = WEXITSTATUS(st);
   }
-  if (no_redis || topo != TH_TOPO_STANDALONE) return WEXITSTATUS(st);
+  if (no_redis || topo != TH_TOPO_STANDALONE) return bad;
+  /* Even after a case that died: a server it restarted is adopted here,
+   * or it would outlive the test. */
   adopt_restarted(&th_server);
   /* The case may have stopped or killed the server: bring it back. */
   if (kill(th_server.pid, 0) != 0 || waitpid(th_server.pid, NULL, WNOHANG) == th_server.pid) {
@@ -694,7 +698,7 @@ static int run_case(const th_case *tc) {
     th_redis_restart(&th_server);
   }
   th_redis_resume(&th_server);
-  return WEXITSTATUS(st);
+  return bad;
 }
 
 static int selected(int argc, char **argv, const char *name) {
