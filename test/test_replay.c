@@ -302,7 +302,7 @@ static void record_bounded(int cluster) {
   finish(base, c);
 }
 
-/* Once a replica has the writes (WAIT 0 0 says so), the record is empty
+/* Once a replica has the writes (INFO replication says so), the record is empty
  * again, and a failover then sends nothing. */
 static void replicated_not_replayed(int cluster) {
   rig_start(cluster);
@@ -326,6 +326,32 @@ static void replicated_not_replayed(int cluster) {
   finish(base, c);
 }
 
+/* A producer that never pauses still has its writes confirmed: replicas
+ * acknowledge about once a second, and each answer confirms what was
+ * written before an earlier mark, so the record holds a second or two of
+ * writes, not all of them since the last pause. */
+static void steady_writes_confirmed(int cluster) {
+  rig_start(cluster);
+  struct event_base *base = event_base_new();
+  sluice_client *c = client(base);
+  sluice_dq *dq = dqt_queue(c, "t");
+  uint64_t end = th_now_ms() + 5000;
+  int pushed = 0;
+  dqt_push p;
+  while (th_now_ms() < end) {
+    TH_ASSERT_EQ(dqt_push_wait(base, dq, NULL, "x", 60000, &p), SLUICE_OK);
+    pushed++;
+    th_loop_for(base, 20);
+  }
+  sluice_client_metrics m = metrics(c);
+  th_note("%d pushes over 5 s: %zu kept, the oldest %llu ms old", pushed, m.record_entries,
+          (unsigned long long)m.record_oldest_ms);
+  TH_ASSERT_CMP(m.record_oldest_ms, <, 3500);
+  TH_ASSERT_CMP(m.record_entries, <, (size_t)pushed * 7 / 10);
+  sluice_dq_free(dq);
+  finish(base, c);
+}
+
 #define ON_BOTH(name)                                 \
   static void test_sentinel_##name(void) { name(0); } \
   static void test_cluster_##name(void) { name(1); }
@@ -336,6 +362,7 @@ ON_BOTH(permit_lost)
 ON_BOTH(push_replayed)
 ON_BOTH(record_bounded)
 ON_BOTH(replicated_not_replayed)
+ON_BOTH(steady_writes_confirmed)
 
 /* ---- a single Redis killed -9 and restarted ------------------------------- */
 
@@ -434,12 +461,14 @@ int main(int argc, char **argv) {
       {"sentinel_push_replayed", test_sentinel_push_replayed, 90},
       {"sentinel_record_bounded", test_sentinel_record_bounded, 90},
       {"sentinel_replicated_not_replayed", test_sentinel_replicated_not_replayed, 90},
+      {"sentinel_steady_writes_confirmed", test_sentinel_steady_writes_confirmed, 90},
       {"cluster_release_replayed", test_cluster_release_replayed, 120},
       {"cluster_permit_restored", test_cluster_permit_restored, 120},
       {"cluster_permit_lost", test_cluster_permit_lost, 120},
       {"cluster_push_replayed", test_cluster_push_replayed, 120},
       {"cluster_record_bounded", test_cluster_record_bounded, 120},
       {"cluster_replicated_not_replayed", test_cluster_replicated_not_replayed, 120},
+      {"cluster_steady_writes_confirmed", test_cluster_steady_writes_confirmed, 120},
       {"restart_aof_everysec", test_restart_aof_everysec, 60},
       {"restart_empty", test_restart_empty, 60},
       {"restart_unrenewed", test_restart_unrenewed, 60},

@@ -148,8 +148,8 @@ typedef struct sluice_client_options {
   unsigned max_pending_pushes;
   /* The record of unreplicated writes (on by default): every release,
    * push, settlement (ack, retry) and cancel Redis acknowledged is kept
-   * until a replica has it (a non-blocking WAIT 0 0 on the same connection,
-   * at most every 100 ms while there are any) or, on a node with no replica
+   * until a replica has it (INFO replication says how far the replicas
+   * are, asked at most every 100 ms while there are any) or, on a node with no replica
    * online, until the node has answered for replay_window_ms since. When the
    * node behind a key changes (a failover, a restart), what the record holds
    * for it is sent again to the new node before anything else, the permits

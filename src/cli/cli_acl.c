@@ -16,8 +16,8 @@
 /* What every client runs: the handshake (PING, SCRIPT LOAD; INFO for the
  * server's run_id, which tells a restart from a reconnect; WAIT 0 0 for
  * the replicas online), steps by EVALSHA, EVAL when Redis lost a script
- * (restart, SCRIPT FLUSH), TIME, which every script asks first, and WAIT
- * 0 0 again for the writes a replica has (the record of unreplicated
+ * (restart, SCRIPT FLUSH), TIME, which every script asks first, and INFO
+ * again for the writes a replica has (the record of unreplicated
  * writes, on by default). */
 static const char base_cmds[] = "ping script|load evalsha eval time info wait";
 

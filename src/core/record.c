@@ -6,13 +6,16 @@
 
 #include "core/client.h"
 
-/* WAIT 0 0 per node with entries, at most this often... */
+/* INFO replication per node with entries, at most this often... */
 #define POLL_MS 100
 /* ...and this often once its oldest entry is SLOW_AFTER_MS old: replicas
  * acknowledge about once a second, so a longer wait means they lag or are
  * gone, and asking ten times a second would not hasten them. */
 #define SLOW_POLL_MS 1000
 #define SLOW_AFTER_MS 2000
+/* Marks kept per node: with a replica acknowledging once a second, about
+ * ten are outstanding at the fastest poll. */
+#define MARKS_MAX 32
 /* A full record is logged at most this often. */
 #define FULL_LOG_MS 10000
 
@@ -37,20 +40,27 @@ struct rec_node {
   int route;            /* a route it served last: finds its connection */
   sluice__list entries; /* oldest first */
   size_t n;
-  unsigned long ups;    /* the handshake its newest entry was answered on */
-  uint64_t newest;      /* that entry's seq */
-  uint64_t next_ms;     /* no WAIT before */
-  int seen;             /* most replicas a WAIT counted */
-  unsigned asking : 1;  /* a WAIT in flight */
-  unsigned refused : 1; /* WAIT refused (ACL): the time window decides */
+  uint64_t newest;      /* its newest entry's seq */
+  uint64_t next_ms;     /* no INFO before */
+  int replicas;         /* online at the last answer; -1: not asked yet */
+  unsigned asking : 1;  /* an INFO in flight */
+  unsigned refused : 1; /* INFO refused (ACL): the time window decides */
+  /* Points of the node's replication stream, oldest first: the entries up
+   * to seq were written before offset off. A replica that acknowledged
+   * off has them. */
+  struct rec_mark {
+    uint64_t seq;
+    long long off;
+  } marks[MARKS_MAX];
+  unsigned nmarks;
 };
 
-/* One WAIT in flight. */
-typedef struct rec_wait {
+/* One INFO in flight. */
+typedef struct rec_ask {
   sluice_client *c;
   sluice__conn *conn;
-  uint64_t node_id, upto; /* clears the node's entries up to seq upto (0: none) */
-} rec_wait;
+  uint64_t node_id, upto; /* the newest entry answered before it was sent */
+} rec_ask;
 
 static void keep(sluice_client *c, rec_entry *e, const sluice__answered *a);
 
@@ -104,6 +114,7 @@ static rec_node *node_get(sluice__record *r, uint64_t id) {
   nd = &r->nodes[r->nnodes++];
   memset(nd, 0, sizeof *nd);
   nd->id = id;
+  nd->replicas = -1;
   return nd;
 }
 
@@ -158,7 +169,8 @@ static sluice__conn *node_conn(sluice_client *c, const rec_node *nd) {
 }
 
 static int has_replicas(const rec_node *nd, const sluice__conn *conn) {
-  return !nd->refused && (nd->seen > 0 || conn->replicas_online > 0);
+  if (nd->refused) return 0;
+  return nd->replicas >= 0 ? nd->replicas > 0 : conn->replicas_online > 0;
 }
 
 /* Entries up to seq upto are on a replica. */
@@ -176,26 +188,72 @@ static void sweep_window(sluice__record *r, rec_node *nd, const sluice__conn *co
     drop_entry(r, node_entry(nd->entries.head));
 }
 
-static void wait_answered(redisAsyncContext *ac, void *reply_, void *privdata) {
-  rec_wait *w = privdata;
+/* What INFO replication says of a master: its offset now, and how many
+ * replicas are online and the furthest offset one of them acknowledged.
+ * -1: not a master's answer (a replica now, or a fake). */
+static int read_replication(const redisReply *reply, long long *master_off, int *online,
+                            long long *acked) {
+  if (reply->type != REDIS_REPLY_STRING && reply->type != REDIS_REPLY_STATUS) return -1;
+  const char *s = reply->str, *p = strstr(s, "master_repl_offset:");
+  if (!strstr(s, "role:master") || !p) return -1;
+  *master_off = strtoll(p + 19, NULL, 10);
+  *online = 0;
+  *acked = -1;
+  for (p = strstr(s, "\nslave"); p; p = strstr(p + 1, "\nslave")) {
+    const char *eol = strchr(p + 1, '\n'), *st = strstr(p, "state=online"),
+               *off = strstr(p, ",offset=");
+    if (!st || !off || (eol && (st > eol || off > eol))) continue;
+    long long o = strtoll(off + 8, NULL, 10);
+    (*online)++;
+    if (o > *acked) *acked = o;
+  }
+  return 0;
+}
+
+/* Entries up to upto were written before offset off. */
+static void add_mark(rec_node *nd, uint64_t upto, long long off) {
+  if (nd->nmarks && nd->marks[nd->nmarks - 1].seq >= upto) return; /* nothing newer */
+  if (nd->nmarks == MARKS_MAX) nd->nmarks--; /* the newest gives way: later, not lost */
+  nd->marks[nd->nmarks++] = (struct rec_mark){upto, off};
+}
+
+/* A replica acknowledged offset acked: the marks it passed confirm. */
+static void confirm_marks(sluice__record *r, rec_node *nd, long long acked) {
+  unsigned k = 0;
+  while (k < nd->nmarks && nd->marks[k].off <= acked) k++;
+  if (!k) return;
+  confirm(r, nd, nd->marks[k - 1].seq);
+  memmove(nd->marks, nd->marks + k, (nd->nmarks - k) * sizeof nd->marks[0]);
+  nd->nmarks -= k;
+}
+
+static void note_refused(sluice__record *r, rec_node *nd, sluice_client *c, const char *why) {
+  nd->refused = 1;
+  if (!r->info_refused_logged++)
+    sluice__log(c, SLUICE_LOG_ERROR,
+                "INFO refused (%s): writes are kept for replay_window_ms instead of until a "
+                "replica has them",
+                why);
+}
+
+static void info_answered(redisAsyncContext *ac, void *reply_, void *privdata) {
+  rec_ask *w = privdata;
   redisReply *reply = reply_;
   sluice__record *r = &w->c->rec;
   rec_node *nd = node_find(r, w->node_id);
   uint64_t now = sluice__mono_ms();
+  long long off, acked;
+  int online;
   if (nd) nd->asking = 0;
   if (nd && reply) {
     w->conn->last_reply_ms = now; /* it is alive: the time window counts on it */
-    if (reply->type == REDIS_REPLY_INTEGER && reply->integer > 0) {
-      if (reply->integer > nd->seen) nd->seen = (int)reply->integer;
-      confirm(r, nd, w->upto);
+    if (read_replication(reply, &off, &online, &acked) == 0) {
+      nd->replicas = online;
+      add_mark(nd, w->upto, off);
+      if (online > 0) confirm_marks(r, nd, acked);
     } else if (reply->type == REDIS_REPLY_ERROR && !nd->refused &&
                strncmp(reply->str, "NOPERM", 6) == 0) {
-      nd->refused = 1;
-      if (!r->wait_refused_logged++)
-        sluice__log(w->c, SLUICE_LOG_ERROR,
-                    "WAIT refused (%s): writes are kept for replay_window_ms instead of until "
-                    "a replica has them",
-                    reply->str);
+      note_refused(r, nd, w->c, reply->str);
     }
     sweep_window(r, nd, w->conn);
     uint64_t oldest = nd->entries.head ? node_entry(nd->entries.head)->acked_ms : now;
@@ -204,23 +262,23 @@ static void wait_answered(redisAsyncContext *ac, void *reply_, void *privdata) {
   sluice__free(w);
 }
 
-/* Ask nd's node whether a replica has its entries (or, without replicas,
- * whether it is alive a window after the oldest), when that is due. */
+/* Ask nd's node how far its replicas are (or, without replicas, whether
+ * it is alive a window after the oldest entry), when that is due. The
+ * offset it answers covers every entry answered before the question. */
 static void maybe_ask(sluice_client *c, rec_node *nd, sluice__conn *conn, uint64_t now) {
   sluice__record *r = &c->rec;
   if (nd->asking || !nd->n) return;
-  uint64_t upto = nd->ups == conn->ups ? nd->newest : 0; /* else this connection wrote none */
   if (has_replicas(nd, conn)) {
-    if (now < nd->next_ms || !upto) return;
+    if (now < nd->next_ms) return;
   } else {
     uint64_t due = node_entry(nd->entries.head)->acked_ms + r->window_ms;
     if (now < due || conn->last_reply_ms >= due) return;
   }
-  rec_wait *w = sluice__calloc(1, sizeof *w);
+  rec_ask *w = sluice__calloc(1, sizeof *w);
   if (!w) return;
-  *w = (rec_wait){c, conn, nd->id, upto};
-  static const char *argv[3] = {"WAIT", "0", "0"};
-  if (sluice__conn_send(conn, wait_answered, w, 3, argv, NULL) != REDIS_OK) {
+  *w = (rec_ask){c, conn, nd->id, nd->newest};
+  static const char *argv[2] = {"INFO", "replication"};
+  if (sluice__conn_send(conn, info_answered, w, 2, argv, NULL) != REDIS_OK) {
     sluice__free(w);
     return;
   }
@@ -369,7 +427,6 @@ static void keep(sluice_client *c, rec_entry *e, const sluice__answered *a) {
   e->acked_ms = sluice__mono_ms();
   e->seq = ++r->seq;
   nd->route = a->route;
-  nd->ups = a->ups;
   nd->newest = e->seq;
   sluice__list_append(&nd->entries, &e->by_node);
   nd->n++;

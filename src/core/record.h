@@ -11,11 +11,12 @@
  *  - Each entry carries its route and the node (conn.h's node_id) and
  *    handshake it was acknowledged on, in one list oldest first and in its
  *    node's list.
- *  - Replication is learnt with `WAIT 0 0` on the node's own connection:
- *    it never blocks and answers how many replicas have every earlier
- *    write of that connection. Asked at most every POLL_MS per node while
- *    it has entries; an answer >= 1 clears the entries answered before it
- *    was sent. A node with no replica online (or where WAIT is refused)
+ *  - Replication is learnt with `INFO replication`: it never blocks, and
+ *    answers the master's offset (which every entry answered before the
+ *    question precedes: a mark) and each online replica's acknowledged
+ *    offset (a replica past a mark has the entries before it). Asked at
+ *    most every POLL_MS per node while it has entries. A node with no
+ *    replica online (or where INFO is refused)
  *    keeps a time window instead: an entry goes once the node has answered
  *    anything window_ms after it (appendfsync everysec writes it to disk
  *    within about a second).
@@ -56,7 +57,7 @@ typedef struct sluice__record {
   size_t nnodes, capnodes;
   struct event *poll;
   unsigned replaying; /* replays in flight */
-  int wait_refused_logged;
+  int info_refused_logged;
   uint64_t full_logged_ms; /* when a full record was last logged */
   /* counters (metrics) */
   uint64_t replayed[5]; /* items sent again and answered, by kind */
