@@ -98,6 +98,10 @@ void bench_lat_reset(bench_lat *l);
 /* Monotonic clock in microseconds. */
 uint64_t bench_now_us(void);
 
+/* SLUICE_BENCH_REPLAY_OFF=1: clients made with replay_off, to compare the
+ * normal path's cost with and without the record of unreplicated writes. */
+int bench_replay_off(void);
+
 /* CPU time (user + system, getrusage) spent over a phase, per operation:
  *   bench_cpu c = bench_cpu_start();  ... run ops ...
  *   double self = bench_cpu_us_per_op(&c, ops);

@@ -66,6 +66,11 @@ uint64_t bench_now_us(void) {
   return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
+int bench_replay_off(void) {
+  const char *v = getenv("SLUICE_BENCH_REPLAY_OFF");
+  return v && *v == '1';
+}
+
 /* ---- CPU time ------------------------------------------------------------ */
 
 static uint64_t rusage_us(int who) {

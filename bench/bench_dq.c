@@ -46,6 +46,7 @@ static sluice_client *new_client(struct event_base *base) {
   sluice_client_options o;
   sluice_client *c = NULL;
   sluice_client_options_init(&o);
+  o.replay_off = bench_replay_off();
   o.url = rs.url;
   o.op_timeout_ms = 30000;
   if (sluice_client_new(base, &o, &c) != 0) {
@@ -350,6 +351,7 @@ static void cl_one(const char *url, cl_result *out) {
   sluice_client_options o;
   sluice_client *c = NULL;
   sluice_client_options_init(&o);
+  o.replay_off = bench_replay_off();
   o.url = url;
   o.op_timeout_ms = 30000;
   if (sluice_client_new(base, &o, &c) != 0) exit(1);

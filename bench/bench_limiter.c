@@ -370,6 +370,7 @@ static int cluster_run(const bench_redis *rs, struct event_base *base, int argc,
   for (int k = 0; k < 2; k++) {
     sluice_client_options o;
     sluice_client_options_init(&o);
+    o.replay_off = bench_replay_off();
     o.url = urls[k];
     if (sluice_client_new(base, &o, &cs[k]) != SLUICE_OK || wait_connected(base, cs[k]) != 0) {
       fprintf(stderr, "bench_limiter: cannot connect to %s\n", urls[k]);
@@ -450,6 +451,7 @@ int main(int argc, char **argv) {
   struct event_base *base = event_base_new();
   sluice_client_options o;
   sluice_client_options_init(&o);
+  o.replay_off = bench_replay_off();
   o.url = rs.url;
   sluice_client *c = NULL;
   int rc = base && sluice_client_new(base, &o, &c) == SLUICE_OK ? wait_connected(base, c) : -1;

@@ -95,6 +95,7 @@ static sluice_client *new_client(void) {
   sluice_client_options o;
   sluice_client *c = NULL;
   sluice_client_options_init(&o);
+  o.replay_off = bench_replay_off();
   o.url = rs.url;
   if (sluice_client_new(base, &o, &c) != SLUICE_OK || wait_connected(c) != 0) {
     fprintf(stderr, "bench_sem: cannot connect to %s\n", rs.url);
@@ -664,6 +665,7 @@ static sluice_client *client_at(const char *url) {
   sluice_client_options o;
   sluice_client *c = NULL;
   sluice_client_options_init(&o);
+  o.replay_off = bench_replay_off();
   o.url = url;
   if (sluice_client_new(base, &o, &c) != SLUICE_OK || wait_connected(c) != 0) {
     fprintf(stderr, "bench_sem: cannot connect to %s\n", url);
