@@ -394,9 +394,18 @@ static void restart(const char *const *extra, int persistent) {
   TH_ASSERT_EQ(m.replay_pushes, N);
   TH_ASSERT_EQ(m.replay_restored, persistent ? 0 : N);
   TH_ASSERT_EQ(th_redis_int(&r, "ZCARD sluice:dq:{t}:z"), N);
+  /* The permit is back under its id. Counted as restored once the answer
+   * comes; a re-assertion whose answer was late (valgrind's pace on a
+   * fresh Redis) is sent again and then finds it held, so at most once. */
+  char held[160];
+  snprintf(held, sizeof held, "ZSCORE sluice:sem:{t}:holders %s", sluice_permit_id(a.permit));
   TH_LOOP_UNTIL(base, th_redis_int(&r, "ZCARD sluice:sem:{t}:holders") == 1, 5000);
-  TH_ASSERT_EQ(th_redis_int(&r, "ZCARD sluice:sem:{t}:holders"), 1);
-  TH_ASSERT_EQ(metrics(c).permits_restored, persistent ? 0 : 1);
+  redisReply *score = th_redis_command(&r, held);
+  TH_ASSERT(score && score->type == REDIS_REPLY_STRING);
+  freeReplyObject(score);
+  th_loop_for(base, 100);
+  TH_ASSERT_CMP(metrics(c).permits_restored, <=, persistent ? 0 : 1);
+  TH_ASSERT_EQ(metrics(c).permits_lost, 0);
   TH_ASSERT_EQ(l.done, 0);
   sluice_permit_release(a.permit, NULL, NULL);
   sluice_dq_free(dq);
