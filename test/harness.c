@@ -76,6 +76,12 @@ int th_free_port(void) {
   return ntohs(a.sin_port);
 }
 
+int th_mkdtemp(char *buf, size_t size, const char *name) {
+  const char *tmp = getenv("TMPDIR");
+  int n = snprintf(buf, size, "%s/sluice-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", name);
+  return n > 0 && (size_t)n < size && mkdtemp(buf) ? 0 : -1;
+}
+
 void th_note(const char *fmt, ...) {
   char text[4096];
   va_list ap;
@@ -240,9 +246,7 @@ static int spawn(th_redis *r, const char *const *extra) {
 
 int th_redis_start(th_redis *r, int tcp_port, const char *const *extra) {
   memset(r, 0, sizeof *r);
-  const char *tmp = getenv("TMPDIR");
-  snprintf(r->dir, sizeof r->dir, "%s/sluice-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(r->dir)) return -1;
+  if (th_mkdtemp(r->dir, sizeof r->dir, "test") != 0) return -1;
   snprintf(r->sock, sizeof r->sock, "%s/redis.sock", r->dir);
   snprintf(r->url, sizeof r->url, "unix://%s", r->sock);
   r->port = tcp_port;

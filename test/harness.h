@@ -208,6 +208,9 @@ void th_assert_urls_refused(struct event_base *base, const char *const *urls);
  * text with newlines in it (a log, a server's error) cannot break the TAP
  * stream. Tests print their notes with this, never a bare printf. */
 void th_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A fresh private directory $TMPDIR/sluice-NAME-XXXXXX (/tmp without
+ * TMPDIR) into buf; 0, or -1 when it cannot be made. */
+int th_mkdtemp(char *buf, size_t size, const char *name);
 
 /* Assertions: print both sides and location, then fail the case. */
 void th_fail(const char *file, int line, const char *fmt, ...)

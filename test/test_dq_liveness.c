@@ -202,8 +202,7 @@ static void run_start(run *r, int cli, unsigned batch, unsigned max_in_flight) {
   for (int i = 0; i < MSGS; i++) r->m[i].acked_by = -1;
   for (int k = 0; k < CONSUMERS; k++)
     r->cfg[k] = (consumer_cfg){k, cli, batch, max_in_flight, VIS_MS, HOLD_MS, HOLD_MS, r->fd[1]};
-  snprintf(work, sizeof work, "/tmp/sluice-liveness-XXXXXX");
-  TH_ASSERT(mkdtemp(work) != NULL);
+  TH_ASSERT_EQ(th_mkdtemp(work, sizeof work, "liveness"), 0);
   if (cli) write_cmd();
 }
 

@@ -49,8 +49,7 @@ static void write_config(const prom_server *p, int target_port) {
 
 /* Prometheus on a free port, its log in its directory; dies with the case. */
 static void prom_start(prom_server *p, int target_port) {
-  snprintf(p->dir, sizeof p->dir, "/tmp/sluice-prom-XXXXXX");
-  TH_ASSERT(mkdtemp(p->dir) != NULL);
+  TH_ASSERT_EQ(th_mkdtemp(p->dir, sizeof p->dir, "prom"), 0);
   write_config(p, target_port);
   p->port = th_free_port();
   TH_ASSERT(p->port > 0);

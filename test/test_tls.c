@@ -672,10 +672,8 @@ int main(int argc, char **argv) {
   };
   const char *ci = getenv("CI");
   int under_ci = ci && strcmp(ci, "true") == 0;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(certs, sizeof certs, "%s/sluice-tls-XXXXXX", tmp && *tmp ? tmp : "/tmp");
   setvbuf(stdout, NULL, _IOLBF, 0);
-  if (!mkdtemp(certs)) {
+  if (th_mkdtemp(certs, sizeof certs, "tls") != 0) {
     printf("Bail out! cannot create a temp dir\n");
     return 1;
   }
