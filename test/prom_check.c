@@ -1,4 +1,5 @@
 /* Checks of a Prometheus text exposition; see prom_check.h. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,13 +142,15 @@ int prom_check_promtool(const char *text) {
     th_note("promtool not found: not checked with it\n");
     return 0;
   }
-  char path[] = "/tmp/sluice-prom-XXXXXX";
-  int fd = mkstemp(path);
+  char dir[256], path[300];
+  TH_ASSERT_EQ(th_mkdtemp(dir, sizeof dir, "prom"), 0);
+  snprintf(path, sizeof path, "%s/metrics.txt", dir);
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
   TH_ASSERT(fd >= 0);
   size_t len = strlen(text);
   TH_ASSERT_EQ(write(fd, text, len), (long long)len);
   close(fd);
-  char cmd[256], out[4096];
+  char cmd[400], out[4096];
   snprintf(cmd, sizeof cmd, "promtool check metrics < %s 2>&1", path);
   FILE *f = popen(cmd, "r");
   TH_ASSERT(f != NULL);
@@ -155,6 +158,7 @@ int prom_check_promtool(const char *text) {
   out[n] = '\0';
   int st = pclose(f);
   unlink(path);
+  rmdir(dir);
   if (n) th_note("promtool: %s\n", out);
   TH_ASSERT_EQ(st, 0);
   return 1;
