@@ -146,15 +146,28 @@ static void build(sluice__args *a, void *owner, sluice__breq *const *reqs, size_
     sluice__sem_renew_item(a, sluice__container_of(reqs[i], sluice_permit, renewal)->id);
 }
 
-/* Waiting for an answer past a lease's deadline is pointless. */
-static unsigned timeout(void *owner, sluice__breq *const *reqs, size_t n) {
-  sluice_sem *sem = owner;
+static const sluice_permit *renewing(const sluice__breq *r) {
+  return sluice__container_of(r, sluice_permit, renewal);
+}
+
+static const sluice_permit *reasserting(const sluice__breq *r) {
+  return sluice__container_of(r, sluice_permit, reassert);
+}
+
+/* Waiting for an answer past a lease's deadline is pointless. of() finds
+ * the permit of a request: each batcher has its own member. */
+static unsigned lease_timeout(const sluice_sem *sem, sluice__breq *const *reqs, size_t n,
+                              const sluice_permit *(*of)(const sluice__breq *)) {
   uint64_t t = sem->o.op_timeout_ms ? sem->o.op_timeout_ms : sluice__client_op_timeout(sem->c);
   for (size_t i = 0; i < n; i++) {
-    uint64_t left = ms_left(sluice__container_of(reqs[i], sluice_permit, renewal));
+    uint64_t left = ms_left(of(reqs[i]));
     if (left < t) t = left;
   }
   return t < RENEW_TIMEOUT_MIN_MS ? RENEW_TIMEOUT_MIN_MS : (unsigned)t;
+}
+
+static unsigned timeout(void *owner, sluice__breq *const *reqs, size_t n) {
+  return lease_timeout(owner, reqs, n, renewing);
 }
 
 /* ttl > 0: extended; 0: gone. Errors: try again well before the deadline. */
@@ -203,9 +216,13 @@ static void reassert_build(sluice__args *a, void *owner, sluice__breq *const *re
   sluice_sem *sem = owner;
   sluice__sem_reassert_head(a, &sem->call);
   for (size_t i = 0; i < n; i++) {
-    const sluice_permit *p = sluice__container_of(reqs[i], sluice_permit, reassert);
+    const sluice_permit *p = reasserting(reqs[i]);
     sluice__sem_reassert_item(a, p->id, p->fence, ms_left(p));
   }
+}
+
+static unsigned reassert_timeout(void *owner, sluice__breq *const *reqs, size_t n) {
+  return lease_timeout(owner, reqs, n, reasserting);
 }
 
 /* 1 still held, 2 put back: either way with the rest of the lease the
@@ -244,7 +261,7 @@ static const sluice__batch_kind reassert_kind = {&sluice__lua_sem_reassert,
                                                  1,
                                                  reassert_build,
                                                  reassert_answer,
-                                                 timeout,
+                                                 reassert_timeout,
                                                  0};
 
 void sluice__permits_reassert(sluice_sem *sem) {
