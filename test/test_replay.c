@@ -430,6 +430,56 @@ static void test_restart_aof_everysec(void) {
 
 static void test_restart_empty(void) { restart(NULL, 0); }
 
+/* Steps of one kind that failed (a timeout among them). */
+static uint64_t failed(const sluice_client *c, const char *kind) {
+  sluice_client_metrics m = metrics(c);
+  for (size_t k = 0; k < m.nkinds; k++)
+    if (strcmp(m.kinds[k].name, kind) == 0) return m.kinds[k].errors;
+  return 0;
+}
+
+/* A re-assertion that restored the permit but whose answer came after its
+ * deadline: the next one, after the connection is back, finds the permit
+ * held and still reports the restore, counted once. Writes are paused on
+ * the restarted Redis before the client's loop runs again, so the first
+ * re-assertion surely waits past its 300 ms deadline. */
+static void test_restart_late_answer(void) {
+  th_redis r;
+  TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
+  struct event_base *base = event_base_new();
+  sluice_client *c = th_client(base, r.url, 3000);
+  sluice_sem_options o;
+  sluice_sem_options_init(&o);
+  o.permits = 1;
+  o.ttl_ms = 30000;
+  o.op_timeout_ms = 300;
+  sluice_sem *s = sem_test_new_opts(c, "t", &o);
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  th_redis_respawn(&r, NULL);
+  redisReply *paused = th_redis_command(&r, "CLIENT PAUSE 1000 WRITE");
+  TH_ASSERT(paused && paused->type == REDIS_REPLY_STATUS);
+  freeReplyObject(paused);
+  TH_LOOP_UNTIL(base, failed(c, "sem_reassert") >= 1, 10000);
+  TH_ASSERT_EQ(answered(c, "sem_reassert"), 0);
+  /* The late step ran once the pause ended: the permit is back. */
+  TH_LOOP_UNTIL(base, th_redis_int(&r, "ZCARD sluice:sem:{t}:holders") == 1, 5000);
+  TH_ASSERT_EQ(metrics(c).permits_restored, 0);
+  uint64_t reconnects = metrics(c).reconnects;
+  TH_ASSERT_CMP(th_redis_int(&r, "CLIENT KILL TYPE normal SKIPME yes"), >=, 1);
+  TH_LOOP_UNTIL(base, metrics(c).reconnects > reconnects && answered(c, "sem_reassert") >= 1,
+                10000);
+  TH_ASSERT_EQ(answered(c, "sem_reassert"), 1);
+  TH_ASSERT_EQ(metrics(c).permits_restored, 1);
+  TH_ASSERT_EQ(metrics(c).permits_lost, 0);
+  TH_ASSERT_EQ(sluice_permit_lost(a.permit), 0);
+  sluice_permit_release(a.permit, NULL, NULL);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+  th_redis_stop(&r);
+}
+
 /* A permit that is not renewed, restored on a restarted Redis, keeps the
  * lease its holder counts on: Redis's copy ends no later than the grant's
  * lease, and the lost callback comes when that lease ends. */
@@ -488,6 +538,7 @@ int main(int argc, char **argv) {
       {"cluster_steady_writes_confirmed", test_cluster_steady_writes_confirmed, 120},
       {"restart_aof_everysec", test_restart_aof_everysec, 60},
       {"restart_empty", test_restart_empty, 60},
+      {"restart_late_answer", test_restart_late_answer, 60},
       {"restart_unrenewed", test_restart_unrenewed, 60},
       {NULL, NULL, 0},
   };

@@ -216,8 +216,10 @@ static void reassert_build(sluice__args *a, void *owner, sluice__breq *const *re
   sluice_sem *sem = owner;
   sluice__sem_reassert_head(a, &sem->call);
   for (size_t i = 0; i < n; i++) {
-    const sluice_permit *p = reasserting(reqs[i]);
-    sluice__sem_reassert_item(a, p->id, p->fence, ms_left(p));
+    sluice_permit *p = sluice__container_of(reqs[i], sluice_permit, reassert);
+    p->reassert_sent = ++sem->nreasserts;
+    sluice__sem_reassert_item(a, p->id, p->fence, ms_left(p), p->reassert_sent,
+                              p->unanswered_since);
   }
 }
 
@@ -229,17 +231,24 @@ static unsigned reassert_timeout(void *owner, sluice__breq *const *reqs, size_t 
  * client counts on (its deadline stands: Redis's lease now ends later); 0
  * taken by someone else meanwhile: lost, now rather than at the next
  * renewal. Unanswered: again when the connection is back (meanwhile the
- * renewals go on, and would find it gone). */
+ * renewals go on, and would find it gone); the next answer says 2 if one
+ * of the unanswered ones put it back, so a restore counts once. */
 static void reassert_answer(void *owner, sluice__breq *r, int status,
                             const sluice__batch_reply *br) {
   sluice_permit *p = sluice__container_of(r, sluice_permit, reassert);
   sluice_sem *sem = owner;
+  uint64_t sent = p->reassert_sent; /* 0: this request was never sent */
   int64_t v = 0;
+  p->reassert_sent = 0;
   if (p->lost || status == SLUICE_ECANCELED) return;
   if (status == SLUICE_OK && sluice__reply_i64(br->reply->element[br->at], &v))
     status = SLUICE_EPROTOCOL;
   p->reassert_again = status != SLUICE_OK;
-  if (status != SLUICE_OK) return;
+  if (status != SLUICE_OK) {
+    if (!p->unanswered_since) p->unanswered_since = sent; /* it may have run */
+    return;
+  }
+  p->unanswered_since = 0;
   sluice__record_permits(sem->c, v == 2, v == 0);
   if (v == 0) {
     fire_lost(p, SLUICE_LOST_DEFINITE);
