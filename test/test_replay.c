@@ -438,6 +438,18 @@ static uint64_t failed(const sluice_client *c, const char *kind) {
   return 0;
 }
 
+/* Semaphore "t" of one permit (op_timeout_ms 0: the client's). */
+static sluice_sem *one_permit(sluice_client *c, unsigned ttl_ms, int auto_renew,
+                              unsigned op_timeout_ms) {
+  sluice_sem_options o;
+  sluice_sem_options_init(&o);
+  o.permits = 1;
+  o.ttl_ms = ttl_ms;
+  o.auto_renew = auto_renew;
+  o.op_timeout_ms = op_timeout_ms;
+  return sem_test_new_opts(c, "t", &o);
+}
+
 /* A re-assertion that restored the permit but whose answer came after its
  * deadline: the next one, after the connection is back, finds the permit
  * held and still reports the restore, counted once. Writes are paused on
@@ -448,12 +460,7 @@ static void test_restart_late_answer(void) {
   TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
   struct event_base *base = event_base_new();
   sluice_client *c = th_client(base, r.url, 3000);
-  sluice_sem_options o;
-  sluice_sem_options_init(&o);
-  o.permits = 1;
-  o.ttl_ms = 30000;
-  o.op_timeout_ms = 300;
-  sluice_sem *s = sem_test_new_opts(c, "t", &o);
+  sluice_sem *s = one_permit(c, 30000, 1, 300);
   acq_result a = sem_try(base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
   th_redis_respawn(&r, NULL);
@@ -489,12 +496,7 @@ static void test_restart_unrenewed(void) {
   TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
   struct event_base *base = event_base_new();
   sluice_client *c = th_client(base, r.url, 3000);
-  sluice_sem_options o;
-  sluice_sem_options_init(&o);
-  o.permits = 1;
-  o.ttl_ms = TTL;
-  o.auto_renew = 0;
-  sluice_sem *s = sem_test_new_opts(c, "t", &o);
+  sluice_sem *s = one_permit(c, TTL, 0, 0);
   uint64_t asked = th_now_ms();
   acq_result a = sem_try(base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
