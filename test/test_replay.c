@@ -438,6 +438,12 @@ static uint64_t failed(const sluice_client *c, const char *kind) {
   return 0;
 }
 
+static void redis_ok(const th_redis *r, const char *command) {
+  redisReply *reply = th_redis_command(r, command);
+  TH_ASSERT(reply && reply->type == REDIS_REPLY_STATUS);
+  freeReplyObject(reply);
+}
+
 /* Semaphore "t" of one permit (op_timeout_ms 0: the client's). */
 static sluice_sem *one_permit(sluice_client *c, unsigned ttl_ms, int auto_renew,
                               unsigned op_timeout_ms) {
@@ -453,23 +459,26 @@ static sluice_sem *one_permit(sluice_client *c, unsigned ttl_ms, int auto_renew,
 /* A re-assertion that restored the permit but whose answer came after its
  * deadline: the next one, after the connection is back, finds the permit
  * held and still reports the restore, counted once. Writes are paused on
- * the restarted Redis before the client's loop runs again, so the first
- * re-assertion surely waits past its 300 ms deadline. */
+ * the restarted Redis before the client's loop runs again, and resumed
+ * once the first re-assertion timed out (its 1 s, shorter than the
+ * client's 3 s after which a silent connection is replaced). */
 static void test_restart_late_answer(void) {
   th_redis r;
   TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
   struct event_base *base = event_base_new();
   sluice_client *c = th_client(base, r.url, 3000);
-  sluice_sem *s = one_permit(c, 30000, 1, 300);
+  sluice_sem *w = sem_test_new(c, "w", 1, 30000, 0); /* loads the script: 1 s is plenty then */
+  TH_ASSERT_EQ(sem_try(base, w).status, SLUICE_OK);
+  sluice_sem_free(w);
+  sluice_sem *s = one_permit(c, 30000, 1, 1000);
   acq_result a = sem_try(base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
   th_redis_respawn(&r, NULL);
-  redisReply *paused = th_redis_command(&r, "CLIENT PAUSE 1000 WRITE");
-  TH_ASSERT(paused && paused->type == REDIS_REPLY_STATUS);
-  freeReplyObject(paused);
+  redis_ok(&r, "CLIENT PAUSE 60000 WRITE");
   TH_LOOP_UNTIL(base, failed(c, "sem_reassert") >= 1, 10000);
   TH_ASSERT_EQ(answered(c, "sem_reassert"), 0);
-  /* The late step ran once the pause ended: the permit is back. */
+  redis_ok(&r, "CLIENT UNPAUSE");
+  /* The late step runs now: the permit is back, unknown to the client. */
   TH_LOOP_UNTIL(base, th_redis_int(&r, "ZCARD sluice:sem:{t}:holders") == 1, 5000);
   TH_ASSERT_EQ(metrics(c).permits_restored, 0);
   uint64_t reconnects = metrics(c).reconnects;
