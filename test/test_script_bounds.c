@@ -350,9 +350,12 @@ static void on_reply(void *ud, int status, const redisReply *r);
 
 static void step_sem_reassert(void) {
   static char ids[SEM_BATCH][24];
-  const char *argv[6 + 5 * SEM_BATCH] = {"sluice:sem:{ra}:holders", "sluice:sem:{ra}:meta",
-                                         "sluice:sem:{ra}:restored", "1000000",
-                                         "86400000", "86400000"};
+  const char *argv[6 + 5 * SEM_BATCH] = {"sluice:sem:{ra}:holders",
+                                         "sluice:sem:{ra}:meta",
+                                         "sluice:sem:{ra}:restored",
+                                         "1000000",
+                                         "86400000",
+                                         "86400000"};
   int argc = 6;
   for (int i = 0; i < SEM_BATCH; i++) {
     snprintf(ids[i], sizeof ids[i], "reassert-%d", i);

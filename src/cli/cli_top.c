@@ -220,9 +220,11 @@ static int frame(top *t, int argc, char **names, char **text, size_t *len) {
     for (int i = 0; i < argc; i++) add_name(t, 0, names[i]), add_name(t, 1, names[i]);
   }
   fprintf(t->out, "SEMAPHORES\n");
-  for (size_t i = 0; !rc && i < t->nnames[0]; i++) rc = show(t, t->names[0][i], inspect_sem, free_sem);
+  for (size_t i = 0; !rc && i < t->nnames[0]; i++)
+    rc = show(t, t->names[0][i], inspect_sem, free_sem);
   fprintf(t->out, "\nQUEUES             due now  due later  in flight   dead  oldest due\n");
-  for (size_t i = 0; !rc && i < t->nnames[1]; i++) rc = show(t, t->names[1][i], inspect_dq, free_dq);
+  for (size_t i = 0; !rc && i < t->nnames[1]; i++)
+    rc = show(t, t->names[1][i], inspect_dq, free_dq);
   fprintf(
       t->out,
       "\nLIMITERS           KEY                  ALGO             STATE                    TTL\n");

@@ -55,7 +55,8 @@ void sluice__sem_reassert_head(sluice__args *a, const sluice__sem_call *s) {
 }
 
 void sluice__sem_reassert_item(sluice__args *a, const char *permit_id, uint64_t fence,
-                               uint64_t lease_left_ms, uint64_t attempt, uint64_t unanswered_since) {
+                               uint64_t lease_left_ms, uint64_t attempt,
+                               uint64_t unanswered_since) {
   sluice__args_str(a, permit_id);
   sluice__args_u64(a, fence);
   sluice__args_u64(a, lease_left_ms);
