@@ -350,19 +350,25 @@ static void on_reply(void *ud, int status, const redisReply *r);
 
 static void step_sem_reassert(void) {
   static char ids[SEM_BATCH][24];
-  const char *argv[5 + 3 * SEM_BATCH] = {"sluice:sem:{ra}:holders", "sluice:sem:{ra}:meta",
-                                         "1000000", "86400000", "86400000"};
-  int argc = 5;
+  const char *argv[6 + 5 * SEM_BATCH] = {"sluice:sem:{ra}:holders",
+                                         "sluice:sem:{ra}:meta",
+                                         "sluice:sem:{ra}:restored",
+                                         "1000000",
+                                         "86400000",
+                                         "86400000"};
+  int argc = 6;
   for (int i = 0; i < SEM_BATCH; i++) {
     snprintf(ids[i], sizeof ids[i], "reassert-%d", i);
     argv[argc++] = ids[i];
     argv[argc++] = "9007199254740991";
     argv[argc++] = "86400000";
+    argv[argc++] = "9007199254740991";
+    argv[argc++] = "1";
   }
   long long m = used_memory();
   window_begin();
   TH_ASSERT_EQ(
-      sluice__eval(client, &sluice__lua_sem_reassert, 2, argc, argv, NULL, 0, on_reply, NULL, NULL),
+      sluice__eval(client, &sluice__lua_sem_reassert, 3, argc, argv, NULL, 0, on_reply, NULL, NULL),
       0);
   run_until(1);
   step_done("sem: 256 re-assertions (1e6 permits, 1 day)", m, SEM_BATCH * 300);

@@ -166,24 +166,37 @@ static void on_dq_info(sluice_dq *dq, int status, const sluice_dq_info *info, vo
           (unsigned long long)info->in_flight, (unsigned long long)info->dead, oldest);
 }
 
-static int show_sem(top *t, const char *name) {
+/* Open a handle on name (set *handle once it exists) and start its inspect. */
+typedef int inspect_fn(top *t, const char *name, void **handle);
+
+static int inspect_sem(top *t, const char *name, void **handle) {
   sluice_sem *sem;
   int rc = sluice_sem_new(t->ctx.client, name, NULL, &sem);
-  if (rc == SLUICE_OK) rc = sluice_sem_inspect(sem, on_sem_info, t);
-  if (rc == SLUICE_OK) wait_step(t);
-  else if (rc != SLUICE_EINVAL) return rc;
-  if (rc == SLUICE_OK) sluice_sem_free(sem);
-  return rc == SLUICE_OK ? t->status : SLUICE_OK;
+  if (rc != SLUICE_OK) return rc;
+  *handle = sem;
+  return sluice_sem_inspect(sem, on_sem_info, t);
 }
 
-static int show_dq(top *t, const char *name) {
+static int inspect_dq(top *t, const char *name, void **handle) {
   sluice_dq *dq;
   int rc = sluice_dq_new(t->ctx.client, name, NULL, &dq);
-  if (rc == SLUICE_OK) rc = sluice_dq_inspect(dq, on_dq_info, t);
+  if (rc != SLUICE_OK) return rc;
+  *handle = dq;
+  return sluice_dq_inspect(dq, on_dq_info, t);
+}
+
+static void free_sem(void *handle) { sluice_sem_free(handle); }
+static void free_dq(void *handle) { sluice_dq_free(handle); }
+
+/* One object shown; a name this kind refuses (EINVAL: a NAME given for
+ * the other kind) shows nothing. */
+static int show(top *t, const char *name, inspect_fn *inspect, void (*release)(void *)) {
+  void *handle = NULL;
+  int rc = inspect(t, name, &handle);
   if (rc == SLUICE_OK) wait_step(t);
-  else if (rc != SLUICE_EINVAL) return rc;
-  if (rc == SLUICE_OK) sluice_dq_free(dq);
-  return rc == SLUICE_OK ? t->status : SLUICE_OK;
+  if (handle) release(handle);
+  if (rc == SLUICE_EINVAL) return SLUICE_OK;
+  return rc == SLUICE_OK ? t->status : rc;
 }
 
 /* The last step failed because the ACL refuses SCAN. */
@@ -207,9 +220,11 @@ static int frame(top *t, int argc, char **names, char **text, size_t *len) {
     for (int i = 0; i < argc; i++) add_name(t, 0, names[i]), add_name(t, 1, names[i]);
   }
   fprintf(t->out, "SEMAPHORES\n");
-  for (size_t i = 0; !rc && i < t->nnames[0]; i++) rc = show_sem(t, t->names[0][i]);
+  for (size_t i = 0; !rc && i < t->nnames[0]; i++)
+    rc = show(t, t->names[0][i], inspect_sem, free_sem);
   fprintf(t->out, "\nQUEUES             due now  due later  in flight   dead  oldest due\n");
-  for (size_t i = 0; !rc && i < t->nnames[1]; i++) rc = show_dq(t, t->names[1][i]);
+  for (size_t i = 0; !rc && i < t->nnames[1]; i++)
+    rc = show(t, t->names[1][i], inspect_dq, free_dq);
   fprintf(
       t->out,
       "\nLIMITERS           KEY                  ALGO             STATE                    TTL\n");

@@ -48,16 +48,20 @@ void sluice__sem_renew_item(sluice__args *a, const char *permit_id) {
 void sluice__sem_reassert_head(sluice__args *a, const sluice__sem_call *s) {
   sluice__args_key(a, s->keys[SEM_KEY_HOLDERS]);
   sluice__args_key(a, s->keys[SEM_KEY_META]);
+  sluice__args_key(a, s->restored_key);
   sluice__args_u64(a, s->permits);
   sluice__args_u64(a, s->ttl_ms);
   sluice__args_u64(a, s->keep_ms);
 }
 
 void sluice__sem_reassert_item(sluice__args *a, const char *permit_id, uint64_t fence,
-                               uint64_t lease_left_ms) {
+                               uint64_t lease_left_ms, uint64_t attempt,
+                               uint64_t unanswered_since) {
   sluice__args_str(a, permit_id);
   sluice__args_u64(a, fence);
   sluice__args_u64(a, lease_left_ms);
+  sluice__args_u64(a, attempt);
+  sluice__args_u64(a, unanswered_since);
 }
 
 void sluice__sem_leave_args(sluice__args *a, const sluice__sem_call *s, const char *waiter) {

@@ -23,7 +23,8 @@ enum { SEM_KEY_HOLDERS, SEM_KEY_QUEUE, SEM_KEY_BEATS, SEM_KEY_META, SEM_NKEYS };
 /* What every semaphore script of one handle shares. */
 typedef struct sluice__sem_call {
   const char *keys[SEM_NKEYS];
-  const char *wake_base; /* "<prefix>sem:{name}:wake:" */
+  const char *wake_base;    /* "<prefix>sem:{name}:wake:" */
+  const char *restored_key; /* "<prefix>sem:{name}:restored" (sem_reassert.lua) */
   unsigned permits;
   uint64_t ttl_ms, heartbeat_ms, keep_ms;
   int fair;
@@ -73,16 +74,17 @@ void sluice__sem_renew_head(sluice__args *a, const sluice__sem_call *s);
 void sluice__sem_renew_item(sluice__args *a, const char *permit_id);
 
 /* sem_reassert.lua
- * KEYS: 1 holders, 2 meta; ARGV: 1 permits, 2 ttl_ms, 3 keep_ms, then per
- * permit: id, fencing token.
+ * KEYS: 1 holders, 2 meta, 3 restored; ARGV: 1 permits, 2 ttl_ms, 3 keep_ms,
+ * then per permit: id, fencing token, lease left (ms), this attempt's number,
+ * the first attempt since the last answer (0: the last one was answered).
  * Reply: {1 renewed, 2 restored or 0 lost, per request}. */
-#define SEM_REASSERT_ARGS_HEAD 5
-#define SEM_REASSERT_ARGS_PER 3
+#define SEM_REASSERT_ARGS_HEAD 6
+#define SEM_REASSERT_ARGS_PER 5
 #define SEM_REASSERT_NUMS_HEAD 3
-#define SEM_REASSERT_NUMS_PER 2
+#define SEM_REASSERT_NUMS_PER 4
 void sluice__sem_reassert_head(sluice__args *a, const sluice__sem_call *s);
 void sluice__sem_reassert_item(sluice__args *a, const char *permit_id, uint64_t fence,
-                               uint64_t lease_left_ms);
+                               uint64_t lease_left_ms, uint64_t attempt, uint64_t unanswered_since);
 
 /* sem_leave.lua: the head, then the waiter ("<handle id>:<waiter id>"). */
 #define SEM_LEAVE_ARGS (SEM_HEAD_ARGS + 1)

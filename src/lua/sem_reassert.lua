@@ -7,28 +7,36 @@
 -- to at least its token, so that every later grant still gets a higher
 -- one; a missing one while the semaphore is full is lost (someone else was
 -- granted its place meanwhile). Nothing is removed: no key may be emptied.
--- KEYS: 1 holders, 2 meta
+-- A restore notes the attempt's number under the permit's id, so that when
+-- its answer never reached the client, the next attempt (which finds the
+-- permit held) still answers "restored": the client counts it once.
+-- KEYS: 1 holders, 2 meta, 3 restored (id -> attempt)
 -- ARGV: 1 permits, 2 ttl_ms, 3 keep_ms, then per permit: id, fencing token,
--- lease left (ms, at most ttl_ms)
+-- lease left (ms, at most ttl_ms), attempt (increasing per client handle),
+-- first attempt since the client's last answer (0: none went unanswered)
 -- Returns per permit: 1 renewed, 2 restored, 0 lost.
 -- Work: at most 256 permits (the client's batch).
 --@include _sem_common.lua
-local H, M = KEYS[1], KEYS[2]
+local H, M, R = KEYS[1], KEYS[2], KEYS[3]
 local permits, ttl, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-if (#ARGV - 3) % 3 ~= 0 or #ARGV > 3 + 3 * 256 then
+if (#ARGV - 3) % 5 ~= 0 or #ARGV > 3 + 5 * 256 then
   return redis.error_reply('ERR sluice: bad reassert')
 end
 local held = redis.call('ZCOUNT', H, '(' .. n2s(now), '+inf')
-local out, fence, leases = {}, 0, {}
-for i = 4, #ARGV, 3 do
+local out, fence, leases, marks = {}, 0, {}, {}
+for i = 4, #ARGV, 5 do
   local id, token = ARGV[i], tonumber(ARGV[i + 1])
   local left = math.min(math.max(tonumber(ARGV[i + 2]), 1), ttl)
+  local since = tonumber(ARGV[i + 4])
   local r = 0
   if live_lease(H, id) then
     r = 1
+    if since > 0 and tonumber(redis.call('HGET', R, id) or '0') >= since then r = 2 end
   elseif held < permits then
     held = held + 1
     if token > fence then fence = token end
+    marks[#marks + 1] = id
+    marks[#marks + 1] = ARGV[i + 3]
     r = 2
   end
   if r > 0 then
@@ -40,6 +48,10 @@ end
 if #leases > 0 then
   call_in_slices('ZADD', H, leases)
   touch(H, keep)
+end
+if #marks > 0 then
+  call_in_slices('HSET', R, marks)
+  touch(R, keep)
 end
 if fence > 0 then
   if fence > tonumber(redis.call('HGET', M, 'fence') or '0') then

@@ -146,15 +146,28 @@ static void build(sluice__args *a, void *owner, sluice__breq *const *reqs, size_
     sluice__sem_renew_item(a, sluice__container_of(reqs[i], sluice_permit, renewal)->id);
 }
 
-/* Waiting for an answer past a lease's deadline is pointless. */
-static unsigned timeout(void *owner, sluice__breq *const *reqs, size_t n) {
-  sluice_sem *sem = owner;
+static const sluice_permit *renewing(const sluice__breq *r) {
+  return sluice__container_of(r, sluice_permit, renewal);
+}
+
+static const sluice_permit *reasserting(const sluice__breq *r) {
+  return sluice__container_of(r, sluice_permit, reassert);
+}
+
+/* Waiting for an answer past a lease's deadline is pointless. of() finds
+ * the permit of a request: each batcher has its own member. */
+static unsigned lease_timeout(const sluice_sem *sem, sluice__breq *const *reqs, size_t n,
+                              const sluice_permit *(*of)(const sluice__breq *)) {
   uint64_t t = sem->o.op_timeout_ms ? sem->o.op_timeout_ms : sluice__client_op_timeout(sem->c);
   for (size_t i = 0; i < n; i++) {
-    uint64_t left = ms_left(sluice__container_of(reqs[i], sluice_permit, renewal));
+    uint64_t left = ms_left(of(reqs[i]));
     if (left < t) t = left;
   }
   return t < RENEW_TIMEOUT_MIN_MS ? RENEW_TIMEOUT_MIN_MS : (unsigned)t;
+}
+
+static unsigned timeout(void *owner, sluice__breq *const *reqs, size_t n) {
+  return lease_timeout(owner, reqs, n, renewing);
 }
 
 /* ttl > 0: extended; 0: gone. Errors: try again well before the deadline. */
@@ -203,26 +216,39 @@ static void reassert_build(sluice__args *a, void *owner, sluice__breq *const *re
   sluice_sem *sem = owner;
   sluice__sem_reassert_head(a, &sem->call);
   for (size_t i = 0; i < n; i++) {
-    const sluice_permit *p = sluice__container_of(reqs[i], sluice_permit, reassert);
-    sluice__sem_reassert_item(a, p->id, p->fence, ms_left(p));
+    sluice_permit *p = sluice__container_of(reqs[i], sluice_permit, reassert);
+    p->reassert_sent = ++sem->nreasserts;
+    sluice__sem_reassert_item(a, p->id, p->fence, ms_left(p), p->reassert_sent,
+                              p->unanswered_since);
   }
+}
+
+static unsigned reassert_timeout(void *owner, sluice__breq *const *reqs, size_t n) {
+  return lease_timeout(owner, reqs, n, reasserting);
 }
 
 /* 1 still held, 2 put back: either way with the rest of the lease the
  * client counts on (its deadline stands: Redis's lease now ends later); 0
  * taken by someone else meanwhile: lost, now rather than at the next
  * renewal. Unanswered: again when the connection is back (meanwhile the
- * renewals go on, and would find it gone). */
+ * renewals go on, and would find it gone); the next answer says 2 if one
+ * of the unanswered ones put it back, so a restore counts once. */
 static void reassert_answer(void *owner, sluice__breq *r, int status,
                             const sluice__batch_reply *br) {
   sluice_permit *p = sluice__container_of(r, sluice_permit, reassert);
   sluice_sem *sem = owner;
+  uint64_t sent = p->reassert_sent; /* 0: this request was never sent */
   int64_t v = 0;
+  p->reassert_sent = 0;
   if (p->lost || status == SLUICE_ECANCELED) return;
   if (status == SLUICE_OK && sluice__reply_i64(br->reply->element[br->at], &v))
     status = SLUICE_EPROTOCOL;
   p->reassert_again = status != SLUICE_OK;
-  if (status != SLUICE_OK) return;
+  if (status != SLUICE_OK) {
+    if (!p->unanswered_since) p->unanswered_since = sent; /* it may have run */
+    return;
+  }
+  p->unanswered_since = 0;
   sluice__record_permits(sem->c, v == 2, v == 0);
   if (v == 0) {
     fire_lost(p, SLUICE_LOST_DEFINITE);
@@ -244,7 +270,7 @@ static const sluice__batch_kind reassert_kind = {&sluice__lua_sem_reassert,
                                                  1,
                                                  reassert_build,
                                                  reassert_answer,
-                                                 timeout,
+                                                 reassert_timeout,
                                                  0};
 
 void sluice__permits_reassert(sluice_sem *sem) {

@@ -158,6 +158,7 @@ static void sem_destroy(sluice__guard *g) {
   for (int i = 0; i < SEM_NKEYS; i++) free(sem->keys[i]);
   free(sem->wake_base);
   free(sem->wake_key);
+  free(sem->restored_key);
   free(sem->name);
   sluice__free(sem);
 }
@@ -201,6 +202,8 @@ static int sem_init(sluice_sem *sem, sluice_client *c, const char *name) {
   for (int i = 0; i < SEM_NKEYS; i++)
     if (!(sem->keys[i] = sluice__key(c, "sem", name, sluice__sem_parts[i]))) return SLUICE_ENOMEM;
   sem->wake_base = sluice__key(c, "sem", name, "wake:");
+  sem->restored_key = sluice__key(c, "sem", name, "restored");
+  if (!sem->restored_key) return SLUICE_ENOMEM;
   sem->wake_key = sem->wake_base ? malloc(strlen(sem->wake_base) + 33) : NULL;
   if (!sem->wake_key) return SLUICE_ENOMEM;
   strcpy(sem->wake_key, sem->wake_base);
@@ -217,6 +220,7 @@ static void set_call(sluice_sem *sem) {
   uint64_t longest = sem->o.ttl_ms > sem->o.heartbeat_ms ? sem->o.ttl_ms : sem->o.heartbeat_ms;
   for (int i = 0; i < SEM_NKEYS; i++) s->keys[i] = sem->keys[i];
   s->wake_base = sem->wake_base;
+  s->restored_key = sem->restored_key;
   s->permits = sem->o.permits;
   s->ttl_ms = sem->o.ttl_ms;
   s->heartbeat_ms = sem->o.heartbeat_ms;

@@ -42,8 +42,9 @@ struct sluice_sem {
   char *name;
   sluice_sem_options o;
   char *keys[SEM_NKEYS];
-  char *wake_base; /* "<prefix>sem:{name}:wake:" */
-  char *wake_key;  /* wake_base + handle_id: our BRPOP list */
+  char *wake_base;    /* "<prefix>sem:{name}:wake:" */
+  char *wake_key;     /* wake_base + handle_id: our BRPOP list */
+  char *restored_key; /* which re-assertion restored which permit */
   char handle_id[33];
   sluice__sem_call call; /* what every script of the handle shares */
   unsigned route;        /* the hash slot of the semaphore's keys */
@@ -51,6 +52,7 @@ struct sluice_sem {
   sluice__flusher flusher;
   sluice__batcher releases;  /* flushed in this order */
   sluice__batcher reasserts; /* held permits, on a new node */
+  uint64_t nreasserts;       /* sent: numbers them (a hand-off keeps the id) */
   sluice__batcher renewals;
   sluice__batcher attempts;
 
@@ -106,6 +108,8 @@ struct sluice_permit {
   sluice__breq renewal;        /* in sem->renewals */
   sluice__breq reassert;       /* in sem->reasserts */
   unsigned reassert_again : 1; /* the last one went unanswered */
+  uint64_t reassert_sent;      /* the number of its last re-assertion */
+  uint64_t unanswered_since;   /* its first one since the last answer (0: none) */
   char id[33];
   uint64_t fence;
   uint64_t deadline_ms;      /* monotonic: lease surely valid until */
