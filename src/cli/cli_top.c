@@ -13,6 +13,8 @@
  * the view is for people, and one step at a time keeps Redis's load tiny.
  * --prometheus collects one frame's semaphores and queues instead and
  * prints them in the Prometheus text format (cli_top_prom.c).
+ * --scrape URL adds each application's own counters, fetched over HTTP
+ * while Redis is read (cli_top_scrape.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,8 +26,12 @@
 
 #include "cli.h"
 #include "cli_top.h"
+#include "cli_top_scrape.h"
 
 #define TOP_MAX_OBJECTS 200 /* per kind and frame: a view, not an export */
+/* Per fetch of --scrape: the library's default op_timeout_ms, which the
+ * tool's own steps run under. */
+#define TOP_SCRAPE_TIMEOUT_MS 5000
 
 typedef struct top {
   cli_ctx ctx;
@@ -39,6 +45,7 @@ typedef struct top {
   int which;      /* scanning names: 0 semaphores, 1 queues */
   int named;      /* NAMEs given: skip what does not exist */
   top_prom *prom; /* --prometheus: the frame's objects go here */
+  top_scrape *scrape; /* --scrape: the PROCESSES section */
 } top;
 
 static void wait_step(top *t) {
@@ -70,7 +77,7 @@ static void clear_names(top *t) {
   }
 }
 
-static void fmt_ms(char *buf, size_t size, int64_t ms) {
+void top_fmt_ms(char *buf, size_t size, int64_t ms) {
   if (ms < 0) snprintf(buf, size, "-");
   else if (ms < 10000) snprintf(buf, size, "%lldms", (long long)ms);
   else if (ms < 600000) snprintf(buf, size, "%.1fs", (double)ms / 1000);
@@ -93,7 +100,7 @@ static void on_scan_rl(sluice_client *c, int status, uint64_t next, const sluice
   top *t = ud;
   char ttl[24];
   for (size_t i = 0; i < n && t->nrl < TOP_MAX_OBJECTS; i++, t->nrl++) {
-    fmt_ms(ttl, sizeof ttl, e[i].ttl_ms);
+    top_fmt_ms(ttl, sizeof ttl, e[i].ttl_ms);
     fprintf(t->out, "  %-16s %-20s %-16s %-24s %s\n", cli_clean(e[i].name),
             cli_clean(e[i].key ? e[i].key : ""), cli_clean(e[i].algo ? e[i].algo : ""),
             cli_clean(e[i].state ? e[i].state : ""), ttl);
@@ -136,7 +143,7 @@ static void on_sem_info(sluice_sem *sem, int status, const sluice_sem_info *info
           cli_clean(sluice_sem_name(sem)), info->permits, info->holders_total, info->nwaiters,
           (unsigned long long)info->last_fence);
   for (size_t i = 0; i < info->nholders; i++) {
-    fmt_ms(left, sizeof left, info->holders[i].remaining_ms);
+    top_fmt_ms(left, sizeof left, info->holders[i].remaining_ms);
     fprintf(t->out, "    holder  %s  lease left %s\n", cli_clean(info->holders[i].id), left);
   }
   for (size_t i = 0; i < info->nwaiters; i++)
@@ -160,7 +167,7 @@ static void on_dq_info(sluice_dq *dq, int status, const sluice_dq_info *info, vo
     return;
   }
   int64_t age = info->ready && info->next_due_ms >= 0 ? info->now_ms - info->next_due_ms : -1;
-  fmt_ms(oldest, sizeof oldest, age);
+  top_fmt_ms(oldest, sizeof oldest, age);
   fprintf(t->out, "  %-16s %8llu %10llu %10llu %6llu  %s\n", cli_clean(sluice_dq_name(dq)),
           (unsigned long long)info->ready, (unsigned long long)(info->delayed - info->ready),
           (unsigned long long)info->in_flight, (unsigned long long)info->dead, oldest);
@@ -211,6 +218,7 @@ static int frame(top *t, int argc, char **names, char **text, size_t *len) {
   t->out = open_memstream(text, len);
   if (!t->out) return SLUICE_ENOMEM;
   clear_names(t);
+  if (t->scrape) top_scrape_start(t->scrape, TOP_SCRAPE_TIMEOUT_MS);
   if (argc == 0) {
     t->which = 0;
     rc = scan_all(t, "sem", NULL, on_scan_names);
@@ -237,6 +245,7 @@ static int frame(top *t, int argc, char **names, char **text, size_t *len) {
     fprintf(t->out, "  (limiter keys are listed by SCAN, which this Redis user may not run)\n");
     rc = SLUICE_OK;
   }
+  if (t->scrape) top_scrape_finish(t->scrape, t->out);
   fclose(t->out);
   t->out = NULL;
   return rc;
@@ -244,8 +253,8 @@ static int frame(top *t, int argc, char **names, char **text, size_t *len) {
 
 static void usage(FILE *f) {
   fputs(
-      "usage: sluice top [NAME...] [--once | --prometheus] [--interval MS] [--redis URL]\n"
-      "                  [--prefix P]\n"
+      "usage: sluice top [NAME...] [--once | --prometheus] [--interval MS] [--scrape URL]...\n"
+      "                  [--redis URL] [--prefix P]\n"
       "\n"
       "Show semaphores (holders with lease left, waiters in order), delay queues\n"
       "(due now, due later, in flight, dead, age of the oldest due message) and\n"
@@ -257,7 +266,15 @@ static void usage(FILE *f) {
       "unreachable or failing).\n"
       "--prometheus prints one frame's semaphores and queues (at most 200 of each;\n"
       "no limiter keys) as Prometheus gauges, then the tool's own client metrics,\n"
-      "and exits; on failure it prints nothing to stdout and exits 69.\n",
+      "and exits; on failure it prints nothing to stdout and exits 69.\n"
+      "--scrape URL (up to 16, http:// only, no credentials) adds a PROCESSES\n"
+      "section: per application, read from the Prometheus text it serves there,\n"
+      "its record of unreplicated writes (entries, bytes, oldest, dropped), what\n"
+      "it replayed after a failover (releases/pushes/settlements/cancels, permits\n"
+      "restored and lost) and its local queues (acquiring, limiter waits, pushes\n"
+      "in flight). A URL that fails shows unreachable, timeout (5 s) or bad reply\n"
+      "(a reply over 1 MiB is refused) and does not change the exit status.\n"
+      "Not with --prometheus: Prometheus scrapes the applications directly.\n",
       f);
 }
 
@@ -279,57 +296,70 @@ static int prometheus_once(top *t, int nnames, char **names) {
   return CLI_EXIT_OK;
 }
 
-int cli_top_main(int argc, char **argv) {
-  top t;
-  int once = 0, prometheus = 0, nnames = 0;
-  unsigned interval = 1000;
-  char **names = calloc((size_t)argc + 1, sizeof *names);
-  memset(&t, 0, sizeof t);
-  cli_set_command("top");
-  if (!names) return CLI_EXIT_FAILURE;
+typedef struct top_args {
+  int once, prometheus, nnames;
+  unsigned interval;
+  char **names;
+  char *scrape[TOP_SCRAPE_MAX];
+  size_t nscrape;
+} top_args;
+
+static int add_scrape(top_args *a, const char *url) {
+  if (!url) {
+    cli_error("--scrape needs a URL");
+    return -1;
+  }
+  if (a->nscrape == TOP_SCRAPE_MAX) {
+    cli_error("--scrape: at most %d URLs", TOP_SCRAPE_MAX);
+    return -1;
+  }
+  if (top_scrape_check_url(url)) return -1;
+  a->scrape[a->nscrape++] = (char *)url;
+  return 0;
+}
+
+/* argv into a: 0, 1 when --help was printed, -1 on a usage error. */
+static int parse_args(top *t, top_args *a, int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
-    int c = cli_common_option(&t.ctx, argc, argv, &i);
-    if (c < 0) goto usage_error;
+    int c = cli_common_option(&t->ctx, argc, argv, &i);
+    if (c < 0) return -1;
     if (c > 0) continue;
+    const char *next = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       usage(stdout);
-      free(names);
-      return CLI_EXIT_OK;
+      return 1;
     } else if (strcmp(argv[i], "--once") == 0) {
-      once = 1;
+      a->once = 1;
     } else if (strcmp(argv[i], "--prometheus") == 0) {
-      prometheus = 1;
+      a->prometheus = 1;
     } else if (strcmp(argv[i], "--interval") == 0) {
-      if (cli_number_u("--interval", i + 1 < argc ? argv[++i] : NULL, 50, 3600000, "ms",
-                       &interval) != 0)
-        goto usage_error;
+      if (cli_number_u("--interval", next, 50, 3600000, "ms", &a->interval)) return -1;
+      i++;
+    } else if (strcmp(argv[i], "--scrape") == 0) {
+      if (add_scrape(a, next)) return -1;
+      i++;
     } else if (argv[i][0] == '-') {
       cli_error("unknown option '%s'", cli_echo(argv[i]));
-      goto usage_error;
+      return -1;
     } else {
-      names[nnames++] = argv[i];
+      a->names[a->nnames++] = argv[i];
     }
   }
-  int rc = cli_connect(&t.ctx, 2000);
-  if (rc) {
-    free(names);
-    return rc;
+  if (a->prometheus && a->nscrape) {
+    cli_error("--scrape is not for --prometheus: let Prometheus scrape the applications");
+    return -1;
   }
-  if (prometheus) {
-    t.named = nnames > 0;
-    rc = prometheus_once(&t, nnames, names);
-    clear_names(&t);
-    cli_close(&t.ctx);
-    free(names);
-    return rc;
-  }
-  struct event *tick = evtimer_new(t.ctx.base, on_tick, &t);
-  int exit_code = CLI_EXIT_OK;
-  t.named = nnames > 0;
+  return 0;
+}
+
+/* Frames until Ctrl-C (or one with --once); the exit status. */
+static int run_view(top *t, const top_args *a) {
+  struct event *tick = evtimer_new(t->ctx.base, on_tick, t);
+  int exit_code = CLI_EXIT_OK, once = a->once;
   for (;;) {
     char *text = NULL, stamp[32];
     size_t len = 0;
-    int st = frame(&t, nnames, names, &text, &len);
+    int st = frame(t, a->nnames, a->names, &text, &len);
     time_t now = time(NULL);
     strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
     /* Live: overwrite in place (home, each line cleared to its end, the
@@ -337,8 +367,9 @@ int cli_top_main(int argc, char **argv) {
      * flickers. */
     const char *eol = once ? "\n" : "\033[K\n";
     if (!once) fputs("\033[H", stdout);
-    printf("sluice top  %s  prefix %s%s%s%s%s", t.ctx.shown_url,
-           t.ctx.prefix ? t.ctx.prefix : "sluice:", once ? "" : "  ", once ? "" : stamp, eol, eol);
+    printf("sluice top  %s  prefix %s%s%s%s%s", t->ctx.shown_url,
+           t->ctx.prefix ? t->ctx.prefix : "sluice:", once ? "" : "  ", once ? "" : stamp, eol,
+           eol);
     for (size_t at = 0; text && at < len;) {
       const char *nl = memchr(text + at, '\n', len - at);
       size_t n = nl ? (size_t)(nl - (text + at)) : len - at;
@@ -349,7 +380,7 @@ int cli_top_main(int argc, char **argv) {
     free(text);
     if (st) {
       /* The error itself goes to stderr; the view only says it is partial. */
-      const char *why = sluice_client_last_error(t.ctx.client);
+      const char *why = sluice_client_last_error(t->ctx.client);
       printf("%s(incomplete: see the error on stderr)%s", eol, eol);
       cli_error("incomplete view: %s%s%s", sluice_strerror(st), *why ? ": " : "", why);
     }
@@ -359,17 +390,42 @@ int cli_top_main(int argc, char **argv) {
       exit_code = st ? CLI_EXIT_UNAVAILABLE : CLI_EXIT_OK;
       break;
     }
-    struct timeval tv = {interval / 1000, (interval % 1000) * 1000};
+    struct timeval tv = {a->interval / 1000, (a->interval % 1000) * 1000};
     evtimer_add(tick, &tv);
-    wait_step(&t);
+    wait_step(t);
   }
   event_free(tick);
+  return exit_code;
+}
+
+int cli_top_main(int argc, char **argv) {
+  top t;
+  top_args a;
+  memset(&t, 0, sizeof t);
+  memset(&a, 0, sizeof a);
+  a.interval = 1000;
+  cli_set_command("top");
+  a.names = calloc((size_t)argc + 1, sizeof *a.names);
+  if (!a.names) return CLI_EXIT_FAILURE;
+  int rc = parse_args(&t, &a, argc, argv);
+  if (rc) {
+    if (rc < 0) usage(stderr);
+    free(a.names);
+    return rc < 0 ? CLI_EXIT_USAGE : CLI_EXIT_OK;
+  }
+  rc = cli_connect(&t.ctx, 2000);
+  if (rc) {
+    free(a.names);
+    return rc;
+  }
+  t.named = a.nnames > 0;
+  if (a.nscrape && !(t.scrape = top_scrape_new(t.ctx.base, a.scrape, a.nscrape)))
+    rc = CLI_EXIT_FAILURE;
+  else if (a.prometheus) rc = prometheus_once(&t, a.nnames, a.names);
+  else rc = run_view(&t, &a);
+  top_scrape_free(t.scrape);
   clear_names(&t);
   cli_close(&t.ctx);
-  free(names);
-  return exit_code;
-usage_error:
-  usage(stderr);
-  free(names);
-  return CLI_EXIT_USAGE;
+  free(a.names);
+  return rc;
 }

@@ -6,6 +6,9 @@
 #include <stdio.h>
 #include <sluice/sluice.h>
 
+/* ms as "250ms", "12.5s", "3.0m"; "-" when negative (none). */
+void top_fmt_ms(char *buf, size_t size, int64_t ms);
+
 typedef struct top_prom top_prom;
 
 /* NULL on OOM. */
