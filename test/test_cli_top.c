@@ -2,12 +2,18 @@
  * a semaphore holder and a queued waiter, a queue with due and delayed
  * messages and limiter keys set up in process; the tool's output is read
  * from a pipe watched by the loop (so the waiter keeps heart-beating). */
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <event2/buffer.h>
 #include <event2/event.h>
+#include <event2/http.h>
 #include <sluice/sluice.h>
 
 #include "harness.h"
@@ -63,9 +69,17 @@ static void on_read(evutil_socket_t fd, short what, void *ud) {
   c->out[c->len] = '\0';
 }
 
-/* Run `sluice top MODE [NAME]` (MODE: --once or --prometheus) and collect
- * its output while the loop runs. */
-static int run_top(struct event_base *base, ctx *c, const char *mode, const char *name) {
+/* Run `sluice top ARGS... --redis URL` and collect its output while the
+ * loop runs. */
+static int run_top_argv(struct event_base *base, ctx *c, const char *const *args) {
+  const char *argv[48];
+  int n = 0;
+  argv[n++] = "sluice";
+  argv[n++] = "top";
+  while (*args && n < 44) argv[n++] = *args++;
+  argv[n++] = "--redis";
+  argv[n++] = th_server.url;
+  argv[n] = NULL;
   int fds[2];
   TH_ASSERT(pipe(fds) == 0);
   pid_t pid = fork();
@@ -73,8 +87,7 @@ static int run_top(struct event_base *base, ctx *c, const char *mode, const char
   if (pid == 0) {
     dup2(fds[1], 1);
     close(fds[0]);
-    execl(getenv("SLUICE_BIN"), "sluice", "top", mode, "--redis", th_server.url, name ? name : mode,
-          (char *)NULL);
+    execv(getenv("SLUICE_BIN"), (char *const *)argv);
     _exit(99);
   }
   close(fds[1]);
@@ -89,6 +102,12 @@ static int run_top(struct event_base *base, ctx *c, const char *mode, const char
   TH_ASSERT_EQ(waitpid(pid, &st, 0), pid);
   TH_ASSERT(WIFEXITED(st));
   return WEXITSTATUS(st);
+}
+
+/* `sluice top MODE [NAME]` (MODE: --once or --prometheus). */
+static int run_top(struct event_base *base, ctx *c, const char *mode, const char *name) {
+  const char *args[] = {mode, name, NULL};
+  return run_top_argv(base, c, args);
 }
 
 static void test_once(void) {
@@ -246,10 +265,169 @@ static void test_tmux(void) {
   event_base_free(base);
 }
 
+/* ---- --scrape: a process's own counters over HTTP ------------------------ */
+
+/* /metrics serves the client's own exposition, as an application would;
+ * /big a reply over top's 1 MiB cap; /bad text that is not Prometheus's. */
+static void serve_metrics(struct evhttp_request *req, void *ud) {
+  char *text;
+  size_t len;
+  TH_ASSERT_EQ(sluice_client_prometheus(ud, &text, &len), SLUICE_OK);
+  struct evbuffer *body = evbuffer_new();
+  evbuffer_add(body, text, len);
+  sluice_prometheus_free(text);
+  evhttp_send_reply(req, 200, "OK", body);
+  evbuffer_free(body);
+}
+static void serve_big(struct evhttp_request *req, void *ud) {
+  size_t size = (1 << 20) + 64;
+  char *junk = malloc(size);
+  memset(junk, '#', size);
+  junk[size - 1] = '\n';
+  struct evbuffer *body = evbuffer_new();
+  evbuffer_add(body, junk, size);
+  free(junk);
+  evhttp_send_reply(req, 200, "OK", body);
+  evbuffer_free(body);
+}
+static void serve_bad(struct evhttp_request *req, void *ud) {
+  struct evbuffer *body = evbuffer_new();
+  evbuffer_add_printf(body, "sluice_client_record_entries{a=\"b 12\n");
+  evhttp_send_reply(req, 200, "OK", body);
+  evbuffer_free(body);
+}
+
+static int bound_port(int fd) {
+  struct sockaddr_in sin;
+  socklen_t len = sizeof sin;
+  TH_ASSERT(getsockname(fd, (struct sockaddr *)&sin, &len) == 0);
+  return ntohs(sin.sin_port);
+}
+
+/* A loopback port nothing listens on: bound, then closed. */
+static int closed_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  TH_ASSERT(bind(fd, (struct sockaddr *)&sin, sizeof sin) == 0);
+  int port = bound_port(fd);
+  close(fd);
+  return port;
+}
+
+/* The numbers of the PROCESSES row ending with url; its failure text
+ * (copied to why) when it shows one instead. */
+static int scrape_row(const char *out, const char *url, unsigned long long *v, char *oldest,
+                      char *replayed, char *why, size_t size) {
+  const char *processes = strstr(out, "\nPROCESSES ");
+  TH_ASSERT(processes);
+  char pattern[160];
+  snprintf(pattern, sizeof pattern, "  %s\n", url);
+  const char *end = strstr(processes, pattern);
+  TH_ASSERT(end);
+  const char *start = end;
+  while (start > processes && start[-1] != '\n') start--;
+  int n = sscanf(start, "%llu %llu %15s %llu %31s %llu %llu %llu %llu %llu", &v[0], &v[1],
+                 oldest, &v[2], replayed, &v[3], &v[4], &v[5], &v[6], &v[7]);
+  snprintf(why, size, "%.*s", (int)(end - start), start);
+  return n;
+}
+
+static void test_scrape(void) {
+  struct event_base *base = event_base_new();
+  sluice_client_options o;
+  sluice_sem *sem;
+  sluice_dq *dq;
+  ctx c;
+  memset(&c, 0, sizeof c);
+  th_client_options(&o, th_server.url);
+  o.replay_window_ms = 600000; /* a single Redis: the record keeps the pushes */
+  sluice_client *cl = th_client_with(base, &o);
+
+  /* The application: a held permit and a waiter queued behind it, three
+   * pushes in its record. */
+  sluice_sem_options so;
+  sluice_sem_options_init(&so);
+  so.permits = 1;
+  TH_ASSERT_EQ(sluice_sem_new(cl, "scraped", &so, &sem), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_sem_try_acquire(sem, on_acq, &c), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &c.flag, 5000));
+  TH_ASSERT_EQ(c.status, SLUICE_OK);
+  sluice_acquire *waiter;
+  TH_ASSERT_EQ(sluice_sem_acquire(sem, 0, on_waiter, NULL, &waiter), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_new(cl, "scraped", NULL, &dq), SLUICE_OK);
+  sluice_dq_item items[3] = {{"p1", 1, 0, 0, NULL}, {"p2", 1, 0, 0, NULL}, {"p3", 1, 0, 0, NULL}};
+  c.flag = c.reached = 0;
+  c.want = 3;
+  for (int i = 0; i < 3; i++) TH_ASSERT_EQ(sluice_dq_push(dq, &items[i], on_push, &c), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &c.reached, 5000));
+  sluice_client_metrics m;
+  sluice_client_get_metrics(cl, &m);
+  TH_ASSERT_CMP(m.record_entries, >=, 3);
+
+  struct evhttp *http = evhttp_new(base);
+  struct evhttp_bound_socket *bound = evhttp_bind_socket_with_handle(http, "127.0.0.1", 0);
+  TH_ASSERT(bound);
+  evhttp_set_cb(http, "/metrics", serve_metrics, cl);
+  evhttp_set_cb(http, "/big", serve_big, NULL);
+  evhttp_set_cb(http, "/bad", serve_bad, NULL);
+  int port = bound_port(evhttp_bound_socket_get_fd(bound));
+  char good[64], big[64], bad[64], missing[64], refused[64];
+  snprintf(good, sizeof good, "http://127.0.0.1:%d/metrics", port);
+  snprintf(big, sizeof big, "http://127.0.0.1:%d/big", port);
+  snprintf(bad, sizeof bad, "http://127.0.0.1:%d/bad", port);
+  snprintf(missing, sizeof missing, "http://127.0.0.1:%d/none", port);
+  snprintf(refused, sizeof refused, "http://127.0.0.1:%d/metrics", closed_port());
+  const char *args[] = {"--once", "--scrape", good,    "--scrape", big,     "--scrape", bad,
+                        "--scrape", missing, "--scrape", refused, NULL};
+  TH_ASSERT_EQ(run_top_argv(base, &c, args), 0);
+  th_note("output:\n%s", c.out);
+
+  unsigned long long v[8];
+  char oldest[16], replayed[32], why[160];
+  TH_ASSERT_EQ(scrape_row(c.out, good, v, oldest, replayed, why, sizeof why), 10);
+  TH_ASSERT_EQ(v[0], m.record_entries);
+  TH_ASSERT_EQ(v[1], m.record_bytes);
+  TH_ASSERT(strcmp(oldest, "-") != 0); /* an age, the record not being empty */
+  TH_ASSERT_EQ(v[2], 0);               /* nothing dropped */
+  TH_ASSERT_STR_EQ(replayed, "0/0/0/0");
+  TH_ASSERT_EQ(v[3], 0);
+  TH_ASSERT_EQ(v[4], 0);
+  TH_ASSERT_EQ(v[5], 1); /* the waiter */
+  TH_ASSERT_EQ(v[6], 0);
+  TH_ASSERT_EQ(v[7], 0);
+  scrape_row(c.out, big, v, oldest, replayed, why, sizeof why);
+  TH_ASSERT(strstr(why, "refused: reply over 1 MiB"));
+  scrape_row(c.out, bad, v, oldest, replayed, why, sizeof why);
+  TH_ASSERT(strstr(why, "bad reply"));
+  scrape_row(c.out, missing, v, oldest, replayed, why, sizeof why);
+  TH_ASSERT(strstr(why, "bad reply (HTTP 404)"));
+  scrape_row(c.out, refused, v, oldest, replayed, why, sizeof why);
+  TH_ASSERT(strstr(why, "unreachable"));
+
+  /* Refused at once: credentials (never echoed), a scheme other than
+   * http, with --prometheus. */
+  const char *secret[] = {"--once", "--scrape", "http://u:hunter2@127.0.0.1:1/", NULL};
+  TH_ASSERT_EQ(run_top_argv(base, &c, secret), 64);
+  const char *https[] = {"--once", "--scrape", "https://127.0.0.1:1/", NULL};
+  TH_ASSERT_EQ(run_top_argv(base, &c, https), 64);
+  const char *prom[] = {"--prometheus", "--scrape", good, NULL};
+  TH_ASSERT_EQ(run_top_argv(base, &c, prom), 64);
+
+  evhttp_free(http);
+  sluice_acquire_cancel(waiter);
+  sluice_permit_release(c.permit, NULL, NULL);
+  sluice_dq_free(dq);
+  sluice_sem_free(sem);
+  sluice_client_free(cl);
+  TH_ASSERT(th_loop_drain(base, 10000));
+  event_base_free(base);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"once", test_once, 60},
       {"tmux", test_tmux, 60},
+      {"scrape", test_scrape, 60},
       {NULL, NULL, 0},
   };
   return th_main(argc, argv, cases);
