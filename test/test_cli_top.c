@@ -326,8 +326,8 @@ static int scrape_row(const char *out, const char *url, unsigned long long *v, c
   TH_ASSERT(end);
   const char *start = end;
   while (start > processes && start[-1] != '\n') start--;
-  int n = sscanf(start, "%llu %llu %15s %llu %31s %llu %llu %llu %llu %llu", &v[0], &v[1],
-                 oldest, &v[2], replayed, &v[3], &v[4], &v[5], &v[6], &v[7]);
+  int n = sscanf(start, "%llu %llu %15s %llu %31s %llu %llu %llu %llu %llu", &v[0], &v[1], oldest,
+                 &v[2], replayed, &v[3], &v[4], &v[5], &v[6], &v[7]);
   snprintf(why, size, "%.*s", (int)(end - start), start);
   return n;
 }
@@ -377,8 +377,8 @@ static void test_scrape(void) {
   snprintf(bad, sizeof bad, "http://127.0.0.1:%d/bad", port);
   snprintf(missing, sizeof missing, "http://127.0.0.1:%d/none", port);
   snprintf(refused, sizeof refused, "http://127.0.0.1:%d/metrics", closed_port());
-  const char *args[] = {"--once", "--scrape", good,    "--scrape", big,     "--scrape", bad,
-                        "--scrape", missing, "--scrape", refused, NULL};
+  const char *args[] = {"--once", "--scrape", good,    "--scrape", big,     "--scrape",
+                        bad,      "--scrape", missing, "--scrape", refused, NULL};
   TH_ASSERT_EQ(run_top_argv(base, &c, args), 0);
   th_note("output:\n%s", c.out);
 

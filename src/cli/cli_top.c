@@ -41,10 +41,10 @@ typedef struct top {
   char **names[2]; /* found semaphores [0] and queues [1] */
   size_t nnames[2];
   uint64_t cursor;
-  size_t nrl;     /* limiter keys shown in this frame */
-  int which;      /* scanning names: 0 semaphores, 1 queues */
-  int named;      /* NAMEs given: skip what does not exist */
-  top_prom *prom; /* --prometheus: the frame's objects go here */
+  size_t nrl;         /* limiter keys shown in this frame */
+  int which;          /* scanning names: 0 semaphores, 1 queues */
+  int named;          /* NAMEs given: skip what does not exist */
+  top_prom *prom;     /* --prometheus: the frame's objects go here */
   top_scrape *scrape; /* --scrape: the PROCESSES section */
 } top;
 

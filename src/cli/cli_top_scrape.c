@@ -221,8 +221,7 @@ static void on_deadline(evutil_socket_t fd, short what, void *ud) {
 /* The request path: the URL's path (or "/") and query. */
 static void request_path(const struct evhttp_uri *uri, char *buf, size_t size) {
   const char *path = evhttp_uri_get_path(uri), *query = evhttp_uri_get_query(uri);
-  snprintf(buf, size, "%s%s%s", path && *path ? path : "/", query ? "?" : "",
-           query ? query : "");
+  snprintf(buf, size, "%s%s%s", path && *path ? path : "/", query ? "?" : "", query ? query : "");
 }
 
 static void fetch(target *t, unsigned timeout_ms) {
@@ -232,6 +231,8 @@ static void fetch(target *t, unsigned timeout_ms) {
   memset(t->v, 0, sizeof t->v);
   t->done = 0;
   t->owner->pending++;
+  /* No DNS base: a host name is resolved by getaddrinfo, blocking the
+   * loop once per fetch; a view names a few hosts, often by address. */
   t->conn = evhttp_connection_base_new(t->owner->base, NULL, evhttp_uri_get_host(t->uri),
                                        (unsigned short)(port > 0 ? port : 80));
   struct evhttp_request *req = t->conn ? evhttp_request_new(on_reply, t) : NULL;
@@ -243,7 +244,9 @@ static void fetch(target *t, unsigned timeout_ms) {
   evhttp_connection_set_max_body_size(t->conn, TOP_SCRAPE_BODY_MAX);
   evhttp_connection_set_max_headers_size(t->conn, 65536);
   evhttp_request_set_error_cb(req, on_error);
-  evhttp_add_header(evhttp_request_get_output_headers(req), "Host", evhttp_uri_get_host(t->uri));
+  char host[300];
+  snprintf(host, sizeof host, port > 0 ? "%s:%d" : "%s", evhttp_uri_get_host(t->uri), port);
+  evhttp_add_header(evhttp_request_get_output_headers(req), "Host", host);
   evhttp_add_header(evhttp_request_get_output_headers(req), "Accept", "text/plain");
   request_path(t->uri, path, sizeof path);
   if (evhttp_make_request(t->conn, req, EVHTTP_REQ_GET, path) != 0) finish(t, "unreachable");
@@ -281,8 +284,9 @@ static void print_row(const target *t, FILE *out) {
 void top_scrape_finish(top_scrape *s, FILE *out) {
   while (s->pending && !s->expired) event_base_loop(s->base, EVLOOP_ONCE);
   evtimer_del(s->deadline);
-  fprintf(out, "\nPROCESSES   record     bytes  oldest  dropped  replayed r/p/s/c  restored  lost"
-               "  acquiring  limiter waits  pushing  URL\n");
+  fprintf(out,
+          "\nPROCESSES   record     bytes  oldest  dropped  replayed r/p/s/c  restored  lost"
+          "  acquiring  limiter waits  pushing  URL\n");
   for (size_t i = 0; i < s->n; i++) {
     target *t = &s->targets[i];
     finish(t, "timeout"); /* no-op when it answered */
