@@ -304,11 +304,19 @@ static int bound_port(int fd) {
   return ntohs(sin.sin_port);
 }
 
-/* A loopback port nothing listens on: bound, then closed. */
-static int closed_port(void) {
+/* A loopback socket bound to a port of its own; listening (the kernel
+ * completes connections, nothing ever answers) or not. */
+static int loopback_socket(int listening) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   TH_ASSERT(bind(fd, (struct sockaddr *)&sin, sizeof sin) == 0);
+  if (listening) TH_ASSERT(listen(fd, 8) == 0);
+  return fd;
+}
+
+/* A loopback port nothing listens on: bound, then closed. */
+static int closed_port(void) {
+  int fd = loopback_socket(0);
   int port = bound_port(fd);
   close(fd);
   return port;
@@ -377,8 +385,12 @@ static void test_scrape(void) {
   snprintf(bad, sizeof bad, "http://127.0.0.1:%d/bad", port);
   snprintf(missing, sizeof missing, "http://127.0.0.1:%d/none", port);
   snprintf(refused, sizeof refused, "http://127.0.0.1:%d/metrics", closed_port());
-  const char *args[] = {"--once", "--scrape", good,    "--scrape", big,     "--scrape",
-                        bad,      "--scrape", missing, "--scrape", refused, NULL};
+  int silent_fd = loopback_socket(1);
+  char silent[64];
+  snprintf(silent, sizeof silent, "http://127.0.0.1:%d/metrics", bound_port(silent_fd));
+  const char *args[] = {"--once",   "--scrape", good,       "--scrape", big,
+                        "--scrape", bad,        "--scrape", missing,    "--scrape",
+                        refused,    "--scrape", silent,     NULL};
   TH_ASSERT_EQ(run_top_argv(base, &c, args), 0);
   th_note("output:\n%s", c.out);
 
@@ -403,6 +415,9 @@ static void test_scrape(void) {
   TH_ASSERT(strstr(why, "bad reply (HTTP 404)"));
   scrape_row(c.out, refused, v, oldest, replayed, why, sizeof why);
   TH_ASSERT(strstr(why, "unreachable"));
+  scrape_row(c.out, silent, v, oldest, replayed, why, sizeof why);
+  TH_ASSERT(strstr(why, "timeout")); /* after the tool's 5 s */
+  close(silent_fd);
 
   /* Refused at once: credentials (never echoed), a scheme other than
    * http, with --prometheus. */
