@@ -105,7 +105,7 @@ for c in meson ninja pkg-config cc clang clang-format redis-server redis-cli red
   command -v "$c" >/dev/null 2>&1 || missing+=("$c")
 done
 if command -v pkg-config >/dev/null 2>&1; then
-  for m in hiredis libevent_core; do
+  for m in hiredis libevent_core libevent_extra; do  # _extra (evhttp): top --scrape
     pkg-config --exists "$m" || missing+=("$m (pkg-config)")
   done
 fi
