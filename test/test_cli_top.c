@@ -347,12 +347,14 @@ static void test_scrape(void) {
   sluice_dq *dq;
   ctx c;
   memset(&c, 0, sizeof c);
-  th_client_options(&o, th_server.url);
+  th_redis r; /* the application's own Redis, restarted below */
+  TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
+  th_client_options(&o, r.url);
   o.replay_window_ms = 600000; /* a single Redis: the record keeps the pushes */
   sluice_client *cl = th_client_with(base, &o);
 
   /* The application: a held permit and a waiter queued behind it, three
-   * pushes in its record. */
+   * pushes in its record, replayed after a restart that lost them all. */
   sluice_sem_options so;
   sluice_sem_options_init(&so);
   so.permits = 1;
@@ -368,8 +370,13 @@ static void test_scrape(void) {
   c.want = 3;
   for (int i = 0; i < 3; i++) TH_ASSERT_EQ(sluice_dq_push(dq, &items[i], on_push, &c), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &c.reached, 5000));
+  th_redis_respawn(&r, NULL);
   sluice_client_metrics m;
-  sluice_client_get_metrics(cl, &m);
+  TH_LOOP_UNTIL(
+      base, (sluice_client_get_metrics(cl, &m), m.replay_pushes == 3 && m.permits_restored == 1),
+      10000);
+  TH_ASSERT_EQ(m.replay_pushes, 3);
+  TH_ASSERT_EQ(m.permits_restored, 1);
   TH_ASSERT_CMP(m.record_entries, >=, 3);
 
   struct evhttp *http = evhttp_new(base);
@@ -401,8 +408,8 @@ static void test_scrape(void) {
   TH_ASSERT_EQ(v[1], m.record_bytes);
   TH_ASSERT(strcmp(oldest, "-") != 0); /* an age, the record not being empty */
   TH_ASSERT_EQ(v[2], 0);               /* nothing dropped */
-  TH_ASSERT_STR_EQ(replayed, "0/0/0/0");
-  TH_ASSERT_EQ(v[3], 0);
+  TH_ASSERT_STR_EQ(replayed, "0/3/0/0");
+  TH_ASSERT_EQ(v[3], 1); /* the permit, put back */
   TH_ASSERT_EQ(v[4], 0);
   TH_ASSERT_EQ(v[5], 1); /* the waiter */
   TH_ASSERT_EQ(v[6], 0);
@@ -436,6 +443,7 @@ static void test_scrape(void) {
   sluice_client_free(cl);
   TH_ASSERT(th_loop_drain(base, 10000));
   event_base_free(base);
+  th_redis_stop(&r);
 }
 
 int main(int argc, char **argv) {
