@@ -300,7 +300,7 @@ typedef struct top_args {
   int once, prometheus, nnames;
   unsigned interval;
   char **names;
-  char *scrape[TOP_SCRAPE_MAX];
+  const char *scrape[TOP_SCRAPE_MAX];
   size_t nscrape;
 } top_args;
 
@@ -314,7 +314,7 @@ static int add_scrape(top_args *a, const char *url) {
     return -1;
   }
   if (top_scrape_check_url(url)) return -1;
-  a->scrape[a->nscrape++] = (char *)url;
+  a->scrape[a->nscrape++] = url;
   return 0;
 }
 

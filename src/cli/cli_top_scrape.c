@@ -299,7 +299,7 @@ void top_scrape_finish(top_scrape *s, FILE *out) {
 
 /* ---- life ----------------------------------------------------------------- */
 
-top_scrape *top_scrape_new(struct event_base *base, char *const *urls, size_t n) {
+top_scrape *top_scrape_new(struct event_base *base, const char *const *urls, size_t n) {
   top_scrape *s = calloc(1, sizeof *s);
   if (!s) return NULL;
   s->base = base;

@@ -21,7 +21,7 @@ typedef struct top_scrape top_scrape;
 int top_scrape_check_url(const char *url);
 /* The n URLs (checked, kept by reference: they must outlive it); NULL on
  * OOM. */
-top_scrape *top_scrape_new(struct event_base *base, char *const *urls, size_t n);
+top_scrape *top_scrape_new(struct event_base *base, const char *const *urls, size_t n);
 void top_scrape_free(top_scrape *s);
 /* Ask every URL at once; the answers arrive while the loop runs. */
 void top_scrape_start(top_scrape *s, unsigned timeout_ms);
