@@ -1,5 +1,6 @@
-/* `sluice top --prometheus`: a frame's state collected, then written in
- * the Prometheus text format (cli_top_prom.c). */
+/* `sluice top`: the duration format its sections share, and for
+ * --prometheus a frame's state collected, then written in the Prometheus
+ * text format (cli_top_prom.c). */
 #ifndef SLUICE_CLI_TOP_H
 #define SLUICE_CLI_TOP_H
 

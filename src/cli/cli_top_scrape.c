@@ -159,7 +159,7 @@ static int read_line(target *t, const char *p, const char *end) {
     if (f->seconds) *sum = v > *sum ? v : *sum;
     else *sum = v > UINT64_MAX - *sum ? UINT64_MAX : *sum + v;
   }
-  return strncmp(p, "sluice_client_", 14) == 0;
+  return labels - p > 14 && memcmp(p, "sluice_client_", 14) == 0;
 }
 
 /* The whole body; a failure, or NULL. */
