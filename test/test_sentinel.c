@@ -796,12 +796,18 @@ static void test_tool(void) {
 
 int main(int argc, char **argv) {
   static const th_case cases[] = {
-      {"primitives", test_primitives, 60},       {"failover", test_failover, 90},
-      {"node_change", test_node_change, 90},     {"bad_input", test_bad_input, 60},
-      {"wait_replicas", test_wait_replicas, 60}, {"discovery", test_discovery, 90},
-      {"list_bounds", test_list_bounds, 30},     {"re_resolve", test_re_resolve, 60},
-      {"kill_master", test_kill_master, 120},    {"tool", test_tool, 60},
-      {"pause_churn", test_pause_churn, 180},    {"switch_ends_backoff", test_switch_ends_backoff, 120},
+      {"primitives", test_primitives, 60},
+      {"failover", test_failover, 90},
+      {"node_change", test_node_change, 90},
+      {"bad_input", test_bad_input, 60},
+      {"wait_replicas", test_wait_replicas, 60},
+      {"discovery", test_discovery, 90},
+      {"list_bounds", test_list_bounds, 30},
+      {"re_resolve", test_re_resolve, 60},
+      {"kill_master", test_kill_master, 120},
+      {"tool", test_tool, 60},
+      {"pause_churn", test_pause_churn, 180},
+      {"switch_ends_backoff", test_switch_ends_backoff, 120},
       {NULL, NULL, 0},
   };
   return th_topology_main(argc, argv, cases);

@@ -329,9 +329,7 @@ void sluice__blocker_moved(sluice__blocker *b) {
   EACH_GROUP(b, g) sluice__conn_fail(&g->conn, "the master moved (sentinel failover)");
 }
 
-void sluice__blocker_kick(sluice__blocker *b) {
-  EACH_GROUP(b, g) sluice__conn_retry_now(&g->conn);
-}
+void sluice__blocker_kick(sluice__blocker *b) { EACH_GROUP(b, g) sluice__conn_retry_now(&g->conn); }
 
 void sluice__blocker_remap(sluice__blocker *b) {
   EACH_GROUP(b, g) {
