@@ -632,8 +632,9 @@ int main(int argc, char **argv) {
   if (bench_can_pin()) bench_pin_self(BENCH_CPU_CLIENT);
   const char *wait = getenv("SLUICE_BENCH_WAIT_REPLICAS");
   printf(
-      "failover recovery: %d rounds per kind; a semaphore passed between two holders (%d ms "
-      "each), a push every %d ms; wait_replicas %d, replay %s; pinning %s\n",
+      "failover recovery: %d rounds per kind; a 2-permit semaphore, one permit kept by a "
+      "keeper, the other passed between two holders (%d ms each), a push every %d ms; "
+      "wait_replicas %d, replay %s; pinning %s\n",
       rounds, HOLD_MS, PUSH_MS, wait ? atoi(wait) : 0,
       env_on("SLUICE_BENCH_REPLAY_OFF") ? "off" : "on (default)",
       bench_can_pin() ? "on (servers CPU 0, client CPU 1)" : "off");
