@@ -3,7 +3,8 @@
  * consumer resume against the new master without any action), the
  * sentinels the client learns (SENTINEL sentinels) carrying it through a
  * failover when the one it was given is gone, the replies and reconnects
- * that make it ask the sentinels again, and the bad inputs: an unknown
+ * that make it ask the sentinels again, a switch ending the reconnect
+ * backoff built up on a killed master, and the bad inputs: an unknown
  * master name, no sentinel reachable, malformed URLs.
  * Suite "sentinel": the topology takes a second or two to start. */
 #include <stdlib.h>
