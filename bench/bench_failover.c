@@ -5,15 +5,20 @@
  *
  * On a private Redis Cluster (3 masters + 1 replica each, node timeout
  * 1000 ms), a private Sentinel set (master, replica, 3 sentinels,
- * down-after 1000 ms) and a single Redis with appendfsync everysec, all
+ * down-after 1000 ms), a single Redis with appendfsync everysec and one
+ * without persistence (it restarts empty: the record alone restores), all
  * from bench/topology.sh and pinned to the server CPU, two workloads run on
  * this process's event loop, with the clients' default options:
- *  - two holders of the 1-permit semaphore "fo" (each its own client): each
- *    blocks in sluice_sem_acquire, holds the permit HOLD_MS, releases it and
- *    asks again, so the permit goes back and forth. A success is a grant to
- *    the second ("the waiter"). A hold lasts from the grant to the release,
- *    or to the permit's lost callback; two holds that overlap broke the
- *    semaphore's promise, and are counted with how long they overlapped;
+ *  - the 2-permit semaphore "fo": a keeper (its own client) holds one
+ *    permit all along (renewed; asked again if it is lost), so that every
+ *    failover has a permit held across it that the new node must keep or
+ *    the record restore; two holders (each its own client) share the other:
+ *    each blocks in sluice_sem_acquire, holds a permit HOLD_MS, releases it
+ *    and asks again, so the permit goes back and forth. A success is a
+ *    grant to the second ("the waiter"). A hold lasts from the grant to the
+ *    release, or to the permit's lost callback; the two holders' holds
+ *    overlapping while the keeper holds too (three holds of two permits)
+ *    broke the semaphore's promise, and are counted with how long;
  *  - a producer pushes one message of delay 0 every PUSH_MS to queue "fo"
  *    under ids of its own ("p<n>"), and a consumer takes and acks them. An
  *    acknowledged push never delivered by the end is lost; a message
@@ -33,7 +38,7 @@
  * SLUICE_BENCH_LOG=1 prints every client's log on stderr;
  * SLUICE_BENCH_WAIT_REPLICAS=N runs every client with wait_replicas = N;
  * SLUICE_BENCH_REPLAY_OFF=1 with replay_off (to see the difference);
- * SLUICE_BENCH_ONLY=cluster|sentinel|single runs that topology alone.
+ * SLUICE_BENCH_ONLY=cluster|sentinel|single|bare runs that topology alone.
  */
 #include "bench.h"
 
@@ -56,7 +61,9 @@
 #define TAIL_MS 15000     /* after the last round: more than an acquire's timeout */
 #define ATTRIBUTE_MS 2000 /* what happened this long before a round is the round's */
 #define MAX_ROUNDS 64
+#define RECORD_WINDOW_MS 3000 /* replay_window_ms's default: the record without replicas */
 #define NAME FO_SLOT_NAME
+#define NCLIENTS 5 /* holder, waiter, keeper, producer, consumer */
 
 static int env_on(const char *name) {
   const char *v = getenv(name);
@@ -106,12 +113,13 @@ typedef struct holder {
   times spans;    /* closed holds: start, end pairs */
   struct event *release_ev, *retry_ev;
   int waiter; /* the one whose grants are the successes */
+  int keeper; /* holds until its permit is lost */
 } holder;
 
 typedef struct run {
   struct event_base *base;
-  sluice_client *clients[4];
-  holder h[2];
+  sluice_client *clients[NCLIENTS];
+  holder h[3]; /* holder, waiter, keeper */
   sluice_dq *dq;
   struct event *push_ev, *pipe_ev;
   times sem_ok, dq_ok;
@@ -126,7 +134,7 @@ typedef struct run {
 
 static kept kept_now(const run *r) {
   kept k = {0};
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < NCLIENTS; i++) {
     sluice_client_metrics m;
     sluice_client_get_metrics(r->clients[i], &m);
     k.releases += m.replay_releases;
@@ -154,7 +162,15 @@ static void end_hold(holder *h) {
   h->since = 0;
 }
 
-static void on_lost(sluice_permit *p, int reason, void *ud) { end_hold(ud); }
+static void on_lost(sluice_permit *p, int reason, void *ud) {
+  holder *h = ud;
+  struct timeval tv = {0, RETRY_MS * 1000};
+  end_hold(h);
+  if (!h->keeper) return; /* its release timer is due anyway */
+  h->held = NULL;
+  say("keeper lost its permit", SLUICE_OK);
+  evtimer_add(h->retry_ev, &tv);
+}
 
 static void on_granted(sluice_sem *sem, int status, sluice_permit *p, void *ud) {
   holder *h = ud;
@@ -169,7 +185,8 @@ static void on_granted(sluice_sem *sem, int status, sluice_permit *p, void *ud) 
     h->r->errors++;
     say(h->waiter ? "waiter acquire failed" : "holder acquire failed", status);
   }
-  evtimer_add(status == SLUICE_OK ? h->release_ev : h->retry_ev, &tv);
+  if (status != SLUICE_OK || !h->keeper)
+    evtimer_add(status == SLUICE_OK ? h->release_ev : h->retry_ev, &tv);
 }
 
 static void hold_release(evutil_socket_t fd, short what, void *arg) {
@@ -266,7 +283,7 @@ static void on_pipe(evutil_socket_t fd, short what, void *arg) {
 /* Per kind, over its rounds. */
 typedef struct stats {
   bench_lat *sem, *dq, *detect, *overlap;
-  long acked, lost, dups, doubt, overlaps, errors;
+  long acked, lost, lost_old, dups, doubt, overlaps, errors;
   kept k;
   double sem_normal, dq_normal; /* median spacing of successes over the phase */
   int rounds;
@@ -305,24 +322,31 @@ static void count_pushes(const run *r, stats st[FO_NKINDS]) {
     stats *s = &st[r->rounds[k].kind];
     if (m->acked) s->acked++;
     if (m->acked && !m->delivered) s->lost++;
+    if (m->acked && !m->delivered && m->acked + RECORD_WINDOW_MS * 1000ull < r->rounds[k].trigger)
+      s->lost_old++;
     if (m->delivered > 1) s->dups += m->delivered - 1;
     if (m->status == SLUICE_EINDOUBT) s->doubt++;
   }
 }
 
-/* Every overlap of a hold of one holder with a hold of the other. */
+static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+/* Every stretch where a hold of each holder and one of the keeper overlap
+ * (the keeper's spans are few: it holds across rounds). */
 static void count_overlaps(const run *r, stats st[FO_NKINDS]) {
-  const times *a = &r->h[0].spans, *b = &r->h[1].spans;
+  const times *a = &r->h[0].spans, *b = &r->h[1].spans, *c = &r->h[2].spans;
   for (size_t i = 0; i + 1 < a->n; i += 2)
-    for (size_t j = 0; j + 1 < b->n; j += 2) {
-      uint64_t from = a->v[i] > b->v[j] ? a->v[i] : b->v[j];
-      uint64_t to = a->v[i + 1] < b->v[j + 1] ? a->v[i + 1] : b->v[j + 1];
-      if (from >= to) continue;
-      int k = round_of(r, from);
-      if (k < 0) continue;
-      st[r->rounds[k].kind].overlaps++;
-      bench_lat_add(st[r->rounds[k].kind].overlap, (double)(to - from) / 1000);
-    }
+    for (size_t j = 0; j + 1 < b->n; j += 2)
+      for (size_t l = 0; l + 1 < c->n; l += 2) {
+        uint64_t from = max_u64(max_u64(a->v[i], b->v[j]), c->v[l]);
+        uint64_t to = min_u64(min_u64(a->v[i + 1], b->v[j + 1]), c->v[l + 1]);
+        if (from >= to) continue;
+        int k = round_of(r, from);
+        if (k < 0) continue;
+        st[r->rounds[k].kind].overlaps++;
+        bench_lat_add(st[r->rounds[k].kind].overlap, (double)(to - from) / 1000);
+      }
 }
 
 static void kept_add(kept *to, const kept *a, const kept *b) { /* to += a - b */
@@ -385,33 +409,33 @@ static sluice_client *client_at(struct event_base *base, const char *url, const 
 }
 
 static int run_open(run *r, const char *url, int out_fd, sluice_dq_consumer **con) {
-  static const char *const who[4] = {"holder", "waiter", "producer", "consumer"};
+  static const char *const who[NCLIENTS] = {"holder", "waiter", "keeper", "producer", "consumer"};
   struct event_config *cfg = event_config_new();
   event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
   r->base = event_base_new_with_config(cfg);
   event_config_free(cfg);
-  for (int i = 0; i < 4; i++) r->clients[i] = client_at(r->base, url, who[i]);
+  for (int i = 0; i < NCLIENTS; i++) r->clients[i] = client_at(r->base, url, who[i]);
   sluice_sem_options so;
   sluice_sem_options_init(&so);
-  so.permits = 1; /* default lease (30 s) */
-  for (int i = 0; i < 2; i++) {
+  so.permits = 2; /* the keeper's and the one passed around; default lease (30 s) */
+  for (int i = 0; i < 3; i++) {
     holder *h = &r->h[i];
     h->r = r;
     h->waiter = i == 1;
+    h->keeper = i == 2;
     h->release_ev = evtimer_new(r->base, hold_release, h);
     h->retry_ev = evtimer_new(r->base, hold_retry, h);
     if (sluice_sem_new(r->clients[i], NAME, &so, &h->sem) != SLUICE_OK) return -1;
   }
-  if (sluice_dq_new(r->clients[2], NAME, NULL, &r->dq) != SLUICE_OK ||
-      sluice_dq_consumer_new(r->clients[3], NAME, NULL, on_msg, r, con) != SLUICE_OK)
+  if (sluice_dq_new(r->clients[3], NAME, NULL, &r->dq) != SLUICE_OK ||
+      sluice_dq_consumer_new(r->clients[4], NAME, NULL, on_msg, r, con) != SLUICE_OK)
     return -1;
   r->push_ev = event_new(r->base, -1, EV_PERSIST, push_tick, r);
   r->pipe_ev = event_new(r->base, out_fd, EV_READ | EV_PERSIST, on_pipe, r);
   struct timeval tick = {0, PUSH_MS * 1000};
   event_add(r->push_ev, &tick);
   event_add(r->pipe_ev, NULL);
-  hold_acquire(&r->h[0]);
-  hold_acquire(&r->h[1]);
+  for (int i = 0; i < 3; i++) hold_acquire(&r->h[i]);
   return 0;
 }
 
@@ -421,7 +445,7 @@ static void run_close(run *r, sluice_dq_consumer *con) {
   r->stopping = 1;
   event_del(r->push_ev);
   event_del(r->pipe_ev);
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 3; i++) {
     event_del(r->h[i].release_ev);
     event_del(r->h[i].retry_ev);
     r->h[i].held = NULL;
@@ -429,11 +453,11 @@ static void run_close(run *r, sluice_dq_consumer *con) {
   }
   sluice_dq_consumer_free(con);
   sluice_dq_free(r->dq);
-  for (int i = 0; i < 4; i++) sluice_client_free(r->clients[i]);
+  for (int i = 0; i < NCLIENTS; i++) sluice_client_free(r->clients[i]);
   struct timeval drain = {1, 0};
   event_base_loopexit(r->base, &drain);
   event_base_dispatch(r->base);
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 3; i++) {
     event_free(r->h[i].release_ev);
     event_free(r->h[i].retry_ev);
     free(r->h[i].spans.v);
@@ -476,6 +500,7 @@ static int phase(const char *url, const char *spec, enum fo_kind first, enum fo_
   int wst = 0;
   waitpid(pid, &wst, 0);
   r->stopping = 1;
+  end_hold(&r->h[2]); /* the keeper's hold ends with the run */
   account(r, st);
   run_close(r, con);
   free(r);
@@ -520,6 +545,8 @@ static const struct topology {
      "redis+sentinel://%s/" FO_MASTER_NAME, FO_SENTINEL_MANUAL, FO_SENTINEL_SIGKILL},
     {"single", "one Redis (appendonly yes, appendfsync everysec)", "single '%s/n'", "redis://%s",
      FO_SINGLE_RESTART, FO_SINGLE_RESTART},
+    {"bare", "one Redis (no persistence)", "single '%s/n' bare", "redis://%s", FO_SINGLE_EMPTY,
+     FO_SINGLE_EMPTY},
 };
 
 static int run_topology(const struct topology *t, int rounds, stats st[FO_NKINDS]) {
@@ -568,26 +595,20 @@ static void print_recovery(stats st[FO_NKINDS]) {
 }
 
 static void print_kept(stats st[FO_NKINDS]) {
-  static const char *const cols[] = {"failover",
-                                     "pushes acked",
-                                     "lost",
-                                     "dups",
-                                     "in doubt",
-                                     "permits restored",
-                                     "permits lost",
-                                     "overlaps",
-                                     "overlap max ms",
-                                     "sent again",
-                                     NULL};
+  static const char *const cols[] = {
+      "failover",         "pushes acked", "lost",     "of them old",    "dups",       "in doubt",
+      "permits restored", "permits lost", "overlaps", "overlap max ms", "sent again", NULL};
   bench_table *t = bench_table_new(
-      "what the failovers cost (all rounds of a kind); sent again: releases / pushes, of them "
+      "what the failovers cost (all rounds of a kind); old: acknowledged more than the record's "
+      "window (3 s, without replicas) before the act; sent again: releases / pushes, of them "
       "missing on the new node",
       cols);
   for (int k = 0; k < FO_NKINDS; k++) {
     const stats *s = &st[k];
     if (!s->rounds) continue;
-    bench_table_row(t, "%s|%ld|%ld|%ld|%ld|%llu|%llu|%ld|%.0f|%llu / %llu, %llu", fo_kind_names[k],
-                    s->acked, s->lost, s->dups, s->doubt, (unsigned long long)s->k.permits_restored,
+    bench_table_row(t, "%s|%ld|%ld|%ld|%ld|%ld|%llu|%llu|%ld|%.0f|%llu / %llu, %llu",
+                    fo_kind_names[k], s->acked, s->lost, s->lost_old, s->dups, s->doubt,
+                    (unsigned long long)s->k.permits_restored,
                     (unsigned long long)s->k.permits_lost, s->overlaps,
                     s->overlaps ? bench_lat_max(s->overlap) : 0.0,
                     (unsigned long long)s->k.releases, (unsigned long long)s->k.pushes,
@@ -611,8 +632,9 @@ int main(int argc, char **argv) {
   if (bench_can_pin()) bench_pin_self(BENCH_CPU_CLIENT);
   const char *wait = getenv("SLUICE_BENCH_WAIT_REPLICAS");
   printf(
-      "failover recovery: %d rounds per kind; a semaphore passed between two holders (%d ms "
-      "each), a push every %d ms; wait_replicas %d, replay %s; pinning %s\n",
+      "failover recovery: %d rounds per kind; a 2-permit semaphore, one permit kept by a "
+      "keeper, the other passed between two holders (%d ms each), a push every %d ms; "
+      "wait_replicas %d, replay %s; pinning %s\n",
       rounds, HOLD_MS, PUSH_MS, wait ? atoi(wait) : 0,
       env_on("SLUICE_BENCH_REPLAY_OFF") ? "off" : "on (default)",
       bench_can_pin() ? "on (servers CPU 0, client CPU 1)" : "off");

@@ -23,7 +23,8 @@ const char *const fo_kind_names[FO_NKINDS] = {"cluster: CLUSTER FAILOVER",
                                               "sentinel: SENTINEL FAILOVER",
                                               "sentinel: SIGSTOP, resumed",
                                               "sentinel: SIGKILL, restarted",
-                                              "one Redis: kill -9, restart (AOF everysec)"};
+                                              "one Redis: kill -9, restart (AOF everysec)",
+                                              "one Redis: kill -9, restart (no persistence)"};
 
 static void sleep_ms(unsigned ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -248,27 +249,28 @@ static int is_sentinel(enum fo_kind k) {
 static int is_sigstop(enum fo_kind k) {
   return k == FO_CLUSTER_SIGSTOP || k == FO_SENTINEL_SIGSTOP;
 }
+static int is_single(enum fo_kind k) { return k == FO_SINGLE_RESTART || k == FO_SINGLE_EMPTY; }
 static int is_sigkill(enum fo_kind k) {
-  return k == FO_CLUSTER_SIGKILL || k == FO_SENTINEL_SIGKILL || k == FO_SINGLE_RESTART;
+  return k == FO_CLUSTER_SIGKILL || k == FO_SENTINEL_SIGKILL || is_single(k);
 }
 
-/* The single Redis: killed -9, started again on its files; done when it
- * answers PING (it has loaded its AOF by then). */
-static int single_restart(const char *spec, FILE *out) {
+/* The single Redis: killed -9, started again on its files (none without
+ * persistence: it comes back empty); done when it answers PING (it has
+ * loaded its AOF by then). */
+static int single_restart(enum fo_kind k, const char *spec, FILE *out) {
   addr m;
   char dir[400];
   if (parse_addr(spec, &m) != 0 || server_dir(&m, dir, sizeof dir) != 0) return -1;
   pid_t pid = server_pid(&m);
   if (pid <= 0) return -1;
   uint64_t trigger = bench_now_us();
-  fprintf(out, "start %d %llu\n", (int)FO_SINGLE_RESTART, (unsigned long long)trigger);
+  fprintf(out, "start %d %llu\n", (int)k, (unsigned long long)trigger);
   fflush(out);
   kill(pid, SIGKILL);
   int rc = restart_server(dir);
   uint64_t done = bench_now_us();
   if (rc != 0) return -1;
-  fprintf(out, "end %d %llu %llu\n", (int)FO_SINGLE_RESTART, (unsigned long long)trigger,
-          (unsigned long long)done);
+  fprintf(out, "end %d %llu %llu\n", (int)k, (unsigned long long)trigger, (unsigned long long)done);
   fflush(out);
   sleep_ms(SETTLE_MS);
   return 0;
@@ -291,7 +293,7 @@ static int act(enum fo_kind k, const char *spec, const addr *r, pid_t pid) {
 static int drive_one(enum fo_kind k, const char *spec, FILE *out) {
   addr m, r;
   char dir[400] = "";
-  if (k == FO_SINGLE_RESTART) return single_restart(spec, out);
+  if (is_single(k)) return single_restart(k, spec, out);
   if ((is_sentinel(k) ? sentinel_pair(spec, &m, &r) : cluster_pair(spec, &m, &r)) != 0) {
     fprintf(stderr, "bench_failover: no master/replica pair found\n");
     return -1;

@@ -21,6 +21,7 @@ enum fo_kind {
   FO_SENTINEL_SIGSTOP,
   FO_SENTINEL_SIGKILL,
   FO_SINGLE_RESTART, /* one Redis (appendfsync everysec) killed -9 and restarted */
+  FO_SINGLE_EMPTY,   /* one Redis without persistence killed -9: it restarts empty */
   FO_NKINDS
 };
 

@@ -6,8 +6,8 @@
 #   bench/topology.sh cluster DIR MASTERS REPLICAS  # prints the seeds, host:port,...
 #   bench/topology.sh sentinel DIR NAME             # master + replica + 3 sentinels;
 #                                                   # prints the sentinels, host:port,...
-#   bench/topology.sh single DIR                    # one Redis with appendfsync everysec;
-#                                                   # prints host:port
+#   bench/topology.sh single DIR [bare]             # one Redis with appendfsync everysec
+#                                                   # (bare: no persistence); prints host:port
 #   bench/topology.sh restart NODE_DIR              # starts a killed server of a topology
 #                                                   # again, as it was started (same files)
 #   bench/topology.sh stop DIR                      # kills every server of DIR, removes it
@@ -145,11 +145,12 @@ EOF
   (IFS=,; echo "${sents[*]}")
 }
 
-single() { # dir
-  local dir=$1 port
+single() { # dir [bare]
+  local dir=$1 port persist=(--appendonly yes --appendfsync everysec)
+  [ "${2:-}" = bare ] && persist=()
   mkdir -p "$dir"
   port=$(free_port)
-  start_server "$dir/n" "$port" --appendonly yes --appendfsync everysec
+  start_server "$dir/n" "$port" "${persist[@]}"
   echo "127.0.0.1:$port"
 }
 
@@ -177,7 +178,7 @@ stop() { # dir
 case ${1:-} in
   cluster) [ $# -eq 4 ] || die "usage: cluster DIR MASTERS REPLICAS"; cluster "$2" "$3" "$4" ;;
   sentinel) [ $# -eq 3 ] || die "usage: sentinel DIR NAME"; sentinel "$2" "$3" ;;
-  single) [ $# -eq 2 ] || die "usage: single DIR"; single "$2" ;;
+  single) [ $# -eq 2 ] || [ "$#-${3:-}" = 3-bare ] || die "usage: single DIR [bare]"; single "$2" "${3:-}" ;;
   restart) [ $# -eq 2 ] || die "usage: restart NODE_DIR"; restart "$2" ;;
   stop) [ $# -eq 2 ] || die "usage: stop DIR"; stop "$2" ;;
   *) sed -n '2,19s/^# \{0,1\}//p' "$0"; exit 2 ;;

@@ -3,7 +3,8 @@
  * consumer resume against the new master without any action), the
  * sentinels the client learns (SENTINEL sentinels) carrying it through a
  * failover when the one it was given is gone, the replies and reconnects
- * that make it ask the sentinels again, and the bad inputs: an unknown
+ * that make it ask the sentinels again, a switch ending the reconnect
+ * backoff built up on a killed master, and the bad inputs: an unknown
  * master name, no sentinel reachable, malformed URLs.
  * Suite "sentinel": the topology takes a second or two to start. */
 #include <stdlib.h>
@@ -609,6 +610,42 @@ static void test_kill_master(void) {
   finish(base, c);
 }
 
+/* SIGKILL of the master while the client reconnects with a long backoff
+ * (reconnect_min_ms 60 s: a failed attempt waits at least 30 s before the
+ * next): the sentinels' switch ends that wait, the failures were the dead
+ * node's. An acquire started once the replica is promoted, with a timeout
+ * that ends before the backoff would, gets the permit. */
+static void test_switch_ends_backoff(void) {
+  start();
+  struct event_base *base = event_base_new();
+  sluice_client_options o;
+  th_client_options(&o, url);
+  o.reconnect_min_ms = 60000;
+  o.reconnect_max_ms = 60000;
+  sluice_client *c = th_client_with(base, &o);
+  sluice_sem *s = sem_test_new(c, "bk", 1, 30000, 0);
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  sluice_permit_release(a.permit, NULL, NULL);
+  th_node *old = th_sentinel_master(&topo);
+  TH_ASSERT(old != NULL);
+  uint64_t t0 = th_now_ms();
+  th_loop_until_child(base, th_child_start(kill_master, NULL), 60000);
+  old->pid = 0; /* killed by the child */
+  uint64_t spent = th_now_ms() - t0;
+  th_note("sentinels promoted the replica after %llu ms\n", (unsigned long long)spent);
+  TH_ASSERT_CMP(spent, <, 20000); /* else the backoff's end is too near to tell */
+  unsigned timeout = (unsigned)(28000 - spent);
+  acq_result w = {0};
+  TH_ASSERT_EQ(sluice_sem_acquire(s, timeout, acq_cb, &w, NULL), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &w.done, timeout + 2000));
+  TH_ASSERT_EQ(w.status, SLUICE_OK);
+  th_note("kill to grant: %llu ms\n", (unsigned long long)(th_now_ms() - t0));
+  sluice_permit_release(w.permit, NULL, NULL);
+  sluice_sem_free(s);
+  finish(base, c);
+}
+
 /* A holder that takes the permit, holds it 50 ms, releases and asks again,
  * and a waiter that blocks for it, through a SIGSTOP of the master until
  * the sentinels promote the replica: the waiter is served again within a
@@ -760,12 +797,19 @@ static void test_tool(void) {
 
 int main(int argc, char **argv) {
   static const th_case cases[] = {
-      {"primitives", test_primitives, 60},       {"failover", test_failover, 90},
-      {"node_change", test_node_change, 90},     {"bad_input", test_bad_input, 60},
-      {"wait_replicas", test_wait_replicas, 60}, {"discovery", test_discovery, 90},
-      {"list_bounds", test_list_bounds, 30},     {"re_resolve", test_re_resolve, 60},
-      {"kill_master", test_kill_master, 120},    {"tool", test_tool, 60},
-      {"pause_churn", test_pause_churn, 180},    {NULL, NULL, 0},
+      {"primitives", test_primitives, 60},
+      {"failover", test_failover, 90},
+      {"node_change", test_node_change, 90},
+      {"bad_input", test_bad_input, 60},
+      {"wait_replicas", test_wait_replicas, 60},
+      {"discovery", test_discovery, 90},
+      {"list_bounds", test_list_bounds, 30},
+      {"re_resolve", test_re_resolve, 60},
+      {"kill_master", test_kill_master, 120},
+      {"tool", test_tool, 60},
+      {"pause_churn", test_pause_churn, 180},
+      {"switch_ends_backoff", test_switch_ends_backoff, 120},
+      {NULL, NULL, 0},
   };
   return th_topology_main(argc, argv, cases);
 }

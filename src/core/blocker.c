@@ -329,13 +329,7 @@ void sluice__blocker_moved(sluice__blocker *b) {
   EACH_GROUP(b, g) sluice__conn_fail(&g->conn, "the master moved (sentinel failover)");
 }
 
-void sluice__blocker_kick(sluice__blocker *b) {
-  EACH_GROUP(b, g) {
-    if (g->conn.state != SLUICE_CONN_WAITING && g->conn.state != SLUICE_CONN_RESOLVING) continue;
-    g->conn.attempts = 0;
-    sluice__conn_start(&g->conn);
-  }
-}
+void sluice__blocker_kick(sluice__blocker *b) { EACH_GROUP(b, g) sluice__conn_retry_now(&g->conn); }
 
 void sluice__blocker_remap(sluice__blocker *b) {
   EACH_GROUP(b, g) {
@@ -343,8 +337,7 @@ void sluice__blocker_remap(sluice__blocker *b) {
     int port;
     if (!sluice__topo_address(b->env.topo, g->slot, &host, &port)) continue;
     if (g->conn.state == SLUICE_CONN_RESOLVING || g->conn.state == SLUICE_CONN_WAITING) {
-      g->conn.attempts = 0; /* the address is known now: no reason to wait */
-      sluice__conn_start(&g->conn);
+      sluice__conn_retry_now(&g->conn); /* the address is known now: no reason to wait */
     } else if (host && g->ep.host && (strcmp(g->ep.host, host) != 0 || g->ep.port != port)) {
       sluice__conn_fail(&g->conn, "the route moved to another node");
     }

@@ -379,6 +379,12 @@ static void conn_drop(sluice__conn *conn, const char *reason) {
   if (conn->cfg.on_down) conn->cfg.on_down(conn, SLUICE_ECONNECTION, conn->cfg.userdata);
 }
 
+void sluice__conn_retry_now(sluice__conn *conn) {
+  if (conn->state != SLUICE_CONN_WAITING && conn->state != SLUICE_CONN_RESOLVING) return;
+  conn->attempts = 0;
+  sluice__conn_start(conn);
+}
+
 void sluice__conn_fail(sluice__conn *conn, const char *reason) {
   if (reason) set_err(conn, reason, NULL);
   if (conn->ac) event_active(conn->drop_ev, 0, 0);

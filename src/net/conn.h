@@ -114,6 +114,10 @@ struct sluice__conn {
 int sluice__conn_init(sluice__conn *conn, struct event_base *base, const sluice__conn_config *cfg);
 /* Start connecting now (no-op unless IDLE or WAITING). */
 void sluice__conn_start(sluice__conn *conn);
+/* The node to reach changed: the failed attempts counted so far were the
+ * old node's, so a reconnect waiting out their backoff (or the address)
+ * starts now; any other state is left as it is. */
+void sluice__conn_retry_now(sluice__conn *conn);
 /* Drop the connection from the loop (safe inside hiredis callbacks) and
  * reconnect after backoff; reason goes to errstr. */
 void sluice__conn_fail(sluice__conn *conn, const char *reason);

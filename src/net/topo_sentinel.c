@@ -35,12 +35,16 @@ static void stop(sluice__topo_one *o) {
 static const sluice__topo_finder sentinel_finder = {ready, stale, error, stop, stop};
 
 /* The sentinels named a new master: connections to the old one go now
- * (it may accept writes for seconds and lose them). */
+ * (it may accept writes for seconds and lose them), and one waiting out the
+ * backoff that the dead old master built up connects to the new one at
+ * once (after a SIGKILL that wait is up to reconnect_max_ms, which the
+ * steps queued meanwhile would wait too). */
 static void master_moved(void *ud) {
   topo_sentinel *s = ud;
   if (s->one.t.closing) return;
   sluice__conn_fail(&s->one.conn, "the master moved (sentinel failover)");
   s->one.t.cfg.ev.moved(s->one.t.cfg.ev.userdata);
+  sluice__conn_retry_now(&s->one.conn);
 }
 
 static void master_known(void *ud) {

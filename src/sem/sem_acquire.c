@@ -619,7 +619,21 @@ void sluice__acquire_teardown(sluice_sem *sem) {
 
 /* The connection is back: a heartbeat at once (it says whether the
  * waiters' places survived, and hands on what is free). */
-void sluice__acquire_resume(sluice_sem *sem) { send_beat(sem); }
+/* The blocking acquires waiting out the backoff of a transport failure
+ * try at once: it was the outage's, and the outage is over. */
+static void retry_failed(sluice_sem *sem) {
+  for (sluice__link *l = sem->acquires.head; l; l = l->next) {
+    sluice_acquire *a = sluice__container_of(l, sluice_acquire, link);
+    if (!a->blocking || !a->last_error || !evtimer_pending(a->timer, NULL)) continue;
+    a->retry_ms = RETRY_MIN_MS;
+    poke(a);
+  }
+}
+
+void sluice__acquire_resume(sluice_sem *sem) {
+  retry_failed(sem);
+  send_beat(sem);
+}
 
 void sluice__acquire_quiesce(sluice_sem *sem) {
   for (sluice__link *l = sem->acquires.head; l; l = l->next) {
