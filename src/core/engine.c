@@ -513,6 +513,14 @@ void sluice__op_detach(sluice__op *op) {
   op_release_if_unused(op);
 }
 
+void sluice__pending_detach_all(sluice__list *l) {
+  for (sluice__link *k = l->head; k; k = k->next) {
+    sluice__pending *p = sluice__container_of(k, sluice__pending, link);
+    sluice__op_detach(p->op);
+    p->op = NULL;
+  }
+}
+
 /* ---- what the client asks of the engine ---------------------------------- */
 
 /* The waiting ops that `which` picks go now, in order (they may queue

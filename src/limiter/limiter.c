@@ -463,17 +463,8 @@ static void lim_destroy(sluice__guard *g) {
   sluice__free(lim);
 }
 
-static void lim_view(const sluice__guard *g, sluice__obj_view *out) {
-  const sluice_limiter *lim = sluice__container_of(g, sluice_limiter, guard);
-  *out = (sluice__obj_view){SLUICE__OBJ_LIMITER, lim, lim->name,
-                            sluice_rl_algo_name(lim->opts.algo), &lim->wait_hist};
-}
-
-static const sluice__guard_ops lim_guard_ops = {.quiesce = lim_quiesce,
-                                                .cancel = lim_cancel,
-                                                .idle = lim_idle,
-                                                .destroy = lim_destroy,
-                                                .view = lim_view};
+static const sluice__guard_ops lim_guard_ops = {
+    .quiesce = lim_quiesce, .cancel = lim_cancel, .idle = lim_idle, .destroy = lim_destroy};
 
 /* ---- public API ---------------------------------------------------------- */
 
@@ -519,9 +510,8 @@ int sluice_limiter_new(sluice_client *c, const char *name, const sluice_limiter_
   if (!c || !opts || !out || !sluice__valid_name(name)) return SLUICE_EINVAL;
   int rc = check_options(opts);
   if (rc) return rc;
-  if (sluice__client_closing(c)) return SLUICE_ECLOSED;
-  sluice_limiter *lim = sluice__calloc(1, sizeof *lim);
-  if (!lim) return SLUICE_ENOMEM;
+  sluice_limiter *lim = sluice__handle_alloc(c, sizeof *lim, &rc);
+  if (!lim) return rc;
   lim->c = c;
   lim->base = sluice__client_base(c);
   lim->opts = *opts;
@@ -540,7 +530,9 @@ int sluice_limiter_new(sluice_client *c, const char *name, const sluice_limiter_
   sluice__batcher_init(&lim->checks, &check_kinds[opts->algo], c, lim, &lim->guard, &lim->flusher,
                        lim->opts.op_timeout_ms);
   sluice__batcher_clock(&lim->checks, reply_time);
-  sluice__guard_attach(&lim->guard, sluice__client_home(c), &lim_guard_ops);
+  sluice__handle_attach(c, &lim->guard, &lim_guard_ops,
+                        &(sluice__obj_view){SLUICE__OBJ_LIMITER, lim, lim->name,
+                                            sluice_rl_algo_name(opts->algo), &lim->wait_hist});
   *out = lim;
   return SLUICE_OK;
 }
