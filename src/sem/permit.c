@@ -305,12 +305,17 @@ static void permit_cancel(sluice__guard *g) {
   if (p->sem) stop_renewing(p);
 }
 
-static void permit_destroy(sluice__guard *g) {
-  sluice_permit *p = sluice__container_of(g, sluice_permit, guard);
-  detach(p);
+/* The memory, also of a permit half built (a timer may be missing). */
+static void permit_free_memory(sluice_permit *p) {
   if (p->renew_timer) event_free(p->renew_timer);
   if (p->lost_timer) event_free(p->lost_timer);
   sluice__free(p);
+}
+
+static void permit_destroy(sluice__guard *g) {
+  sluice_permit *p = sluice__container_of(g, sluice_permit, guard);
+  detach(p);
+  permit_free_memory(p);
 }
 
 static const sluice__guard_ops permit_guard_ops = {.cancel = permit_cancel,
@@ -328,9 +333,7 @@ sluice_permit *sluice__permit_new(sluice_sem *sem, const char *id, uint64_t fenc
   p->renew_timer = evtimer_new(base, renew_timer_cb, p);
   p->lost_timer = evtimer_new(base, lost_timer_cb, p);
   if (!p->renew_timer || !p->lost_timer) {
-    if (p->renew_timer) event_free(p->renew_timer);
-    if (p->lost_timer) event_free(p->lost_timer);
-    sluice__free(p);
+    permit_free_memory(p);
     return NULL;
   }
   sluice__list_append(&sem->permits, &p->link);
