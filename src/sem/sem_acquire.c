@@ -378,12 +378,7 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
 
 static const sluice__batch_kind attempt_kind = {&sluice__lua_sem_acquire,
                                                 SEM_BATCH_MAX,
-                                                SEM_ACQUIRE_ARGS_HEAD,
-                                                SEM_ACQUIRE_ARGS_PER,
-                                                SEM_ACQUIRE_NUMS_HEAD,
-                                                SEM_ACQUIRE_NUMS_PER,
-                                                SEM_ACQUIRE_REPLY_HEAD,
-                                                3,
+                                                SLUICE__BATCH_LAYOUT(SEM_ACQUIRE),
                                                 build,
                                                 answer,
                                                 NULL,
