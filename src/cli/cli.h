@@ -102,6 +102,32 @@ int cli_check_len(const char *what, const char *name, size_t max);
  * scrubbed from argv (ps shows it) once copied. */
 int cli_common_option(cli_ctx *ctx, int argc, char **argv, int *i);
 
+/* The words a subcommand's messages use for its one positional NAME. */
+typedef struct cli_name_words {
+  const char *what;    /* "QUEUE": names it in cli_check_len's message */
+  const char *missing; /* the whole message when it is missing */
+  const char *hint;    /* after "unexpected argument 'X'": "" or " (try: ...)" */
+} cli_name_words;
+
+/* argv[first..] holds the common options (cli_common_option) and exactly
+ * one NAME of 1..SLUICE_NAME_MAX bytes: *name is it, 0 returned; else
+ * prints why (in w's words) and returns -1. */
+int cli_parse_name_only(cli_ctx *ctx, int argc, char **argv, int first, const cli_name_words *w,
+                        const char **name);
+
+/* One library call the tool waits for: its callback calls cli_call_done. */
+typedef struct cli_call {
+  cli_ctx *ctx;
+  int done;
+  int status;
+} cli_call;
+
+/* From the call's callback: it is done with status (captured, cli_capture). */
+void cli_call_done(cli_call *call, int status);
+/* Run the loop until the call is done; its status (SLUICE_ECONNECTION when
+ * the loop stopped first, which a pending call does not let it do). */
+int cli_call_wait(cli_call *call);
+
 /* Print "sluice: CMD: " + message to stderr, control characters escaped
  * (cli_clean). */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

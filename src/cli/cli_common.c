@@ -227,6 +227,38 @@ int cli_common_option(cli_ctx *ctx, int argc, char **argv, int *i) {
   return 1;
 }
 
+int cli_parse_name_only(cli_ctx *ctx, int argc, char **argv, int first, const cli_name_words *w,
+                        const char **name) {
+  *name = NULL;
+  for (int i = first; i < argc; i++) {
+    int rc = cli_common_option(ctx, argc, argv, &i);
+    if (rc < 0) return -1;
+    if (rc > 0) continue;
+    if (argv[i][0] == '-' || *name) {
+      cli_error("unexpected argument '%s'%s", cli_echo(argv[i]), w->hint);
+      return -1;
+    }
+    *name = argv[i];
+  }
+  if (!*name) {
+    cli_error("%s", w->missing);
+    return -1;
+  }
+  return cli_check_len(w->what, *name, SLUICE_NAME_MAX);
+}
+
+void cli_call_done(cli_call *call, int status) {
+  call->done = 1;
+  call->status = status;
+  cli_capture(call->ctx, status);
+}
+
+int cli_call_wait(cli_call *call) {
+  while (!call->done && event_base_loop(call->ctx->base, EVLOOP_ONCE) == 0) {}
+  if (!call->done) call->status = SLUICE_ECONNECTION;
+  return call->status;
+}
+
 typedef struct connect_wait {
   int done;
   int up;

@@ -55,35 +55,32 @@ static void dq_usage(FILE *out) {
 /* ---- push ------------------------------------------------------------------- */
 
 typedef struct push_state {
-  cli_ctx *ctx;
-  int done, status;
+  cli_call call;
   char id[SLUICE_DQ_ID_MAX + 1]; /* the given or generated id */
 } push_state;
 
 static void on_pushed(sluice_dq *dq, int status, const char *id, int64_t due, void *ud) {
   push_state *p = ud;
-  p->done = 1;
-  p->status = status;
-  cli_capture(p->ctx, status);
+  cli_call_done(&p->call, status);
   if (id) snprintf(p->id, sizeof p->id, "%s", id);
   if (status == SLUICE_OK) printf("%s\n", cli_clean(id));
 }
 
 /* Why the push failed; the exit status. */
 static int push_failed(const cli_ctx *ctx, const push_state *p, int explicit_id) {
-  if (p->status == SLUICE_EEXIST) {
+  if (p->call.status == SLUICE_EEXIST) {
     cli_error("a message with id '%s' is already queued", cli_echo(p->id));
-    return cli_exit_status(p->status, 0);
+    return cli_exit_status(p->call.status, 0);
   }
   /* Sent, then no answer: Redis may have run it. Pushing again under the
    * same id is safe while the message is queued (exit 1 then says it is). */
-  if ((p->status == SLUICE_EINDOUBT || p->status == SLUICE_ETIMEDOUT) && p->id[0]) {
-    int rc = cli_fail(ctx, p->status, 0, "the message may have been queued, as id %s", p->id);
+  if ((p->call.status == SLUICE_EINDOUBT || p->call.status == SLUICE_ETIMEDOUT) && p->id[0]) {
+    int rc = cli_fail(ctx, p->call.status, 0, "the message may have been queued, as id %s", p->id);
     cli_error("to push it at most once, push again with --id %s%s", p->id,
               explicit_id ? "" : " (exit status 1: it was queued)");
     return rc;
   }
-  return cli_fail(ctx, p->status, 0, "push failed");
+  return cli_fail(ctx, p->call.status, 0, "push failed");
 }
 
 /* Read all of stdin, stopping past max bytes (the caller sees the excess). */
@@ -187,15 +184,14 @@ static int cmd_push(int argc, char **argv) {
   sluice_dq_item it = {in ? in : a.payload, len, (int64_t)a.delay, (int64_t)a.at, a.id};
   int rc = cli_connect(&ctx, 2000);
   sluice_dq *dq = NULL;
-  push_state p = {&ctx, 0, 0, ""};
+  push_state p = {{&ctx, 0, 0}, ""};
   if (rc == CLI_EXIT_OK) {
     rc = sluice_dq_new(ctx.client, a.queue, NULL, &dq);
     if (rc == SLUICE_OK) rc = sluice_dq_push(dq, &it, on_pushed, &p);
     if (rc != SLUICE_OK) {
       rc = cli_fail(&ctx, rc, 0, "cannot push");
     } else {
-      while (!p.done) event_base_loop(ctx.base, EVLOOP_ONCE);
-      rc = p.status == SLUICE_OK ? CLI_EXIT_OK : push_failed(&ctx, &p, a.id != NULL);
+      rc = cli_call_wait(&p.call) == SLUICE_OK ? CLI_EXIT_OK : push_failed(&ctx, &p, a.id != NULL);
     }
     sluice_dq_free(dq);
     cli_close(&ctx);
@@ -206,16 +202,8 @@ static int cmd_push(int argc, char **argv) {
 
 /* ---- status ----------------------------------------------------------------- */
 
-typedef struct status_state {
-  cli_ctx *ctx;
-  int done, status;
-} status_state;
-
 static void on_info(sluice_dq *dq, int status, const sluice_dq_info *in, void *ud) {
-  status_state *s = ud;
-  s->done = 1;
-  s->status = status;
-  cli_capture(s->ctx, status);
+  cli_call_done(ud, status);
   if (status != SLUICE_OK) return;
   printf("queue      %s\n", cli_clean(sluice_dq_name(dq)));
   printf("delayed    %llu (due now %llu)\n", (unsigned long long)in->delayed,
@@ -230,33 +218,17 @@ static void on_info(sluice_dq *dq, int status, const sluice_dq_info *in, void *u
 }
 
 static int cmd_status(int argc, char **argv) {
+  static const cli_name_words words = {"QUEUE", "missing QUEUE", ""};
   cli_ctx ctx = {0};
-  const char *queue = NULL;
-  for (int i = 1; i < argc; i++) {
-    int rc = cli_common_option(&ctx, argc, argv, &i);
-    if (rc < 0) return CLI_EXIT_USAGE;
-    if (rc > 0) continue;
-    if (argv[i][0] == '-' || queue) {
-      cli_error("unexpected argument '%s'", cli_echo(argv[i]));
-      return CLI_EXIT_USAGE;
-    }
-    queue = argv[i];
-  }
-  if (!queue) {
-    cli_error("missing QUEUE");
-    return CLI_EXIT_USAGE;
-  }
-  if (cli_check_len("QUEUE", queue, SLUICE_NAME_MAX)) return CLI_EXIT_USAGE;
+  const char *queue;
+  if (cli_parse_name_only(&ctx, argc, argv, 1, &words, &queue)) return CLI_EXIT_USAGE;
   int rc = cli_connect(&ctx, 2000);
   if (rc != CLI_EXIT_OK) return rc;
   sluice_dq *dq = NULL;
-  status_state s = {&ctx, 0, 0};
+  cli_call call = {&ctx, 0, 0};
   rc = sluice_dq_new(ctx.client, queue, NULL, &dq);
-  if (rc == SLUICE_OK) rc = sluice_dq_inspect(dq, on_info, &s);
-  if (rc == SLUICE_OK) {
-    while (!s.done) event_base_loop(ctx.base, EVLOOP_ONCE);
-    rc = s.status;
-  }
+  if (rc == SLUICE_OK) rc = sluice_dq_inspect(dq, on_info, &call);
+  if (rc == SLUICE_OK) rc = cli_call_wait(&call);
   if (rc != SLUICE_OK) rc = cli_fail(&ctx, rc, 0, "cannot read queue '%s'", cli_echo(queue));
   sluice_dq_free(dq);
   cli_close(&ctx);

@@ -118,18 +118,14 @@ static int parse_args(cli_ctx *ctx, rl_args *a, int argc, char **argv) {
 }
 
 typedef struct rl_outcome {
-  cli_ctx *ctx;
-  int done;
-  int status;
+  cli_call call;
   int has_res;
   sluice_rl_result res;
 } rl_outcome;
 
 static void on_decision(sluice_limiter *lim, int status, const sluice_rl_result *res, void *ud) {
   rl_outcome *o = ud;
-  o->done = 1;
-  o->status = status;
-  cli_capture(o->ctx, status);
+  cli_call_done(&o->call, status);
   o->has_res = res != NULL;
   if (res) o->res = *res;
 }
@@ -142,22 +138,22 @@ static void print_result(const sluice_rl_result *r) {
 
 static int exit_status(const rl_args *a, const rl_outcome *o) {
   if (o->has_res) print_result(&o->res);
-  if (o->status == SLUICE_OK) return o->res.allowed ? CLI_EXIT_OK : CLI_EXIT_NO;
+  if (o->call.status == SLUICE_OK) return o->res.allowed ? CLI_EXIT_OK : CLI_EXIT_NO;
   /* A wait reports a step that timed out as SLUICE_ECONNECTION: its
    * SLUICE_ETIMEDOUT is its own --timeout. */
-  if (a->wait && o->status == SLUICE_ETIMEDOUT) {
+  if (a->wait && o->call.status == SLUICE_ETIMEDOUT) {
     cli_error("not allowed within %u ms", a->timeout_ms);
-    return cli_exit_status(o->status, 1);
+    return cli_exit_status(o->call.status, 1);
   }
-  if (o->status == SLUICE_EINDOUBT)
-    return cli_fail(o->ctx, o->status, 0, "rate limiter '%s' (the units may have been taken)",
-                    cli_echo(a->name));
-  return cli_fail(o->ctx, o->status, 0, "rate limiter '%s'", cli_echo(a->name));
+  if (o->call.status == SLUICE_EINDOUBT)
+    return cli_fail(o->call.ctx, o->call.status, 0,
+                    "rate limiter '%s' (the units may have been taken)", cli_echo(a->name));
+  return cli_fail(o->call.ctx, o->call.status, 0, "rate limiter '%s'", cli_echo(a->name));
 }
 
 static int run(cli_ctx *ctx, const rl_args *a) {
   sluice_limiter *lim = NULL;
-  rl_outcome o = {ctx, 0, 0, 0, {0, 0, 0, 0, 0, 0}};
+  rl_outcome o = {{ctx, 0, 0}, 0, {0, 0, 0, 0, 0, 0}};
   int rc = sluice_limiter_new(ctx->client, a->name, &a->opts, &lim);
   if (rc == SLUICE_OK) {
     rc = a->wait ? sluice_limiter_wait(lim, a->key, a->cost, a->timeout_ms, on_decision, &o, NULL)
@@ -169,7 +165,7 @@ static int run(cli_ctx *ctx, const rl_args *a) {
     sluice_limiter_free(lim);
     return rc;
   }
-  while (!o.done) event_base_loop(ctx->base, EVLOOP_ONCE);
+  cli_call_wait(&o.call);
   sluice_limiter_free(lim);
   return exit_status(a, &o);
 }

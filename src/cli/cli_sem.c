@@ -318,18 +318,14 @@ static int sem_run(int argc, char **argv) {
 }
 
 typedef struct status_state {
-  cli_ctx *ctx;
-  int done;
-  int status;
+  cli_call call;
   int print; /* 0: just learn the permits (sem release) */
   unsigned permits;
 } status_state;
 
 static void on_info(sluice_sem *sem, int status, const sluice_sem_info *info, void *ud) {
   status_state *st = ud;
-  st->done = 1;
-  st->status = status;
-  cli_capture(st->ctx, status);
+  cli_call_done(&st->call, status);
   if (status != SLUICE_OK) return;
   st->permits = info->permits;
   if (!st->print) return;
@@ -352,36 +348,21 @@ static void on_info(sluice_sem *sem, int status, const sluice_sem_info *info, vo
  * a sluice status. */
 static int inspect(cli_ctx *ctx, const char *name, int print, unsigned *permits) {
   sluice_sem *sem = NULL;
-  status_state st = {ctx, 0, 0, print, 0};
+  status_state st = {{ctx, 0, 0}, print, 0};
   int rc = sluice_sem_new(ctx->client, name, NULL, &sem);
   if (rc == 0) rc = sluice_sem_inspect(sem, on_info, &st);
-  if (rc == 0) {
-    while (!st.done && event_base_loop(ctx->base, EVLOOP_ONCE) == 0) {}
-    rc = st.status;
-  }
+  if (rc == 0) rc = cli_call_wait(&st.call);
   sluice_sem_free(sem);
   if (permits) *permits = st.permits;
   return rc;
 }
 
 static int sem_status(int argc, char **argv) {
+  static const cli_name_words words = {"semaphore NAME", "needs a semaphore NAME",
+                                       " (try: sluice sem --help)"};
   cli_ctx ctx = {0};
-  const char *name = NULL;
-  for (int i = 2; i < argc; i++) {
-    int r = cli_common_option(&ctx, argc, argv, &i);
-    if (r < 0) return CLI_EXIT_USAGE;
-    if (r > 0) continue;
-    if (argv[i][0] == '-' || name) {
-      cli_error("unexpected argument '%s' (try: sluice sem --help)", cli_echo(argv[i]));
-      return CLI_EXIT_USAGE;
-    }
-    name = argv[i];
-  }
-  if (!name) {
-    cli_error("needs a semaphore NAME");
-    return CLI_EXIT_USAGE;
-  }
-  if (cli_check_len("semaphore NAME", name, SLUICE_NAME_MAX)) return CLI_EXIT_USAGE;
+  const char *name;
+  if (cli_parse_name_only(&ctx, argc, argv, 2, &words, &name)) return CLI_EXIT_USAGE;
   int rc = cli_connect(&ctx, 3000);
   if (rc) return rc;
   rc = inspect(&ctx, name, 1, NULL);
@@ -395,17 +376,7 @@ static int valid_permit_id(const char *id) {
   return strlen(id) == 32 && strspn(id, "0123456789abcdef") == 32;
 }
 
-typedef struct release_state {
-  cli_ctx *ctx;
-  int done, status;
-} release_state;
-
-static void on_released_id(sluice_sem *sem, int status, void *ud) {
-  release_state *rs = ud;
-  rs->done = 1;
-  rs->status = status;
-  cli_capture(rs->ctx, status);
-}
+static void on_released_id(sluice_sem *sem, int status, void *ud) { cli_call_done(ud, status); }
 
 static int sem_release(int argc, char **argv) {
   cli_ctx ctx = {0};
@@ -453,13 +424,10 @@ static int sem_release(int argc, char **argv) {
     if (!o.permits) o.permits = 1;
   }
   sluice_sem *sem = NULL;
-  release_state rs = {&ctx, 0, 0};
+  cli_call call = {&ctx, 0, 0};
   if (rc == 0) rc = sluice_sem_new(ctx.client, name, &o, &sem);
-  if (rc == 0) rc = sluice_sem_release_id(sem, id, on_released_id, &rs);
-  if (rc == 0) {
-    while (!rs.done && event_base_loop(ctx.base, EVLOOP_ONCE) == 0) {}
-    rc = rs.status;
-  }
+  if (rc == 0) rc = sluice_sem_release_id(sem, id, on_released_id, &call);
+  if (rc == 0) rc = cli_call_wait(&call);
   sluice_sem_free(sem);
   if (rc == SLUICE_ENOTFOUND) {
     cli_error("permit %s of '%s' is not held (its lease expired, or it was released already)", id,

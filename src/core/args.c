@@ -69,3 +69,32 @@ void sluice__args_i64(sluice__args *a, int64_t v) {
   char *p = num_slot(a);
   if (p) sluice__args_bin(a, p, sluice__fmt_i64(p, v));
 }
+
+static size_t str_len(const sluice__strs *s, int i) {
+  return s->lens ? s->lens[i] : strlen(s->v[i]);
+}
+
+void *sluice__argv_pack(size_t fixed, sluice__strs a, sluice__strs b, sluice__packed_argv *out) {
+  const sluice__strs *parts[2] = {&a, &b};
+  int argc = a.n + b.n;
+  size_t bytes = fixed + (size_t)argc * (sizeof(char *) + sizeof(size_t));
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < parts[k]->n; i++) bytes += str_len(parts[k], i) + 1;
+  char *block = sluice__calloc(1, bytes);
+  if (!block) return NULL;
+  out->argc = argc;
+  out->argv = (const char **)(block + fixed);
+  out->lens = (size_t *)(out->argv + argc);
+  out->bytes = bytes;
+  char *p = (char *)(out->lens + argc);
+  for (int k = 0, at = 0; k < 2; k++)
+    for (int i = 0; i < parts[k]->n; i++, at++) {
+      size_t n = str_len(parts[k], i);
+      memcpy(p, parts[k]->v[i], n);
+      p[n] = '\0';
+      out->argv[at] = p;
+      out->lens[at] = n;
+      p += n + 1;
+    }
+  return block;
+}

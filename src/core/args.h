@@ -31,4 +31,26 @@ void sluice__args_bin(sluice__args *a, const void *p, size_t len);
 void sluice__args_u64(sluice__args *a, uint64_t v);
 void sluice__args_i64(sluice__args *a, int64_t v);
 
+/* Strings to copy: v[0..n), their lengths (NULL: each up to its NUL). */
+typedef struct sluice__strs {
+  int n;
+  const char *const *v;
+  const size_t *lens;
+} sluice__strs;
+
+/* A command kept by sluice__argv_pack: its strings live in the block. */
+typedef struct sluice__packed_argv {
+  int argc;
+  const char **argv;
+  size_t *lens;
+  size_t bytes; /* the whole block's size */
+} sluice__packed_argv;
+
+/* One zeroed allocation that keeps a command for later: `fixed` bytes for
+ * the caller's struct, then a's strings and b's copied after it (argc
+ * pointers, argc lengths, the bytes, each string NUL-terminated), so the
+ * caller's buffers may go at once. *out describes the copy. NULL when out
+ * of memory. */
+void *sluice__argv_pack(size_t fixed, sluice__strs a, sluice__strs b, sluice__packed_argv *out);
+
 #endif

@@ -417,6 +417,19 @@ void sluice__client_set_error(sluice_client *c, const char *text) {
 }
 
 int sluice__client_closing(const sluice_client *c) { return c->closing; }
+
+void *sluice__handle_alloc(sluice_client *c, size_t size, int *rc) {
+  void *h = c->closing ? NULL : sluice__calloc(1, size);
+  *rc = h ? SLUICE_OK : c->closing ? SLUICE_ECLOSED : SLUICE_ENOMEM;
+  return h;
+}
+
+void sluice__handle_attach(sluice_client *c, sluice__guard *g, const sluice__guard_ops *ops,
+                           const sluice__obj_view *view) {
+  sluice__guard_attach(g, &c->home, ops);
+  g->view = *view;
+}
+
 struct event_base *sluice__client_base(const sluice_client *c) {
   return c->base;
 }

@@ -48,9 +48,7 @@ struct sluice__op {
   struct event retry;           /* cluster: the backoff before a retry */
   uint64_t start_us;            /* monotonic: started (latency metrics) */
   const sluice__script *script; /* NULL for plain commands */
-  int argc;                     /* sent argv: "EVALSHA" sha nkeys ... */
-  const char **argv;
-  size_t *lens;
+  sluice__packed_argv cmd;      /* sent: "EVALSHA" sha nkeys ... */
 };
 
 /* ---- operations ---------------------------------------------------------- */
@@ -97,9 +95,9 @@ static void op_complete_replicas(sluice__op *op, int status, const redisReply *r
   evtimer_del(&op->timer);
   evtimer_del(&op->retry);
   op_unlink(op);
-  sluice__answered a = {op->script,      op->nkeys,      op->argc - 3, op->argv + 3,
-                        op->lens + 3,    op->slot,       op->conn,     op->node_id,
-                        op->ups_at_send, op->route_node, replicas};
+  sluice__answered a = {op->script,       op->nkeys,      op->cmd.argc - 3, op->cmd.argv + 3,
+                        op->cmd.lens + 3, op->slot,       op->conn,         op->node_id,
+                        op->ups_at_send,  op->route_node, replicas};
   const sluice__answered *outer = c->answered;
   c->answered = status == SLUICE_OK && op->script ? &a : NULL;
   c->replicas = replicas;
@@ -187,15 +185,15 @@ static void op_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
     sluice__log(op->c, SLUICE_LOG_INFO,
                 "script %s missing in Redis (restarted, or SCRIPT FLUSH): sent again with EVAL",
                 op->script->name);
-    op->argv[0] = "EVAL";
-    op->argv[1] = op->script->body;
-    op->lens[0] = 4;
-    op->lens[1] = op->script->len;
+    op->cmd.argv[0] = "EVAL";
+    op->cmd.argv[1] = op->script->body;
+    op->cmd.lens[0] = 4;
+    op->cmd.lens[1] = op->script->len;
     if (op_send(op) != 0) op_defer(op, SLUICE_ECONNECTION);
     return;
   }
   if (reply->type == REDIS_REPLY_ERROR) /* Redis's own words reach the user */
-    sluice__error_text(op->c->last_error, sizeof op->c->last_error, op->script, op->argv[0],
+    sluice__error_text(op->c->last_error, sizeof op->c->last_error, op->script, op->cmd.argv[0],
                        reply->str);
   if (op->waits && reply->type != REDIS_REPLY_ERROR && (op->held = sluice__reply_dup(reply)))
     return; /* the answer goes out with the WAIT's count */
@@ -341,7 +339,8 @@ static int op_send(sluice__op *op) {
   static const char *asking[1] = {"ASKING"};
   if (op->ask && sluice__conn_send(conn, asking_cb, op->c, 1, asking, NULL) != REDIS_OK)
     return SLUICE_ECONNECTION;
-  if (sluice__conn_send(conn, op_reply_cb, op, op->argc, op->argv, op->lens) != REDIS_OK)
+  if (sluice__conn_send(conn, op_reply_cb, op, op->cmd.argc, op->cmd.argv, op->cmd.lens) !=
+      REDIS_OK)
     return SLUICE_ECONNECTION;
   op->conn = conn;
   op->in_hiredis++;
@@ -359,27 +358,12 @@ static int op_send(sluice__op *op) {
 static sluice__op *op_new(sluice_client *c, int nhead, const char *const *head,
                           const size_t *headlens, int nargs, const char *const *args,
                           const size_t *lens) {
-  size_t bytes = 0;
-  int argc = nhead + nargs;
-  for (int i = 0; i < nhead; i++) bytes += headlens[i] + 1;
-  for (int i = 0; i < nargs; i++) bytes += (lens ? lens[i] : strlen(args[i])) + 1;
-  size_t fixed = sizeof(sluice__op) + (size_t)argc * (sizeof(char *) + sizeof(size_t));
-  sluice__op *op = sluice__calloc(1, fixed + bytes);
+  sluice__packed_argv cmd;
+  sluice__op *op = sluice__argv_pack(sizeof *op, (sluice__strs){nhead, head, headlens},
+                                     (sluice__strs){nargs, args, lens}, &cmd);
   if (!op) return NULL;
   op->c = c;
-  op->argc = argc;
-  op->argv = (const char **)(op + 1);
-  op->lens = (size_t *)(op->argv + argc);
-  char *p = (char *)(op->lens + argc);
-  for (int i = 0; i < argc; i++) {
-    const char *src = i < nhead ? head[i] : args[i - nhead];
-    size_t n = i < nhead ? headlens[i] : lens ? lens[i - nhead] : strlen(src);
-    memcpy(p, src, n);
-    p[n] = '\0';
-    op->argv[i] = p;
-    op->lens[i] = n;
-    p += n + 1;
-  }
+  op->cmd = cmd;
   evtimer_assign(&op->timer, c->base, op_timer_cb, op);
   evtimer_assign(&op->retry, c->base, op_retry_cb, op);
   op->slot = -1;
@@ -527,6 +511,14 @@ void sluice__op_detach(sluice__op *op) {
   evtimer_del(&op->timer);
   op_unlink(op);
   op_release_if_unused(op);
+}
+
+void sluice__pending_detach_all(sluice__list *l) {
+  for (sluice__link *k = l->head; k; k = k->next) {
+    sluice__pending *p = sluice__container_of(k, sluice__pending, link);
+    sluice__op_detach(p->op);
+    p->op = NULL;
+  }
 }
 
 /* ---- what the client asks of the engine ---------------------------------- */

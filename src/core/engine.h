@@ -49,6 +49,17 @@ int sluice__command(sluice_client *c, int argc, const char *const *argv, const s
  * fn ran; the late reply, if any, is dropped. */
 void sluice__op_detach(sluice__op *op);
 
+/* A request with one operation in flight, listed by the handle that made
+ * it so that freeing the handle reaches it. */
+typedef struct sluice__pending {
+  sluice__link link; /* in the handle's list */
+  sluice__op *op;
+} sluice__pending;
+
+/* Inside a handle's _free (its quiesce): forget the operation of every
+ * request listed in l; the requests stay listed, for cancel. */
+void sluice__pending_detach_all(sluice__list *l);
+
 /* ---- blocking waits ------------------------------------------------------ */
 
 typedef struct sluice__listener sluice__listener;
@@ -73,6 +84,17 @@ void sluice__unlisten(sluice__listener *l);
 struct sluice__guard_home;
 struct sluice__guard_home *sluice__client_home(sluice_client *c);
 int sluice__client_closing(const sluice_client *c);
+/* A new public handle (semaphore, limiter, queue, consumer): size bytes,
+ * zeroed; NULL with *rc SLUICE_ECLOSED when c is closing, or SLUICE_ENOMEM. */
+void *sluice__handle_alloc(sluice_client *c, size_t size, int *rc);
+/* The handle is ready: its guard joins c's objects, listed in the metrics
+ * as *view (which must stay true while the handle lives). */
+struct sluice__guard;
+struct sluice__guard_ops;
+struct sluice__obj_view;
+void sluice__handle_attach(sluice_client *c, struct sluice__guard *g,
+                           const struct sluice__guard_ops *ops,
+                           const struct sluice__obj_view *view);
 struct event_base *sluice__client_base(const sluice_client *c);
 unsigned sluice__client_op_timeout(const sluice_client *c);
 /* What the client knows of Redis's clock (rclock.h). */

@@ -83,14 +83,14 @@ typedef struct sluice__guard_ops {
    * what waits there looks again. Runs after the client's unreplicated
    * writes of those routes were sent again (core/record.h). */
   void (*node_changed)(sluice__guard *g, int lo, int hi);
-  /* Describe the object (may be NULL: not listed, as permits are, which
-   * their semaphore accounts for). */
-  void (*view)(const sluice__guard *g, sluice__obj_view *out);
 } sluice__guard_ops;
 
 struct sluice__guard {
   sluice__guard_home *home;
   const sluice__guard_ops *ops;
+  /* What the metrics list of the object (handle NULL: not listed, as
+   * permits are, which their semaphore accounts for). */
+  sluice__obj_view view;
   sluice__link link;      /* in home->guards */
   sluice__link reap_link; /* in home->reap while queued */
   unsigned depth;         /* the object's callbacks on the stack */

@@ -462,10 +462,9 @@ static int collect_objects(group *gs, const sluice_client *c) {
   const sluice__link *l = sluice__client_objects(c)->guards.head;
   for (; !rc && l; l = l->next) {
     const sluice__guard *g = sluice__container_of(l, sluice__guard, link);
-    sluice__obj_view view;
+    const sluice__obj_view view = g->view;
     obj_metrics m;
-    if (!g->ops->view || g->freeing) continue;
-    g->ops->view(g, &view);
+    if (!view.handle || g->freeing) continue;
     objs[view.kind].get(view.handle, &m);
     rc = add_struct(&gs[G_OBJ + view.kind], make_labels("name", view.name, "algorithm", view.algo),
                     &m, view.hist);

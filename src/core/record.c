@@ -28,11 +28,9 @@ typedef struct rec_entry {
   unsigned long ups; /* its node's handshake that answered it */
   int route;
   unsigned kind, items;
-  size_t bytes;
   const sluice__script *script;
-  int nkeys, argc;
-  const char **argv;
-  size_t *lens;
+  int nkeys;
+  sluice__packed_argv cmd; /* the script's KEYS and ARGV */
 } rec_entry;
 
 struct rec_node {
@@ -69,29 +67,11 @@ static void keep(sluice_client *c, rec_entry *e, const sluice__answered *a);
 static rec_entry *entry_new(sluice_client *c, unsigned kind, unsigned items,
                             const sluice__script *s, int nkeys, int argc, const char *const *argv,
                             const size_t *lens) {
-  size_t bytes = 0;
-  for (int i = 0; i < argc; i++) bytes += (lens ? lens[i] : strlen(argv[i])) + 1;
-  size_t fixed = sizeof(rec_entry) + (size_t)argc * (sizeof(char *) + sizeof(size_t));
-  rec_entry *e = sluice__calloc(1, fixed + bytes);
+  sluice__packed_argv cmd;
+  rec_entry *e = sluice__argv_pack(sizeof *e, (sluice__strs){argc, argv, lens}, (sluice__strs){0},
+                                   &cmd);
   if (!e) return NULL;
-  e->c = c;
-  e->kind = kind;
-  e->items = items;
-  e->script = s;
-  e->nkeys = nkeys;
-  e->argc = argc;
-  e->bytes = fixed + bytes;
-  e->argv = (const char **)(e + 1);
-  e->lens = (size_t *)(e->argv + argc);
-  char *p = (char *)(e->lens + argc);
-  for (int i = 0; i < argc; i++) {
-    size_t n = lens ? lens[i] : strlen(argv[i]);
-    memcpy(p, argv[i], n);
-    p[n] = '\0';
-    e->argv[i] = p;
-    e->lens[i] = n;
-    p += n + 1;
-  }
+  *e = (rec_entry){.c = c, .kind = kind, .items = items, .script = s, .nkeys = nkeys, .cmd = cmd};
   return e;
 }
 
@@ -129,7 +109,7 @@ static void unlink_entry(sluice__record *r, rec_entry *e) {
     sluice__list_remove(&r->pending, &e->by_node);
   }
   r->n--;
-  r->bytes -= e->bytes;
+  r->bytes -= e->cmd.bytes;
 }
 
 static void drop_entry(sluice__record *r, rec_entry *e) {
@@ -343,7 +323,7 @@ static void replayed(void *ud, int status, const redisReply *reply) {
     sluice__list_append(&r->all, &e->all);
     sluice__list_append(&r->pending, &e->by_node);
     r->n++;
-    r->bytes += e->bytes;
+    r->bytes += e->cmd.bytes;
     enforce_bounds(c);
     return;
   }
@@ -355,8 +335,8 @@ static void replayed(void *ud, int status, const redisReply *reply) {
 }
 
 static void send_again(sluice_client *c, rec_entry *e) {
-  int rc = sluice__eval_at(c, e->route, e->script, e->nkeys, e->argc, e->argv, e->lens, 0, replayed,
-                           e, NULL);
+  int rc = sluice__eval_at(c, e->route, e->script, e->nkeys, e->cmd.argc, e->cmd.argv, e->cmd.lens,
+                           0, replayed, e, NULL);
   if (rc != SLUICE_OK) {
     sluice__free(e); /* the client closes */
     return;
@@ -432,7 +412,7 @@ static void keep(sluice_client *c, rec_entry *e, const sluice__answered *a) {
   nd->n++;
   sluice__list_append(&r->all, &e->all);
   r->n++;
-  r->bytes += e->bytes;
+  r->bytes += e->cmd.bytes;
   enforce_bounds(c);
   if (!evtimer_pending(r->poll, NULL)) sluice__timer_in(r->poll, POLL_MS);
 }

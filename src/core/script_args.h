@@ -16,6 +16,12 @@
  * built once and sent many times (the benchmarks' redis-benchmark calls). */
 #define REDIS_FOREVER_MS INT64_C(9007199254740991)
 
+/* A batched script's layout in sluice__batch_kind's order (batcher.h):
+ * KEYS+ARGV sizing, then the reply's shape. P names the script's block
+ * below (SEM_RENEW for sem_renew.lua). */
+#define SLUICE__BATCH_LAYOUT(P) \
+  P##_ARGS_HEAD, P##_ARGS_PER, P##_NUMS_HEAD, P##_NUMS_PER, P##_REPLY_HEAD, P##_REPLY_PER
+
 /* ---- semaphores ---------------------------------------------------------- */
 
 enum { SEM_KEY_HOLDERS, SEM_KEY_QUEUE, SEM_KEY_BEATS, SEM_KEY_META, SEM_NKEYS };
@@ -49,6 +55,7 @@ typedef struct sluice__sem_call {
 #define SEM_ACQUIRE_NUMS_HEAD (SEM_HEAD_NUMS + 1)
 #define SEM_ACQUIRE_NUMS_PER 2
 #define SEM_ACQUIRE_REPLY_HEAD 3
+#define SEM_ACQUIRE_REPLY_PER 3
 void sluice__sem_acquire_head(sluice__args *a, const sluice__sem_call *s, const char *handle,
                               int64_t beat_until);
 void sluice__sem_acquire_item(sluice__args *a, const char *permit_id, const char *waiter,
@@ -60,6 +67,8 @@ void sluice__sem_acquire_item(sluice__args *a, const char *permit_id, const char
 #define SEM_RELEASE_ARGS_PER 1
 #define SEM_RELEASE_NUMS_HEAD SEM_HEAD_NUMS
 #define SEM_RELEASE_NUMS_PER 0
+#define SEM_RELEASE_REPLY_HEAD 0
+#define SEM_RELEASE_REPLY_PER 1
 void sluice__sem_release_head(sluice__args *a, const sluice__sem_call *s);
 void sluice__sem_release_item(sluice__args *a, const char *permit_id);
 
@@ -70,6 +79,8 @@ void sluice__sem_release_item(sluice__args *a, const char *permit_id);
 #define SEM_RENEW_ARGS_PER 1
 #define SEM_RENEW_NUMS_HEAD 2
 #define SEM_RENEW_NUMS_PER 0
+#define SEM_RENEW_REPLY_HEAD 0
+#define SEM_RENEW_REPLY_PER 1
 void sluice__sem_renew_head(sluice__args *a, const sluice__sem_call *s);
 void sluice__sem_renew_item(sluice__args *a, const char *permit_id);
 
@@ -82,6 +93,8 @@ void sluice__sem_renew_item(sluice__args *a, const char *permit_id);
 #define SEM_REASSERT_ARGS_PER 5
 #define SEM_REASSERT_NUMS_HEAD 3
 #define SEM_REASSERT_NUMS_PER 4
+#define SEM_REASSERT_REPLY_HEAD 0
+#define SEM_REASSERT_REPLY_PER 1
 void sluice__sem_reassert_head(sluice__args *a, const sluice__sem_call *s);
 void sluice__sem_reassert_item(sluice__args *a, const char *permit_id, uint64_t fence,
                                uint64_t lease_left_ms, uint64_t attempt, uint64_t unanswered_since);
@@ -116,6 +129,8 @@ void sluice__dq_take_args(sluice__args *a, char *const keys[DQ_NKEYS], uint64_t 
 #define DQ_ACK_ARGS_PER 4
 #define DQ_ACK_NUMS_HEAD 2
 #define DQ_ACK_NUMS_PER 2
+#define DQ_ACK_REPLY_HEAD 0
+#define DQ_ACK_REPLY_PER 1
 void sluice__dq_ack_head(sluice__args *a, char *const keys[DQ_NKEYS], uint64_t retention_ms,
                          unsigned max_attempts);
 void sluice__dq_ack_item(sluice__args *a, const char *id, unsigned attempt, char op,

@@ -30,8 +30,7 @@ typedef union dq_cb {
 typedef struct dq_req dq_req;
 struct dq_req {
   sluice_dq *dq;
-  sluice__link link; /* in dq->reqs */
-  sluice__op *op;
+  sluice__pending pending; /* in dq->reqs */
   enum req_kind kind;
   dq_cb cb;
   void *ud;
@@ -217,7 +216,7 @@ static void finish_requeue(dq_req *r, int status, const redisReply *reply) {
 /* Answer the user, then free r (its ids are borrowed until then). */
 static void req_finish(dq_req *r, int status, const redisReply *reply) {
   sluice_dq *dq = r->dq;
-  sluice__list_remove(&dq->reqs, &r->link);
+  sluice__list_remove(&dq->reqs, &r->pending.link);
   if (r->kind == REQ_PUSH || r->kind == REQ_BATCH) {
     sluice__client_release(dq->c, SLUICE__CAP_PUSHES, r->n);
     dq->m.in_flight -= r->n;
@@ -297,7 +296,7 @@ static int req_send(dq_req *r, const sluice__script *s, int nargs, const char *c
     for (int i = 0; i < nargs; i++)
       argv[DQ_NKEYS + i] = args[i], alens[DQ_NKEYS + i] = lens ? lens[i] : strlen(args[i]);
     rc = sluice__eval(dq->c, s, DQ_NKEYS, DQ_NKEYS + nargs, argv, alens, dq->op_timeout_ms,
-                      on_reply, r, &r->op);
+                      on_reply, r, &r->pending.op);
   }
   free(argv);
   free(alens);
@@ -305,7 +304,7 @@ static int req_send(dq_req *r, const sluice__script *s, int nargs, const char *c
     sluice__free(r);
     return rc;
   }
-  sluice__list_append(&dq->reqs, &r->link);
+  sluice__list_append(&dq->reqs, &r->pending.link);
   return SLUICE_OK;
 }
 
@@ -321,18 +320,14 @@ void sluice_dq_options_init(sluice_dq_options *o) {
 /* Freed with requests pending: their replies are dropped from now on. */
 static void dq_quiesce(sluice__guard *g) {
   sluice_dq *dq = sluice__container_of(g, sluice_dq, guard);
-  for (sluice__link *l = dq->reqs.head; l; l = l->next) {
-    dq_req *r = sluice__container_of(l, dq_req, link);
-    sluice__op_detach(r->op);
-    r->op = NULL;
-  }
+  sluice__pending_detach_all(&dq->reqs);
 }
 
 static void dq_cancel(sluice__guard *g) {
   sluice_dq *dq = sluice__container_of(g, sluice_dq, guard);
   while (dq->reqs.head) {
-    dq_req *r = sluice__container_of(dq->reqs.head, dq_req, link);
-    sluice__op_detach(r->op);
+    dq_req *r = sluice__container_of(dq->reqs.head, dq_req, pending.link);
+    sluice__op_detach(r->pending.op);
     req_finish(r, SLUICE_ECANCELED, NULL);
   }
 }
@@ -341,28 +336,21 @@ static int dq_idle(const sluice__guard *g) {
   return !sluice__container_of(g, sluice_dq, guard)->reqs.head;
 }
 
-static void dq_view(const sluice__guard *g, sluice__obj_view *out) {
-  const sluice_dq *dq = sluice__container_of(g, sluice_dq, guard);
-  *out = (sluice__obj_view){SLUICE__OBJ_DQ, dq, dq->name, NULL, NULL};
-}
-
-static const sluice__guard_ops dq_guard_ops = {.quiesce = dq_quiesce,
-                                               .cancel = dq_cancel,
-                                               .idle = dq_idle,
-                                               .destroy = dq_destroy,
-                                               .view = dq_view};
+static const sluice__guard_ops dq_guard_ops = {
+    .quiesce = dq_quiesce, .cancel = dq_cancel, .idle = dq_idle, .destroy = dq_destroy};
 
 int sluice_dq_new(sluice_client *c, const char *name, const sluice_dq_options *opts,
                   sluice_dq **out) {
   sluice_dq_options defaults;
   if (out) *out = NULL;
   if (!c || !out || !sluice__valid_name(name)) return SLUICE_EINVAL;
-  if (sluice__client_closing(c)) return SLUICE_ECLOSED;
+  if (sluice__client_closing(c)) return SLUICE_ECLOSED; /* says more than an option error */
   if (!opts) sluice_dq_options_init(&defaults), opts = &defaults;
   if (opts->retention_ms < 1 || opts->retention_ms > (uint64_t)SLUICE_DQ_TIME_MAX)
     return SLUICE_EINVAL;
-  sluice_dq *dq = sluice__calloc(1, sizeof *dq);
-  if (!dq) return SLUICE_ENOMEM;
+  int rc;
+  sluice_dq *dq = sluice__handle_alloc(c, sizeof *dq, &rc);
+  if (!dq) return rc;
   dq->c = c;
   dq->op_timeout_ms = opts->op_timeout_ms;
   dq->retention_ms = opts->retention_ms;
@@ -371,7 +359,8 @@ int sluice_dq_new(sluice_client *c, const char *name, const sluice_dq_options *o
     dq_destroy(&dq->guard);
     return SLUICE_ENOMEM;
   }
-  sluice__guard_attach(&dq->guard, sluice__client_home(c), &dq_guard_ops);
+  sluice__handle_attach(c, &dq->guard, &dq_guard_ops,
+                        &(sluice__obj_view){SLUICE__OBJ_DQ, dq, dq->name, NULL, NULL});
   *out = dq;
   return SLUICE_OK;
 }

@@ -191,18 +191,9 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
   sluice__guard_poke(&con->guard);
 }
 
-static const sluice__batch_kind settle_kind = {&sluice__lua_dq_ack,
-                                               DQ_SETTLE_MAX,
-                                               DQ_ACK_ARGS_HEAD,
-                                               DQ_ACK_ARGS_PER,
-                                               DQ_ACK_NUMS_HEAD,
-                                               DQ_ACK_NUMS_PER,
-                                               0,
-                                               1,
-                                               build,
-                                               answer,
-                                               NULL,
-                                               SLUICE__WRITE_SETTLE};
+static const sluice__batch_kind settle_kind = {
+    &sluice__lua_dq_ack, DQ_SETTLE_MAX, SLUICE__BATCH_LAYOUT(DQ_ACK), build, answer, NULL,
+    SLUICE__WRITE_SETTLE};
 
 static int enqueue(sluice_dq_consumer *con, const char *id, unsigned attempt, char op,
                    int64_t delay, sluice_dq_settle_cb *cb, void *ud) {
@@ -456,19 +447,13 @@ static void consumer_node_changed(sluice__guard *g, int lo, int hi) {
   if (lo < 0 || (route >= (unsigned)lo && route <= (unsigned)hi)) consumer_resume(g);
 }
 
-static void consumer_view(const sluice__guard *g, sluice__obj_view *out) {
-  const sluice_dq_consumer *con = sluice__container_of(g, sluice_dq_consumer, guard);
-  *out = (sluice__obj_view){SLUICE__OBJ_DQ_CONSUMER, con, con->name, NULL, &con->lateness};
-}
-
 /* Inside free, stopping the takes is all (nothing of that calls back). */
 static const sluice__guard_ops consumer_guard_ops = {.quiesce = consumer_cancel,
                                                      .cancel = consumer_cancel,
                                                      .idle = consumer_idle,
                                                      .destroy = consumer_destroy,
                                                      .resume = consumer_resume,
-                                                     .node_changed = consumer_node_changed,
-                                                     .view = consumer_view};
+                                                     .node_changed = consumer_node_changed};
 
 static int check_options(const sluice_dq_consumer_options *o) {
   if (o->batch < 1 || o->batch > 1000 || o->visibility_ms < 10 || o->max_in_flight < 1 ||
@@ -507,9 +492,9 @@ int sluice_dq_consumer_new(sluice_client *c, const char *name,
   if (opts) o = *opts;
   else sluice_dq_consumer_options_init(&o);
   if (check_options(&o) != 0) return SLUICE_EINVAL;
-  if (sluice__client_closing(c)) return SLUICE_ECLOSED;
-  sluice_dq_consumer *con = sluice__calloc(1, sizeof *con);
-  if (!con) return SLUICE_ENOMEM;
+  int rc;
+  sluice_dq_consumer *con = sluice__handle_alloc(c, sizeof *con, &rc);
+  if (!con) return rc;
   con->c = c;
   con->o = o;
   con->handler = handler;
@@ -518,7 +503,9 @@ int sluice_dq_consumer_new(sluice_client *c, const char *name,
     consumer_destroy(&con->guard);
     return SLUICE_ENOMEM;
   }
-  sluice__guard_attach(&con->guard, sluice__client_home(c), &consumer_guard_ops);
+  sluice__handle_attach(
+      c, &con->guard, &consumer_guard_ops,
+      &(sluice__obj_view){SLUICE__OBJ_DQ_CONSUMER, con, con->name, NULL, &con->lateness});
   update_listen(con);
   event_active(con->kick, 0, 0); /* first take from the loop */
   *out = con;

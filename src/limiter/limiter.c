@@ -380,11 +380,8 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
   else rq_finish(rq, status, NULL);
 }
 
-#define RL_KIND(script)                                                                    \
-  {                                                                                        \
-    &(script), RL_BATCH_MAX, RL_CHECK_ARGS_HEAD, RL_CHECK_ARGS_PER, RL_CHECK_NUMS_HEAD,    \
-        RL_CHECK_NUMS_PER, RL_CHECK_REPLY_HEAD, RL_CHECK_REPLY_PER, build, answer, NULL, 0 \
-  }
+#define RL_KIND(script) \
+  { &(script), RL_BATCH_MAX, SLUICE__BATCH_LAYOUT(RL_CHECK), build, answer, NULL, 0 }
 
 /* One kind per algorithm (indexed by sluice_rl_algo): only the script differs. */
 static const sluice__batch_kind check_kinds[] = {
@@ -463,17 +460,8 @@ static void lim_destroy(sluice__guard *g) {
   sluice__free(lim);
 }
 
-static void lim_view(const sluice__guard *g, sluice__obj_view *out) {
-  const sluice_limiter *lim = sluice__container_of(g, sluice_limiter, guard);
-  *out = (sluice__obj_view){SLUICE__OBJ_LIMITER, lim, lim->name,
-                            sluice_rl_algo_name(lim->opts.algo), &lim->wait_hist};
-}
-
-static const sluice__guard_ops lim_guard_ops = {.quiesce = lim_quiesce,
-                                                .cancel = lim_cancel,
-                                                .idle = lim_idle,
-                                                .destroy = lim_destroy,
-                                                .view = lim_view};
+static const sluice__guard_ops lim_guard_ops = {
+    .quiesce = lim_quiesce, .cancel = lim_cancel, .idle = lim_idle, .destroy = lim_destroy};
 
 /* ---- public API ---------------------------------------------------------- */
 
@@ -519,9 +507,8 @@ int sluice_limiter_new(sluice_client *c, const char *name, const sluice_limiter_
   if (!c || !opts || !out || !sluice__valid_name(name)) return SLUICE_EINVAL;
   int rc = check_options(opts);
   if (rc) return rc;
-  if (sluice__client_closing(c)) return SLUICE_ECLOSED;
-  sluice_limiter *lim = sluice__calloc(1, sizeof *lim);
-  if (!lim) return SLUICE_ENOMEM;
+  sluice_limiter *lim = sluice__handle_alloc(c, sizeof *lim, &rc);
+  if (!lim) return rc;
   lim->c = c;
   lim->base = sluice__client_base(c);
   lim->opts = *opts;
@@ -540,7 +527,9 @@ int sluice_limiter_new(sluice_client *c, const char *name, const sluice_limiter_
   sluice__batcher_init(&lim->checks, &check_kinds[opts->algo], c, lim, &lim->guard, &lim->flusher,
                        lim->opts.op_timeout_ms);
   sluice__batcher_clock(&lim->checks, reply_time);
-  sluice__guard_attach(&lim->guard, sluice__client_home(c), &lim_guard_ops);
+  sluice__handle_attach(c, &lim->guard, &lim_guard_ops,
+                        &(sluice__obj_view){SLUICE__OBJ_LIMITER, lim, lim->name,
+                                            sluice_rl_algo_name(opts->algo), &lim->wait_hist});
   *out = lim;
   return SLUICE_OK;
 }

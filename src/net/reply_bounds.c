@@ -23,11 +23,9 @@
 
 #include "net/reply_bounds.h"
 
-typedef struct bounds {
-  redisAsyncContext *ac;
-  sluice__reply_refusal *out;
-  redisReplyObjectFunctions *fn; /* hiredis's own */
-  void *ev_data;                 /* the event library's */
+/* A context's event library hooks (ac->ev), as one value. */
+typedef struct ev_hooks {
+  void *data;
   void (*add_read)(void *);
   void (*del_read)(void *);
   void (*add_write)(void *);
@@ -36,7 +34,39 @@ typedef struct bounds {
 #if HIREDIS_MAJOR >= 1
   void (*schedule_timer)(void *, struct timeval);
 #endif
-  size_t elements, bytes; /* of the reply being read */
+} ev_hooks;
+
+static ev_hooks hooks_of(const redisAsyncContext *ac) {
+  ev_hooks h = {.data = ac->ev.data,
+                .add_read = ac->ev.addRead,
+                .del_read = ac->ev.delRead,
+                .add_write = ac->ev.addWrite,
+                .del_write = ac->ev.delWrite,
+                .cleanup = ac->ev.cleanup};
+#if HIREDIS_MAJOR >= 1
+  h.schedule_timer = ac->ev.scheduleTimer;
+#endif
+  return h;
+}
+
+static void hooks_set(redisAsyncContext *ac, const ev_hooks *h) {
+  ac->ev.data = h->data;
+  ac->ev.addRead = h->add_read;
+  ac->ev.delRead = h->del_read;
+  ac->ev.addWrite = h->add_write;
+  ac->ev.delWrite = h->del_write;
+  ac->ev.cleanup = h->cleanup;
+#if HIREDIS_MAJOR >= 1
+  ac->ev.scheduleTimer = h->schedule_timer;
+#endif
+}
+
+typedef struct bounds {
+  redisAsyncContext *ac;
+  sluice__reply_refusal *out;
+  redisReplyObjectFunctions *fn; /* hiredis's own */
+  ev_hooks lib;                  /* the event library's */
+  size_t elements, bytes;        /* of the reply being read */
 } bounds;
 
 /* Record the refusal (the first of this context) for the command whose
@@ -136,28 +166,28 @@ static void add_read(void *data) {
     r->err = REDIS_ERR_PROTOCOL; /* hiredis now fails the parse: dropped */
     snprintf(r->errstr, sizeof r->errstr, "%s", b->out->why);
   }
-  if (b->add_read) b->add_read(b->ev_data);
+  if (b->lib.add_read) b->lib.add_read(b->lib.data);
 }
 
 static void del_read(void *data) {
   bounds *b = data;
-  if (b->del_read) b->del_read(b->ev_data);
+  if (b->lib.del_read) b->lib.del_read(b->lib.data);
 }
 
 static void add_write(void *data) {
   bounds *b = data;
-  if (b->add_write) b->add_write(b->ev_data);
+  if (b->lib.add_write) b->lib.add_write(b->lib.data);
 }
 
 static void del_write(void *data) {
   bounds *b = data;
-  if (b->del_write) b->del_write(b->ev_data);
+  if (b->lib.del_write) b->lib.del_write(b->lib.data);
 }
 
 #if HIREDIS_MAJOR >= 1
 static void schedule_timer(void *data, struct timeval tv) {
   bounds *b = data;
-  if (b->schedule_timer) b->schedule_timer(b->ev_data, tv);
+  if (b->lib.schedule_timer) b->lib.schedule_timer(b->lib.data, tv);
 }
 #endif
 
@@ -166,21 +196,13 @@ static void schedule_timer(void *data, struct timeval tv) {
 static void cleanup(void *data) {
   bounds *b = data;
   redisAsyncContext *ac = b->ac;
-  ac->ev.data = b->ev_data;
-  ac->ev.addRead = b->add_read;
-  ac->ev.delRead = b->del_read;
-  ac->ev.addWrite = b->add_write;
-  ac->ev.delWrite = b->del_write;
-  ac->ev.cleanup = b->cleanup;
-#if HIREDIS_MAJOR >= 1
-  ac->ev.scheduleTimer = b->schedule_timer;
-#endif
+  hooks_set(ac, &b->lib);
   if (ac->c.reader) {
     ac->c.reader->fn = b->fn;
     ac->c.reader->privdata = NULL;
   }
-  void (*done)(void *) = b->cleanup;
-  void *ev_data = b->ev_data;
+  void (*done)(void *) = b->lib.cleanup;
+  void *ev_data = b->lib.data;
   free(b);
   if (done) done(ev_data);
 }
@@ -192,22 +214,17 @@ int sluice__reply_bounds_attach(redisAsyncContext *ac, sluice__reply_refusal *ou
   b->ac = ac;
   b->out = out;
   b->fn = ac->c.reader->fn;
-  b->ev_data = ac->ev.data;
-  b->add_read = ac->ev.addRead;
-  b->del_read = ac->ev.delRead;
-  b->add_write = ac->ev.addWrite;
-  b->del_write = ac->ev.delWrite;
-  b->cleanup = ac->ev.cleanup;
-  ac->ev.data = b;
-  ac->ev.addRead = add_read;
-  ac->ev.delRead = del_read;
-  ac->ev.addWrite = add_write;
-  ac->ev.delWrite = del_write;
-  ac->ev.cleanup = cleanup;
+  b->lib = hooks_of(ac);
+  ev_hooks ours = {.data = b,
+                   .add_read = add_read,
+                   .del_read = del_read,
+                   .add_write = add_write,
+                   .del_write = del_write,
+                   .cleanup = cleanup};
 #if HIREDIS_MAJOR >= 1
-  b->schedule_timer = ac->ev.scheduleTimer;
-  ac->ev.scheduleTimer = schedule_timer;
+  ours.schedule_timer = schedule_timer;
 #endif
+  hooks_set(ac, &ours);
   ac->c.reader->fn = &bounded_fn;
   ac->c.reader->privdata = b;
   return SLUICE_OK;

@@ -363,49 +363,62 @@ static int parse_userinfo(const char *rest, size_t restlen, sluice__endpoint *ep
   return at ? parse_credentials(rest, (size_t)(at - rest), ep) : SLUICE_OK;
 }
 
+/* What follows the scheme of a URL naming several hosts, cut at its
+ * first '/' and its '?'. */
+typedef struct host_list_url {
+  const char *hosts; /* after the credentials */
+  const char *slash; /* the first '/' after hosts, or NULL */
+  const char *end;   /* where the query starts, or the string ends */
+  const char *query; /* the '?', or NULL */
+} host_list_url;
+
+/* "[[user]:password@]hosts[/path][?query]": the credentials into ep, the
+ * rest cut into *u. */
+static int split_host_list_url(const char *rest, sluice__endpoint *ep, host_list_url *u) {
+  u->query = strchr(rest, '?');
+  size_t restlen = u->query ? (size_t)(u->query - rest) : strlen(rest);
+  int rc = parse_userinfo(rest, restlen, ep, &u->hosts);
+  u->end = rest + restlen;
+  u->slash = memchr(u->hosts, '/', (size_t)(u->end - u->hosts));
+  return rc;
+}
+
 /* "[[user]:password@]host:port[,host:port...][/][?query]": seed nodes of a
  * cluster, which has only database 0. */
 static int parse_cluster(const char *rest, sluice__endpoint *ep) {
-  const char *query = strchr(rest, '?');
-  size_t restlen = query ? (size_t)(query - rest) : strlen(rest);
-  const char *hosts;
-  int rc = parse_userinfo(rest, restlen, ep, &hosts);
+  host_list_url u;
+  int rc = split_host_list_url(rest, ep, &u);
   if (rc) return rc;
-  const char *end = rest + restlen;
-  const char *slash = memchr(hosts, '/', (size_t)(end - hosts));
-  if (slash && !(slash + 1 == end || (slash + 2 == end && slash[1] == '0'))) {
+  if (u.slash && !(u.slash + 1 == u.end || (u.slash + 2 == u.end && u.slash[1] == '0'))) {
     sluice__endpoint_set_error(
         "a Redis Cluster has only database 0: nothing may follow the "
         "seed nodes but \"/\" or \"/0\"");
     return SLUICE_EINVAL;
   }
-  size_t hlen = (size_t)((slash ? slash : end) - hosts);
+  size_t hlen = (size_t)((u.slash ? u.slash : u.end) - u.hosts);
   if (hlen == 0) {
     sluice__endpoint_set_error("redis+cluster:// needs seed nodes as host:port[,host:port...]");
     return SLUICE_EINVAL;
   }
-  if ((rc = parse_hostlist(hosts, hlen, &ep->seed_hosts, &ep->seed_ports, &ep->nseeds))) return rc;
+  if ((rc = parse_hostlist(u.hosts, hlen, &ep->seed_hosts, &ep->seed_ports, &ep->nseeds)))
+    return rc;
   ep->cluster = 1;
-  return query ? parse_query(query + 1, FOR_TLS, ep) : SLUICE_OK;
+  return u.query ? parse_query(u.query + 1, FOR_TLS, ep) : SLUICE_OK;
 }
 
 /* "[[user]:password@]sentinels/NAME[/db][?query]". */
 static int parse_sentinel(const char *rest, sluice__endpoint *ep) {
-  const char *query = strchr(rest, '?');
-  size_t restlen = query ? (size_t)(query - rest) : strlen(rest);
-  const char *hosts;
-  int rc = parse_userinfo(rest, restlen, ep, &hosts);
+  host_list_url u;
+  int rc = split_host_list_url(rest, ep, &u);
   if (rc) return rc;
-  const char *end = rest + restlen;
-  const char *slash = memchr(hosts, '/', (size_t)(end - hosts));
-  if (!slash || slash == hosts) {
+  if (!u.slash || u.slash == u.hosts) {
     sluice__endpoint_set_error("redis+sentinel:// needs host:port[,host:port...]/MASTER_NAME");
     return SLUICE_EINVAL;
   }
-  if ((rc = parse_sentinels(hosts, (size_t)(slash - hosts), ep))) return rc;
-  const char *name = slash + 1;
-  const char *slash2 = memchr(name, '/', (size_t)(end - name));
-  size_t nlen = slash2 ? (size_t)(slash2 - name) : (size_t)(end - name);
+  if ((rc = parse_sentinels(u.hosts, (size_t)(u.slash - u.hosts), ep))) return rc;
+  const char *name = u.slash + 1;
+  const char *slash2 = memchr(name, '/', (size_t)(u.end - name));
+  size_t nlen = slash2 ? (size_t)(slash2 - name) : (size_t)(u.end - name);
   if (nlen == 0 || nlen > 256) {
     sluice__endpoint_set_error(
         "redis+sentinel:// needs the master's name (1..256 bytes) after "
@@ -413,10 +426,10 @@ static int parse_sentinel(const char *rest, sluice__endpoint *ep) {
     return SLUICE_EINVAL;
   }
   if ((rc = dup_part("the master name", name, nlen, &ep->master_name))) return rc;
-  if (slash2 && slash2 + 1 < end &&
-      (rc = parse_db(slash2 + 1, (size_t)(end - slash2 - 1), &ep->db)))
+  if (slash2 && slash2 + 1 < u.end &&
+      (rc = parse_db(slash2 + 1, (size_t)(u.end - slash2 - 1), &ep->db)))
     return rc;
-  return query ? parse_query(query + 1, FOR_SENTINEL, ep) : SLUICE_OK;
+  return u.query ? parse_query(u.query + 1, FOR_SENTINEL, ep) : SLUICE_OK;
 }
 
 /* A raw control byte anywhere: refused (a NUL cannot be in a C string). */

@@ -199,12 +199,7 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
 
 static const sluice__batch_kind renew_kind = {&sluice__lua_sem_renew,
                                               SEM_BATCH_MAX,
-                                              SEM_RENEW_ARGS_HEAD,
-                                              SEM_RENEW_ARGS_PER,
-                                              SEM_RENEW_NUMS_HEAD,
-                                              SEM_RENEW_NUMS_PER,
-                                              0,
-                                              1,
+                                              SLUICE__BATCH_LAYOUT(SEM_RENEW),
                                               build,
                                               answer,
                                               timeout,
@@ -262,12 +257,7 @@ static void reassert_answer(void *owner, sluice__breq *r, int status,
 
 static const sluice__batch_kind reassert_kind = {&sluice__lua_sem_reassert,
                                                  SEM_BATCH_MAX,
-                                                 SEM_REASSERT_ARGS_HEAD,
-                                                 SEM_REASSERT_ARGS_PER,
-                                                 SEM_REASSERT_NUMS_HEAD,
-                                                 SEM_REASSERT_NUMS_PER,
-                                                 0,
-                                                 1,
+                                                 SLUICE__BATCH_LAYOUT(SEM_REASSERT),
                                                  reassert_build,
                                                  reassert_answer,
                                                  reassert_timeout,
@@ -331,12 +321,17 @@ static void permit_cancel(sluice__guard *g) {
   if (p->sem) stop_renewing(p);
 }
 
-static void permit_destroy(sluice__guard *g) {
-  sluice_permit *p = sluice__container_of(g, sluice_permit, guard);
-  detach(p);
+/* The memory, also of a permit half built (a timer may be missing). */
+static void permit_free_memory(sluice_permit *p) {
   if (p->renew_timer) event_free(p->renew_timer);
   if (p->lost_timer) event_free(p->lost_timer);
   sluice__free(p);
+}
+
+static void permit_destroy(sluice__guard *g) {
+  sluice_permit *p = sluice__container_of(g, sluice_permit, guard);
+  detach(p);
+  permit_free_memory(p);
 }
 
 static const sluice__guard_ops permit_guard_ops = {.cancel = permit_cancel,
@@ -354,9 +349,7 @@ sluice_permit *sluice__permit_new(sluice_sem *sem, const char *id, uint64_t fenc
   p->renew_timer = evtimer_new(base, renew_timer_cb, p);
   p->lost_timer = evtimer_new(base, lost_timer_cb, p);
   if (!p->renew_timer || !p->lost_timer) {
-    if (p->renew_timer) event_free(p->renew_timer);
-    if (p->lost_timer) event_free(p->lost_timer);
-    sluice__free(p);
+    permit_free_memory(p);
     return NULL;
   }
   sluice__list_append(&sem->permits, &p->link);

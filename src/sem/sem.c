@@ -13,10 +13,9 @@
 
 typedef struct sem_inspect_req {
   sluice_sem *sem;
-  sluice__link link; /* in sem->inspects */
+  sluice__pending pending; /* in sem->inspects */
   sluice_sem_info_cb *cb;
   void *ud;
-  sluice__op *op;
 } sem_inspect_req;
 
 void sluice_sem_options_init(sluice_sem_options *o) {
@@ -80,7 +79,7 @@ static void inspect_finish(sem_inspect_req *r, int status, const sluice_sem_info
   sluice_sem *sem = r->sem;
   sluice_sem_info_cb *cb = r->cb;
   void *ud = r->ud;
-  sluice__list_remove(&sem->inspects, &r->link);
+  sluice__list_remove(&sem->inspects, &r->pending.link);
   sluice__free(r);
   sluice__guard_enter(&sem->guard);
   cb(sem, status, info, ud);
@@ -108,12 +107,12 @@ int sluice_sem_inspect(sluice_sem *sem, sluice_sem_info_cb *cb, void *ud) {
   r->ud = ud;
   int rc = sluice__eval(sem->c, &sluice__lua_sem_status, SEM_NKEYS, SEM_NKEYS,
                         (const char *const *)sem->keys, NULL, sem->o.op_timeout_ms, on_inspect, r,
-                        &r->op);
+                        &r->pending.op);
   if (rc) {
     sluice__free(r);
     return rc;
   }
-  sluice__list_append(&sem->inspects, &r->link);
+  sluice__list_append(&sem->inspects, &r->pending.link);
   return SLUICE_OK;
 }
 
@@ -123,11 +122,7 @@ static void sem_quiesce(sluice__guard *g) {
   sluice_sem *sem = sluice__container_of(g, sluice_sem, guard);
   sluice__acquire_quiesce(sem);
   sluice__permits_quiesce(sem);
-  for (sluice__link *l = sem->inspects.head; l; l = l->next) {
-    sem_inspect_req *r = sluice__container_of(l, sem_inspect_req, link);
-    sluice__op_detach(r->op);
-    r->op = NULL;
-  }
+  sluice__pending_detach_all(&sem->inspects);
 }
 
 static void sem_cancel(sluice__guard *g) {
@@ -135,8 +130,8 @@ static void sem_cancel(sluice__guard *g) {
   sluice__acquire_cancel_all(sem);
   sluice__permits_cancel_all(sem);
   while (sem->inspects.head) {
-    sem_inspect_req *r = sluice__container_of(sem->inspects.head, sem_inspect_req, link);
-    sluice__op_detach(r->op);
+    sem_inspect_req *r = sluice__container_of(sem->inspects.head, sem_inspect_req, pending.link);
+    sluice__op_detach(r->pending.op);
     inspect_finish(r, SLUICE_ECANCELED, NULL);
   }
   /* Last: releases queued by everything above still go out. */
@@ -183,18 +178,12 @@ static void sem_node_changed(sluice__guard *g, int lo, int hi) {
   sluice__acquire_resume(sem);
 }
 
-static void sem_view(const sluice__guard *g, sluice__obj_view *out) {
-  const sluice_sem *sem = sluice__container_of(g, sluice_sem, guard);
-  *out = (sluice__obj_view){SLUICE__OBJ_SEM, sem, sem->name, NULL, &sem->wait_hist};
-}
-
 static const sluice__guard_ops sem_guard_ops = {.quiesce = sem_quiesce,
                                                 .cancel = sem_cancel,
                                                 .idle = sem_idle,
                                                 .destroy = sem_destroy,
                                                 .resume = sem_resume,
-                                                .node_changed = sem_node_changed,
-                                                .view = sem_view};
+                                                .node_changed = sem_node_changed};
 
 static int sem_init(sluice_sem *sem, sluice_client *c, const char *name) {
   sem->name = strdup(name);
@@ -239,9 +228,8 @@ int sluice_sem_new(sluice_client *c, const char *name, const sluice_sem_options 
   }
   int rc = check_options(opts);
   if (rc) return rc;
-  if (sluice__client_closing(c)) return SLUICE_ECLOSED;
-  sluice_sem *sem = sluice__calloc(1, sizeof *sem);
-  if (!sem) return SLUICE_ENOMEM;
+  sluice_sem *sem = sluice__handle_alloc(c, sizeof *sem, &rc);
+  if (!sem) return rc;
   sem->c = c;
   sem->o = *opts;
   if (!sem->o.renew_ms) sem->o.renew_ms = sem->o.ttl_ms / 3 ? sem->o.ttl_ms / 3 : 1;
@@ -253,7 +241,9 @@ int sluice_sem_new(sluice_client *c, const char *name, const sluice_sem_options 
   }
   set_call(sem);
   sem->route = sluice__client_route(c, sem->keys[0]);
-  sluice__guard_attach(&sem->guard, sluice__client_home(c), &sem_guard_ops);
+  sluice__handle_attach(
+      c, &sem->guard, &sem_guard_ops,
+      &(sluice__obj_view){SLUICE__OBJ_SEM, sem, sem->name, NULL, &sem->wait_hist});
   *out = sem;
   return SLUICE_OK;
 }

@@ -115,8 +115,8 @@ static void acquire_free(sluice_acquire *a) {
   sluice__list_remove(&a->sem->acquires, &a->link);
   a->sem->npending--;
   sluice__client_release(a->sem->c, SLUICE__CAP_SEM_PENDING, 1);
-  event_free(a->timer);
-  event_free(a->deadline);
+  if (a->timer) event_free(a->timer); /* missing when start_acquire failed */
+  if (a->deadline) event_free(a->deadline);
   sluice__free(a);
 }
 
@@ -378,12 +378,7 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
 
 static const sluice__batch_kind attempt_kind = {&sluice__lua_sem_acquire,
                                                 SEM_BATCH_MAX,
-                                                SEM_ACQUIRE_ARGS_HEAD,
-                                                SEM_ACQUIRE_ARGS_PER,
-                                                SEM_ACQUIRE_NUMS_HEAD,
-                                                SEM_ACQUIRE_NUMS_PER,
-                                                SEM_ACQUIRE_REPLY_HEAD,
-                                                3,
+                                                SLUICE__BATCH_LAYOUT(SEM_ACQUIRE),
                                                 build,
                                                 answer,
                                                 NULL,
@@ -704,13 +699,12 @@ static int start_acquire(sluice_sem *sem, int blocking, unsigned timeout_ms, slu
   a->blocking = blocking;
   a->retry_ms = RETRY_MIN_MS;
   if (blocking) a->started_us = sluice__mono_us(); /* try_acquire needs no clock */
+  sluice__list_append(&sem->acquires, &a->link);
+  sem->npending++;
   a->timer = evtimer_new(base, acquire_timer_cb, a);
   a->deadline = evtimer_new(base, acquire_deadline_cb, a);
   if (!a->timer || !a->deadline) {
-    if (a->timer) event_free(a->timer);
-    if (a->deadline) event_free(a->deadline);
-    sluice__free(a);
-    sluice__client_release(sem->c, SLUICE__CAP_SEM_PENDING, 1);
+    acquire_free(a);
     return SLUICE_ENOMEM;
   }
   sluice__random_hex(a->waiter_id);
@@ -718,8 +712,6 @@ static int start_acquire(sluice_sem *sem, int blocking, unsigned timeout_ms, slu
   memcpy(a->member, sem->handle_id, 32);
   a->member[32] = ':';
   memcpy(a->member + 33, a->waiter_id, 33);
-  sluice__list_append(&sem->acquires, &a->link);
-  sem->npending++;
   if (blocking && timeout_ms) {
     a->deadline_ms = sluice__mono_ms() + timeout_ms;
     sluice__timer_in(a->deadline, timeout_ms);
