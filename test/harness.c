@@ -718,12 +718,13 @@ static int selected(int argc, char **argv, const char *name) {
 static int applies(const th_case *tc) { return topo == TH_TOPO_STANDALONE || !tc->standalone_only; }
 
 /* The cases, as TAP; the server (if any) is already up. */
-static int run_cases(int argc, char **argv, const th_case *cases) {
+static int run_cases(int argc, char **argv, const th_case *cases, size_t ncases) {
   int total = 0, failed = 0, n = 0;
-  for (const th_case *tc = cases; tc->name; tc++)
+  const th_case *end = cases + ncases;
+  for (const th_case *tc = cases; tc < end; tc++)
     if (selected(argc, argv, tc->name) && applies(tc)) total++;
   printf("1..%d\n", total);
-  for (const th_case *tc = cases; tc->name; tc++) {
+  for (const th_case *tc = cases; tc < end; tc++) {
     if (!selected(argc, argv, tc->name)) continue;
     if (!applies(tc)) {
       printf("# %s: not on %s (%s)\n", tc->name, th_server_topo_name(), tc->standalone_only);
@@ -749,7 +750,18 @@ int th_missing(const char *what) {
   return 77;
 }
 
+/* The cases of a NULL-terminated table. */
+static size_t count_cases(const th_case *cases) {
+  size_t n = 0;
+  while (cases[n].name) n++;
+  return n;
+}
+
 int th_main(int argc, char **argv, const th_case *cases) {
+  return th_main_n(argc, argv, cases, count_cases(cases));
+}
+
+int th_main_n(int argc, char **argv, const th_case *cases, size_t n) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   signal(SIGPIPE, SIG_IGN);
   harness_pid = getpid();
@@ -767,13 +779,17 @@ int th_main(int argc, char **argv, const th_case *cases) {
   atexit(cleanup);
   signal(SIGTERM, on_signal);
   signal(SIGINT, on_signal);
-  return run_cases(argc, argv, cases);
+  return run_cases(argc, argv, cases, n);
 }
 
 int th_main_local(int argc, char **argv, const th_case *cases) {
+  return th_main_local_n(argc, argv, cases, count_cases(cases));
+}
+
+int th_main_local_n(int argc, char **argv, const th_case *cases, size_t n) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   signal(SIGPIPE, SIG_IGN);
   harness_pid = getpid();
   no_redis = 1;
-  return run_cases(argc, argv, cases);
+  return run_cases(argc, argv, cases, n);
 }

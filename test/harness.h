@@ -259,6 +259,23 @@ int th_main(int argc, char **argv, const th_case *cases);
 /* The same without Redis (the quick suite): no server is started, cases
  * must not use th_server or th_redis_*; the live-object check still runs. */
 int th_main_local(int argc, char **argv, const th_case *cases);
+/* A row of a case table for the function test_NAME, named "NAME": the
+ * rest are th_case's fields after fn (timeout_s, then any designated
+ * ones), so a case's name cannot drift from its function's. */
+#define TH_CASE(name, ...) \
+  { #name, test_##name, __VA_ARGS__ }
+/* th_main and th_main_local on a case table of the same file (an array,
+ * not NULL-terminated), as the binary's main. */
+int th_main_n(int argc, char **argv, const th_case *cases, size_t n);
+int th_main_local_n(int argc, char **argv, const th_case *cases, size_t n);
+#define TH_MAIN(cases)                                                 \
+  int main(int argc, char **argv) {                                    \
+    return th_main_n(argc, argv, cases, sizeof cases / sizeof *cases); \
+  }
+#define TH_MAIN_LOCAL(cases)                                                 \
+  int main(int argc, char **argv) {                                          \
+    return th_main_local_n(argc, argv, cases, sizeof cases / sizeof *cases); \
+  }
 /* A program the binary needs (what: "redis-server") is not installed:
  * prints the TAP plan that says so and returns the binary's exit status,
  * 77 (SKIP), or 1 under CI=true, where it is required. */

@@ -656,11 +656,8 @@ static void test_cluster(void) {
 
 int main(int argc, char **argv) {
   static const th_case cases[] = {
-      {"single", test_single, 300},
-      {"tenants", test_tenants, 60},
-      {"sentinel", test_sentinel, 300},
-      {"cluster", test_cluster, 300},
-      {NULL, NULL, 0},
+      TH_CASE(single, 300),  TH_CASE(tenants, 60), TH_CASE(sentinel, 300),
+      TH_CASE(cluster, 300), {NULL, NULL, 0},
   };
   return th_topology_main(argc, argv, cases);
 }

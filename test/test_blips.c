@@ -425,20 +425,17 @@ static void test_unreplicated_release_repeated(void) {
   event_base_free(base);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"releases_survive_kill", test_releases_survive_kill, 0},
-      {"stall_leaves_no_orphan", test_stall_leaves_no_orphan, 0},
-      {"doubt_is_not_not_sent", test_doubt_is_not_not_sent, 0},
-      {"handshake_errors", test_handshake_errors, 0},
-      {"consumer_resumes_at_once", test_consumer_resumes_at_once, 0},
-      {"fail_fast_and_health", test_fail_fast_and_health, 0},
-      {"release_hands_off", test_release_hands_off, 0},
-      {"hand_off_long_lease", test_hand_off_long_lease, 0},
-      {"release_by_id", test_release_by_id, 0},
-      {"unreplicated_release_repeated", test_unreplicated_release_repeated, 0,
-       .standalone_only = "kills the one server's clients and restarts it"},
-      {NULL, NULL, 0},
-  };
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(releases_survive_kill, 0),
+    TH_CASE(stall_leaves_no_orphan, 0),
+    TH_CASE(doubt_is_not_not_sent, 0),
+    TH_CASE(handshake_errors, 0),
+    TH_CASE(consumer_resumes_at_once, 0),
+    TH_CASE(fail_fast_and_health, 0),
+    TH_CASE(release_hands_off, 0),
+    TH_CASE(hand_off_long_lease, 0),
+    TH_CASE(release_by_id, 0),
+    TH_CASE(unreplicated_release_repeated, 0,
+            .standalone_only = "kills the one server's clients and restarts it"),
+};
+TH_MAIN(cases)

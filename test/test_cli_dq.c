@@ -366,17 +366,15 @@ static void test_bad_numbers_and_long_names(void) {
   cleanup();
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"concurrency", test_concurrency, 0},
-      {"failures_retried_then_dead", test_failures_retried_then_dead, 0},
-      {"crash_retried", test_crash_retried, 0},
-      {"sigterm_drains", test_sigterm_drains, 0},
-      {"second_signal_forwards", test_second_signal_forwards, 0},
-      {"visibility_watchdog", test_visibility_watchdog, 0},
-      {"cmd_not_found_and_usage", test_cmd_not_found_and_usage, 0},
-      {"redis_errors_verbatim", test_redis_errors_verbatim, 0},
-      {"bad_numbers_and_long_names", test_bad_numbers_and_long_names, 0},
-      {NULL, NULL, 0}};
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(concurrency, 0),
+    TH_CASE(failures_retried_then_dead, 0),
+    TH_CASE(crash_retried, 0),
+    TH_CASE(sigterm_drains, 0),
+    TH_CASE(second_signal_forwards, 0),
+    TH_CASE(visibility_watchdog, 0),
+    TH_CASE(cmd_not_found_and_usage, 0),
+    TH_CASE(redis_errors_verbatim, 0),
+    TH_CASE(bad_numbers_and_long_names, 0),
+};
+TH_MAIN(cases)

@@ -160,14 +160,11 @@ static void test_bad_numbers(void) {
   TH_ASSERT_EQ(th_redis_int(&th_server, "LLEN sluice:rl:{1:n:k}:log"), 3);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"check", test_check, 0},
-      {"wait", test_wait, 0},
-      {"usage_and_unreachable", test_usage_and_unreachable, 0},
-      {"redis_error_verbatim", test_redis_error_verbatim, 0},
-      {"bad_numbers", test_bad_numbers, 0},
-      {NULL, NULL, 0},
-  };
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(check, 0),
+    TH_CASE(wait, 0),
+    TH_CASE(usage_and_unreachable, 0),
+    TH_CASE(redis_error_verbatim, 0),
+    TH_CASE(bad_numbers, 0),
+};
+TH_MAIN(cases)

@@ -1026,16 +1026,11 @@ static void test_tool(void) {
 
 int main(int argc, char **argv) {
   static const th_case cases[] = {
-      {"primitives", test_primitives, 120},
-      {"bad_input", test_bad_input, 60},
-      {"resharding", test_resharding, 240},
-      {"failover", test_failover, 300},
-      {"node_change", test_node_change, 180},
-      {"pause_master", test_pause_master, 300},
-      {"release_during_pause", test_release_during_pause, 180},
-      {"tool", test_tool, 120},
-      {"join_leave", test_join_leave, 180},
-      {NULL, NULL, 0},
+      TH_CASE(primitives, 120),           TH_CASE(bad_input, 60),
+      TH_CASE(resharding, 240),           TH_CASE(failover, 300),
+      TH_CASE(node_change, 180),          TH_CASE(pause_master, 300),
+      TH_CASE(release_during_pause, 180), TH_CASE(tool, 120),
+      TH_CASE(join_leave, 180),           {NULL, NULL, 0},
   };
   return th_topology_main(argc, argv, cases);
 }

@@ -511,9 +511,9 @@ static void test_queue(void) {
 
 int main(int argc, char **argv) {
   static const th_case cases[] = {
-      {"semaphores", test_semaphores, 120},
-      {"limiters", test_limiters, 120},
-      {"queue", test_queue, 120},
+      TH_CASE(semaphores, 120),
+      TH_CASE(limiters, 120),
+      TH_CASE(queue, 120),
       {NULL, NULL, 0},
   };
   return th_topology_main(argc, argv, cases);

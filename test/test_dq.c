@@ -1069,33 +1069,29 @@ static void test_error_callback_and_names(void) {
   dqt_finish(base, c);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"error_callback_and_names", test_error_callback_and_names, 30,
-       .standalone_only = "pauses the server"},
-      {"order_by_due_then_push", test_order_by_due_then_push, 30},
-      {"batch_and_max_in_flight", test_batch_and_max_in_flight, 30},
-      {"binary_payload", test_binary_payload, 30},
-      {"cancel", test_cancel, 30},
-      {"dedup", test_dedup, 30},
-      {"largest_batch", test_largest_batch, 60},
-      {"late_ack_reported", test_late_ack_reported, 30},
-      {"retry_dead_letter_requeue", test_retry_dead_letter_requeue, 30},
-      {"expired_dead_letter", test_expired_dead_letter, 30},
-      {"bad_input", test_bad_input, 30},
-      {"free_inside_callbacks", test_free_inside_callbacks, 30},
-      {"close_cancels_pending", test_close_cancels_pending, 30},
-      {"free_cancels_pending", test_free_cancels_pending, 30},
-      {"keys_expire", test_keys_expire, 30},
-      {"early_push_wakes_consumer", test_early_push_wakes_consumer, 30},
-      {"idle_cost", test_idle_cost, 30},
-      {"inspect_counts", test_inspect_counts, 30},
-      {"old_layout_drains", test_old_layout_drains, 30},
-      {"memory_per_message", test_memory_per_message, 60},
-      {"pending_pushes_capped", test_pending_pushes_capped, 30},
-      {"scripts_refuse_oversize", test_scripts_refuse_oversize, 30,
-       .standalone_only = "raw EVALs on one connection to the first master"},
-      {NULL, NULL, 0},
-  };
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(error_callback_and_names, 30, .standalone_only = "pauses the server"),
+    TH_CASE(order_by_due_then_push, 30),
+    TH_CASE(batch_and_max_in_flight, 30),
+    TH_CASE(binary_payload, 30),
+    TH_CASE(cancel, 30),
+    TH_CASE(dedup, 30),
+    TH_CASE(largest_batch, 60),
+    TH_CASE(late_ack_reported, 30),
+    TH_CASE(retry_dead_letter_requeue, 30),
+    TH_CASE(expired_dead_letter, 30),
+    TH_CASE(bad_input, 30),
+    TH_CASE(free_inside_callbacks, 30),
+    TH_CASE(close_cancels_pending, 30),
+    TH_CASE(free_cancels_pending, 30),
+    TH_CASE(keys_expire, 30),
+    TH_CASE(early_push_wakes_consumer, 30),
+    TH_CASE(idle_cost, 30),
+    TH_CASE(inspect_counts, 30),
+    TH_CASE(old_layout_drains, 30),
+    TH_CASE(memory_per_message, 60),
+    TH_CASE(pending_pushes_capped, 30),
+    TH_CASE(scripts_refuse_oversize, 30,
+            .standalone_only = "raw EVALs on one connection to the first master"),
+};
+TH_MAIN(cases)

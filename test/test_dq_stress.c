@@ -470,15 +470,11 @@ static void test_due_times(void) {
   dqt_finish(base, c);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"many_messages_many_consumers", test_many_messages_many_consumers, 120},
-      {"crash_redelivery", test_crash_redelivery, 30},
-      {"crash_dead_letters", test_crash_dead_letters, 30},
-      {"restart_and_client_kill", test_restart_and_client_kill, 60,
-       .standalone_only = "restarts the server"},
-      {"due_times", test_due_times, 90},
-      {NULL, NULL, 0},
-  };
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(many_messages_many_consumers, 120),
+    TH_CASE(crash_redelivery, 30),
+    TH_CASE(crash_dead_letters, 30),
+    TH_CASE(restart_and_client_kill, 60, .standalone_only = "restarts the server"),
+    TH_CASE(due_times, 90),
+};
+TH_MAIN(cases)

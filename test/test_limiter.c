@@ -1291,35 +1291,31 @@ static void test_local_limiter_keys(void) {
   sluice__rl_local_free(l);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"bad_input", test_bad_input, 0},
-      {"basic_decisions", test_basic_decisions, 0},
-      {"peek_consumes_nothing", test_peek_consumes_nothing, 0},
-      {"rejected_consume_nothing", test_rejected_consume_nothing, 0},
-      {"cost", test_cost, 0},
-      {"retry_after_honest", test_retry_after_honest, 0},
-      {"expiry", test_expiry, 0},
-      {"memory_per_key", test_memory_per_key, 0},
-      {"concurrent_exact", test_concurrent_exact, 120},
-      {"concurrent_sliding_log_windows", test_concurrent_sliding_log_windows, 120},
-      {"concurrent_gcra_rate", test_concurrent_gcra_rate, 120},
-      {"batch_one_call", test_batch_one_call, 0},
-      {"wait_fifo", test_wait_fifo, 0},
-      {"wait_timeout", test_wait_timeout, 0},
-      {"wait_queue_full", test_wait_queue_full, 0},
-      {"wait_client_cap", test_wait_client_cap, 0},
-      {"wait_cancel", test_wait_cancel, 0},
-      {"free_in_callback", test_free_in_callback, 0},
-      {"free_cancels_pending", test_free_cancels_pending, 0},
-      {"client_close_cancels", test_client_close_cancels, 0},
-      {"down_fail_closed", test_down_fail_closed, 0,
-       .standalone_only = "pauses and kills the server"},
-      {"down_fail_open", test_down_fail_open, 0, .standalone_only = "pauses and kills the server"},
-      {"down_local", test_down_local, 0, .standalone_only = "kills the server"},
-      {"local_limiter_keys", test_local_limiter_keys, 0},
-      {"stall_takes_nothing", test_stall_takes_nothing, 0},
-      {NULL, NULL, 0},
-  };
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(bad_input, 0),
+    TH_CASE(basic_decisions, 0),
+    TH_CASE(peek_consumes_nothing, 0),
+    TH_CASE(rejected_consume_nothing, 0),
+    TH_CASE(cost, 0),
+    TH_CASE(retry_after_honest, 0),
+    TH_CASE(expiry, 0),
+    TH_CASE(memory_per_key, 0),
+    TH_CASE(concurrent_exact, 120),
+    TH_CASE(concurrent_sliding_log_windows, 120),
+    TH_CASE(concurrent_gcra_rate, 120),
+    TH_CASE(batch_one_call, 0),
+    TH_CASE(wait_fifo, 0),
+    TH_CASE(wait_timeout, 0),
+    TH_CASE(wait_queue_full, 0),
+    TH_CASE(wait_client_cap, 0),
+    TH_CASE(wait_cancel, 0),
+    TH_CASE(free_in_callback, 0),
+    TH_CASE(free_cancels_pending, 0),
+    TH_CASE(client_close_cancels, 0),
+    TH_CASE(down_fail_closed, 0, .standalone_only = "pauses and kills the server"),
+    TH_CASE(down_fail_open, 0, .standalone_only = "pauses and kills the server"),
+    TH_CASE(down_local, 0, .standalone_only = "kills the server"),
+    TH_CASE(local_limiter_keys, 0),
+    TH_CASE(stall_takes_nothing, 0),
+};
+TH_MAIN(cases)

@@ -399,22 +399,21 @@ static void test_gigabyte_bulk(void) { gigabyte_bulk(65536, 0, SLUICE_EPROTOCOL)
  * silent connection is dropped with what it buffered. */
 static void test_slow_trickle(void) { gigabyte_bulk(1024, 10000, SLUICE_ETIMEDOUT); }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {{"integer_instead_of_array", test_integer_instead_of_array, 0},
-                                  {"array_of_wrong_shape", test_array_of_wrong_shape, 0},
-                                  {"nil", test_nil, 0},
-                                  {"error_reply", test_error_reply, 0},
-                                  {"garbage_bytes", test_garbage_bytes, 0},
-                                  {"renewal_nonsense", test_renewal_nonsense, 0},
-                                  {"moved_to_itself", test_moved_to_itself, 0},
-                                  {"tryagain_forever", test_tryagain_forever, 0},
-                                  {"moved_empty_host", test_moved_empty_host, 0},
-                                  {"moved_unreadable", test_moved_unreadable, 0},
-                                  {"slots_nonsense", test_slots_nonsense, 0},
-                                  {"huge_array_header", test_huge_array_header, 0},
-                                  {"deep_nesting", test_deep_nesting, 0},
-                                  {"gigabyte_bulk", test_gigabyte_bulk, 0},
-                                  {"slow_trickle", test_slow_trickle, 0},
-                                  {NULL, NULL, 0}};
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(integer_instead_of_array, 0),
+    TH_CASE(array_of_wrong_shape, 0),
+    TH_CASE(nil, 0),
+    TH_CASE(error_reply, 0),
+    TH_CASE(garbage_bytes, 0),
+    TH_CASE(renewal_nonsense, 0),
+    TH_CASE(moved_to_itself, 0),
+    TH_CASE(tryagain_forever, 0),
+    TH_CASE(moved_empty_host, 0),
+    TH_CASE(moved_unreadable, 0),
+    TH_CASE(slots_nonsense, 0),
+    TH_CASE(huge_array_header, 0),
+    TH_CASE(deep_nesting, 0),
+    TH_CASE(gigabyte_bulk, 0),
+    TH_CASE(slow_trickle, 0),
+};
+TH_MAIN(cases)

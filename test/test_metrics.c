@@ -293,14 +293,11 @@ static void test_prometheus_sums_handles(void) {
   event_base_free(base);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"log_down_up", test_log_down_up, 30, .standalone_only = "restarts the server"},
-      {"log_failed_auth", test_log_failed_auth, 30},
-      {"precise_clock", test_precise_clock, 30},
-      {"counters", test_counters, 30},
-      {"prometheus_sums_handles", test_prometheus_sums_handles, 30},
-      {NULL, NULL, 0},
-  };
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(log_down_up, 30, .standalone_only = "restarts the server"),
+    TH_CASE(log_failed_auth, 30),
+    TH_CASE(precise_clock, 30),
+    TH_CASE(counters, 30),
+    TH_CASE(prometheus_sums_handles, 30),
+};
+TH_MAIN(cases)

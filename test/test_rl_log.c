@@ -181,13 +181,11 @@ static void test_full_log_denies(void) {
   redisFree(rc);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"min_cost_refused", test_min_cost_refused, 0},
-      {"entry_bytes", test_entry_bytes, 0},
-      {"old_key_converted", test_old_key_converted, 0},
-      {"old_key_merged", test_old_key_merged, 0},
-      {"full_log_denies", test_full_log_denies, 0, .standalone_only = "calls the script directly"},
-      {NULL, NULL, 0}};
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(min_cost_refused, 0),
+    TH_CASE(entry_bytes, 0),
+    TH_CASE(old_key_converted, 0),
+    TH_CASE(old_key_merged, 0),
+    TH_CASE(full_log_denies, 0, .standalone_only = "calls the script directly"),
+};
+TH_MAIN(cases)

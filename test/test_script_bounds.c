@@ -573,8 +573,8 @@ int main(int argc, char **argv) {
   if (argc == 5 && strcmp(argv[1], "--pinger") == 0)
     return pinger_main(argv[2], atoi(argv[3]), atoi(argv[4]));
   static const th_case cases[] = {
-      {"every_script", test_every_script, 300, .standalone_only = "reads one server's SLOWLOG"},
-      {"inspect_capped", test_inspect_capped, 0},
+      TH_CASE(every_script, 300, .standalone_only = "reads one server's SLOWLOG"),
+      TH_CASE(inspect_capped, 0),
       {NULL, NULL, 0}};
   return th_main(argc, argv, cases);
 }

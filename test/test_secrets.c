@@ -278,10 +278,10 @@ static void test_sentinel(void) {
 
 int main(int argc, char **argv) {
   static const th_case cases[] = {
-      {"tool_standalone", test_tool_standalone, 60},
-      {"password_file", test_password_file, 30},
-      {"library_standalone", test_library_standalone, 30},
-      {"sentinel", test_sentinel, 120},
+      TH_CASE(tool_standalone, 60),
+      TH_CASE(password_file, 30),
+      TH_CASE(library_standalone, 30),
+      TH_CASE(sentinel, 120),
       {NULL, NULL, 0},
   };
   return th_topology_main(argc, argv, cases);

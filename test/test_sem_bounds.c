@@ -185,11 +185,10 @@ static void test_legacy_waiters_served(void) {
   sem_fx_close(&fx);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {{"idle_waiters_one_step", test_idle_waiters_one_step, 60},
-                                  {"renewals_in_rounds", test_renewals_in_rounds, 60},
-                                  {"pending_caps", test_pending_caps, 0},
-                                  {"legacy_waiters_served", test_legacy_waiters_served, 0},
-                                  {NULL, NULL, 0}};
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(idle_waiters_one_step, 60),
+    TH_CASE(renewals_in_rounds, 60),
+    TH_CASE(pending_caps, 0),
+    TH_CASE(legacy_waiters_served, 0),
+};
+TH_MAIN(cases)

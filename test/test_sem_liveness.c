@@ -432,17 +432,11 @@ static void test_cli_waiter_killed(void) {
   fifo_close(&f);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {{"holder_killed", test_holder_killed, 60},
-                                  {"holder_killed_fair", test_holder_killed_fair, 60},
-                                  {"waiter_killed", test_waiter_killed, 60},
-                                  {"waiter_killed_fair", test_waiter_killed_fair, 60},
-                                  {"stall_gave_up", test_stall_gave_up, 60},
-                                  {"stall_gave_up_fair", test_stall_gave_up_fair, 60},
-                                  {"first_step_in_stall", test_first_step_in_stall, 60},
-                                  {"cli_stall_gave_up", test_cli_stall_gave_up, 90},
-                                  {"cli_holder_killed", test_cli_holder_killed, 60},
-                                  {"cli_waiter_killed", test_cli_waiter_killed, 60},
-                                  {NULL, NULL, 0}};
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(holder_killed, 60),       TH_CASE(holder_killed_fair, 60),
+    TH_CASE(waiter_killed, 60),       TH_CASE(waiter_killed_fair, 60),
+    TH_CASE(stall_gave_up, 60),       TH_CASE(stall_gave_up_fair, 60),
+    TH_CASE(first_step_in_stall, 60), TH_CASE(cli_stall_gave_up, 90),
+    TH_CASE(cli_holder_killed, 60),   TH_CASE(cli_waiter_killed, 60),
+};
+TH_MAIN(cases)

@@ -760,12 +760,10 @@ static void test_tool(void) {
 
 int main(int argc, char **argv) {
   static const th_case cases[] = {
-      {"primitives", test_primitives, 60},       {"failover", test_failover, 90},
-      {"node_change", test_node_change, 90},     {"bad_input", test_bad_input, 60},
-      {"wait_replicas", test_wait_replicas, 60}, {"discovery", test_discovery, 90},
-      {"list_bounds", test_list_bounds, 30},     {"re_resolve", test_re_resolve, 60},
-      {"kill_master", test_kill_master, 120},    {"tool", test_tool, 60},
-      {"pause_churn", test_pause_churn, 180},    {NULL, NULL, 0},
+      TH_CASE(primitives, 60),  TH_CASE(failover, 90),      TH_CASE(node_change, 90),
+      TH_CASE(bad_input, 60),   TH_CASE(wait_replicas, 60), TH_CASE(discovery, 90),
+      TH_CASE(list_bounds, 30), TH_CASE(re_resolve, 60),    TH_CASE(kill_master, 120),
+      TH_CASE(tool, 60),        TH_CASE(pause_churn, 180),  {NULL, NULL, 0},
   };
   return th_topology_main(argc, argv, cases);
 }

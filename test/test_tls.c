@@ -144,15 +144,12 @@ static void test_cli_refused_without_tls(void) {
   TH_ASSERT_CONTAINS(r.out, "TLS needs hiredis >= 1.0");
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"hiredis_build", test_hiredis_build, 0},
-      {"refused_without_tls", test_refused_without_tls, 0},
-      {"cli_refused_without_tls", test_cli_refused_without_tls, 0},
-      {NULL, NULL, 0},
-  };
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(hiredis_build, 0),
+    TH_CASE(refused_without_tls, 0),
+    TH_CASE(cli_refused_without_tls, 0),
+};
+TH_MAIN(cases)
 
 #else /* SLUICE_HAVE_TLS */
 
@@ -653,21 +650,21 @@ static void remove_certs(void) {
 
 int main(int argc, char **argv) {
   static const th_case cases[] = {
-      {"hiredis_build", test_hiredis_build, 0},
-      {"semaphore", test_semaphore, 0},
-      {"limiter", test_limiter, 0},
-      {"delay_queue", test_delay_queue, 0},
-      {"reconnect", test_reconnect, 0},
-      {"wrong_ca", test_wrong_ca, 0},
-      {"wrong_server_name", test_wrong_server_name, 0},
-      {"client_cert_missing", test_client_cert_missing, 0},
-      {"plain_to_tls_port", test_plain_to_tls_port, 0},
-      {"tls_to_plain_port", test_tls_to_plain_port, 0},
-      {"sni_and_skip_verify", test_sni_and_skip_verify, 0},
-      {"options", test_options, 0},
-      {"refusals", test_refusals, 0},
-      {"cli", test_cli, 0},
-      {"cluster", test_cluster, 0},
+      TH_CASE(hiredis_build, 0),
+      TH_CASE(semaphore, 0),
+      TH_CASE(limiter, 0),
+      TH_CASE(delay_queue, 0),
+      TH_CASE(reconnect, 0),
+      TH_CASE(wrong_ca, 0),
+      TH_CASE(wrong_server_name, 0),
+      TH_CASE(client_cert_missing, 0),
+      TH_CASE(plain_to_tls_port, 0),
+      TH_CASE(tls_to_plain_port, 0),
+      TH_CASE(sni_and_skip_verify, 0),
+      TH_CASE(options, 0),
+      TH_CASE(refusals, 0),
+      TH_CASE(cli, 0),
+      TH_CASE(cluster, 0),
       {NULL, NULL, 0},
   };
   const char *ci = getenv("CI");
