@@ -654,10 +654,10 @@ static void test_cluster(void) {
   th_cluster_stop(&cl);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      TH_CASE(single, 300),  TH_CASE(tenants, 60), TH_CASE(sentinel, 300),
-      TH_CASE(cluster, 300), {NULL, NULL, 0},
-  };
-  return th_topology_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(single, 300),
+    TH_CASE(tenants, 60),
+    TH_CASE(sentinel, 300),
+    TH_CASE(cluster, 300),
+};
+TH_TOPOLOGY_MAIN(cases)

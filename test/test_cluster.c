@@ -1024,13 +1024,11 @@ static void test_tool(void) {
   th_cluster_stop(&topo);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      TH_CASE(primitives, 120),           TH_CASE(bad_input, 60),
-      TH_CASE(resharding, 240),           TH_CASE(failover, 300),
-      TH_CASE(node_change, 180),          TH_CASE(pause_master, 300),
-      TH_CASE(release_during_pause, 180), TH_CASE(tool, 120),
-      TH_CASE(join_leave, 180),           {NULL, NULL, 0},
-  };
-  return th_topology_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(primitives, 120),           TH_CASE(bad_input, 60),
+    TH_CASE(resharding, 240),           TH_CASE(failover, 300),
+    TH_CASE(node_change, 180),          TH_CASE(pause_master, 300),
+    TH_CASE(release_during_pause, 180), TH_CASE(tool, 120),
+    TH_CASE(join_leave, 180),
+};
+TH_TOPOLOGY_MAIN(cases)

@@ -509,12 +509,9 @@ static void test_queue(void) {
   finish(base, c);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      TH_CASE(semaphores, 120),
-      TH_CASE(limiters, 120),
-      TH_CASE(queue, 120),
-      {NULL, NULL, 0},
-  };
-  return th_topology_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(semaphores, 120),
+    TH_CASE(limiters, 120),
+    TH_CASE(queue, 120),
+};
+TH_TOPOLOGY_MAIN(cases)

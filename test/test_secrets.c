@@ -276,13 +276,10 @@ static void test_sentinel(void) {
   tool_errors(dead, "cannot reach Redis at redis+sentinel://:***@");
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      TH_CASE(tool_standalone, 60),
-      TH_CASE(password_file, 30),
-      TH_CASE(library_standalone, 30),
-      TH_CASE(sentinel, 120),
-      {NULL, NULL, 0},
-  };
-  return th_topology_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(tool_standalone, 60),
+    TH_CASE(password_file, 30),
+    TH_CASE(library_standalone, 30),
+    TH_CASE(sentinel, 120),
+};
+TH_TOPOLOGY_MAIN(cases)

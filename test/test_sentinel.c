@@ -758,12 +758,10 @@ static void test_tool(void) {
   th_sentinel_stop(&topo);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      TH_CASE(primitives, 60),  TH_CASE(failover, 90),      TH_CASE(node_change, 90),
-      TH_CASE(bad_input, 60),   TH_CASE(wait_replicas, 60), TH_CASE(discovery, 90),
-      TH_CASE(list_bounds, 30), TH_CASE(re_resolve, 60),    TH_CASE(kill_master, 120),
-      TH_CASE(tool, 60),        TH_CASE(pause_churn, 180),  {NULL, NULL, 0},
-  };
-  return th_topology_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(primitives, 60),  TH_CASE(failover, 90),      TH_CASE(node_change, 90),
+    TH_CASE(bad_input, 60),   TH_CASE(wait_replicas, 60), TH_CASE(discovery, 90),
+    TH_CASE(list_bounds, 30), TH_CASE(re_resolve, 60),    TH_CASE(kill_master, 120),
+    TH_CASE(tool, 60),        TH_CASE(pause_churn, 180),
+};
+TH_TOPOLOGY_MAIN(cases)

@@ -648,25 +648,25 @@ static void remove_certs(void) {
   rmdir(certs);
 }
 
+static const th_case cases[] = {
+    TH_CASE(hiredis_build, 0),
+    TH_CASE(semaphore, 0),
+    TH_CASE(limiter, 0),
+    TH_CASE(delay_queue, 0),
+    TH_CASE(reconnect, 0),
+    TH_CASE(wrong_ca, 0),
+    TH_CASE(wrong_server_name, 0),
+    TH_CASE(client_cert_missing, 0),
+    TH_CASE(plain_to_tls_port, 0),
+    TH_CASE(tls_to_plain_port, 0),
+    TH_CASE(sni_and_skip_verify, 0),
+    TH_CASE(options, 0),
+    TH_CASE(refusals, 0),
+    TH_CASE(cli, 0),
+    TH_CASE(cluster, 0),
+};
+
 int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      TH_CASE(hiredis_build, 0),
-      TH_CASE(semaphore, 0),
-      TH_CASE(limiter, 0),
-      TH_CASE(delay_queue, 0),
-      TH_CASE(reconnect, 0),
-      TH_CASE(wrong_ca, 0),
-      TH_CASE(wrong_server_name, 0),
-      TH_CASE(client_cert_missing, 0),
-      TH_CASE(plain_to_tls_port, 0),
-      TH_CASE(tls_to_plain_port, 0),
-      TH_CASE(sni_and_skip_verify, 0),
-      TH_CASE(options, 0),
-      TH_CASE(refusals, 0),
-      TH_CASE(cli, 0),
-      TH_CASE(cluster, 0),
-      {NULL, NULL, 0},
-  };
   const char *ci = getenv("CI");
   int under_ci = ci && strcmp(ci, "true") == 0;
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -715,7 +715,7 @@ int main(int argc, char **argv) {
     args[3 + 2 * i] = keep[i];
   }
   th_server_args = args;
-  int rc = th_main(argc, argv, cases);
+  int rc = th_main_n(argc, argv, cases, sizeof cases / sizeof *cases);
   remove_certs();
   return rc;
 }

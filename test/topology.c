@@ -1465,7 +1465,13 @@ int th_sentinel_stop_one(th_sentinel *s, int i) {
 }
 
 int th_topology_main(int argc, char **argv, const th_case *cases) {
+  size_t n = 0;
+  while (cases[n].name) n++;
+  return th_topology_main_n(argc, argv, cases, n);
+}
+
+int th_topology_main_n(int argc, char **argv, const th_case *cases, size_t n) {
   if (!th_topology_available()) return th_missing("redis-server or redis-cli");
   th_topology_init();
-  return th_main(argc, argv, cases);
+  return th_main_n(argc, argv, cases, n);
 }

@@ -95,6 +95,13 @@ int th_topology_available(void);
  * (th_topology_init) and runs the cases (th_main). */
 struct th_case;
 int th_topology_main(int argc, char **argv, const struct th_case *cases);
+/* The same on a table that is not NULL-terminated (as th_main_n), and as
+ * the binary's main (as TH_MAIN). */
+int th_topology_main_n(int argc, char **argv, const struct th_case *cases, size_t n);
+#define TH_TOPOLOGY_MAIN(cases)                                                 \
+  int main(int argc, char **argv) {                                             \
+    return th_topology_main_n(argc, argv, cases, sizeof cases / sizeof *cases); \
+  }
 /* Topology servers of this test binary still running (any case, any
  * topology): for the final "nothing leaked" check. */
 int th_topology_live_processes(void);
