@@ -44,12 +44,18 @@ static inline sluice_sem *sem_test_new_opts(sluice_client *c, const char *name,
   return s;
 }
 
-static inline sluice_sem *sem_test_new(sluice_client *c, const char *name, unsigned permits,
-                                       unsigned ttl, int fair) {
+/* The defaults with permits and ttl; callers set the rest. */
+static inline sluice_sem_options sem_test_options(unsigned permits, unsigned ttl) {
   sluice_sem_options o;
   sluice_sem_options_init(&o);
   o.permits = permits;
   o.ttl_ms = ttl;
+  return o;
+}
+
+static inline sluice_sem *sem_test_new(sluice_client *c, const char *name, unsigned permits,
+                                       unsigned ttl, int fair) {
+  sluice_sem_options o = sem_test_options(permits, ttl);
   o.fair = fair;
   return sem_test_new_opts(c, name, &o);
 }

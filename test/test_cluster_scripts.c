@@ -143,15 +143,10 @@ static void sem_keys(const char *name, char keys[4][96], const char *ptrs[5]) {
 }
 
 static sluice_sem *sem_with(sluice_client *c, const char *name, unsigned ttl, int fair, int renew) {
-  sluice_sem_options o;
-  sluice_sem_options_init(&o);
-  o.permits = 1;
-  o.ttl_ms = ttl;
+  sluice_sem_options o = sem_test_options(1, ttl);
   o.fair = fair;
   o.auto_renew = renew;
-  sluice_sem *s = NULL;
-  TH_ASSERT_EQ(sluice_sem_new(c, name, &o, &s), SLUICE_OK);
-  return s;
+  return sem_test_new_opts(c, name, &o);
 }
 
 /* Release and wait for the answer (freeing the handle first is not what

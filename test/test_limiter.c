@@ -10,6 +10,7 @@
 #include <sluice/sluice.h>
 
 #include "harness.h"
+#include "rl_util.h"
 #include "limiter/limiter.h"
 #include "core/engine.h"
 #include "topology.h"
@@ -57,16 +58,10 @@ static sluice_client *new_client(struct event_base *base, unsigned op_timeout) {
 
 static sluice_limiter *new_lim_p(sluice_client *c, const char *name, sluice_rl_algo algo,
                                  unsigned limit, unsigned period, unsigned burst, int policy) {
-  sluice_limiter_options o;
-  sluice_limiter_options_init(&o);
-  o.algo = algo;
-  o.limit = limit;
-  o.period_ms = period;
+  sluice_limiter_options o = rl_test_options(algo, limit, period);
   o.burst = burst;
   o.on_redis_down = (sluice_rl_down_policy)policy;
-  sluice_limiter *lim = NULL;
-  TH_ASSERT_EQ(sluice_limiter_new(c, name, &o, &lim), SLUICE_OK);
-  return lim;
+  return rl_test_new_opts(c, name, &o);
 }
 
 static sluice_limiter *new_lim(sluice_client *c, const char *name, sluice_rl_algo algo,

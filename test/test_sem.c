@@ -793,15 +793,10 @@ static void test_hand_off_many_in_one_step(void) {
 
 static sluice_sem *sem_local_handoff(sluice_client *c, const char *name, unsigned permits,
                                      int fair) {
-  sluice_sem_options o;
-  sluice_sem_options_init(&o);
-  o.permits = permits;
-  o.ttl_ms = 10000;
+  sluice_sem_options o = sem_test_options(permits, 10000);
   o.fair = fair;
   o.local_handoff = 1;
-  sluice_sem *s = NULL;
-  TH_ASSERT_EQ(sluice_sem_new(c, name, &o, &s), SLUICE_OK);
-  return s;
+  return sem_test_new_opts(c, name, &o);
 }
 
 static sluice_sem_metrics sem_metrics(const sluice_sem *s) {

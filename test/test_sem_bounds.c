@@ -17,10 +17,7 @@ static uint64_t calls(sluice_client *c, const char *kind) {
 
 static sluice_sem *sem_with(sluice_client *c, const char *name, unsigned permits, unsigned ttl,
                             unsigned heartbeat, unsigned max_pending) {
-  sluice_sem_options o;
-  sluice_sem_options_init(&o);
-  o.permits = permits;
-  o.ttl_ms = ttl;
+  sluice_sem_options o = sem_test_options(permits, ttl);
   o.heartbeat_ms = heartbeat;
   o.max_pending = max_pending;
   return sem_test_new_opts(c, name, &o);

@@ -19,6 +19,7 @@
 
 #include "dq_util.h"
 #include "harness.h"
+#include "rl_util.h"
 #include "sem_util.h"
 
 #ifdef SLUICE_HAVE_TLS
@@ -208,36 +209,14 @@ static void test_semaphore(void) {
   event_base_free(base);
 }
 
-typedef struct rl_rec {
-  int done;
-  int status;
-  sluice_rl_result res;
-} rl_rec;
-
-static void on_rl(sluice_limiter *lim, int status, const sluice_rl_result *res, void *ud) {
-  rl_rec *r = ud;
-  r->done++;
-  r->status = status;
-  if (res) r->res = *res;
-}
-
 static void test_limiter(void) {
   struct event_base *base = event_base_new();
   sluice_client *c = client_for(base, tls_url(good_query()), NULL);
-  sluice_limiter_options o;
-  sluice_limiter_options_init(&o);
-  o.algo = SLUICE_RL_GCRA;
-  o.limit = 2;
-  o.period_ms = 60000;
-  sluice_limiter *lim = NULL;
-  TH_ASSERT_EQ(sluice_limiter_new(c, "api", &o, &lim), SLUICE_OK);
+  sluice_limiter *lim = rl_test_new(c, "api", SLUICE_RL_GCRA, 2, 60000);
   for (int i = 0; i < 3; i++) {
-    rl_rec r = {0};
-    TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 1, on_rl, &r), SLUICE_OK);
-    TH_ASSERT(th_loop_until(base, &r.done, 5000));
-    TH_ASSERT_EQ(r.status, SLUICE_OK);
-    TH_ASSERT_EQ(r.res.source, SLUICE_RL_REDIS);
-    TH_ASSERT_EQ(r.res.allowed, i < 2);
+    sluice_rl_result res = rl_test_check(base, lim, "k", 1);
+    TH_ASSERT_EQ(res.source, SLUICE_RL_REDIS);
+    TH_ASSERT_EQ(res.allowed, i < 2);
   }
   sluice_limiter_free(lim);
   client_close_drain(base, c);
@@ -301,17 +280,8 @@ static void test_reconnect(void) {
   sluice_client_stats stats;
   sluice_client_get_stats(c, &stats);
   TH_ASSERT_CMP(stats.reconnects, >=, 1);
-  sluice_limiter_options o;
-  sluice_limiter_options_init(&o);
-  o.limit = 1;
-  o.period_ms = 60000;
-  sluice_limiter *lim = NULL;
-  TH_ASSERT_EQ(sluice_limiter_new(c, "api", &o, &lim), SLUICE_OK);
-  rl_rec r = {0};
-  TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 1, on_rl, &r), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &r.done, 5000));
-  TH_ASSERT_EQ(r.status, SLUICE_OK);
-  TH_ASSERT_EQ(r.res.allowed, 1);
+  sluice_limiter *lim = rl_test_new(c, "api", SLUICE_RL_FIXED, 1, 60000);
+  TH_ASSERT_EQ(rl_test_check(base, lim, "k", 1).allowed, 1);
   sluice_limiter_free(lim);
   client_close_drain(base, c);
   event_base_free(base);
@@ -330,15 +300,8 @@ static void expect_connect_error(const char *url, const char *want) {
   TH_ASSERT(!sluice_client_is_connected(c));
   th_note("%s\n", sluice_client_last_error(c));
   TH_ASSERT_CONTAINS(sluice_client_last_error(c), want);
-  sluice_limiter_options o;
-  sluice_limiter_options_init(&o);
-  o.limit = 1;
-  o.period_ms = 1000;
-  sluice_limiter *lim = NULL;
-  TH_ASSERT_EQ(sluice_limiter_new(c, "api", &o, &lim), SLUICE_OK);
-  rl_rec r = {0};
-  TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 1, on_rl, &r), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &r.done, 5000));
+  sluice_limiter *lim = rl_test_new(c, "api", SLUICE_RL_FIXED, 1, 1000);
+  rl_answer r = rl_test_answer(base, lim, "k", 1);
   TH_ASSERT(r.status == SLUICE_ECONNECTION || r.status == SLUICE_ETIMEDOUT);
   /* Still failing the same way after reconnect attempts. */
   int changes = st.changes;
