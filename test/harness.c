@@ -493,6 +493,15 @@ long long th_redis_kill_clients(void) {
   return clients_all(0, 1);
 }
 
+int64_t th_redis_time_us(void) {
+  redisReply *r = th_redis_command(&th_server, "TIME");
+  TH_ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+  int64_t us = strtoll(r->element[0]->str, NULL, 10) * 1000000 +
+               strtoll(r->element[1]->str, NULL, 10);
+  freeReplyObject(r);
+  return us;
+}
+
 void th_redis_reset(void) {
   if (topo == TH_TOPO_STANDALONE) {
     th_redis_int(&th_server, "FLUSHALL");

@@ -106,6 +106,8 @@ long long th_redis_clients(int blocked_only);
  * CLIENT KILL TYPE normal on each master, sparing the sentinels' own
  * monitoring connections. Returns how many were killed. */
 long long th_redis_kill_clients(void);
+/* Redis's clock (TIME on th_server) in microseconds. */
+int64_t th_redis_time_us(void);
 /* FLUSHALL + SCRIPT FLUSH on the binary's server (every master). */
 void th_redis_reset(void);
 

@@ -65,13 +65,11 @@ static sluice_dq_consumer *consumer(sluice_client *c, const char *name,
   return con;
 }
 
+/* dqt_options with the default max_in_flight. */
 static sluice_dq_consumer_options opts(unsigned batch, unsigned vis, unsigned maxa) {
   sluice_dq_consumer_options o;
   sluice_dq_consumer_options_init(&o);
-  o.batch = batch;
-  o.visibility_ms = vis;
-  o.max_attempts = maxa;
-  return o;
+  return dqt_options(batch, o.max_in_flight, vis, maxa);
 }
 
 /* ---- ordering, batches, payloads ------------------------------------------- */
@@ -533,11 +531,9 @@ static void count_push(sluice_dq *dq, int status, const char *id, int64_t due, v
 static void test_pending_pushes_capped(void) {
   struct event_base *base = event_base_new();
   sluice_client_options co;
-  sluice_client_options_init(&co);
-  co.url = th_server.url;
+  th_client_options(&co, th_server.url);
   co.max_pending_pushes = 10;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &co, &c), SLUICE_OK);
+  sluice_client *c = th_client_with(base, &co);
   sluice_dq *a = dqt_queue(c, "cap-a"), *b = dqt_queue(c, "cap-b");
   sluice_dq_item it = {"x", 1, 60000, 0, NULL}, items[4] = {it, it, it, it};
   int answered = 0;

@@ -121,16 +121,6 @@ static long long log_entries(const char *key) {
   return (th_redis_int(&th_server, "LLEN %s", key) - 1) / 2;
 }
 
-/* Redis's clock in microseconds. */
-static int64_t server_us(void) {
-  redisReply *r = th_redis_command(&th_server, "TIME");
-  TH_ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements == 2);
-  int64_t us = strtoll(r->element[0]->str, NULL, 10) * 1000000 +
-               strtoll(r->element[1]->str, NULL, 10);
-  freeReplyObject(r);
-  return us;
-}
-
 static int aligned(sluice_rl_algo algo) {
   return algo == SLUICE_RL_FIXED || algo == SLUICE_RL_SLIDING_COUNTER;
 }
@@ -145,7 +135,7 @@ static void window_room(struct event_base *base, sluice_rl_algo algo, unsigned p
    * monotonic clock (libevent counts from its cached time), which would
    * leave us at the very end of the old window. */
   for (;;) {
-    int64_t now_ms = local ? (int64_t)(sluice__mono_us() / 1000) : server_us() / 1000;
+    int64_t now_ms = local ? (int64_t)(sluice__mono_us() / 1000) : th_redis_time_us() / 1000;
     int64_t left = period - now_ms % period;
     if (left >= need_ms) return;
     th_loop_for(base, (unsigned)left + 2);
@@ -530,7 +520,7 @@ static worker_out run_workers(const worker_cfg *cfg, int nproc, int64_t *t0, int
   }
   char b;
   for (int i = 0; i < nproc; i++) TH_ASSERT(read(ready[0], &b, 1) == 1);
-  *t0 = server_us();
+  *t0 = th_redis_time_us();
   for (int i = 0; i < nproc; i++) TH_ASSERT(write(go[1], "g", 1) == 1);
   int left = nproc;
   while (left > 0) {
@@ -546,7 +536,7 @@ static worker_out run_workers(const worker_cfg *cfg, int nproc, int64_t *t0, int
       nanosleep(&ts, NULL);
     }
   }
-  *t1 = server_us();
+  *t1 = th_redis_time_us();
   if (during) during(arg);
   worker_out sum = {0, 0, 0, INT64_MAX, 0};
   for (int i = 0; i < nproc; i++) {

@@ -99,11 +99,9 @@ static void test_renewals_in_rounds(void) {
 static void test_pending_caps(void) {
   struct event_base *base = event_base_new();
   sluice_client_options co;
-  sluice_client_options_init(&co);
-  co.url = th_server.url;
+  th_client_options(&co, th_server.url);
   co.sem_pending_max = 5;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &co, &c), SLUICE_OK);
+  sluice_client *c = th_client_with(base, &co);
   sluice_sem *a = sem_with(c, "cap", 1, 10000, 0, 3), *b = sem_with(c, "cap", 1, 10000, 0, 0);
   int done = 0;
   for (int i = 0; i < 3; i++) TH_ASSERT_EQ(sluice_sem_acquire(a, 0, count_cb, &done, NULL), 0);
