@@ -33,26 +33,20 @@ static inline sluice_dq *dqt_queue(sluice_client *c, const char *name) {
 
 /* Close the client and run the loop until everything is released. */
 static inline void dqt_finish(struct event_base *base, sluice_client *c) {
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
+  th_fx fx = {base, c};
+  th_fx_close(&fx);
 }
 
-/* One case's loop and client, set up once and torn down once. */
-typedef struct dq_fx {
-  struct event_base *base;
-  sluice_client *c;
-} dq_fx;
+/* One case's loop and a dqt_client. */
+typedef th_fx dq_fx;
+static inline dq_fx dq_fx_open(void) { return th_fx_open(3000); }
+static inline void dq_fx_close(dq_fx *fx) { th_fx_close(fx); }
 
-static inline dq_fx dq_fx_open(void) {
-  dq_fx fx;
-  fx.base = event_base_new();
-  TH_ASSERT(fx.base != NULL);
-  fx.c = dqt_client(fx.base);
-  return fx;
+/* A handler that acks every message and counts it in *(int *)ud. */
+static inline void dqt_ack_counted(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
+  (*(int *)ud)++;
+  sluice_dq_ack(m, NULL, NULL);
 }
-
-static inline void dq_fx_close(dq_fx *fx) { dqt_finish(fx->base, fx->c); }
 
 typedef struct dqt_push {
   int done;

@@ -493,6 +493,16 @@ long long th_redis_kill_clients(void) {
   return clients_all(0, 1);
 }
 
+void th_redis_start_full(th_redis *r) {
+  static const char *const oom[] = {"--maxmemory", "1mb", "--maxmemory-policy", "noeviction", NULL};
+  TH_ASSERT_EQ(th_redis_start(r, 0, oom), 0);
+  /* Redis checks memory when a script starts, not inside it: one script
+   * fills the server past maxmemory. */
+  th_redis_int(r, "EVAL %s 0",
+               "for i = 1, 20000 do redis.call('SET', 'fill' .. i, string.rep('x', 100)) end "
+               "return 1");
+}
+
 int64_t th_redis_time_us(void) {
   redisReply *r = th_redis_command(&th_server, "TIME");
   TH_ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements == 2);
@@ -576,6 +586,20 @@ sluice_client *th_client(struct event_base *base, const char *url, unsigned op_t
   o.reconnect_max_ms = 200;
   if (op_timeout_ms) o.op_timeout_ms = op_timeout_ms;
   return th_client_with(base, &o);
+}
+
+th_fx th_fx_open(unsigned op_timeout_ms) {
+  th_fx fx;
+  fx.base = event_base_new();
+  TH_ASSERT(fx.base != NULL);
+  fx.c = th_client(fx.base, th_server.url, op_timeout_ms);
+  return fx;
+}
+
+void th_fx_close(th_fx *fx) {
+  sluice_client_free(fx->c);
+  TH_ASSERT(th_loop_drain(fx->base, 5000));
+  event_base_free(fx->base);
 }
 
 pid_t th_child_start(int (*fn)(void *arg), void *arg) {

@@ -54,6 +54,9 @@ void th_redis_stop(th_redis *r);
  * times); fails the case if none works. For URLs that need TCP
  * (credentials, TLS). */
 void th_redis_start_tcp(th_redis *r, const char *const *extra);
+/* th_redis_start (unix socket only) of a server with maxmemory 1 MB and
+ * noeviction, filled past it: every script that writes fails with OOM. */
+void th_redis_start_full(th_redis *r);
 /* Kill -9 and start again on the same socket/port, empty (no persistence). */
 void th_redis_restart(th_redis *r);
 /* Kill -9 and start r again with extra (as th_redis_start), in the same
@@ -142,6 +145,17 @@ sluice_client *th_client_with(struct event_base *base, const sluice_client_optio
 /* A client of url with a quick reconnect (20 to 200 ms, so a restarted
  * server is found at once) and op_timeout_ms (0: the default). */
 sluice_client *th_client(struct event_base *base, const char *url, unsigned op_timeout_ms);
+
+/* A case's loop and client of th_server, set up once and torn down once. */
+typedef struct th_fx {
+  struct event_base *base;
+  sluice_client *c;
+} th_fx;
+/* A new loop and th_client(base, th_server.url, op_timeout_ms). */
+th_fx th_fx_open(unsigned op_timeout_ms);
+/* Free the client, run the loop until everything is released (it must
+ * drain within 5 s), free the loop. */
+void th_fx_close(th_fx *fx);
 
 /* Work that blocks (the topology helpers' waits) done while the case's loop
  * keeps running: th_child_start forks a child that runs fn(arg) and exits

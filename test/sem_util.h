@@ -70,29 +70,25 @@ static inline acq_result sem_try(struct event_base *base, sluice_sem *s) {
   return r;
 }
 
+/* Release held and run the loop until waiter is granted (timeout_ms at
+ * most), which must succeed: how long after the release the grant came. */
+static inline uint64_t sem_handoff_ms(struct event_base *base, sluice_permit *held,
+                                      const acq_result *waiter, unsigned timeout_ms) {
+  uint64_t t0 = th_now_ms();
+  sluice_permit_release(held, NULL, NULL);
+  TH_ASSERT(th_loop_until(base, &waiter->done, timeout_ms));
+  TH_ASSERT_EQ(waiter->status, SLUICE_OK);
+  return waiter->at_ms - t0;
+}
+
 static inline void client_close_drain(struct event_base *base, sluice_client *c) {
   sluice_client_free(c);
   TH_ASSERT(th_loop_drain(base, 5000));
 }
 
-/* One case's loop and client, set up once and torn down once. */
-typedef struct sem_fx {
-  struct event_base *base;
-  sluice_client *c;
-} sem_fx;
-
-static inline sem_fx sem_fx_open(void) {
-  sem_fx fx;
-  fx.base = event_base_new();
-  TH_ASSERT(fx.base != NULL);
-  fx.c = sem_test_client(fx.base);
-  return fx;
-}
-
-/* Close the client, run the loop until everything is released, free it. */
-static inline void sem_fx_close(sem_fx *fx) {
-  client_close_drain(fx->base, fx->c);
-  event_base_free(fx->base);
-}
+/* One case's loop and a sem_test_client. */
+typedef th_fx sem_fx;
+static inline sem_fx sem_fx_open(void) { return th_fx_open(2000); }
+static inline void sem_fx_close(sem_fx *fx) { th_fx_close(fx); }
 
 #endif

@@ -314,14 +314,8 @@ static int dq_at(const char *url, const char *sub, ...) {
  * NOPERM (no EVALSHA), the same 69 `sem run` gives for it. */
 static void test_redis_errors_verbatim(void) {
   setup();
-  static const char *const oom[] = {"--maxmemory", "1mb", "--maxmemory-policy", "noeviction", NULL};
   th_redis r;
-  TH_ASSERT_EQ(th_redis_start(&r, 0, oom), 0);
-  /* Redis checks memory when a script starts, not inside it: one script
-   * fills the server past maxmemory. */
-  th_redis_int(&r, "EVAL %s 0",
-               "for i = 1, 20000 do redis.call('SET', 'fill' .. i, string.rep('x', 100)) end "
-               "return 1");
+  th_redis_start_full(&r);
   TH_ASSERT_EQ(dq_at(r.url, "push", "q", "hello", NULL), 69);
   wait_log("sluice: dq push: ", 1000);
   wait_log("OOM", 1000);

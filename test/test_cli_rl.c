@@ -120,13 +120,8 @@ static void assert_has(const char *text, const char *want) {
 /* Redis's own words (OOM: maxmemory reached, noeviction) reach stderr,
  * prefixed with the command; exit 69. */
 static void test_redis_error_verbatim(void) {
-  static const char *const oom[] = {"--maxmemory", "1mb", "--maxmemory-policy", "noeviction", NULL};
   th_redis r;
-  TH_ASSERT_EQ(th_redis_start(&r, 0, oom), 0);
-  /* Redis checks memory when a script starts, not inside it. */
-  th_redis_int(&r, "EVAL %s 0",
-               "for i = 1, 20000 do redis.call('SET', 'fill' .. i, string.rep('x', 100)) end "
-               "return 1");
+  th_redis_start_full(&r);
   run_out o = rl("-", "check", "n", "k", "--algo", "fixed", "--limit", "2", "--period", "1000",
                  "--redis", r.url, NULL);
   TH_ASSERT_EQ(o.status, 69);

@@ -20,19 +20,10 @@ static char url[TH_CLUSTER_MAX * 24 + 32];
 static th_node *src, *dst;
 static unsigned cur_slot;
 
-/* One command on a fresh connection to n; NULL if no reply came. */
-static redisReply *node_vcmd(const th_node *n, const char *fmt, va_list ap) {
-  redisContext *x = th_node_connect(n);
-  TH_ASSERT(x != NULL);
-  redisReply *r = redisvCommand(x, fmt, ap);
-  redisFree(x);
-  return r;
-}
-
 static redisReply *node_cmd(const th_node *n, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  redisReply *r = node_vcmd(n, fmt, ap);
+  redisReply *r = th_node_vcommand(n, fmt, ap);
   va_end(ap);
   TH_ASSERT(r != NULL);
   return r;
@@ -41,7 +32,7 @@ static redisReply *node_cmd(const th_node *n, const char *fmt, ...) {
 static void node_ok(const th_node *n, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  redisReply *r = node_vcmd(n, fmt, ap);
+  redisReply *r = th_node_vcommand(n, fmt, ap);
   va_end(ap);
   if (!r || r->type == REDIS_REPLY_ERROR)
     th_fail(__FILE__, __LINE__, "%s: %s", n->addr, r ? r->str : "no reply");

@@ -12,6 +12,7 @@
 
 #include "core/client.h" /* the client's sentinel link, to look at its list */
 #include "dq_util.h"
+#include "rl_util.h"
 #include "sem_util.h"
 #include "topology.h"
 #include "net/sentinel.h"
@@ -41,15 +42,6 @@ static void on_check(sluice_limiter *lim, int status, const sluice_rl_result *re
   *(int *)ud = status == SLUICE_OK && res->allowed ? 1 : -1;
 }
 
-typedef struct got {
-  int n;
-} got;
-
-static void on_msg(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
-  ((got *)ud)->n++;
-  sluice_dq_ack(m, NULL, NULL);
-}
-
 /* Every primitive through the sentinels; operations started before the
  * master's address is known wait for it. */
 static void test_primitives(void) {
@@ -67,23 +59,19 @@ static void test_primitives(void) {
   TH_ASSERT_EQ(w.status, SLUICE_OK);
   sluice_permit_release(w.permit, NULL, NULL);
 
-  sluice_limiter_options lo;
-  sluice_limiter_options_init(&lo);
-  lo.limit = 5, lo.period_ms = 1000;
-  sluice_limiter *lim;
-  TH_ASSERT_EQ(sluice_limiter_new(c, "l", &lo, &lim), SLUICE_OK);
+  sluice_limiter *lim = rl_test_new(c, "l", SLUICE_RL_FIXED, 5, 1000);
   int ok = 0;
   TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 1, on_check, &ok), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &ok, 3000));
   TH_ASSERT_EQ(ok, 1);
 
   sluice_dq *dq = dqt_queue(c, "q");
-  got g = {0};
+  int delivered = 0;
   sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "q", NULL, on_msg, &g, &con), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "q", NULL, dqt_ack_counted, &delivered, &con), SLUICE_OK);
   dqt_push p;
   TH_ASSERT_EQ(dqt_push_wait(base, dq, "m", "m", 50, &p), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &g.n, 3000));
+  TH_ASSERT(th_loop_until(base, &delivered, 3000));
   /* The data went to the master the sentinels named. */
   redisContext *m = th_node_connect(th_sentinel_master(&topo));
   redisReply *r = m ? redisCommand(m, "EXISTS sluice:dq:{q}:h") : NULL;
@@ -123,9 +111,9 @@ static void test_failover(void) {
   acq_result w = {0};
   TH_ASSERT_EQ(sluice_sem_acquire(s, 20000, acq_cb, &w, NULL), SLUICE_OK);
   sluice_dq *dq = dqt_queue(c, "fq");
-  got g = {0};
+  int delivered = 0;
   sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "fq", NULL, on_msg, &g, &con), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "fq", NULL, dqt_ack_counted, &delivered, &con), SLUICE_OK);
   th_loop_for(base, 200);
   th_node *old = th_sentinel_master(&topo);
   int old_port = old->port;
@@ -153,7 +141,7 @@ static void test_failover(void) {
   TH_ASSERT(th_loop_until(base, &w.done, 10000));
   TH_ASSERT_EQ(w.status, SLUICE_OK);
   /* A push after the failover reaches the consumer. */
-  dqt_push_until_delivered(base, dq, &g.n, 10000, 5000);
+  dqt_push_until_delivered(base, dq, &delivered, 10000, 5000);
   th_note("failover to delivery: %llu ms\n", (unsigned long long)(th_now_ms() - t0));
   /* The client talks to the new master now. */
   redisContext *m = th_node_connect(nm);
@@ -575,9 +563,9 @@ static void test_kill_master(void) {
   acq_result w = {0};
   TH_ASSERT_EQ(sluice_sem_acquire(ws, 30000, acq_cb, &w, NULL), SLUICE_OK);
   sluice_dq *dq = dqt_queue(c, "kq");
-  got g = {0};
+  int delivered = 0;
   sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "kq", NULL, on_msg, &g, &con), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "kq", NULL, dqt_ack_counted, &delivered, &con), SLUICE_OK);
   th_loop_for(base, 200);
   th_node *old = th_sentinel_master(&topo);
   TH_ASSERT(old != NULL);
@@ -598,7 +586,7 @@ static void test_kill_master(void) {
   }
   TH_ASSERT_EQ(w.status, SLUICE_OK);
   TH_ASSERT_CMP(lost, <=, 1);
-  dqt_push_until_delivered(base, dq, &g.n, 10000, 5000);
+  dqt_push_until_delivered(base, dq, &delivered, 10000, 5000);
   th_note("kill to delivery: %llu ms\n", (unsigned long long)(th_now_ms() - t0));
   if (h.permit) sluice_permit_release(h.permit, NULL, NULL); /* harmless when lost */
   sluice_permit_release(w.permit, NULL, NULL);
