@@ -187,33 +187,16 @@ static int spawn(th_redis *r, const char *const *extra) {
   if (!bin) return -2;
   char port[16];
   snprintf(port, sizeof port, "%d", r->port);
-  const char *argv[64];
+  /* The pidfile: see adopt_restarted(). */
+  const char *argv[64] = {bin,         "--port",       port,       "--bind",
+                          "127.0.0.1", "--unixsocket", r->sock,    "--unixsocketperm",
+                          "700",       "--save",       "",         "--appendonly",
+                          "no",        "--dir",        r->dir,     "--daemonize",
+                          "no",        "--loglevel",   "warning",  "--logfile",
+                          "redis.log", "--pidfile",    "redis.pid"};
   int n = 0;
-  argv[n++] = bin;
-  argv[n++] = "--port";
-  argv[n++] = port;
-  argv[n++] = "--bind";
-  argv[n++] = "127.0.0.1";
-  argv[n++] = "--unixsocket";
-  argv[n++] = r->sock;
-  argv[n++] = "--unixsocketperm";
-  argv[n++] = "700";
-  argv[n++] = "--save";
-  argv[n++] = "";
-  argv[n++] = "--appendonly";
-  argv[n++] = "no";
-  argv[n++] = "--dir";
-  argv[n++] = r->dir;
-  argv[n++] = "--daemonize";
-  argv[n++] = "no";
-  argv[n++] = "--loglevel";
-  argv[n++] = "warning";
-  argv[n++] = "--logfile";
-  argv[n++] = "redis.log";
-  argv[n++] = "--pidfile";
-  argv[n++] = "redis.pid"; /* see adopt_restarted() */
+  while (argv[n]) n++;
   for (int i = 0; extra && extra[i] && n < 62; i++) argv[n++] = extra[i];
-  argv[n] = NULL;
   /* Its output (what it says before it reads --logfile) goes to its log,
    * never to the test's stdout or stderr, which meson waits on. */
   char log[300];
@@ -579,12 +562,16 @@ sluice_client *th_client_with(struct event_base *base, const sluice_client_optio
   return c;
 }
 
+void th_client_quick_options(sluice_client_options *o, const char *url, unsigned op_timeout_ms) {
+  th_client_options(o, url);
+  o->reconnect_min_ms = 20;
+  o->reconnect_max_ms = 200;
+  if (op_timeout_ms) o->op_timeout_ms = op_timeout_ms;
+}
+
 sluice_client *th_client(struct event_base *base, const char *url, unsigned op_timeout_ms) {
   sluice_client_options o;
-  th_client_options(&o, url);
-  o.reconnect_min_ms = 20;
-  o.reconnect_max_ms = 200;
-  if (op_timeout_ms) o.op_timeout_ms = op_timeout_ms;
+  th_client_quick_options(&o, url, op_timeout_ms);
   return th_client_with(base, &o);
 }
 
@@ -794,10 +781,16 @@ int th_main(int argc, char **argv, const th_case *cases) {
   return th_main_n(argc, argv, cases, count_cases(cases));
 }
 
-int th_main_n(int argc, char **argv, const th_case *cases, size_t n) {
+/* What every binary's main does first: TAP lines reach meson as they
+ * are printed, a closed pipe is an error rather than a signal. */
+static void binary_start(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   signal(SIGPIPE, SIG_IGN);
   harness_pid = getpid();
+}
+
+int th_main_n(int argc, char **argv, const th_case *cases, size_t n) {
+  binary_start();
   if (th__server_topo_parse(&topo) != 0) return 1;
   int rc = topo == TH_TOPO_STANDALONE ? th_redis_start(&th_server, 0, th_server_args)
                                       : th__server_topo_start(topo);
@@ -820,9 +813,7 @@ int th_main_local(int argc, char **argv, const th_case *cases) {
 }
 
 int th_main_local_n(int argc, char **argv, const th_case *cases, size_t n) {
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  signal(SIGPIPE, SIG_IGN);
-  harness_pid = getpid();
+  binary_start();
   no_redis = 1;
   return run_cases(argc, argv, cases, n);
 }

@@ -145,6 +145,8 @@ sluice_client *th_client_with(struct event_base *base, const sluice_client_optio
 /* A client of url with a quick reconnect (20 to 200 ms, so a restarted
  * server is found at once) and op_timeout_ms (0: the default). */
 sluice_client *th_client(struct event_base *base, const char *url, unsigned op_timeout_ms);
+/* th_client's options, for a case that sets more of them. */
+void th_client_quick_options(sluice_client_options *o, const char *url, unsigned op_timeout_ms);
 
 /* A case's loop and client of th_server, set up once and torn down once. */
 typedef struct th_fx {

@@ -392,10 +392,7 @@ static uint64_t reconnects(const sluice_client *c) {
 static void test_unreplicated_release_repeated(void) {
   struct event_base *base = event_base_new();
   sluice_client_options o;
-  th_client_options(&o, th_server.url);
-  o.reconnect_min_ms = 20;
-  o.reconnect_max_ms = 200;
-  o.op_timeout_ms = 2000;
+  th_client_quick_options(&o, th_server.url, 2000);
   o.wait_replicas = 1;
   o.wait_timeout_ms = 50;
   sluice_client *c = th_client_with(base, &o);

@@ -707,10 +707,7 @@ static void test_pause_master(void) {
   start(1);
   struct event_base *base = event_base_new();
   sluice_client_options o;
-  th_client_options(&o, url);
-  o.reconnect_min_ms = 20;
-  o.reconnect_max_ms = 200;
-  o.op_timeout_ms = 1000;
+  th_client_quick_options(&o, url, 1000);
   o.wait_replicas = 1;
   o.wait_timeout_ms = 200;
   sluice_client *c = th_client_with(base, &o);

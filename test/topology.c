@@ -428,6 +428,53 @@ static int wait_ready(th_node *n, unsigned timeout_ms) {
   }
 }
 
+/* Start n's server with argv (its output to <dir>/stdout.log) and wait
+ * until it answers: 0, or -1 with it killed (its log shown when this was
+ * the last attempt). */
+static int node_run(th_node *n, const char *const *argv, int last_attempt) {
+  char out[240];
+  snprintf(out, sizeof out, "%s/stdout.log", n->dir);
+  n->pid = spawn_argv(argv, out);
+  if (n->pid > 0 && wait_ready(n, 15000) == 0) return 0;
+  if (last_attempt) print_log_tail(n);
+  node_kill(n);
+  return -1;
+}
+
+/* Run n as a data node: redis-server on n->port in n->dir with extra
+ * arguments (NULL-terminated, may be NULL), as node_run does. */
+static int data_node_run(th_node *n, const char *const *extra, int last_attempt) {
+  char port[16], log[240], pidf[240];
+  snprintf(port, sizeof port, "%d", n->port);
+  snprintf(log, sizeof log, "%s/redis.log", n->dir);
+  snprintf(pidf, sizeof pidf, "%s/redis.pid", n->dir);
+  /* Redis 7.0 waits 5 s by default before a diskless full sync, for more
+   * replicas to join it: every replica would start 5 s late. */
+  const char *argv[48] = {redis_server_bin(),
+                          "--port",
+                          port,
+                          "--bind",
+                          "127.0.0.1",
+                          "--dir",
+                          n->dir,
+                          "--save",
+                          "",
+                          "--appendonly",
+                          "no",
+                          "--daemonize",
+                          "no",
+                          "--logfile",
+                          log,
+                          "--pidfile",
+                          pidf,
+                          "--repl-diskless-sync-delay",
+                          "0"};
+  int k = 0;
+  while (argv[k]) k++;
+  for (int i = 0; extra && extra[i] && k < 46; i++) argv[k++] = extra[i];
+  return node_run(n, argv, last_attempt);
+}
+
 /* Start a redis-server (data node) in root/<name> on a free port, with
  * extra arguments; a node that fails to come up is tried again on another
  * port. */
@@ -447,40 +494,7 @@ static int data_node_start(th_node *n, const char *root, const char *name,
       return -1;
     }
     snprintf(n->addr, sizeof n->addr, "127.0.0.1:%d", n->port);
-    char port[16], log[240], pidf[240], out[240];
-    snprintf(port, sizeof port, "%d", n->port);
-    snprintf(log, sizeof log, "%s/redis.log", n->dir);
-    snprintf(pidf, sizeof pidf, "%s/redis.pid", n->dir);
-    snprintf(out, sizeof out, "%s/stdout.log", n->dir);
-    const char *argv[48];
-    int k = 0;
-    argv[k++] = redis_server_bin();
-    argv[k++] = "--port";
-    argv[k++] = port;
-    argv[k++] = "--bind";
-    argv[k++] = "127.0.0.1";
-    argv[k++] = "--dir";
-    argv[k++] = n->dir;
-    argv[k++] = "--save";
-    argv[k++] = "";
-    argv[k++] = "--appendonly";
-    argv[k++] = "no";
-    argv[k++] = "--daemonize";
-    argv[k++] = "no";
-    argv[k++] = "--logfile";
-    argv[k++] = log;
-    argv[k++] = "--pidfile";
-    argv[k++] = pidf;
-    /* Redis 7.0 waits 5 s by default before a diskless full sync, for more
-     * replicas to join it: every replica would start 5 s late. */
-    argv[k++] = "--repl-diskless-sync-delay";
-    argv[k++] = "0";
-    for (int i = 0; extra && extra[i] && k < 46; i++) argv[k++] = extra[i];
-    argv[k] = NULL;
-    n->pid = spawn_argv(argv, out);
-    if (n->pid > 0 && wait_ready(n, 15000) == 0) return 0;
-    if (attempt == 4) print_log_tail(n);
-    node_kill(n);
+    if (data_node_run(n, extra, attempt == 4) == 0) return 0;
   }
   say("redis-server in %s did not start", n->dir);
   return -1;
@@ -1129,13 +1143,8 @@ static int sentinel_node_start(th_node *n, const char *root, int i, const char *
             "sentinel parallel-syncs %s 1\n",
             n->port, n->dir, n->dir, n->dir, name, master_port, name, name, name);
     fclose(f);
-    char out[240];
-    snprintf(out, sizeof out, "%s/stdout.log", n->dir);
     const char *argv[] = {redis_server_bin(), n->conf, "--sentinel", NULL};
-    n->pid = spawn_argv(argv, out);
-    if (n->pid > 0 && wait_ready(n, 15000) == 0) return 0;
-    if (attempt == 4) print_log_tail(n);
-    node_kill(n);
+    if (node_run(n, argv, attempt == 4) == 0) return 0;
   }
   say("sentinel in %s did not start", n->dir);
   return -1;
@@ -1411,42 +1420,13 @@ int th_sentinel_replica_restart(th_sentinel *s) {
     return -1;
   }
   node_kill(r);
-  char port[16], mport[16], log[240], pidf[240], out[240];
-  snprintf(port, sizeof port, "%d", r->port);
+  char mport[16];
   snprintf(mport, sizeof mport, "%d", m->port);
-  snprintf(log, sizeof log, "%s/redis.log", r->dir);
-  snprintf(pidf, sizeof pidf, "%s/redis.pid", r->dir);
-  snprintf(out, sizeof out, "%s/stdout.log", r->dir);
-  const char *argv[] = {redis_server_bin(),
-                        "--port",
-                        port,
-                        "--bind",
-                        "127.0.0.1",
-                        "--dir",
-                        r->dir,
-                        "--save",
-                        "",
-                        "--appendonly",
-                        "no",
-                        "--daemonize",
-                        "no",
-                        "--logfile",
-                        log,
-                        "--pidfile",
-                        pidf,
-                        "--repl-diskless-sync-delay",
-                        "0",
-                        "--replicaof",
-                        "127.0.0.1",
-                        mport,
-                        NULL};
+  const char *const replicaof[] = {"--replicaof", "127.0.0.1", mport, NULL};
   /* Same port (clients and sentinels know it); Redis binds with
    * SO_REUSEADDR, so connections left in TIME_WAIT do not block it. */
-  r->pid = spawn_argv(argv, out);
-  if (r->pid <= 0 || wait_ready(r, 15000) != 0) {
-    print_log_tail(r);
+  if (data_node_run(r, replicaof, 1) != 0) {
     say("replica %s did not restart", r->addr);
-    node_kill(r);
     return -1;
   }
   char why[512] = "";
