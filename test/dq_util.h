@@ -48,6 +48,9 @@ static inline void dqt_ack_counted(sluice_dq_consumer *con, sluice_dq_msg *m, vo
   sluice_dq_ack(m, NULL, NULL);
 }
 
+/* A callback that reports only a status (ud: a th_status). */
+static inline void dqt_status_cb(sluice_dq *dq, int status, void *ud) { th_status_set(ud, status); }
+
 typedef struct dqt_push {
   int done;
   int status;

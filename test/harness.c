@@ -550,6 +550,12 @@ int th__turn(struct event_base *base, uint64_t end) {
   return 1;
 }
 
+void th_status_set(void *ud, int status) {
+  th_status *s = ud;
+  s->done++;
+  s->status = status;
+}
+
 void th_client_options(sluice_client_options *o, const char *url) {
   sluice_client_options_init(o);
   o->url = url;

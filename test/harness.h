@@ -138,6 +138,13 @@ int th_free_port(void);
 /* One turn of TH_LOOP_UNTIL: runs base for a few ms; 0 once end has passed. */
 int th__turn(struct event_base *base, uint64_t end);
 
+/* What a callback whose only news is a status reported: how many times it
+ * ran, and its last status. th_status_set(ud, status) is its body. */
+typedef struct th_status {
+  int done, status;
+} th_status;
+void th_status_set(void *ud, int status);
+
 /* The cases' client options: the defaults with url (may be NULL). */
 void th_client_options(sluice_client_options *o, const char *url);
 /* sluice_client_new(base, o), which must succeed. */

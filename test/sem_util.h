@@ -60,6 +60,9 @@ static inline sluice_sem *sem_test_new(sluice_client *c, const char *name, unsig
   return sem_test_new_opts(c, name, &o);
 }
 
+/* A release's callback (ud: a th_status). */
+static inline void rel_cb(sluice_sem *s, int status, void *ud) { th_status_set(ud, status); }
+
 /* try_acquire and wait for its answer. */
 static inline acq_result sem_try(struct event_base *base, sluice_sem *s) {
   acq_result r = {0};

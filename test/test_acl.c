@@ -98,38 +98,33 @@ typedef struct done {
   int allowed;
 } done;
 
+/* The body of every callback below: d (ud) answered with status. */
+static done *answered(void *ud, int status) {
+  done *d = ud;
+  d->n++, d->status = status;
+  return d;
+}
+
 static void on_acq(sluice_sem *s, int status, sluice_permit *p, void *ud) {
-  done *d = ud;
-  d->n++, d->status = status, d->permit = p;
+  answered(ud, status)->permit = p;
 }
-static void on_sem_status(sluice_sem *s, int status, void *ud) {
-  done *d = ud;
-  d->n++, d->status = status;
-}
+static void on_sem_status(sluice_sem *s, int status, void *ud) { answered(ud, status); }
 static void on_sem_info(sluice_sem *s, int status, const sluice_sem_info *i, void *ud) {
-  done *d = ud;
-  d->n++, d->status = status;
+  answered(ud, status);
 }
 static void on_rl(sluice_limiter *l, int status, const sluice_rl_result *res, void *ud) {
-  done *d = ud;
-  d->n++, d->status = status, d->allowed = res && res->allowed;
+  answered(ud, status)->allowed = res && res->allowed;
 }
-static void on_dq_status(sluice_dq *dq, int status, void *ud) {
-  done *d = ud;
-  d->n++, d->status = status;
-}
+static void on_dq_status(sluice_dq *dq, int status, void *ud) { answered(ud, status); }
 static void on_dq_info(sluice_dq *dq, int status, const sluice_dq_info *i, void *ud) {
-  done *d = ud;
-  d->n++, d->status = status;
+  answered(ud, status);
 }
 static void on_dead(sluice_dq *dq, int status, size_t total, const sluice_dq_dead_entry *e,
                     size_t n, void *ud) {
-  done *d = ud;
-  d->n++, d->status = status, d->allowed = (int)total;
+  answered(ud, status)->allowed = (int)total;
 }
 static void on_count(sluice_dq *dq, int status, uint64_t count, void *ud) {
-  done *d = ud;
-  d->n++, d->status = status, d->allowed = (int)count;
+  answered(ud, status)->allowed = (int)count;
 }
 
 /* Wait for d (started with rc); the status, or rc when it did not start. */

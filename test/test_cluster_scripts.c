@@ -114,16 +114,6 @@ static void no_redis_errors(const sluice_client *c, const char *step) {
 
 /* ---- semaphores ------------------------------------------------------------ */
 
-typedef struct done_status {
-  int done, status;
-} done_status;
-
-static void on_release(sluice_sem *sem, int status, void *ud) {
-  done_status *d = ud;
-  d->done++;
-  d->status = status;
-}
-
 static void sem_keys(const char *name, char keys[4][96], const char *ptrs[5]) {
   static const char *const parts[4] = {"holders", "queue", "beats", "meta"};
   for (int i = 0; i < 4; i++) {
@@ -143,8 +133,8 @@ static sluice_sem *sem_with(sluice_client *c, const char *name, unsigned ttl, in
 /* Release and wait for the answer (freeing the handle first is not what
  * this test is about). */
 static void release_wait(struct event_base *base, sluice_permit *p, int want) {
-  done_status d = {0};
-  TH_ASSERT_EQ(sluice_permit_release(p, on_release, &d), SLUICE_OK);
+  th_status d = {0};
+  TH_ASSERT_EQ(sluice_permit_release(p, rel_cb, &d), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &d.done, 8000));
   TH_ASSERT_EQ(d.status, want);
 }
@@ -176,8 +166,8 @@ static void release_last(struct event_base *base, sluice_client *c, int fair) {
   snprintf(tag, sizeof tag, "{%s}", name);
   migrating(tag, ptrs);
 
-  done_status rel = {0};
-  TH_ASSERT_EQ(sluice_permit_release(held.permit, on_release, &rel), SLUICE_OK);
+  th_status rel = {0};
+  TH_ASSERT_EQ(sluice_permit_release(held.permit, rel_cb, &rel), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &rel.done, 5000));
   th_note("%s release of the last holder: %s\n", fair ? "fair" : "non-fair",
           sluice_err_name(rel.status));
@@ -374,16 +364,9 @@ static sluice_dq_msg *take_held(qstate *q) {
   return m;
 }
 
+/* A count as the status when the call succeeded (ud: a th_status). */
 static void count_cb(sluice_dq *dq, int status, uint64_t count, void *ud) {
-  done_status *d = ud;
-  d->done++;
-  d->status = status == SLUICE_OK ? (int)count : status;
-}
-
-static void status_cb(sluice_dq *dq, int status, void *ud) {
-  done_status *d = ud;
-  d->done++;
-  d->status = status;
+  th_status_set(ud, status == SLUICE_OK ? (int)count : status);
 }
 
 static void test_queue(void) {
@@ -465,8 +448,8 @@ static void test_queue(void) {
   th_loop_for(base, 200);
   node_ok(home, "ZADD %s 1 gone", keys[4]);
   migrating("{q}", keys);
-  done_status rq = {0}, cx = {0};
-  TH_ASSERT_EQ(sluice_dq_cancel(dq, "later", status_cb, &cx), SLUICE_OK);
+  th_status rq = {0}, cx = {0};
+  TH_ASSERT_EQ(sluice_dq_cancel(dq, "later", dqt_status_cb, &cx), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &cx.done, 5000));
   TH_ASSERT_EQ(cx.status, SLUICE_OK);
   TH_ASSERT_EQ(sluice_dq_dead_requeue(dq, NULL, count_cb, &rq), SLUICE_OK);

@@ -163,19 +163,9 @@ static void test_binary_payload(void) {
 
 /* ---- cancel, de-duplication ------------------------------------------------ */
 
-typedef struct status_res {
-  int done, status;
-} status_res;
-
-static void on_status(sluice_dq *dq, int status, void *ud) {
-  status_res *s = ud;
-  s->done++;
-  s->status = status;
-}
-
 static int cancel_wait(struct event_base *base, sluice_dq *dq, const char *id) {
-  status_res s = {0};
-  TH_ASSERT_EQ(sluice_dq_cancel(dq, id, on_status, &s), SLUICE_OK);
+  th_status s = {0};
+  TH_ASSERT_EQ(sluice_dq_cancel(dq, id, dqt_status_cb, &s), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &s.done, 5000));
   return s.status;
 }

@@ -33,6 +33,14 @@ static sluice_client *client_on(struct event_base *base, const th_redis *r) {
   return th_client_with(base, &o);
 }
 
+/* A client_on th_server whose log goes to b (emptied). */
+static sluice_client *logged_client(struct event_base *base, logbook *b) {
+  memset(b, 0, sizeof *b);
+  sluice_client *c = client_on(base, &th_server);
+  sluice_client_set_log_cb(c, on_log, b);
+  return c;
+}
+
 /* sem's metrics into sm; returns its waits. */
 static unsigned long long sem_waits(sluice_sem *sem, sluice_sem_metrics *sm) {
   sluice_sem_get_metrics(sem, sm);
@@ -42,9 +50,7 @@ static unsigned long long sem_waits(sluice_sem *sem, sluice_sem_metrics *sm) {
 static void test_log_down_up(void) {
   struct event_base *base = event_base_new();
   logbook b;
-  memset(&b, 0, sizeof b);
-  sluice_client *c = client_on(base, &th_server);
-  sluice_client_set_log_cb(c, on_log, &b);
+  sluice_client *c = logged_client(base, &b);
   TH_ASSERT(th_loop_until(base, &b.flag, 5000));
   TH_ASSERT(strstr(b.text, "INFO connecting to "));
   TH_ASSERT(strstr(b.text, "INFO connected to "));
@@ -95,9 +101,7 @@ static void test_log_failed_auth(void) {
 static void test_precise_clock(void) {
   struct event_base *base = th_precise_base();
   logbook b;
-  memset(&b, 0, sizeof b);
-  sluice_client *c = client_on(base, &th_server);
-  sluice_client_set_log_cb(c, on_log, &b);
+  sluice_client *c = logged_client(base, &b);
   while (!strstr(b.text, "event_base clock steps") && !strstr(b.text, "coarse"))
     th_loop_until(base, &b.error, 5);
   TH_ASSERT(strstr(b.text, "(precise)"));

@@ -30,15 +30,6 @@ static void test_try_acquire_counts_permits(void) {
   sem_fx_close(&fx);
 }
 
-typedef struct rel_result {
-  int done, status;
-} rel_result;
-static void rel_cb(sluice_sem *s, int status, void *ud) {
-  rel_result *r = ud;
-  r->done++;
-  r->status = status;
-}
-
 static void test_release_only_own_and_idempotent(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_test_new(fx.c, "t", 1, 5000, 0);
@@ -46,7 +37,7 @@ static void test_release_only_own_and_idempotent(void) {
   TH_ASSERT_EQ(a.status, SLUICE_OK);
   char id[33];
   strcpy(id, sluice_permit_id(a.permit));
-  rel_result r1 = {0};
+  th_status r1 = {0};
   TH_ASSERT_EQ(sluice_permit_release(a.permit, rel_cb, &r1), SLUICE_OK);
   TH_ASSERT_EQ(r1.done, 0);
   TH_ASSERT(th_loop_until(fx.base, &r1.done, 3000));
