@@ -119,6 +119,38 @@ static inline sluice_dq_info dqt_inspect(struct event_base *base, sluice_dq *dq,
   return r->info;
 }
 
+/* What a dead-letter list or requeue answered: the list's total and its
+ * first entry, or the count requeued. */
+typedef struct dqt_dead {
+  int done, status;
+  size_t total, n;
+  char id[40];
+  unsigned attempts;
+  char payload[16];
+  uint64_t count;
+} dqt_dead;
+
+static inline void dqt_on_dead(sluice_dq *dq, int status, size_t total,
+                               const sluice_dq_dead_entry *e, size_t n, void *ud) {
+  dqt_dead *d = ud;
+  d->done++;
+  d->status = status;
+  d->total = total;
+  d->n = n;
+  if (n) {
+    snprintf(d->id, sizeof d->id, "%s", e[0].id);
+    d->attempts = e[0].attempts;
+    snprintf(d->payload, sizeof d->payload, "%.*s", (int)e[0].len, (const char *)e[0].payload);
+  }
+}
+
+static inline void dqt_on_dead_count(sluice_dq *dq, int status, uint64_t count, void *ud) {
+  dqt_dead *d = ud;
+  d->done++;
+  d->status = status;
+  d->count = count;
+}
+
 /* Wall clock in ms: Redis runs on this machine, so it matches its TIME. */
 static inline int64_t dqt_unix_ms(void) {
   struct timespec ts;

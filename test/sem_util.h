@@ -75,6 +75,23 @@ static inline acq_result sem_try(struct event_base *base, sluice_sem *s) {
 
 /* Release held and run the loop until waiter is granted (timeout_ms at
  * most), which must succeed: how long after the release the grant came. */
+/* A permit of s, which must be granted at once (sem_try). */
+static inline acq_result sem_hold(struct event_base *base, sluice_sem *s) {
+  acq_result r = sem_try(base, s);
+  TH_ASSERT_EQ(r.status, SLUICE_OK);
+  return r;
+}
+
+/* A permit of hs held (sem_hold) and, behind it, an acquire of ws that
+ * may wait wait_ms started into w (it must be accepted). */
+static inline acq_result sem_hold_with_waiter(struct event_base *base, sluice_sem *hs,
+                                              sluice_sem *ws, unsigned wait_ms, acq_result *w) {
+  acq_result h = sem_hold(base, hs);
+  memset(w, 0, sizeof *w);
+  TH_ASSERT_EQ(sluice_sem_acquire(ws, wait_ms, acq_cb, w, NULL), SLUICE_OK);
+  return h;
+}
+
 static inline uint64_t sem_handoff_ms(struct event_base *base, sluice_permit *held,
                                       const acq_result *waiter, unsigned timeout_ms) {
   uint64_t t0 = th_now_ms();

@@ -163,8 +163,7 @@ static void test_primitives(void) {
   o.cluster_seeds = topo.seeds;
   sluice_client *c2 = th_client_with(base, &o);
   sluice_sem *s2 = sem_test_new(c2, names[2], 1, 5000, 0);
-  acq_result b = sem_try(base, s2);
-  TH_ASSERT_EQ(b.status, SLUICE_OK);
+  acq_result b = sem_hold(base, s2);
   sluice_permit_release(b.permit, NULL, NULL);
   sluice_sem_free(s2);
   sluice_client_free(c2);
@@ -647,8 +646,7 @@ static void test_node_change(void) {
   memset(slot_changes, 0, sizeof slot_changes);
   sluice_client_set_log_cb(c, count_slot_changes, NULL);
   sluice_sem *s = sem_test_new(c, "f", 1, 5000, 0);
-  acq_result a = sem_try(base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(base, s);
   sluice_permit_release(a.permit, NULL, NULL);
   th_node *m = th_cluster_master_for_key(&topo, "{f}");
   static unsigned char mine[16384];
@@ -788,10 +786,8 @@ static void test_release_during_pause(void) {
   sluice_client *c = sem_test_client_at(base, url, 2000);
   if (getenv("TEST_LOG")) sluice_client_set_log_cb(c, print_log, NULL);
   sluice_sem *hs = sem_test_new(c, "r", 1, 30000, 0), *ws = sem_test_new(c, "r", 1, 30000, 0);
-  acq_result h = sem_try(base, hs);
-  TH_ASSERT_EQ(h.status, SLUICE_OK);
-  acq_result w = {0};
-  TH_ASSERT_EQ(sluice_sem_acquire(ws, 60000, acq_cb, &w, NULL), SLUICE_OK);
+  acq_result w;
+  acq_result h = sem_hold_with_waiter(base, hs, ws, 60000, &w);
   th_loop_for(base, 300); /* queued, its replica in sync */
   th_node *m = th_cluster_master_for_key(&topo, "{r}");
   pid_t pausing = th_child_start(pause_master, m);

@@ -158,8 +158,7 @@ static void release_last(struct event_base *base, sluice_client *c, int fair) {
   sem_keys(name, keys, ptrs);
   sluice_sem *a = sem_test_new(c, name, 1, 5000, fair);
   sluice_sem *w = sem_test_new(c, name, 1, 5000, fair);
-  acq_result held = sem_try(base, a);
-  TH_ASSERT_EQ(held.status, SLUICE_OK);
+  acq_result held = sem_hold(base, a);
   acq_result waited;
   acquire_queued(base, w, 15000, 300, &waited);
   char tag[16];
@@ -197,8 +196,7 @@ static void expired_renew_leave(struct event_base *base, sluice_client *c) {
   sluice_sem *a = sem_with(c, name, 400, 0, 0); /* its lease just expires */
   sluice_sem *w = sem_with(c, name, 900, 0, 1); /* renewed every 300 ms */
   sluice_sem *l = sem_with(c, name, 900, 0, 1);
-  acq_result held = sem_try(base, a);
-  TH_ASSERT_EQ(held.status, SLUICE_OK);
+  acq_result held = sem_hold(base, a);
   acq_result waited;
   acquire_queued(base, w, 15000, 100, &waited);
   migrating("{exp}", ptrs);

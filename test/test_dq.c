@@ -312,36 +312,6 @@ static void test_late_ack_reported(void) {
   dq_fx_close(&fx);
 }
 
-typedef struct dead_res {
-  int done, status;
-  size_t total, n;
-  char id[40];
-  unsigned attempts;
-  char payload[16];
-  uint64_t count;
-} dead_res;
-
-static void on_dead(sluice_dq *dq, int status, size_t total, const sluice_dq_dead_entry *e,
-                    size_t n, void *ud) {
-  dead_res *d = ud;
-  d->done++;
-  d->status = status;
-  d->total = total;
-  d->n = n;
-  if (n) {
-    snprintf(d->id, sizeof d->id, "%s", e[0].id);
-    d->attempts = e[0].attempts;
-    snprintf(d->payload, sizeof d->payload, "%.*s", (int)e[0].len, (const char *)e[0].payload);
-  }
-}
-
-static void on_count(sluice_dq *dq, int status, uint64_t count, void *ud) {
-  dead_res *d = ud;
-  d->done++;
-  d->status = status;
-  d->count = count;
-}
-
 static void retrying(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
   rec *r = ud;
   int i = r->n++;
@@ -372,8 +342,8 @@ static void test_retry_dead_letter_requeue(void) {
   TH_ASSERT_EQ(r.n, 3); /* third retry dead-lettered it */
   dqt_info in;
   TH_ASSERT_EQ(dqt_inspect(fx.base, dq, &in).dead, 1);
-  dead_res d = {0};
-  TH_ASSERT_EQ(sluice_dq_dead_list(dq, 0, 10, on_dead, &d), SLUICE_OK);
+  dqt_dead d = {0};
+  TH_ASSERT_EQ(sluice_dq_dead_list(dq, 0, 10, dqt_on_dead, &d), SLUICE_OK);
   TH_ASSERT(th_loop_until(fx.base, &d.done, 3000));
   TH_ASSERT_EQ(d.status, SLUICE_OK);
   TH_ASSERT_EQ(d.total, 1);
@@ -385,11 +355,11 @@ static void test_retry_dead_letter_requeue(void) {
   r.target = 4;
   r.reached = 0;
   memset(&d, 0, sizeof d);
-  TH_ASSERT_EQ(sluice_dq_dead_requeue(dq, "nope", on_count, &d), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_dead_requeue(dq, "nope", dqt_on_dead_count, &d), SLUICE_OK);
   TH_ASSERT(th_loop_until(fx.base, &d.done, 3000));
   TH_ASSERT_EQ(d.count, 0);
   memset(&d, 0, sizeof d);
-  TH_ASSERT_EQ(sluice_dq_dead_requeue(dq, NULL, on_count, &d), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_dead_requeue(dq, NULL, dqt_on_dead_count, &d), SLUICE_OK);
   TH_ASSERT(th_loop_until(fx.base, &d.done, 3000));
   TH_ASSERT_EQ(d.count, 1);
   TH_ASSERT(th_loop_until(fx.base, &r.reached, 3000));
@@ -470,8 +440,8 @@ static void test_old_layout_drains(void) {
   sluice_dq_info info = dqt_inspect(fx.base, dq, &in);
   TH_ASSERT_STR_EQ(info.next_id, "a1");
   TH_ASSERT_EQ(info.delayed, 3);
-  dead_res dl = {0};
-  TH_ASSERT_EQ(sluice_dq_dead_list(dq, 0, 10, on_dead, &dl), SLUICE_OK);
+  dqt_dead dl = {0};
+  TH_ASSERT_EQ(sluice_dq_dead_list(dq, 0, 10, dqt_on_dead, &dl), SLUICE_OK);
   TH_ASSERT(th_loop_until(fx.base, &dl.done, 3000));
   TH_ASSERT_STR_EQ(dl.id, "d1");
   TH_ASSERT_EQ(dl.attempts, 5);
@@ -493,7 +463,7 @@ static void test_old_layout_drains(void) {
   memset(&dl, 0, sizeof dl);
   r.target = 5; /* before the requeue: d1 may come before its answer */
   r.reached = 0;
-  TH_ASSERT_EQ(sluice_dq_dead_requeue(dq, NULL, on_count, &dl), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_dead_requeue(dq, NULL, dqt_on_dead_count, &dl), SLUICE_OK);
   TH_ASSERT(th_loop_until(fx.base, &dl.done, 3000));
   TH_ASSERT_EQ(dl.count, 1);
   TH_ASSERT(th_loop_until(fx.base, &r.reached, 3000));
@@ -756,7 +726,7 @@ static void test_bad_input(void) {
   TH_ASSERT_EQ(sluice_dq_cancel(dq, NULL, NULL, NULL), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_dq_cancel(dq, "", NULL, NULL), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_dq_inspect(dq, NULL, NULL), SLUICE_EINVAL);
-  TH_ASSERT_EQ(sluice_dq_dead_list(dq, 0, 0, on_dead, NULL), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_dead_list(dq, 0, 0, dqt_on_dead, NULL), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_dq_ack(NULL, NULL, NULL), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_dq_retry(NULL, 0, NULL, NULL), SLUICE_EINVAL);
   /* Unknown id: cancel says so. */

@@ -10,8 +10,7 @@
 static void test_try_acquire_counts_permits(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_test_new(fx.c, "t", 2, 5000, 0);
-  acq_result a = sem_try(fx.base, s), b = sem_try(fx.base, s), d = sem_try(fx.base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(fx.base, s), b = sem_try(fx.base, s), d = sem_try(fx.base, s);
   TH_ASSERT_EQ(b.status, SLUICE_OK);
   TH_ASSERT_EQ(d.status, SLUICE_EBUSY);
   TH_ASSERT(d.permit == NULL);
@@ -22,8 +21,7 @@ static void test_try_acquire_counts_permits(void) {
   TH_ASSERT(sluice_permit_sem(a.permit) == s);
   TH_ASSERT_STR_EQ(sluice_sem_name(s), "t");
   TH_ASSERT_EQ(sluice_permit_release(a.permit, NULL, NULL), SLUICE_OK);
-  acq_result e = sem_try(fx.base, s);
-  TH_ASSERT_EQ(e.status, SLUICE_OK);
+  acq_result e = sem_hold(fx.base, s);
   sluice_permit_release(b.permit, NULL, NULL);
   sluice_permit_release(e.permit, NULL, NULL);
   sluice_sem_free(s);
@@ -33,8 +31,7 @@ static void test_try_acquire_counts_permits(void) {
 static void test_release_only_own_and_idempotent(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_test_new(fx.c, "t", 1, 5000, 0);
-  acq_result a = sem_try(fx.base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(fx.base, s);
   char id[33];
   strcpy(id, sluice_permit_id(a.permit));
   th_status r1 = {0};
@@ -43,8 +40,7 @@ static void test_release_only_own_and_idempotent(void) {
   TH_ASSERT(th_loop_until(fx.base, &r1.done, 3000));
   TH_ASSERT_EQ(r1.status, SLUICE_OK);
   /* Someone else now holds it; releasing our old id again frees nothing. */
-  acq_result b = sem_try(fx.base, s);
-  TH_ASSERT_EQ(b.status, SLUICE_OK);
+  acq_result b = sem_hold(fx.base, s);
   long long removed = th_redis_int(&th_server, "EVAL %s 1 %s %s",
                                    "return redis.call('ZREM', KEYS[1], ARGV[1])",
                                    "sluice:sem:{t}:holders", id);
@@ -60,8 +56,7 @@ static void test_release_only_own_and_idempotent(void) {
 static void test_blocking_acquire_woken_by_release(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_test_new(fx.c, "t", 1, 10000, 0);
-  acq_result a = sem_try(fx.base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(fx.base, s);
   acq_result w = {0};
   sluice_acquire *h = NULL;
   TH_ASSERT_EQ(sluice_sem_acquire(s, 5000, acq_cb, &w, &h), SLUICE_OK);
@@ -122,8 +117,7 @@ static void test_crashed_holder_expires(void) {
   sluice_client *c1 = sem_test_client(base), *c2 = sem_test_client(base);
   sluice_sem *s1 = sem_test_new(c1, "t", 1, 400, 0);
   sluice_sem *s2 = sem_test_new(c2, "t", 1, 400, 0);
-  acq_result a = sem_try(base, s1);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(base, s1);
   uint64_t t0 = th_now_ms();
   sluice_client_free(c1); /* stops renewing; nobody releases */
   acq_result w = {0};
@@ -154,8 +148,7 @@ static void lost_cb(sluice_permit *p, int reason, void *ud) {
 static void test_renewal_keeps_permit(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_test_new(fx.c, "t", 1, 500, 0);
-  acq_result a = sem_try(fx.base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(fx.base, s);
   lost_result l = {0};
   sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
   th_loop_for(fx.base, 2750); /* five and a half TTLs */
@@ -314,8 +307,7 @@ static void test_restart_restores_permits(void) {
   TH_ASSERT_EQ(sem_try(fx.base, s).status, SLUICE_EBUSY);
   uint64_t fence = sluice_permit_fence(a.permit); /* the release frees the permit */
   sluice_permit_release(a.permit, NULL, NULL);
-  acq_result b = sem_try(fx.base, s);
-  TH_ASSERT_EQ(b.status, SLUICE_OK);
+  acq_result b = sem_hold(fx.base, s);
   TH_ASSERT_CMP(sluice_permit_fence(b.permit), >, fence);
   sluice_permit_release(b.permit, NULL, NULL);
   sluice_sem_free(s);
@@ -355,8 +347,7 @@ static void test_fencing_increases(void) {
   sluice_sem *s = sem_test_new(fx.c, "t", 3, 5000, 0);
   uint64_t last = 0;
   for (int i = 0; i < 20; i++) {
-    acq_result a = sem_try(fx.base, s);
-    TH_ASSERT_EQ(a.status, SLUICE_OK);
+    acq_result a = sem_hold(fx.base, s);
     TH_ASSERT_CMP(sluice_permit_fence(a.permit), >, last);
     last = sluice_permit_fence(a.permit);
     sluice_permit_release(a.permit, NULL, NULL);
@@ -380,8 +371,7 @@ static void order_cb(sluice_sem *s, int status, sluice_permit *p, void *ud) {
 static void test_fair_fifo_and_try_refused(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_test_new(fx.c, "t", 1, 5000, 1);
-  acq_result a = sem_try(fx.base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(fx.base, s);
   for (int i = 0; i < 4; i++) {
     TH_ASSERT_EQ(sluice_sem_acquire(s, 5000, order_cb, (void *)(intptr_t)i, NULL), SLUICE_OK);
     th_loop_for(fx.base, 30); /* arrival order is queue order */
@@ -579,8 +569,7 @@ static void free_sem_on_close(void *ud) {
 static void test_close_cb_frees_last_object(void) {
   sem_fx fx = sem_fx_open();
   close_ctx cc = {sem_test_new(fx.c, "t", 1, 5000, 0), 0};
-  acq_result a = sem_try(fx.base, cc.sem);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  sem_hold(fx.base, cc.sem);
   sluice_client_close(fx.c, free_sem_on_close, &cc);
   TH_ASSERT(th_loop_drain(fx.base, 3000));
   TH_ASSERT_EQ(cc.closed, 1);
@@ -613,8 +602,7 @@ static void test_bad_input(void) {
   /* Names are binary-tolerant text: braces and colons are fine. */
   sluice_sem_options_init(&o);
   TH_ASSERT_EQ(sluice_sem_new(fx.c, "a}{:b", &o, &s), SLUICE_OK);
-  acq_result a = sem_try(fx.base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(fx.base, s);
   TH_ASSERT_EQ(sluice_sem_try_acquire(s, NULL, NULL), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_sem_try_acquire(NULL, acq_cb, NULL), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_sem_inspect(s, NULL, NULL), SLUICE_EINVAL);
@@ -831,8 +819,7 @@ static void handoff_granted(sluice_sem *sem, int status, sluice_permit *permit, 
 static void test_local_handoff_passes_lease(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_local_handoff(fx.c, "lh", 1, 0);
-  acq_result a = sem_try(fx.base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(fx.base, s);
   char id[33];
   memcpy(id, sluice_permit_id(a.permit), sizeof id);
   uint64_t fence = sluice_permit_fence(a.permit);
@@ -860,8 +847,7 @@ static void test_local_handoff_passes_lease(void) {
   /* Nobody waits now: the release goes to Redis. */
   TH_ASSERT_EQ(sluice_permit_release(w.r.permit, NULL, NULL), SLUICE_OK);
   loop_until_zcard(fx.base, "sluice:sem:{lh}:holders", 0);
-  acq_result r = sem_try(fx.base, s);
-  TH_ASSERT_EQ(r.status, SLUICE_OK);
+  acq_result r = sem_hold(fx.base, s);
   TH_ASSERT(strcmp(sluice_permit_id(r.permit), id) != 0);
   TH_ASSERT_CMP(sluice_permit_fence(r.permit), >, fence);
   sluice_permit_release(r.permit, NULL, NULL);
@@ -893,8 +879,7 @@ static void chain_granted(sluice_sem *sem, int status, sluice_permit *permit, vo
 static void test_local_handoff_bounded(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_local_handoff(fx.c, "lhb", 1, 0);
-  acq_result a = sem_try(fx.base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(fx.base, s);
   chain_link w[CHAIN];
   memset(w, 0, sizeof w);
   for (int i = 0; i < CHAIN; i++) {
@@ -958,8 +943,7 @@ static void test_local_handoff_two_in_one_turn(void) {
 static void test_local_handoff_not_fair(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_local_handoff(fx.c, "lhf", 1, 1);
-  acq_result a = sem_try(fx.base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(fx.base, s);
   char id[33];
   memcpy(id, sluice_permit_id(a.permit), sizeof id);
   acq_result w = {0};
@@ -992,10 +976,8 @@ static void release_then_free(sluice_sem *sem, int status, void *ud) {
 static void test_local_handoff_free_in_release_cb(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_local_handoff(fx.c, "lhx", 1, 0);
-  acq_result a = sem_try(fx.base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
-  acq_result w = {0};
-  TH_ASSERT_EQ(sluice_sem_acquire(s, 5000, acq_cb, &w, NULL), SLUICE_OK);
+  acq_result w;
+  acq_result a = sem_hold_with_waiter(fx.base, s, s, 5000, &w);
   loop_until_queued(fx.base, s, 1);
   free_on_release f = {s, 0, 0};
   sluice_permit_release(a.permit, release_then_free, &f);

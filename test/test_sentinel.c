@@ -30,6 +30,14 @@ static void start(void) {
   snprintf(url, sizeof url, "redis+sentinel://%s/mymaster", topo.sentinels);
 }
 
+/* start, and a new loop (into *base) with a client of the sentinels' url
+ * (operations bounded by 1 s). */
+static sluice_client *start_client(struct event_base **base) {
+  start();
+  *base = event_base_new();
+  return sem_test_client_at(*base, url, 1000);
+}
+
 /* The end of a case: its client closed (the loop drained), the loop freed,
  * the topology stopped. */
 static void finish(struct event_base *base, sluice_client *c) {
@@ -45,9 +53,8 @@ static void on_check(sluice_limiter *lim, int status, const sluice_rl_result *re
 /* Every primitive through the sentinels; operations started before the
  * master's address is known wait for it. */
 static void test_primitives(void) {
-  start();
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client_at(base, url, 1000);
+  struct event_base *base;
+  sluice_client *c = start_client(&base);
   sluice_sem *s = sem_test_new(c, "s", 1, 5000, 0);
   acq_result a = sem_try(base, s); /* sent before the sentinels answered */
   TH_ASSERT_EQ(a.status, SLUICE_OK);
@@ -86,8 +93,7 @@ static void test_primitives(void) {
   o.sentinels = topo.sentinels;
   sluice_client *c2 = th_client_with(base, &o);
   sluice_sem *s2 = sem_test_new(c2, "s", 1, 5000, 0);
-  acq_result b = sem_try(base, s2);
-  TH_ASSERT_EQ(b.status, SLUICE_OK);
+  acq_result b = sem_hold(base, s2);
   sluice_permit_release(b.permit, NULL, NULL);
   sluice_sem_free(s2);
   sluice_client_free(c2);
@@ -102,14 +108,11 @@ static void test_primitives(void) {
 /* SENTINEL FAILOVER while a waiter is blocked and a consumer idles: both
  * go on against the new master, which the client finds by itself. */
 static void test_failover(void) {
-  start();
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client_at(base, url, 1000);
+  struct event_base *base;
+  sluice_client *c = start_client(&base);
   sluice_sem *s = sem_test_new(c, "f", 1, 2000, 0);
-  acq_result h = sem_try(base, s);
-  TH_ASSERT_EQ(h.status, SLUICE_OK);
-  acq_result w = {0};
-  TH_ASSERT_EQ(sluice_sem_acquire(s, 20000, acq_cb, &w, NULL), SLUICE_OK);
+  acq_result w;
+  acq_result h = sem_hold_with_waiter(base, s, s, 20000, &w);
   sluice_dq *dq = dqt_queue(c, "fq");
   int delivered = 0;
   sluice_dq_consumer *con = NULL;
@@ -170,14 +173,12 @@ static void count_changes(sluice_client *c, int level, const char *msg, void *ud
 /* SENTINEL FAILOVER: the client reports once that another node serves
  * every key, before it is connected to the new master. */
 static void test_node_change(void) {
-  start();
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client_at(base, url, 1000);
+  struct event_base *base;
+  sluice_client *c = start_client(&base);
   changes b = {0};
   sluice_client_set_log_cb(c, count_changes, &b);
   sluice_sem *s = sem_test_new(c, "n", 1, 5000, 0);
-  acq_result a = sem_try(base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(base, s);
   sluice_permit_release(a.permit, NULL, NULL);
   th_loop_for(base, 50);
   TH_ASSERT_EQ(b.changes, 0);
@@ -259,8 +260,7 @@ static void test_wait_replicas(void) {
   o.wait_timeout_ms = 1000; /* generous: the replica may lag on a loaded machine */
   sluice_client *c = th_client_with(base, &o);
   sluice_sem *s = sem_test_new(c, "w", 2, 5000, 0);
-  acq_result a = sem_try(base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(base, s);
   TH_ASSERT_EQ(sluice_permit_replicated(a.permit), 1);
   TH_ASSERT_EQ(th_sentinel_replica_stop(&topo), 0);
   uint64_t t0 = th_now_ms();
@@ -323,8 +323,7 @@ static void test_discovery(void) {
   snprintf(one, sizeof one, "redis+sentinel://%s/mymaster", topo.sent[0].addr);
   sluice_client *c = sem_test_client_at(base, one, 1000);
   sluice_sem *s = sem_test_new(c, "d", 1, 5000, 0);
-  acq_result a = sem_try(base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(base, s);
   int released = 0;
   TH_ASSERT_EQ(sluice_permit_release(a.permit, on_release, &released), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &released, 5000));
@@ -471,14 +470,11 @@ static int kill_client_connections(redisContext *m) {
  * reconnect each make the client ask the sentinels again; a blocked waiter
  * gets its permit at the end all the same. */
 static void test_re_resolve(void) {
-  start();
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client_at(base, url, 1000);
+  struct event_base *base;
+  sluice_client *c = start_client(&base);
   sluice_sem *s = sem_test_new(c, "u", 1, 10000, 0);
-  acq_result h = sem_try(base, s);
-  TH_ASSERT_EQ(h.status, SLUICE_OK);
-  acq_result w = {0};
-  TH_ASSERT_EQ(sluice_sem_acquire(s, 30000, acq_cb, &w, NULL), SLUICE_OK);
+  acq_result w;
+  acq_result h = sem_hold_with_waiter(base, s, s, 30000, &w);
   redisContext *m = th_node_connect(th_sentinel_master(&topo));
   TH_ASSERT(m != NULL);
   uint64_t end = th_now_ms() + 5000;
@@ -552,12 +548,10 @@ static int rejoin(void *node) { return th_sentinel_resume_node(&topo, node); }
  * keeps its permit there or hears it lost, the waiter and the consumer go
  * on, and the recovery time is printed. */
 static void test_kill_master(void) {
-  start();
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client_at(base, url, 1000);
+  struct event_base *base;
+  sluice_client *c = start_client(&base);
   sluice_sem *hs = sem_test_new(c, "k", 1, 3000, 0), *ws = sem_test_new(c, "k", 1, 3000, 0);
-  acq_result h = sem_try(base, hs);
-  TH_ASSERT_EQ(h.status, SLUICE_OK);
+  acq_result h = sem_hold(base, hs);
   int lost = 0;
   sluice_permit_set_lost_cb(h.permit, on_lost_count, &lost);
   acq_result w = {0};

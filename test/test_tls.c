@@ -188,8 +188,7 @@ static void test_semaphore(void) {
   state_rec st = {0};
   sluice_client *c = client_for(base, tls_url(good_query()), &st);
   sluice_sem *s = sem_test_new(c, "t", 1, 10000, 0);
-  acq_result a = sem_try(base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(base, s);
   TH_ASSERT(st.up);
   TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{t}:holders"), 1);
   acq_result w = {0};
@@ -553,10 +552,8 @@ static void test_cluster(void) {
   struct event_base *base = event_base_new();
   sluice_client *c = client_for(base, url, NULL);
   sluice_sem *s = sem_test_new(c, "tc", 1, 10000, 0);
-  acq_result a = sem_try(base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
-  acq_result w = {0};
-  TH_ASSERT_EQ(sluice_sem_acquire(s, 10000, acq_cb, &w, NULL), SLUICE_OK);
+  acq_result w;
+  acq_result a = sem_hold_with_waiter(base, s, s, 10000, &w);
   th_loop_for(base, 100);
   TH_ASSERT_EQ(w.done, 0);
   sluice_permit_release(a.permit, NULL, NULL);
