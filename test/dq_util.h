@@ -33,26 +33,23 @@ static inline sluice_dq *dqt_queue(sluice_client *c, const char *name) {
 
 /* Close the client and run the loop until everything is released. */
 static inline void dqt_finish(struct event_base *base, sluice_client *c) {
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
+  th_fx fx = {base, c};
+  th_fx_close(&fx);
 }
 
-/* One case's loop and client, set up once and torn down once. */
-typedef struct dq_fx {
-  struct event_base *base;
-  sluice_client *c;
-} dq_fx;
+/* One case's loop and a dqt_client. */
+typedef th_fx dq_fx;
+static inline dq_fx dq_fx_open(void) { return th_fx_open(3000); }
+static inline void dq_fx_close(dq_fx *fx) { th_fx_close(fx); }
 
-static inline dq_fx dq_fx_open(void) {
-  dq_fx fx;
-  fx.base = event_base_new();
-  TH_ASSERT(fx.base != NULL);
-  fx.c = dqt_client(fx.base);
-  return fx;
+/* A handler that acks every message and counts it in *(int *)ud. */
+static inline void dqt_ack_counted(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
+  (*(int *)ud)++;
+  sluice_dq_ack(m, NULL, NULL);
 }
 
-static inline void dq_fx_close(dq_fx *fx) { dqt_finish(fx->base, fx->c); }
+/* A callback that reports only a status (ud: a th_status). */
+static inline void dqt_status_cb(sluice_dq *dq, int status, void *ud) { th_status_set(ud, status); }
 
 typedef struct dqt_push {
   int done;
@@ -120,6 +117,38 @@ static inline sluice_dq_info dqt_inspect(struct event_base *base, sluice_dq *dq,
   TH_ASSERT(th_loop_until(base, &r->done, 5000));
   TH_ASSERT_EQ(r->status, SLUICE_OK);
   return r->info;
+}
+
+/* What a dead-letter list or requeue answered: the list's total and its
+ * first entry, or the count requeued. */
+typedef struct dqt_dead {
+  int done, status;
+  size_t total, n;
+  char id[40];
+  unsigned attempts;
+  char payload[16];
+  uint64_t count;
+} dqt_dead;
+
+static inline void dqt_on_dead(sluice_dq *dq, int status, size_t total,
+                               const sluice_dq_dead_entry *e, size_t n, void *ud) {
+  dqt_dead *d = ud;
+  d->done++;
+  d->status = status;
+  d->total = total;
+  d->n = n;
+  if (n) {
+    snprintf(d->id, sizeof d->id, "%s", e[0].id);
+    d->attempts = e[0].attempts;
+    snprintf(d->payload, sizeof d->payload, "%.*s", (int)e[0].len, (const char *)e[0].payload);
+  }
+}
+
+static inline void dqt_on_dead_count(sluice_dq *dq, int status, uint64_t count, void *ud) {
+  dqt_dead *d = ud;
+  d->done++;
+  d->status = status;
+  d->count = count;
 }
 
 /* Wall clock in ms: Redis runs on this machine, so it matches its TIME. */

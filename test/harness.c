@@ -187,33 +187,16 @@ static int spawn(th_redis *r, const char *const *extra) {
   if (!bin) return -2;
   char port[16];
   snprintf(port, sizeof port, "%d", r->port);
-  const char *argv[64];
+  /* The pidfile: see adopt_restarted(). */
+  const char *argv[64] = {bin,         "--port",       port,       "--bind",
+                          "127.0.0.1", "--unixsocket", r->sock,    "--unixsocketperm",
+                          "700",       "--save",       "",         "--appendonly",
+                          "no",        "--dir",        r->dir,     "--daemonize",
+                          "no",        "--loglevel",   "warning",  "--logfile",
+                          "redis.log", "--pidfile",    "redis.pid"};
   int n = 0;
-  argv[n++] = bin;
-  argv[n++] = "--port";
-  argv[n++] = port;
-  argv[n++] = "--bind";
-  argv[n++] = "127.0.0.1";
-  argv[n++] = "--unixsocket";
-  argv[n++] = r->sock;
-  argv[n++] = "--unixsocketperm";
-  argv[n++] = "700";
-  argv[n++] = "--save";
-  argv[n++] = "";
-  argv[n++] = "--appendonly";
-  argv[n++] = "no";
-  argv[n++] = "--dir";
-  argv[n++] = r->dir;
-  argv[n++] = "--daemonize";
-  argv[n++] = "no";
-  argv[n++] = "--loglevel";
-  argv[n++] = "warning";
-  argv[n++] = "--logfile";
-  argv[n++] = "redis.log";
-  argv[n++] = "--pidfile";
-  argv[n++] = "redis.pid"; /* see adopt_restarted() */
+  while (argv[n]) n++;
   for (int i = 0; extra && extra[i] && n < 62; i++) argv[n++] = extra[i];
-  argv[n] = NULL;
   /* Its output (what it says before it reads --logfile) goes to its log,
    * never to the test's stdout or stderr, which meson waits on. */
   char log[300];
@@ -493,6 +476,25 @@ long long th_redis_kill_clients(void) {
   return clients_all(0, 1);
 }
 
+void th_redis_start_full(th_redis *r) {
+  static const char *const oom[] = {"--maxmemory", "1mb", "--maxmemory-policy", "noeviction", NULL};
+  TH_ASSERT_EQ(th_redis_start(r, 0, oom), 0);
+  /* Redis checks memory when a script starts, not inside it: one script
+   * fills the server past maxmemory. */
+  th_redis_int(r, "EVAL %s 0",
+               "for i = 1, 20000 do redis.call('SET', 'fill' .. i, string.rep('x', 100)) end "
+               "return 1");
+}
+
+int64_t th_redis_time_us(void) {
+  redisReply *r = th_redis_command(&th_server, "TIME");
+  TH_ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+  int64_t us = strtoll(r->element[0]->str, NULL, 10) * 1000000 +
+               strtoll(r->element[1]->str, NULL, 10);
+  freeReplyObject(r);
+  return us;
+}
+
 void th_redis_reset(void) {
   if (topo == TH_TOPO_STANDALONE) {
     th_redis_int(&th_server, "FLUSHALL");
@@ -548,6 +550,12 @@ int th__turn(struct event_base *base, uint64_t end) {
   return 1;
 }
 
+void th_status_set(void *ud, int status) {
+  th_status *s = ud;
+  s->done++;
+  s->status = status;
+}
+
 void th_client_options(sluice_client_options *o, const char *url) {
   sluice_client_options_init(o);
   o->url = url;
@@ -560,13 +568,31 @@ sluice_client *th_client_with(struct event_base *base, const sluice_client_optio
   return c;
 }
 
+void th_client_quick_options(sluice_client_options *o, const char *url, unsigned op_timeout_ms) {
+  th_client_options(o, url);
+  o->reconnect_min_ms = 20;
+  o->reconnect_max_ms = 200;
+  if (op_timeout_ms) o->op_timeout_ms = op_timeout_ms;
+}
+
 sluice_client *th_client(struct event_base *base, const char *url, unsigned op_timeout_ms) {
   sluice_client_options o;
-  th_client_options(&o, url);
-  o.reconnect_min_ms = 20;
-  o.reconnect_max_ms = 200;
-  if (op_timeout_ms) o.op_timeout_ms = op_timeout_ms;
+  th_client_quick_options(&o, url, op_timeout_ms);
   return th_client_with(base, &o);
+}
+
+th_fx th_fx_open(unsigned op_timeout_ms) {
+  th_fx fx;
+  fx.base = event_base_new();
+  TH_ASSERT(fx.base != NULL);
+  fx.c = th_client(fx.base, th_server.url, op_timeout_ms);
+  return fx;
+}
+
+void th_fx_close(th_fx *fx) {
+  sluice_client_free(fx->c);
+  TH_ASSERT(th_loop_drain(fx->base, 5000));
+  event_base_free(fx->base);
 }
 
 pid_t th_child_start(int (*fn)(void *arg), void *arg) {
@@ -718,12 +744,13 @@ static int selected(int argc, char **argv, const char *name) {
 static int applies(const th_case *tc) { return topo == TH_TOPO_STANDALONE || !tc->standalone_only; }
 
 /* The cases, as TAP; the server (if any) is already up. */
-static int run_cases(int argc, char **argv, const th_case *cases) {
+static int run_cases(int argc, char **argv, const th_case *cases, size_t ncases) {
   int total = 0, failed = 0, n = 0;
-  for (const th_case *tc = cases; tc->name; tc++)
+  const th_case *end = cases + ncases;
+  for (const th_case *tc = cases; tc < end; tc++)
     if (selected(argc, argv, tc->name) && applies(tc)) total++;
   printf("1..%d\n", total);
-  for (const th_case *tc = cases; tc->name; tc++) {
+  for (const th_case *tc = cases; tc < end; tc++) {
     if (!selected(argc, argv, tc->name)) continue;
     if (!applies(tc)) {
       printf("# %s: not on %s (%s)\n", tc->name, th_server_topo_name(), tc->standalone_only);
@@ -749,10 +776,27 @@ int th_missing(const char *what) {
   return 77;
 }
 
+/* The cases of a NULL-terminated table. */
+static size_t count_cases(const th_case *cases) {
+  size_t n = 0;
+  while (cases[n].name) n++;
+  return n;
+}
+
 int th_main(int argc, char **argv, const th_case *cases) {
+  return th_main_n(argc, argv, cases, count_cases(cases));
+}
+
+/* What every binary's main does first: TAP lines reach meson as they
+ * are printed, a closed pipe is an error rather than a signal. */
+static void binary_start(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   signal(SIGPIPE, SIG_IGN);
   harness_pid = getpid();
+}
+
+int th_main_n(int argc, char **argv, const th_case *cases, size_t n) {
+  binary_start();
   if (th__server_topo_parse(&topo) != 0) return 1;
   int rc = topo == TH_TOPO_STANDALONE ? th_redis_start(&th_server, 0, th_server_args)
                                       : th__server_topo_start(topo);
@@ -767,13 +811,15 @@ int th_main(int argc, char **argv, const th_case *cases) {
   atexit(cleanup);
   signal(SIGTERM, on_signal);
   signal(SIGINT, on_signal);
-  return run_cases(argc, argv, cases);
+  return run_cases(argc, argv, cases, n);
 }
 
 int th_main_local(int argc, char **argv, const th_case *cases) {
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  signal(SIGPIPE, SIG_IGN);
-  harness_pid = getpid();
+  return th_main_local_n(argc, argv, cases, count_cases(cases));
+}
+
+int th_main_local_n(int argc, char **argv, const th_case *cases, size_t n) {
+  binary_start();
   no_redis = 1;
-  return run_cases(argc, argv, cases);
+  return run_cases(argc, argv, cases, n);
 }

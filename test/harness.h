@@ -54,6 +54,9 @@ void th_redis_stop(th_redis *r);
  * times); fails the case if none works. For URLs that need TCP
  * (credentials, TLS). */
 void th_redis_start_tcp(th_redis *r, const char *const *extra);
+/* th_redis_start (unix socket only) of a server with maxmemory 1 MB and
+ * noeviction, filled past it: every script that writes fails with OOM. */
+void th_redis_start_full(th_redis *r);
 /* Kill -9 and start again on the same socket/port, empty (no persistence). */
 void th_redis_restart(th_redis *r);
 /* Kill -9 and start r again with extra (as th_redis_start), in the same
@@ -106,6 +109,8 @@ long long th_redis_clients(int blocked_only);
  * CLIENT KILL TYPE normal on each master, sparing the sentinels' own
  * monitoring connections. Returns how many were killed. */
 long long th_redis_kill_clients(void);
+/* Redis's clock (TIME on th_server) in microseconds. */
+int64_t th_redis_time_us(void);
 /* FLUSHALL + SCRIPT FLUSH on the binary's server (every master). */
 void th_redis_reset(void);
 
@@ -133,6 +138,13 @@ int th_free_port(void);
 /* One turn of TH_LOOP_UNTIL: runs base for a few ms; 0 once end has passed. */
 int th__turn(struct event_base *base, uint64_t end);
 
+/* What a callback whose only news is a status reported: how many times it
+ * ran, and its last status. th_status_set(ud, status) is its body. */
+typedef struct th_status {
+  int done, status;
+} th_status;
+void th_status_set(void *ud, int status);
+
 /* The cases' client options: the defaults with url (may be NULL). */
 void th_client_options(sluice_client_options *o, const char *url);
 /* sluice_client_new(base, o), which must succeed. */
@@ -140,6 +152,19 @@ sluice_client *th_client_with(struct event_base *base, const sluice_client_optio
 /* A client of url with a quick reconnect (20 to 200 ms, so a restarted
  * server is found at once) and op_timeout_ms (0: the default). */
 sluice_client *th_client(struct event_base *base, const char *url, unsigned op_timeout_ms);
+/* th_client's options, for a case that sets more of them. */
+void th_client_quick_options(sluice_client_options *o, const char *url, unsigned op_timeout_ms);
+
+/* A case's loop and client of th_server, set up once and torn down once. */
+typedef struct th_fx {
+  struct event_base *base;
+  sluice_client *c;
+} th_fx;
+/* A new loop and th_client(base, th_server.url, op_timeout_ms). */
+th_fx th_fx_open(unsigned op_timeout_ms);
+/* Free the client, run the loop until everything is released (it must
+ * drain within 5 s), free the loop. */
+void th_fx_close(th_fx *fx);
 
 /* Work that blocks (the topology helpers' waits) done while the case's loop
  * keeps running: th_child_start forks a child that runs fn(arg) and exits
@@ -259,6 +284,23 @@ int th_main(int argc, char **argv, const th_case *cases);
 /* The same without Redis (the quick suite): no server is started, cases
  * must not use th_server or th_redis_*; the live-object check still runs. */
 int th_main_local(int argc, char **argv, const th_case *cases);
+/* A row of a case table for the function test_NAME, named "NAME": the
+ * rest are th_case's fields after fn (timeout_s, then any designated
+ * ones), so a case's name cannot drift from its function's. */
+#define TH_CASE(name, ...) \
+  { #name, test_##name, __VA_ARGS__ }
+/* th_main and th_main_local on a case table of the same file (an array,
+ * not NULL-terminated), as the binary's main. */
+int th_main_n(int argc, char **argv, const th_case *cases, size_t n);
+int th_main_local_n(int argc, char **argv, const th_case *cases, size_t n);
+#define TH_MAIN(cases)                                                 \
+  int main(int argc, char **argv) {                                    \
+    return th_main_n(argc, argv, cases, sizeof cases / sizeof *cases); \
+  }
+#define TH_MAIN_LOCAL(cases)                                                 \
+  int main(int argc, char **argv) {                                          \
+    return th_main_local_n(argc, argv, cases, sizeof cases / sizeof *cases); \
+  }
 /* A program the binary needs (what: "redis-server") is not installed:
  * prints the TAP plan that says so and returns the binary's exit status,
  * 77 (SKIP), or 1 under CI=true, where it is required. */

@@ -35,24 +35,44 @@ static inline sluice_client *rl_test_client(struct event_base *base) {
   return c;
 }
 
-static inline sluice_limiter *rl_test_new(sluice_client *c, const char *name, sluice_rl_algo algo,
-                                          unsigned limit, unsigned period_ms) {
+/* The defaults with algo, limit and period_ms; callers set the rest. */
+static inline sluice_limiter_options rl_test_options(sluice_rl_algo algo, unsigned limit,
+                                                     unsigned period_ms) {
   sluice_limiter_options o;
   sluice_limiter_options_init(&o);
   o.algo = algo;
   o.limit = limit;
   o.period_ms = period_ms;
+  return o;
+}
+
+/* A limiter with options o, which must be accepted. */
+static inline sluice_limiter *rl_test_new_opts(sluice_client *c, const char *name,
+                                               const sluice_limiter_options *o) {
   sluice_limiter *lim = NULL;
-  TH_ASSERT_EQ(sluice_limiter_new(c, name, &o, &lim), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_limiter_new(c, name, o, &lim), SLUICE_OK);
   return lim;
+}
+
+static inline sluice_limiter *rl_test_new(sluice_client *c, const char *name, sluice_rl_algo algo,
+                                          unsigned limit, unsigned period_ms) {
+  sluice_limiter_options o = rl_test_options(algo, limit, period_ms);
+  return rl_test_new_opts(c, name, &o);
+}
+
+/* One check run to its answer, whatever it is. */
+static inline rl_answer rl_test_answer(struct event_base *base, sluice_limiter *lim,
+                                       const char *key, unsigned cost) {
+  rl_answer a = {0};
+  TH_ASSERT_EQ(sluice_limiter_check(lim, key, cost, rl_answer_cb, &a), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &a.done, 5000));
+  return a;
 }
 
 /* One check run to its answer, which must be a decision. */
 static inline sluice_rl_result rl_test_check(struct event_base *base, sluice_limiter *lim,
                                              const char *key, unsigned cost) {
-  rl_answer a = {0};
-  TH_ASSERT_EQ(sluice_limiter_check(lim, key, cost, rl_answer_cb, &a), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &a.done, 5000));
+  rl_answer a = rl_test_answer(base, lim, key, cost);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
   return a.res;
 }

@@ -44,15 +44,24 @@ static inline sluice_sem *sem_test_new_opts(sluice_client *c, const char *name,
   return s;
 }
 
-static inline sluice_sem *sem_test_new(sluice_client *c, const char *name, unsigned permits,
-                                       unsigned ttl, int fair) {
+/* The defaults with permits and ttl; callers set the rest. */
+static inline sluice_sem_options sem_test_options(unsigned permits, unsigned ttl) {
   sluice_sem_options o;
   sluice_sem_options_init(&o);
   o.permits = permits;
   o.ttl_ms = ttl;
+  return o;
+}
+
+static inline sluice_sem *sem_test_new(sluice_client *c, const char *name, unsigned permits,
+                                       unsigned ttl, int fair) {
+  sluice_sem_options o = sem_test_options(permits, ttl);
   o.fair = fair;
   return sem_test_new_opts(c, name, &o);
 }
+
+/* A release's callback (ud: a th_status). */
+static inline void rel_cb(sluice_sem *s, int status, void *ud) { th_status_set(ud, status); }
 
 /* try_acquire and wait for its answer. */
 static inline acq_result sem_try(struct event_base *base, sluice_sem *s) {
@@ -64,29 +73,42 @@ static inline acq_result sem_try(struct event_base *base, sluice_sem *s) {
   return r;
 }
 
+/* Release held and run the loop until waiter is granted (timeout_ms at
+ * most), which must succeed: how long after the release the grant came. */
+/* A permit of s, which must be granted at once (sem_try). */
+static inline acq_result sem_hold(struct event_base *base, sluice_sem *s) {
+  acq_result r = sem_try(base, s);
+  TH_ASSERT_EQ(r.status, SLUICE_OK);
+  return r;
+}
+
+/* A permit of hs held (sem_hold) and, behind it, an acquire of ws that
+ * may wait wait_ms started into w (it must be accepted). */
+static inline acq_result sem_hold_with_waiter(struct event_base *base, sluice_sem *hs,
+                                              sluice_sem *ws, unsigned wait_ms, acq_result *w) {
+  acq_result h = sem_hold(base, hs);
+  memset(w, 0, sizeof *w);
+  TH_ASSERT_EQ(sluice_sem_acquire(ws, wait_ms, acq_cb, w, NULL), SLUICE_OK);
+  return h;
+}
+
+static inline uint64_t sem_handoff_ms(struct event_base *base, sluice_permit *held,
+                                      const acq_result *waiter, unsigned timeout_ms) {
+  uint64_t t0 = th_now_ms();
+  sluice_permit_release(held, NULL, NULL);
+  TH_ASSERT(th_loop_until(base, &waiter->done, timeout_ms));
+  TH_ASSERT_EQ(waiter->status, SLUICE_OK);
+  return waiter->at_ms - t0;
+}
+
 static inline void client_close_drain(struct event_base *base, sluice_client *c) {
   sluice_client_free(c);
   TH_ASSERT(th_loop_drain(base, 5000));
 }
 
-/* One case's loop and client, set up once and torn down once. */
-typedef struct sem_fx {
-  struct event_base *base;
-  sluice_client *c;
-} sem_fx;
-
-static inline sem_fx sem_fx_open(void) {
-  sem_fx fx;
-  fx.base = event_base_new();
-  TH_ASSERT(fx.base != NULL);
-  fx.c = sem_test_client(fx.base);
-  return fx;
-}
-
-/* Close the client, run the loop until everything is released, free it. */
-static inline void sem_fx_close(sem_fx *fx) {
-  client_close_drain(fx->base, fx->c);
-  event_base_free(fx->base);
-}
+/* One case's loop and a sem_test_client. */
+typedef th_fx sem_fx;
+static inline sem_fx sem_fx_open(void) { return th_fx_open(2000); }
+static inline void sem_fx_close(sem_fx *fx) { th_fx_close(fx); }
 
 #endif

@@ -98,38 +98,33 @@ typedef struct done {
   int allowed;
 } done;
 
+/* The body of every callback below: d (ud) answered with status. */
+static done *answered(void *ud, int status) {
+  done *d = ud;
+  d->n++, d->status = status;
+  return d;
+}
+
 static void on_acq(sluice_sem *s, int status, sluice_permit *p, void *ud) {
-  done *d = ud;
-  d->n++, d->status = status, d->permit = p;
+  answered(ud, status)->permit = p;
 }
-static void on_sem_status(sluice_sem *s, int status, void *ud) {
-  done *d = ud;
-  d->n++, d->status = status;
-}
+static void on_sem_status(sluice_sem *s, int status, void *ud) { answered(ud, status); }
 static void on_sem_info(sluice_sem *s, int status, const sluice_sem_info *i, void *ud) {
-  done *d = ud;
-  d->n++, d->status = status;
+  answered(ud, status);
 }
 static void on_rl(sluice_limiter *l, int status, const sluice_rl_result *res, void *ud) {
-  done *d = ud;
-  d->n++, d->status = status, d->allowed = res && res->allowed;
+  answered(ud, status)->allowed = res && res->allowed;
 }
-static void on_dq_status(sluice_dq *dq, int status, void *ud) {
-  done *d = ud;
-  d->n++, d->status = status;
-}
+static void on_dq_status(sluice_dq *dq, int status, void *ud) { answered(ud, status); }
 static void on_dq_info(sluice_dq *dq, int status, const sluice_dq_info *i, void *ud) {
-  done *d = ud;
-  d->n++, d->status = status;
+  answered(ud, status);
 }
 static void on_dead(sluice_dq *dq, int status, size_t total, const sluice_dq_dead_entry *e,
                     size_t n, void *ud) {
-  done *d = ud;
-  d->n++, d->status = status, d->allowed = (int)total;
+  answered(ud, status)->allowed = (int)total;
 }
 static void on_count(sluice_dq *dq, int status, uint64_t count, void *ud) {
-  done *d = ud;
-  d->n++, d->status = status, d->allowed = (int)count;
+  answered(ud, status)->allowed = (int)count;
 }
 
 /* Wait for d (started with rc); the status, or rc when it did not start. */
@@ -654,13 +649,10 @@ static void test_cluster(void) {
   th_cluster_stop(&cl);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"single", test_single, 300},
-      {"tenants", test_tenants, 60},
-      {"sentinel", test_sentinel, 300},
-      {"cluster", test_cluster, 300},
-      {NULL, NULL, 0},
-  };
-  return th_topology_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(single, 300),
+    TH_CASE(tenants, 60),
+    TH_CASE(sentinel, 300),
+    TH_CASE(cluster, 300),
+};
+TH_TOPOLOGY_MAIN(cases)

@@ -574,20 +574,17 @@ static void test_follower_waits_for_leader(void) {
   teardown(NULL);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"one_turn_one_call", test_one_turn_one_call, 10},
-      {"cap_per_call", test_cap_per_call, 10},
-      {"routes_never_mixed", test_routes_never_mixed, 10},
-      {"leave_queue_and_slot", test_leave_queue_and_slot, 10},
-      {"leave_during_fan_out", test_leave_during_fan_out, 10},
-      {"wrong_reply_shape", test_wrong_reply_shape, 10},
-      {"send_failure", test_send_failure, 10},
-      {"cancel_answers_once", test_cancel_answers_once, 10},
-      {"answer_frees_owner", test_answer_frees_owner, 10},
-      {"call_forgotten_when_empty", test_call_forgotten_when_empty, 10},
-      {"follower_waits_for_leader", test_follower_waits_for_leader, 10},
-      {NULL, NULL, 0},
-  };
-  return th_main_local(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(one_turn_one_call, 10),
+    TH_CASE(cap_per_call, 10),
+    TH_CASE(routes_never_mixed, 10),
+    TH_CASE(leave_queue_and_slot, 10),
+    TH_CASE(leave_during_fan_out, 10),
+    TH_CASE(wrong_reply_shape, 10),
+    TH_CASE(send_failure, 10),
+    TH_CASE(cancel_answers_once, 10),
+    TH_CASE(answer_frees_owner, 10),
+    TH_CASE(call_forgotten_when_empty, 10),
+    TH_CASE(follower_waits_for_leader, 10),
+};
+TH_MAIN_LOCAL(cases)

@@ -73,8 +73,7 @@ static void test_releases_survive_kill(void) {
   uint64_t t0 = th_now_ms();
   TH_ASSERT(loop_until_cond(fx.base, no_holders, (void *)"kill", 3000));
   TH_ASSERT_CMP(th_now_ms() - t0, <, 1500);
-  acq_result n = sem_try(fx.base, s);
-  TH_ASSERT_EQ(n.status, SLUICE_OK);
+  acq_result n = sem_hold(fx.base, s);
   sluice_permit_release(n.permit, NULL, NULL);
   sluice_sem_free(s);
   sem_fx_close(&fx);
@@ -89,10 +88,8 @@ static void test_stall_leaves_no_orphan(void) {
   sluice_client *wc = client_with(fx.base, NULL, NULL, 1000);
   sluice_sem *hs = sem_test_new(fx.c, "stall", 1, 3000, 0);
   sluice_sem *ws = sem_test_new(wc, "stall", 1, 30000, 0);
-  acq_result h = sem_try(fx.base, hs);
-  TH_ASSERT_EQ(h.status, SLUICE_OK);
-  acq_result w = {0};
-  TH_ASSERT_EQ(sluice_sem_acquire(ws, 3000, acq_cb, &w, NULL), SLUICE_OK);
+  acq_result w;
+  acq_result h = sem_hold_with_waiter(fx.base, hs, ws, 3000, &w);
   th_loop_for(fx.base, 300);
   th_redis_pause(&th_server);
   TH_ASSERT(th_loop_until(fx.base, &w.done, 5000));
@@ -287,9 +284,8 @@ static void test_release_hands_off(void) {
   sluice_client *wc = sem_test_client(fx.base);
   sluice_sem *hs = sem_test_new(fx.c, "ho", 1, 5000, 0);
   sluice_sem *ws = sem_test_new(wc, "ho", 1, 5000, 0);
-  acq_result h = sem_try(fx.base, hs);
-  acq_result w = {0};
-  TH_ASSERT_EQ(sluice_sem_acquire(ws, 5000, acq_cb, &w, NULL), SLUICE_OK);
+  acq_result w;
+  acq_result h = sem_hold_with_waiter(fx.base, hs, ws, 5000, &w);
   th_loop_for(fx.base, 100);
   TH_ASSERT_EQ(w.done, 0);
   handoff ho = {-1, 0};
@@ -319,9 +315,8 @@ static void test_hand_off_long_lease(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *hs = sem_test_new(fx.c, "long", 1, 60000, 0);
   sluice_sem *ws = sem_test_new(fx.c, "long", 1, 60000, 0);
-  acq_result h = sem_try(fx.base, hs);
-  acq_result w = {0};
-  TH_ASSERT_EQ(sluice_sem_acquire(ws, 5000, acq_cb, &w, NULL), SLUICE_OK);
+  acq_result w;
+  acq_result h = sem_hold_with_waiter(fx.base, hs, ws, 5000, &w);
   th_loop_for(fx.base, 100);
   sluice_permit_release(h.permit, NULL, NULL);
   TH_ASSERT(th_loop_until(fx.base, &w.done, 2000));
@@ -392,16 +387,12 @@ static uint64_t reconnects(const sluice_client *c) {
 static void test_unreplicated_release_repeated(void) {
   struct event_base *base = event_base_new();
   sluice_client_options o;
-  th_client_options(&o, th_server.url);
-  o.reconnect_min_ms = 20;
-  o.reconnect_max_ms = 200;
-  o.op_timeout_ms = 2000;
+  th_client_quick_options(&o, th_server.url, 2000);
   o.wait_replicas = 1;
   o.wait_timeout_ms = 50;
   sluice_client *c = th_client_with(base, &o);
   sluice_sem *s = sem_test_new(c, "unrep", 1, 30000, 0);
-  acq_result a = sem_try(base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(base, s);
   TH_ASSERT_EQ(sluice_permit_replicated(a.permit), 0);
   int done = 0;
   TH_ASSERT_EQ(sluice_permit_release(a.permit, on_rel_done, &done), SLUICE_OK);
@@ -425,20 +416,17 @@ static void test_unreplicated_release_repeated(void) {
   event_base_free(base);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"releases_survive_kill", test_releases_survive_kill, 0},
-      {"stall_leaves_no_orphan", test_stall_leaves_no_orphan, 0},
-      {"doubt_is_not_not_sent", test_doubt_is_not_not_sent, 0},
-      {"handshake_errors", test_handshake_errors, 0},
-      {"consumer_resumes_at_once", test_consumer_resumes_at_once, 0},
-      {"fail_fast_and_health", test_fail_fast_and_health, 0},
-      {"release_hands_off", test_release_hands_off, 0},
-      {"hand_off_long_lease", test_hand_off_long_lease, 0},
-      {"release_by_id", test_release_by_id, 0},
-      {"unreplicated_release_repeated", test_unreplicated_release_repeated, 0,
-       .standalone_only = "kills the one server's clients and restarts it"},
-      {NULL, NULL, 0},
-  };
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(releases_survive_kill, 0),
+    TH_CASE(stall_leaves_no_orphan, 0),
+    TH_CASE(doubt_is_not_not_sent, 0),
+    TH_CASE(handshake_errors, 0),
+    TH_CASE(consumer_resumes_at_once, 0),
+    TH_CASE(fail_fast_and_health, 0),
+    TH_CASE(release_hands_off, 0),
+    TH_CASE(hand_off_long_lease, 0),
+    TH_CASE(release_by_id, 0),
+    TH_CASE(unreplicated_release_repeated, 0,
+            .standalone_only = "kills the one server's clients and restarts it"),
+};
+TH_MAIN(cases)

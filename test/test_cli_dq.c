@@ -314,14 +314,8 @@ static int dq_at(const char *url, const char *sub, ...) {
  * NOPERM (no EVALSHA), the same 69 `sem run` gives for it. */
 static void test_redis_errors_verbatim(void) {
   setup();
-  static const char *const oom[] = {"--maxmemory", "1mb", "--maxmemory-policy", "noeviction", NULL};
   th_redis r;
-  TH_ASSERT_EQ(th_redis_start(&r, 0, oom), 0);
-  /* Redis checks memory when a script starts, not inside it: one script
-   * fills the server past maxmemory. */
-  th_redis_int(&r, "EVAL %s 0",
-               "for i = 1, 20000 do redis.call('SET', 'fill' .. i, string.rep('x', 100)) end "
-               "return 1");
+  th_redis_start_full(&r);
   TH_ASSERT_EQ(dq_at(r.url, "push", "q", "hello", NULL), 69);
   wait_log("sluice: dq push: ", 1000);
   wait_log("OOM", 1000);
@@ -366,17 +360,15 @@ static void test_bad_numbers_and_long_names(void) {
   cleanup();
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"concurrency", test_concurrency, 0},
-      {"failures_retried_then_dead", test_failures_retried_then_dead, 0},
-      {"crash_retried", test_crash_retried, 0},
-      {"sigterm_drains", test_sigterm_drains, 0},
-      {"second_signal_forwards", test_second_signal_forwards, 0},
-      {"visibility_watchdog", test_visibility_watchdog, 0},
-      {"cmd_not_found_and_usage", test_cmd_not_found_and_usage, 0},
-      {"redis_errors_verbatim", test_redis_errors_verbatim, 0},
-      {"bad_numbers_and_long_names", test_bad_numbers_and_long_names, 0},
-      {NULL, NULL, 0}};
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(concurrency, 0),
+    TH_CASE(failures_retried_then_dead, 0),
+    TH_CASE(crash_retried, 0),
+    TH_CASE(sigterm_drains, 0),
+    TH_CASE(second_signal_forwards, 0),
+    TH_CASE(visibility_watchdog, 0),
+    TH_CASE(cmd_not_found_and_usage, 0),
+    TH_CASE(redis_errors_verbatim, 0),
+    TH_CASE(bad_numbers_and_long_names, 0),
+};
+TH_MAIN(cases)

@@ -95,11 +95,8 @@ static void test_redis_error_escaped(void) {
   th_redis_stop(&r);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"names_and_ids", test_names_and_ids, 30},
-      {"redis_error_escaped", test_redis_error_escaped, 30},
-      {NULL, NULL, 0},
-  };
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(names_and_ids, 30),
+    TH_CASE(redis_error_escaped, 30),
+};
+TH_MAIN(cases)

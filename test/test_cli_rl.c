@@ -120,13 +120,8 @@ static void assert_has(const char *text, const char *want) {
 /* Redis's own words (OOM: maxmemory reached, noeviction) reach stderr,
  * prefixed with the command; exit 69. */
 static void test_redis_error_verbatim(void) {
-  static const char *const oom[] = {"--maxmemory", "1mb", "--maxmemory-policy", "noeviction", NULL};
   th_redis r;
-  TH_ASSERT_EQ(th_redis_start(&r, 0, oom), 0);
-  /* Redis checks memory when a script starts, not inside it. */
-  th_redis_int(&r, "EVAL %s 0",
-               "for i = 1, 20000 do redis.call('SET', 'fill' .. i, string.rep('x', 100)) end "
-               "return 1");
+  th_redis_start_full(&r);
   run_out o = rl("-", "check", "n", "k", "--algo", "fixed", "--limit", "2", "--period", "1000",
                  "--redis", r.url, NULL);
   TH_ASSERT_EQ(o.status, 69);
@@ -160,14 +155,11 @@ static void test_bad_numbers(void) {
   TH_ASSERT_EQ(th_redis_int(&th_server, "LLEN sluice:rl:{1:n:k}:log"), 3);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"check", test_check, 0},
-      {"wait", test_wait, 0},
-      {"usage_and_unreachable", test_usage_and_unreachable, 0},
-      {"redis_error_verbatim", test_redis_error_verbatim, 0},
-      {"bad_numbers", test_bad_numbers, 0},
-      {NULL, NULL, 0},
-  };
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(check, 0),
+    TH_CASE(wait, 0),
+    TH_CASE(usage_and_unreachable, 0),
+    TH_CASE(redis_error_verbatim, 0),
+    TH_CASE(bad_numbers, 0),
+};
+TH_MAIN(cases)

@@ -300,19 +300,17 @@ static void test_signal_reaches_cmd_group(void) {
   TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{g}:holders"), 0);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"exit_status_and_release", test_exit_status_and_release, 0},
-      {"busy_and_timeout", test_busy_and_timeout, 0},
-      {"mutual_exclusion", test_mutual_exclusion, 0},
-      {"lost_permit_terminates_command", test_lost_permit_terminates_command, 0},
-      {"tool_killed_terminates_command", test_tool_killed_terminates_command, 0},
-      {"status_and_usage", test_status_and_usage, 0},
-      {"redis_errors_verbatim", test_redis_errors_verbatim, 0},
-      {"bad_numbers_and_long_names", test_bad_numbers_and_long_names, 0},
-      {"release_by_id", test_release_by_id, 0},
-      {"cmd_gets_no_redis_fds", test_cmd_gets_no_redis_fds, 0},
-      {"signal_reaches_cmd_group", test_signal_reaches_cmd_group, 0},
-      {NULL, NULL, 0}};
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(exit_status_and_release, 0),
+    TH_CASE(busy_and_timeout, 0),
+    TH_CASE(mutual_exclusion, 0),
+    TH_CASE(lost_permit_terminates_command, 0),
+    TH_CASE(tool_killed_terminates_command, 0),
+    TH_CASE(status_and_usage, 0),
+    TH_CASE(redis_errors_verbatim, 0),
+    TH_CASE(bad_numbers_and_long_names, 0),
+    TH_CASE(release_by_id, 0),
+    TH_CASE(cmd_gets_no_redis_fds, 0),
+    TH_CASE(signal_reaches_cmd_group, 0),
+};
+TH_MAIN(cases)

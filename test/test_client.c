@@ -399,26 +399,22 @@ static void test_script_embedding(void) {
   }
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"script_runs", test_script_runs, 0},
-      {"pipelined", test_pipelined, 0},
-      {"noscript_recovery", test_noscript_recovery, 0},
-      {"redis_error", test_redis_error, 0},
-      {"deadline", test_deadline, 0, .standalone_only = "pauses the server"},
-      {"reconnect_after_client_kill", test_reconnect_after_client_kill, 0},
-      {"reconnect_after_restart", test_reconnect_after_restart, 0,
-       .standalone_only = "restarts the server"},
-      {"dead_connection_replaced", test_dead_connection_replaced, 0,
-       .standalone_only = "pauses the server"},
-      {"close_cancels_pending", test_close_cancels_pending, 0},
-      {"connect_refused", test_connect_refused_fails_within_deadline, 0},
-      {"url_parsing", test_url_parsing, 0},
-      {"bad_input", test_bad_input, 0},
-      {"script_embedding", test_script_embedding, 0},
-      {"auth_and_select", test_auth_and_select, 0},
-      {"key_prefix", test_key_prefix, 0},
-      {"tcp_connect", test_tcp_connect, 0},
-      {NULL, NULL, 0}};
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(script_runs, 0),
+    TH_CASE(pipelined, 0),
+    TH_CASE(noscript_recovery, 0),
+    TH_CASE(redis_error, 0),
+    TH_CASE(deadline, 0, .standalone_only = "pauses the server"),
+    TH_CASE(reconnect_after_client_kill, 0),
+    TH_CASE(reconnect_after_restart, 0, .standalone_only = "restarts the server"),
+    TH_CASE(dead_connection_replaced, 0, .standalone_only = "pauses the server"),
+    TH_CASE(close_cancels_pending, 0),
+    {"connect_refused", test_connect_refused_fails_within_deadline, 0},
+    TH_CASE(url_parsing, 0),
+    TH_CASE(bad_input, 0),
+    TH_CASE(script_embedding, 0),
+    TH_CASE(auth_and_select, 0),
+    TH_CASE(key_prefix, 0),
+    TH_CASE(tcp_connect, 0),
+};
+TH_MAIN(cases)

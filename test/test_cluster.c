@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "dq_util.h"
+#include "rl_util.h"
 #include "sem_util.h"
 #include "topology.h"
 
@@ -55,15 +56,6 @@ static void on_check(sluice_limiter *lim, int status, const sluice_rl_result *re
   int *n = ud;
   if (status == SLUICE_OK && res->allowed) (*n)++;
   else *n = -1000;
-}
-
-typedef struct got {
-  int n;
-} got;
-
-static void on_msg(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
-  ((got *)ud)->n++;
-  sluice_dq_ack(m, NULL, NULL);
 }
 
 typedef struct scan_acc {
@@ -141,11 +133,7 @@ static void test_primitives(void) {
 
   /* Limiter checks for keys in many slots: each batch goes to its slot's
    * master, never a CROSSSLOT error. */
-  sluice_limiter_options lo;
-  sluice_limiter_options_init(&lo);
-  lo.limit = 5, lo.period_ms = 10000;
-  sluice_limiter *lim;
-  TH_ASSERT_EQ(sluice_limiter_new(c, "l", &lo, &lim), SLUICE_OK);
+  sluice_limiter *lim = rl_test_new(c, "l", SLUICE_RL_FIXED, 5, 10000);
   int ok = 0;
   char keys[64][8];
   for (int i = 0; i < 64; i++) {
@@ -159,13 +147,13 @@ static void test_primitives(void) {
 
   /* A queue, with its consumer blocked on its slot. */
   sluice_dq *dq = dqt_queue(c, "q");
-  got g = {0};
+  int delivered = 0;
   sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "q", NULL, on_msg, &g, &con), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "q", NULL, dqt_ack_counted, &delivered, &con), SLUICE_OK);
   th_loop_for(base, 100);
   dqt_push p;
   TH_ASSERT_EQ(dqt_push_wait(base, dq, "m", "m", 0, &p), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &g.n, 3000));
+  TH_ASSERT(th_loop_until(base, &delivered, 3000));
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
 
@@ -175,8 +163,7 @@ static void test_primitives(void) {
   o.cluster_seeds = topo.seeds;
   sluice_client *c2 = th_client_with(base, &o);
   sluice_sem *s2 = sem_test_new(c2, names[2], 1, 5000, 0);
-  acq_result b = sem_try(base, s2);
-  TH_ASSERT_EQ(b.status, SLUICE_OK);
+  acq_result b = sem_hold(base, s2);
   sluice_permit_release(b.permit, NULL, NULL);
   sluice_sem_free(s2);
   sluice_client_free(c2);
@@ -250,25 +237,11 @@ static void test_bad_input(void) {
 
 /* ---- resharding under load ---------------------------------------------- */
 
-static redisReply *node_cmd(const th_node *n, const char *fmt, ...) {
-  redisContext *x = th_node_connect(n);
-  if (!x) return NULL;
-  va_list ap;
-  va_start(ap, fmt);
-  redisReply *r = redisvCommand(x, fmt, ap);
-  va_end(ap);
-  redisFree(x);
-  return r;
-}
-
 static int node_ok(const th_node *n, const char *fmt, ...) {
-  redisContext *x = th_node_connect(n);
-  if (!x) return 0;
   va_list ap;
   va_start(ap, fmt);
-  redisReply *r = redisvCommand(x, fmt, ap);
+  redisReply *r = th_node_vcommand(n, fmt, ap);
   va_end(ap);
-  redisFree(x);
   int ok = r && r->type == REDIS_REPLY_STATUS;
   if (!ok)
     fprintf(stderr, "# %s: %s\n", n->addr, r && r->type == REDIS_REPLY_ERROR ? r->str : "failed");
@@ -284,14 +257,14 @@ static int migrate_slowly(th_node *from, th_node *to, unsigned slot, unsigned pa
       !node_ok(from, "CLUSTER SETSLOT %u MIGRATING %s", slot, to->id))
     return -1;
   for (int round = 0; round < 100000; round++) {
-    redisReply *keys = node_cmd(from, "CLUSTER GETKEYSINSLOT %u 1", slot);
+    redisReply *keys = th_node_command(from, "CLUSTER GETKEYSINSLOT %u 1", slot);
     if (!keys || keys->type != REDIS_REPLY_ARRAY) return -1;
     if (keys->elements == 0) {
       freeReplyObject(keys);
       break;
     }
-    redisReply *r = node_cmd(from, "MIGRATE 127.0.0.1 %d %b 0 5000 REPLACE", to->port,
-                             keys->element[0]->str, keys->element[0]->len);
+    redisReply *r = th_node_command(from, "MIGRATE 127.0.0.1 %d %b 0 5000 REPLACE", to->port,
+                                    keys->element[0]->str, keys->element[0]->len);
     int ok = r && r->type == REDIS_REPLY_STATUS;
     if (!ok)
       fprintf(stderr, "# MIGRATE: %s\n", r && r->type == REDIS_REPLY_ERROR ? r->str : "failed");
@@ -535,13 +508,13 @@ typedef struct fo_load {
   sluice_dq *dq;
   sluice_dq_consumer *con;
   acq_result held, waited;
-  got g;
+  int delivered;
 } fo_load;
 
 /* A push accepted and delivered (20 s to be accepted, 10 s more to
  * arrive); returns ms from `since`. */
 static uint64_t push_until_delivered(struct event_base *base, fo_load *f, uint64_t since) {
-  dqt_push_until_delivered(base, f->dq, &f->g.n, 20000, 10000);
+  dqt_push_until_delivered(base, f->dq, &f->delivered, 20000, 10000);
   return th_now_ms() - since;
 }
 
@@ -558,7 +531,8 @@ static void fo_hold(struct event_base *base, sluice_client *c, fo_load *f, const
 /* The load's queue and its consumer, a first message through them. */
 static void fo_queue(struct event_base *base, sluice_client *c, fo_load *f, const char *qname) {
   f->dq = dqt_queue(c, qname);
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, qname, NULL, on_msg, &f->g, &f->con), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, qname, NULL, dqt_ack_counted, &f->delivered, &f->con),
+               SLUICE_OK);
   push_until_delivered(base, f, th_now_ms());
 }
 
@@ -672,8 +646,7 @@ static void test_node_change(void) {
   memset(slot_changes, 0, sizeof slot_changes);
   sluice_client_set_log_cb(c, count_slot_changes, NULL);
   sluice_sem *s = sem_test_new(c, "f", 1, 5000, 0);
-  acq_result a = sem_try(base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(base, s);
   sluice_permit_release(a.permit, NULL, NULL);
   th_node *m = th_cluster_master_for_key(&topo, "{f}");
   static unsigned char mine[16384];
@@ -732,10 +705,7 @@ static void test_pause_master(void) {
   start(1);
   struct event_base *base = event_base_new();
   sluice_client_options o;
-  th_client_options(&o, url);
-  o.reconnect_min_ms = 20;
-  o.reconnect_max_ms = 200;
-  o.op_timeout_ms = 1000;
+  th_client_quick_options(&o, url, 1000);
   o.wait_replicas = 1;
   o.wait_timeout_ms = 200;
   sluice_client *c = th_client_with(base, &o);
@@ -816,10 +786,8 @@ static void test_release_during_pause(void) {
   sluice_client *c = sem_test_client_at(base, url, 2000);
   if (getenv("TEST_LOG")) sluice_client_set_log_cb(c, print_log, NULL);
   sluice_sem *hs = sem_test_new(c, "r", 1, 30000, 0), *ws = sem_test_new(c, "r", 1, 30000, 0);
-  acq_result h = sem_try(base, hs);
-  TH_ASSERT_EQ(h.status, SLUICE_OK);
-  acq_result w = {0};
-  TH_ASSERT_EQ(sluice_sem_acquire(ws, 60000, acq_cb, &w, NULL), SLUICE_OK);
+  acq_result w;
+  acq_result h = sem_hold_with_waiter(base, hs, ws, 60000, &w);
   th_loop_for(base, 300); /* queued, its replica in sync */
   th_node *m = th_cluster_master_for_key(&topo, "{r}");
   pid_t pausing = th_child_start(pause_master, m);
@@ -848,7 +816,7 @@ static int slot_at_port_everywhere(unsigned slot, int port, const th_node *extra
   for (int i = 0; i <= topo.n; i++) {
     const th_node *n = i < topo.n ? &topo.node[i] : extra;
     if (!n || (i < topo.n && (!n->is_master || n->pid <= 0))) continue;
-    redisReply *r = node_cmd(n, "CLUSTER SLOTS");
+    redisReply *r = th_node_command(n, "CLUSTER SLOTS");
     int ok = 0;
     for (size_t k = 0; r && r->type == REDIS_REPLY_ARRAY && k < r->elements && !ok; k++) {
       redisReply *e = r->element[k];
@@ -929,7 +897,7 @@ static void test_join_leave(void) {
   joiner.pid = r.pid;
   joiner.is_master = 1;
   snprintf(joiner.addr, sizeof joiner.addr, "127.0.0.1:%d", port);
-  redisReply *id = node_cmd(&joiner, "CLUSTER MYID");
+  redisReply *id = th_node_command(&joiner, "CLUSTER MYID");
   TH_ASSERT(id && id->type == REDIS_REPLY_STRING);
   snprintf(joiner.id, sizeof joiner.id, "%s", id->str);
   freeReplyObject(id);
@@ -938,11 +906,11 @@ static void test_join_leave(void) {
   for (;;) { /* every master knows it, and it knows them */
     int known = 1;
     for (int i = 0; i < topo.n; i++) {
-      redisReply *nodes = node_cmd(&topo.node[i], "CLUSTER NODES");
+      redisReply *nodes = th_node_command(&topo.node[i], "CLUSTER NODES");
       known = known && nodes && nodes->type == REDIS_REPLY_STRING && strstr(nodes->str, joiner.id);
       if (nodes) freeReplyObject(nodes);
     }
-    redisReply *info = node_cmd(&joiner, "CLUSTER INFO");
+    redisReply *info = th_node_command(&joiner, "CLUSTER INFO");
     known = known && info && strstr(info->str, "cluster_known_nodes:4") &&
             strstr(info->str, "cluster_state:ok"); /* it learned the slots too */
     if (info) freeReplyObject(info);
@@ -968,7 +936,7 @@ static void test_join_leave(void) {
   th_loop_for(base, 500);
   th_note("on the new node: %d grants in 0.5 s, %d failed so far\n", ch.ok - before, ch.failed);
   TH_ASSERT_CMP(ch.ok - before, >, 5);
-  redisReply *meta = node_cmd(&joiner, "EXISTS sluice:sem:{j}:meta");
+  redisReply *meta = th_node_command(&joiner, "EXISTS sluice:sem:{j}:meta");
   TH_ASSERT(meta && meta->type == REDIS_REPLY_INTEGER && meta->integer == 1);
   freeReplyObject(meta);
 
@@ -1024,18 +992,11 @@ static void test_tool(void) {
   th_cluster_stop(&topo);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"primitives", test_primitives, 120},
-      {"bad_input", test_bad_input, 60},
-      {"resharding", test_resharding, 240},
-      {"failover", test_failover, 300},
-      {"node_change", test_node_change, 180},
-      {"pause_master", test_pause_master, 300},
-      {"release_during_pause", test_release_during_pause, 180},
-      {"tool", test_tool, 120},
-      {"join_leave", test_join_leave, 180},
-      {NULL, NULL, 0},
-  };
-  return th_topology_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(primitives, 120),           TH_CASE(bad_input, 60),
+    TH_CASE(resharding, 240),           TH_CASE(failover, 300),
+    TH_CASE(node_change, 180),          TH_CASE(pause_master, 300),
+    TH_CASE(release_during_pause, 180), TH_CASE(tool, 120),
+    TH_CASE(join_leave, 180),
+};
+TH_TOPOLOGY_MAIN(cases)

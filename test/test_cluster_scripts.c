@@ -20,19 +20,10 @@ static char url[TH_CLUSTER_MAX * 24 + 32];
 static th_node *src, *dst;
 static unsigned cur_slot;
 
-/* One command on a fresh connection to n; NULL if no reply came. */
-static redisReply *node_vcmd(const th_node *n, const char *fmt, va_list ap) {
-  redisContext *x = th_node_connect(n);
-  TH_ASSERT(x != NULL);
-  redisReply *r = redisvCommand(x, fmt, ap);
-  redisFree(x);
-  return r;
-}
-
 static redisReply *node_cmd(const th_node *n, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  redisReply *r = node_vcmd(n, fmt, ap);
+  redisReply *r = th_node_vcommand(n, fmt, ap);
   va_end(ap);
   TH_ASSERT(r != NULL);
   return r;
@@ -41,7 +32,7 @@ static redisReply *node_cmd(const th_node *n, const char *fmt, ...) {
 static void node_ok(const th_node *n, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  redisReply *r = node_vcmd(n, fmt, ap);
+  redisReply *r = th_node_vcommand(n, fmt, ap);
   va_end(ap);
   if (!r || r->type == REDIS_REPLY_ERROR)
     th_fail(__FILE__, __LINE__, "%s: %s", n->addr, r ? r->str : "no reply");
@@ -123,16 +114,6 @@ static void no_redis_errors(const sluice_client *c, const char *step) {
 
 /* ---- semaphores ------------------------------------------------------------ */
 
-typedef struct done_status {
-  int done, status;
-} done_status;
-
-static void on_release(sluice_sem *sem, int status, void *ud) {
-  done_status *d = ud;
-  d->done++;
-  d->status = status;
-}
-
 static void sem_keys(const char *name, char keys[4][96], const char *ptrs[5]) {
   static const char *const parts[4] = {"holders", "queue", "beats", "meta"};
   for (int i = 0; i < 4; i++) {
@@ -143,22 +124,17 @@ static void sem_keys(const char *name, char keys[4][96], const char *ptrs[5]) {
 }
 
 static sluice_sem *sem_with(sluice_client *c, const char *name, unsigned ttl, int fair, int renew) {
-  sluice_sem_options o;
-  sluice_sem_options_init(&o);
-  o.permits = 1;
-  o.ttl_ms = ttl;
+  sluice_sem_options o = sem_test_options(1, ttl);
   o.fair = fair;
   o.auto_renew = renew;
-  sluice_sem *s = NULL;
-  TH_ASSERT_EQ(sluice_sem_new(c, name, &o, &s), SLUICE_OK);
-  return s;
+  return sem_test_new_opts(c, name, &o);
 }
 
 /* Release and wait for the answer (freeing the handle first is not what
  * this test is about). */
 static void release_wait(struct event_base *base, sluice_permit *p, int want) {
-  done_status d = {0};
-  TH_ASSERT_EQ(sluice_permit_release(p, on_release, &d), SLUICE_OK);
+  th_status d = {0};
+  TH_ASSERT_EQ(sluice_permit_release(p, rel_cb, &d), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &d.done, 8000));
   TH_ASSERT_EQ(d.status, want);
 }
@@ -182,16 +158,15 @@ static void release_last(struct event_base *base, sluice_client *c, int fair) {
   sem_keys(name, keys, ptrs);
   sluice_sem *a = sem_test_new(c, name, 1, 5000, fair);
   sluice_sem *w = sem_test_new(c, name, 1, 5000, fair);
-  acq_result held = sem_try(base, a);
-  TH_ASSERT_EQ(held.status, SLUICE_OK);
+  acq_result held = sem_hold(base, a);
   acq_result waited;
   acquire_queued(base, w, 15000, 300, &waited);
   char tag[16];
   snprintf(tag, sizeof tag, "{%s}", name);
   migrating(tag, ptrs);
 
-  done_status rel = {0};
-  TH_ASSERT_EQ(sluice_permit_release(held.permit, on_release, &rel), SLUICE_OK);
+  th_status rel = {0};
+  TH_ASSERT_EQ(sluice_permit_release(held.permit, rel_cb, &rel), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &rel.done, 5000));
   th_note("%s release of the last holder: %s\n", fair ? "fair" : "non-fair",
           sluice_err_name(rel.status));
@@ -221,8 +196,7 @@ static void expired_renew_leave(struct event_base *base, sluice_client *c) {
   sluice_sem *a = sem_with(c, name, 400, 0, 0); /* its lease just expires */
   sluice_sem *w = sem_with(c, name, 900, 0, 1); /* renewed every 300 ms */
   sluice_sem *l = sem_with(c, name, 900, 0, 1);
-  acq_result held = sem_try(base, a);
-  TH_ASSERT_EQ(held.status, SLUICE_OK);
+  acq_result held = sem_hold(base, a);
   acq_result waited;
   acquire_queued(base, w, 15000, 100, &waited);
   migrating("{exp}", ptrs);
@@ -388,16 +362,9 @@ static sluice_dq_msg *take_held(qstate *q) {
   return m;
 }
 
+/* A count as the status when the call succeeded (ud: a th_status). */
 static void count_cb(sluice_dq *dq, int status, uint64_t count, void *ud) {
-  done_status *d = ud;
-  d->done++;
-  d->status = status == SLUICE_OK ? (int)count : status;
-}
-
-static void status_cb(sluice_dq *dq, int status, void *ud) {
-  done_status *d = ud;
-  d->done++;
-  d->status = status;
+  th_status_set(ud, status == SLUICE_OK ? (int)count : status);
 }
 
 static void test_queue(void) {
@@ -479,8 +446,8 @@ static void test_queue(void) {
   th_loop_for(base, 200);
   node_ok(home, "ZADD %s 1 gone", keys[4]);
   migrating("{q}", keys);
-  done_status rq = {0}, cx = {0};
-  TH_ASSERT_EQ(sluice_dq_cancel(dq, "later", status_cb, &cx), SLUICE_OK);
+  th_status rq = {0}, cx = {0};
+  TH_ASSERT_EQ(sluice_dq_cancel(dq, "later", dqt_status_cb, &cx), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &cx.done, 5000));
   TH_ASSERT_EQ(cx.status, SLUICE_OK);
   TH_ASSERT_EQ(sluice_dq_dead_requeue(dq, NULL, count_cb, &rq), SLUICE_OK);
@@ -509,12 +476,9 @@ static void test_queue(void) {
   finish(base, c);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"semaphores", test_semaphores, 120},
-      {"limiters", test_limiters, 120},
-      {"queue", test_queue, 120},
-      {NULL, NULL, 0},
-  };
-  return th_topology_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(semaphores, 120),
+    TH_CASE(limiters, 120),
+    TH_CASE(queue, 120),
+};
+TH_TOPOLOGY_MAIN(cases)

@@ -65,13 +65,11 @@ static sluice_dq_consumer *consumer(sluice_client *c, const char *name,
   return con;
 }
 
+/* dqt_options with the default max_in_flight. */
 static sluice_dq_consumer_options opts(unsigned batch, unsigned vis, unsigned maxa) {
   sluice_dq_consumer_options o;
   sluice_dq_consumer_options_init(&o);
-  o.batch = batch;
-  o.visibility_ms = vis;
-  o.max_attempts = maxa;
-  return o;
+  return dqt_options(batch, o.max_in_flight, vis, maxa);
 }
 
 /* ---- ordering, batches, payloads ------------------------------------------- */
@@ -165,19 +163,9 @@ static void test_binary_payload(void) {
 
 /* ---- cancel, de-duplication ------------------------------------------------ */
 
-typedef struct status_res {
-  int done, status;
-} status_res;
-
-static void on_status(sluice_dq *dq, int status, void *ud) {
-  status_res *s = ud;
-  s->done++;
-  s->status = status;
-}
-
 static int cancel_wait(struct event_base *base, sluice_dq *dq, const char *id) {
-  status_res s = {0};
-  TH_ASSERT_EQ(sluice_dq_cancel(dq, id, on_status, &s), SLUICE_OK);
+  th_status s = {0};
+  TH_ASSERT_EQ(sluice_dq_cancel(dq, id, dqt_status_cb, &s), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &s.done, 5000));
   return s.status;
 }
@@ -324,36 +312,6 @@ static void test_late_ack_reported(void) {
   dq_fx_close(&fx);
 }
 
-typedef struct dead_res {
-  int done, status;
-  size_t total, n;
-  char id[40];
-  unsigned attempts;
-  char payload[16];
-  uint64_t count;
-} dead_res;
-
-static void on_dead(sluice_dq *dq, int status, size_t total, const sluice_dq_dead_entry *e,
-                    size_t n, void *ud) {
-  dead_res *d = ud;
-  d->done++;
-  d->status = status;
-  d->total = total;
-  d->n = n;
-  if (n) {
-    snprintf(d->id, sizeof d->id, "%s", e[0].id);
-    d->attempts = e[0].attempts;
-    snprintf(d->payload, sizeof d->payload, "%.*s", (int)e[0].len, (const char *)e[0].payload);
-  }
-}
-
-static void on_count(sluice_dq *dq, int status, uint64_t count, void *ud) {
-  dead_res *d = ud;
-  d->done++;
-  d->status = status;
-  d->count = count;
-}
-
 static void retrying(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
   rec *r = ud;
   int i = r->n++;
@@ -384,8 +342,8 @@ static void test_retry_dead_letter_requeue(void) {
   TH_ASSERT_EQ(r.n, 3); /* third retry dead-lettered it */
   dqt_info in;
   TH_ASSERT_EQ(dqt_inspect(fx.base, dq, &in).dead, 1);
-  dead_res d = {0};
-  TH_ASSERT_EQ(sluice_dq_dead_list(dq, 0, 10, on_dead, &d), SLUICE_OK);
+  dqt_dead d = {0};
+  TH_ASSERT_EQ(sluice_dq_dead_list(dq, 0, 10, dqt_on_dead, &d), SLUICE_OK);
   TH_ASSERT(th_loop_until(fx.base, &d.done, 3000));
   TH_ASSERT_EQ(d.status, SLUICE_OK);
   TH_ASSERT_EQ(d.total, 1);
@@ -397,11 +355,11 @@ static void test_retry_dead_letter_requeue(void) {
   r.target = 4;
   r.reached = 0;
   memset(&d, 0, sizeof d);
-  TH_ASSERT_EQ(sluice_dq_dead_requeue(dq, "nope", on_count, &d), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_dead_requeue(dq, "nope", dqt_on_dead_count, &d), SLUICE_OK);
   TH_ASSERT(th_loop_until(fx.base, &d.done, 3000));
   TH_ASSERT_EQ(d.count, 0);
   memset(&d, 0, sizeof d);
-  TH_ASSERT_EQ(sluice_dq_dead_requeue(dq, NULL, on_count, &d), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_dead_requeue(dq, NULL, dqt_on_dead_count, &d), SLUICE_OK);
   TH_ASSERT(th_loop_until(fx.base, &d.done, 3000));
   TH_ASSERT_EQ(d.count, 1);
   TH_ASSERT(th_loop_until(fx.base, &r.reached, 3000));
@@ -482,8 +440,8 @@ static void test_old_layout_drains(void) {
   sluice_dq_info info = dqt_inspect(fx.base, dq, &in);
   TH_ASSERT_STR_EQ(info.next_id, "a1");
   TH_ASSERT_EQ(info.delayed, 3);
-  dead_res dl = {0};
-  TH_ASSERT_EQ(sluice_dq_dead_list(dq, 0, 10, on_dead, &dl), SLUICE_OK);
+  dqt_dead dl = {0};
+  TH_ASSERT_EQ(sluice_dq_dead_list(dq, 0, 10, dqt_on_dead, &dl), SLUICE_OK);
   TH_ASSERT(th_loop_until(fx.base, &dl.done, 3000));
   TH_ASSERT_STR_EQ(dl.id, "d1");
   TH_ASSERT_EQ(dl.attempts, 5);
@@ -505,7 +463,7 @@ static void test_old_layout_drains(void) {
   memset(&dl, 0, sizeof dl);
   r.target = 5; /* before the requeue: d1 may come before its answer */
   r.reached = 0;
-  TH_ASSERT_EQ(sluice_dq_dead_requeue(dq, NULL, on_count, &dl), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_dead_requeue(dq, NULL, dqt_on_dead_count, &dl), SLUICE_OK);
   TH_ASSERT(th_loop_until(fx.base, &dl.done, 3000));
   TH_ASSERT_EQ(dl.count, 1);
   TH_ASSERT(th_loop_until(fx.base, &r.reached, 3000));
@@ -533,11 +491,9 @@ static void count_push(sluice_dq *dq, int status, const char *id, int64_t due, v
 static void test_pending_pushes_capped(void) {
   struct event_base *base = event_base_new();
   sluice_client_options co;
-  sluice_client_options_init(&co);
-  co.url = th_server.url;
+  th_client_options(&co, th_server.url);
   co.max_pending_pushes = 10;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &co, &c), SLUICE_OK);
+  sluice_client *c = th_client_with(base, &co);
   sluice_dq *a = dqt_queue(c, "cap-a"), *b = dqt_queue(c, "cap-b");
   sluice_dq_item it = {"x", 1, 60000, 0, NULL}, items[4] = {it, it, it, it};
   int answered = 0;
@@ -770,7 +726,7 @@ static void test_bad_input(void) {
   TH_ASSERT_EQ(sluice_dq_cancel(dq, NULL, NULL, NULL), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_dq_cancel(dq, "", NULL, NULL), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_dq_inspect(dq, NULL, NULL), SLUICE_EINVAL);
-  TH_ASSERT_EQ(sluice_dq_dead_list(dq, 0, 0, on_dead, NULL), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_dead_list(dq, 0, 0, dqt_on_dead, NULL), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_dq_ack(NULL, NULL, NULL), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_dq_retry(NULL, 0, NULL, NULL), SLUICE_EINVAL);
   /* Unknown id: cancel says so. */
@@ -1069,33 +1025,29 @@ static void test_error_callback_and_names(void) {
   dqt_finish(base, c);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"error_callback_and_names", test_error_callback_and_names, 30,
-       .standalone_only = "pauses the server"},
-      {"order_by_due_then_push", test_order_by_due_then_push, 30},
-      {"batch_and_max_in_flight", test_batch_and_max_in_flight, 30},
-      {"binary_payload", test_binary_payload, 30},
-      {"cancel", test_cancel, 30},
-      {"dedup", test_dedup, 30},
-      {"largest_batch", test_largest_batch, 60},
-      {"late_ack_reported", test_late_ack_reported, 30},
-      {"retry_dead_letter_requeue", test_retry_dead_letter_requeue, 30},
-      {"expired_dead_letter", test_expired_dead_letter, 30},
-      {"bad_input", test_bad_input, 30},
-      {"free_inside_callbacks", test_free_inside_callbacks, 30},
-      {"close_cancels_pending", test_close_cancels_pending, 30},
-      {"free_cancels_pending", test_free_cancels_pending, 30},
-      {"keys_expire", test_keys_expire, 30},
-      {"early_push_wakes_consumer", test_early_push_wakes_consumer, 30},
-      {"idle_cost", test_idle_cost, 30},
-      {"inspect_counts", test_inspect_counts, 30},
-      {"old_layout_drains", test_old_layout_drains, 30},
-      {"memory_per_message", test_memory_per_message, 60},
-      {"pending_pushes_capped", test_pending_pushes_capped, 30},
-      {"scripts_refuse_oversize", test_scripts_refuse_oversize, 30,
-       .standalone_only = "raw EVALs on one connection to the first master"},
-      {NULL, NULL, 0},
-  };
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(error_callback_and_names, 30, .standalone_only = "pauses the server"),
+    TH_CASE(order_by_due_then_push, 30),
+    TH_CASE(batch_and_max_in_flight, 30),
+    TH_CASE(binary_payload, 30),
+    TH_CASE(cancel, 30),
+    TH_CASE(dedup, 30),
+    TH_CASE(largest_batch, 60),
+    TH_CASE(late_ack_reported, 30),
+    TH_CASE(retry_dead_letter_requeue, 30),
+    TH_CASE(expired_dead_letter, 30),
+    TH_CASE(bad_input, 30),
+    TH_CASE(free_inside_callbacks, 30),
+    TH_CASE(close_cancels_pending, 30),
+    TH_CASE(free_cancels_pending, 30),
+    TH_CASE(keys_expire, 30),
+    TH_CASE(early_push_wakes_consumer, 30),
+    TH_CASE(idle_cost, 30),
+    TH_CASE(inspect_counts, 30),
+    TH_CASE(old_layout_drains, 30),
+    TH_CASE(memory_per_message, 60),
+    TH_CASE(pending_pushes_capped, 30),
+    TH_CASE(scripts_refuse_oversize, 30,
+            .standalone_only = "raw EVALs on one connection to the first master"),
+};
+TH_MAIN(cases)

@@ -476,17 +476,10 @@ static void test_tool_kill_two_of_three_busy(void) { kill_while_busy(1, 2); }
 static void test_tool_kill_all_but_one_at_burst(void) { kill_all_but_one_at_burst(1); }
 static void test_tool_sigstop_past_visibility(void) { sigstop_past_visibility(1); }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"library_kill_one_of_three_busy", test_library_kill_one_of_three_busy, 60},
-      {"library_kill_two_of_three_busy", test_library_kill_two_of_three_busy, 60},
-      {"library_kill_all_but_one_at_burst", test_library_kill_all_but_one_at_burst, 60},
-      {"library_sigstop_past_visibility", test_library_sigstop_past_visibility, 60},
-      {"tool_kill_one_of_three_busy", test_tool_kill_one_of_three_busy, 60},
-      {"tool_kill_two_of_three_busy", test_tool_kill_two_of_three_busy, 60},
-      {"tool_kill_all_but_one_at_burst", test_tool_kill_all_but_one_at_burst, 60},
-      {"tool_sigstop_past_visibility", test_tool_sigstop_past_visibility, 60},
-      {NULL, NULL, 0},
-  };
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(library_kill_one_of_three_busy, 60),    TH_CASE(library_kill_two_of_three_busy, 60),
+    TH_CASE(library_kill_all_but_one_at_burst, 60), TH_CASE(library_sigstop_past_visibility, 60),
+    TH_CASE(tool_kill_one_of_three_busy, 60),       TH_CASE(tool_kill_two_of_three_busy, 60),
+    TH_CASE(tool_kill_all_but_one_at_burst, 60),    TH_CASE(tool_sigstop_past_visibility, 60),
+};
+TH_MAIN(cases)

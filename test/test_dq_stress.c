@@ -216,22 +216,29 @@ static void collector(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
   if (k->want > 0 ? k->index[k->n - 1] == (uint32_t)k->want : k->n >= k->target) k->reached = 1;
 }
 
+/* A consumer child (cfg, its report pipe set here) takes n messages and is
+ * killed holding them; their reports into held. */
+static void consumer_dies_holding(child_cfg *cfg, report *held, int n) {
+  int fds[2];
+  TH_ASSERT_EQ(pipe(fds), 0);
+  cfg->fd = fds[1];
+  pid_t kid = spawn_consumer(cfg);
+  read_reports(fds[0], held, n, 5000);
+  kill_child(kid);
+  close(fds[0]);
+  close(fds[1]);
+}
+
 static void test_crash_redelivery(void) {
   struct event_base *base = event_base_new();
   sluice_client *c = dqt_client(base);
   sluice_dq *dq = dqt_queue(c, "crash");
   push_range(base, dq, 0, 20, no_delay);
-  int fds[2];
-  TH_ASSERT_EQ(pipe(fds), 0);
   /* A consumer takes a batch of 10 and dies holding them. */
-  child_cfg cfg = {"crash", 10, 10, 400, 5, 0, fds[1]};
-  pid_t kid = spawn_consumer(&cfg);
+  child_cfg cfg = {"crash", 10, 10, 400, 5, 0, -1};
   report held[10];
-  read_reports(fds[0], held, 10, 5000);
-  kill_child(kid);
+  consumer_dies_holding(&cfg, held, 10);
   uint64_t killed = th_now_ms();
-  close(fds[0]);
-  close(fds[1]);
   /* Another consumer gets the other ten at once, then the dead one's ten
    * after their visibility deadline, as attempt 2. */
   collect k = {.target = 20};
@@ -266,43 +273,14 @@ static void test_crash_redelivery(void) {
   dqt_finish(base, c);
 }
 
-typedef struct count_res {
-  int done, status;
-  uint64_t count;
-  size_t total;
-  unsigned attempts;
-} count_res;
-
-static void on_count(sluice_dq *dq, int status, uint64_t count, void *ud) {
-  count_res *r = ud;
-  r->done++;
-  r->status = status;
-  r->count = count;
-}
-
-static void on_dead(sluice_dq *dq, int status, size_t total, const sluice_dq_dead_entry *e,
-                    size_t n, void *ud) {
-  count_res *r = ud;
-  r->done++;
-  r->status = status;
-  r->total = total;
-  r->attempts = n ? e[0].attempts : 0;
-}
-
 static void test_crash_dead_letters(void) {
   struct event_base *base = event_base_new();
   sluice_client *c = dqt_client(base);
   sluice_dq *dq = dqt_queue(c, "crashdead");
   push_range(base, dq, 0, 5, no_delay);
-  int fds[2];
-  TH_ASSERT_EQ(pipe(fds), 0);
-  child_cfg cfg = {"crashdead", 10, 10, 200, 1, 0, fds[1]};
-  pid_t kid = spawn_consumer(&cfg);
+  child_cfg cfg = {"crashdead", 10, 10, 200, 1, 0, -1};
   report held[5];
-  read_reports(fds[0], held, 5, 5000);
-  kill_child(kid);
-  close(fds[0]);
-  close(fds[1]);
+  consumer_dies_holding(&cfg, held, 5);
   /* With max_attempts 1, the expired messages go to the dead letters. */
   collect k = {.target = 5};
   sluice_dq_consumer_options o;
@@ -315,13 +293,13 @@ static void test_crash_dead_letters(void) {
   while (dqt_inspect(base, dq, &in).dead < 5 && th_now_ms() < end) th_loop_for(base, 20);
   TH_ASSERT_EQ(in.info.dead, 5);
   TH_ASSERT_EQ(k.n, 0);
-  count_res d = {0};
-  TH_ASSERT_EQ(sluice_dq_dead_list(dq, 0, 100, on_dead, &d), SLUICE_OK);
+  dqt_dead d = {0};
+  TH_ASSERT_EQ(sluice_dq_dead_list(dq, 0, 100, dqt_on_dead, &d), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &d.done, 3000));
   TH_ASSERT_EQ(d.total, 5);
   TH_ASSERT_EQ(d.attempts, 1);
   memset(&d, 0, sizeof d);
-  TH_ASSERT_EQ(sluice_dq_dead_requeue(dq, NULL, on_count, &d), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_dead_requeue(dq, NULL, dqt_on_dead_count, &d), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &d.done, 3000));
   TH_ASSERT_EQ(d.count, 5);
   TH_ASSERT(th_loop_until(base, &k.reached, 3000));
@@ -470,15 +448,11 @@ static void test_due_times(void) {
   dqt_finish(base, c);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"many_messages_many_consumers", test_many_messages_many_consumers, 120},
-      {"crash_redelivery", test_crash_redelivery, 30},
-      {"crash_dead_letters", test_crash_dead_letters, 30},
-      {"restart_and_client_kill", test_restart_and_client_kill, 60,
-       .standalone_only = "restarts the server"},
-      {"due_times", test_due_times, 90},
-      {NULL, NULL, 0},
-  };
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(many_messages_many_consumers, 120),
+    TH_CASE(crash_redelivery, 30),
+    TH_CASE(crash_dead_letters, 30),
+    TH_CASE(restart_and_client_kill, 60, .standalone_only = "restarts the server"),
+    TH_CASE(due_times, 90),
+};
+TH_MAIN(cases)

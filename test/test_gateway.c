@@ -250,10 +250,8 @@ static void test_redis_restart_under_load_local_handoff(void) {
   redis_restart_under_load("--local-handoff");
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"redis_restart_under_load", test_redis_restart_under_load, 180},
-      {"redis_restart_under_load_local_handoff", test_redis_restart_under_load_local_handoff, 180},
-      {NULL, NULL, 0}};
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(redis_restart_under_load, 180),
+    TH_CASE(redis_restart_under_load_local_handoff, 180),
+};
+TH_MAIN(cases)

@@ -365,18 +365,11 @@ static void test_cancel_starts_work(void) {
   teardown();
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"free_idle_at_once", test_free_idle_at_once, 10},
-      {"free_pending_cancels_from_loop", test_free_pending_cancels_from_loop, 10},
-      {"free_inside_own_callback", test_free_inside_own_callback, 10},
-      {"free_inside_nested_callback", test_free_inside_nested_callback, 10},
-      {"free_inside_cancel_callback", test_free_inside_cancel_callback, 10},
-      {"home_close", test_home_close, 10},
-      {"on_empty_last_guard", test_on_empty_last_guard, 10},
-      {"poke_after_last_owed", test_poke_after_last_owed, 10},
-      {"cancel_starts_work", test_cancel_starts_work, 10},
-      {NULL, NULL, 0},
-  };
-  return th_main_local(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(free_idle_at_once, 10),           TH_CASE(free_pending_cancels_from_loop, 10),
+    TH_CASE(free_inside_own_callback, 10),    TH_CASE(free_inside_nested_callback, 10),
+    TH_CASE(free_inside_cancel_callback, 10), TH_CASE(home_close, 10),
+    TH_CASE(on_empty_last_guard, 10),         TH_CASE(poke_after_last_owed, 10),
+    TH_CASE(cancel_starts_work, 10),
+};
+TH_MAIN_LOCAL(cases)

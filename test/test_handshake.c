@@ -76,11 +76,8 @@ static void test_topology(void) {
   TH_ASSERT_EQ(th_redis_int_all("DBSIZE"), 0);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"standalone", test_standalone, 30},
-      {"topology", test_topology, 30},
-      {NULL, NULL, 0},
-  };
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(standalone, 30),
+    TH_CASE(topology, 30),
+};
+TH_MAIN(cases)

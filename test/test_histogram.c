@@ -94,15 +94,8 @@ static void test_below(void) {
   TH_ASSERT_EQ(sluice__hist_below(&h, 0), 0);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"layout", test_layout, 10},
-      {"quantiles", test_quantiles, 10},
-      {"small_and_huge", test_small_and_huge, 10},
-      {"saturation", test_saturation, 10},
-      {"sum", test_sum, 10},
-      {"below", test_below, 10},
-      {NULL, NULL, 0},
-  };
-  return th_main_local(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(layout, 10),     TH_CASE(quantiles, 10), TH_CASE(small_and_huge, 10),
+    TH_CASE(saturation, 10), TH_CASE(sum, 10),       TH_CASE(below, 10),
+};
+TH_MAIN_LOCAL(cases)

@@ -53,12 +53,9 @@ static void test_below(void) {
   for (int i = 0; i < 10000; i++) TH_ASSERT_CMP(sluice__random_below(7), <, 7);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"unique_and_hex", test_unique_and_hex, 10},
-      {"fork_does_not_repeat", test_fork_does_not_repeat, 10},
-      {"below", test_below, 10},
-      {NULL, NULL, 0},
-  };
-  return th_main_local(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(unique_and_hex, 10),
+    TH_CASE(fork_does_not_repeat, 10),
+    TH_CASE(below, 10),
+};
+TH_MAIN_LOCAL(cases)

@@ -10,6 +10,7 @@
 #include <sluice/sluice.h>
 
 #include "harness.h"
+#include "rl_util.h"
 #include "limiter/limiter.h"
 #include "core/engine.h"
 #include "topology.h"
@@ -57,16 +58,10 @@ static sluice_client *new_client(struct event_base *base, unsigned op_timeout) {
 
 static sluice_limiter *new_lim_p(sluice_client *c, const char *name, sluice_rl_algo algo,
                                  unsigned limit, unsigned period, unsigned burst, int policy) {
-  sluice_limiter_options o;
-  sluice_limiter_options_init(&o);
-  o.algo = algo;
-  o.limit = limit;
-  o.period_ms = period;
+  sluice_limiter_options o = rl_test_options(algo, limit, period);
   o.burst = burst;
   o.on_redis_down = (sluice_rl_down_policy)policy;
-  sluice_limiter *lim = NULL;
-  TH_ASSERT_EQ(sluice_limiter_new(c, name, &o, &lim), SLUICE_OK);
-  return lim;
+  return rl_test_new_opts(c, name, &o);
 }
 
 static sluice_limiter *new_lim(sluice_client *c, const char *name, sluice_rl_algo algo,
@@ -126,16 +121,6 @@ static long long log_entries(const char *key) {
   return (th_redis_int(&th_server, "LLEN %s", key) - 1) / 2;
 }
 
-/* Redis's clock in microseconds. */
-static int64_t server_us(void) {
-  redisReply *r = th_redis_command(&th_server, "TIME");
-  TH_ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements == 2);
-  int64_t us = strtoll(r->element[0]->str, NULL, 10) * 1000000 +
-               strtoll(r->element[1]->str, NULL, 10);
-  freeReplyObject(r);
-  return us;
-}
-
 static int aligned(sluice_rl_algo algo) {
   return algo == SLUICE_RL_FIXED || algo == SLUICE_RL_SLIDING_COUNTER;
 }
@@ -150,7 +135,7 @@ static void window_room(struct event_base *base, sluice_rl_algo algo, unsigned p
    * monotonic clock (libevent counts from its cached time), which would
    * leave us at the very end of the old window. */
   for (;;) {
-    int64_t now_ms = local ? (int64_t)(sluice__mono_us() / 1000) : server_us() / 1000;
+    int64_t now_ms = local ? (int64_t)(sluice__mono_us() / 1000) : th_redis_time_us() / 1000;
     int64_t left = period - now_ms % period;
     if (left >= need_ms) return;
     th_loop_for(base, (unsigned)left + 2);
@@ -535,7 +520,7 @@ static worker_out run_workers(const worker_cfg *cfg, int nproc, int64_t *t0, int
   }
   char b;
   for (int i = 0; i < nproc; i++) TH_ASSERT(read(ready[0], &b, 1) == 1);
-  *t0 = server_us();
+  *t0 = th_redis_time_us();
   for (int i = 0; i < nproc; i++) TH_ASSERT(write(go[1], "g", 1) == 1);
   int left = nproc;
   while (left > 0) {
@@ -551,7 +536,7 @@ static worker_out run_workers(const worker_cfg *cfg, int nproc, int64_t *t0, int
       nanosleep(&ts, NULL);
     }
   }
-  *t1 = server_us();
+  *t1 = th_redis_time_us();
   if (during) during(arg);
   worker_out sum = {0, 0, 0, INT64_MAX, 0};
   for (int i = 0; i < nproc; i++) {
@@ -1291,35 +1276,31 @@ static void test_local_limiter_keys(void) {
   sluice__rl_local_free(l);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"bad_input", test_bad_input, 0},
-      {"basic_decisions", test_basic_decisions, 0},
-      {"peek_consumes_nothing", test_peek_consumes_nothing, 0},
-      {"rejected_consume_nothing", test_rejected_consume_nothing, 0},
-      {"cost", test_cost, 0},
-      {"retry_after_honest", test_retry_after_honest, 0},
-      {"expiry", test_expiry, 0},
-      {"memory_per_key", test_memory_per_key, 0},
-      {"concurrent_exact", test_concurrent_exact, 120},
-      {"concurrent_sliding_log_windows", test_concurrent_sliding_log_windows, 120},
-      {"concurrent_gcra_rate", test_concurrent_gcra_rate, 120},
-      {"batch_one_call", test_batch_one_call, 0},
-      {"wait_fifo", test_wait_fifo, 0},
-      {"wait_timeout", test_wait_timeout, 0},
-      {"wait_queue_full", test_wait_queue_full, 0},
-      {"wait_client_cap", test_wait_client_cap, 0},
-      {"wait_cancel", test_wait_cancel, 0},
-      {"free_in_callback", test_free_in_callback, 0},
-      {"free_cancels_pending", test_free_cancels_pending, 0},
-      {"client_close_cancels", test_client_close_cancels, 0},
-      {"down_fail_closed", test_down_fail_closed, 0,
-       .standalone_only = "pauses and kills the server"},
-      {"down_fail_open", test_down_fail_open, 0, .standalone_only = "pauses and kills the server"},
-      {"down_local", test_down_local, 0, .standalone_only = "kills the server"},
-      {"local_limiter_keys", test_local_limiter_keys, 0},
-      {"stall_takes_nothing", test_stall_takes_nothing, 0},
-      {NULL, NULL, 0},
-  };
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(bad_input, 0),
+    TH_CASE(basic_decisions, 0),
+    TH_CASE(peek_consumes_nothing, 0),
+    TH_CASE(rejected_consume_nothing, 0),
+    TH_CASE(cost, 0),
+    TH_CASE(retry_after_honest, 0),
+    TH_CASE(expiry, 0),
+    TH_CASE(memory_per_key, 0),
+    TH_CASE(concurrent_exact, 120),
+    TH_CASE(concurrent_sliding_log_windows, 120),
+    TH_CASE(concurrent_gcra_rate, 120),
+    TH_CASE(batch_one_call, 0),
+    TH_CASE(wait_fifo, 0),
+    TH_CASE(wait_timeout, 0),
+    TH_CASE(wait_queue_full, 0),
+    TH_CASE(wait_client_cap, 0),
+    TH_CASE(wait_cancel, 0),
+    TH_CASE(free_in_callback, 0),
+    TH_CASE(free_cancels_pending, 0),
+    TH_CASE(client_close_cancels, 0),
+    TH_CASE(down_fail_closed, 0, .standalone_only = "pauses and kills the server"),
+    TH_CASE(down_fail_open, 0, .standalone_only = "pauses and kills the server"),
+    TH_CASE(down_local, 0, .standalone_only = "kills the server"),
+    TH_CASE(local_limiter_keys, 0),
+    TH_CASE(stall_takes_nothing, 0),
+};
+TH_MAIN(cases)

@@ -202,6 +202,24 @@ static void fake_case_done(fake *f, struct event_base *base, sluice_client *c, s
   fake_stop(f);
 }
 
+/* One case against a fake: its server, loop, client and semaphore "m". */
+typedef struct fake_case {
+  fake f;
+  struct event_base *base;
+  sluice_client *c;
+  sluice_sem *s;
+} fake_case;
+
+/* A fake answering reply, and a client of it with "m" (a ttl_ms lease). */
+static void fake_case_open(fake_case *k, const char *reply, unsigned ttl_ms) {
+  fake_start(&k->f, reply);
+  k->base = event_base_new();
+  k->c = fake_client(k->base, &k->f);
+  k->s = sem_test_new(k->c, "m", 1, ttl_ms, 0);
+}
+
+static void fake_case_close(fake_case *k) { fake_case_done(&k->f, k->base, k->c, k->s); }
+
 typedef struct info_r {
   int done, status;
 } info_r;
@@ -214,22 +232,19 @@ static void info_cb(sluice_sem *s, int status, const sluice_sem_info *info, void
 
 /* Every semaphore step against a server answering `reply`. */
 static void sem_steps_answer(const char *reply, int expected) {
-  fake f;
-  fake_start(&f, reply);
-  struct event_base *base = event_base_new();
-  sluice_client *c = fake_client(base, &f);
-  sluice_sem *s = sem_test_new(c, "m", 1, 1000, 0);
-  acq_result t = sem_try(base, s);
+  fake_case k;
+  fake_case_open(&k, reply, 1000);
+  acq_result t = sem_try(k.base, k.s);
   TH_ASSERT_EQ(t.status, expected);
   acq_result w = {0};
-  TH_ASSERT_EQ(sluice_sem_acquire(s, 3000, acq_cb, &w, NULL), 0);
-  TH_ASSERT(th_loop_until(base, &w.done, 2500)); /* fails, does not wait */
+  TH_ASSERT_EQ(sluice_sem_acquire(k.s, 3000, acq_cb, &w, NULL), 0);
+  TH_ASSERT(th_loop_until(k.base, &w.done, 2500)); /* fails, does not wait */
   TH_ASSERT_EQ(w.status, expected);
   info_r ir = {0};
-  TH_ASSERT_EQ(sluice_sem_inspect(s, info_cb, &ir), 0);
-  TH_ASSERT(th_loop_until(base, &ir.done, 2000));
+  TH_ASSERT_EQ(sluice_sem_inspect(k.s, info_cb, &ir), 0);
+  TH_ASSERT(th_loop_until(k.base, &ir.done, 2000));
   TH_ASSERT_EQ(ir.status, expected);
-  fake_case_done(&f, base, c, s);
+  fake_case_close(&k);
 }
 
 static void test_integer_instead_of_array(void) { sem_steps_answer(":7\r\n", SLUICE_EPROTOCOL); }
@@ -241,14 +256,11 @@ static void test_error_reply(void) { sem_steps_answer("-ERR boom\r\n", SLUICE_ER
  * sent, so it fails as "in doubt" (the library releases whatever it may
  * have been granted) and nothing crashes. */
 static void test_garbage_bytes(void) {
-  fake f;
-  fake_start(&f, "!!not resp!!\r\n");
-  struct event_base *base = event_base_new();
-  sluice_client *c = fake_client(base, &f);
-  sluice_sem *s = sem_test_new(c, "m", 1, 1000, 0);
-  acq_result t = sem_try(base, s);
+  fake_case k;
+  fake_case_open(&k, "!!not resp!!\r\n", 1000);
+  acq_result t = sem_try(k.base, k.s);
   TH_ASSERT_EQ(t.status, SLUICE_EINDOUBT);
-  fake_case_done(&f, base, c, s);
+  fake_case_close(&k);
 }
 
 /* A granted permit whose renewal gets nonsense: the permit is not renewed,
@@ -257,21 +269,17 @@ static void lost_cb(sluice_permit *p, int reason, void *ud) { *(int *)ud = reaso
 
 static void test_renewal_nonsense(void) {
   /* Every command gets a grant-shaped reply: nonsense for a renewal. */
-  fake f;
+  fake_case k;
   /* {wait, now, beat, granted, fence, lease} */
-  fake_start(&f, "*6\r\n:-1\r\n:1700000000000\r\n:0\r\n:1\r\n:42\r\n:300\r\n");
-  struct event_base *base = event_base_new();
-  sluice_client *c = fake_client(base, &f);
-  sluice_sem *s = sem_test_new(c, "m", 1, 300, 0);
-  acq_result t = sem_try(base, s);
-  TH_ASSERT_EQ(t.status, SLUICE_OK);
+  fake_case_open(&k, "*6\r\n:-1\r\n:1700000000000\r\n:0\r\n:1\r\n:42\r\n:300\r\n", 300);
+  acq_result t = sem_hold(k.base, k.s);
   TH_ASSERT_EQ(sluice_permit_fence(t.permit), 42);
   int reason = 0;
   sluice_permit_set_lost_cb(t.permit, lost_cb, &reason);
-  TH_ASSERT(th_loop_until(base, &reason, 2000));
+  TH_ASSERT(th_loop_until(k.base, &reason, 2000));
   TH_ASSERT_EQ(reason, SLUICE_LOST_UNCERTAIN);
   sluice_permit_release(t.permit, NULL, NULL);
-  fake_case_done(&f, base, c, s);
+  fake_case_close(&k);
 }
 
 /* A cluster node that redirects every step to itself: the step follows a
@@ -345,27 +353,24 @@ static int peak_reset(void) {
  * with expected within the deadline (1000 ms; ETIMEDOUT at it), and the
  * process's resident set never grew by more than 64 MB meanwhile. */
 static void bounded_answer(const char *reply, int expected) {
-  fake f;
-  fake_start(&f, reply);
-  struct event_base *base = event_base_new();
-  sluice_client *c = fake_client(base, &f);
-  sluice_sem *s = sem_test_new(c, "m", 1, 1000, 0);
+  fake_case k;
+  fake_case_open(&k, reply, 1000);
   long rss = status_kb("VmRSS:");
   int peak = peak_reset() == 0;
   uint64_t t0 = th_now_ms();
-  acq_result r = sem_try(base, s);
+  acq_result r = sem_try(k.base, k.s);
   uint64_t took = th_now_ms() - t0;
   long grew = status_kb("VmHWM:") - rss;
   th_note("%s after %llu ms (%s); resident set %s%ld KB; %s\n", sluice_err_name(r.status),
-          (unsigned long long)took, sluice_client_last_error(c), peak ? "grew " : "(no peak) ",
-          grew, sluice_client_is_connected(c) ? "connected" : "dropped");
+          (unsigned long long)took, sluice_client_last_error(k.c), peak ? "grew " : "(no peak) ",
+          grew, sluice_client_is_connected(k.c) ? "connected" : "dropped");
   TH_ASSERT_EQ(r.status, expected);
   TH_ASSERT_CMP(took, <, expected == SLUICE_ETIMEDOUT ? 1500 : 1000);
   if (peak) TH_ASSERT_CMP(grew, <, 64 * 1024);
-  if (expected == SLUICE_EPROTOCOL && !strstr(sluice_client_last_error(c), "reply refused"))
-    th_fail(__FILE__, __LINE__, "unclear error: \"%s\"", sluice_client_last_error(c));
+  if (expected == SLUICE_EPROTOCOL && !strstr(sluice_client_last_error(k.c), "reply refused"))
+    th_fail(__FILE__, __LINE__, "unclear error: \"%s\"", sluice_client_last_error(k.c));
   memset(&stream, 0, sizeof stream);
-  fake_case_done(&f, base, c, s);
+  fake_case_close(&k);
 }
 
 /* 13 bytes claim 2^31 - 1 elements: refused before hiredis allocates. */
@@ -399,22 +404,21 @@ static void test_gigabyte_bulk(void) { gigabyte_bulk(65536, 0, SLUICE_EPROTOCOL)
  * silent connection is dropped with what it buffered. */
 static void test_slow_trickle(void) { gigabyte_bulk(1024, 10000, SLUICE_ETIMEDOUT); }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {{"integer_instead_of_array", test_integer_instead_of_array, 0},
-                                  {"array_of_wrong_shape", test_array_of_wrong_shape, 0},
-                                  {"nil", test_nil, 0},
-                                  {"error_reply", test_error_reply, 0},
-                                  {"garbage_bytes", test_garbage_bytes, 0},
-                                  {"renewal_nonsense", test_renewal_nonsense, 0},
-                                  {"moved_to_itself", test_moved_to_itself, 0},
-                                  {"tryagain_forever", test_tryagain_forever, 0},
-                                  {"moved_empty_host", test_moved_empty_host, 0},
-                                  {"moved_unreadable", test_moved_unreadable, 0},
-                                  {"slots_nonsense", test_slots_nonsense, 0},
-                                  {"huge_array_header", test_huge_array_header, 0},
-                                  {"deep_nesting", test_deep_nesting, 0},
-                                  {"gigabyte_bulk", test_gigabyte_bulk, 0},
-                                  {"slow_trickle", test_slow_trickle, 0},
-                                  {NULL, NULL, 0}};
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(integer_instead_of_array, 0),
+    TH_CASE(array_of_wrong_shape, 0),
+    TH_CASE(nil, 0),
+    TH_CASE(error_reply, 0),
+    TH_CASE(garbage_bytes, 0),
+    TH_CASE(renewal_nonsense, 0),
+    TH_CASE(moved_to_itself, 0),
+    TH_CASE(tryagain_forever, 0),
+    TH_CASE(moved_empty_host, 0),
+    TH_CASE(moved_unreadable, 0),
+    TH_CASE(slots_nonsense, 0),
+    TH_CASE(huge_array_header, 0),
+    TH_CASE(deep_nesting, 0),
+    TH_CASE(gigabyte_bulk, 0),
+    TH_CASE(slow_trickle, 0),
+};
+TH_MAIN(cases)

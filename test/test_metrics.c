@@ -33,6 +33,14 @@ static sluice_client *client_on(struct event_base *base, const th_redis *r) {
   return th_client_with(base, &o);
 }
 
+/* A client_on th_server whose log goes to b (emptied). */
+static sluice_client *logged_client(struct event_base *base, logbook *b) {
+  memset(b, 0, sizeof *b);
+  sluice_client *c = client_on(base, &th_server);
+  sluice_client_set_log_cb(c, on_log, b);
+  return c;
+}
+
 /* sem's metrics into sm; returns its waits. */
 static unsigned long long sem_waits(sluice_sem *sem, sluice_sem_metrics *sm) {
   sluice_sem_get_metrics(sem, sm);
@@ -42,9 +50,7 @@ static unsigned long long sem_waits(sluice_sem *sem, sluice_sem_metrics *sm) {
 static void test_log_down_up(void) {
   struct event_base *base = event_base_new();
   logbook b;
-  memset(&b, 0, sizeof b);
-  sluice_client *c = client_on(base, &th_server);
-  sluice_client_set_log_cb(c, on_log, &b);
+  sluice_client *c = logged_client(base, &b);
   TH_ASSERT(th_loop_until(base, &b.flag, 5000));
   TH_ASSERT(strstr(b.text, "INFO connecting to "));
   TH_ASSERT(strstr(b.text, "INFO connected to "));
@@ -95,9 +101,7 @@ static void test_log_failed_auth(void) {
 static void test_precise_clock(void) {
   struct event_base *base = th_precise_base();
   logbook b;
-  memset(&b, 0, sizeof b);
-  sluice_client *c = client_on(base, &th_server);
-  sluice_client_set_log_cb(c, on_log, &b);
+  sluice_client *c = logged_client(base, &b);
   while (!strstr(b.text, "event_base clock steps") && !strstr(b.text, "coarse"))
     th_loop_until(base, &b.error, 5);
   TH_ASSERT(strstr(b.text, "(precise)"));
@@ -293,14 +297,11 @@ static void test_prometheus_sums_handles(void) {
   event_base_free(base);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"log_down_up", test_log_down_up, 30, .standalone_only = "restarts the server"},
-      {"log_failed_auth", test_log_failed_auth, 30},
-      {"precise_clock", test_precise_clock, 30},
-      {"counters", test_counters, 30},
-      {"prometheus_sums_handles", test_prometheus_sums_handles, 30},
-      {NULL, NULL, 0},
-  };
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(log_down_up, 30, .standalone_only = "restarts the server"),
+    TH_CASE(log_failed_auth, 30),
+    TH_CASE(precise_clock, 30),
+    TH_CASE(counters, 30),
+    TH_CASE(prometheus_sums_handles, 30),
+};
+TH_MAIN(cases)

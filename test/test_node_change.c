@@ -104,11 +104,8 @@ static void test_info_refused(void) {
   th_redis_stop(&r);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"restart_reported_once", test_restart_reported_once, 0},
-      {"info_refused", test_info_refused, 0},
-      {NULL, NULL, 0},
-  };
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(restart_reported_once, 0),
+    TH_CASE(info_refused, 0),
+};
+TH_MAIN(cases)

@@ -153,7 +153,7 @@ static int have(const char *tool) {
 
 int main(int argc, char **argv) {
   static const th_case cases[] = {
-      {"scraped_by_prometheus", test_scraped_by_prometheus, 120},
+      TH_CASE(scraped_by_prometheus, 120),
       {NULL, NULL, 0},
   };
   if (!have("prometheus") || !have("promtool")) return th_missing("prometheus or promtool");

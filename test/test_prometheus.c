@@ -212,15 +212,8 @@ static void test_bad_arguments(void) {
   event_base_free(base);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"escapes", test_escapes, 10},
-      {"utf8", test_utf8, 10},
-      {"escape_api", test_escape_api, 10},
-      {"seconds_and_text", test_seconds_and_text, 10},
-      {"exposition", test_exposition, 30},
-      {"bad_arguments", test_bad_arguments, 30},
-      {NULL, NULL, 0},
-  };
-  return th_main_local(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(escapes, 10),          TH_CASE(utf8, 10),       TH_CASE(escape_api, 10),
+    TH_CASE(seconds_and_text, 10), TH_CASE(exposition, 30), TH_CASE(bad_arguments, 30),
+};
+TH_MAIN_LOCAL(cases)

@@ -76,11 +76,10 @@ static void test_age_widens(void) {
   TH_ASSERT_CMP(far - near, >=, 60000 - 61);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {{"narrowing", test_narrowing, 0},
-                                  {"step_replaces", test_step_replaces, 0},
-                                  {"mappings_are_safe", test_mappings_are_safe, 0},
-                                  {"age_widens", test_age_widens, 0},
-                                  {NULL, NULL, 0}};
-  return th_main_local(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(narrowing, 0),
+    TH_CASE(step_replaces, 0),
+    TH_CASE(mappings_are_safe, 0),
+    TH_CASE(age_widens, 0),
+};
+TH_MAIN_LOCAL(cases)

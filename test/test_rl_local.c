@@ -142,16 +142,13 @@ static void test_idle_keys_swept(void) {
   sluice__rl_local_free(l);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"fixed_edges", test_fixed_edges, 10},
-      {"sliding_counter_edges", test_sliding_counter_edges, 10},
-      {"gcra_edges", test_gcra_edges, 10},
-      {"sliding_log_edges", test_sliding_log_edges, 10},
-      {"sliding_log_same_instant", test_sliding_log_same_instant, 10},
-      {"sliding_log_costs", test_sliding_log_costs, 10},
-      {"idle_keys_swept", test_idle_keys_swept, 10},
-      {NULL, NULL, 0},
-  };
-  return th_main_local(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(fixed_edges, 10),
+    TH_CASE(sliding_counter_edges, 10),
+    TH_CASE(gcra_edges, 10),
+    TH_CASE(sliding_log_edges, 10),
+    TH_CASE(sliding_log_same_instant, 10),
+    TH_CASE(sliding_log_costs, 10),
+    TH_CASE(idle_keys_swept, 10),
+};
+TH_MAIN_LOCAL(cases)

@@ -9,16 +9,6 @@
 #include "limiter/limiter.h"
 #include "rl_util.h"
 
-/* Redis's clock in microseconds. */
-static int64_t server_us(void) {
-  redisReply *r = th_redis_command(&th_server, "TIME");
-  TH_ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements == 2);
-  int64_t us = strtoll(r->element[0]->str, NULL, 10) * 1000000 +
-               strtoll(r->element[1]->str, NULL, 10);
-  freeReplyObject(r);
-  return us;
-}
-
 static long long log_entries(const char *key) {
   return (th_redis_int(&th_server, "LLEN %s", key) - 1) / 2;
 }
@@ -102,7 +92,7 @@ static void test_old_key_converted(void) {
   sluice_client *c = rl_test_client(base);
   sluice_limiter *lim = rl_test_new(c, "old", SLUICE_RL_SLIDING_LOG, 10, 60000);
   char *k = sluice__rl_redis_key(lim, "k");
-  int64_t now = server_us();
+  int64_t now = th_redis_time_us();
   const int64_t t[] = {now - 70000000, now - 30000000, now - 20000000, now - 10000000};
   const int cost[] = {5, 4, 3, 2};
   old_layout(k, t, cost, 4);
@@ -141,7 +131,7 @@ static void test_old_key_merged(void) {
   sluice_client *c = rl_test_client(base);
   sluice_limiter *lim = rl_test_new(c, "oldm", SLUICE_RL_SLIDING_LOG, 1000, 60000);
   char *k = sluice__rl_redis_key(lim, "k");
-  int64_t now = server_us(), t[N];
+  int64_t now = th_redis_time_us(), t[N];
   int cost[N];
   for (int i = 0; i < N; i++) t[i] = now - 50000000 + i * 1000, cost[i] = 1;
   old_layout(k, t, cost, N);
@@ -181,13 +171,11 @@ static void test_full_log_denies(void) {
   redisFree(rc);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"min_cost_refused", test_min_cost_refused, 0},
-      {"entry_bytes", test_entry_bytes, 0},
-      {"old_key_converted", test_old_key_converted, 0},
-      {"old_key_merged", test_old_key_merged, 0},
-      {"full_log_denies", test_full_log_denies, 0, .standalone_only = "calls the script directly"},
-      {NULL, NULL, 0}};
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(min_cost_refused, 0),
+    TH_CASE(entry_bytes, 0),
+    TH_CASE(old_key_converted, 0),
+    TH_CASE(old_key_merged, 0),
+    TH_CASE(full_log_denies, 0, .standalone_only = "calls the script directly"),
+};
+TH_MAIN(cases)

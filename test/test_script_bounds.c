@@ -22,6 +22,7 @@
 #include "harness.h"
 #include "lua_scripts.h"
 #include "rl_util.h"
+#include "sem_util.h"
 
 /* The slowest call allowed (Redis's own measure) and the slowest PING
  * while a step's calls run. Here they take 0.05-3 ms (the test prints
@@ -277,14 +278,9 @@ static void on_info(sluice_sem *sem, int status, const sluice_sem_info *info, vo
 
 static sluice_sem *semaphore(const char *name, unsigned permits_n, unsigned ttl_ms,
                              unsigned renew_ms) {
-  sluice_sem_options o;
-  sluice_sem_options_init(&o);
-  o.permits = permits_n;
-  o.ttl_ms = ttl_ms;
+  sluice_sem_options o = sem_test_options(permits_n, ttl_ms);
   o.renew_ms = renew_ms;
-  sluice_sem *sem = NULL;
-  TH_ASSERT_EQ(sluice_sem_new(client, name, &o, &sem), SLUICE_OK);
-  return sem;
+  return sem_test_new_opts(client, name, &o);
 }
 
 static void acquire_all(sluice_sem *sem, int n) {
@@ -579,8 +575,8 @@ int main(int argc, char **argv) {
   if (argc == 5 && strcmp(argv[1], "--pinger") == 0)
     return pinger_main(argv[2], atoi(argv[3]), atoi(argv[4]));
   static const th_case cases[] = {
-      {"every_script", test_every_script, 300, .standalone_only = "reads one server's SLOWLOG"},
-      {"inspect_capped", test_inspect_capped, 0},
+      TH_CASE(every_script, 300, .standalone_only = "reads one server's SLOWLOG"),
+      TH_CASE(inspect_capped, 0),
       {NULL, NULL, 0}};
   return th_main(argc, argv, cases);
 }

@@ -162,8 +162,7 @@ static void test_password_file(void) {
   sluice_client *c = NULL;
   TH_ASSERT_EQ(sluice_client_new(base, &o, &c), SLUICE_OK);
   sluice_sem *s = sem_test_new(c, "s", 1, 5000, 0);
-  acq_result a = sem_try(base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(base, s);
   sluice_permit_release(a.permit, NULL, NULL);
   sluice_sem_free(s);
   client_close_drain(base, c);
@@ -227,8 +226,7 @@ static void library_works(const char *url) {
   seen *s = calloc(1, sizeof *s);
   sluice_client_set_log_cb(c, on_log, s);
   sluice_sem *sem = sem_test_new(c, "s", 1, 5000, 0);
-  acq_result a = sem_try(base, sem);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(base, sem);
   sluice_permit_release(a.permit, NULL, NULL);
   assert_no_marker("last_error", sluice_client_last_error(c));
   sluice_sem_free(sem);
@@ -276,13 +274,10 @@ static void test_sentinel(void) {
   tool_errors(dead, "cannot reach Redis at redis+sentinel://:***@");
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"tool_standalone", test_tool_standalone, 60},
-      {"password_file", test_password_file, 30},
-      {"library_standalone", test_library_standalone, 30},
-      {"sentinel", test_sentinel, 120},
-      {NULL, NULL, 0},
-  };
-  return th_topology_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(tool_standalone, 60),
+    TH_CASE(password_file, 30),
+    TH_CASE(library_standalone, 30),
+    TH_CASE(sentinel, 120),
+};
+TH_TOPOLOGY_MAIN(cases)

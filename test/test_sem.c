@@ -10,8 +10,7 @@
 static void test_try_acquire_counts_permits(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_test_new(fx.c, "t", 2, 5000, 0);
-  acq_result a = sem_try(fx.base, s), b = sem_try(fx.base, s), d = sem_try(fx.base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(fx.base, s), b = sem_try(fx.base, s), d = sem_try(fx.base, s);
   TH_ASSERT_EQ(b.status, SLUICE_OK);
   TH_ASSERT_EQ(d.status, SLUICE_EBUSY);
   TH_ASSERT(d.permit == NULL);
@@ -22,38 +21,26 @@ static void test_try_acquire_counts_permits(void) {
   TH_ASSERT(sluice_permit_sem(a.permit) == s);
   TH_ASSERT_STR_EQ(sluice_sem_name(s), "t");
   TH_ASSERT_EQ(sluice_permit_release(a.permit, NULL, NULL), SLUICE_OK);
-  acq_result e = sem_try(fx.base, s);
-  TH_ASSERT_EQ(e.status, SLUICE_OK);
+  acq_result e = sem_hold(fx.base, s);
   sluice_permit_release(b.permit, NULL, NULL);
   sluice_permit_release(e.permit, NULL, NULL);
   sluice_sem_free(s);
   sem_fx_close(&fx);
 }
 
-typedef struct rel_result {
-  int done, status;
-} rel_result;
-static void rel_cb(sluice_sem *s, int status, void *ud) {
-  rel_result *r = ud;
-  r->done++;
-  r->status = status;
-}
-
 static void test_release_only_own_and_idempotent(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_test_new(fx.c, "t", 1, 5000, 0);
-  acq_result a = sem_try(fx.base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(fx.base, s);
   char id[33];
   strcpy(id, sluice_permit_id(a.permit));
-  rel_result r1 = {0};
+  th_status r1 = {0};
   TH_ASSERT_EQ(sluice_permit_release(a.permit, rel_cb, &r1), SLUICE_OK);
   TH_ASSERT_EQ(r1.done, 0);
   TH_ASSERT(th_loop_until(fx.base, &r1.done, 3000));
   TH_ASSERT_EQ(r1.status, SLUICE_OK);
   /* Someone else now holds it; releasing our old id again frees nothing. */
-  acq_result b = sem_try(fx.base, s);
-  TH_ASSERT_EQ(b.status, SLUICE_OK);
+  acq_result b = sem_hold(fx.base, s);
   long long removed = th_redis_int(&th_server, "EVAL %s 1 %s %s",
                                    "return redis.call('ZREM', KEYS[1], ARGV[1])",
                                    "sluice:sem:{t}:holders", id);
@@ -69,20 +56,15 @@ static void test_release_only_own_and_idempotent(void) {
 static void test_blocking_acquire_woken_by_release(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_test_new(fx.c, "t", 1, 10000, 0);
-  acq_result a = sem_try(fx.base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(fx.base, s);
   acq_result w = {0};
   sluice_acquire *h = NULL;
   TH_ASSERT_EQ(sluice_sem_acquire(s, 5000, acq_cb, &w, &h), SLUICE_OK);
   TH_ASSERT(h != NULL);
   th_loop_for(fx.base, 200); /* the waiter queues and blocks */
   TH_ASSERT_EQ(w.done, 0);
-  uint64_t t0 = th_now_ms();
-  sluice_permit_release(a.permit, NULL, NULL);
-  TH_ASSERT(th_loop_until(fx.base, &w.done, 3000));
-  TH_ASSERT_EQ(w.status, SLUICE_OK);
   /* Woken by the release, not by a poll: well under the heartbeat (1 s). */
-  TH_ASSERT_CMP(w.at_ms - t0, <, 100);
+  TH_ASSERT_CMP(sem_handoff_ms(fx.base, a.permit, &w, 3000), <, 100);
   sluice_permit_release(w.permit, NULL, NULL);
   sluice_sem_free(s);
   sem_fx_close(&fx);
@@ -135,8 +117,7 @@ static void test_crashed_holder_expires(void) {
   sluice_client *c1 = sem_test_client(base), *c2 = sem_test_client(base);
   sluice_sem *s1 = sem_test_new(c1, "t", 1, 400, 0);
   sluice_sem *s2 = sem_test_new(c2, "t", 1, 400, 0);
-  acq_result a = sem_try(base, s1);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(base, s1);
   uint64_t t0 = th_now_ms();
   sluice_client_free(c1); /* stops renewing; nobody releases */
   acq_result w = {0};
@@ -167,8 +148,7 @@ static void lost_cb(sluice_permit *p, int reason, void *ud) {
 static void test_renewal_keeps_permit(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_test_new(fx.c, "t", 1, 500, 0);
-  acq_result a = sem_try(fx.base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(fx.base, s);
   lost_result l = {0};
   sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
   th_loop_for(fx.base, 2750); /* five and a half TTLs */
@@ -327,8 +307,7 @@ static void test_restart_restores_permits(void) {
   TH_ASSERT_EQ(sem_try(fx.base, s).status, SLUICE_EBUSY);
   uint64_t fence = sluice_permit_fence(a.permit); /* the release frees the permit */
   sluice_permit_release(a.permit, NULL, NULL);
-  acq_result b = sem_try(fx.base, s);
-  TH_ASSERT_EQ(b.status, SLUICE_OK);
+  acq_result b = sem_hold(fx.base, s);
   TH_ASSERT_CMP(sluice_permit_fence(b.permit), >, fence);
   sluice_permit_release(b.permit, NULL, NULL);
   sluice_sem_free(s);
@@ -368,8 +347,7 @@ static void test_fencing_increases(void) {
   sluice_sem *s = sem_test_new(fx.c, "t", 3, 5000, 0);
   uint64_t last = 0;
   for (int i = 0; i < 20; i++) {
-    acq_result a = sem_try(fx.base, s);
-    TH_ASSERT_EQ(a.status, SLUICE_OK);
+    acq_result a = sem_hold(fx.base, s);
     TH_ASSERT_CMP(sluice_permit_fence(a.permit), >, last);
     last = sluice_permit_fence(a.permit);
     sluice_permit_release(a.permit, NULL, NULL);
@@ -393,8 +371,7 @@ static void order_cb(sluice_sem *s, int status, sluice_permit *p, void *ud) {
 static void test_fair_fifo_and_try_refused(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_test_new(fx.c, "t", 1, 5000, 1);
-  acq_result a = sem_try(fx.base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(fx.base, s);
   for (int i = 0; i < 4; i++) {
     TH_ASSERT_EQ(sluice_sem_acquire(s, 5000, order_cb, (void *)(intptr_t)i, NULL), SLUICE_OK);
     th_loop_for(fx.base, 30); /* arrival order is queue order */
@@ -483,11 +460,7 @@ static void test_dead_waiter_skipped_by_wakeups(void) {
   TH_ASSERT_EQ(sluice_sem_acquire(s2, 10000, acq_cb, &live, NULL), 0);
   th_loop_for(base, 1700); /* the dead one misses its heartbeats */
   TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{t}:queue"), 2);
-  uint64_t t0 = th_now_ms();
-  sluice_permit_release(holder.permit, NULL, NULL);
-  TH_ASSERT(th_loop_until(base, &live.done, 3000));
-  TH_ASSERT_EQ(live.status, SLUICE_OK);
-  TH_ASSERT_CMP(live.at_ms - t0, <, 150);
+  TH_ASSERT_CMP(sem_handoff_ms(base, holder.permit, &live, 3000), <, 150);
   sluice_permit_release(live.permit, NULL, NULL);
   sluice_sem_free(s1);
   sluice_sem_free(s2);
@@ -596,8 +569,7 @@ static void free_sem_on_close(void *ud) {
 static void test_close_cb_frees_last_object(void) {
   sem_fx fx = sem_fx_open();
   close_ctx cc = {sem_test_new(fx.c, "t", 1, 5000, 0), 0};
-  acq_result a = sem_try(fx.base, cc.sem);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  sem_hold(fx.base, cc.sem);
   sluice_client_close(fx.c, free_sem_on_close, &cc);
   TH_ASSERT(th_loop_drain(fx.base, 3000));
   TH_ASSERT_EQ(cc.closed, 1);
@@ -630,8 +602,7 @@ static void test_bad_input(void) {
   /* Names are binary-tolerant text: braces and colons are fine. */
   sluice_sem_options_init(&o);
   TH_ASSERT_EQ(sluice_sem_new(fx.c, "a}{:b", &o, &s), SLUICE_OK);
-  acq_result a = sem_try(fx.base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(fx.base, s);
   TH_ASSERT_EQ(sluice_sem_try_acquire(s, NULL, NULL), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_sem_try_acquire(NULL, acq_cb, NULL), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_sem_inspect(s, NULL, NULL), SLUICE_EINVAL);
@@ -793,15 +764,10 @@ static void test_hand_off_many_in_one_step(void) {
 
 static sluice_sem *sem_local_handoff(sluice_client *c, const char *name, unsigned permits,
                                      int fair) {
-  sluice_sem_options o;
-  sluice_sem_options_init(&o);
-  o.permits = permits;
-  o.ttl_ms = 10000;
+  sluice_sem_options o = sem_test_options(permits, 10000);
   o.fair = fair;
   o.local_handoff = 1;
-  sluice_sem *s = NULL;
-  TH_ASSERT_EQ(sluice_sem_new(c, name, &o, &s), SLUICE_OK);
-  return s;
+  return sem_test_new_opts(c, name, &o);
 }
 
 static sluice_sem_metrics sem_metrics(const sluice_sem *s) {
@@ -853,8 +819,7 @@ static void handoff_granted(sluice_sem *sem, int status, sluice_permit *permit, 
 static void test_local_handoff_passes_lease(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_local_handoff(fx.c, "lh", 1, 0);
-  acq_result a = sem_try(fx.base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(fx.base, s);
   char id[33];
   memcpy(id, sluice_permit_id(a.permit), sizeof id);
   uint64_t fence = sluice_permit_fence(a.permit);
@@ -882,8 +847,7 @@ static void test_local_handoff_passes_lease(void) {
   /* Nobody waits now: the release goes to Redis. */
   TH_ASSERT_EQ(sluice_permit_release(w.r.permit, NULL, NULL), SLUICE_OK);
   loop_until_zcard(fx.base, "sluice:sem:{lh}:holders", 0);
-  acq_result r = sem_try(fx.base, s);
-  TH_ASSERT_EQ(r.status, SLUICE_OK);
+  acq_result r = sem_hold(fx.base, s);
   TH_ASSERT(strcmp(sluice_permit_id(r.permit), id) != 0);
   TH_ASSERT_CMP(sluice_permit_fence(r.permit), >, fence);
   sluice_permit_release(r.permit, NULL, NULL);
@@ -915,8 +879,7 @@ static void chain_granted(sluice_sem *sem, int status, sluice_permit *permit, vo
 static void test_local_handoff_bounded(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_local_handoff(fx.c, "lhb", 1, 0);
-  acq_result a = sem_try(fx.base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(fx.base, s);
   chain_link w[CHAIN];
   memset(w, 0, sizeof w);
   for (int i = 0; i < CHAIN; i++) {
@@ -980,8 +943,7 @@ static void test_local_handoff_two_in_one_turn(void) {
 static void test_local_handoff_not_fair(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_local_handoff(fx.c, "lhf", 1, 1);
-  acq_result a = sem_try(fx.base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(fx.base, s);
   char id[33];
   memcpy(id, sluice_permit_id(a.permit), sizeof id);
   acq_result w = {0};
@@ -1014,10 +976,8 @@ static void release_then_free(sluice_sem *sem, int status, void *ud) {
 static void test_local_handoff_free_in_release_cb(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_local_handoff(fx.c, "lhx", 1, 0);
-  acq_result a = sem_try(fx.base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
-  acq_result w = {0};
-  TH_ASSERT_EQ(sluice_sem_acquire(s, 5000, acq_cb, &w, NULL), SLUICE_OK);
+  acq_result w;
+  acq_result a = sem_hold_with_waiter(fx.base, s, s, 5000, &w);
   loop_until_queued(fx.base, s, 1);
   free_on_release f = {s, 0, 0};
   sluice_permit_release(a.permit, release_then_free, &f);
@@ -1032,45 +992,38 @@ static void test_local_handoff_free_in_release_cb(void) {
   sem_fx_close(&fx);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"try_acquire_counts_permits", test_try_acquire_counts_permits, 0},
-      {"release_only_own_and_idempotent", test_release_only_own_and_idempotent, 0},
-      {"blocking_acquire_woken_by_release", test_blocking_acquire_woken_by_release, 0},
-      {"blocking_acquire_times_out", test_blocking_acquire_times_out, 0},
-      {"cancel", test_cancel, 0},
-      {"crashed_holder_expires", test_crashed_holder_expires, 0},
-      {"renewal_keeps_permit", test_renewal_keeps_permit, 0},
-      {"renewals_batched", test_renewals_batched, 0},
-      {"lost_definite", test_lost_definite, 0},
-      {"free_lapsed_released", test_free_lapsed_released, 0,
-       .standalone_only = "pauses the server"},
-      {"free_lapsed_held", test_free_lapsed_held, 0, .standalone_only = "pauses the server"},
-      {"lost_uncertain", test_lost_uncertain, 0, .standalone_only = "pauses the server"},
-      {"restart_restores_permits", test_restart_restores_permits, 0,
-       .standalone_only = "restarts the server"},
-      {"restart_loses_permits_without_replay", test_restart_loses_permits_without_replay, 0,
-       .standalone_only = "restarts the server"},
-      {"fencing_increases", test_fencing_increases, 0},
-      {"fair_fifo_and_try_refused", test_fair_fifo_and_try_refused, 0},
-      {"fair_dead_waiter_evicted", test_fair_dead_waiter_evicted, 0},
-      {"dead_waiter_skipped_by_wakeups", test_dead_waiter_skipped_by_wakeups, 0},
-      {"inspect", test_inspect, 0},
-      {"free_inside_callback_and_close_cancels", test_free_inside_callback_and_close_cancels, 0},
-      {"close_cb_frees_last_object", test_close_cb_frees_last_object, 0},
-      {"bad_input", test_bad_input, 0},
-      {"wait_survives_restart", test_wait_survives_restart, 0,
-       .standalone_only = "restarts the server"},
-      {"waiters_share_one_connection", test_waiters_share_one_connection, 0},
-      {"free_with_attempt_in_flight", test_free_with_attempt_in_flight, 0,
-       .standalone_only = "pauses the server"},
-      {"hand_off_many_in_one_step", test_hand_off_many_in_one_step, 0,
-       .standalone_only = "runs the release script by hand on one node"},
-      {"local_handoff_passes_lease", test_local_handoff_passes_lease, 0},
-      {"local_handoff_bounded", test_local_handoff_bounded, 0},
-      {"local_handoff_two_in_one_turn", test_local_handoff_two_in_one_turn, 0},
-      {"local_handoff_not_fair", test_local_handoff_not_fair, 0},
-      {"local_handoff_free_in_release_cb", test_local_handoff_free_in_release_cb, 0},
-      {NULL, NULL, 0}};
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(try_acquire_counts_permits, 0),
+    TH_CASE(release_only_own_and_idempotent, 0),
+    TH_CASE(blocking_acquire_woken_by_release, 0),
+    TH_CASE(blocking_acquire_times_out, 0),
+    TH_CASE(cancel, 0),
+    TH_CASE(crashed_holder_expires, 0),
+    TH_CASE(renewal_keeps_permit, 0),
+    TH_CASE(renewals_batched, 0),
+    TH_CASE(lost_definite, 0),
+    TH_CASE(free_lapsed_released, 0, .standalone_only = "pauses the server"),
+    TH_CASE(free_lapsed_held, 0, .standalone_only = "pauses the server"),
+    TH_CASE(lost_uncertain, 0, .standalone_only = "pauses the server"),
+    TH_CASE(restart_restores_permits, 0, .standalone_only = "restarts the server"),
+    TH_CASE(restart_loses_permits_without_replay, 0, .standalone_only = "restarts the server"),
+    TH_CASE(fencing_increases, 0),
+    TH_CASE(fair_fifo_and_try_refused, 0),
+    TH_CASE(fair_dead_waiter_evicted, 0),
+    TH_CASE(dead_waiter_skipped_by_wakeups, 0),
+    TH_CASE(inspect, 0),
+    TH_CASE(free_inside_callback_and_close_cancels, 0),
+    TH_CASE(close_cb_frees_last_object, 0),
+    TH_CASE(bad_input, 0),
+    TH_CASE(wait_survives_restart, 0, .standalone_only = "restarts the server"),
+    TH_CASE(waiters_share_one_connection, 0),
+    TH_CASE(free_with_attempt_in_flight, 0, .standalone_only = "pauses the server"),
+    TH_CASE(hand_off_many_in_one_step, 0,
+            .standalone_only = "runs the release script by hand on one node"),
+    TH_CASE(local_handoff_passes_lease, 0),
+    TH_CASE(local_handoff_bounded, 0),
+    TH_CASE(local_handoff_two_in_one_turn, 0),
+    TH_CASE(local_handoff_not_fair, 0),
+    TH_CASE(local_handoff_free_in_release_cb, 0),
+};
+TH_MAIN(cases)

@@ -17,10 +17,7 @@ static uint64_t calls(sluice_client *c, const char *kind) {
 
 static sluice_sem *sem_with(sluice_client *c, const char *name, unsigned permits, unsigned ttl,
                             unsigned heartbeat, unsigned max_pending) {
-  sluice_sem_options o;
-  sluice_sem_options_init(&o);
-  o.permits = permits;
-  o.ttl_ms = ttl;
+  sluice_sem_options o = sem_test_options(permits, ttl);
   o.heartbeat_ms = heartbeat;
   o.max_pending = max_pending;
   return sem_test_new_opts(c, name, &o);
@@ -38,8 +35,7 @@ static void test_idle_waiters_one_step(void) {
   enum { N = 2000 };
   sem_fx fx = sem_fx_open();
   sluice_sem *hs = sem_with(fx.c, "iw", 1, 60000, 600, 0);
-  acq_result h = sem_try(fx.base, hs);
-  TH_ASSERT_EQ(h.status, SLUICE_OK);
+  acq_result h = sem_hold(fx.base, hs);
   sluice_client *wc = sem_test_client(fx.base);
   sluice_sem *ws = sem_with(wc, "iw", 1, 60000, 600, 0);
   int done = 0;
@@ -76,8 +72,7 @@ static void test_renewals_in_rounds(void) {
   sluice_sem *s = sem_with(fx.c, "rr", N, 600, 0, 0); /* renewed every 200 ms */
   sluice_permit *held[N];
   for (int i = 0; i < N; i++) {
-    acq_result r = sem_try(fx.base, s);
-    TH_ASSERT_EQ(r.status, SLUICE_OK);
+    acq_result r = sem_hold(fx.base, s);
     held[i] = r.permit;
     th_loop_for(fx.base, 1);
   }
@@ -102,11 +97,9 @@ static void test_renewals_in_rounds(void) {
 static void test_pending_caps(void) {
   struct event_base *base = event_base_new();
   sluice_client_options co;
-  sluice_client_options_init(&co);
-  co.url = th_server.url;
+  th_client_options(&co, th_server.url);
   co.sem_pending_max = 5;
-  sluice_client *c = NULL;
-  TH_ASSERT_EQ(sluice_client_new(base, &co, &c), SLUICE_OK);
+  sluice_client *c = th_client_with(base, &co);
   sluice_sem *a = sem_with(c, "cap", 1, 10000, 0, 3), *b = sem_with(c, "cap", 1, 10000, 0, 0);
   int done = 0;
   for (int i = 0; i < 3; i++) TH_ASSERT_EQ(sluice_sem_acquire(a, 0, count_cb, &done, NULL), 0);
@@ -154,8 +147,7 @@ static void test_legacy_waiters_served(void) {
                     W2[] = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_test_new(fx.c, "lg", 1, 10000, 1);
-  acq_result h = sem_try(fx.base, s);
-  TH_ASSERT_EQ(h.status, SLUICE_OK);
+  acq_result h = sem_hold(fx.base, s);
   queue_legacy("lg", H1, W1, 1, 60000); /* alive */
   queue_legacy("lg", H2, W2, 2, -1);    /* its heartbeat stopped */
   acq_result w = {0};
@@ -185,11 +177,10 @@ static void test_legacy_waiters_served(void) {
   sem_fx_close(&fx);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {{"idle_waiters_one_step", test_idle_waiters_one_step, 60},
-                                  {"renewals_in_rounds", test_renewals_in_rounds, 60},
-                                  {"pending_caps", test_pending_caps, 0},
-                                  {"legacy_waiters_served", test_legacy_waiters_served, 0},
-                                  {NULL, NULL, 0}};
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(idle_waiters_one_step, 60),
+    TH_CASE(renewals_in_rounds, 60),
+    TH_CASE(pending_caps, 0),
+    TH_CASE(legacy_waiters_served, 0),
+};
+TH_MAIN(cases)

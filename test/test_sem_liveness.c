@@ -159,8 +159,7 @@ static void waiter_killed(int fair) {
   child_opts o = {"wk", fair, 5000, 600, 20000, 100};
   sem_fx fx = sem_fx_open();
   sluice_sem *s = case_sem(fx.c, &o);
-  acq_result holder = sem_try(fx.base, s);
-  TH_ASSERT_EQ(holder.status, SLUICE_OK);
+  acq_result holder = sem_hold(fx.base, s);
   pid_t w1 = child_start(1, &o);
   loop_until_queued(fx.base, "wk", 1);
   pid_t w2 = child_start(2, &o);
@@ -432,17 +431,11 @@ static void test_cli_waiter_killed(void) {
   fifo_close(&f);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {{"holder_killed", test_holder_killed, 60},
-                                  {"holder_killed_fair", test_holder_killed_fair, 60},
-                                  {"waiter_killed", test_waiter_killed, 60},
-                                  {"waiter_killed_fair", test_waiter_killed_fair, 60},
-                                  {"stall_gave_up", test_stall_gave_up, 60},
-                                  {"stall_gave_up_fair", test_stall_gave_up_fair, 60},
-                                  {"first_step_in_stall", test_first_step_in_stall, 60},
-                                  {"cli_stall_gave_up", test_cli_stall_gave_up, 90},
-                                  {"cli_holder_killed", test_cli_holder_killed, 60},
-                                  {"cli_waiter_killed", test_cli_waiter_killed, 60},
-                                  {NULL, NULL, 0}};
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(holder_killed, 60),       TH_CASE(holder_killed_fair, 60),
+    TH_CASE(waiter_killed, 60),       TH_CASE(waiter_killed_fair, 60),
+    TH_CASE(stall_gave_up, 60),       TH_CASE(stall_gave_up_fair, 60),
+    TH_CASE(first_step_in_stall, 60), TH_CASE(cli_stall_gave_up, 90),
+    TH_CASE(cli_holder_killed, 60),   TH_CASE(cli_waiter_killed, 60),
+};
+TH_MAIN(cases)

@@ -265,8 +265,7 @@ static void test_fair_fifo_across_processes(void) {
   struct event_base *base = event_base_new();
   sluice_client *c = sem_test_client(base);
   sluice_sem *s = sem_test_new(c, "f", 1, 5000, 1);
-  acq_result holder = sem_try(base, s);
-  TH_ASSERT_EQ(holder.status, SLUICE_OK);
+  acq_result holder = sem_hold(base, s);
   pid_t pids[N];
   for (int i = 0; i < N; i++) {
     pids[i] = fork();
@@ -303,12 +302,10 @@ static void test_fair_fifo_across_processes(void) {
   shared_done();
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"stress_many_processes", test_stress_many_processes, 120},
-      {"client_kill_chaos", test_client_kill_chaos, 120},
-      {"sigkill_holder", test_sigkill_holder, 60},
-      {"fair_fifo_across_processes", test_fair_fifo_across_processes, 60},
-      {NULL, NULL, 0}};
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(stress_many_processes, 120),
+    TH_CASE(client_kill_chaos, 120),
+    TH_CASE(sigkill_holder, 60),
+    TH_CASE(fair_fifo_across_processes, 60),
+};
+TH_MAIN(cases)

@@ -13,6 +13,7 @@
 
 #include "core/client.h" /* the client's sentinel link, to look at its list */
 #include "dq_util.h"
+#include "rl_util.h"
 #include "sem_util.h"
 #include "topology.h"
 #include "net/sentinel.h"
@@ -30,6 +31,14 @@ static void start(void) {
   snprintf(url, sizeof url, "redis+sentinel://%s/mymaster", topo.sentinels);
 }
 
+/* start, and a new loop (into *base) with a client of the sentinels' url
+ * (operations bounded by 1 s). */
+static sluice_client *start_client(struct event_base **base) {
+  start();
+  *base = event_base_new();
+  return sem_test_client_at(*base, url, 1000);
+}
+
 /* The end of a case: its client closed (the loop drained), the loop freed,
  * the topology stopped. */
 static void finish(struct event_base *base, sluice_client *c) {
@@ -42,21 +51,11 @@ static void on_check(sluice_limiter *lim, int status, const sluice_rl_result *re
   *(int *)ud = status == SLUICE_OK && res->allowed ? 1 : -1;
 }
 
-typedef struct got {
-  int n;
-} got;
-
-static void on_msg(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
-  ((got *)ud)->n++;
-  sluice_dq_ack(m, NULL, NULL);
-}
-
 /* Every primitive through the sentinels; operations started before the
  * master's address is known wait for it. */
 static void test_primitives(void) {
-  start();
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client_at(base, url, 1000);
+  struct event_base *base;
+  sluice_client *c = start_client(&base);
   sluice_sem *s = sem_test_new(c, "s", 1, 5000, 0);
   acq_result a = sem_try(base, s); /* sent before the sentinels answered */
   TH_ASSERT_EQ(a.status, SLUICE_OK);
@@ -68,23 +67,19 @@ static void test_primitives(void) {
   TH_ASSERT_EQ(w.status, SLUICE_OK);
   sluice_permit_release(w.permit, NULL, NULL);
 
-  sluice_limiter_options lo;
-  sluice_limiter_options_init(&lo);
-  lo.limit = 5, lo.period_ms = 1000;
-  sluice_limiter *lim;
-  TH_ASSERT_EQ(sluice_limiter_new(c, "l", &lo, &lim), SLUICE_OK);
+  sluice_limiter *lim = rl_test_new(c, "l", SLUICE_RL_FIXED, 5, 1000);
   int ok = 0;
   TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 1, on_check, &ok), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &ok, 3000));
   TH_ASSERT_EQ(ok, 1);
 
   sluice_dq *dq = dqt_queue(c, "q");
-  got g = {0};
+  int delivered = 0;
   sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "q", NULL, on_msg, &g, &con), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "q", NULL, dqt_ack_counted, &delivered, &con), SLUICE_OK);
   dqt_push p;
   TH_ASSERT_EQ(dqt_push_wait(base, dq, "m", "m", 50, &p), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &g.n, 3000));
+  TH_ASSERT(th_loop_until(base, &delivered, 3000));
   /* The data went to the master the sentinels named. */
   redisContext *m = th_node_connect(th_sentinel_master(&topo));
   redisReply *r = m ? redisCommand(m, "EXISTS sluice:dq:{q}:h") : NULL;
@@ -99,8 +94,7 @@ static void test_primitives(void) {
   o.sentinels = topo.sentinels;
   sluice_client *c2 = th_client_with(base, &o);
   sluice_sem *s2 = sem_test_new(c2, "s", 1, 5000, 0);
-  acq_result b = sem_try(base, s2);
-  TH_ASSERT_EQ(b.status, SLUICE_OK);
+  acq_result b = sem_hold(base, s2);
   sluice_permit_release(b.permit, NULL, NULL);
   sluice_sem_free(s2);
   sluice_client_free(c2);
@@ -115,18 +109,15 @@ static void test_primitives(void) {
 /* SENTINEL FAILOVER while a waiter is blocked and a consumer idles: both
  * go on against the new master, which the client finds by itself. */
 static void test_failover(void) {
-  start();
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client_at(base, url, 1000);
+  struct event_base *base;
+  sluice_client *c = start_client(&base);
   sluice_sem *s = sem_test_new(c, "f", 1, 2000, 0);
-  acq_result h = sem_try(base, s);
-  TH_ASSERT_EQ(h.status, SLUICE_OK);
-  acq_result w = {0};
-  TH_ASSERT_EQ(sluice_sem_acquire(s, 20000, acq_cb, &w, NULL), SLUICE_OK);
+  acq_result w;
+  acq_result h = sem_hold_with_waiter(base, s, s, 20000, &w);
   sluice_dq *dq = dqt_queue(c, "fq");
-  got g = {0};
+  int delivered = 0;
   sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "fq", NULL, on_msg, &g, &con), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "fq", NULL, dqt_ack_counted, &delivered, &con), SLUICE_OK);
   th_loop_for(base, 200);
   th_node *old = th_sentinel_master(&topo);
   int old_port = old->port;
@@ -154,7 +145,7 @@ static void test_failover(void) {
   TH_ASSERT(th_loop_until(base, &w.done, 10000));
   TH_ASSERT_EQ(w.status, SLUICE_OK);
   /* A push after the failover reaches the consumer. */
-  dqt_push_until_delivered(base, dq, &g.n, 10000, 5000);
+  dqt_push_until_delivered(base, dq, &delivered, 10000, 5000);
   th_note("failover to delivery: %llu ms\n", (unsigned long long)(th_now_ms() - t0));
   /* The client talks to the new master now. */
   redisContext *m = th_node_connect(nm);
@@ -183,14 +174,12 @@ static void count_changes(sluice_client *c, int level, const char *msg, void *ud
 /* SENTINEL FAILOVER: the client reports once that another node serves
  * every key, before it is connected to the new master. */
 static void test_node_change(void) {
-  start();
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client_at(base, url, 1000);
+  struct event_base *base;
+  sluice_client *c = start_client(&base);
   changes b = {0};
   sluice_client_set_log_cb(c, count_changes, &b);
   sluice_sem *s = sem_test_new(c, "n", 1, 5000, 0);
-  acq_result a = sem_try(base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(base, s);
   sluice_permit_release(a.permit, NULL, NULL);
   th_loop_for(base, 50);
   TH_ASSERT_EQ(b.changes, 0);
@@ -272,8 +261,7 @@ static void test_wait_replicas(void) {
   o.wait_timeout_ms = 1000; /* generous: the replica may lag on a loaded machine */
   sluice_client *c = th_client_with(base, &o);
   sluice_sem *s = sem_test_new(c, "w", 2, 5000, 0);
-  acq_result a = sem_try(base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(base, s);
   TH_ASSERT_EQ(sluice_permit_replicated(a.permit), 1);
   TH_ASSERT_EQ(th_sentinel_replica_stop(&topo), 0);
   uint64_t t0 = th_now_ms();
@@ -336,8 +324,7 @@ static void test_discovery(void) {
   snprintf(one, sizeof one, "redis+sentinel://%s/mymaster", topo.sent[0].addr);
   sluice_client *c = sem_test_client_at(base, one, 1000);
   sluice_sem *s = sem_test_new(c, "d", 1, 5000, 0);
-  acq_result a = sem_try(base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(base, s);
   int released = 0;
   TH_ASSERT_EQ(sluice_permit_release(a.permit, on_release, &released), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &released, 5000));
@@ -484,14 +471,11 @@ static int kill_client_connections(redisContext *m) {
  * reconnect each make the client ask the sentinels again; a blocked waiter
  * gets its permit at the end all the same. */
 static void test_re_resolve(void) {
-  start();
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client_at(base, url, 1000);
+  struct event_base *base;
+  sluice_client *c = start_client(&base);
   sluice_sem *s = sem_test_new(c, "u", 1, 10000, 0);
-  acq_result h = sem_try(base, s);
-  TH_ASSERT_EQ(h.status, SLUICE_OK);
-  acq_result w = {0};
-  TH_ASSERT_EQ(sluice_sem_acquire(s, 30000, acq_cb, &w, NULL), SLUICE_OK);
+  acq_result w;
+  acq_result h = sem_hold_with_waiter(base, s, s, 30000, &w);
   redisContext *m = th_node_connect(th_sentinel_master(&topo));
   TH_ASSERT(m != NULL);
   uint64_t end = th_now_ms() + 5000;
@@ -565,20 +549,18 @@ static int rejoin(void *node) { return th_sentinel_resume_node(&topo, node); }
  * keeps its permit there or hears it lost, the waiter and the consumer go
  * on, and the recovery time is printed. */
 static void test_kill_master(void) {
-  start();
-  struct event_base *base = event_base_new();
-  sluice_client *c = sem_test_client_at(base, url, 1000);
+  struct event_base *base;
+  sluice_client *c = start_client(&base);
   sluice_sem *hs = sem_test_new(c, "k", 1, 3000, 0), *ws = sem_test_new(c, "k", 1, 3000, 0);
-  acq_result h = sem_try(base, hs);
-  TH_ASSERT_EQ(h.status, SLUICE_OK);
+  acq_result h = sem_hold(base, hs);
   int lost = 0;
   sluice_permit_set_lost_cb(h.permit, on_lost_count, &lost);
   acq_result w = {0};
   TH_ASSERT_EQ(sluice_sem_acquire(ws, 30000, acq_cb, &w, NULL), SLUICE_OK);
   sluice_dq *dq = dqt_queue(c, "kq");
-  got g = {0};
+  int delivered = 0;
   sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "kq", NULL, on_msg, &g, &con), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "kq", NULL, dqt_ack_counted, &delivered, &con), SLUICE_OK);
   th_loop_for(base, 200);
   th_node *old = th_sentinel_master(&topo);
   TH_ASSERT(old != NULL);
@@ -599,7 +581,7 @@ static void test_kill_master(void) {
   }
   TH_ASSERT_EQ(w.status, SLUICE_OK);
   TH_ASSERT_CMP(lost, <=, 1);
-  dqt_push_until_delivered(base, dq, &g.n, 10000, 5000);
+  dqt_push_until_delivered(base, dq, &delivered, 10000, 5000);
   th_note("kill to delivery: %llu ms\n", (unsigned long long)(th_now_ms() - t0));
   if (h.permit) sluice_permit_release(h.permit, NULL, NULL); /* harmless when lost */
   sluice_permit_release(w.permit, NULL, NULL);
@@ -795,21 +777,10 @@ static void test_tool(void) {
   th_sentinel_stop(&topo);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"primitives", test_primitives, 60},
-      {"failover", test_failover, 90},
-      {"node_change", test_node_change, 90},
-      {"bad_input", test_bad_input, 60},
-      {"wait_replicas", test_wait_replicas, 60},
-      {"discovery", test_discovery, 90},
-      {"list_bounds", test_list_bounds, 30},
-      {"re_resolve", test_re_resolve, 60},
-      {"kill_master", test_kill_master, 120},
-      {"tool", test_tool, 60},
-      {"pause_churn", test_pause_churn, 180},
-      {"switch_ends_backoff", test_switch_ends_backoff, 120},
-      {NULL, NULL, 0},
-  };
-  return th_topology_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(primitives, 60),  TH_CASE(failover, 90),      TH_CASE(node_change, 90),
+    TH_CASE(bad_input, 60),   TH_CASE(wait_replicas, 60), TH_CASE(discovery, 90),
+    TH_CASE(list_bounds, 30), TH_CASE(re_resolve, 60),    TH_CASE(kill_master, 120),
+    TH_CASE(tool, 60),        TH_CASE(pause_churn, 180),  TH_CASE(switch_ends_backoff, 120),
+};
+TH_TOPOLOGY_MAIN(cases)

@@ -87,12 +87,9 @@ static void test_version(void) {
   TH_ASSERT_STR_EQ(sluice_version(), want);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"every_code", test_every_code, 10},
-      {"unknown_codes", test_unknown_codes, 10},
-      {"version", test_version, 10},
-      {NULL, NULL, 0},
-  };
-  return th_main_local(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(every_code, 10),
+    TH_CASE(unknown_codes, 10),
+    TH_CASE(version, 10),
+};
+TH_MAIN_LOCAL(cases)

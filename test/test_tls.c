@@ -19,6 +19,7 @@
 
 #include "dq_util.h"
 #include "harness.h"
+#include "rl_util.h"
 #include "sem_util.h"
 
 #ifdef SLUICE_HAVE_TLS
@@ -144,15 +145,12 @@ static void test_cli_refused_without_tls(void) {
   TH_ASSERT_CONTAINS(r.out, "TLS needs hiredis >= 1.0");
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"hiredis_build", test_hiredis_build, 0},
-      {"refused_without_tls", test_refused_without_tls, 0},
-      {"cli_refused_without_tls", test_cli_refused_without_tls, 0},
-      {NULL, NULL, 0},
-  };
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(hiredis_build, 0),
+    TH_CASE(refused_without_tls, 0),
+    TH_CASE(cli_refused_without_tls, 0),
+};
+TH_MAIN(cases)
 
 #else /* SLUICE_HAVE_TLS */
 
@@ -190,8 +188,7 @@ static void test_semaphore(void) {
   state_rec st = {0};
   sluice_client *c = client_for(base, tls_url(good_query()), &st);
   sluice_sem *s = sem_test_new(c, "t", 1, 10000, 0);
-  acq_result a = sem_try(base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  acq_result a = sem_hold(base, s);
   TH_ASSERT(st.up);
   TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{t}:holders"), 1);
   acq_result w = {0};
@@ -199,48 +196,22 @@ static void test_semaphore(void) {
   TH_ASSERT(loop_until_cond(base, one_queued, 5000));
   TH_ASSERT(loop_until_cond(base, brpop_on_tls_port, 5000));
   TH_ASSERT_EQ(w.done, 0);
-  uint64_t t0 = th_now_ms();
-  sluice_permit_release(a.permit, NULL, NULL);
-  TH_ASSERT(th_loop_until(base, &w.done, 5000));
-  TH_ASSERT_EQ(w.status, SLUICE_OK);
   /* Woken by the release through BRPOP, not by a heartbeat. */
-  TH_ASSERT_CMP(w.at_ms - t0, <, 500);
+  TH_ASSERT_CMP(sem_handoff_ms(base, a.permit, &w, 5000), <, 500);
   sluice_permit_release(w.permit, NULL, NULL);
   sluice_sem_free(s);
   client_close_drain(base, c);
   event_base_free(base);
 }
 
-typedef struct rl_rec {
-  int done;
-  int status;
-  sluice_rl_result res;
-} rl_rec;
-
-static void on_rl(sluice_limiter *lim, int status, const sluice_rl_result *res, void *ud) {
-  rl_rec *r = ud;
-  r->done++;
-  r->status = status;
-  if (res) r->res = *res;
-}
-
 static void test_limiter(void) {
   struct event_base *base = event_base_new();
   sluice_client *c = client_for(base, tls_url(good_query()), NULL);
-  sluice_limiter_options o;
-  sluice_limiter_options_init(&o);
-  o.algo = SLUICE_RL_GCRA;
-  o.limit = 2;
-  o.period_ms = 60000;
-  sluice_limiter *lim = NULL;
-  TH_ASSERT_EQ(sluice_limiter_new(c, "api", &o, &lim), SLUICE_OK);
+  sluice_limiter *lim = rl_test_new(c, "api", SLUICE_RL_GCRA, 2, 60000);
   for (int i = 0; i < 3; i++) {
-    rl_rec r = {0};
-    TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 1, on_rl, &r), SLUICE_OK);
-    TH_ASSERT(th_loop_until(base, &r.done, 5000));
-    TH_ASSERT_EQ(r.status, SLUICE_OK);
-    TH_ASSERT_EQ(r.res.source, SLUICE_RL_REDIS);
-    TH_ASSERT_EQ(r.res.allowed, i < 2);
+    sluice_rl_result res = rl_test_check(base, lim, "k", 1);
+    TH_ASSERT_EQ(res.source, SLUICE_RL_REDIS);
+    TH_ASSERT_EQ(res.allowed, i < 2);
   }
   sluice_limiter_free(lim);
   client_close_drain(base, c);
@@ -304,17 +275,8 @@ static void test_reconnect(void) {
   sluice_client_stats stats;
   sluice_client_get_stats(c, &stats);
   TH_ASSERT_CMP(stats.reconnects, >=, 1);
-  sluice_limiter_options o;
-  sluice_limiter_options_init(&o);
-  o.limit = 1;
-  o.period_ms = 60000;
-  sluice_limiter *lim = NULL;
-  TH_ASSERT_EQ(sluice_limiter_new(c, "api", &o, &lim), SLUICE_OK);
-  rl_rec r = {0};
-  TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 1, on_rl, &r), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &r.done, 5000));
-  TH_ASSERT_EQ(r.status, SLUICE_OK);
-  TH_ASSERT_EQ(r.res.allowed, 1);
+  sluice_limiter *lim = rl_test_new(c, "api", SLUICE_RL_FIXED, 1, 60000);
+  TH_ASSERT_EQ(rl_test_check(base, lim, "k", 1).allowed, 1);
   sluice_limiter_free(lim);
   client_close_drain(base, c);
   event_base_free(base);
@@ -333,15 +295,8 @@ static void expect_connect_error(const char *url, const char *want) {
   TH_ASSERT(!sluice_client_is_connected(c));
   th_note("%s\n", sluice_client_last_error(c));
   TH_ASSERT_CONTAINS(sluice_client_last_error(c), want);
-  sluice_limiter_options o;
-  sluice_limiter_options_init(&o);
-  o.limit = 1;
-  o.period_ms = 1000;
-  sluice_limiter *lim = NULL;
-  TH_ASSERT_EQ(sluice_limiter_new(c, "api", &o, &lim), SLUICE_OK);
-  rl_rec r = {0};
-  TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 1, on_rl, &r), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &r.done, 5000));
+  sluice_limiter *lim = rl_test_new(c, "api", SLUICE_RL_FIXED, 1, 1000);
+  rl_answer r = rl_test_answer(base, lim, "k", 1);
   TH_ASSERT(r.status == SLUICE_ECONNECTION || r.status == SLUICE_ETIMEDOUT);
   /* Still failing the same way after reconnect attempts. */
   int changes = st.changes;
@@ -597,10 +552,8 @@ static void test_cluster(void) {
   struct event_base *base = event_base_new();
   sluice_client *c = client_for(base, url, NULL);
   sluice_sem *s = sem_test_new(c, "tc", 1, 10000, 0);
-  acq_result a = sem_try(base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
-  acq_result w = {0};
-  TH_ASSERT_EQ(sluice_sem_acquire(s, 10000, acq_cb, &w, NULL), SLUICE_OK);
+  acq_result w;
+  acq_result a = sem_hold_with_waiter(base, s, s, 10000, &w);
   th_loop_for(base, 100);
   TH_ASSERT_EQ(w.done, 0);
   sluice_permit_release(a.permit, NULL, NULL);
@@ -651,25 +604,25 @@ static void remove_certs(void) {
   rmdir(certs);
 }
 
+static const th_case cases[] = {
+    TH_CASE(hiredis_build, 0),
+    TH_CASE(semaphore, 0),
+    TH_CASE(limiter, 0),
+    TH_CASE(delay_queue, 0),
+    TH_CASE(reconnect, 0),
+    TH_CASE(wrong_ca, 0),
+    TH_CASE(wrong_server_name, 0),
+    TH_CASE(client_cert_missing, 0),
+    TH_CASE(plain_to_tls_port, 0),
+    TH_CASE(tls_to_plain_port, 0),
+    TH_CASE(sni_and_skip_verify, 0),
+    TH_CASE(options, 0),
+    TH_CASE(refusals, 0),
+    TH_CASE(cli, 0),
+    TH_CASE(cluster, 0),
+};
+
 int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"hiredis_build", test_hiredis_build, 0},
-      {"semaphore", test_semaphore, 0},
-      {"limiter", test_limiter, 0},
-      {"delay_queue", test_delay_queue, 0},
-      {"reconnect", test_reconnect, 0},
-      {"wrong_ca", test_wrong_ca, 0},
-      {"wrong_server_name", test_wrong_server_name, 0},
-      {"client_cert_missing", test_client_cert_missing, 0},
-      {"plain_to_tls_port", test_plain_to_tls_port, 0},
-      {"tls_to_plain_port", test_tls_to_plain_port, 0},
-      {"sni_and_skip_verify", test_sni_and_skip_verify, 0},
-      {"options", test_options, 0},
-      {"refusals", test_refusals, 0},
-      {"cli", test_cli, 0},
-      {"cluster", test_cluster, 0},
-      {NULL, NULL, 0},
-  };
   const char *ci = getenv("CI");
   int under_ci = ci && strcmp(ci, "true") == 0;
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -718,7 +671,7 @@ int main(int argc, char **argv) {
     args[3 + 2 * i] = keep[i];
   }
   th_server_args = args;
-  int rc = th_main(argc, argv, cases);
+  int rc = th_main_n(argc, argv, cases, sizeof cases / sizeof *cases);
   remove_certs();
   return rc;
 }

@@ -398,17 +398,14 @@ static void test_no_leaks(void) {
   th_note("redis-server processes on the machine now (any owner): %d\n", all);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"crc16", test_crc16, 10},
-      {"cluster", test_cluster, 180},
-      {"cluster_auto_failover", test_cluster_auto_failover, 240},
-      {"cluster_two_replicas", test_cluster_two_replicas, 180},
-      {"sentinel", test_sentinel, 180},
-      {"sentinel_auto_failover", test_sentinel_auto_failover, 240},
-      {"dying_case", test_dying_case, 90},
-      {"no_leaks", test_no_leaks, 30},
-      {NULL, NULL, 0},
-  };
-  return th_topology_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(crc16, 10),
+    TH_CASE(cluster, 180),
+    TH_CASE(cluster_auto_failover, 240),
+    TH_CASE(cluster_two_replicas, 180),
+    TH_CASE(sentinel, 180),
+    TH_CASE(sentinel_auto_failover, 240),
+    TH_CASE(dying_case, 90),
+    TH_CASE(no_leaks, 30),
+};
+TH_TOPOLOGY_MAIN(cases)

@@ -257,14 +257,10 @@ static void test_control_bytes(void) {
   expect_ok("redis://:%20%7e@h", "h", 6379, NULL, NULL, " ~", 0);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"redis_forms", test_redis_forms, 10},     {"ports_and_dbs", test_ports_and_dbs, 10},
-      {"credentials", test_credentials, 10},     {"percent_escapes", test_percent_escapes, 10},
-      {"unix_forms", test_unix_forms, 10},       {"rediss_form", test_rediss_form, 0},
-      {"bad_schemes", test_bad_schemes, 10},     {"long_inputs", test_long_inputs, 10},
-      {"cluster_forms", test_cluster_forms, 10}, {"ambiguous_forms", test_ambiguous_forms, 10},
-      {"control_bytes", test_control_bytes, 10}, {NULL, NULL, 0},
-  };
-  return th_main_local(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(redis_forms, 10),     TH_CASE(ports_and_dbs, 10), TH_CASE(credentials, 10),
+    TH_CASE(percent_escapes, 10), TH_CASE(unix_forms, 10),    TH_CASE(rediss_form, 0),
+    TH_CASE(bad_schemes, 10),     TH_CASE(long_inputs, 10),   TH_CASE(cluster_forms, 10),
+    TH_CASE(ambiguous_forms, 10), TH_CASE(control_bytes, 10),
+};
+TH_MAIN_LOCAL(cases)

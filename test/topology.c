@@ -363,16 +363,19 @@ void th_node_acl_user(const th_node *n, const char *user, const char *pass, cons
   redisFree(ctx);
 }
 
-/* One command on a fresh connection; NULL if it cannot connect or the
- * connection fails. The reply may be an error reply. */
-static redisReply *node_cmd(const th_node *n, const char *fmt, ...) {
+redisReply *th_node_vcommand(const th_node *n, const char *fmt, va_list ap) {
   redisContext *c = th_node_connect(n);
   if (!c) return NULL;
+  redisReply *r = redisvCommand(c, fmt, ap);
+  redisFree(c);
+  return r;
+}
+
+redisReply *th_node_command(const th_node *n, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  redisReply *r = redisvCommand(c, fmt, ap);
+  redisReply *r = th_node_vcommand(n, fmt, ap);
   va_end(ap);
-  redisFree(c);
   return r;
 }
 
@@ -397,7 +400,7 @@ static int node_ok(const th_node *n, const char *what, redisReply *r) {
  * drops its replicas' connections, and nothing it writes from now on is
  * sent. The paused replicas cannot reconnect. 0 or -1. */
 static int cut_replication(const th_node *m) {
-  redisReply *r = node_cmd(m, "CLIENT KILL TYPE replica");
+  redisReply *r = th_node_command(m, "CLIENT KILL TYPE replica");
   int ok = r && r->type == REDIS_REPLY_INTEGER && r->integer > 0;
   if (!ok)
     say("CLIENT KILL TYPE replica on %s: %s", m->addr,
@@ -411,7 +414,7 @@ static int cut_replication(const th_node *m) {
 static int wait_ready(th_node *n, unsigned timeout_ms) {
   uint64_t end = th_now_ms() + timeout_ms;
   for (;;) {
-    redisReply *r = node_cmd(n, "PING");
+    redisReply *r = th_node_command(n, "PING");
     int ok = r && r->type == REDIS_REPLY_STATUS;
     if (r) freeReplyObject(r);
     if (ok) return 0;
@@ -423,6 +426,53 @@ static int wait_ready(th_node *n, unsigned timeout_ms) {
     if (th_now_ms() >= end) return -1;
     sleep_ms(20);
   }
+}
+
+/* Start n's server with argv (its output to <dir>/stdout.log) and wait
+ * until it answers: 0, or -1 with it killed (its log shown when this was
+ * the last attempt). */
+static int node_run(th_node *n, const char *const *argv, int last_attempt) {
+  char out[240];
+  snprintf(out, sizeof out, "%s/stdout.log", n->dir);
+  n->pid = spawn_argv(argv, out);
+  if (n->pid > 0 && wait_ready(n, 15000) == 0) return 0;
+  if (last_attempt) print_log_tail(n);
+  node_kill(n);
+  return -1;
+}
+
+/* Run n as a data node: redis-server on n->port in n->dir with extra
+ * arguments (NULL-terminated, may be NULL), as node_run does. */
+static int data_node_run(th_node *n, const char *const *extra, int last_attempt) {
+  char port[16], log[240], pidf[240];
+  snprintf(port, sizeof port, "%d", n->port);
+  snprintf(log, sizeof log, "%s/redis.log", n->dir);
+  snprintf(pidf, sizeof pidf, "%s/redis.pid", n->dir);
+  /* Redis 7.0 waits 5 s by default before a diskless full sync, for more
+   * replicas to join it: every replica would start 5 s late. */
+  const char *argv[48] = {redis_server_bin(),
+                          "--port",
+                          port,
+                          "--bind",
+                          "127.0.0.1",
+                          "--dir",
+                          n->dir,
+                          "--save",
+                          "",
+                          "--appendonly",
+                          "no",
+                          "--daemonize",
+                          "no",
+                          "--logfile",
+                          log,
+                          "--pidfile",
+                          pidf,
+                          "--repl-diskless-sync-delay",
+                          "0"};
+  int k = 0;
+  while (argv[k]) k++;
+  for (int i = 0; extra && extra[i] && k < 46; i++) argv[k++] = extra[i];
+  return node_run(n, argv, last_attempt);
 }
 
 /* Start a redis-server (data node) in root/<name> on a free port, with
@@ -444,40 +494,7 @@ static int data_node_start(th_node *n, const char *root, const char *name,
       return -1;
     }
     snprintf(n->addr, sizeof n->addr, "127.0.0.1:%d", n->port);
-    char port[16], log[240], pidf[240], out[240];
-    snprintf(port, sizeof port, "%d", n->port);
-    snprintf(log, sizeof log, "%s/redis.log", n->dir);
-    snprintf(pidf, sizeof pidf, "%s/redis.pid", n->dir);
-    snprintf(out, sizeof out, "%s/stdout.log", n->dir);
-    const char *argv[48];
-    int k = 0;
-    argv[k++] = redis_server_bin();
-    argv[k++] = "--port";
-    argv[k++] = port;
-    argv[k++] = "--bind";
-    argv[k++] = "127.0.0.1";
-    argv[k++] = "--dir";
-    argv[k++] = n->dir;
-    argv[k++] = "--save";
-    argv[k++] = "";
-    argv[k++] = "--appendonly";
-    argv[k++] = "no";
-    argv[k++] = "--daemonize";
-    argv[k++] = "no";
-    argv[k++] = "--logfile";
-    argv[k++] = log;
-    argv[k++] = "--pidfile";
-    argv[k++] = pidf;
-    /* Redis 7.0 waits 5 s by default before a diskless full sync, for more
-     * replicas to join it: every replica would start 5 s late. */
-    argv[k++] = "--repl-diskless-sync-delay";
-    argv[k++] = "0";
-    for (int i = 0; extra && extra[i] && k < 46; i++) argv[k++] = extra[i];
-    argv[k] = NULL;
-    n->pid = spawn_argv(argv, out);
-    if (n->pid > 0 && wait_ready(n, 15000) == 0) return 0;
-    if (attempt == 4) print_log_tail(n);
-    node_kill(n);
+    if (data_node_run(n, extra, attempt == 4) == 0) return 0;
   }
   say("redis-server in %s did not start", n->dir);
   return -1;
@@ -524,7 +541,7 @@ static node_role role_of(const th_node *n) {
   node_role ro;
   memset(&ro, 0, sizeof ro);
   ro.is_master = -1;
-  redisReply *r = node_cmd(n, "ROLE");
+  redisReply *r = th_node_command(n, "ROLE");
   if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
       r->element[0]->type == REDIS_REPLY_STRING) {
     if (strcmp(r->element[0]->str, "master") == 0) {
@@ -662,7 +679,7 @@ static int cluster_settled(th_cluster *cl, char *why, size_t wl) {
   for (int i = 0; i < cl->n; i++) {
     th_node *n = &cl->node[i];
     if (!node_live(n)) continue;
-    redisReply *r = node_cmd(n, "CLUSTER INFO");
+    redisReply *r = th_node_command(n, "CLUSTER INFO");
     if (!r || r->type != REDIS_REPLY_STRING) {
       snprintf(why, wl, "%s: CLUSTER INFO: %s", n->addr,
                r && r->type == REDIS_REPLY_ERROR ? r->str : "no answer");
@@ -682,7 +699,7 @@ static int cluster_settled(th_cluster *cl, char *why, size_t wl) {
                n->addr, state, assigned, ok, known, cl->n);
       return -1;
     }
-    r = node_cmd(n, "CLUSTER NODES");
+    r = th_node_command(n, "CLUSTER NODES");
     if (!r || r->type != REDIS_REPLY_STRING) {
       snprintf(why, wl, "%s: CLUSTER NODES failed", n->addr);
       if (r) freeReplyObject(r);
@@ -917,9 +934,9 @@ long th_cluster_migrate_slot(th_cluster *cl, unsigned slot, th_node *to) {
   /* The order the cluster spec gives: importing side first, so that a
    * client redirected by ASK always finds the target ready. */
   if (node_ok(to, "SETSLOT IMPORTING",
-              node_cmd(to, "CLUSTER SETSLOT %u IMPORTING %s", slot, from->id)) ||
+              th_node_command(to, "CLUSTER SETSLOT %u IMPORTING %s", slot, from->id)) ||
       node_ok(from, "SETSLOT MIGRATING",
-              node_cmd(from, "CLUSTER SETSLOT %u MIGRATING %s", slot, to->id)))
+              th_node_command(from, "CLUSTER SETSLOT %u MIGRATING %s", slot, to->id)))
     return -1;
   long moved = 0;
   redisContext *c = th_node_connect(from);
@@ -974,13 +991,15 @@ long th_cluster_migrate_slot(th_cluster *cl, unsigned slot, th_node *to) {
   /* Target first (it bumps its config epoch and claims the slot), then the
    * source (it stops redirecting with ASK), then every other master so no
    * one waits for gossip to learn it. */
-  if (node_ok(to, "SETSLOT NODE", node_cmd(to, "CLUSTER SETSLOT %u NODE %s", slot, to->id)) ||
-      node_ok(from, "SETSLOT NODE", node_cmd(from, "CLUSTER SETSLOT %u NODE %s", slot, to->id)))
+  if (node_ok(to, "SETSLOT NODE",
+              th_node_command(to, "CLUSTER SETSLOT %u NODE %s", slot, to->id)) ||
+      node_ok(from, "SETSLOT NODE",
+              th_node_command(from, "CLUSTER SETSLOT %u NODE %s", slot, to->id)))
     return -1;
   for (int i = 0; i < cl->n; i++) {
     th_node *m = &cl->node[i];
     if (m == to || m == from || !m->is_master || !node_live(m)) continue;
-    if (node_ok(m, "SETSLOT NODE", node_cmd(m, "CLUSTER SETSLOT %u NODE %s", slot, to->id)))
+    if (node_ok(m, "SETSLOT NODE", th_node_command(m, "CLUSTER SETSLOT %u NODE %s", slot, to->id)))
       return -1;
   }
   slot_at sa = {slot, (int)(to - cl->node)};
@@ -1011,7 +1030,7 @@ th_node *th_cluster_failover(th_cluster *cl, th_node *m) {
   /* A manual failover gives up after 5 s if the master and replica do not
    * reach the same offset in time (busy machine): ask again, up to 3 times. */
   for (int attempt = 0; attempt < 3; attempt++) {
-    if (node_ok(r, "CLUSTER FAILOVER", node_cmd(r, "CLUSTER FAILOVER"))) return NULL;
+    if (node_ok(r, "CLUSTER FAILOVER", th_node_command(r, "CLUSTER FAILOVER"))) return NULL;
     uint64_t end = th_now_ms() + 10000;
     while (th_now_ms() < end && role_of(r).is_master != 1) sleep_ms(50);
     if (role_of(r).is_master == 1) break;
@@ -1124,13 +1143,8 @@ static int sentinel_node_start(th_node *n, const char *root, int i, const char *
             "sentinel parallel-syncs %s 1\n",
             n->port, n->dir, n->dir, n->dir, name, master_port, name, name, name);
     fclose(f);
-    char out[240];
-    snprintf(out, sizeof out, "%s/stdout.log", n->dir);
     const char *argv[] = {redis_server_bin(), n->conf, "--sentinel", NULL};
-    n->pid = spawn_argv(argv, out);
-    if (n->pid > 0 && wait_ready(n, 15000) == 0) return 0;
-    if (attempt == 4) print_log_tail(n);
-    node_kill(n);
+    if (node_run(n, argv, attempt == 4) == 0) return 0;
   }
   say("sentinel in %s did not start", n->dir);
   return -1;
@@ -1144,7 +1158,7 @@ static th_node *data_by_port(th_sentinel *s, int port) {
 
 /* The master port sentinel t reports, 0 if none. */
 static int reported_master(th_sentinel *s, th_node *t) {
-  redisReply *r = node_cmd(t, "SENTINEL get-master-addr-by-name %s", s->name);
+  redisReply *r = th_node_command(t, "SENTINEL get-master-addr-by-name %s", s->name);
   int port = 0;
   if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
       r->element[1]->type == REDIS_REPLY_STRING)
@@ -1184,7 +1198,7 @@ static int sentinels_agree(th_sentinel *s, int master_port, int replica_port, ch
       return -1;
     }
     if (!replica_port) continue;
-    redisReply *r = node_cmd(t, "SENTINEL MASTER %s", s->name);
+    redisReply *r = th_node_command(t, "SENTINEL MASTER %s", s->name);
     const char *flags = kv(r, "flags"), *others = kv(r, "num-other-sentinels");
     int good = flags && strcmp(flags, "master") == 0 && others && atoi(others) == live - 1;
     if (!good)
@@ -1192,7 +1206,7 @@ static int sentinels_agree(th_sentinel *s, int master_port, int replica_port, ch
                flags ? flags : "?", others ? others : "?", live - 1);
     if (r) freeReplyObject(r);
     if (!good) return -1;
-    r = node_cmd(t, "SENTINEL REPLICAS %s", s->name);
+    r = th_node_command(t, "SENTINEL REPLICAS %s", s->name);
     good = 0;
     for (size_t j = 0; r && r->type == REDIS_REPLY_ARRAY && j < r->elements; j++) {
       const char *p = kv(r->element[j], "port"), *fl = kv(r->element[j], "flags"),
@@ -1264,7 +1278,8 @@ static void sentinel_timers(th_sentinel *s) {
   const char *keep = getenv("TH_SENTINEL_DEFAULT_TIMERS");
   if (keep && *keep && strcmp(keep, "0") != 0) return;
   for (int i = 0; i < 3; i++) {
-    redisReply *r = node_cmd(&s->sent[i], "SENTINEL DEBUG info-period 1000 publish-period 500");
+    redisReply *r = th_node_command(&s->sent[i],
+                                    "SENTINEL DEBUG info-period 1000 publish-period 500");
     if (!reply_ok(r))
       say("SENTINEL DEBUG on %s: %s (default timers kept)", s->sent[i].addr,
           r && r->type == REDIS_REPLY_ERROR ? r->str : "no answer");
@@ -1322,7 +1337,7 @@ th_node *th_sentinel_failover(th_sentinel *s) {
    * view of the replica): ask again for a while. */
   uint64_t end = th_now_ms() + 15000;
   for (;;) {
-    redisReply *r = node_cmd(t, "SENTINEL FAILOVER %s", s->name);
+    redisReply *r = th_node_command(t, "SENTINEL FAILOVER %s", s->name);
     int ok = reply_ok(r);
     if (!ok && th_now_ms() >= end) {
       node_ok(t, "SENTINEL FAILOVER", r);
@@ -1405,42 +1420,13 @@ int th_sentinel_replica_restart(th_sentinel *s) {
     return -1;
   }
   node_kill(r);
-  char port[16], mport[16], log[240], pidf[240], out[240];
-  snprintf(port, sizeof port, "%d", r->port);
+  char mport[16];
   snprintf(mport, sizeof mport, "%d", m->port);
-  snprintf(log, sizeof log, "%s/redis.log", r->dir);
-  snprintf(pidf, sizeof pidf, "%s/redis.pid", r->dir);
-  snprintf(out, sizeof out, "%s/stdout.log", r->dir);
-  const char *argv[] = {redis_server_bin(),
-                        "--port",
-                        port,
-                        "--bind",
-                        "127.0.0.1",
-                        "--dir",
-                        r->dir,
-                        "--save",
-                        "",
-                        "--appendonly",
-                        "no",
-                        "--daemonize",
-                        "no",
-                        "--logfile",
-                        log,
-                        "--pidfile",
-                        pidf,
-                        "--repl-diskless-sync-delay",
-                        "0",
-                        "--replicaof",
-                        "127.0.0.1",
-                        mport,
-                        NULL};
+  const char *const replicaof[] = {"--replicaof", "127.0.0.1", mport, NULL};
   /* Same port (clients and sentinels know it); Redis binds with
    * SO_REUSEADDR, so connections left in TIME_WAIT do not block it. */
-  r->pid = spawn_argv(argv, out);
-  if (r->pid <= 0 || wait_ready(r, 15000) != 0) {
-    print_log_tail(r);
+  if (data_node_run(r, replicaof, 1) != 0) {
     say("replica %s did not restart", r->addr);
-    node_kill(r);
     return -1;
   }
   char why[512] = "";
@@ -1465,7 +1451,13 @@ int th_sentinel_stop_one(th_sentinel *s, int i) {
 }
 
 int th_topology_main(int argc, char **argv, const th_case *cases) {
+  size_t n = 0;
+  while (cases[n].name) n++;
+  return th_topology_main_n(argc, argv, cases, n);
+}
+
+int th_topology_main_n(int argc, char **argv, const th_case *cases, size_t n) {
   if (!th_topology_available()) return th_missing("redis-server or redis-cli");
   th_topology_init();
-  return th_main(argc, argv, cases);
+  return th_main_n(argc, argv, cases, n);
 }

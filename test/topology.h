@@ -48,6 +48,7 @@
 #ifndef SLUICE_TEST_TOPOLOGY_H
 #define SLUICE_TEST_TOPOLOGY_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -95,6 +96,13 @@ int th_topology_available(void);
  * (th_topology_init) and runs the cases (th_main). */
 struct th_case;
 int th_topology_main(int argc, char **argv, const struct th_case *cases);
+/* The same on a table that is not NULL-terminated (as th_main_n), and as
+ * the binary's main (as TH_MAIN). */
+int th_topology_main_n(int argc, char **argv, const struct th_case *cases, size_t n);
+#define TH_TOPOLOGY_MAIN(cases)                                                 \
+  int main(int argc, char **argv) {                                             \
+    return th_topology_main_n(argc, argv, cases, sizeof cases / sizeof *cases); \
+  }
 /* Topology servers of this test binary still running (any case, any
  * topology): for the final "nothing leaked" check. */
 int th_topology_live_processes(void);
@@ -108,6 +116,10 @@ int th_topology_dirs(void);
 /* A sync connection to a node (connect timeout 2 s, command timeout 5 s);
  * NULL if it cannot connect. */
 redisContext *th_node_connect(const th_node *n);
+/* One command on a fresh th_node_connect; NULL if it cannot connect or the
+ * connection fails. The reply may be an error reply. */
+redisReply *th_node_command(const th_node *n, const char *fmt, ...);
+redisReply *th_node_vcommand(const th_node *n, const char *fmt, va_list ap);
 
 /* "ACL SETUSER user reset on >pass" and the space-separated words of rule
  * (leaving out the word "+without", when not NULL) on node n, as the
