@@ -1,0 +1,65 @@
+/* What goes on the wire, without Redis: commands in RESP as hiredis
+ * formats them, and hash slots as the cluster spec defines them. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
+#include "harness.h"
+#include "net/resp.h"
+#include "net/slot.h"
+#include "topology.h"
+
+/* Our bytes equal redisFormatCommandArgv's for the same arguments. */
+static void same_as_hiredis(int argc, const char **argv, const size_t *lens) {
+  char *want = NULL;
+  long long wlen = redisFormatCommandArgv(&want, argc, argv, lens);
+  TH_ASSERT(wlen > 0);
+  size_t n = sluice__resp_size(argc, argv, lens);
+  TH_ASSERT_EQ(n, (size_t)wlen);
+  char *got = malloc(n);
+  TH_ASSERT(got != NULL);
+  sluice__resp_write(got, argc, argv, lens);
+  TH_ASSERT(memcmp(got, want, n) == 0);
+  free(got);
+  redisFreeCommand(want);
+}
+
+static void test_resp_like_hiredis(void) {
+  const char *ping[1] = {"PING"};
+  same_as_hiredis(1, ping, NULL);
+  const char *empty[3] = {"SET", "k", ""};
+  same_as_hiredis(3, empty, NULL);
+  /* Binary bytes (a NUL, CR LF) and lengths across digit counts. */
+  static char big[12345];
+  memset(big, 'x', sizeof big);
+  big[7] = '\0';
+  big[100] = '\r';
+  big[101] = '\n';
+  const char *bin[5] = {"EVALSHA", big, big, big, big};
+  size_t lens[5] = {7, 9, 10, 8, sizeof big};
+  same_as_hiredis(5, bin, lens);
+  enum { MANY = 12 }; /* argc of two digits */
+  const char *many[MANY];
+  for (int i = 0; i < MANY; i++) many[i] = "arg";
+  same_as_hiredis(MANY, many, NULL);
+}
+
+/* The table-driven CRC16 against the bit-by-bit definition. */
+static void test_crc16_like_spec(void) {
+  TH_ASSERT_EQ(sluice__crc16("123456789", 9), 0x31c3); /* the spec's check value */
+  unsigned char buf[300];
+  for (size_t i = 0; i < sizeof buf; i++) buf[i] = (unsigned char)(i * 37 + 11);
+  for (size_t len = 0; len <= sizeof buf; len++)
+    TH_ASSERT_EQ(sluice__crc16(buf, len), th_crc16(buf, len));
+  TH_ASSERT_EQ(sluice__keyslot("{user1000}.following", 21), th_keyslot("user1000", 8));
+}
+
+int main(int argc, char **argv) {
+  static const th_case cases[] = {
+      {"resp_like_hiredis", test_resp_like_hiredis, 10},
+      {"crc16_like_spec", test_crc16_like_spec, 10},
+      {NULL, NULL, 0},
+  };
+  return th_main_local(argc, argv, cases);
+}
