@@ -1,10 +1,14 @@
 /* What goes on the wire, without Redis: commands in RESP as hiredis
- * formats them, and hash slots as the cluster spec defines them. */
+ * formats them, numbers in decimal as printf writes them, and hash slots
+ * as the cluster spec defines them. */
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <hiredis/hiredis.h>
 
+#include "base/util.h"
 #include "harness.h"
 #include "net/resp.h"
 #include "net/slot.h"
@@ -45,6 +49,26 @@ static void test_resp_like_hiredis(void) {
   same_as_hiredis(MANY, many, NULL);
 }
 
+/* Every digit count, both ends of each, and the extremes, as printf. */
+static void test_decimal_like_printf(void) {
+  char got[24], want[24];
+  uint64_t p = 1;
+  for (int d = 1; d <= 20; d++, p *= 10) {
+    uint64_t vs[3] = {p, p - 1, p * 10 - 1};
+    for (int i = 0; i < (d < 20 ? 3 : 1); i++) {
+      snprintf(want, sizeof want, "%" PRIu64, vs[i]);
+      TH_ASSERT_EQ(sluice__fmt_u64(got, vs[i]), strlen(want));
+      TH_ASSERT_STR_EQ(got, want);
+    }
+  }
+  snprintf(want, sizeof want, "%" PRIu64, UINT64_MAX);
+  TH_ASSERT_EQ(sluice__fmt_u64(got, UINT64_MAX), strlen(want));
+  TH_ASSERT_STR_EQ(got, want);
+  snprintf(want, sizeof want, "%" PRId64, INT64_MIN);
+  TH_ASSERT_EQ(sluice__fmt_i64(got, INT64_MIN), strlen(want));
+  TH_ASSERT_STR_EQ(got, want);
+}
+
 /* The table-driven CRC16 against the bit-by-bit definition. */
 static void test_crc16_like_spec(void) {
   TH_ASSERT_EQ(sluice__crc16("123456789", 9), 0x31c3); /* the spec's check value */
@@ -58,6 +82,7 @@ static void test_crc16_like_spec(void) {
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"resp_like_hiredis", test_resp_like_hiredis, 10},
+      {"decimal_like_printf", test_decimal_like_printf, 10},
       {"crc16_like_spec", test_crc16_like_spec, 10},
       {NULL, NULL, 0},
   };
