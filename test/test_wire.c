@@ -21,10 +21,11 @@ static void same_as_hiredis(int argc, const char **argv, const size_t *lens) {
   TH_ASSERT(wlen > 0);
   size_t n = sluice__resp_size(argc, argv, lens);
   TH_ASSERT_EQ(n, (size_t)wlen);
-  char *got = malloc(n);
+  char *got = malloc(n + 1);
   TH_ASSERT(got != NULL);
   sluice__resp_write(got, argc, argv, lens);
   TH_ASSERT(memcmp(got, want, n) == 0);
+  TH_ASSERT_EQ(got[n], '\0'); /* hiredis scans it with strchr */
   free(got);
   redisFreeCommand(want);
 }
@@ -32,6 +33,8 @@ static void same_as_hiredis(int argc, const char **argv, const size_t *lens) {
 static void test_resp_like_hiredis(void) {
   const char *ping[1] = {"PING"};
   same_as_hiredis(1, ping, NULL);
+  const char *sub[3] = {"SUBSCRIBE", "+switch-master", "+odown"};
+  same_as_hiredis(3, sub, NULL);
   const char *empty[3] = {"SET", "k", ""};
   same_as_hiredis(3, empty, NULL);
   /* Binary bytes (a NUL, CR LF) and lengths across digit counts. */

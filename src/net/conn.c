@@ -403,7 +403,7 @@ int sluice__conn_send(sluice__conn *conn, redisCallbackFn *fn, void *privdata, i
   if (!conn->ac) return REDIS_ERR;
   char small[4096]; /* a step of one request fits: no allocation */
   size_t n = sluice__resp_size(argc, argv, lens);
-  char *cmd = n <= sizeof small ? small : malloc(n);
+  char *cmd = n < sizeof small ? small : malloc(n + 1);
   if (!cmd) return REDIS_ERR;
   sluice__resp_write(cmd, argc, argv, lens);
   int rc = redisAsyncFormattedCommand(conn->ac, fn, privdata, cmd, n);

@@ -43,4 +43,5 @@ void sluice__resp_write(char *out, int argc, const char *const *argv, const size
     *p++ = '\r';
     *p++ = '\n';
   }
+  *p = '\0';
 }

@@ -13,7 +13,9 @@
 
 /* lens NULL: every argument is a C string. */
 size_t sluice__resp_size(int argc, const char *const *argv, const size_t *lens);
-/* Writes exactly sluice__resp_size(argc, argv, lens) bytes (no '\0'). */
+/* Writes sluice__resp_size(argc, argv, lens) bytes and a '\0' after
+ * them: hiredis reads a command it is given with strchr (to spot
+ * SUBSCRIBE and its channels), so out needs room for size + 1. */
 void sluice__resp_write(char *out, int argc, const char *const *argv, const size_t *lens);
 
 #endif
