@@ -104,15 +104,30 @@ int sluice__valid_name(const char *name) {
   return len >= 1 && len <= SLUICE_NAME_MAX;
 }
 
+/* Two digits per division: numbers are formatted for every argument of
+ * every step (and every RESP header), so this is on the hot path. */
+static const char digit_pairs[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
 size_t sluice__fmt_u64(char *buf, uint64_t v) {
-  char tmp[24];
-  size_t n = 0;
-  do {
-    tmp[n++] = (char)('0' + v % 10);
-    v /= 10;
-  } while (v);
-  for (size_t i = 0; i < n; i++) buf[i] = tmp[n - 1 - i];
-  buf[n] = '\0';
+  size_t n = 1; /* digits: 10^19 is the last power of ten a uint64_t holds */
+  for (uint64_t ten = 10; n < 20 && v >= ten; ten *= 10) n++;
+  char *p = buf + n;
+  *p = '\0';
+  while (v >= 100) {
+    const char *d = digit_pairs + (v % 100) * 2;
+    v /= 100;
+    *--p = d[1];
+    *--p = d[0];
+  }
+  if (v >= 10) {
+    *--p = digit_pairs[v * 2 + 1];
+    *--p = digit_pairs[v * 2];
+  } else {
+    *--p = (char)('0' + v);
+  }
   return n;
 }
 

@@ -8,13 +8,15 @@
 #define NUM_SIZE 24 /* a 64-bit integer in decimal, sign and NUL included */
 
 int sluice__args_init(sluice__args *a, int cap, int nnums) {
-  memset(a, 0, sizeof *a);
+  a->nkeys = a->argc = a->failed = 0;
   a->cap = cap;
+  a->nums_used = 0;
   a->nums_cap = (size_t)nnums * NUM_SIZE;
-  a->argv = malloc((size_t)cap * sizeof *a->argv);
-  a->lens = malloc((size_t)cap * sizeof *a->lens);
-  a->nums = a->nums_cap ? malloc(a->nums_cap) : NULL;
-  if (!a->argv || !a->lens || (a->nums_cap && !a->nums)) {
+  int small = (size_t)cap <= sizeof a->argv_small / sizeof a->argv_small[0];
+  a->argv = small ? a->argv_small : malloc((size_t)cap * sizeof *a->argv);
+  a->lens = small ? a->lens_small : malloc((size_t)cap * sizeof *a->lens);
+  a->nums = a->nums_cap <= sizeof a->nums_small ? a->nums_small : malloc(a->nums_cap);
+  if (!a->argv || !a->lens || !a->nums) {
     sluice__args_clear(a);
     a->failed = 1;
     return SLUICE_ENOMEM;
@@ -23,9 +25,9 @@ int sluice__args_init(sluice__args *a, int cap, int nnums) {
 }
 
 void sluice__args_clear(sluice__args *a) {
-  free(a->argv);
-  free(a->lens);
-  free(a->nums);
+  if (a->argv != a->argv_small) free(a->argv);
+  if (a->lens != a->lens_small) free(a->lens);
+  if (a->nums != a->nums_small) free(a->nums);
   a->argv = NULL;
   a->lens = NULL;
   a->nums = NULL;

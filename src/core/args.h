@@ -18,6 +18,10 @@ typedef struct sluice__args {
   char *nums; /* storage for formatted numbers */
   size_t nums_used, nums_cap;
   int failed; /* out of room or memory: the call must not go */
+  /* A call of one or a few requests fits here: no allocation. */
+  const char *argv_small[16];
+  size_t lens_small[16];
+  char nums_small[8 * 24];
 } sluice__args;
 
 /* Room for up to cap entries, nnums of them numbers. 0 or SLUICE_ENOMEM. */

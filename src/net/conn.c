@@ -1,6 +1,7 @@
 /* Connection life cycle; see conn.h. */
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <hiredis/adapters/libevent.h>
@@ -8,6 +9,7 @@
 #include <sluice/common.h>
 
 #include "net/conn.h"
+#include "net/resp.h"
 #include "base/util.h"
 #include "lua_scripts.h"
 #include "net/tls.h"
@@ -405,5 +407,12 @@ void sluice__conn_shutdown(sluice__conn *conn) {
 int sluice__conn_send(sluice__conn *conn, redisCallbackFn *fn, void *privdata, int argc,
                       const char **argv, const size_t *lens) {
   if (!conn->ac) return REDIS_ERR;
-  return redisAsyncCommandArgv(conn->ac, fn, privdata, argc, argv, lens);
+  char small[4096]; /* a step of one request fits: no allocation */
+  size_t n = sluice__resp_size(argc, argv, lens);
+  char *cmd = n < sizeof small ? small : malloc(n + 1);
+  if (!cmd) return REDIS_ERR;
+  sluice__resp_write(cmd, argc, argv, lens);
+  int rc = redisAsyncFormattedCommand(conn->ac, fn, privdata, cmd, n);
+  if (cmd != small) free(cmd);
+  return rc;
 }
