@@ -18,6 +18,7 @@
  * If that deadline passes without a confirmed renewal, the permit is lost
  * (UNCERTAIN): Redis may still hold it, but we can no longer promise it.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -146,15 +147,20 @@ static void build(sluice__args *a, void *owner, sluice__breq *const *reqs, size_
     sluice__sem_renew_item(a, sluice__container_of(reqs[i], sluice_permit, renewal)->id);
 }
 
-/* Waiting for an answer past a lease's deadline is pointless. */
-static unsigned timeout(void *owner, sluice__breq *const *reqs, size_t n) {
-  sluice_sem *sem = owner;
+/* Waiting for an answer past a lease's deadline is pointless. `member` is
+ * where the batch's requests sit in their permits (renewal or reassert). */
+static unsigned lease_timeout(sluice_sem *sem, sluice__breq *const *reqs, size_t n,
+                              size_t member) {
   uint64_t t = sem->o.op_timeout_ms ? sem->o.op_timeout_ms : sluice__client_op_timeout(sem->c);
   for (size_t i = 0; i < n; i++) {
-    uint64_t left = ms_left(sluice__container_of(reqs[i], sluice_permit, renewal));
+    uint64_t left = ms_left((const sluice_permit *)((const char *)reqs[i] - member));
     if (left < t) t = left;
   }
   return t < RENEW_TIMEOUT_MIN_MS ? RENEW_TIMEOUT_MIN_MS : (unsigned)t;
+}
+
+static unsigned timeout(void *owner, sluice__breq *const *reqs, size_t n) {
+  return lease_timeout(owner, reqs, n, offsetof(sluice_permit, renewal));
 }
 
 /* ttl > 0: extended; 0: gone. Errors: try again well before the deadline. */
@@ -208,6 +214,10 @@ static void reassert_build(sluice__args *a, void *owner, sluice__breq *const *re
   }
 }
 
+static unsigned reassert_timeout(void *owner, sluice__breq *const *reqs, size_t n) {
+  return lease_timeout(owner, reqs, n, offsetof(sluice_permit, reassert));
+}
+
 /* 1 still held, 2 put back: either way with the rest of the lease the
  * client counts on (its deadline stands: Redis's lease now ends later); 0
  * taken by someone else meanwhile: lost, now rather than at the next
@@ -244,7 +254,7 @@ static const sluice__batch_kind reassert_kind = {&sluice__lua_sem_reassert,
                                                  1,
                                                  reassert_build,
                                                  reassert_answer,
-                                                 timeout,
+                                                 reassert_timeout,
                                                  0};
 
 void sluice__permits_reassert(sluice_sem *sem) {
