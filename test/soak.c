@@ -3,6 +3,7 @@
  * that keeps being hurt, and invariants checked from the outside.
  *
  *   soak [--seconds N] [--workers N] [--seed S] [--verbose] [--sabotage] [--strict]
+ *        [--topology single|sentinel]
  *
  * Only the public API is used for the work (test/harness.c just starts,
  * stops and restarts the server). The parent starts redis-server on a unix
@@ -30,6 +31,17 @@
  * lease past the last fault (and the last close), inspects, checks and
  * prints a report whose last line is "soak: N faults, M operations, V
  * violations". Exit status 0 only with no violation.
+ *
+ * --topology sentinel: the workers use a Sentinel-managed master (master,
+ * replica, three sentinels; test/topology.c) and the faults include
+ * failovers: SENTINEL FAILOVER, SIGSTOP of the master until the switch
+ * (resumed then), SIGKILL of the master (restarted as a replica). With the
+ * default options (the record of unreplicated writes), the same invariants
+ * hold, with two allowances measured from the switch the parent knows
+ * (FO_DETECT_MS below): holders may outnumber the permits from the new
+ * master's grant until the old holder's client sees the switch, and the
+ * limiter is not checked in a period that meets a failover (admissions are
+ * not kept).
  *
  * --sabotage makes the workers break the rules on purpose (a holder that
  * keeps working after its release, one that holds for 5 s, denials counted as admissions,
