@@ -117,8 +117,8 @@ enum fault_kind {
   NFAULTS
 };
 static const char *const fault_name[NFAULTS] = {
-    "client-kill",       "sigstop",        "restart",       "script-flush",
-    "debug-sleep",       "sentinel-failover", "master-sigstop", "master-sigkill"};
+    "client-kill", "sigstop",           "restart",        "script-flush",
+    "debug-sleep", "sentinel-failover", "master-sigstop", "master-sigkill"};
 /* The faults of each topology. Under Sentinel the data nodes refuse DEBUG
  * and a restart without a switch is not a failover: the master's SIGKILL
  * covers it; a stall stays under the sentinels' down-after (1000 ms). */
@@ -459,7 +459,9 @@ static void overlap_end(int which) {
     if (sw && e > sw) atomic_max(&S->overlap_late_max_ns, e - sw);
     return;
   }
-  violation(V_HOLDERS, "%s: holders outnumbered the permits for %.1f ms from t=%.3f s, outside %d ms after any failover's switch",
+  violation(V_HOLDERS,
+            "%s: holders outnumbered the permits for %.1f ms from t=%.3f s, outside %d ms after "
+            "any failover's switch",
             which ? NR_NAME : SEM_NAME, (double)(e - s) / 1e6, (double)(s - t_origin) / 1e9,
             FO_DETECT_MS);
 }
@@ -526,8 +528,7 @@ static void on_acquired(sluice_sem *sem, int status, sluice_permit *permit, void
       char what[160];
       snprintf(what, sizeof what,
                "worker %d actor %d: %d live holders of %d permits (fence %" PRIu64 ", permit %s)",
-               w->idx, a->idx, now, PERMITS, sluice_permit_fence(permit),
-               sluice_permit_id(permit));
+               w->idx, a->idx, now, PERMITS, sluice_permit_fence(permit), sluice_permit_id(permit));
       overlap_begin(0, what);
     }
   }
@@ -623,7 +624,8 @@ static void on_nr_acquired(sluice_sem *sem, int status, sluice_permit *permit, v
   }
   a->counted = 1;
   if (verbose && topo_sentinel)
-    fprintf(stderr, "[%8.3f] worker %d: %s permit %s granted, fence %" PRIu64 ", %" PRId64
+    fprintf(stderr,
+            "[%8.3f] worker %d: %s permit %s granted, fence %" PRIu64 ", %" PRId64
             " ms left, asked %.0f ms ago\n",
             since_start(), w->idx, NR_NAME, sluice_permit_id(permit), sluice_permit_fence(permit),
             sluice_permit_remaining_ms(permit), (double)(now_ns() - o->t0) / 1e6);
@@ -966,7 +968,7 @@ typedef struct parent {
   struct event *fault_timer, *inspect_timer, *end_timer, *reap_timer;
   int stalled; /* redis-server is SIGSTOPped */
   pid_t stalled_pid;
-  int ending;  /* no more faults */
+  int ending; /* no more faults */
   int inspecting;
   uint64_t end_ns; /* when injection stops */
   uint64_t last_fault_end_ns;

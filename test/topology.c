@@ -1269,7 +1269,8 @@ static void sentinel_timers(th_sentinel *s) {
   const char *keep = getenv("TH_SENTINEL_DEFAULT_TIMERS");
   if (keep && *keep && strcmp(keep, "0") != 0) return;
   for (int i = 0; i < 3; i++) {
-    redisReply *r = node_cmd(&s->sent[i], "SENTINEL DEBUG info-period 1000 publish-period 500 ping-period 250");
+    redisReply *r = node_cmd(&s->sent[i],
+                             "SENTINEL DEBUG info-period 1000 publish-period 500 ping-period 250");
     if (!reply_ok(r))
       say("SENTINEL DEBUG on %s: %s (default timers kept)", s->sent[i].addr,
           r && r->type == REDIS_REPLY_ERROR ? r->str : "no answer");

@@ -149,8 +149,7 @@ static void build(sluice__args *a, void *owner, sluice__breq *const *reqs, size_
 
 /* Waiting for an answer past a lease's deadline is pointless. `member` is
  * where the batch's requests sit in their permits (renewal or reassert). */
-static unsigned lease_timeout(sluice_sem *sem, sluice__breq *const *reqs, size_t n,
-                              size_t member) {
+static unsigned lease_timeout(sluice_sem *sem, sluice__breq *const *reqs, size_t n, size_t member) {
   uint64_t t = sem->o.op_timeout_ms ? sem->o.op_timeout_ms : sluice__client_op_timeout(sem->c);
   for (size_t i = 0; i < n; i++) {
     uint64_t left = ms_left((const sluice_permit *)((const char *)reqs[i] - member));
