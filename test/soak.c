@@ -125,6 +125,13 @@ static const char *const fault_name[NFAULTS] = {
 static const int single_faults[] = {F_KILL, F_STALL, F_RESTART, F_FLUSH, F_SLEEP};
 static const int sentinel_faults[] = {F_KILL, F_STALL, F_FLUSH, F_FAILOVER, F_MSTOP, F_MKILL};
 static int is_failover(int kind) { return kind >= F_FAILOVER; }
+static int topo_sentinel;
+/* The kinds this run injects: *kinds, and how many. */
+static int fault_kinds(const int **kinds) {
+  *kinds = topo_sentinel ? sentinel_faults : single_faults;
+  return topo_sentinel ? (int)(sizeof sentinel_faults / sizeof *sentinel_faults)
+                       : (int)(sizeof single_faults / sizeof *single_faults);
+}
 
 /* Two holders of one permit may overlap after a failover, from the new
  * master's grant until the old holder's client sees the switch (the old
@@ -271,7 +278,6 @@ static int sabotage;
 static uint64_t t_origin;
 static char url[256];
 /* --topology sentinel: master + replica + 3 sentinels, failovers injected. */
-static int topo_sentinel;
 static th_sentinel sent;
 
 static uint64_t now_ns(void) {
@@ -1395,9 +1401,8 @@ static pid_t master_pid(void) {
 static int next_kind(void) {
   /* Kinds come from shuffled rounds of all of them, so even a short run
    * gets every kind and none is starved by chance. */
-  const int *kinds = topo_sentinel ? sentinel_faults : single_faults;
-  int n = topo_sentinel ? (int)(sizeof sentinel_faults / sizeof *sentinel_faults)
-                        : (int)(sizeof single_faults / sizeof *single_faults);
+  const int *kinds;
+  int n = fault_kinds(&kinds);
   static int bag[NFAULTS], left;
   if (!left) {
     for (int i = 0; i < n; i++) bag[i] = kinds[i];
@@ -1754,7 +1759,10 @@ static int report(uint64_t elapsed_ns) {
   int kinds[NFAULTS] = {0};
   for (int i = 0; i < S->nfaults; i++) kinds[S->faults[i].kind]++;
   printf("\nfaults injected (%d): ", S->nfaults);
-  for (int f = 0; f < NFAULTS; f++) printf("%s%s %d", f ? ", " : "", fault_name[f], kinds[f]);
+  const int *used;
+  int nused = fault_kinds(&used);
+  for (int f = 0; f < nused; f++)
+    printf("%s%s %d", f ? ", " : "", fault_name[used[f]], kinds[used[f]]);
   printf("\n");
   uint64_t ops = report_ops();
 
