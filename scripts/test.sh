@@ -215,7 +215,7 @@ run_soak() {
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     timeout --kill-after=10 $((secs + 120)) "$dir/test/soak" --seconds "$secs" "$@" >"$log" 2>&1
   local rc=$?
-  grep -E '^(faults injected|  (sem|rl|dq|failovers|holders outnumbering)|soak:)|VIOLATION' \
+  grep -E '^(faults injected|  (sem|rl|dq|failovers):|  holders outnumbering|soak:)|VIOLATION' \
     "$log" | head -n 30 | sed 's/^/  /'
   count_run "$label" "soak ${secs} s" $rc "$log"
 }
