@@ -257,6 +257,7 @@ typedef struct shm_t {
   /* --topology sentinel: since when the holders (of SEM_NAME, NR_NAME)
    * outnumber the permits, 0 when they do not; and the overlaps seen. */
   _Atomic uint64_t over_since[2];
+  char over_what[2][160]; /* who made the holders too many (first writer) */
   _Atomic uint64_t overlaps, overlap_max_ns, overlap_late_max_ns;
   _Atomic uint64_t viol[NVIOL];
   _Atomic int faults_ended;
@@ -449,7 +450,8 @@ static void overlap_begin(int which, const char *what) {
     return;
   }
   uint64_t zero = 0;
-  atomic_compare_exchange_strong(&S->over_since[which], &zero, now_ns());
+  if (atomic_compare_exchange_strong(&S->over_since[which], &zero, now_ns()))
+    snprintf(S->over_what[which], sizeof S->over_what[which], "%s", what);
   if (verbose) fprintf(stderr, "[%8.3f] overlap begins: %s\n", since_start(), what);
 }
 
@@ -465,11 +467,18 @@ static void overlap_end(int which) {
     if (sw && e > sw) atomic_max(&S->overlap_late_max_ns, e - sw);
     return;
   }
+  /* The latest failover begun before, to tell what the overlap followed. */
+  const fault_rec *last = NULL;
+  for (int i = atomic_load(&S->nfaults) - 1; i >= 0 && !last; i--)
+    if (is_failover(S->faults[i].kind) && S->faults[i].start_ns <= s) last = &S->faults[i];
+  uint64_t sw = last ? atomic_load(&last->switch_ns) : 0;
   violation(V_HOLDERS,
             "%s: holders outnumbered the permits for %.1f ms from t=%.3f s, outside %d ms after "
-            "any failover's switch",
+            "any failover's switch (the last: %s from t=%.3f s, switched at t=%.3f s); began: %s",
             which ? NR_NAME : SEM_NAME, (double)(e - s) / 1e6, (double)(s - t_origin) / 1e9,
-            FO_DETECT_MS);
+            FO_DETECT_MS, last ? fault_name[last->kind] : "none",
+            last ? (double)(last->start_ns - t_origin) / 1e9 : 0.0,
+            sw ? (double)(sw - t_origin) / 1e9 : 0.0, S->over_what[which]);
 }
 
 /* -- semaphore actors -- */
