@@ -26,8 +26,11 @@
 #                                pkg-config and run, the tool run, removed
 #   soak      build-ci           test/soak for SLUICE_SOAK_S seconds (default
 #                                60): every primitive under injected Redis
-#                                faults (scripts/soak.sh); one case; a 15 s run
-#                                under ASan follows the asan pass's tests
+#                                faults (scripts/soak.sh); one case; then
+#                                --topology sentinel for SLUICE_SOAK_FO_S
+#                                (default 60), failovers among the faults,
+#                                a second case; a 15 s run under ASan
+#                                follows the asan pass's tests
 #   clang     build-ci-clang     compile only, to stay warning-free on clang;
 #                                then the URL fuzzer (libFuzzer, test/fuzz/)
 #                                for SLUICE_FUZZ_S seconds (default 60), one
@@ -206,16 +209,19 @@ count_run() {
   fi
 }
 
-# run_soak LABEL DIR SECONDS: the fault soak as one case; its report goes to
-# build-ci-logs/LABEL.log, the summary (and any violation) is shown here.
+# run_soak LABEL DIR SECONDS [SOAK OPTIONS]: the fault soak as one case; its
+# report goes to build-ci-logs/LABEL.log, the summary (and any violation) is
+# shown here.
 run_soak() {
   local label=$1 dir=$2 secs=$3 log=$logs/$1.log
+  shift 3
   # Bounded twice: the soak stops itself about 40 s after SECONDS at worst;
   # timeout is the backstop (SIGTERM makes it kill its redis-server).
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    timeout --kill-after=10 $((secs + 120)) "$dir/test/soak" --seconds "$secs" >"$log" 2>&1
+    timeout --kill-after=10 $((secs + 120)) "$dir/test/soak" --seconds "$secs" "$@" >"$log" 2>&1
   local rc=$?
-  grep -E '^(faults injected|  (sem|rl|dq):|soak:)|VIOLATION' "$log" | head -n 30 | sed 's/^/  /'
+  grep -E '^(faults injected|  (sem|rl|dq|failovers):|  holders outnumbering|soak:)|VIOLATION' \
+    "$log" | head -n 30 | sed 's/^/  /'
   count_run "$label" "soak ${secs} s" $rc "$log"
 }
 
@@ -241,7 +247,11 @@ run_fuzz() {
 
 pass_soak() {
   banner "soak: build-ci/test/soak (faults injected into redis-server)"
-  need_gcc soak && run_soak soak build-ci "${SLUICE_SOAK_S:-60}"
+  need_gcc soak || return
+  run_soak soak build-ci "${SLUICE_SOAK_S:-60}"
+  # Master + replica + 3 sentinels, failovers among the faults (about 75 s
+  # with the sentinels' start and the last failover's end).
+  run_soak soak-failover build-ci "${SLUICE_SOAK_FO_S:-60}" --topology sentinel
 }
 
 pass_asan() {

@@ -531,6 +531,44 @@ static void test_restart_unrenewed(void) {
   th_redis_stop(&r);
 }
 
+/* The restarted node is slow to answer writes (CLIENT PAUSE WRITE: a busy
+ * master, a slow disk): the re-assertion waits for its answer as long as
+ * any step may (the client's deadline, within the lease), and the permit is
+ * restored; a re-assertion given up early would never be sent again while
+ * the connection stays up, and a permit that is not renewed would then be
+ * counted on for the rest of its lease while Redis lets another take it. */
+static void test_restart_slow_node(void) {
+  enum { TTL = 5000, PAUSE_MS = 300 };
+  th_redis r;
+  TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
+  struct event_base *base = event_base_new();
+  sluice_client *c = th_client(base, r.url, 3000);
+  sluice_sem_options o;
+  sluice_sem_options_init(&o);
+  o.permits = 1;
+  o.ttl_ms = TTL;
+  o.auto_renew = 0;
+  sluice_sem *s = sem_test_new_opts(c, "t", &o);
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  lost_at l = {0};
+  sluice_permit_set_lost_cb(a.permit, on_lost, &l);
+  th_redis_respawn(&r, NULL);
+  /* Before this loop runs again: the client has not reconnected yet. */
+  redisReply *pause = th_redis_command(&r, "CLIENT PAUSE %d WRITE", PAUSE_MS);
+  TH_ASSERT(pause && pause->type == REDIS_REPLY_STATUS);
+  freeReplyObject(pause);
+  TH_LOOP_UNTIL(base, metrics(c).permits_restored == 1, TTL / 2);
+  TH_ASSERT_EQ(metrics(c).permits_restored, 1);
+  TH_ASSERT_EQ(th_redis_int(&r, "ZCARD sluice:sem:{t}:holders"), 1);
+  TH_ASSERT_EQ(l.done, 0);
+  sluice_permit_release(a.permit, NULL, NULL);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+  th_redis_stop(&r);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"sentinel_release_replayed", test_sentinel_release_replayed, 90},
@@ -551,6 +589,7 @@ int main(int argc, char **argv) {
       {"restart_empty", test_restart_empty, 60},
       {"restart_late_answer", test_restart_late_answer, 60},
       {"restart_unrenewed", test_restart_unrenewed, 60},
+      {"restart_slow_node", test_restart_slow_node, 60},
       {NULL, NULL, 0},
   };
   return th_topology_main(argc, argv, cases);

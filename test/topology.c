@@ -1273,13 +1273,18 @@ static int sentinel_wait(th_sentinel *s, th_node *m, th_node *r, unsigned timeou
  * master 4 hello periods (8 s) after it last claimed to be master: a
  * replica is known linked ~20 s after a failover. Redis 7.0's SENTINEL
  * DEBUG shortens both (INFO 1 s, hello 500 ms) without changing what
- * sentinels decide; TH_SENTINEL_DEFAULT_TIMERS=1 keeps the defaults. */
+ * sentinels decide; TH_SENTINEL_DEFAULT_TIMERS=1 keeps the defaults.
+ * The PING period goes to 250 ms too: at 1000 ms, equal to down-after,
+ * every sentinel's new link to a just-promoted master sends its first PING
+ * when that link is already a down-after old, so all of them flag the new
+ * master down together for a moment, and a failover elected in that moment
+ * promotes the replica that has nothing. */
 static void sentinel_timers(th_sentinel *s) {
   const char *keep = getenv("TH_SENTINEL_DEFAULT_TIMERS");
   if (keep && *keep && strcmp(keep, "0") != 0) return;
   for (int i = 0; i < 3; i++) {
-    redisReply *r = th_node_command(&s->sent[i],
-                                    "SENTINEL DEBUG info-period 1000 publish-period 500");
+    redisReply *r = th_node_command(
+        &s->sent[i], "SENTINEL DEBUG info-period 1000 publish-period 500 ping-period 250");
     if (!reply_ok(r))
       say("SENTINEL DEBUG on %s: %s (default timers kept)", s->sent[i].addr,
           r && r->type == REDIS_REPLY_ERROR ? r->str : "no answer");

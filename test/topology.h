@@ -24,8 +24,9 @@
  *    SENTINEL FAILOVER, SIGSTOP or kill of the master waiting for the
  *    automatic failover, waiting for the old master to be made a replica,
  *    stop/restart of a replica, kill of one sentinel, and stop. The
- *    sentinels' INFO and hello periods are shortened with SENTINEL DEBUG
- *    (1 s, 500 ms; see topology.c) unless TH_SENTINEL_DEFAULT_TIMERS=1.
+ *    sentinels' INFO, hello and PING periods are shortened with SENTINEL
+ *    DEBUG (1 s, 500 ms, 250 ms; see topology.c) unless
+ *    TH_SENTINEL_DEFAULT_TIMERS=1.
  *
  * TH_TOPOLOGY_KEEP=1 keeps the directories (logs, nodes.conf,
  * sentinel.conf) after stop, to look at a failure.
