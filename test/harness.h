@@ -201,6 +201,9 @@ void th_argv_addv(th_argv *a, va_list ap);
  * its stdout and stderr are appended to the file log, or inherited when
  * log is NULL. Returns its pid. */
 pid_t th_tool_start(const th_argv *a, const char *log);
+/* The same with its stdout on a pipe whose reading end goes to *out (its
+ * stderr inherited), for a caller that reads while its own loop runs. */
+pid_t th_tool_start_piped(const th_argv *a, int *out);
 /* The exit status of pid, which must exit within timeout_ms: else it is
  * killed and the case fails (as it does if pid was killed by a signal). */
 int th_tool_wait(pid_t pid, unsigned timeout_ms);

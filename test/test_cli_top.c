@@ -72,32 +72,19 @@ static void on_read(evutil_socket_t fd, short what, void *ud) {
 /* Run `sluice top ARGS... --redis URL` and collect its output while the
  * loop runs. */
 static int run_top_argv(struct event_base *base, ctx *c, const char *const *args) {
-  const char *argv[48];
-  int n = 0;
-  argv[n++] = "sluice";
-  argv[n++] = "top";
-  while (*args && n < 44) argv[n++] = *args++;
-  argv[n++] = "--redis";
-  argv[n++] = th_server.url;
-  argv[n] = NULL;
-  int fds[2];
-  TH_ASSERT(pipe(fds) == 0);
-  pid_t pid = fork();
-  TH_ASSERT(pid >= 0);
-  if (pid == 0) {
-    dup2(fds[1], 1);
-    close(fds[0]);
-    execv(getenv("SLUICE_BIN"), (char *const *)argv);
-    _exit(99);
-  }
-  close(fds[1]);
+  th_argv a = {.n = 0};
+  th_argv_add(&a, "top", NULL);
+  while (*args && a.n < 44) a.v[a.n++] = *args++;
+  th_argv_add(&a, "--redis", th_server.url, NULL);
+  int fd;
+  pid_t pid = th_tool_start_piped(&a, &fd);
   c->len = 0;
   c->eof = 0;
-  struct event *ev = event_new(base, fds[0], EV_READ | EV_PERSIST, on_read, c);
+  struct event *ev = event_new(base, fd, EV_READ | EV_PERSIST, on_read, c);
   event_add(ev, NULL);
   TH_ASSERT(th_loop_until(base, &c->eof, 20000));
   event_free(ev);
-  close(fds[0]);
+  close(fd);
   int st;
   TH_ASSERT_EQ(waitpid(pid, &st, 0), pid);
   TH_ASSERT(WIFEXITED(st));

@@ -60,6 +60,18 @@ pid_t th_tool_start(const th_argv *a, const char *log) {
   return pid;
 }
 
+pid_t th_tool_start_piped(const th_argv *a, int *out) {
+  tool_bin();
+  int fds[2];
+  TH_ASSERT(pipe(fds) == 0);
+  pid_t pid = fork();
+  TH_ASSERT(pid >= 0);
+  if (pid == 0) exec_tool(a, fds[1], -1);
+  close(fds[1]);
+  *out = fds[0];
+  return pid;
+}
+
 int th_tool_wait(pid_t pid, unsigned timeout_ms) {
   uint64_t end = th_now_ms() + timeout_ms;
   int st;
