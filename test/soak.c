@@ -69,7 +69,9 @@
 #include <hiredis/hiredis.h>
 #include <sluice/sluice.h>
 
+#include "dq_util.h"
 #include "harness.h"
+#include "rl_util.h"
 #include "soak_sem.h"
 #include "topology.h"
 
@@ -906,16 +908,12 @@ static int worker_main(int idx) {
   so.ttl_ms = TTL_MS;
   so.heartbeat_ms = TTL_MS;   /* a handed-off permit's first lease is one heartbeat */
   so.local_handoff = idx % 2; /* half the workers hand leases on in-process */
-  sluice_limiter_options lo;
-  sluice_limiter_options_init(&lo);
-  lo.algo = SLUICE_RL_SLIDING_LOG;
-  lo.limit = RL_LIMIT;
-  lo.period_ms = RL_PERIOD_MS;
+  sluice_limiter_options lo = rl_test_options(SLUICE_RL_SLIDING_LOG, RL_LIMIT, RL_PERIOD_MS);
   lo.on_redis_down = SLUICE_RL_FAIL_CLOSED;
-  sluice_dq_consumer_options qo;
-  sluice_dq_consumer_options_init(&qo);
-  qo.visibility_ms = 2000;
-  qo.max_attempts = 0; /* never dead-letter: every message must end acked */
+  sluice_dq_consumer_options def;
+  sluice_dq_consumer_options_init(&def);
+  /* max_attempts 0: never dead-letter, every message must end acked */
+  sluice_dq_consumer_options qo = dqt_options(def.batch, def.max_in_flight, 2000, 0);
   qo.max_poll_ms = 250;
   sluice_sem_options nro = so;
   nro.permits = NR_PERMITS;
