@@ -398,6 +398,7 @@ static void waiters(long n, waiting *w) {
   sluice_permit *held = NULL;
   sluice_sem_try_acquire(s, on_first, &held);
   while (!held) event_base_loop(base, EVLOOP_ONCE);
+  loop_ms(3000); /* Redis shrinks the new connections' buffers meanwhile */
   snap s0 = take_snap();
   crowd cr = {0};
   for (long i = 0; i < n; i++)
