@@ -12,8 +12,11 @@
  *    are only held; Redis time of one more acquire and release;
  *  - idle waiters blocked on one handle of a held 1-permit semaphore,
  *    1e2..1e5: bytes per waiter; Redis calls, commands and CPU per second;
+ *  - renewals of 10,000 permits held one by one, at a 3 s and at the
+ *    default 30 s lease: Redis calls per second and per renewal period;
  *  - limiter keys (one check each, limit 100 per hour), 1e3..1e6, for each
- *    algorithm: bytes per key; Redis time per check among them.
+ *    algorithm: bytes per key; Redis time per check among them;
+ *  - one sliding-log key grown to 1e4..1e5 entries: bytes per entry.
  * "Redis time" is the duration Redis itself logs for each script call
  * (SLOWLOG with a zero threshold, during the timed phase only), divided by
  * the operations the calls carried: the least of 3 runs. Memory is INFO's used_memory before and
@@ -291,45 +294,49 @@ static double cycle_phase(sluice_sem *s) {
   return timed_end(op) / SEM_OPS;
 }
 
-/* Redis calls, commands and CPU per second over IDLE_MS of waiting. */
-static void idle_rates(double *calls, double *cmds, double *cpu) {
+/* Redis calls, commands and CPU per second over ms of waiting. */
+static void idle_rates_for(unsigned ms, double *calls, double *cmds, double *cpu) {
   snap a = take_snap();
-  loop_ms(IDLE_MS);
+  loop_ms(ms);
   snap b = take_snap();
-  double s = IDLE_MS / 1000.0;
+  double s = ms / 1000.0;
   *calls = (b.calls - a.calls) / s;
   *cmds = (b.cmds - a.cmds) / s;
   *cpu = 100 * (b.cpu - a.cpu) / s;
 }
 
-static sluice_sem *scale_sem(sluice_client *c, unsigned permits) {
+static void idle_rates(double *calls, double *cmds, double *cpu) {
+  idle_rates_for(IDLE_MS, calls, cmds, cpu);
+}
+
+static sluice_sem *scale_sem(sluice_client *c, unsigned permits, unsigned ttl_ms) {
   sluice_sem_options o;
   sluice_sem_options_init(&o);
   o.permits = permits;
-  o.ttl_ms = 3000;
+  o.ttl_ms = ttl_ms;
   sluice_sem *s = NULL;
   if (sluice_sem_new(c, "scale", &o, &s) != 0) exit(1);
   return s;
 }
 
-/* n permits taken one after another over one renewal period (1 s), a
- * thousandth of them each millisecond, so their renewals fall due at
+/* n permits taken one after another over one renewal period, a
+ * thousandth of them each thousandth of it, so their renewals fall due at
  * different times, as in a server. */
-static void hold(holding *h, long n) {
+static void hold(holding *h, long n, unsigned period_ms) {
   for (long tick = 0; tick < 1000; tick++) {
     pump p = {0, 0, (tick + 1) * n / 1000 - tick * n / 1000, 0, 256, acquire_one, h};
     pump_run(&p, "acquire");
-    loop_ms(1);
+    loop_ms(period_ms / 1000 ? period_ms / 1000 : 1);
   }
 }
 
 static void permits(long n, bench_table *tab, double *first) {
   flush();
   sluice_client *c = new_client();
-  sluice_sem *s = scale_sem(c, (unsigned)n + SEM_OPS);
+  sluice_sem *s = scale_sem(c, (unsigned)n + SEM_OPS, 3000);
   holding h = {s, calloc((size_t)n, sizeof *h.held), 0};
   snap s0 = take_snap();
-  hold(&h, n);
+  hold(&h, n, 1000);
   double bytes = (take_snap().mem - s0.mem) / (double)n, calls, cmds, cpu;
   idle_rates(&calls, &cmds, &cpu);
   double op_us = 1e9;
@@ -338,6 +345,29 @@ static void permits(long n, bench_table *tab, double *first) {
   bench_table_row(tab, "%ld|%.0f|%.2f|%.1f|%.2f|%.0f|%.1f|%.2f|%.2f", n, bytes,
                   ratio(bytes, first[0]), calls, ratio(calls, first[1]), cmds, cpu, op_us,
                   ratio(op_us, first[2]));
+  for (long i = 0; i < h.n; i++) sluice_permit_release(h.held[i], NULL, NULL);
+  free(h.held);
+  sluice_sem_free(s);
+  close_client(c);
+}
+
+/* Renewal calls per second of n permits held one by one under a lease of
+ * ttl_ms (renewed every ttl_ms / 3), measured over RENEW_PERIODS periods
+ * once every permit is held. */
+#define RENEW_PERIODS 4
+
+static void renewals(unsigned ttl_ms, long n, bench_table *tab) {
+  flush();
+  sluice_client *c = new_client();
+  sluice_sem *s = scale_sem(c, (unsigned)n, ttl_ms);
+  holding h = {s, calloc((size_t)n, sizeof *h.held), 0};
+  unsigned renew_ms = ttl_ms / 3;
+  hold(&h, n, renew_ms);
+  double calls, cmds, cpu;
+  idle_rates_for(RENEW_PERIODS * renew_ms, &calls, &cmds, &cpu);
+  bench_table_row(tab, "%.0f|%.0f|%ld|%.1f|%.1f|%.0f|%.0f|%.1f", ttl_ms / 1000.0,
+                  renew_ms / 1000.0, n, calls, calls * renew_ms / 1000.0,
+                  calls > 0 ? n / (calls * renew_ms / 1000.0) : 0, cmds, cpu);
   for (long i = 0; i < h.n; i++) sluice_permit_release(h.held[i], NULL, NULL);
   free(h.held);
   sluice_sem_free(s);
@@ -356,23 +386,27 @@ static void on_first(sluice_sem *s, int status, sluice_permit *p, void *ud) {
   *(sluice_permit **)ud = p;
 }
 
-static void waiters(long n, bench_table *tab, double *first) {
+typedef struct waiting {
+  long n;
+  double bytes, calls, cmds, cpu;
+} waiting;
+
+static void waiters(long n, waiting *w) {
   flush();
   sluice_client *c = new_client();
-  sluice_sem *s = scale_sem(c, 1);
+  sluice_sem *s = scale_sem(c, 1, 3000);
   sluice_permit *held = NULL;
   sluice_sem_try_acquire(s, on_first, &held);
   while (!held) event_base_loop(base, EVLOOP_ONCE);
+  loop_ms(3000); /* Redis shrinks the new connections' buffers meanwhile */
   snap s0 = take_snap();
   crowd cr = {0};
   for (long i = 0; i < n; i++)
     if (sluice_sem_acquire(s, 0, on_waited, &cr, NULL) != 0) exit(1);
   loop_ms(2000); /* every waiter queued */
-  double bytes = (take_snap().mem - s0.mem) / (double)n, calls, cmds, cpu;
-  idle_rates(&calls, &cmds, &cpu);
-  if (!first[0]) first[0] = bytes, first[1] = calls, first[2] = cmds;
-  bench_table_row(tab, "%ld|%.0f|%.2f|%.1f|%.2f|%.0f|%.2f|%.1f", n, bytes, ratio(bytes, first[0]),
-                  calls, ratio(calls, first[1]), cmds, ratio(cmds, first[2]), cpu);
+  w->n = n;
+  w->bytes = (take_snap().mem - s0.mem) / (double)n;
+  idle_rates(&w->calls, &w->cmds, &w->cpu);
   sluice_permit_release(held, NULL, NULL);
   sluice_sem_free(s);
   close_client(c);
@@ -445,6 +479,59 @@ static void limiter_keys(sluice_rl_algo algo, long n, bench_table *tab, double *
   close_client(c);
 }
 
+/* One sliding-log key grown to n entries (one check of cost 1 each,
+ * limit LOG_LIMIT per hour): bytes per entry from used_memory's growth
+ * past the first LOG_BASE entries (which carry the key's own cost), and
+ * from MEMORY USAGE of the key. */
+#define LOG_LIMIT 100000
+#define LOG_BASE 1000
+
+static int check_log(pump *p, long i) {
+  return sluice_limiter_check(p->ud, "log", 1, on_checked, p);
+}
+
+static double key_usage(void) {
+  redisReply *k = mon_cmd("KEYS *log*");
+  double v = 0;
+  if (k->elements == 1) {
+    redisReply *u = mon_cmd("MEMORY USAGE %s SAMPLES 0", k->element[0]->str);
+    v = (double)u->integer;
+    freeReplyObject(u);
+  }
+  freeReplyObject(k);
+  return v;
+}
+
+static void log_entries(long n, bench_table *tab) {
+  flush();
+  sluice_client *c = new_client();
+  sluice_limiter_options o;
+  sluice_limiter_options_init(&o);
+  o.algo = SLUICE_RL_SLIDING_LOG;
+  o.limit = LOG_LIMIT;
+  o.period_ms = 3600000;
+  sluice_limiter *lim = NULL;
+  if (sluice_limiter_new(c, "scale", &o, &lim) != 0) exit(1);
+  pump first = {0, 0, LOG_BASE, 0, 2000, check_log, lim};
+  pump_run(&first, "check");
+  snap s0 = take_snap();
+  pump grow = {0, 0, n - LOG_BASE, 0, 2000, check_log, lim};
+  pump_run(&grow, "check");
+  double bytes = (take_snap().mem - s0.mem) / (double)(n - LOG_BASE);
+  double usage = key_usage();
+  bench_table_row(tab, "%ld|%.1f|%.0f|%.1f", n, bytes, usage, usage / n);
+  sluice_limiter_free(lim);
+  close_client(c);
+}
+
+static void run_log(void) {
+  const char *cols[] = {"entries", "bytes/entry", "MEMORY USAGE", "usage/entry", NULL};
+  bench_table *t = bench_table_new("scale: one sliding-log key as it grows", cols);
+  for (long n = 10000; n <= size_max && n <= LOG_LIMIT; n *= 10) log_entries(n, t);
+  bench_table_print(t, stdout);
+  bench_table_free(t);
+}
+
 /* ---- main ------------------------------------------------------------------ */
 
 static void run_messages(void) {
@@ -454,6 +541,26 @@ static void run_messages(void) {
   for (long n = 1000; n <= size_max && n <= 1000000; n *= 10) messages(n, t, first);
   bench_table_print(t, stdout);
   bench_table_free(t);
+}
+
+/* A few hundred waiters take less memory than used_memory moves by on
+ * its own meanwhile (Redis's buffers resized and freed): bytes per waiter
+ * from a growth under MEM_NOISE are shown, without a ratio, and the
+ * ratios are taken against the first size above it. */
+#define MEM_NOISE (128 * 1024)
+
+static void waiters_rows(bench_table *t, const waiting *w, int rows) {
+  const waiting *mem_base = NULL;
+  for (int i = 0; i < rows && !mem_base; i++)
+    if (w[i].bytes * w[i].n >= MEM_NOISE) mem_base = &w[i];
+  for (int i = 0; i < rows; i++) {
+    char x[16] = "-";
+    if (mem_base && w[i].bytes * w[i].n >= MEM_NOISE)
+      snprintf(x, sizeof x, "%.2f", ratio(w[i].bytes, mem_base->bytes));
+    bench_table_row(t, "%ld|%.0f|%s|%.1f|%.2f|%.0f|%.2f|%.1f", w[i].n, w[i].bytes, x, w[i].calls,
+                    ratio(w[i].calls, w[0].calls), w[i].cmds, ratio(w[i].cmds, w[0].cmds),
+                    w[i].cpu);
+  }
 }
 
 static void run_sems(void) {
@@ -475,8 +582,19 @@ static void run_sems(void) {
   const char *wc[] = {
       "idle waiters", "bytes/waiter", "x", "calls/s", "x", "cmds/s", "x", "Redis CPU %", NULL};
   t = bench_table_new("scale: waiters blocked on one handle (permit held)", wc);
-  memset(first, 0, sizeof first);
-  for (long n = 100; n <= size_max && n <= 100000; n *= 10) waiters(n, t, first);
+  waiting w[4];
+  int rows = 0;
+  for (long n = 100; n <= size_max && n <= 100000; n *= 10) waiters(n, &w[rows++]);
+  waiters_rows(t, w, rows);
+  bench_table_print(t, stdout);
+  bench_table_free(t);
+  const char *rc[] = {"lease s",     "renew s", "held permits", "calls/s", "calls/period",
+                      "permits/call", "cmds/s", "Redis CPU %",  NULL};
+  t = bench_table_new("scale: renewals of permits held one by one", rc);
+  if (size_max >= 10000) {
+    renewals(3000, 10000, t);
+    renewals(30000, 10000, t); /* the default lease */
+  }
   bench_table_print(t, stdout);
   bench_table_free(t);
 }
@@ -514,6 +632,7 @@ int main(int argc, char **argv) {
   run_messages();
   run_sems();
   run_limiters();
+  run_log();
   freeReplyObject(mon_cmd("CONFIG SET slowlog-log-slower-than 10000"));
   freeReplyObject(mon_cmd("CONFIG SET slowlog-max-len 128"));
   flush();
