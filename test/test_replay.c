@@ -12,9 +12,11 @@
  * record's bounds. And on a single Redis killed -9 and restarted, with
  * appendfsync everysec and without persistence.
  * Suite "replay": each case starts its own topology (a few seconds). */
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/client.h" /* the client's map: which node a slot goes to */
 #include "dq_util.h"
 #include "sem_util.h"
 #include "topology.h"
@@ -263,6 +265,49 @@ static void push_replayed(int cluster) {
   TH_ASSERT_EQ(master_int("HEXISTS sluice:dq:{t}:h pm2"), 1);
   dqt_info in;
   TH_ASSERT_EQ(dqt_inspect(base, dq, &in).ready, 2);
+  sluice_dq_free(dq);
+  finish(base, c);
+}
+
+/* The client's map sends slot to node n. */
+static int routes_to(sluice_client *c, int slot, const th_node *n) {
+  const sluice__conn *conn = sluice__topo_conn(c->topo, slot);
+  return conn && conn->cfg.net.endpoint->port == n->port;
+}
+
+/* A push the old master answers after the client already routes its slot
+ * to the new one: the old master is stopped with the push in its socket,
+ * its replica promoted, the client's map refreshed; resumed, the old
+ * master runs the push before it learns it was replaced, then drops it as
+ * a replica. Sent again at once, the push must reach the slot's new master
+ * (a resumed master that learns first answers MOVED instead: the push then
+ * goes there directly, and the case checks the same). */
+static void test_cluster_late_answer(void) {
+  rig_start(1);
+  struct event_base *base = event_base_new();
+  sluice_client *c = th_client(base, R.url, 60000); /* the stopped master is not given up */
+  TH_LOOP_UNTIL(base, sluice_client_is_connected(c), 10000);
+  sluice_dq *dq = dqt_queue(c, "t");
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, "m1", "one", 0, &p), SLUICE_OK);
+  th_node *old = R.master;
+  TH_ASSERT_EQ(kill(old->pid, SIGSTOP), 0);
+  sluice_dq_item it = {"two", 3, 0, 0, "m2"};
+  memset(&p, 0, sizeof p);
+  TH_ASSERT_EQ(sluice_dq_push(dq, &it, dqt_on_push, &p), SLUICE_OK);
+  th_loop_for(base, 100); /* written into the stopped master's socket */
+  R.master = th_cluster_pause_master(&R.cl, old);
+  TH_ASSERT(R.master != NULL);
+  int slot = sluice__topo_route_of(c->topo, "{t}", 3);
+  sluice__topo_stale(c->topo);
+  TH_LOOP_UNTIL(base, routes_to(c, slot, R.master), 15000);
+  TH_ASSERT_EQ(p.done, 0);
+  TH_ASSERT_EQ(th_cluster_resume_node(&R.cl, old), 0);
+  TH_LOOP_UNTIL(base, p.done, 15000);
+  TH_ASSERT_EQ(p.status, SLUICE_OK);
+  TH_LOOP_UNTIL(base, master_int("HEXISTS sluice:dq:{t}:h pm2") == 1, 10000);
+  TH_ASSERT_EQ(master_int("HEXISTS sluice:dq:{t}:h pm2"), 1);
+  TH_ASSERT_EQ(master_int("ZCARD sluice:dq:{t}:z"), 2);
   sluice_dq_free(dq);
   finish(base, c);
 }
@@ -585,6 +630,7 @@ int main(int argc, char **argv) {
       {"cluster_record_bounded", test_cluster_record_bounded, 120},
       {"cluster_replicated_not_replayed", test_cluster_replicated_not_replayed, 120},
       {"cluster_steady_writes_confirmed", test_cluster_steady_writes_confirmed, 120},
+      {"cluster_late_answer", test_cluster_late_answer, 120},
       {"restart_aof_everysec", test_restart_aof_everysec, 60},
       {"restart_empty", test_restart_empty, 60},
       {"restart_late_answer", test_restart_late_answer, 60},

@@ -389,6 +389,9 @@ void sluice__record_conn_up(sluice_client *c, const sluice__conn *conn) {
  * answering what it had queued before it learnt it was replaced). */
 static void keep(sluice_client *c, rec_entry *e, const sluice__answered *a) {
   sluice__record *r = &c->rec;
+  /* Before a send at once: its route is where it goes (a cluster slot). */
+  e->route = a->route;
+  if (!e->origin) e->origin = a->node_id;
   sluice__conn *now_at = sluice__topo_conn(c->topo, a->route);
   if (now_at && now_at->node_id != a->route_node) {
     send_again(c, e);
@@ -401,9 +404,7 @@ static void keep(sluice_client *c, rec_entry *e, const sluice__answered *a) {
     return;
   }
   e->node_id = a->node_id;
-  if (!e->origin) e->origin = a->node_id;
   e->ups = a->ups;
-  e->route = a->route;
   e->acked_ms = sluice__mono_ms();
   e->seq = ++r->seq;
   nd->route = a->route;
