@@ -232,6 +232,47 @@ static void test_consumer_resumes_at_once(void) {
   dqt_finish(base, c);
 }
 
+/* 5b. The connections to one node come back together: once the blocking
+ * connection is up, the command connection stops waiting out the backoff
+ * of its refused attempts (a minute here, which no step could wait) and
+ * connects too, so steps flow and the consumer takes. */
+static int client_up, client_down;
+static void note_client_up(sluice_client *c, int connected, int status, void *ud) {
+  client_up = connected;
+  client_down = !connected;
+}
+
+static void test_sibling_up_ends_backoff(void) {
+  struct event_base *base = event_base_new();
+  sluice_client_options o;
+  th_client_options(&o, NULL);
+  o.unix_path = th_server.sock;
+  o.reconnect_min_ms = 60000;
+  o.reconnect_max_ms = 60000;
+  o.op_timeout_ms = 2000;
+  sluice_client *c = th_client_with(base, &o);
+  sluice_client_set_state_cb(c, note_client_up, NULL);
+  sluice_dq *dq = dqt_queue(c, "sibling");
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, NULL, "before", 0, &p), SLUICE_OK);
+  TH_ASSERT_EQ(client_up, 1);
+  redis_kill();
+  TH_ASSERT(th_loop_until(base, &client_down, 5000));
+  th_redis_restart(&th_server);
+  /* The command connection waits out at least 30 s: steps fail fast. */
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, NULL, "refused", 0, &p), SLUICE_ECONNECTION);
+  /* A consumer's blocking connection is new: it connects at once. */
+  got g = {0};
+  sluice_dq_consumer *con = NULL;
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "sibling", NULL, on_msg, &g, &con), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &client_up, 10000));
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, NULL, "after", 0, &p), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &g.n, 10000));
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  dqt_finish(base, c);
+}
+
 /* 6. With fail_fast a blocking acquire answers "unavailable" within about a
  * heartbeat when Redis is down, instead of waiting out its timeout; the
  * blocking connection's state is visible. */
@@ -422,6 +463,7 @@ static const th_case cases[] = {
     TH_CASE(doubt_is_not_not_sent, 0),
     TH_CASE(handshake_errors, 0),
     TH_CASE(consumer_resumes_at_once, 0),
+    TH_CASE(sibling_up_ends_backoff, 0, .standalone_only = "kills and restarts the one server"),
     TH_CASE(fail_fast_and_health, 0),
     TH_CASE(release_hands_off, 0),
     TH_CASE(hand_off_long_lease, 0),

@@ -220,10 +220,13 @@ static void notify_all(group *g) {
   }
 }
 
+/* Up: the node is back, so the command connection to it need not wait out
+ * its backoff either (the topology finds it). */
 static void blk_up(sluice__conn *conn, void *ud) {
   group *g = ud;
   sluice__log(g->b->env.c, SLUICE_LOG_INFO, "blocking connection up (wake-ups flow)");
   issue(g);
+  sluice__topo_peer_up(g->b->env.topo, conn);
   if (conn->ups > 1) notify_all(g);
 }
 
@@ -329,7 +332,14 @@ void sluice__blocker_moved(sluice__blocker *b) {
   EACH_GROUP(b, g) sluice__conn_fail(&g->conn, "the master moved (sentinel failover)");
 }
 
-void sluice__blocker_kick(sluice__blocker *b) { EACH_GROUP(b, g) sluice__conn_retry_now(&g->conn); }
+void sluice__blocker_kick(sluice__blocker *b, const sluice__conn *data) {
+  EACH_GROUP(b, g) {
+    /* Where its next attempt goes: the route's node may have changed. */
+    if (g->conn.state == SLUICE_CONN_WAITING && blk_ready(&g->conn, g) &&
+        sluice__conn_same_node(&g->conn, data))
+      sluice__conn_retry_early(&g->conn);
+  }
+}
 
 void sluice__blocker_remap(sluice__blocker *b) {
   EACH_GROUP(b, g) {

@@ -25,9 +25,10 @@ void sluice__blocker_free(sluice__blocker *b);
 /* sluice__listen's work, once the client has a blocker. */
 int sluice__blocker_listen(sluice__blocker *b, const char *key, sluice__wake_fn *fn, void *ud,
                            sluice__listener **out);
-/* The command connection is back: reconnect now if waiting out a backoff,
- * so the waiting side never lags. */
-void sluice__blocker_kick(sluice__blocker *b);
+/* The command connection `data` is back: connections to the same node
+ * waiting out a backoff reconnect now (once per backoff episode), so the
+ * waiting side never lags. */
+void sluice__blocker_kick(sluice__blocker *b, const sluice__conn *data);
 /* Every route's node was replaced: drop the blocking connections now. */
 void sluice__blocker_moved(sluice__blocker *b);
 /* Routes changed: connections waiting for an address connect, those whose

@@ -100,7 +100,7 @@ static void data_up(sluice__conn *conn, void *ud) {
   c->m_fails = 0;
   c->m_last_down[0] = '\0';
   note_refusals(c, conn);
-  if (c->blocker) sluice__blocker_kick(c->blocker);
+  if (c->blocker) sluice__blocker_kick(c->blocker, conn);
   sluice__guard_home_resume(&c->home); /* releases first, then everyone else */
   if (sluice__topo_up(c->topo) && !c->m_up) {
     c->m_up = 1;

@@ -569,6 +569,13 @@ int sluice__cluster_moved(sluice__cluster *cl, unsigned slot, const char *addr, 
   return 0;
 }
 
+void sluice__cluster_peer_up(sluice__cluster *cl, const sluice__conn *peer) {
+  for (sluice__link *l = cl->nodes.head; l; l = l->next) {
+    node *n = sluice__container_of(l, node, link);
+    if (!n->retiring && sluice__conn_same_node(peer, &n->conn)) sluice__conn_retry_early(&n->conn);
+  }
+}
+
 int sluice__cluster_address(sluice__cluster *cl, unsigned slot, const char **host, int *port) {
   node *n = cl->known && slot < SLUICE__SLOTS ? cl->slot[slot] : NULL;
   if (!n) {

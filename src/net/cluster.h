@@ -86,6 +86,9 @@ int sluice__cluster_parse_redirect(const char *str, size_t len, unsigned *slot, 
 /* Ask for a fresh map (a connection failed, or a step met a sign of
  * failover). Throttled, one at a time. */
 void sluice__cluster_refresh(sluice__cluster *cl);
+/* peer, a connection of the client's own, finished its handshake: the
+ * connection to the node at its address retries early (conn.h). */
+void sluice__cluster_peer_up(sluice__cluster *cl, const sluice__conn *peer);
 /* The address the slot's master has in the map (host, port), for the
  * blocking connections; 0 when none is known (a refresh is requested). */
 int sluice__cluster_address(sluice__cluster *cl, unsigned slot, const char **host, int *port);

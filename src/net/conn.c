@@ -136,6 +136,7 @@ static void handshake_cb(redisAsyncContext *ac, void *r, void *privdata) {
   conn->state = SLUICE_CONN_UP;
   conn->failed = 0;
   conn->attempts = 0;
+  conn->retried_early = 0;
   conn->ups++;
   conn->errstr[0] = '\0';
   if (conn->cfg.on_up) conn->cfg.on_up(conn, conn->cfg.userdata);
@@ -385,6 +386,21 @@ void sluice__conn_retry_now(sluice__conn *conn) {
   if (conn->state != SLUICE_CONN_WAITING && conn->state != SLUICE_CONN_RESOLVING) return;
   conn->attempts = 0;
   sluice__conn_start(conn);
+}
+
+void sluice__conn_retry_early(sluice__conn *conn) {
+  if (conn->state != SLUICE_CONN_WAITING || conn->retried_early) return;
+  conn->retried_early = 1;
+  conn->attempts = 0;
+  sluice__conn_start(conn);
+}
+
+static int same_text(const char *a, const char *b) { return a && b && strcmp(a, b) == 0; }
+
+int sluice__conn_same_node(const sluice__conn *a, const sluice__conn *b) {
+  const sluice__endpoint *x = a->cfg.net.endpoint, *y = b->cfg.net.endpoint;
+  if (x->unix_path || y->unix_path) return same_text(x->unix_path, y->unix_path);
+  return x->port == y->port && same_text(x->host, y->host);
 }
 
 void sluice__conn_fail(sluice__conn *conn, const char *reason) {

@@ -80,6 +80,7 @@ struct sluice__conn {
   unsigned retry_ms; /* the delay of the reconnect scheduled last */
   unsigned long ups; /* handshakes completed */
   int was_up;        /* in on_down: it had been up (lost, not failed) */
+  int retried_early; /* sluice__conn_retry_early ran since the last up */
   /* Who answers: the server's run_id (INFO server, in the handshake; ""
    * when it could not be read, e.g. NOPERM) and address at the last up. In
    * on_up, new_node says the node is another one than at the previous up
@@ -118,6 +119,15 @@ void sluice__conn_start(sluice__conn *conn);
  * old node's, so a reconnect waiting out their backoff (or the address)
  * starts now; any other state is left as it is. */
 void sluice__conn_retry_now(sluice__conn *conn);
+/* Another connection to the same node finished its handshake: the node is
+ * back, so a reconnect waiting out a backoff starts now, its failed
+ * attempts forgotten. At most once per backoff episode (from a loss to the
+ * next up), so a sibling that comes up and goes down again and again
+ * cannot make this one spin; any other state is left as it is. */
+void sluice__conn_retry_early(sluice__conn *conn);
+/* 1 when a and b connect to the same address now (socket path, or host
+ * and port). */
+int sluice__conn_same_node(const sluice__conn *a, const sluice__conn *b);
 /* Drop the connection from the loop (safe inside hiredis callbacks) and
  * reconnect after backoff; reason goes to errstr. */
 void sluice__conn_fail(sluice__conn *conn, const char *reason);

@@ -102,6 +102,7 @@ typedef struct sluice__topo_ops {
                  sluice__topo_decision *d);
   int (*address)(sluice__topo *t, int route, const char **host, int *port);
   void (*stale)(sluice__topo *t);
+  void (*peer_up)(sluice__topo *t, const sluice__conn *peer);
   const char *(*error)(const sluice__topo *t);
   int (*node_route)(const sluice__topo *t, unsigned i);
   void (*where)(const sluice__topo *t, char *buf, size_t size);
@@ -153,6 +154,11 @@ void sluice__topo_decide(sluice__topo *t, sluice__conn *from, const redisReply *
 int sluice__topo_address(sluice__topo *t, int route, const char **host, int *port);
 /* A data connection failed: look for the master or map again. */
 void sluice__topo_stale(sluice__topo *t);
+/* peer, a connection of the user's own (the blocker's), finished its
+ * handshake: its node is back, so the topology's connection to the same
+ * address, if waiting out a reconnect backoff, tries again now
+ * (sluice__conn_retry_early: once per backoff episode). */
+void sluice__topo_peer_up(sluice__topo *t, const sluice__conn *peer);
 /* Why no route can be had, or the last lookup failed ("" if none). */
 const char *sluice__topo_error(const sluice__topo *t);
 /* The route of the i-th node that serves keys (a cluster: the lowest slot

@@ -105,6 +105,10 @@ static int cluster_address(sluice__topo *t, int route, const char **host, int *p
 }
 
 static void cluster_stale(sluice__topo *t) { sluice__cluster_refresh(((topo_cluster *)t)->cl); }
+static void cluster_peer_up(sluice__topo *t, const sluice__conn *peer) {
+  sluice__cluster_peer_up(cl_of(t), peer);
+}
+
 static const char *cluster_error(const sluice__topo *t) { return sluice__cluster_error(cl_of(t)); }
 
 static int cluster_node_route(const sluice__topo *t, unsigned i) {
@@ -132,6 +136,7 @@ static const sluice__topo_ops cluster_ops = {
     .decide = cluster_decide,
     .address = cluster_address,
     .stale = cluster_stale,
+    .peer_up = cluster_peer_up,
     .error = cluster_error,
     .node_route = cluster_node_route,
     .where = cluster_where,

@@ -109,6 +109,10 @@ static void one_stale(sluice__topo *t) {
   if (of(t)->finder) of(t)->finder->stale(of(t));
 }
 
+static void one_peer_up(sluice__topo *t, const sluice__conn *peer) {
+  if (sluice__conn_same_node(peer, &of(t)->conn)) sluice__conn_retry_early(&of(t)->conn);
+}
+
 static const char *one_error(const sluice__topo *t) {
   return of_c(t)->finder ? of_c(t)->finder->error(of_c(t)) : "";
 }
@@ -134,6 +138,7 @@ static const sluice__topo_ops one_ops = {
     .decide = one_decide,
     .address = one_address,
     .stale = one_stale,
+    .peer_up = one_peer_up,
     .error = one_error,
     .node_route = one_node_route,
     .where = one_where,
