@@ -926,6 +926,77 @@ static void test_early_push_wakes_consumer(void) {
   dq_fx_close(&fx);
 }
 
+/* A producer on its own client pushes a due-now message every 20 ms, then
+ * stops: the stream's LAST message has no later push to hide a missed
+ * wake-up behind, so the idle consumer (polling only every 60 s) must be
+ * woken for it. Many short streams, each one's last message within 1 s. */
+typedef struct stream {
+  struct event *tick;
+  sluice_dq *dq;
+  int round, pushed, acked, failed, delivered, want, last_in;
+  char last[32];
+} stream;
+
+enum { STREAM_MSGS = 25, STREAM_ROUNDS = 20, STREAM_PUSH_MS = 20 };
+
+static void stream_pushed(sluice_dq *dq, int status, const char *id, int64_t due, void *ud) {
+  stream *s = ud;
+  if (status == SLUICE_OK) s->acked++;
+  else s->failed++;
+}
+
+static void stream_tick(evutil_socket_t fd, short what, void *arg) {
+  stream *s = arg;
+  char id[32];
+  snprintf(id, sizeof id, "r%d-%d", s->round, s->pushed);
+  sluice_dq_item it = {"x", 1, 0, 0, id};
+  TH_ASSERT_EQ(sluice_dq_push(s->dq, &it, stream_pushed, s), SLUICE_OK);
+  if (++s->pushed == STREAM_MSGS) {
+    evtimer_del(s->tick);
+    memcpy(s->last, id, sizeof id);
+  }
+}
+
+static void stream_take(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
+  stream *s = ud;
+  s->delivered++;
+  if (s->last[0] && strcmp(sluice_dq_msg_id(m), s->last) == 0) s->last_in = 1;
+  TH_ASSERT_EQ(sluice_dq_ack(m, NULL, NULL), SLUICE_OK);
+}
+
+static void test_stream_end_wakes_consumer(void) {
+  dq_fx fx = dq_fx_open();
+  sluice_client *pc = dqt_client(fx.base);
+  stream s = {.dq = dqt_queue(pc, "stream")};
+  s.tick = event_new(fx.base, -1, EV_PERSIST, stream_tick, &s);
+  sluice_dq_consumer_options o = opts(16, 30000, 5); /* max_poll_ms: the default 60 s */
+  sluice_dq_consumer *con = NULL;
+  TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, "stream", &o, stream_take, &s, &con), SLUICE_OK);
+  uint64_t worst = 0;
+  for (s.round = 0; s.round < STREAM_ROUNDS; s.round++) {
+    s.pushed = s.acked = s.last_in = 0;
+    s.last[0] = '\0';
+    struct timeval tv = {0, STREAM_PUSH_MS * 1000};
+    evtimer_add(s.tick, &tv);
+    uint64_t end = th_now_ms() + 10000;
+    while (s.acked + s.failed < STREAM_MSGS && th_now_ms() < end) th_loop_for(fx.base, 2);
+    TH_ASSERT_EQ(s.acked, STREAM_MSGS);
+    uint64_t t0 = th_now_ms();
+    if (!th_loop_until(fx.base, &s.last_in, 1000))
+      th_fail(__FILE__, __LINE__, "round %d: last push %s not delivered within 1 s", s.round,
+              s.last);
+    if (th_now_ms() - t0 > worst) worst = th_now_ms() - t0;
+  }
+  th_note("%d streams: last message delivered at most %llu ms after its push's answer\n",
+          STREAM_ROUNDS, (unsigned long long)worst);
+  TH_ASSERT_EQ(s.delivered, STREAM_ROUNDS * STREAM_MSGS);
+  event_free(s.tick);
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(s.dq);
+  sluice_client_free(pc);
+  dq_fx_close(&fx);
+}
+
 /* Commands the masters ran. Under Sentinel, less the sentinels'
  * monitoring (INFO, PING, PUBLISH every second or faster) and the
  * replica's acks (REPLCONF), which the library never sends on an idle
@@ -1042,6 +1113,7 @@ static const th_case cases[] = {
     TH_CASE(free_cancels_pending, 30),
     TH_CASE(keys_expire, 30),
     TH_CASE(early_push_wakes_consumer, 30),
+    TH_CASE(stream_end_wakes_consumer, 60),
     TH_CASE(idle_cost, 30),
     TH_CASE(inspect_counts, 30),
     TH_CASE(old_layout_drains, 30),

@@ -269,6 +269,62 @@ static void push_replayed(int cluster) {
   finish(base, c);
 }
 
+/* A consumer registered (in the queue's set c) only on the old master: the
+ * new master never saw its entry, so it must register again after the
+ * switch, or a push there wakes nobody and its message waits for the
+ * consumer's 60 s poll. Pushes from another client, one at a time, each
+ * delivered within a second. */
+typedef struct taker {
+  const char *want;
+  int got;
+} taker;
+
+static void take_one(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
+  taker *t = ud;
+  if (t->want && strcmp(sluice_dq_msg_id(m), t->want) == 0) t->got = 1;
+  TH_ASSERT_EQ(sluice_dq_ack(m, NULL, NULL), SLUICE_OK);
+}
+
+/* Push id and wait for its delivery. Others may come first: a push the
+ * failover lost is sent again (at least once), its ack perhaps before it. */
+static void push_delivered(struct event_base *base, sluice_dq *dq, const char *id, taker *t) {
+  dqt_push p;
+  t->want = id;
+  t->got = 0;
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, id, "x", 0, &p), SLUICE_OK);
+  if (!th_loop_until(base, &t->got, 1000))
+    th_fail(__FILE__, __LINE__, "%s not delivered within 1 s of its push's answer", id);
+}
+
+static void consumer_registered_again(int cluster) {
+  rig_start(cluster);
+  struct event_base *base = event_base_new();
+  sluice_client *pc = client(base), *cc = client(base);
+  sluice_dq *dq = dqt_queue(pc, "t");
+  rig_hold();
+  taker t = {NULL, 0};
+  sluice_dq_consumer *con = NULL;
+  TH_ASSERT_EQ(sluice_dq_consumer_new(cc, "t", NULL, take_one, &t, &con), SLUICE_OK);
+  push_delivered(base, dq, "before", &t);
+  rig_fail_over();
+  TH_ASSERT_EQ(master_int("EXISTS sluice:dq:{t}:c"), 0);
+  TH_LOOP_UNTIL(base, sluice_client_is_connected(pc) && sluice_client_is_connected(cc) &&
+                          master_int("EXISTS sluice:dq:{t}:c") == 1, 15000);
+  TH_ASSERT_EQ(master_int("EXISTS sluice:dq:{t}:c"), 1);
+  char id[16];
+  for (int i = 0; i < 20; i++) {
+    snprintf(id, sizeof id, "after%d", i);
+    push_delivered(base, dq, id, &t);
+  }
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  sluice_client_free(pc);
+  finish(base, cc);
+}
+
+static void test_sentinel_consumer_registered_again(void) { consumer_registered_again(0); }
+static void test_cluster_consumer_registered_again(void) { consumer_registered_again(1); }
+
 /* The client's map sends slot to node n. */
 static int routes_to(sluice_client *c, int slot, const th_node *n) {
   const sluice__conn *conn = sluice__topo_conn(c->topo, slot);
@@ -623,6 +679,7 @@ int main(int argc, char **argv) {
       {"sentinel_record_bounded", test_sentinel_record_bounded, 90},
       {"sentinel_replicated_not_replayed", test_sentinel_replicated_not_replayed, 90},
       {"sentinel_steady_writes_confirmed", test_sentinel_steady_writes_confirmed, 90},
+      {"sentinel_consumer_registered_again", test_sentinel_consumer_registered_again, 90},
       {"cluster_release_replayed", test_cluster_release_replayed, 120},
       {"cluster_permit_restored", test_cluster_permit_restored, 120},
       {"cluster_permit_lost", test_cluster_permit_lost, 120},
@@ -631,6 +688,7 @@ int main(int argc, char **argv) {
       {"cluster_replicated_not_replayed", test_cluster_replicated_not_replayed, 120},
       {"cluster_steady_writes_confirmed", test_cluster_steady_writes_confirmed, 120},
       {"cluster_late_answer", test_cluster_late_answer, 120},
+      {"cluster_consumer_registered_again", test_cluster_consumer_registered_again, 120},
       {"restart_aof_everysec", test_restart_aof_everysec, 60},
       {"restart_empty", test_restart_empty, 60},
       {"restart_late_answer", test_restart_late_answer, 60},
