@@ -365,8 +365,8 @@ static void renewals(unsigned ttl_ms, long n, bench_table *tab) {
   hold(&h, n, renew_ms);
   double calls, cmds, cpu;
   idle_rates_for(RENEW_PERIODS * renew_ms, &calls, &cmds, &cpu);
-  bench_table_row(tab, "%.0f|%.0f|%ld|%.1f|%.1f|%.0f|%.0f|%.1f", ttl_ms / 1000.0,
-                  renew_ms / 1000.0, n, calls, calls * renew_ms / 1000.0,
+  bench_table_row(tab, "%.0f|%.0f|%ld|%.1f|%.1f|%.0f|%.0f|%.1f", ttl_ms / 1000.0, renew_ms / 1000.0,
+                  n, calls, calls * renew_ms / 1000.0,
                   calls > 0 ? n / (calls * renew_ms / 1000.0) : 0, cmds, cpu);
   for (long i = 0; i < h.n; i++) sluice_permit_release(h.held[i], NULL, NULL);
   free(h.held);
@@ -588,8 +588,8 @@ static void run_sems(void) {
   waiters_rows(t, w, rows);
   bench_table_print(t, stdout);
   bench_table_free(t);
-  const char *rc[] = {"lease s",     "renew s", "held permits", "calls/s", "calls/period",
-                      "permits/call", "cmds/s", "Redis CPU %",  NULL};
+  const char *rc[] = {"lease s",      "renew s", "held permits", "calls/s", "calls/period",
+                      "permits/call", "cmds/s",  "Redis CPU %",  NULL};
   t = bench_table_new("scale: renewals of permits held one by one", rc);
   if (size_max >= 10000) {
     renewals(3000, 10000, t);

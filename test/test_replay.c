@@ -308,8 +308,10 @@ static void consumer_registered_again(int cluster) {
   push_delivered(base, dq, "before", &t);
   rig_fail_over();
   TH_ASSERT_EQ(master_int("EXISTS sluice:dq:{t}:c"), 0);
-  TH_LOOP_UNTIL(base, sluice_client_is_connected(pc) && sluice_client_is_connected(cc) &&
-                          master_int("EXISTS sluice:dq:{t}:c") == 1, 15000);
+  TH_LOOP_UNTIL(base,
+                sluice_client_is_connected(pc) && sluice_client_is_connected(cc) &&
+                    master_int("EXISTS sluice:dq:{t}:c") == 1,
+                15000);
   TH_ASSERT_EQ(master_int("EXISTS sluice:dq:{t}:c"), 1);
   char id[16];
   for (int i = 0; i < 20; i++) {
