@@ -43,7 +43,10 @@ end
 -- Expired leases and leaving waiters are only skipped here and removed at
 -- the end (see _sem_common.lua).
 local held = redis.call('ZCOUNT', H, '(' .. n2s(now), '+inf')
-sweep(B)
+-- With neither Q nor B (no waiter, no heartbeat: the common try_acquire)
+-- the sweep and the hand-off would read nothing: one call spares both.
+local waiting = redis.call('EXISTS', Q, B) > 0
+if waiting then sweep(B) end
 
 -- Fair mode: only the first (permits - held) waiters in arrival order may
 -- take a permit (weak ones count: nobody passes them). rank[m] is a queued
@@ -134,7 +137,7 @@ if queued or beat > 0 then
   touch(B, keep)
 end
 -- Free permits nobody in this batch could take belong to the queue's heads.
-if held < permits and hand_off(H, Q, B, M, permits - held, wake_base, hb, fair) > 0 then
+if held < permits and (waiting or queued) and hand_off(H, Q, B, M, permits - held, wake_base, hb, fair) > 0 then
   granted = true
 end
 -- (Only from a heartbeat alone: attempts in this step had their answer.)
