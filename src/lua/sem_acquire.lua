@@ -44,8 +44,9 @@ end
 -- the end (see _sem_common.lua).
 local held = redis.call('ZCOUNT', H, '(' .. n2s(now), '+inf')
 -- With neither Q nor B (no waiter, no heartbeat: the common try_acquire)
--- the sweep and the hand-off would read nothing: one call spares both.
-local waiting = redis.call('EXISTS', Q, B) > 0
+-- the sweep and the hand-off would read nothing: two reads spare both
+-- (ZCARD, not EXISTS: the ACL rule `sluice acl` prints grants no more).
+local waiting = redis.call('ZCARD', B) > 0 or redis.call('ZCARD', Q) > 0
 if waiting then sweep(B) end
 
 -- Fair mode: only the first (permits - held) waiters in arrival order may
