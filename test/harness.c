@@ -299,9 +299,28 @@ void th_redis_respawn(th_redis *r, const char *const *extra) {
   if (spawn(r, extra) != 0) th_fail(__FILE__, __LINE__, "redis-server respawn failed");
 }
 
+/* Whether pid is stopped now (/proc/PID/stat's state field is 'T'). */
+static int is_stopped(pid_t pid) {
+  char path[64], buf[256];
+  snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *end = strrchr(buf, ')'); /* the name may hold spaces */
+  return end && end[1] == ' ' && end[2] == 'T';
+}
+
+/* kill() returns before a busy process has stopped: a reply it writes
+ * meanwhile would reach the client after the pause. Wait until it has. */
 void th_redis_pause(th_redis *r) {
   need_standalone(r, "pause");
   kill(r->pid, SIGSTOP);
+  uint64_t end = th_now_ms() + 2000;
+  while (!is_stopped(r->pid) && th_now_ms() < end) usleep(1000);
+  if (!is_stopped(r->pid))
+    th_fail(__FILE__, __LINE__, "redis-server %ld did not stop", (long)r->pid);
 }
 
 void th_redis_resume(th_redis *r) {
