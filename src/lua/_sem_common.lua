@@ -25,7 +25,10 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local function n2s(x) return string.format('%.0f', x) end
+-- Numbers go to Redis as integer text: '%d' is exact for every value here
+-- (integers below 2^53) and much cheaper than a float format.
+local function n2s(x) return string.format('%d', x) end
+local now_s = n2s(now)
 
 -- A lease's expiry if it is live, else nil (expired ones are removed last).
 local function live_lease(H, id)
@@ -47,7 +50,7 @@ end
 -- meta key expired or Redis restarted empty. `last_fence` caches the stored
 -- one within a script; save_fence writes it back once, with the "g:" fields
 -- the hand-off queued in `fence_fields` (one write to M per step).
-local last_fence, fence_fields = nil, {}
+local last_fence, fence_fields = nil, nil
 local function next_fence(M)
   if not last_fence then last_fence = tonumber(redis.call('HGET', M, 'fence') or '0') end
   last_fence = last_fence + 1
@@ -65,6 +68,10 @@ end
 
 local function save_fence(M, permits)
   if not last_fence then return end
+  if not fence_fields then
+    redis.call('HSET', M, 'fence', n2s(last_fence), 'permits', permits)
+    return
+  end
   fence_fields[#fence_fields + 1] = 'fence'
   fence_fields[#fence_fields + 1] = n2s(last_fence)
   fence_fields[#fence_fields + 1] = 'permits'
@@ -78,153 +85,162 @@ end
 -- A waiter's deadline when its caller set none (2^53 - 1: exact in Lua).
 local FOREVER = 9007199254740991
 
--- Q and B members that leave, removed by remove_gone as the last access to
--- Q and B: gone[m] is true while m leaves, false once it was queued again;
--- glist lists each one once.
-local gone, glist = {}, {}
-local function leave(m)
-  if gone[m] == nil then glist[#glist + 1] = m end
-  gone[m] = true
-end
-local function stay(m)
-  if gone[m] then gone[m] = false end
-end
-
--- Every B entry whose moment passed leaves (waiters whose caller gave up,
--- heartbeats that stopped; at most 1000 a step): linear in what leaves.
-local function sweep(B)
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', B, '-inf', now, 'LIMIT', 0, 1000)) do leave(m) end
-end
-
-local function remove_gone(Q, B)
-  local list = {}
-  for _, m in ipairs(glist) do
-    if gone[m] then list[#list + 1] = m end
+-- The queue's functions and tables are made by queue_init, on the first
+-- use in a step: most steps (a try_acquire, a renewal) queue nobody, and
+-- making them costs every call. Scripts call it before any of them.
+local gone, glist, beats, legacy, unpushed
+local leave, stay, sweep, remove_gone, handle_beat, waiter_state, walk, hand_off
+local function queue_init()
+  if gone then return end
+  -- Q and B members that leave, removed by remove_gone as the last access to
+  -- Q and B: gone[m] is true while m leaves, false once it was queued again;
+  -- glist lists each one once.
+  gone, glist = {}, {}
+  function leave(m)
+    if gone[m] == nil then glist[#glist + 1] = m end
+    gone[m] = true
   end
-  if #list == 0 then return end
-  call_in_slices('ZREM', B, list)
-  call_in_slices('ZREM', Q, list)
-end
-
--- A handle's heartbeat deadline, and for an earlier version's handle its
--- first lease (else false); read once per step.
-local beats, legacy = {}, {}
-local function handle_beat(B, M, h)
-  if beats[h] == nil then
-    local b = redis.call('ZSCORE', B, h)
-    local t = not b and redis.call('HGET', M, 't:' .. h)
-    beats[h], legacy[h] = tonumber(b or '0'), t and tonumber(t) or false
+  function stay(m)
+    if gone[m] then gone[m] = false end
   end
-  return beats[h], legacy[h]
-end
 
--- A queued waiter is 'dead' (it leaves), 'weak' (its heartbeat ends within
--- half a beat: fair mode may not pass it, others skip it) or 'live', with
--- the expiry of a permit handed to it now: its handle's heartbeat (the woken
--- waiter renews it to a full lease at once; one that died meanwhile holds it
--- no longer than it would have held its place).
-local function waiter_state(B, M, m, hb)
-  local beat, old = handle_beat(B, M, string.sub(m, 1, 32))
-  local own = tonumber(redis.call('ZSCORE', B, m) or '0')
-  if old then beat = own end
-  if own <= now or beat <= now then return 'dead' end
-  if beat < now + hb / 2 then return 'weak' end
-  return 'live', old and now + old or beat
-end
+  -- Every B entry whose moment passed leaves (waiters whose caller gave up,
+  -- heartbeats that stopped; at most 1000 a step): linear in what leaves.
+  function sweep(B)
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', B, '-inf', now_s, 'LIMIT', 0, 1000)) do leave(m) end
+  end
 
--- Visit the queue from its head, in order, past the leaving: each waiter
--- not dead goes to visit(m, state, expiry) until that returns false; the
--- dead ones met leave. At most 1024 members are read a step. True when it
--- reached the end of the queue.
-local function walk(Q, B, M, hb, visit)
-  for from = 0, 1023, 64 do
-    local page = redis.call('ZRANGE', Q, from, from + 63)
-    for _, m in ipairs(page) do
-      if not gone[m] then
-        local st, expiry = waiter_state(B, M, m, hb)
-        if st == 'dead' then
-          leave(m)
-        elseif not visit(m, st, expiry) then
-          return false
+  function remove_gone(Q, B)
+    local list = {}
+    for _, m in ipairs(glist) do
+      if gone[m] then list[#list + 1] = m end
+    end
+    if #list == 0 then return end
+    call_in_slices('ZREM', B, list)
+    call_in_slices('ZREM', Q, list)
+  end
+
+  -- A handle's heartbeat deadline, and for an earlier version's handle its
+  -- first lease (else false); read once per step.
+  beats, legacy = {}, {}
+  function handle_beat(B, M, h)
+    if beats[h] == nil then
+      local b = redis.call('ZSCORE', B, h)
+      local t = not b and redis.call('HGET', M, 't:' .. h)
+      beats[h], legacy[h] = tonumber(b or '0'), t and tonumber(t) or false
+    end
+    return beats[h], legacy[h]
+  end
+
+  -- A queued waiter is 'dead' (it leaves), 'weak' (its heartbeat ends within
+  -- half a beat: fair mode may not pass it, others skip it) or 'live', with
+  -- the expiry of a permit handed to it now: its handle's heartbeat (the woken
+  -- waiter renews it to a full lease at once; one that died meanwhile holds it
+  -- no longer than it would have held its place).
+  function waiter_state(B, M, m, hb)
+    local beat, old = handle_beat(B, M, string.sub(m, 1, 32))
+    local own = tonumber(redis.call('ZSCORE', B, m) or '0')
+    if old then beat = own end
+    if own <= now or beat <= now then return 'dead' end
+    if beat < now + hb / 2 then return 'weak' end
+    return 'live', old and now + old or beat
+  end
+
+  -- Visit the queue from its head, in order, past the leaving: each waiter
+  -- not dead goes to visit(m, state, expiry) until that returns false; the
+  -- dead ones met leave. At most 1024 members are read a step. True when it
+  -- reached the end of the queue.
+  function walk(Q, B, M, hb, visit)
+    for from = 0, 1023, 64 do
+      local page = redis.call('ZRANGE', Q, from, from + 63)
+      for _, m in ipairs(page) do
+        if not gone[m] then
+          local st, expiry = waiter_state(B, M, m, hb)
+          if st == 'dead' then
+            leave(m)
+          elseif not visit(m, st, expiry) then
+            return false
+          end
         end
       end
+      if #page < 64 then return true end
     end
-    if #page < 64 then return true end
+    return false
   end
-  return false
-end
 
--- Hand up to n free permits to queued waiters, oldest first, in this same
--- step: the permit's id is the waiter's id, its first lease ends with the
--- waiter's heartbeat (see waiter_state), and the grant itself goes onto the
--- handle's wake list ("<wake_base><handle id>", which that handle's blocking
--- connection waits on) as "<waiter id>:<fence>:<lease expiry ms>", so the
--- woken waiter owns the permit without another round trip and no permit
--- sits idle between a release and the next grant. The grants of one handle
--- go as one element, joined by ",": one BRPOP wakes all of them.
--- Only live waiters are served (a wake-up sent to a process that is gone
--- would strand the permit): non-fair mode skips a weak one; fair mode stops
--- there, since nobody may pass the head. Granted and dead waiters leave.
---
--- The wake list is the one key a script computes instead of declaring (the
--- handle that gets the grant is only known here). It shares the declared
--- keys' hash tag, hence their slot, so Redis Cluster runs it on the node
--- that owns them -- except while that slot migrates, when a node refuses a
--- key it does not hold ("non local key"). So the wake-up is pushed first,
--- by pcall, and only a handle whose push landed is granted anything: a
--- refused push grants nothing (scripts are not rolled back, so granting
--- first would leave a permit nobody is woken for); the permit stays free
--- and the waiters take it with their next step, within a heartbeat.
--- In fair mode a refused head stops the hand-off, so nobody passes it. The
--- handles refused go into `unpushed` (a set): their waiters are told to ask
--- themselves (see sem_acquire.lua).
--- Callers run it before removing anything from H (it adds there). The ids
--- it grants go into `got` (a set) if given; callers that hand anything run
--- save_fence afterwards (it writes the grants' fences). The grants' writes
--- go as one call per key after the pushes, not one per waiter: this step
--- delays the grant it hands. Returns how many were handed.
-local unpushed = {}
-local function hand_off(H, Q, B, M, n, wake_base, hb, fair, got)
-  if n <= 0 then return 0 end
-  local picked, byhandle, order = 0, {}, {}
-  walk(Q, B, M, hb, function(m, st, expiry)
-    if st == 'weak' then return not fair end
-    local h = string.sub(m, 1, 32)
-    if not byhandle[h] then
-      byhandle[h] = {}
-      order[#order + 1] = h
-    end
-    local g = byhandle[h]
-    g[#g + 1] = {m, string.sub(m, 34), expiry}
-    picked = picked + 1
-    return picked < n
-  end)
-  local given, holders = 0, {} -- written with few calls
-  for _, h in ipairs(order) do
-    local texts = {}
-    for _, g in ipairs(byhandle[h]) do
-      g[4], g[5] = n2s(next_fence(M)), n2s(g[3])
-      texts[#texts + 1] = g[2] .. ':' .. g[4] .. ':' .. g[5]
-    end
-    local wk = wake_base .. h
-    local len = redis.pcall('LPUSH', wk, table.concat(texts, ','))
-    if type(len) == 'number' then
-      if len > 64 then redis.call('LTRIM', wk, 0, 63) end
-      redis.call('PEXPIRE', wk, hb * 2 + 1000)
-      for _, g in ipairs(byhandle[h]) do
-        holders[#holders + 1] = g[5]
-        holders[#holders + 1] = g[2]
-        leave(g[1])
-        fence_fields[#fence_fields + 1] = 'g:' .. g[2]
-        fence_fields[#fence_fields + 1] = g[4]
-        if got then got[g[2]] = true end
+  -- Hand up to n free permits to queued waiters, oldest first, in this same
+  -- step: the permit's id is the waiter's id, its first lease ends with the
+  -- waiter's heartbeat (see waiter_state), and the grant itself goes onto the
+  -- handle's wake list ("<wake_base><handle id>", which that handle's blocking
+  -- connection waits on) as "<waiter id>:<fence>:<lease expiry ms>", so the
+  -- woken waiter owns the permit without another round trip and no permit
+  -- sits idle between a release and the next grant. The grants of one handle
+  -- go as one element, joined by ",": one BRPOP wakes all of them.
+  -- Only live waiters are served (a wake-up sent to a process that is gone
+  -- would strand the permit): non-fair mode skips a weak one; fair mode stops
+  -- there, since nobody may pass the head. Granted and dead waiters leave.
+  --
+  -- The wake list is the one key a script computes instead of declaring (the
+  -- handle that gets the grant is only known here). It shares the declared
+  -- keys' hash tag, hence their slot, so Redis Cluster runs it on the node
+  -- that owns them -- except while that slot migrates, when a node refuses a
+  -- key it does not hold ("non local key"). So the wake-up is pushed first,
+  -- by pcall, and only a handle whose push landed is granted anything: a
+  -- refused push grants nothing (scripts are not rolled back, so granting
+  -- first would leave a permit nobody is woken for); the permit stays free
+  -- and the waiters take it with their next step, within a heartbeat.
+  -- In fair mode a refused head stops the hand-off, so nobody passes it. The
+  -- handles refused go into `unpushed` (a set): their waiters are told to ask
+  -- themselves (see sem_acquire.lua).
+  -- Callers run it before removing anything from H (it adds there). The ids
+  -- it grants go into `got` (a set) if given; callers that hand anything run
+  -- save_fence afterwards (it writes the grants' fences). The grants' writes
+  -- go as one call per key after the pushes, not one per waiter: this step
+  -- delays the grant it hands. Returns how many were handed.
+  unpushed = {}
+  function hand_off(H, Q, B, M, n, wake_base, hb, fair, got)
+    if n <= 0 then return 0 end
+    local picked, byhandle, order = 0, {}, {}
+    walk(Q, B, M, hb, function(m, st, expiry)
+      if st == 'weak' then return not fair end
+      local h = string.sub(m, 1, 32)
+      if not byhandle[h] then
+        byhandle[h] = {}
+        order[#order + 1] = h
       end
-      given = given + #byhandle[h]
-    else
-      unpushed[h] = true
-      if fair then break end
+      local g = byhandle[h]
+      g[#g + 1] = {m, string.sub(m, 34), expiry}
+      picked = picked + 1
+      return picked < n
+    end)
+    local given, holders = 0, {} -- written with few calls
+    fence_fields = fence_fields or {}
+    for _, h in ipairs(order) do
+      local texts = {}
+      for _, g in ipairs(byhandle[h]) do
+        g[4], g[5] = n2s(next_fence(M)), n2s(g[3])
+        texts[#texts + 1] = g[2] .. ':' .. g[4] .. ':' .. g[5]
+      end
+      local wk = wake_base .. h
+      local len = redis.pcall('LPUSH', wk, table.concat(texts, ','))
+      if type(len) == 'number' then
+        if len > 64 then redis.call('LTRIM', wk, 0, 63) end
+        redis.call('PEXPIRE', wk, hb * 2 + 1000)
+        for _, g in ipairs(byhandle[h]) do
+          holders[#holders + 1] = g[5]
+          holders[#holders + 1] = g[2]
+          leave(g[1])
+          fence_fields[#fence_fields + 1] = 'g:' .. g[2]
+          fence_fields[#fence_fields + 1] = g[4]
+          if got then got[g[2]] = true end
+        end
+        given = given + #byhandle[h]
+      else
+        unpushed[h] = true
+        if fair then break end
+      end
     end
+    if given > 0 then call_in_slices('ZADD', H, holders) end
+    return given
   end
-  if given > 0 then call_in_slices('ZADD', H, holders) end
-  return given
 end

@@ -32,31 +32,43 @@ local permits, ttl, hb = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local fair, wake_base, keep = ARGV[4] == '1', ARGV[5], tonumber(ARGV[6])
 local handle, beat_until = ARGV[7], tonumber(ARGV[8])
 
--- The heartbeat first: the sweep then keeps it.
-local beat = 0
+-- The heartbeat: 1 if it was still running, 2 if it had stopped. A stopped
+-- one, or a heartbeat alone, is beaten first (the sweep then keeps it); a
+-- running one carried by attempts only once one of them is queued: an
+-- attempt granted at once needs no heartbeat.
+local beat, beaten = 0, false
+local function beat_now()
+  queue_init()
+  redis.call('ZADD', B, n2s(now + hb), handle)
+  beats[handle], legacy[handle], beaten = now + hb, false, true
+end
 if handle ~= '' and now < beat_until then
   local prev = tonumber(redis.call('ZSCORE', B, handle) or '0')
-  redis.call('ZADD', B, n2s(now + hb), handle)
-  beats[handle], legacy[handle] = now + hb, false
   beat = prev > now and 1 or 2
+  if beat == 2 or #ARGV < 9 then beat_now() end
 end
 -- Expired leases and leaving waiters are only skipped here and removed at
 -- the end (see _sem_common.lua).
-local held = redis.call('ZCOUNT', H, '(' .. n2s(now), '+inf')
--- With neither Q nor B (no waiter, no heartbeat: the common try_acquire)
--- the sweep and the hand-off would read nothing: two reads spare both
--- (ZCARD, not EXISTS: the ACL rule `sluice acl` prints grants no more).
-local waiting = redis.call('ZCARD', B) > 0 or redis.call('ZCARD', Q) > 0
-if waiting then sweep(B) end
+local held = redis.call('ZCOUNT', H, '(' .. now_s, '+inf')
+-- With nobody queued (the common case) the hand-off would read nothing, and
+-- the sweep only heartbeats of handles without waiters: it runs when one is
+-- written, so they never pile up. (ZCARD, not EXISTS: the ACL rule `sluice
+-- acl` prints grants no more.)
+local waiting = redis.call('ZCARD', Q) > 0
+if waiting or beaten then
+  queue_init()
+  sweep(B)
+end
 
 -- Fair mode: only the first (permits - held) waiters in arrival order may
 -- take a permit (weak ones count: nobody passes them). rank[m] is a queued
 -- waiter's place among them, read once per step; ranked counts the places
 -- given, all says the queue ended within them (then newcomers are ranked
 -- too), and taken lists the places granted in this step.
-local rank, ranked, all, taken = nil, 0, false, {}
+local rank, ranked, all, taken = nil, 0, false, nil
 local function read_ranks()
-  rank = {}
+  queue_init()
+  rank, taken = {}, {}
   local want = permits - held
   all = walk(Q, B, M, hb, function(m)
     if ranked >= want then return false end
@@ -77,15 +89,26 @@ local function entitled(m)
   return place <= permits - held
 end
 
-local out = {-1, now, beat}
+
+-- The grants' leases go to H in one call after the loop (no request reads
+-- another's: permit ids are unique, and a waiter id names an earlier
+-- hand-off's permit).
+local out, lease, leases = {-1, now, beat}, n2s(now + ttl), {}
 local granted, queued, refused = false, false, false
 for i = 9, #ARGV, 5 do
   local id, waiter = ARGV[i], ARGV[i + 1]
   local wid = waiter ~= '' and string.sub(waiter, 34) or nil
   local handed = wid and live_lease(H, wid)
-  if now >= tonumber(ARGV[i + 3]) then
+  -- Its deadline has passed when its digits are no more than now's:
+  -- comparing the strings spares a number conversion per request (the
+  -- client writes both as plain decimals).
+  local dl = ARGV[i + 3]
+  if #dl < #now_s or (#dl == #now_s and dl <= now_s) then
     -- Its caller gave up, or will before an answer reaches it.
-    if wid then leave(waiter) end
+    if wid then
+      queue_init()
+      leave(waiter)
+    end
     out[#out + 1], out[#out + 2], out[#out + 3] = 3, 0, 0
   elseif handed then
     -- A release handed this waiter a permit while this attempt was on its
@@ -94,7 +117,13 @@ for i = 9, #ARGV, 5 do
     out[#out + 1] = redis.call('HGET', M, 'g:' .. wid) or '0'
     out[#out + 1] = n2s(tonumber(handed) - now)
   else
-    if wid then
+    -- Idempotent per permit id: a retried attempt gets its own earlier
+    -- grant (lease refreshed) instead of a second permit.
+    local mine = ARGV[i + 2] == '1' and live_lease(H, id)
+    -- A waiter is queued unless it is granted at once without looking at
+    -- the queue (non-fair, a permit free; fair mode ranks it there first).
+    if wid and not (mine or (not fair and held < permits)) then
+      queue_init()
       if gone[waiter] or not redis.call('ZSCORE', Q, waiter) then
         -- New, or leaving (dead, or granted earlier in this batch): queued
         -- again at the back, and it stays.
@@ -109,15 +138,13 @@ for i = 9, #ARGV, 5 do
       redis.call('ZADD', B, n2s(own > 0 and own or FOREVER), waiter)
       queued = true
     end
-    -- Idempotent per permit id: a retried attempt gets its own earlier
-    -- grant (lease refreshed) instead of a second permit.
-    local mine = ARGV[i + 2] == '1' and live_lease(H, id)
     -- Non-fair: anyone may take a permit while one is free.
     if mine or (held < permits and (not fair or entitled(wid and waiter))) then
-      redis.call('ZADD', H, n2s(now + ttl), id)
+      leases[#leases + 1], leases[#leases + 2] = lease, id
       if not mine then held = held + 1 end
       if wid then
-        leave(waiter)
+        queue_init()
+        leave(waiter) -- queued by an earlier attempt, or now (fair mode)
         if rank and rank[waiter] then taken[#taken + 1] = rank[waiter] end
       end
       granted = true
@@ -131,9 +158,11 @@ for i = 9, #ARGV, 5 do
   end
 end
 
+if #leases > 0 then call_in_slices('ZADD', H, leases) end
+if queued and beat == 1 and not beaten then beat_now() end
 -- Waiters and their heartbeats keep the queue's keys (and M, whose seq
 -- orders them) from expiring, however long they wait without new arrivals.
-if queued or beat > 0 then
+if queued or beaten then
   touch(Q, keep)
   touch(B, keep)
 end
@@ -142,18 +171,19 @@ if held < permits and (waiting or queued) and hand_off(H, Q, B, M, permits - hel
   granted = true
 end
 -- (Only from a heartbeat alone: attempts in this step had their answer.)
-if beat == 1 and unpushed[handle] and #ARGV < 9 then out[3] = 3 end
-save_fence(M, permits)
+if #ARGV < 9 and beat == 1 and unpushed[handle] then out[3] = 3 end
+save_fence(M, ARGV[1])
 if granted then touch(H, keep) end
-if granted or queued or beat > 0 then touch(M, keep) end
-if refused or handle ~= '' then
-  local first = redis.call('ZRANGEBYSCORE', H, '(' .. n2s(now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+if granted or queued or beaten then touch(M, keep) end
+-- (Read by refused attempts and by a heartbeat alone, which arms its timer.)
+if refused or #ARGV < 9 then
+  local first = redis.call('ZRANGEBYSCORE', H, '(' .. now_s, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if first[2] then out[1] = tonumber(first[2]) - now end
 end
 -- Last: the leaving waiters (this may empty Q and B), then expired leases
 -- (this may empty H). Not when a hand-off was refused (a slot migrating):
 -- the waiters' own attempts, which follow, need H still on this node, and
 -- expired leases only count as free until then.
-remove_gone(Q, B)
-if not next(unpushed) then redis.call('ZREMRANGEBYSCORE', H, '-inf', now) end
+if gone then remove_gone(Q, B) end
+if not (unpushed and next(unpushed)) then redis.call('ZREMRANGEBYSCORE', H, '-inf', now_s) end
 return out

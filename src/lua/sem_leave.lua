@@ -20,10 +20,11 @@ if not was and not had then
   redis.call('ZREM', B, waiter)
   return 0
 end
+queue_init()
 leave(waiter)
 sweep(B)
 local got = {}
-local held = redis.call('ZCOUNT', H, '(' .. n2s(now), '+inf')
+local held = redis.call('ZCOUNT', H, '(' .. now_s, '+inf')
 if had and tonumber(had) > now then held = held - 1 end
 if hand_off(H, Q, B, M, permits - held, wake_base, hb, fair, got) > 0 then
   save_fence(M, permits)
@@ -33,5 +34,5 @@ end
 remove_gone(Q, B)
 local n = redis.call('ZCARD', H)
 if had and not got[wid] then n = n - redis.call('ZREM', H, wid) end
-if n > 0 then redis.call('ZREMRANGEBYSCORE', H, '-inf', now) end
+if n > 0 then redis.call('ZREMRANGEBYSCORE', H, '-inf', now_s) end
 return 1

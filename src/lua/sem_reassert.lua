@@ -22,7 +22,7 @@ local permits, ttl, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3
 if (#ARGV - 3) % 5 ~= 0 or #ARGV > 3 + 5 * 256 then
   return redis.error_reply('ERR sluice: bad reassert')
 end
-local held = redis.call('ZCOUNT', H, '(' .. n2s(now), '+inf')
+local held = redis.call('ZCOUNT', H, '(' .. now_s, '+inf')
 local out, fence, leases, marks = {}, 0, {}, {}
 for i = 4, #ARGV, 5 do
   local id, token = ARGV[i], tonumber(ARGV[i + 1])

@@ -28,7 +28,8 @@ if #handed > 0 then redis.call('HDEL', M, unpack(handed)) end
 -- other steps sweep the rest of the queue.
 local given, got = nil, {}
 if redis.call('ZCARD', Q) > 0 then
-  local held = redis.call('ZCOUNT', H, '(' .. n2s(now), '+inf') - freed
+  queue_init()
+  local held = redis.call('ZCOUNT', H, '(' .. now_s, '+inf') - freed
   given = hand_off(H, Q, B, M, permits - held, wake_base, hb, fair, got)
   if given > 0 then
     save_fence(M, permits)
@@ -44,11 +45,11 @@ end
 if given and given > 0 then
   -- H holds the live grants just made: neither removal can empty it.
   if #left > 0 then redis.call('ZREM', H, unpack(left)) end
-  redis.call('ZREMRANGEBYSCORE', H, '-inf', now)
+  redis.call('ZREMRANGEBYSCORE', H, '-inf', now_s)
 elseif given then
   local n = redis.call('ZCARD', H)
   if #left > 0 then n = n - redis.call('ZREM', H, unpack(left)) end
-  if n > 0 then redis.call('ZREMRANGEBYSCORE', H, '-inf', now) end
+  if n > 0 then redis.call('ZREMRANGEBYSCORE', H, '-inf', now_s) end
 elseif #left > 0 then
   redis.call('ZREM', H, unpack(left))
 end

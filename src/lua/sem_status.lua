@@ -9,8 +9,9 @@
 local H, Q, B, M = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local LIST = 1000
 --@include _sem_common.lua
+queue_init()
 local holders = {}
-local h = redis.call('ZRANGEBYSCORE', H, '(' .. n2s(now), '+inf', 'WITHSCORES', 'LIMIT', 0, LIST)
+local h = redis.call('ZRANGEBYSCORE', H, '(' .. now_s, '+inf', 'WITHSCORES', 'LIMIT', 0, LIST)
 for i = 1, #h, 2 do
   holders[#holders + 1] = h[i]
   holders[#holders + 1] = n2s(tonumber(h[i + 1]) - now)
@@ -21,4 +22,4 @@ for _, w in ipairs(redis.call('ZRANGE', Q, 0, LIST - 1)) do
 end
 local meta = redis.call('HMGET', M, 'permits', 'fence')
 return {meta[1] or '0', meta[2] or '0', holders, waiters,
-        redis.call('ZCOUNT', H, '(' .. n2s(now), '+inf'), redis.call('ZCARD', Q)}
+        redis.call('ZCOUNT', H, '(' .. now_s, '+inf'), redis.call('ZCARD', Q)}
