@@ -113,6 +113,14 @@ static uint64_t answered(const sluice_client *c, const char *kind) {
   return 0;
 }
 
+/* Steps of one kind that failed (a timeout among them). */
+static uint64_t failed(const sluice_client *c, const char *kind) {
+  sluice_client_metrics m = metrics(c);
+  for (size_t k = 0; k < m.nkinds; k++)
+    if (strcmp(m.kinds[k].name, kind) == 0) return m.kinds[k].errors;
+  return 0;
+}
+
 static sluice_client *client(struct event_base *base) {
   sluice_client *c = th_client(base, R.url, 3000);
   TH_LOOP_UNTIL(base, sluice_client_is_connected(c), 10000);
@@ -265,6 +273,61 @@ static void push_replayed(int cluster) {
   TH_ASSERT_EQ(master_int("HEXISTS sluice:dq:{t}:h pm2"), 1);
   dqt_info in;
   TH_ASSERT_EQ(dqt_inspect(base, dq, &in).ready, 2);
+  sluice_dq_free(dq);
+  finish(base, c);
+}
+
+/* A string command's answer from node n (NULL: an error). */
+static char *node_string(const th_node *n, const char *cmd) {
+  redisContext *ctx = th_node_connect(n);
+  TH_ASSERT(ctx != NULL);
+  redisReply *r = redisCommand(ctx, cmd);
+  char *out = r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS)
+                  ? strdup(r->str)
+                  : NULL;
+  if (r) freeReplyObject(r);
+  redisFree(ctx);
+  return out;
+}
+
+/* The new master cannot run a replayed push for a while: its slot is
+ * marked migrating to another master that does not import it, so every
+ * try bounces between them (ASK, then MOVED back) until the step gives up
+ * with SLUICE_ECONNECTION while every connection stays up. The replay goes
+ * again after a backoff, not at a reconnect that never comes, and lands
+ * once the slot is stable. */
+static void test_cluster_replay_bounced(void) {
+  rig_start(1);
+  struct event_base *base = event_base_new();
+  sluice_client *c = client(base);
+  sluice_dq *dq = dqt_queue(c, "t");
+  rig_hold();
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, "m2", "two", 0, &p), SLUICE_OK);
+  size_t kept = metrics(c).record_entries;
+  TH_ASSERT_CMP(kept, >=, 1);
+  rig_fail_over();
+  long long slot = master_int("CLUSTER KEYSLOT {t}");
+  th_node *other = th_cluster_master_for_key(&R.cl, "{a}");
+  if (other == R.master) other = th_cluster_master_for_key(&R.cl, "{b}");
+  TH_ASSERT(other != NULL && other != R.master);
+  char *other_id = node_string(other, "CLUSTER MYID"), cmd[160];
+  TH_ASSERT(other_id != NULL);
+  snprintf(cmd, sizeof cmd, "CLUSTER SETSLOT %lld MIGRATING %s", slot, other_id);
+  free(other_id);
+  char *ok = node_string(R.master, cmd);
+  TH_ASSERT(ok != NULL);
+  free(ok);
+  TH_LOOP_UNTIL(base, failed(c, "dq_push") >= 2, 15000); /* bounced, then again */
+  TH_ASSERT_CMP(failed(c, "dq_push"), >=, 2);
+  TH_ASSERT_EQ(metrics(c).replay_pushes, 0);
+  snprintf(cmd, sizeof cmd, "CLUSTER SETSLOT %lld STABLE", slot);
+  ok = node_string(R.master, cmd);
+  TH_ASSERT(ok != NULL);
+  free(ok);
+  TH_LOOP_UNTIL(base, metrics(c).replay_pushes >= kept, 10000);
+  TH_ASSERT_EQ(metrics(c).replay_pushes, kept);
+  TH_ASSERT_EQ(master_int("HEXISTS sluice:dq:{t}:h pm2"), 1);
   sluice_dq_free(dq);
   finish(base, c);
 }
@@ -533,14 +596,6 @@ static void test_restart_aof_everysec(void) {
 
 static void test_restart_empty(void) { restart(NULL, 0); }
 
-/* Steps of one kind that failed (a timeout among them). */
-static uint64_t failed(const sluice_client *c, const char *kind) {
-  sluice_client_metrics m = metrics(c);
-  for (size_t k = 0; k < m.nkinds; k++)
-    if (strcmp(m.kinds[k].name, kind) == 0) return m.kinds[k].errors;
-  return 0;
-}
-
 static void redis_ok(const th_redis *r, const char *command) {
   redisReply *reply = th_redis_command(r, command);
   TH_ASSERT(reply && reply->type == REDIS_REPLY_STATUS);
@@ -672,6 +727,79 @@ static void test_restart_slow_node(void) {
   th_redis_stop(&r);
 }
 
+/* ---- a node that refuses writes for now ----------------------------------- */
+
+/* The restarted Redis refuses writes for now (min-replicas-to-write with
+ * no replica: NOREPLICAS, as a node still getting ready answers LOADING or
+ * BUSY) while its connection stays up. Set before the client's loop runs
+ * again, so the first replays and re-assertions meet it. */
+static void refuse_writes(const th_redis *r, int on) {
+  redis_ok(r, on ? "CONFIG SET min-replicas-to-write 1" : "CONFIG SET min-replicas-to-write 0");
+}
+
+/* Pushes whose replay the new node refused for now go again while the
+ * connection stays up, and land once it takes writes; none is dropped. */
+static void test_restart_replay_refused_for_now(void) {
+  enum { N = 5 };
+  th_redis r;
+  TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
+  struct event_base *base = event_base_new();
+  sluice_client *c = th_client(base, r.url, 3000);
+  sluice_dq *dq = dqt_queue(c, "t");
+  dqt_push p;
+  for (int i = 0; i < N; i++) {
+    char id[16];
+    snprintf(id, sizeof id, "m%d", i);
+    TH_ASSERT_EQ(dqt_push_wait(base, dq, id, "x", 60000, &p), SLUICE_OK);
+  }
+  uint64_t reconnects = metrics(c).reconnects;
+  th_redis_respawn(&r, NULL);
+  refuse_writes(&r, 1);
+  TH_LOOP_UNTIL(base, failed(c, "dq_push") >= 2, 10000); /* refused, then again */
+  TH_ASSERT_CMP(failed(c, "dq_push"), >=, 2);
+  TH_ASSERT_EQ(metrics(c).replay_pushes, 0);
+  refuse_writes(&r, 0);
+  TH_LOOP_UNTIL(base, metrics(c).replay_pushes >= N, 5000);
+  sluice_client_metrics m = metrics(c);
+  TH_ASSERT_EQ(m.replay_pushes, N);
+  TH_ASSERT_EQ(m.replay_restored, N);
+  TH_ASSERT_EQ(m.replay_dropped, 0);
+  TH_ASSERT_EQ(m.reconnects, reconnects + 1); /* the restart's: none since */
+  TH_ASSERT_EQ(th_redis_int(&r, "ZCARD sluice:dq:{t}:z"), N);
+  sluice_dq_free(dq);
+  client_close_drain(base, c);
+  event_base_free(base);
+  th_redis_stop(&r);
+}
+
+/* A replay the new node refuses for good (here its ACL: no scripts) is
+ * dropped at once and counted. */
+static void test_restart_replay_refused_for_good(void) {
+  enum { N = 3 };
+  th_redis r;
+  TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
+  struct event_base *base = event_base_new();
+  sluice_client *c = th_client(base, r.url, 3000);
+  sluice_dq *dq = dqt_queue(c, "t");
+  dqt_push p;
+  for (int i = 0; i < N; i++) {
+    char id[16];
+    snprintf(id, sizeof id, "m%d", i);
+    TH_ASSERT_EQ(dqt_push_wait(base, dq, id, "x", 60000, &p), SLUICE_OK);
+  }
+  th_redis_respawn(&r, NULL);
+  redis_ok(&r, "ACL SETUSER default -evalsha -eval");
+  TH_LOOP_UNTIL(base, metrics(c).replay_dropped >= N, 10000);
+  sluice_client_metrics m = metrics(c);
+  TH_ASSERT_EQ(m.replay_dropped, N);
+  TH_ASSERT_EQ(m.replay_pushes, 0);
+  TH_ASSERT_EQ(m.record_entries, 0);
+  sluice_dq_free(dq);
+  client_close_drain(base, c);
+  event_base_free(base);
+  th_redis_stop(&r);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"sentinel_release_replayed", test_sentinel_release_replayed, 90},
@@ -691,11 +819,14 @@ int main(int argc, char **argv) {
       {"cluster_steady_writes_confirmed", test_cluster_steady_writes_confirmed, 120},
       {"cluster_late_answer", test_cluster_late_answer, 120},
       {"cluster_consumer_registered_again", test_cluster_consumer_registered_again, 120},
+      {"cluster_replay_bounced", test_cluster_replay_bounced, 120},
       {"restart_aof_everysec", test_restart_aof_everysec, 60},
       {"restart_empty", test_restart_empty, 60},
       {"restart_late_answer", test_restart_late_answer, 60},
       {"restart_unrenewed", test_restart_unrenewed, 60},
       {"restart_slow_node", test_restart_slow_node, 60},
+      {"restart_replay_refused_for_now", test_restart_replay_refused_for_now, 60},
+      {"restart_replay_refused_for_good", test_restart_replay_refused_for_good, 60},
       {NULL, NULL, 0},
   };
   return th_topology_main(argc, argv, cases);
