@@ -18,6 +18,7 @@
 
 #include "core/client.h" /* the client's map: which node a slot goes to */
 #include "dq_util.h"
+#include "sem/sem.h" /* a permit's re-assertion in flight */
 #include "sem_util.h"
 #include "topology.h"
 
@@ -800,6 +801,127 @@ static void test_restart_replay_refused_for_good(void) {
   th_redis_stop(&r);
 }
 
+/* A re-assertion the new node refused for now goes again while the
+ * connection stays up (not at a reconnect that never comes), and the
+ * permit is restored once the node takes writes. */
+static void test_restart_reassert_refused_for_now(void) {
+  th_redis r;
+  TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
+  struct event_base *base = event_base_new();
+  sluice_client *c = th_client(base, r.url, 3000);
+  sluice_sem *s = one_permit(c, 10000, 0, 0);
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  lost_at l = {0};
+  sluice_permit_set_lost_cb(a.permit, on_lost, &l);
+  uint64_t reconnects = metrics(c).reconnects;
+  th_redis_respawn(&r, NULL);
+  refuse_writes(&r, 1);
+  TH_LOOP_UNTIL(base, failed(c, "sem_reassert") >= 2, 5000); /* refused, then again */
+  TH_ASSERT_CMP(failed(c, "sem_reassert"), >=, 2);
+  TH_ASSERT_EQ(metrics(c).permits_restored, 0);
+  refuse_writes(&r, 0);
+  TH_LOOP_UNTIL(base, metrics(c).permits_restored >= 1, 3000);
+  TH_ASSERT_EQ(metrics(c).permits_restored, 1);
+  TH_ASSERT_EQ(metrics(c).reconnects, reconnects + 1);
+  TH_ASSERT_EQ(th_redis_int(&r, "ZCARD sluice:sem:{t}:holders"), 1);
+  TH_ASSERT_EQ(l.done, 0);
+  sluice_permit_release(a.permit, NULL, NULL);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+  th_redis_stop(&r);
+}
+
+/* local_handoff: a permit whose re-assertion is still due (it failed: the
+ * restarted Redis's ACL keeps the client off the key only re-assertions
+ * write) handed to a waiter of its handle takes the re-assertion along; the
+ * new holder's permit is restored once the ACL lets it, not lost at its
+ * first renewal. Another holder, whose lease ends soon, keeps the waiter
+ * queued on the restarted Redis until the hand-off. */
+static void test_restart_handoff_carries_reassert(void) {
+  enum { OTHER_MS = 1500 };
+  th_redis r;
+  TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
+  struct event_base *base = event_base_new();
+  sluice_client *c = th_client(base, r.url, 3000);
+  sluice_sem_options o;
+  sluice_sem_options_init(&o);
+  o.permits = 1;
+  o.ttl_ms = 6000;
+  o.local_handoff = 1;
+  sluice_sem *s = sem_test_new_opts(c, "t", &o);
+  acq_result a = sem_try(base, s), w = {0};
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  TH_ASSERT_EQ(sluice_sem_acquire(s, 30000, acq_cb, &w, NULL), SLUICE_OK);
+  TH_LOOP_UNTIL(base, s->nwaiting == 1, 5000);
+  TH_ASSERT_EQ(s->nwaiting, 1);
+  th_redis_respawn(&r, NULL);
+  int64_t other_until = dqt_unix_ms() + OTHER_MS;
+  char other[96];
+  snprintf(other, sizeof other, "ZADD sluice:sem:{t}:holders %llu other",
+           (unsigned long long)other_until);
+  TH_ASSERT_EQ(th_redis_int(&r, other), 1);
+  redis_ok(&r, "ACL SETUSER default resetkeys ~sluice:sem:{t}:[hqbmw]*");
+  TH_LOOP_UNTIL(base, failed(c, "sem_reassert") >= 1 && s->nwaiting == 1, 5000);
+  TH_ASSERT_EQ(s->nwaiting, 1);
+  TH_ASSERT_EQ(sluice_permit_release(a.permit, NULL, NULL), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &w.done, 3000));
+  TH_ASSERT_EQ(w.status, SLUICE_OK);
+  sluice_sem_metrics sm;
+  sluice_sem_get_metrics(s, &sm);
+  TH_ASSERT_EQ(sm.local_handoffs, 1);
+  lost_at l = {0};
+  sluice_permit_set_lost_cb(w.permit, on_lost, &l);
+  /* The other lease ends: room for the restore. */
+  TH_LOOP_UNTIL(base, l.done || dqt_unix_ms() > other_until + 50, OTHER_MS + 1000);
+  redis_ok(&r, "ACL SETUSER default allkeys");
+  TH_LOOP_UNTIL(base, metrics(c).permits_restored >= 1 || l.done, 6000);
+  TH_ASSERT_EQ(l.done, 0);
+  TH_ASSERT_EQ(metrics(c).permits_restored, 1);
+  char held[160];
+  snprintf(held, sizeof held, "ZSCORE sluice:sem:{t}:holders %s", sluice_permit_id(w.permit));
+  redisReply *score = th_redis_command(&r, held);
+  TH_ASSERT(score && score->type == REDIS_REPLY_STRING);
+  freeReplyObject(score);
+  sluice_permit_release(w.permit, NULL, NULL);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+  th_redis_stop(&r);
+}
+
+/* The node changes again while a re-assertion is in flight (a cluster's
+ * slot moving twice; here the client is told of it by hand while writes
+ * are paused on the restarted Redis): another re-assertion follows once
+ * the first is answered, rather than being dropped. */
+static void test_restart_reassert_while_in_flight(void) {
+  th_redis r;
+  TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
+  struct event_base *base = event_base_new();
+  sluice_client *c = th_client(base, r.url, 3000);
+  sluice_sem *w = sem_test_new(c, "w", 1, 30000, 0); /* loads the script */
+  TH_ASSERT_EQ(sem_try(base, w).status, SLUICE_OK);
+  sluice_sem_free(w);
+  sluice_sem *s = one_permit(c, 10000, 0, 0);
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  th_redis_respawn(&r, NULL);
+  redis_ok(&r, "CLIENT PAUSE 1000 WRITE");
+  TH_LOOP_UNTIL(base, a.permit->reassert.batch != NULL, 2000);
+  TH_ASSERT(a.permit->reassert.batch != NULL);
+  sluice__guard_home_node_changed(&c->home, -1, -1);
+  TH_LOOP_UNTIL(base, answered(c, "sem_reassert") >= 2, 5000);
+  TH_ASSERT_EQ(answered(c, "sem_reassert"), 2);
+  TH_ASSERT_EQ(metrics(c).permits_restored, 1); /* the second finds it held */
+  TH_ASSERT_EQ(sluice_permit_lost(a.permit), 0);
+  sluice_permit_release(a.permit, NULL, NULL);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+  th_redis_stop(&r);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"sentinel_release_replayed", test_sentinel_release_replayed, 90},
@@ -827,6 +949,9 @@ int main(int argc, char **argv) {
       {"restart_slow_node", test_restart_slow_node, 60},
       {"restart_replay_refused_for_now", test_restart_replay_refused_for_now, 60},
       {"restart_replay_refused_for_good", test_restart_replay_refused_for_good, 60},
+      {"restart_reassert_refused_for_now", test_restart_reassert_refused_for_now, 60},
+      {"restart_handoff_carries_reassert", test_restart_handoff_carries_reassert, 60},
+      {"restart_reassert_while_in_flight", test_restart_reassert_while_in_flight, 60},
       {NULL, NULL, 0},
   };
   return th_topology_main(argc, argv, cases);
