@@ -10,7 +10,10 @@
  * a release sent again, a permit restored, a permit lost at once (taken on
  * the new master first), pushes sent again without a duplicate, the
  * record's bounds. And on a single Redis killed -9 and restarted, with
- * appendfsync everysec and without persistence.
+ * appendfsync everysec and without persistence. Replays and re-assertions
+ * that fail while the connection stays up (a node refusing writes for now,
+ * a cluster step bounced until it gives up) go again; one refused for good
+ * is counted.
  * Suite "replay": each case starts its own topology (a few seconds). */
 #include <signal.h>
 #include <stdlib.h>
