@@ -10,7 +10,10 @@
  * a release sent again, a permit restored, a permit lost at once (taken on
  * the new master first), pushes sent again without a duplicate, the
  * record's bounds. And on a single Redis killed -9 and restarted, with
- * appendfsync everysec and without persistence.
+ * appendfsync everysec and without persistence. Replays and re-assertions
+ * that fail while the connection stays up (a node refusing writes for now,
+ * a cluster step bounced until it gives up) go again; one refused for good
+ * is counted.
  * Suite "replay": each case starts its own topology (a few seconds). */
 #include <signal.h>
 #include <stdlib.h>
@@ -18,6 +21,7 @@
 
 #include "core/client.h" /* the client's map: which node a slot goes to */
 #include "dq_util.h"
+#include "sem/sem.h" /* a permit's re-assertion in flight */
 #include "sem_util.h"
 #include "topology.h"
 
@@ -110,6 +114,14 @@ static uint64_t answered(const sluice_client *c, const char *kind) {
   sluice_client_metrics m = metrics(c);
   for (size_t k = 0; k < m.nkinds; k++)
     if (strcmp(m.kinds[k].name, kind) == 0) return m.kinds[k].ops - m.kinds[k].errors;
+  return 0;
+}
+
+/* Steps of one kind that failed (a timeout among them). */
+static uint64_t failed(const sluice_client *c, const char *kind) {
+  sluice_client_metrics m = metrics(c);
+  for (size_t k = 0; k < m.nkinds; k++)
+    if (strcmp(m.kinds[k].name, kind) == 0) return m.kinds[k].errors;
   return 0;
 }
 
@@ -265,6 +277,61 @@ static void push_replayed(int cluster) {
   TH_ASSERT_EQ(master_int("HEXISTS sluice:dq:{t}:h pm2"), 1);
   dqt_info in;
   TH_ASSERT_EQ(dqt_inspect(base, dq, &in).ready, 2);
+  sluice_dq_free(dq);
+  finish(base, c);
+}
+
+/* A string command's answer from node n (NULL: an error). */
+static char *node_string(const th_node *n, const char *cmd) {
+  redisContext *ctx = th_node_connect(n);
+  TH_ASSERT(ctx != NULL);
+  redisReply *r = redisCommand(ctx, cmd);
+  char *out = r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS)
+                  ? strdup(r->str)
+                  : NULL;
+  if (r) freeReplyObject(r);
+  redisFree(ctx);
+  return out;
+}
+
+/* The new master cannot run a replayed push for a while: its slot is
+ * marked migrating to another master that does not import it, so every
+ * try bounces between them (ASK, then MOVED back) until the step gives up
+ * with SLUICE_ECONNECTION while every connection stays up. The replay goes
+ * again after a backoff, not at a reconnect that never comes, and lands
+ * once the slot is stable. */
+static void test_cluster_replay_bounced(void) {
+  rig_start(1);
+  struct event_base *base = event_base_new();
+  sluice_client *c = client(base);
+  sluice_dq *dq = dqt_queue(c, "t");
+  rig_hold();
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, "m2", "two", 0, &p), SLUICE_OK);
+  size_t kept = metrics(c).record_entries;
+  TH_ASSERT_CMP(kept, >=, 1);
+  rig_fail_over();
+  long long slot = master_int("CLUSTER KEYSLOT {t}");
+  th_node *other = th_cluster_master_for_key(&R.cl, "{a}");
+  if (other == R.master) other = th_cluster_master_for_key(&R.cl, "{b}");
+  TH_ASSERT(other != NULL && other != R.master);
+  char *other_id = node_string(other, "CLUSTER MYID"), cmd[160];
+  TH_ASSERT(other_id != NULL);
+  snprintf(cmd, sizeof cmd, "CLUSTER SETSLOT %lld MIGRATING %s", slot, other_id);
+  free(other_id);
+  char *ok = node_string(R.master, cmd);
+  TH_ASSERT(ok != NULL);
+  free(ok);
+  TH_LOOP_UNTIL(base, failed(c, "dq_push") >= 2, 15000); /* bounced, then again */
+  TH_ASSERT_CMP(failed(c, "dq_push"), >=, 2);
+  TH_ASSERT_EQ(metrics(c).replay_pushes, 0);
+  snprintf(cmd, sizeof cmd, "CLUSTER SETSLOT %lld STABLE", slot);
+  ok = node_string(R.master, cmd);
+  TH_ASSERT(ok != NULL);
+  free(ok);
+  TH_LOOP_UNTIL(base, metrics(c).replay_pushes >= kept, 10000);
+  TH_ASSERT_EQ(metrics(c).replay_pushes, kept);
+  TH_ASSERT_EQ(master_int("HEXISTS sluice:dq:{t}:h pm2"), 1);
   sluice_dq_free(dq);
   finish(base, c);
 }
@@ -533,14 +600,6 @@ static void test_restart_aof_everysec(void) {
 
 static void test_restart_empty(void) { restart(NULL, 0); }
 
-/* Steps of one kind that failed (a timeout among them). */
-static uint64_t failed(const sluice_client *c, const char *kind) {
-  sluice_client_metrics m = metrics(c);
-  for (size_t k = 0; k < m.nkinds; k++)
-    if (strcmp(m.kinds[k].name, kind) == 0) return m.kinds[k].errors;
-  return 0;
-}
-
 static void redis_ok(const th_redis *r, const char *command) {
   redisReply *reply = th_redis_command(r, command);
   TH_ASSERT(reply && reply->type == REDIS_REPLY_STATUS);
@@ -672,6 +731,200 @@ static void test_restart_slow_node(void) {
   th_redis_stop(&r);
 }
 
+/* ---- a node that refuses writes for now ----------------------------------- */
+
+/* The restarted Redis refuses writes for now (min-replicas-to-write with
+ * no replica: NOREPLICAS, as a node still getting ready answers LOADING or
+ * BUSY) while its connection stays up. Set before the client's loop runs
+ * again, so the first replays and re-assertions meet it. */
+static void refuse_writes(const th_redis *r, int on) {
+  redis_ok(r, on ? "CONFIG SET min-replicas-to-write 1" : "CONFIG SET min-replicas-to-write 0");
+}
+
+/* Pushes whose replay the new node refused for now go again while the
+ * connection stays up, and land once it takes writes; none is dropped. */
+static void test_restart_replay_refused_for_now(void) {
+  enum { N = 5 };
+  th_redis r;
+  TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
+  struct event_base *base = event_base_new();
+  sluice_client *c = th_client(base, r.url, 3000);
+  sluice_dq *dq = dqt_queue(c, "t");
+  dqt_push p;
+  for (int i = 0; i < N; i++) {
+    char id[16];
+    snprintf(id, sizeof id, "m%d", i);
+    TH_ASSERT_EQ(dqt_push_wait(base, dq, id, "x", 60000, &p), SLUICE_OK);
+  }
+  uint64_t reconnects = metrics(c).reconnects;
+  th_redis_respawn(&r, NULL);
+  refuse_writes(&r, 1);
+  TH_LOOP_UNTIL(base, failed(c, "dq_push") >= 2, 10000); /* refused, then again */
+  TH_ASSERT_CMP(failed(c, "dq_push"), >=, 2);
+  TH_ASSERT_EQ(metrics(c).replay_pushes, 0);
+  refuse_writes(&r, 0);
+  TH_LOOP_UNTIL(base, metrics(c).replay_pushes >= N, 5000);
+  sluice_client_metrics m = metrics(c);
+  TH_ASSERT_EQ(m.replay_pushes, N);
+  TH_ASSERT_EQ(m.replay_restored, N);
+  TH_ASSERT_EQ(m.replay_dropped, 0);
+  TH_ASSERT_EQ(m.reconnects, reconnects + 1); /* the restart's: none since */
+  TH_ASSERT_EQ(th_redis_int(&r, "ZCARD sluice:dq:{t}:z"), N);
+  sluice_dq_free(dq);
+  client_close_drain(base, c);
+  event_base_free(base);
+  th_redis_stop(&r);
+}
+
+/* A replay the new node refuses for good (here its ACL: no scripts) is
+ * dropped at once and counted. */
+static void test_restart_replay_refused_for_good(void) {
+  enum { N = 3 };
+  th_redis r;
+  TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
+  struct event_base *base = event_base_new();
+  sluice_client *c = th_client(base, r.url, 3000);
+  sluice_dq *dq = dqt_queue(c, "t");
+  dqt_push p;
+  for (int i = 0; i < N; i++) {
+    char id[16];
+    snprintf(id, sizeof id, "m%d", i);
+    TH_ASSERT_EQ(dqt_push_wait(base, dq, id, "x", 60000, &p), SLUICE_OK);
+  }
+  th_redis_respawn(&r, NULL);
+  redis_ok(&r, "ACL SETUSER default -evalsha -eval");
+  TH_LOOP_UNTIL(base, metrics(c).replay_dropped >= N, 10000);
+  sluice_client_metrics m = metrics(c);
+  TH_ASSERT_EQ(m.replay_dropped, N);
+  TH_ASSERT_EQ(m.replay_pushes, 0);
+  TH_ASSERT_EQ(m.record_entries, 0);
+  sluice_dq_free(dq);
+  client_close_drain(base, c);
+  event_base_free(base);
+  th_redis_stop(&r);
+}
+
+/* A re-assertion the new node refused for now goes again while the
+ * connection stays up (not at a reconnect that never comes), and the
+ * permit is restored once the node takes writes. */
+static void test_restart_reassert_refused_for_now(void) {
+  th_redis r;
+  TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
+  struct event_base *base = event_base_new();
+  sluice_client *c = th_client(base, r.url, 3000);
+  sluice_sem *s = one_permit(c, 10000, 0, 0);
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  lost_at l = {0};
+  sluice_permit_set_lost_cb(a.permit, on_lost, &l);
+  uint64_t reconnects = metrics(c).reconnects;
+  th_redis_respawn(&r, NULL);
+  refuse_writes(&r, 1);
+  TH_LOOP_UNTIL(base, failed(c, "sem_reassert") >= 2, 5000); /* refused, then again */
+  TH_ASSERT_CMP(failed(c, "sem_reassert"), >=, 2);
+  TH_ASSERT_EQ(metrics(c).permits_restored, 0);
+  refuse_writes(&r, 0);
+  TH_LOOP_UNTIL(base, metrics(c).permits_restored >= 1, 3000);
+  TH_ASSERT_EQ(metrics(c).permits_restored, 1);
+  TH_ASSERT_EQ(metrics(c).reconnects, reconnects + 1);
+  TH_ASSERT_EQ(th_redis_int(&r, "ZCARD sluice:sem:{t}:holders"), 1);
+  TH_ASSERT_EQ(l.done, 0);
+  sluice_permit_release(a.permit, NULL, NULL);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+  th_redis_stop(&r);
+}
+
+/* local_handoff: a permit whose re-assertion is still due (it failed: the
+ * restarted Redis's ACL keeps the client off the key only re-assertions
+ * write) handed to a waiter of its handle takes the re-assertion along; the
+ * new holder's permit is restored once the ACL lets it, not lost at its
+ * first renewal. Another holder, whose lease ends soon, keeps the waiter
+ * queued on the restarted Redis until the hand-off. */
+static void test_restart_handoff_carries_reassert(void) {
+  enum { OTHER_MS = 1500 };
+  th_redis r;
+  TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
+  struct event_base *base = event_base_new();
+  sluice_client *c = th_client(base, r.url, 3000);
+  sluice_sem_options o;
+  sluice_sem_options_init(&o);
+  o.permits = 1;
+  o.ttl_ms = 6000;
+  o.local_handoff = 1;
+  sluice_sem *s = sem_test_new_opts(c, "t", &o);
+  acq_result a = sem_try(base, s), w = {0};
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  TH_ASSERT_EQ(sluice_sem_acquire(s, 30000, acq_cb, &w, NULL), SLUICE_OK);
+  TH_LOOP_UNTIL(base, s->nwaiting == 1, 5000);
+  TH_ASSERT_EQ(s->nwaiting, 1);
+  th_redis_respawn(&r, NULL);
+  int64_t other_until = dqt_unix_ms() + OTHER_MS;
+  char other[96];
+  snprintf(other, sizeof other, "ZADD sluice:sem:{t}:holders %llu other",
+           (unsigned long long)other_until);
+  TH_ASSERT_EQ(th_redis_int(&r, other), 1);
+  redis_ok(&r, "ACL SETUSER default resetkeys ~sluice:sem:{t}:[hqbmw]*");
+  TH_LOOP_UNTIL(base, failed(c, "sem_reassert") >= 1 && s->nwaiting == 1, 5000);
+  TH_ASSERT_EQ(s->nwaiting, 1);
+  TH_ASSERT_EQ(sluice_permit_release(a.permit, NULL, NULL), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &w.done, 3000));
+  TH_ASSERT_EQ(w.status, SLUICE_OK);
+  sluice_sem_metrics sm;
+  sluice_sem_get_metrics(s, &sm);
+  TH_ASSERT_EQ(sm.local_handoffs, 1);
+  lost_at l = {0};
+  sluice_permit_set_lost_cb(w.permit, on_lost, &l);
+  /* The other lease ends: room for the restore. */
+  TH_LOOP_UNTIL(base, l.done || dqt_unix_ms() > other_until + 50, OTHER_MS + 1000);
+  redis_ok(&r, "ACL SETUSER default allkeys");
+  TH_LOOP_UNTIL(base, metrics(c).permits_restored >= 1 || l.done, 6000);
+  TH_ASSERT_EQ(l.done, 0);
+  TH_ASSERT_EQ(metrics(c).permits_restored, 1);
+  char held[160];
+  snprintf(held, sizeof held, "ZSCORE sluice:sem:{t}:holders %s", sluice_permit_id(w.permit));
+  redisReply *score = th_redis_command(&r, held);
+  TH_ASSERT(score && score->type == REDIS_REPLY_STRING);
+  freeReplyObject(score);
+  sluice_permit_release(w.permit, NULL, NULL);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+  th_redis_stop(&r);
+}
+
+/* The node changes again while a re-assertion is in flight (a cluster's
+ * slot moving twice; here the client is told of it by hand while writes
+ * are paused on the restarted Redis): another re-assertion follows once
+ * the first is answered, rather than being dropped. */
+static void test_restart_reassert_while_in_flight(void) {
+  th_redis r;
+  TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
+  struct event_base *base = event_base_new();
+  sluice_client *c = th_client(base, r.url, 3000);
+  sluice_sem *w = sem_test_new(c, "w", 1, 30000, 0); /* loads the script */
+  TH_ASSERT_EQ(sem_try(base, w).status, SLUICE_OK);
+  sluice_sem_free(w);
+  sluice_sem *s = one_permit(c, 10000, 0, 0);
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  th_redis_respawn(&r, NULL);
+  redis_ok(&r, "CLIENT PAUSE 1000 WRITE");
+  TH_LOOP_UNTIL(base, a.permit->reassert.batch != NULL, 2000);
+  TH_ASSERT(a.permit->reassert.batch != NULL);
+  sluice__guard_home_node_changed(&c->home, -1, -1);
+  TH_LOOP_UNTIL(base, answered(c, "sem_reassert") >= 2, 5000);
+  TH_ASSERT_EQ(answered(c, "sem_reassert"), 2);
+  TH_ASSERT_EQ(metrics(c).permits_restored, 1); /* the second finds it held */
+  TH_ASSERT_EQ(sluice_permit_lost(a.permit), 0);
+  sluice_permit_release(a.permit, NULL, NULL);
+  sluice_sem_free(s);
+  client_close_drain(base, c);
+  event_base_free(base);
+  th_redis_stop(&r);
+}
+
 int main(int argc, char **argv) {
   static const th_case cases[] = {
       {"sentinel_release_replayed", test_sentinel_release_replayed, 90},
@@ -691,11 +944,17 @@ int main(int argc, char **argv) {
       {"cluster_steady_writes_confirmed", test_cluster_steady_writes_confirmed, 120},
       {"cluster_late_answer", test_cluster_late_answer, 120},
       {"cluster_consumer_registered_again", test_cluster_consumer_registered_again, 120},
+      {"cluster_replay_bounced", test_cluster_replay_bounced, 120},
       {"restart_aof_everysec", test_restart_aof_everysec, 60},
       {"restart_empty", test_restart_empty, 60},
       {"restart_late_answer", test_restart_late_answer, 60},
       {"restart_unrenewed", test_restart_unrenewed, 60},
       {"restart_slow_node", test_restart_slow_node, 60},
+      {"restart_replay_refused_for_now", test_restart_replay_refused_for_now, 60},
+      {"restart_replay_refused_for_good", test_restart_replay_refused_for_good, 60},
+      {"restart_reassert_refused_for_now", test_restart_reassert_refused_for_now, 60},
+      {"restart_handoff_carries_reassert", test_restart_handoff_carries_reassert, 60},
+      {"restart_reassert_while_in_flight", test_restart_reassert_while_in_flight, 60},
       {NULL, NULL, 0},
   };
   return th_topology_main(argc, argv, cases);

@@ -265,6 +265,9 @@ typedef struct sluice_client_metrics {
   uint64_t replay_settlements;
   uint64_t replay_cancels;
   uint64_t replay_restored;
+  /* Writes sent again that a new node refused for good (not a refusal for
+   * now, such as LOADING or BUSY: those go again): dropped. */
+  uint64_t replay_dropped;
   /* Held permits re-asserted on a new node that were missing there: put
    * back (with their id, fencing token and the rest of their lease), or lost because
    * the semaphore was full there (lost callback, SLUICE_LOST_DEFINITE). */

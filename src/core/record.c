@@ -5,6 +5,7 @@
 #include <event2/event.h>
 
 #include "core/client.h"
+#include "core/redis_error.h"
 
 /* INFO replication per node with entries, at most this often... */
 #define POLL_MS 100
@@ -18,6 +19,11 @@
 #define MARKS_MAX 32
 /* A full record is logged at most this often. */
 #define FULL_LOG_MS 10000
+/* A replay that failed where it may succeed later (the connection stayed
+ * up; a node still getting ready) goes again after RETRY_MIN_MS, doubling
+ * up to RETRY_MAX_MS, for as long as it stays within the record's bounds. */
+#define RETRY_MIN_MS 50
+#define RETRY_MAX_MS 2000
 
 typedef struct rec_entry {
   sluice__link all;     /* in rec->all, oldest first */
@@ -25,6 +31,8 @@ typedef struct rec_entry {
   sluice_client *c;
   uint64_t seq, node_id, acked_ms;
   uint64_t origin;   /* the node that answered it first */
+  uint64_t due_ms;   /* pending: not sent again before (retry backoff) */
+  unsigned tries;    /* replays in a row that failed */
   unsigned long ups; /* its node's handshake that answered it */
   int route;
   unsigned kind, items;
@@ -289,8 +297,14 @@ static void poll_cb(evutil_socket_t fd, short what, void *arg) {
 
 static void send_again(sluice_client *c, rec_entry *e);
 
-static int transport_failure(int status) {
-  return status == SLUICE_ECONNECTION || status == SLUICE_EINDOUBT || status == SLUICE_ETIMEDOUT;
+/* Worth sending again: the step may not have reached the node (a transport
+ * status), or the node refused it for now (still loading, busy, not
+ * writable yet). Anything else it refused for good. */
+static int retryable(int status, const redisReply *reply) {
+  if (status == SLUICE_ECONNECTION || status == SLUICE_EINDOUBT || status == SLUICE_ETIMEDOUT)
+    return 1;
+  return status == SLUICE_EREDIS && reply && reply->type == REDIS_REPLY_ERROR &&
+         sluice__transient_error(reply->str);
 }
 
 /* Of a replay's answer, the writes that changed something: every script
@@ -305,6 +319,30 @@ static unsigned acted(const redisReply *reply) {
   return n;
 }
 
+static void arm_retry(sluice__record *r, uint64_t in_ms) {
+  if (evtimer_pending(r->retry, NULL)) return;
+  sluice__timer_in(r->retry, in_ms);
+}
+
+/* e failed for now: pending again, sent once its route's connection
+ * completes a handshake or, while it stays up, after a backoff. */
+static void park(sluice_client *c, rec_entry *e) {
+  sluice__record *r = &c->rec;
+  unsigned delay = RETRY_MIN_MS;
+  for (unsigned i = 0; i < e->tries && delay < RETRY_MAX_MS; i++) delay *= 2;
+  if (delay > RETRY_MAX_MS) delay = RETRY_MAX_MS;
+  e->tries++;
+  e->due_ms = sluice__mono_ms() + delay;
+  e->node_id = 0;
+  e->seq = ++r->seq;
+  sluice__list_append(&r->all, &e->all);
+  sluice__list_append(&r->pending, &e->by_node);
+  r->n++;
+  r->bytes += e->cmd.bytes;
+  enforce_bounds(c);
+  arm_retry(r, delay);
+}
+
 static void replayed(void *ud, int status, const redisReply *reply) {
   rec_entry *e = ud;
   sluice_client *c = e->c;
@@ -314,23 +352,21 @@ static void replayed(void *ud, int status, const redisReply *reply) {
   if (status == SLUICE_OK && c->answered) {
     r->replayed[e->kind] += e->items;
     r->restored += acted(reply);
+    e->tries = 0;
     keep(c, e, c->answered); /* the new node's replicas may not have it yet */
     return;
   }
-  if (transport_failure(status) && !c->closing) { /* again once the node is back */
-    e->node_id = 0;
-    e->seq = ++r->seq;
-    sluice__list_append(&r->all, &e->all);
-    sluice__list_append(&r->pending, &e->by_node);
-    r->n++;
-    r->bytes += e->cmd.bytes;
-    enforce_bounds(c);
+  if (retryable(status, reply)) {
+    park(c, e);
     return;
   }
-  if (status != SLUICE_ECANCELED && status != SLUICE_ECLOSED)
-    sluice__log(c, SLUICE_LOG_WARN, "a write sent again to a new Redis node failed (%s%s%s)",
+  if (status != SLUICE_ECANCELED && status != SLUICE_ECLOSED) {
+    r->replay_dropped += e->items;
+    sluice__log(c, SLUICE_LOG_WARN,
+                "a write sent again to a new Redis node was refused and is dropped (%s%s%s)",
                 sluice_err_name(status), status == SLUICE_EREDIS ? ": " : "",
                 status == SLUICE_EREDIS && reply ? reply->str : "");
+  }
   sluice__free(e);
 }
 
@@ -342,6 +378,28 @@ static void send_again(sluice_client *c, rec_entry *e) {
     return;
   }
   c->rec.replaying++;
+}
+
+/* Pending entries whose backoff ended go again if their route's connection
+ * is up (else its handshake sends them: sluice__record_conn_up); the timer
+ * comes back while any is left. */
+static void retry_cb(evutil_socket_t fd, short what, void *arg) {
+  sluice_client *c = arg;
+  sluice__record *r = &c->rec;
+  uint64_t now = sluice__mono_ms(), next = RETRY_MAX_MS;
+  if (c->closing) return;
+  for (sluice__link *l = r->pending.head, *nl; l; l = nl) {
+    nl = l->next;
+    rec_entry *e = node_entry(l);
+    const sluice__conn *to = sluice__topo_conn(c->topo, e->route);
+    if (e->due_ms <= now && to && to->state == SLUICE_CONN_UP) {
+      unlink_entry(r, e);
+      send_again(c, e);
+    } else if (e->due_ms > now && e->due_ms - now < next) {
+      next = e->due_ms - now;
+    }
+  }
+  if (r->pending.head) arm_retry(r, next);
 }
 
 static int in_routes(int route, int lo, int hi) { return lo < 0 || (route >= lo && route <= hi); }
@@ -467,7 +525,8 @@ int sluice__record_init(sluice_client *c) {
   r->max_entries = o->replay_max_entries ? o->replay_max_entries : SLUICE_REPLAY_MAX_ENTRIES;
   r->max_bytes = o->replay_max_bytes ? o->replay_max_bytes : SLUICE_REPLAY_MAX_BYTES;
   r->poll = evtimer_new(c->base, poll_cb, c);
-  return r->poll ? SLUICE_OK : SLUICE_ENOMEM;
+  r->retry = evtimer_new(c->base, retry_cb, c);
+  return r->poll && r->retry ? SLUICE_OK : SLUICE_ENOMEM;
 }
 
 /* The client closes: nothing will be replayed; the poll stops (WAITs in
@@ -476,6 +535,7 @@ void sluice__record_close(sluice_client *c) {
   sluice__record *r = &c->rec;
   while (r->all.head) drop_entry(r, entry_of(r->all.head));
   if (r->poll) evtimer_del(r->poll);
+  if (r->retry) evtimer_del(r->retry);
 }
 
 /* After the topology is gone: WAITs in flight have been answered (NULL). */
@@ -486,7 +546,8 @@ void sluice__record_clear(sluice_client *c) {
   r->nodes = NULL;
   r->nnodes = r->capnodes = 0;
   if (r->poll) event_free(r->poll);
-  r->poll = NULL;
+  if (r->retry) event_free(r->retry);
+  r->poll = r->retry = NULL;
 }
 
 void sluice__record_metrics(const sluice_client *c, sluice_client_metrics *out) {
@@ -498,6 +559,7 @@ void sluice__record_metrics(const sluice_client *c, sluice_client_metrics *out) 
   out->replay_restored = r->restored;
   out->permits_restored = r->permits_restored;
   out->permits_lost = r->permits_lost;
+  out->replay_dropped = r->replay_dropped;
   out->record_dropped = r->dropped;
   out->record_entries = r->n;
   out->record_bytes = r->bytes;

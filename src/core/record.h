@@ -27,6 +27,11 @@
  *    answered, before anything new goes there; each is kept again under the
  *    node that answered its replay. A write answered by a node that had
  *    already stopped serving its route is sent again at once.
+ *  - A replay that fails where it may succeed later (no answer, a timeout,
+ *    or a node not ready yet: LOADING, BUSY, READONLY, ...) goes again when
+ *    its route's connection completes a handshake or, while it stays up,
+ *    after a bounded backoff, as long as it stays within the bounds. One
+ *    the node refuses for good is dropped and counted (replay_dropped).
  */
 #ifndef SLUICE_RECORD_H
 #define SLUICE_RECORD_H
@@ -56,6 +61,7 @@ typedef struct sluice__record {
   rec_node *nodes;      /* per node with entries */
   size_t nnodes, capnodes;
   struct event *poll;
+  struct event *retry; /* pending entries whose backoff ended go again */
   unsigned replaying; /* replays in flight */
   int info_refused_logged;
   uint64_t full_logged_ms; /* when a full record was last logged */
@@ -63,6 +69,7 @@ typedef struct sluice__record {
   uint64_t replayed[5]; /* items sent again and answered, by kind */
   uint64_t restored;    /* of them, writes the new node was missing */
   uint64_t dropped;     /* entries that fell out past the bounds */
+  uint64_t replay_dropped; /* items a new node refused for good */
   uint64_t permits_restored, permits_lost;
 } sluice__record;
 

@@ -11,6 +11,17 @@ int sluice__refused_by_acl(const char *err) {
          strstr(err, "no permissions to run");
 }
 
+int sluice__transient_error(const char *err) {
+  static const char *const words[] = {"LOADING",    "BUSY",       "TRYAGAIN", "CLUSTERDOWN",
+                                      "MASTERDOWN", "READONLY",   "UNBLOCKED", "NOREPLICAS",
+                                      "MISCONF",    "OOM"};
+  for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
+    size_t n = strlen(words[i]);
+    if (strncmp(err, words[i], n) == 0 && (err[n] == ' ' || err[n] == '\0')) return 1;
+  }
+  return 0;
+}
+
 /* The command Redis names: "... the 'zadd' command ...". */
 static int named_command(const char *err, char *cmd, size_t size) {
   const char *q = strstr(err, "'"), *end = q ? strstr(q + 1, "' command") : NULL;

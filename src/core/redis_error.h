@@ -11,6 +11,12 @@
 /* 1 when err is the ACL refusing a command or key (NOPERM). */
 int sluice__refused_by_acl(const char *err);
 
+/* 1 when err is a refusal for now, by a node that is not ready to write
+ * (loading its data, running a slow script, cut off from its master or
+ * replicas, a cluster without quorum, out of memory or disk): the same
+ * step may succeed later. */
+int sluice__transient_error(const char *err);
+
 /* "Redis: <err>", or for a refusal by ACL "Redis: NOPERM: sluice step
  * sem_acquire needs command 'zadd', which this ACL user may not run
  * (<err>)". script: the step's script (the command it calls is found at

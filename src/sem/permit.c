@@ -25,6 +25,12 @@
 
 #define RENEW_RETRY_MIN_MS 10
 #define RENEW_TIMEOUT_MIN_MS 10
+/* A re-assertion that failed (the connection may stay up: a timeout, a
+ * node still getting ready) goes again after REASSERT_RETRY_MIN_MS,
+ * doubling up to REASSERT_RETRY_MAX_MS, and within a quarter of the
+ * shortest lease left: the lease, not a reconnect, bounds the wait. */
+#define REASSERT_RETRY_MIN_MS 20
+#define REASSERT_RETRY_MAX_MS 1000
 
 static uint64_t ms_left(const sluice_permit *p) {
   uint64_t now = sluice__mono_ms();
@@ -139,6 +145,17 @@ static void round_cb(evutil_socket_t fd, short what, void *arg) {
 
 /* ---- renewal batches ----------------------------------------------------- */
 
+static int reassert_due(const sluice_permit *p) {
+  return p->reassert_again || sluice__breq_busy(&p->reassert);
+}
+
+/* Re-assert p now, or once the one in flight is answered: the latest state
+ * is asserted, never dropped behind an older one. */
+static void reassert_queue(sluice_permit *p) {
+  if (p->reassert.batch) p->reassert_more = 1;
+  else sluice__batcher_queue(&p->sem->reasserts, &p->reassert, p->sem->route);
+}
+
 static void build(sluice__args *a, void *owner, sluice__breq *const *reqs, size_t n) {
   sluice_sem *sem = owner;
   sluice__sem_renew_head(a, &sem->call);
@@ -170,13 +187,29 @@ static unsigned timeout(void *owner, sluice__breq *const *reqs, size_t n) {
   return lease_timeout(owner, reqs, n, renewing);
 }
 
-/* ttl > 0: extended; 0: gone. Errors: try again well before the deadline. */
+/* Renew again well before the deadline, off the rounds. */
+static void renew_later(sluice_permit *p) {
+  uint64_t again = ms_left(p) / 4;
+  if (again > p->sem->o.renew_ms) again = p->sem->o.renew_ms;
+  if (again < RENEW_RETRY_MIN_MS) again = RENEW_RETRY_MIN_MS;
+  round_leave(p);
+  sluice__timer_in(p->renew_timer, again);
+}
+
+/* ttl > 0: extended; 0: gone, unless a re-assertion is still due (a new
+ * node that has not seen it yet). Errors: try again well before the
+ * deadline. */
 static void answer(void *owner, sluice__breq *r, int status, const sluice__batch_reply *br) {
   sluice_permit *p = sluice__container_of(r, sluice_permit, renewal);
   int64_t ttl = 0;
   if (p->lost || status == SLUICE_ECANCELED) return;
   if (status == SLUICE_OK && sluice__reply_i64(br->reply->element[br->at], &ttl))
     status = SLUICE_EPROTOCOL;
+  if (status == SLUICE_OK && ttl == 0 && reassert_due(p)) {
+    reassert_queue(p); /* missing on a new node: the re-assertion decides */
+    renew_later(p);
+    return;
+  }
   if (status == SLUICE_OK && ttl == 0) {
     fire_lost(p, SLUICE_LOST_DEFINITE);
     return;
@@ -190,11 +223,7 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
     return;
   }
   p->sem->m.renew_errors++;
-  uint64_t again = ms_left(p) / 4;
-  if (again > p->sem->o.renew_ms) again = p->sem->o.renew_ms;
-  if (again < RENEW_RETRY_MIN_MS) again = RENEW_RETRY_MIN_MS;
-  round_leave(p);
-  sluice__timer_in(p->renew_timer, again);
+  renew_later(p);
 }
 
 static const sluice__batch_kind renew_kind = {&sluice__lua_sem_renew,
@@ -222,28 +251,54 @@ static unsigned reassert_timeout(void *owner, sluice__breq *const *reqs, size_t 
   return lease_timeout(owner, reqs, n, reasserting);
 }
 
+/* Failed re-assertions go again after a backoff, within a quarter of the
+ * shortest lease left among them. */
+static void reassert_retry_arm(sluice_sem *sem, const sluice_permit *p) {
+  unsigned b = sem->reassert_backoff_ms ? sem->reassert_backoff_ms : REASSERT_RETRY_MIN_MS;
+  sem->reassert_backoff_ms = b * 2 < REASSERT_RETRY_MAX_MS ? b * 2 : REASSERT_RETRY_MAX_MS;
+  uint64_t in = ms_left(p) / 4;
+  if (in > b) in = b;
+  if (in < RENEW_RETRY_MIN_MS) in = RENEW_RETRY_MIN_MS;
+  uint64_t at = sluice__mono_ms() + in;
+  if (evtimer_pending(sem->reassert_timer, NULL) && sem->reassert_at_ms <= at) return;
+  sem->reassert_at_ms = at;
+  evtimer_del(sem->reassert_timer);
+  sluice__timer_in(sem->reassert_timer, in);
+}
+
+static void reassert_retry_cb(evutil_socket_t fd, short what, void *arg) {
+  sluice__permits_resume(arg);
+}
+
 /* 1 still held, 2 put back: either way with the rest of the lease the
  * client counts on (its deadline stands: Redis's lease now ends later); 0
  * taken by someone else meanwhile: lost, now rather than at the next
- * renewal. Unanswered: again when the connection is back (meanwhile the
- * renewals go on, and would find it gone); the next answer says 2 if one
- * of the unanswered ones put it back, so a restore counts once. */
+ * renewal. Unanswered or refused for now: again after a backoff, or when
+ * the connection is back (meanwhile a renewal that finds it gone asks for
+ * it again); the next answer says 2 if one of the unanswered ones put it
+ * back, so a restore counts once. One asked for while this was in flight
+ * goes now. */
 static void reassert_answer(void *owner, sluice__breq *r, int status,
                             const sluice__batch_reply *br) {
   sluice_permit *p = sluice__container_of(r, sluice_permit, reassert);
   sluice_sem *sem = owner;
   uint64_t sent = p->reassert_sent; /* 0: this request was never sent */
+  int more = p->reassert_more;
   int64_t v = 0;
   p->reassert_sent = 0;
+  p->reassert_more = 0;
   if (p->lost || status == SLUICE_ECANCELED) return;
   if (status == SLUICE_OK && sluice__reply_i64(br->reply->element[br->at], &v))
     status = SLUICE_EPROTOCOL;
   p->reassert_again = status != SLUICE_OK;
   if (status != SLUICE_OK) {
     if (!p->unanswered_since) p->unanswered_since = sent; /* it may have run */
+    if (more) reassert_queue(p);
+    else reassert_retry_arm(sem, p);
     return;
   }
   p->unanswered_since = 0;
+  sem->reassert_backoff_ms = 0;
   sluice__record_permits(sem->c, v == 2, v == 0);
   if (v == 0) {
     fire_lost(p, SLUICE_LOST_DEFINITE);
@@ -253,6 +308,7 @@ static void reassert_answer(void *owner, sluice__breq *r, int status,
     sluice__log(sem->c, SLUICE_LOG_INFO, "semaphore '%s': permit %s restored on the new node",
                 sem->name, p->id);
   p->replicated = br->replicated;
+  if (more) reassert_queue(p);
 }
 
 static const sluice__batch_kind reassert_kind = {&sluice__lua_sem_reassert,
@@ -266,15 +322,15 @@ static const sluice__batch_kind reassert_kind = {&sluice__lua_sem_reassert,
 void sluice__permits_reassert(sluice_sem *sem) {
   for (sluice__link *l = sem->permits.head; l; l = l->next) {
     sluice_permit *p = sluice__container_of(l, sluice_permit, link);
-    if (!p->lost) sluice__batcher_queue(&sem->reasserts, &p->reassert, sem->route);
+    if (!p->lost) reassert_queue(p);
   }
 }
 
 void sluice__permits_resume(sluice_sem *sem) {
+  evtimer_del(sem->reassert_timer);
   for (sluice__link *l = sem->permits.head; l; l = l->next) {
     sluice_permit *p = sluice__container_of(l, sluice_permit, link);
-    if (p->reassert_again && !p->lost)
-      sluice__batcher_queue(&sem->reasserts, &p->reassert, sem->route);
+    if (p->reassert_again && !p->lost) reassert_queue(p);
   }
 }
 
@@ -286,12 +342,14 @@ int sluice__permit_setup(sluice_sem *sem) {
                        sem->o.op_timeout_ms);
   sem->round_done = sluice__mono_ms() / round_ms(sem);
   sem->round_timer = evtimer_new(sluice__client_base(sem->c), round_cb, sem);
-  return sem->round_timer ? SLUICE_OK : SLUICE_ENOMEM;
+  sem->reassert_timer = evtimer_new(sluice__client_base(sem->c), reassert_retry_cb, sem);
+  return sem->round_timer && sem->reassert_timer ? SLUICE_OK : SLUICE_ENOMEM;
 }
 
 void sluice__permit_teardown(sluice_sem *sem) {
   if (sem->round_timer) event_free(sem->round_timer);
-  sem->round_timer = NULL;
+  if (sem->reassert_timer) event_free(sem->reassert_timer);
+  sem->round_timer = sem->reassert_timer = NULL;
 }
 
 void sluice__permit_renew_now(sluice_permit *p) {
@@ -364,6 +422,8 @@ sluice_permit *sluice__permit_from_pass(sluice_sem *sem, const sluice__pass *pas
                                         pass->replicated);
   if (!p) return NULL;
   p->handoffs = pass->handoffs;
+  p->unanswered_since = pass->unanswered_since;
+  if (pass->reassert) reassert_queue(p);
   if (pass->renew_in_ms) renew_by(p, sluice__mono_ms() + pass->renew_in_ms);
   else sluice__permit_renew_now(p);
   return p;
@@ -387,6 +447,10 @@ static int hand_on(sluice_permit *p, sluice_release_cb *cb, void *ud) {
                        .renew_in_ms = left > due_at ? left - due_at : 0,
                        .replicated = p->replicated,
                        .handoffs = p->handoffs + 1,
+                       .reassert = reassert_due(p),
+                       /* one in flight may run: a restore it made counts */
+                       .unanswered_since = p->unanswered_since ? p->unanswered_since
+                                                               : p->reassert_sent,
                        .cb = cb,
                        .ud = ud};
   memcpy(pass.id, p->id, sizeof pass.id);
@@ -399,12 +463,14 @@ void sluice__permits_quiesce(sluice_sem *sem) {
   for (sluice__link *l = sem->permits.head; l; l = l->next)
     stop_renewing(sluice__container_of(l, sluice_permit, link));
   evtimer_del(sem->round_timer);
+  evtimer_del(sem->reassert_timer);
 }
 
 void sluice__permits_cancel_all(sluice_sem *sem) {
   sluice__batcher_cancel(&sem->renewals, SLUICE_ECANCELED);
   evtimer_del(sem->round_timer);
   sluice__batcher_cancel(&sem->reasserts, SLUICE_ECANCELED);
+  evtimer_del(sem->reassert_timer);
   for (sluice__link *l = sem->permits.head, *next; l; l = next) {
     next = l->next;
     sluice_permit *p = sluice__container_of(l, sluice_permit, link);

@@ -80,6 +80,9 @@ struct sluice_sem {
   sluice__list rounds[SEM_ROUNDS]; /* permits by the renewal round they wait for */
   struct event *round_timer;       /* the next round */
   uint64_t round_done;             /* the last round renewed */
+  struct event *reassert_timer;    /* re-assertions that failed go again */
+  unsigned reassert_backoff_ms;    /* its next delay (0: none failed yet) */
+  uint64_t reassert_at_ms;         /* monotonic: when it fires, while pending */
 
   /* sem.c */
   sluice__list inspects;
@@ -97,6 +100,8 @@ typedef struct sluice__pass {
   uint64_t renew_in_ms; /* when the lease's next renewal is due */
   int replicated;
   unsigned handoffs; /* in a row, this one included */
+  int reassert;                /* a re-assertion of the lease is still due */
+  uint64_t unanswered_since;   /* as the permit's (sluice_permit) */
   sluice_release_cb *cb;
   void *ud;
 } sluice__pass;
@@ -108,6 +113,7 @@ struct sluice_permit {
   sluice__breq renewal;        /* in sem->renewals */
   sluice__breq reassert;       /* in sem->reasserts */
   unsigned reassert_again : 1; /* the last one went unanswered */
+  unsigned reassert_more : 1;  /* another one asked for while one was in flight */
   uint64_t reassert_sent;      /* the number of its last re-assertion */
   uint64_t unanswered_since;   /* its first one since the last answer (0: none) */
   char id[33];
@@ -169,7 +175,8 @@ void sluice__permits_quiesce(sluice_sem *sem);
 /* The node behind the semaphore changed: every held permit is re-asserted
  * there (sem_reassert.lua): renewed, restored, or lost at once. */
 void sluice__permits_reassert(sluice_sem *sem);
-/* The connection is back: re-assertions that went unanswered go again. */
+/* The connection is back: re-assertions that went unanswered go again
+ * (also after a backoff while it stays up). */
 void sluice__permits_resume(sluice_sem *sem);
 /* Client closed: stop renewing. Handle freed: release and drop permits. */
 void sluice__permits_cancel_all(sluice_sem *sem);
