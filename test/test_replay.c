@@ -767,7 +767,7 @@ static void test_restart_replay_refused_for_now(void) {
   sluice_client_metrics m = metrics(c);
   TH_ASSERT_EQ(m.replay_pushes, N);
   TH_ASSERT_EQ(m.replay_restored, N);
-  TH_ASSERT_EQ(m.replay_dropped, 0);
+  TH_ASSERT_EQ(m.record_dropped, 0);
   TH_ASSERT_EQ(m.reconnects, reconnects + 1); /* the restart's: none since */
   TH_ASSERT_EQ(th_redis_int(&r, "ZCARD sluice:dq:{t}:z"), N);
   sluice_dq_free(dq);
@@ -793,9 +793,9 @@ static void test_restart_replay_refused_for_good(void) {
   }
   th_redis_respawn(&r, NULL);
   redis_ok(&r, "ACL SETUSER default -evalsha -eval");
-  TH_LOOP_UNTIL(base, metrics(c).replay_dropped >= N, 10000);
+  TH_LOOP_UNTIL(base, metrics(c).record_dropped >= N, 10000);
   sluice_client_metrics m = metrics(c);
-  TH_ASSERT_EQ(m.replay_dropped, N);
+  TH_ASSERT_EQ(m.record_dropped, N);
   TH_ASSERT_EQ(m.replay_pushes, 0);
   TH_ASSERT_EQ(m.record_entries, 0);
   sluice_dq_free(dq);

@@ -265,15 +265,15 @@ typedef struct sluice_client_metrics {
   uint64_t replay_settlements;
   uint64_t replay_cancels;
   uint64_t replay_restored;
-  /* Writes sent again that a new node refused for good (not a refusal for
-   * now, such as LOADING or BUSY: those go again): dropped. */
-  uint64_t replay_dropped;
   /* Held permits re-asserted on a new node that were missing there: put
    * back (with their id, fencing token and the rest of their lease), or lost because
    * the semaphore was full there (lost callback, SLUICE_LOST_DEFINITE). */
   uint64_t permits_restored;
   uint64_t permits_lost;
-  uint64_t record_dropped; /* steps that fell out past its bounds unconfirmed */
+  /* Steps that fell out past its bounds unconfirmed, or that a new node
+   * refused for good when sent again (a refusal for now, such as LOADING
+   * or BUSY, goes again). */
+  uint64_t record_dropped;
   size_t record_entries;   /* steps it holds now */
   size_t record_bytes;
   uint64_t record_oldest_ms; /* age of the oldest (0: empty) */

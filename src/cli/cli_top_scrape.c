@@ -46,7 +46,6 @@ static const struct family {
     {"sluice_client_record_bytes", V_BYTES, 0},
     {"sluice_client_record_oldest_age_seconds", V_OLDEST_MS, 1},
     {"sluice_client_record_dropped_total", V_DROPPED, 0},
-    {"sluice_client_replay_dropped_total", V_DROPPED, 0}, /* lost too: one column */
     {"sluice_client_replay_releases_total", V_RELEASES, 0},
     {"sluice_client_replay_pushes_total", V_PUSHES, 0},
     {"sluice_client_replay_settlements_total", V_SETTLEMENTS, 0},

@@ -97,8 +97,6 @@ static const field client_fields[] = {
             "Cancels sent again to a new node and answered."),
     COUNTER(client_view, m.replay_restored, "replay_restored",
             "Writes sent again that the new node was missing (it acted on them)."),
-    COUNTER(client_view, m.replay_dropped, "replay_dropped",
-            "Writes sent again that a new node refused for good: dropped."),
     COUNTER(client_view, m.permits_restored, "permits_restored",
             "Held permits missing on a new node, put back there."),
     COUNTER(client_view, m.permits_lost, "permits_lost",

@@ -361,7 +361,7 @@ static void replayed(void *ud, int status, const redisReply *reply) {
     return;
   }
   if (status != SLUICE_ECANCELED && status != SLUICE_ECLOSED) {
-    r->replay_dropped += e->items;
+    r->dropped++;
     sluice__log(c, SLUICE_LOG_WARN,
                 "a write sent again to a new Redis node was refused and is dropped (%s%s%s)",
                 sluice_err_name(status), status == SLUICE_EREDIS ? ": " : "",
@@ -559,7 +559,6 @@ void sluice__record_metrics(const sluice_client *c, sluice_client_metrics *out) 
   out->replay_restored = r->restored;
   out->permits_restored = r->permits_restored;
   out->permits_lost = r->permits_lost;
-  out->replay_dropped = r->replay_dropped;
   out->record_dropped = r->dropped;
   out->record_entries = r->n;
   out->record_bytes = r->bytes;

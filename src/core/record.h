@@ -31,7 +31,7 @@
  *    or a node not ready yet: LOADING, BUSY, READONLY, ...) goes again when
  *    its route's connection completes a handshake or, while it stays up,
  *    after a bounded backoff, as long as it stays within the bounds. One
- *    the node refuses for good is dropped and counted (replay_dropped).
+ *    the node refuses for good is dropped and counted (record_dropped).
  */
 #ifndef SLUICE_RECORD_H
 #define SLUICE_RECORD_H
@@ -69,7 +69,6 @@ typedef struct sluice__record {
   uint64_t replayed[5]; /* items sent again and answered, by kind */
   uint64_t restored;    /* of them, writes the new node was missing */
   uint64_t dropped;     /* entries that fell out past the bounds */
-  uint64_t replay_dropped; /* items a new node refused for good */
   uint64_t permits_restored, permits_lost;
 } sluice__record;
 
