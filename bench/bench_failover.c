@@ -259,13 +259,15 @@ static void on_line(run *r, const char *line) {
     r->rounds[r->nrounds - 1].done = d;
 }
 
-/* EOF ends the phase. */
+/* EOF ends the driver's part of the phase. The pipe stays readable at
+ * EOF: still watched, it would end the tail at its first turn too. */
 static void on_pipe(evutil_socket_t fd, short what, void *arg) {
   run *r = arg;
   char buf[256];
   ssize_t n = read(fd, buf, sizeof buf);
   if (n < 0 && errno == EINTR) return;
   if (n <= 0) {
+    event_del(r->pipe_ev);
     event_base_loopbreak(r->base);
     return;
   }
