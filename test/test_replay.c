@@ -348,9 +348,9 @@ static void others_signal(const th_node *keep, int sig) {
 /* The killed master started again, empty, with its nodes.conf: it claims
  * its old slots until the others tell it otherwise, and clients that have
  * not heard of the failover yet reach it first (held so here: the others
- * are stopped while it restarts and the clients try it). Redis keeps a
- * restarted master from serving until the cluster had a chance to demote
- * it, so nothing is written there; once the others resume, every push is
+ * are stopped while it restarts and the clients try it). It refuses their
+ * steps (CLUSTERDOWN: it has not heard from the cluster), so nothing is
+ * written there; once the others resume and it is demoted, every push is
  * delivered within a second of its answer: no wake-up was lost to it. */
 static void test_cluster_restarted_empty_master(void) {
   rig_start(1);
