@@ -38,7 +38,8 @@
  * SLUICE_BENCH_LOG=1 prints every client's log on stderr;
  * SLUICE_BENCH_WAIT_REPLICAS=N runs every client with wait_replicas = N;
  * SLUICE_BENCH_REPLAY_OFF=1 with replay_off (to see the difference);
- * SLUICE_BENCH_ONLY=cluster|sentinel|single|bare runs that topology alone.
+ * SLUICE_BENCH_ONLY=cluster|sentinel|single|bare runs that topology alone,
+ * SLUICE_BENCH_KIND=TEXT only the kind whose name contains TEXT (SIGKILL).
  */
 #include "bench.h"
 
@@ -97,10 +98,10 @@ typedef struct round {
   kept at_start;
 } round;
 
-/* One message pushed: when it was sent and acknowledged (0: not OK), how
- * often it was delivered. */
+/* One message pushed: when it was sent, acknowledged (0: not OK) and first
+ * delivered (0: never), how often it was delivered. */
 typedef struct pushed {
-  uint64_t sent, acked;
+  uint64_t sent, acked, delivered_at;
   unsigned delivered;
   int status;
 } pushed;
@@ -232,7 +233,7 @@ static void push_tick(evutil_socket_t fd, short what, void *arg) {
   }
   char id[24];
   snprintf(id, sizeof id, "p%zu", r->nmsgs);
-  r->msgs[r->nmsgs] = (pushed){bench_now_us(), 0, 0, 1};
+  r->msgs[r->nmsgs] = (pushed){bench_now_us(), 0, 0, 0, 1};
   sluice_dq_item item = {"tick", 4, 0, 0, id};
   if (sluice_dq_push(r->dq, &item, on_pushed, r) != SLUICE_OK) r->errors++;
   r->nmsgs++;
@@ -241,8 +242,9 @@ static void push_tick(evutil_socket_t fd, short what, void *arg) {
 static void on_msg(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
   run *r = ud;
   size_t seq = strtoul(sluice_dq_msg_id(m) + 1, NULL, 10);
-  if (seq < r->nmsgs) r->msgs[seq].delivered++;
-  times_add(&r->dq_ok, bench_now_us());
+  uint64_t now = bench_now_us();
+  if (seq < r->nmsgs && !r->msgs[seq].delivered++) r->msgs[seq].delivered_at = now;
+  times_add(&r->dq_ok, now);
   sluice_dq_ack(m, NULL, NULL);
 }
 
@@ -257,13 +259,15 @@ static void on_line(run *r, const char *line) {
     r->rounds[r->nrounds - 1].done = d;
 }
 
-/* EOF ends the phase. */
+/* EOF ends the driver's part of the phase. The pipe stays readable at
+ * EOF: still watched, it would end the tail at its first turn too. */
 static void on_pipe(evutil_socket_t fd, short what, void *arg) {
   run *r = arg;
   char buf[256];
   ssize_t n = read(fd, buf, sizeof buf);
   if (n < 0 && errno == EINTR) return;
   if (n <= 0) {
+    event_del(r->pipe_ev);
     event_base_loopbreak(r->base);
     return;
   }
@@ -284,6 +288,7 @@ static void on_pipe(evutil_socket_t fd, short what, void *arg) {
 typedef struct stats {
   bench_lat *sem, *dq, *detect, *overlap;
   long acked, lost, lost_old, dups, doubt, overlaps, errors;
+  double wait_max; /* ms, the longest wait for a delivery (wait_ms) */
   kept k;
   double sem_normal, dq_normal; /* median spacing of successes over the phase */
   int rounds;
@@ -314,12 +319,27 @@ static int round_of(const run *r, uint64_t at) {
   return k;
 }
 
-static void count_pushes(const run *r, stats st[FO_NKINDS]) {
+static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+/* How long an acknowledged message waited for its first delivery (never
+ * delivered: until `end`) once both it was acknowledged and the new master
+ * was known up: a push that the consumer did not hear of waits seconds,
+ * where the next push would otherwise hide it. */
+static double wait_ms(const pushed *m, const round *rd, uint64_t end) {
+  uint64_t from = max_u64(m->acked, rd->done ? rd->done : rd->trigger);
+  uint64_t to = m->delivered ? m->delivered_at : end;
+  return to > from ? (double)(to - from) / 1000 : 0;
+}
+
+static void count_pushes(const run *r, stats st[FO_NKINDS], uint64_t end) {
   for (size_t i = 0; i < r->nmsgs; i++) {
     const pushed *m = &r->msgs[i];
     int k = round_of(r, m->sent);
     if (k < 0) continue;
     stats *s = &st[r->rounds[k].kind];
+    double w = m->acked ? wait_ms(m, &r->rounds[k], end) : 0;
+    if (w > s->wait_max) s->wait_max = w;
     if (m->acked) s->acked++;
     if (m->acked && !m->delivered) s->lost++;
     if (m->acked && !m->delivered && m->acked + RECORD_WINDOW_MS * 1000ull < r->rounds[k].trigger)
@@ -328,9 +348,6 @@ static void count_pushes(const run *r, stats st[FO_NKINDS]) {
     if (m->status == SLUICE_EINDOUBT) s->doubt++;
   }
 }
-
-static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
-static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 /* Every stretch where a hold of each holder and one of the keeper overlap
  * (the keeper's spans are few: it holds across rounds). */
@@ -380,7 +397,7 @@ static void account(run *r, stats st[FO_NKINDS]) {
     s->dq_normal = median_spacing(&r->dq_ok);
     s->errors = r->errors;
   }
-  count_pushes(r, st);
+  count_pushes(r, st, bench_now_us());
   count_overlaps(r, st);
 }
 
@@ -549,6 +566,17 @@ static const struct topology {
      FO_SINGLE_EMPTY},
 };
 
+/* SLUICE_BENCH_KIND=TEXT: of a topology's kinds, only the first whose name
+ * contains TEXT (all of them when none does). */
+static void only_kind(enum fo_kind *first, enum fo_kind *last) {
+  const char *want = getenv("SLUICE_BENCH_KIND");
+  for (int k = *first; want && *want && k <= (int)*last; k++)
+    if (strstr(fo_kind_names[k], want)) {
+      *first = *last = (enum fo_kind)k;
+      return;
+    }
+}
+
 static int run_topology(const struct topology *t, int rounds, stats st[FO_NKINDS]) {
   const char *tmp = getenv("TMPDIR");
   snprintf(topo_dir, sizeof topo_dir, "%s/sluice-bench-fo-XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -560,7 +588,9 @@ static int run_topology(const struct topology *t, int rounds, stats st[FO_NKINDS
     snprintf(url, sizeof url, t->url, spec);
     printf("%s: %s\n", t->what, url);
     fflush(stdout);
-    rc = phase(url, spec, t->first, t->last, rounds, st);
+    enum fo_kind first = t->first, last = t->last;
+    only_kind(&first, &last);
+    rc = phase(url, spec, first, last, rounds, st);
   } else {
     fprintf(stderr, "bench_failover: bench/topology.sh %s failed\n", args);
   }
@@ -597,22 +627,24 @@ static void print_recovery(stats st[FO_NKINDS]) {
 static void print_kept(stats st[FO_NKINDS]) {
   static const char *const cols[] = {
       "failover",         "pushes acked", "lost",     "of them old",    "dups",       "in doubt",
-      "permits restored", "permits lost", "overlaps", "overlap max ms", "sent again", NULL};
+      "permits restored", "permits lost", "overlaps", "overlap max ms", "sent again", "wait max ms",
+      NULL};
   bench_table *t = bench_table_new(
       "what the failovers cost (all rounds of a kind); old: acknowledged more than the record's "
       "window (3 s, without replicas) before the act; sent again: releases / pushes, of them "
-      "missing on the new node",
+      "missing on the new node; wait max: the longest an acknowledged push waited for its first "
+      "delivery once it was acknowledged and the new master answered",
       cols);
   for (int k = 0; k < FO_NKINDS; k++) {
     const stats *s = &st[k];
     if (!s->rounds) continue;
-    bench_table_row(t, "%s|%ld|%ld|%ld|%ld|%ld|%llu|%llu|%ld|%.0f|%llu / %llu, %llu",
+    bench_table_row(t, "%s|%ld|%ld|%ld|%ld|%ld|%llu|%llu|%ld|%.0f|%llu / %llu, %llu|%.0f",
                     fo_kind_names[k], s->acked, s->lost, s->lost_old, s->dups, s->doubt,
                     (unsigned long long)s->k.permits_restored,
                     (unsigned long long)s->k.permits_lost, s->overlaps,
                     s->overlaps ? bench_lat_max(s->overlap) : 0.0,
                     (unsigned long long)s->k.releases, (unsigned long long)s->k.pushes,
-                    (unsigned long long)s->k.restored);
+                    (unsigned long long)s->k.restored, s->wait_max);
   }
   bench_table_print(t, stdout);
   bench_table_free(t);

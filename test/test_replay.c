@@ -391,6 +391,69 @@ static void consumer_registered_again(int cluster) {
   finish(base, cc);
 }
 
+/* push_delivered for a push that may fail while the client finds its node
+ * (tried again every 50 ms, for 10 s at most). */
+static void push_retried_delivered(struct event_base *base, sluice_dq *dq, const char *id,
+                                   taker *t) {
+  dqt_push p;
+  uint64_t end = th_now_ms() + 10000;
+  t->want = id;
+  t->got = 0;
+  while (dqt_push_wait(base, dq, id, "x", 0, &p) != SLUICE_OK && th_now_ms() < end)
+    th_loop_for(base, 50);
+  TH_ASSERT_EQ(p.status, SLUICE_OK);
+  if (!th_loop_until(base, &t->got, 1000))
+    th_fail(__FILE__, __LINE__, "%s not delivered within 1 s of its push's answer", id);
+}
+
+/* Every other node of the cluster stopped (sig SIGSTOP) or resumed. */
+static void others_signal(const th_node *keep, int sig) {
+  for (int i = 0; i < R.cl.n; i++)
+    if (&R.cl.node[i] != keep && R.cl.node[i].pid > 0) kill(-R.cl.node[i].pid, sig);
+}
+
+/* The killed master started again, empty, with its nodes.conf: it claims
+ * its old slots until the others tell it otherwise, and clients that have
+ * not heard of the failover yet reach it first (held so here: the others
+ * are stopped while it restarts and the clients try it). It refuses their
+ * steps (CLUSTERDOWN: it has not heard from the cluster), so nothing is
+ * written there; once the others resume and it is demoted, every push is
+ * delivered within a second of its answer: no wake-up was lost to it. */
+static void test_cluster_restarted_empty_master(void) {
+  rig_start(1);
+  struct event_base *base = event_base_new();
+  sluice_client *pc = client(base), *cc = client(base);
+  sluice_dq *dq = dqt_queue(pc, "t");
+  taker t = {NULL, 0};
+  sluice_dq_consumer *con = NULL;
+  TH_ASSERT_EQ(sluice_dq_consumer_new(cc, "t", NULL, take_one, &t, &con), SLUICE_OK);
+  push_delivered(base, dq, "before", &t);
+  th_node *old = R.master;
+  R.master = th_cluster_kill_master(&R.cl, old);
+  TH_ASSERT(R.master != NULL);
+  others_signal(old, SIGSTOP);
+  TH_ASSERT_EQ(th_cluster_restart_node(&R.cl, old), 0);
+  dqt_push p;
+  TH_ASSERT_CMP(dqt_push_wait(base, dq, "on_old", "x", 0, &p), !=, SLUICE_OK);
+  th_loop_for(base, 1000); /* the consumer's and the producer's retries go there too */
+  TH_ASSERT_EQ(node_read(old, "DBSIZE", 0), 0);
+  others_signal(old, SIGCONT);
+  char id[16];
+  for (int i = 0; i < 40; i++) {
+    snprintf(id, sizeof id, "after%d", i);
+    push_retried_delivered(base, dq, id, &t);
+  }
+  TH_ASSERT_EQ(th_cluster_wait_ok(&R.cl, 60000), 0);
+  for (int i = 0; i < 20; i++) {
+    snprintf(id, sizeof id, "agreed%d", i);
+    push_delivered(base, dq, id, &t);
+  }
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  sluice_client_free(pc);
+  finish(base, cc);
+}
+
 static void test_sentinel_consumer_registered_again(void) { consumer_registered_again(0); }
 static void test_cluster_consumer_registered_again(void) { consumer_registered_again(1); }
 
@@ -945,6 +1008,7 @@ int main(int argc, char **argv) {
       {"cluster_late_answer", test_cluster_late_answer, 120},
       {"cluster_consumer_registered_again", test_cluster_consumer_registered_again, 120},
       {"cluster_replay_bounced", test_cluster_replay_bounced, 120},
+      {"cluster_restarted_empty_master", test_cluster_restarted_empty_master, 120},
       {"restart_aof_everysec", test_restart_aof_everysec, 60},
       {"restart_empty", test_restart_empty, 60},
       {"restart_late_answer", test_restart_late_answer, 60},

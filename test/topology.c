@@ -835,6 +835,14 @@ static void print_file(const char *path) {
   fclose(f);
 }
 
+/* A cluster node's extra arguments (extra: 7 entries, NULL-terminated). */
+static void cluster_node_extra(const char *conf, const char **extra) {
+  static const char *const args[] = {"--cluster-enabled", "yes", "--cluster-config-file", NULL,
+                                     "--cluster-node-timeout", "1000"};
+  for (int i = 0; i < 6; i++) extra[i] = args[i] ? args[i] : conf;
+  extra[6] = NULL;
+}
+
 int th_cluster_start(th_cluster *cl, int masters, int replicas_per_master) {
   memset(cl, 0, sizeof *cl);
   for (int s = 0; s < TH_CLUSTER_SLOTS; s++) cl->slot_owner[s] = -1;
@@ -849,15 +857,10 @@ int th_cluster_start(th_cluster *cl, int masters, int replicas_per_master) {
   cl->replicas = replicas_per_master;
   for (int i = 0; i < n; i++) {
     char name[16], conf[240];
+    const char *extra[7];
     snprintf(name, sizeof name, "n%d", i);
     snprintf(conf, sizeof conf, "%s/%s/nodes.conf", cl->root, name);
-    const char *extra[] = {"--cluster-enabled",
-                           "yes",
-                           "--cluster-config-file",
-                           conf,
-                           "--cluster-node-timeout",
-                           "1000",
-                           NULL};
+    cluster_node_extra(conf, extra);
     cl->n = i + 1; /* so that th_cluster_stop sees it */
     if (data_node_start(&cl->node[i], cl->root, name, extra) != 0) goto fail;
   }
@@ -1100,6 +1103,18 @@ int th_cluster_hold_replicas(th_cluster *cl, th_node *m) {
   replicas_of(cl, m, &l, 0);
   for (int i = 0; i < l.n; i++) node_pause(&cl->node[l.idx[i]]);
   return l.n > 0 ? cut_replication(m) : -1;
+}
+
+int th_cluster_restart_node(th_cluster *cl, th_node *n) {
+  if (n < cl->node || n >= cl->node + cl->n || n->pid > 0) {
+    say("%s is not a killed node of this cluster", n->addr);
+    return -1;
+  }
+  char conf[240];
+  const char *extra[7];
+  snprintf(conf, sizeof conf, "%s/nodes.conf", n->dir);
+  cluster_node_extra(conf, extra);
+  return data_node_run(n, extra, 1);
 }
 
 int th_cluster_resume_node(th_cluster *cl, th_node *n) {

@@ -153,6 +153,11 @@ th_node *th_cluster_failover(th_cluster *cl, th_node *m);
 th_node *th_cluster_pause_master(th_cluster *cl, th_node *m);
 /* SIGKILL m; the same wait. m stays dead (pid 0). */
 th_node *th_cluster_kill_master(th_cluster *cl, th_node *m);
+/* Start killed node n again as it was (port, directory, nodes.conf), empty
+ * (no persistence): it claims its old role and slots until the others
+ * tell it otherwise. Returns once it answers, without waiting for that. 0
+ * or -1. */
+int th_cluster_restart_node(th_cluster *cl, th_node *n);
 /* SIGCONT a paused node; waits until it has rejoined (as a replica, if it
  * was failed over) and the whole cluster agrees again. 0 or -1. */
 int th_cluster_resume_node(th_cluster *cl, th_node *n);
