@@ -289,6 +289,7 @@ typedef struct stats {
   bench_lat *sem, *dq, *detect, *overlap;
   long acked, lost, lost_old, dups, doubt, overlaps, errors;
   double wait_max; /* ms, the longest wait for a delivery (wait_ms) */
+  double overlap_past; /* ms, the latest end of an overlap after the new master answered */
   kept k;
   double sem_normal, dq_normal; /* median spacing of successes over the phase */
   int rounds;
@@ -361,8 +362,12 @@ static void count_overlaps(const run *r, stats st[FO_NKINDS]) {
         if (from >= to) continue;
         int k = round_of(r, from);
         if (k < 0) continue;
-        st[r->rounds[k].kind].overlaps++;
-        bench_lat_add(st[r->rounds[k].kind].overlap, (double)(to - from) / 1000);
+        stats *s = &st[r->rounds[k].kind];
+        uint64_t done = r->rounds[k].done;
+        s->overlaps++;
+        bench_lat_add(s->overlap, (double)(to - from) / 1000);
+        if (done && to > done && (double)(to - done) / 1000 > s->overlap_past)
+          s->overlap_past = (double)(to - done) / 1000;
       }
 }
 
@@ -627,22 +632,23 @@ static void print_recovery(stats st[FO_NKINDS]) {
 static void print_kept(stats st[FO_NKINDS]) {
   static const char *const cols[] = {
       "failover",         "pushes acked", "lost",     "of them old",    "dups",       "in doubt",
-      "permits restored", "permits lost", "overlaps", "overlap max ms", "sent again", "wait max ms",
-      NULL};
+      "permits restored", "permits lost", "overlaps", "overlap max ms", "past detection ms",
+      "sent again", "wait max ms", NULL};
   bench_table *t = bench_table_new(
       "what the failovers cost (all rounds of a kind); old: acknowledged more than the record's "
       "window (3 s, without replicas) before the act; sent again: releases / pushes, of them "
-      "missing on the new node; wait max: the longest an acknowledged push waited for its first "
-      "delivery once it was acknowledged and the new master answered",
+      "missing on the new node; past detection: the latest an overlap ended after the new master "
+      "answered; wait max: the longest an acknowledged push waited for its first delivery once "
+      "it was acknowledged and the new master answered",
       cols);
   for (int k = 0; k < FO_NKINDS; k++) {
     const stats *s = &st[k];
     if (!s->rounds) continue;
-    bench_table_row(t, "%s|%ld|%ld|%ld|%ld|%ld|%llu|%llu|%ld|%.0f|%llu / %llu, %llu|%.0f",
+    bench_table_row(t, "%s|%ld|%ld|%ld|%ld|%ld|%llu|%llu|%ld|%.0f|%.0f|%llu / %llu, %llu|%.0f",
                     fo_kind_names[k], s->acked, s->lost, s->lost_old, s->dups, s->doubt,
                     (unsigned long long)s->k.permits_restored,
                     (unsigned long long)s->k.permits_lost, s->overlaps,
-                    s->overlaps ? bench_lat_max(s->overlap) : 0.0,
+                    s->overlaps ? bench_lat_max(s->overlap) : 0.0, s->overlap_past,
                     (unsigned long long)s->k.releases, (unsigned long long)s->k.pushes,
                     (unsigned long long)s->k.restored, s->wait_max);
   }
