@@ -7,6 +7,7 @@
  * backoff built up on a killed master, and the bad inputs: an unknown
  * master name, no sentinel reachable, malformed URLs.
  * Suite "sentinel": the topology takes a second or two to start. */
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -169,6 +170,7 @@ static void count_changes(sluice_client *c, int level, const char *msg, void *ud
   if (strstr(msg, "a different Redis node serves every key"))
     b->changes++, b->change_at_up = b->ups;
   if (strncmp(msg, "connected to ", 13) == 0) b->ups++;
+  if (getenv("DBG")) fprintf(stderr, "LOG %s\n", msg);
 }
 
 /* SENTINEL FAILOVER: the client reports once that another node serves
@@ -366,7 +368,13 @@ static void test_discovery(void) {
   redisFree(m);
   TH_ASSERT(there);
   TH_ASSERT_EQ(c->endpoint.port, nm->port);
-  /* A learned sentinel answered since, and went to the front. */
+  /* The switch was announced by a learned sentinel (the client watches
+   * them too); asked now, a learned one answers, and goes to the front. */
+  sluice__sentinel_stale(sentinel_link(c));
+  sluice__sentinel_address(sentinel_link(c));
+  end = th_now_ms() + 5000;
+  while (sluice__sentinel_answers(sentinel_link(c)) <= asked && th_now_ms() < end)
+    th_loop_for(base, 10);
   TH_ASSERT_CMP(sluice__sentinel_answers(sentinel_link(c)), >, asked);
   int first = 0;
   TH_ASSERT(sluice__sentinel_at(sentinel_link(c), 0, &first) != NULL);
@@ -628,6 +636,42 @@ static void test_switch_ends_backoff(void) {
   finish(base, c);
 }
 
+/* The client hears a switch from whichever sentinel announces it: with the
+ * first sentinel of its list paused (it would announce nothing, and a
+ * question to it waits out the connect timeout), the others' +switch-master
+ * moves the client at once, with no traffic of its own. */
+static void test_switch_heard_from_any(void) {
+  start();
+  struct event_base *base = event_base_new();
+  sluice_client_options o;
+  th_client_quick_options(&o, url, 0);
+  o.connect_timeout_ms = 15000;
+  sluice_client *c = th_client_with(base, &o);
+  changes b = {0};
+  sluice_client_set_log_cb(c, count_changes, &b);
+  sluice_sem *s = sem_test_new(c, "any", 1, 5000, 0);
+  acq_result a = sem_hold(base, s);
+  sluice_permit_release(a.permit, NULL, NULL);
+  th_node *first = &topo.sent[0];
+  kill(first->pid, SIGSTOP);
+  first->paused = 1;
+  th_loop_for(base, 100);
+  TH_ASSERT(th_sentinel_failover(&topo) != NULL);
+  uint64_t t0 = th_now_ms();
+  uint64_t end = t0 + 5000;
+  while (!b.changes && th_now_ms() < end) th_loop_for(base, 10);
+  th_note("switch heard %llu ms after the failover ended\n",
+          (unsigned long long)(th_now_ms() - t0));
+  TH_ASSERT_EQ(b.changes, 1);
+  kill(first->pid, SIGCONT);
+  first->paused = 0;
+  a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  sluice_permit_release(a.permit, NULL, NULL);
+  sluice_sem_free(s);
+  finish(base, c);
+}
+
 /* A holder that takes the permit, holds it 50 ms, releases and asks again,
  * and a waiter that blocks for it, through a SIGSTOP of the master until
  * the sentinels promote the replica: the waiter is served again within a
@@ -781,6 +825,6 @@ static const th_case cases[] = {
     TH_CASE(primitives, 60),  TH_CASE(failover, 90),      TH_CASE(node_change, 90),
     TH_CASE(bad_input, 60),   TH_CASE(wait_replicas, 60), TH_CASE(discovery, 90),
     TH_CASE(list_bounds, 30), TH_CASE(re_resolve, 60),    TH_CASE(kill_master, 120),
-    TH_CASE(tool, 60),        TH_CASE(pause_churn, 180),  TH_CASE(switch_ends_backoff, 120),
+    TH_CASE(tool, 60),        TH_CASE(pause_churn, 180),  TH_CASE(switch_ends_backoff, 120), TH_CASE(switch_heard_from_any, 120),
 };
 TH_TOPOLOGY_MAIN(cases)

@@ -12,6 +12,10 @@
 /* Sentinels known at most: the configured ones and those they report (a
  * longer configured list is kept whole, and nothing is added to it). */
 #define SENTINELS_MAX 16
+/* Sentinels followed for +switch-master at once: the first to announce a
+ * switch is heard, whichever led the failover (the others announce it only
+ * once their hello messages carry it, up to seconds later). */
+#define WATCH_MAX 5
 
 typedef struct sentinel_addr {
   char *host; /* owned; lives as long as the link */
@@ -23,14 +27,19 @@ struct sluice__sentinel {
   const sluice__endpoint *names; /* the data endpoint: master name, credentials */
   sentinel_addr *known;          /* the sentinels to try, in order */
   int nknown, maxknown;
-  sluice__endpoint qep, wep; /* the sentinel each connection uses now */
-  int qi, wi;                /* their indexes in known */
+  sluice__endpoint qep;      /* the sentinel the query connection uses now */
+  int qi;                    /* its index in known */
   unsigned long answers;     /* times a sentinel named the master */
-  sluice__conn query, watch;
+  sluice__conn query;
+  struct event_base *base;
+  sluice__endpoint wep[WATCH_MAX]; /* one sentinel each, for good */
+  sluice__conn watch[WATCH_MAX];
+  int nwatch;
   struct event *ask_timer; /* a question unanswered for too long */
   int fresh;               /* the address was given since it went stale */
   int asking;              /* a question is in flight */
   int have;                /* an address was ever given */
+  int switched; /* moved, no connection attempt since: the drops are ours */
   char err[384];           /* room for a connection's errstr and more */
 };
 
@@ -40,6 +49,8 @@ static void point_at(sluice__sentinel *s, sluice__endpoint *ep, int i) {
 }
 
 /* ---- the list of sentinels ----------------------------------------------- */
+
+static void watch_more(sluice__sentinel *s);
 
 int sluice__sentinel_learn(sluice__sentinel *s, const char *host, size_t hlen, int port) {
   if (hlen == 0 || port <= 0 || port > 65535) return 0;
@@ -70,7 +81,6 @@ static void prefer(sluice__sentinel *s, int i) {
   sentinel_addr a = s->known[i];
   memmove(&s->known[1], &s->known[0], (size_t)i * sizeof a);
   s->known[0] = a;
-  s->wi = s->wi == i ? 0 : s->wi < i ? s->wi + 1 : s->wi;
   s->qi = s->qi == i ? 0 : s->qi < i ? s->qi + 1 : s->qi;
 }
 
@@ -91,6 +101,7 @@ static void list_cb(redisAsyncContext *ac, void *r, void *privdata) {
     }
     if (ip && port) sluice__sentinel_learn(s, ip->str, ip->len, (int)strtol(port->str, NULL, 10));
   }
+  watch_more(s);
 }
 
 /* ---- asking -------------------------------------------------------------- */
@@ -111,7 +122,12 @@ static int set_address(sluice__sentinel *s, const char *host, size_t hlen, int p
   int moved = changed && s->have;
   s->have = s->fresh = 1;
   s->err[0] = '\0';
-  if (moved) s->cfg.moved(s->cfg.userdata);
+  /* The connections the move drops reconnect to the new address, without
+   * asking again (a sentinel asked now could still name the old one). */
+  if (moved) {
+    s->switched = 1;
+    s->cfg.moved(s->cfg.userdata);
+  }
   s->cfg.known(s->cfg.userdata);
   return 1;
 }
@@ -181,7 +197,10 @@ static void query_down(sluice__conn *conn, int status, void *ud) {
 
 /* ---- following failovers ------------------------------------------------- */
 
-/* "+switch-master" says "<name> <old ip> <old port> <new ip> <new port>". */
+/* "+switch-master" says "<name> <old ip> <old port> <new ip> <new port>",
+ * once from each sentinel. A switch away from the address in use is
+ * taken; any other (one we missed the start of, or a late echo of an older
+ * one) makes us ask a sentinel rather than trust it. */
 static void watch_cb(redisAsyncContext *ac, void *r, void *privdata) {
   sluice__sentinel *s = privdata;
   redisReply *reply = r;
@@ -191,10 +210,20 @@ static void watch_cb(redisAsyncContext *ac, void *r, void *privdata) {
   const char *m = reply->element[2]->str;
   size_t nlen = strlen(s->names->master_name);
   if (strncmp(m, s->names->master_name, nlen) != 0 || m[nlen] != ' ') return;
-  char ip[64];
-  int port;
-  if (sscanf(m + nlen, " %*s %*d %63s %d", ip, &port) != 2 || port <= 0 || port > 65535) return;
-  set_address(s, ip, strlen(ip), port);
+  char old_ip[64], ip[64];
+  int old_port, port;
+  if (sscanf(m + nlen, " %63s %d %63s %d", old_ip, &old_port, ip, &port) != 4 || port <= 0 ||
+      port > 65535)
+    return;
+  const sluice__endpoint *d = s->cfg.data;
+  int from_ours = d->host && strcmp(d->host, old_ip) == 0 && d->port == old_port;
+  int to_ours = d->host && strcmp(d->host, ip) == 0 && d->port == port;
+  if (from_ours) {
+    set_address(s, ip, strlen(ip), port);
+  } else if (!to_ours) {
+    s->fresh = 0;
+    ask(s);
+  }
 }
 
 static void watch_up(sluice__conn *conn, void *ud) {
@@ -202,11 +231,9 @@ static void watch_up(sluice__conn *conn, void *ud) {
   sluice__conn_send(conn, watch_cb, ud, 2, argv, NULL);
 }
 
-static void watch_down(sluice__conn *conn, int status, void *ud) {
-  sluice__sentinel *s = ud;
-  s->wi = (s->wi + 1) % s->nknown;
-  point_at(s, &s->wep, s->wi);
-}
+/* A watch stays with its sentinel (the connection retries it); the others
+ * still watch meanwhile. */
+static void watch_down(sluice__conn *conn, int status, void *ud) {}
 
 /* ---- life cycle ---------------------------------------------------------- */
 
@@ -218,6 +245,20 @@ static int link_init(sluice__sentinel *s, struct event_base *base, sluice__conn 
   sluice__conn_config cfg = {.net = s->cfg.net, .on_up = up, .on_down = down, .userdata = s};
   cfg.net.endpoint = ep;
   return sluice__conn_init(conn, base, &cfg);
+}
+
+/* Watch known sentinels not yet watched, up to WATCH_MAX. */
+static void watch_more(sluice__sentinel *s) {
+  for (int i = 0; i < s->nknown && s->nwatch < WATCH_MAX; i++) {
+    int watched = 0;
+    for (int w = 0; w < s->nwatch && !watched; w++)
+      watched = s->wep[w].host == s->known[i].host;
+    if (watched) continue;
+    sluice__endpoint *ep = &s->wep[s->nwatch];
+    point_at(s, ep, i);
+    if (link_init(s, s->base, &s->watch[s->nwatch], ep, watch_up, watch_down) != 0) return;
+    sluice__conn_start(&s->watch[s->nwatch++]);
+  }
 }
 
 sluice__sentinel *sluice__sentinel_new(struct event_base *base,
@@ -240,7 +281,7 @@ sluice__sentinel *sluice__sentinel_new(struct event_base *base,
     return NULL;
   }
   point_at(s, &s->qep, 0);
-  point_at(s, &s->wep, 0);
+  s->base = base;
   s->ask_timer = evtimer_new(base, ask_timeout_cb, s);
   if (!s->ask_timer || link_init(s, base, &s->query, &s->qep, query_up, query_down) != 0) {
     if (s->ask_timer) event_free(s->ask_timer);
@@ -248,15 +289,8 @@ sluice__sentinel *sluice__sentinel_new(struct event_base *base,
     sluice__free(s);
     return NULL;
   }
-  if (link_init(s, base, &s->watch, &s->wep, watch_up, watch_down) != 0) {
-    sluice__conn_shutdown(&s->query);
-    event_free(s->ask_timer);
-    forget_all(s);
-    sluice__free(s);
-    return NULL;
-  }
   sluice__conn_start(&s->query);
-  sluice__conn_start(&s->watch);
+  watch_more(s);
   return s;
 }
 
@@ -264,19 +298,24 @@ void sluice__sentinel_free(sluice__sentinel *s) {
   if (!s) return;
   s->asking = 0;
   sluice__conn_shutdown(&s->query);
-  sluice__conn_shutdown(&s->watch);
+  for (int w = 0; w < s->nwatch; w++) sluice__conn_shutdown(&s->watch[w]);
   event_free(s->ask_timer);
   forget_all(s);
   sluice__free(s);
 }
 
 int sluice__sentinel_address(sluice__sentinel *s) {
-  if (s->fresh && s->cfg.data->host) return 1;
+  if (s->fresh && s->cfg.data->host) {
+    s->switched = 0; /* from this attempt on, a failure is news */
+    return 1;
+  }
   ask(s);
   return 0;
 }
 
-void sluice__sentinel_stale(sluice__sentinel *s) { s->fresh = 0; }
+void sluice__sentinel_stale(sluice__sentinel *s) {
+  if (!s->switched) s->fresh = 0;
+}
 
 const char *sluice__sentinel_error(const sluice__sentinel *s) { return s->err; }
 

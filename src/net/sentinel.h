@@ -11,10 +11,14 @@
  *    sentinel that answered reports (SENTINEL sentinels, asked after each
  *    answer), without duplicates and at most 16 in all, so that the master
  *    is still found when every configured sentinel is gone.
- *  - A second connection subscribes to +switch-master: when the master of
- *    our name moves, the data connections are dropped at once, since the
- *    old master may accept writes for seconds after the switch and lose
- *    them.
+ *  - Connections to up to five of them subscribe to +switch-master (each
+ *    sentinel announces a switch, the leader first, the others when its
+ *    hello messages reach them, seconds later): when the master of our name
+ *    moves, the data connections are dropped at once, since the old master
+ *    may accept writes for seconds after the switch and lose them. A
+ *    client that heard only a late sentinel could meanwhile reach the old
+ *    master restarted empty, which names itself master until a sentinel
+ *    turns it into a replica.
  *  - The data connections ask for the address before every (re)connect
  *    (sluice__sentinel_address); they verify with ROLE in their handshake
  *    that it is a master, and a failed or lost connection asks again.
@@ -45,7 +49,8 @@ void sluice__sentinel_free(sluice__sentinel *s);
  * connect now); 0 when one was asked for: `known` follows. */
 int sluice__sentinel_address(sluice__sentinel *s);
 /* A data connection failed or found no master there: ask again before the
- * next connect. */
+ * next connect. Not for the drops a switch itself causes: until the next
+ * connection attempt, the new address stands. */
 void sluice__sentinel_stale(sluice__sentinel *s);
 /* The last sentinel error ("" if none). */
 const char *sluice__sentinel_error(const sluice__sentinel *s);
