@@ -35,7 +35,7 @@
  * writes sent again, permits restored or lost), from one round's start to
  * the next.
  *
- * SLUICE_BENCH_LOG=1 prints every client's log on stderr;
+ * SLUICE_BENCH_LOG=1 prints every client's log on stderr, and every overlap;
  * SLUICE_BENCH_WAIT_REPLICAS=N runs every client with wait_replicas = N;
  * SLUICE_BENCH_REPLAY_OFF=1 with replay_off (to see the difference);
  * SLUICE_BENCH_ONLY=cluster|sentinel|single|bare runs that topology alone,
@@ -364,6 +364,9 @@ static void count_overlaps(const run *r, stats st[FO_NKINDS]) {
         if (k < 0) continue;
         stats *s = &st[r->rounds[k].kind];
         uint64_t done = r->rounds[k].done;
+        if (env_on("SLUICE_BENCH_LOG"))
+          fprintf(stderr, "%.3f overlap until %.3f (the new master answered at %.3f)\n",
+                  (double)from / 1e6, (double)to / 1e6, (double)done / 1e6);
         s->overlaps++;
         bench_lat_add(s->overlap, (double)(to - from) / 1000);
         if (done && to > done && (double)(to - done) / 1000 > s->overlap_past)
