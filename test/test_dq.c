@@ -887,8 +887,7 @@ static void test_keys_expire(void) {
   o.retention_ms = 300;
   rec r = {.target = 2, .auto_ack = 1};
   sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, "exp", &o, record_in_flight_pttl, &r, &con),
-               SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, "exp", &o, record_in_flight_pttl, &r, &con), SLUICE_OK);
   TH_ASSERT(th_loop_until(fx.base, &r.reached, 6000));
   TH_ASSERT_CMP(in_flight_pttl, >, 0);
   sluice_dq_consumer_free(con);

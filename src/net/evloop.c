@@ -88,10 +88,8 @@ static void cleanup(void *data) {
   event_free(e->rd);
   event_free(e->wr);
   event_free(e->flush);
-  if (e->flushing)
-    e->gone = 1;
-  else
-    free(e);
+  if (e->flushing) e->gone = 1;
+  else free(e);
 }
 
 int sluice__evloop_attach(redisAsyncContext *ac, struct event_base *base) {
