@@ -133,6 +133,37 @@ static void test_deadline(void) {
   client_fx_close(&fx);
 }
 
+/* More than the socket takes while the server is stopped: the rest waits
+ * for the socket to drain (a write event), and every step still completes,
+ * in order. */
+static void test_full_socket(void) {
+  client_fx fx = client_fx_open(5000);
+  enum { N = 40, ARG = 256 << 10 };
+  static result rs[N];
+  char *arg = malloc(ARG);
+  TH_ASSERT(arg != NULL);
+  memset(arg, 'x', ARG);
+  const char *argv[1] = {arg};
+  size_t lens[1] = {ARG};
+  ping(fx.c, &rs[0], 0);
+  TH_ASSERT(th_loop_until(fx.base, &rs[0].done, 3000));
+  th_redis_pause(&th_server);
+  memset(rs, 0, sizeof rs);
+  for (int i = 0; i < N; i++)
+    TH_ASSERT_EQ(sluice__eval(fx.c, &sluice__lua_ping, 0, 1, argv, lens, 0, on_reply, &rs[i], NULL),
+                 0);
+  th_loop_for(fx.base, 100); /* 10 MiB: the socket fills and stays full */
+  TH_ASSERT_EQ(results_done(rs, N), 0);
+  th_redis_resume(&th_server);
+  int done = 0;
+  TH_LOOP_UNTIL(fx.base, (done = results_done(rs, N)) == N, 5000);
+  TH_ASSERT_EQ(done, N);
+  for (int i = 0; i < N; i++) TH_ASSERT_EQ(rs[i].status, SLUICE_OK);
+  for (int i = 1; i < N; i++) TH_ASSERT_CMP(rs[i].value, >=, rs[i - 1].value);
+  free(arg);
+  client_fx_close(&fx);
+}
+
 static int state_ups, state_downs;
 static void on_state(sluice_client *c, int connected, int status, void *ud) {
   if (connected) state_ups++;
@@ -405,6 +436,7 @@ static const th_case cases[] = {
     TH_CASE(noscript_recovery, 0),
     TH_CASE(redis_error, 0),
     TH_CASE(deadline, 0, .standalone_only = "pauses the server"),
+    TH_CASE(full_socket, 0, .standalone_only = "pauses the server"),
     TH_CASE(reconnect_after_client_kill, 0),
     TH_CASE(reconnect_after_restart, 0, .standalone_only = "restarts the server"),
     TH_CASE(dead_connection_replaced, 0, .standalone_only = "pauses the server"),

@@ -253,41 +253,58 @@ static int needs_clock(sluice__batcher *b) {
 
 /* ---- flush --------------------------------------------------------------- */
 
-/* Sort the queue by route, keeping arrival order within a route, when it
+/* Group the queue by route, keeping arrival order within a route, when it
  * mixes routes (a limiter's keys on a cluster): a call then takes the
- * head's run, so a flush costs one sort instead of a pass over the whole
- * queue per call. Calls to different routes go to different hash slots,
- * whose relative order nothing relies on. Out of memory: unsorted, and
- * calls only get smaller. */
-typedef struct queued_at {
-  unsigned route;
-  size_t at;
-  sluice__breq *r;
-} queued_at;
+ * head's run. One pass with a table of the routes seen, not a sort: a
+ * few steps a request where the routes are many. Routes follow in the order of their first request: calls
+ * to different routes go to different hash slots, whose relative order
+ * nothing relies on. Out of memory: ungrouped, and calls only get smaller. */
+typedef struct route_run {
+  unsigned route, used;
+  sluice__list reqs;
+} route_run;
 
-static int by_route(const void *a, const void *b) {
-  const queued_at *x = a, *y = b;
-  if (x->route != y->route) return x->route < y->route ? -1 : 1;
-  return x->at < y->at ? -1 : x->at > y->at;
+static route_run *run_of(route_run *runs, size_t cap, unsigned route, unsigned *order,
+                         size_t *nruns) {
+  size_t i = (route * 2654435761u) & (cap - 1);
+  while (runs[i].used && runs[i].route != route) i = (i + 1) & (cap - 1);
+  if (!runs[i].used) {
+    runs[i].used = 1;
+    runs[i].route = route;
+    order[(*nruns)++] = (unsigned)i;
+  }
+  return &runs[i];
 }
 
 static void group_by_route(sluice__batcher *b) {
-  size_t n = 0, mixed = 0;
+  size_t n = 0, mixed = 0, cap = 2, nruns = 0;
   unsigned first = sluice__container_of(b->queue.head, sluice__breq, link)->route;
   for (sluice__link *l = b->queue.head; l; l = l->next, n++)
     mixed |= sluice__container_of(l, sluice__breq, link)->route != first;
-  queued_at *v = mixed ? malloc(n * sizeof *v) : NULL;
-  if (!v) return;
-  n = 0;
-  for (sluice__link *l = b->queue.head; l; l = l->next, n++) {
-    v[n].r = sluice__container_of(l, sluice__breq, link);
-    v[n].route = v[n].r->route;
-    v[n].at = n;
+  if (!mixed) return;
+  while (cap < 2 * n) cap *= 2; /* half full at most: short probes */
+  route_run *runs = calloc(cap, sizeof *runs);
+  unsigned *order = malloc(n * sizeof *order);
+  if (!runs || !order) {
+    free(runs);
+    free(order);
+    return;
   }
-  qsort(v, n, sizeof *v, by_route);
+  for (sluice__link *l = b->queue.head, *next; l; l = next) {
+    next = l->next;
+    unsigned route = sluice__container_of(l, sluice__breq, link)->route;
+    sluice__list_append(&run_of(runs, cap, route, order, &nruns)->reqs, l);
+  }
   b->queue.head = b->queue.tail = NULL;
-  for (size_t i = 0; i < n; i++) sluice__list_append(&b->queue, &v[i].r->link);
-  free(v);
+  for (size_t k = 0; k < nruns; k++) {
+    sluice__list *run = &runs[order[k]].reqs;
+    run->head->prev = b->queue.tail;
+    if (b->queue.tail) b->queue.tail->next = run->head;
+    else b->queue.head = run->head;
+    b->queue.tail = run->tail;
+  }
+  free(runs);
+  free(order);
 }
 
 /* Take up to kind->max requests from the head of the queue while they

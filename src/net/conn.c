@@ -4,11 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <hiredis/adapters/libevent.h>
-
 #include <sluice/common.h>
 
 #include "net/conn.h"
+#include "net/evloop.h"
 #include "net/resp.h"
 #include "base/util.h"
 #include "lua_scripts.h"
@@ -347,7 +346,7 @@ void sluice__conn_start(sluice__conn *conn) {
   if (!ep->unix_path) redisEnableKeepAlive(&ac->c);
   /* Order matters: setting the connect callback already asks the adapter to
    * watch for writability, so the loop must be attached first. */
-  if (redisLibeventAttach(ac, conn->base) != REDIS_OK ||
+  if (sluice__evloop_attach(ac, conn->base) != REDIS_OK ||
       sluice__reply_bounds_attach(ac, &conn->refusal) != SLUICE_OK) {
     set_err(conn, "connect failed", "cannot attach to event loop");
     redisAsyncFree(ac);
