@@ -288,7 +288,7 @@ static void on_pipe(evutil_socket_t fd, short what, void *arg) {
 typedef struct stats {
   bench_lat *sem, *dq, *detect, *overlap;
   long acked, lost, lost_old, dups, doubt, overlaps, errors;
-  double wait_max; /* ms, the longest wait for a delivery (wait_ms) */
+  double wait_max;     /* ms, the longest wait for a delivery (wait_ms) */
   double overlap_past; /* ms, the latest end of an overlap after the new master answered */
   kept k;
   double sem_normal, dq_normal; /* median spacing of successes over the phase */
@@ -634,9 +634,9 @@ static void print_recovery(stats st[FO_NKINDS]) {
 
 static void print_kept(stats st[FO_NKINDS]) {
   static const char *const cols[] = {
-      "failover",         "pushes acked", "lost",     "of them old",    "dups",       "in doubt",
-      "permits restored", "permits lost", "overlaps", "overlap max ms", "past detection ms",
-      "sent again", "wait max ms", NULL};
+      "failover",          "pushes acked",     "lost",         "of them old", "dups",
+      "in doubt",          "permits restored", "permits lost", "overlaps",    "overlap max ms",
+      "past detection ms", "sent again",       "wait max ms",  NULL};
   bench_table *t = bench_table_new(
       "what the failovers cost (all rounds of a kind); old: acknowledged more than the record's "
       "window (3 s, without replicas) before the act; sent again: releases / pushes, of them "

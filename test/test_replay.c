@@ -286,9 +286,8 @@ static char *node_string(const th_node *n, const char *cmd) {
   redisContext *ctx = th_node_connect(n);
   TH_ASSERT(ctx != NULL);
   redisReply *r = redisCommand(ctx, cmd);
-  char *out = r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS)
-                  ? strdup(r->str)
-                  : NULL;
+  char *out = r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) ? strdup(r->str)
+                                                                                    : NULL;
   if (r) freeReplyObject(r);
   redisFree(ctx);
   return out;

@@ -822,9 +822,18 @@ static void test_tool(void) {
 }
 
 static const th_case cases[] = {
-    TH_CASE(primitives, 60),  TH_CASE(failover, 90),      TH_CASE(node_change, 90),
-    TH_CASE(bad_input, 60),   TH_CASE(wait_replicas, 60), TH_CASE(discovery, 90),
-    TH_CASE(list_bounds, 30), TH_CASE(re_resolve, 60),    TH_CASE(kill_master, 120),
-    TH_CASE(tool, 60),        TH_CASE(pause_churn, 180),  TH_CASE(switch_ends_backoff, 120), TH_CASE(switch_heard_from_any, 120),
+    TH_CASE(primitives, 60),
+    TH_CASE(failover, 90),
+    TH_CASE(node_change, 90),
+    TH_CASE(bad_input, 60),
+    TH_CASE(wait_replicas, 60),
+    TH_CASE(discovery, 90),
+    TH_CASE(list_bounds, 30),
+    TH_CASE(re_resolve, 60),
+    TH_CASE(kill_master, 120),
+    TH_CASE(tool, 60),
+    TH_CASE(pause_churn, 180),
+    TH_CASE(switch_ends_backoff, 120),
+    TH_CASE(switch_heard_from_any, 120),
 };
 TH_TOPOLOGY_MAIN(cases)

@@ -837,7 +837,7 @@ static void print_file(const char *path) {
 
 /* A cluster node's extra arguments (extra: 7 entries, NULL-terminated). */
 static void cluster_node_extra(const char *conf, const char **extra) {
-  static const char *const args[] = {"--cluster-enabled", "yes", "--cluster-config-file", NULL,
+  static const char *const args[] = {"--cluster-enabled",      "yes", "--cluster-config-file", NULL,
                                      "--cluster-node-timeout", "1000"};
   for (int i = 0; i < 6; i++) extra[i] = args[i] ? args[i] : conf;
   extra[6] = NULL;

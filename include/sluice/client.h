@@ -274,7 +274,7 @@ typedef struct sluice_client_metrics {
    * refused for good when sent again (a refusal for now, such as LOADING
    * or BUSY, goes again). */
   uint64_t record_dropped;
-  size_t record_entries;   /* steps it holds now */
+  size_t record_entries; /* steps it holds now */
   size_t record_bytes;
   uint64_t record_oldest_ms; /* age of the oldest (0: empty) */
 } sluice_client_metrics;

@@ -62,7 +62,7 @@ typedef struct sluice__record {
   size_t nnodes, capnodes;
   struct event *poll;
   struct event *retry; /* pending entries whose backoff ended go again */
-  unsigned replaying; /* replays in flight */
+  unsigned replaying;  /* replays in flight */
   int info_refused_logged;
   uint64_t full_logged_ms; /* when a full record was last logged */
   /* counters (metrics) */

@@ -12,8 +12,8 @@ int sluice__refused_by_acl(const char *err) {
 }
 
 int sluice__transient_error(const char *err) {
-  static const char *const words[] = {"LOADING",    "BUSY",       "TRYAGAIN", "CLUSTERDOWN",
-                                      "MASTERDOWN", "READONLY",   "UNBLOCKED", "NOREPLICAS",
+  static const char *const words[] = {"LOADING",    "BUSY",     "TRYAGAIN",  "CLUSTERDOWN",
+                                      "MASTERDOWN", "READONLY", "UNBLOCKED", "NOREPLICAS",
                                       "MISCONF",    "OOM"};
   for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
     size_t n = strlen(words[i]);

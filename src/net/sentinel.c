@@ -27,9 +27,9 @@ struct sluice__sentinel {
   const sluice__endpoint *names; /* the data endpoint: master name, credentials */
   sentinel_addr *known;          /* the sentinels to try, in order */
   int nknown, maxknown;
-  sluice__endpoint qep;      /* the sentinel the query connection uses now */
-  int qi;                    /* its index in known */
-  unsigned long answers;     /* times a sentinel named the master */
+  sluice__endpoint qep;  /* the sentinel the query connection uses now */
+  int qi;                /* its index in known */
+  unsigned long answers; /* times a sentinel named the master */
   sluice__conn query;
   struct event_base *base;
   sluice__endpoint wep[WATCH_MAX]; /* one sentinel each, for good */
@@ -39,7 +39,7 @@ struct sluice__sentinel {
   int fresh;               /* the address was given since it went stale */
   int asking;              /* a question is in flight */
   int have;                /* an address was ever given */
-  int switched; /* moved, no connection attempt since: the drops are ours */
+  int switched;            /* moved, no connection attempt since: the drops are ours */
   char err[384];           /* room for a connection's errstr and more */
 };
 
@@ -251,8 +251,7 @@ static int link_init(sluice__sentinel *s, struct event_base *base, sluice__conn 
 static void watch_more(sluice__sentinel *s) {
   for (int i = 0; i < s->nknown && s->nwatch < WATCH_MAX; i++) {
     int watched = 0;
-    for (int w = 0; w < s->nwatch && !watched; w++)
-      watched = s->wep[w].host == s->known[i].host;
+    for (int w = 0; w < s->nwatch && !watched; w++) watched = s->wep[w].host == s->known[i].host;
     if (watched) continue;
     sluice__endpoint *ep = &s->wep[s->nwatch];
     point_at(s, ep, i);

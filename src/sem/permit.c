@@ -442,17 +442,17 @@ static int hand_on(sluice_permit *p, sluice_release_cb *cb, void *ud) {
   if (left < sem->o.renew_ms) return 0;
   uint64_t fresh = sluice__permit_deadline(sem, 0, sem->o.ttl_ms);
   uint64_t due_at = fresh > sem->o.renew_ms ? fresh - sem->o.renew_ms : 0;
-  sluice__pass pass = {.fence = p->fence,
-                       .deadline_ms = p->deadline_ms,
-                       .renew_in_ms = left > due_at ? left - due_at : 0,
-                       .replicated = p->replicated,
-                       .handoffs = p->handoffs + 1,
-                       .reassert = reassert_due(p),
-                       /* one in flight may run: a restore it made counts */
-                       .unanswered_since = p->unanswered_since ? p->unanswered_since
-                                                               : p->reassert_sent,
-                       .cb = cb,
-                       .ud = ud};
+  sluice__pass pass = {
+      .fence = p->fence,
+      .deadline_ms = p->deadline_ms,
+      .renew_in_ms = left > due_at ? left - due_at : 0,
+      .replicated = p->replicated,
+      .handoffs = p->handoffs + 1,
+      .reassert = reassert_due(p),
+      /* one in flight may run: a restore it made counts */
+      .unanswered_since = p->unanswered_since ? p->unanswered_since : p->reassert_sent,
+      .cb = cb,
+      .ud = ud};
   memcpy(pass.id, p->id, sizeof pass.id);
   return sluice__acquire_take_pass(sem, &pass);
 }

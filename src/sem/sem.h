@@ -99,9 +99,9 @@ typedef struct sluice__pass {
   uint64_t deadline_ms;
   uint64_t renew_in_ms; /* when the lease's next renewal is due */
   int replicated;
-  unsigned handoffs; /* in a row, this one included */
-  int reassert;                /* a re-assertion of the lease is still due */
-  uint64_t unanswered_since;   /* as the permit's (sluice_permit) */
+  unsigned handoffs;         /* in a row, this one included */
+  int reassert;              /* a re-assertion of the lease is still due */
+  uint64_t unanswered_since; /* as the permit's (sluice_permit) */
   sluice_release_cb *cb;
   void *ud;
 } sluice__pass;
