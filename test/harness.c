@@ -299,18 +299,19 @@ void th_redis_respawn(th_redis *r, const char *const *extra) {
   if (spawn(r, extra) != 0) th_fail(__FILE__, __LINE__, "redis-server respawn failed");
 }
 
-/* Whether pid is stopped now (/proc/PID/stat's state field is 'T'). */
-static int is_stopped(pid_t pid) {
-  char path[64], buf[256];
+char th_proc_state(pid_t pid) {
+  char path[64], buf[512];
   snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
   FILE *f = fopen(path, "r");
   if (!f) return 0;
   size_t n = fread(buf, 1, sizeof buf - 1, f);
   fclose(f);
   buf[n] = '\0';
-  const char *end = strrchr(buf, ')'); /* the name may hold spaces */
-  return end && end[1] == ' ' && end[2] == 'T';
+  const char *end = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold spaces */
+  return end && end[1] == ' ' ? end[2] : 0;
 }
+
+static int is_stopped(pid_t pid) { return th_proc_state(pid) == 'T'; }
 
 /* kill() returns before a busy process has stopped: a reply it writes
  * meanwhile would reach the client after the pause. Wait until it has. */

@@ -65,6 +65,9 @@ void th_redis_restart(th_redis *r);
 void th_redis_respawn(th_redis *r, const char *const *extra);
 void th_redis_pause(th_redis *r);  /* SIGSTOP */
 void th_redis_resume(th_redis *r); /* SIGCONT */
+/* pid's state letter in /proc/PID/stat ('T' stopped, 'Z' zombie...); 0 if
+ * it is gone or unreadable. */
+char th_proc_state(pid_t pid);
 /* (restart, pause and resume of th_server fail the case under a cluster or
  * sentinel topology: such cases are marked standalone_only.) */
 /* SIGSTOP the server process that serves key on th_server, on every

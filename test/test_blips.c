@@ -11,17 +11,23 @@
 #include "dq_util.h"
 #include "sem_util.h"
 
+/* Options for a client of th_server (over its unix socket). */
+static void blip_options(sluice_client_options *o, unsigned op_timeout_ms,
+                         unsigned reconnect_min_ms, unsigned reconnect_max_ms) {
+  th_client_options(o, NULL);
+  o->unix_path = th_server.sock;
+  o->reconnect_min_ms = reconnect_min_ms;
+  o->reconnect_max_ms = reconnect_max_ms;
+  o->op_timeout_ms = op_timeout_ms;
+}
+
 static sluice_client *client_with_backoff(struct event_base *base, const char *user,
                                           const char *pass, unsigned op_timeout_ms,
                                           unsigned reconnect_max_ms) {
   sluice_client_options o;
-  th_client_options(&o, NULL);
-  o.unix_path = th_server.sock;
+  blip_options(&o, op_timeout_ms, 20, reconnect_max_ms);
   o.username = user;
   o.password = pass;
-  o.reconnect_min_ms = 20;
-  o.reconnect_max_ms = reconnect_max_ms;
-  o.op_timeout_ms = op_timeout_ms;
   return th_client_with(base, &o);
 }
 
@@ -120,11 +126,7 @@ static void test_doubt_is_not_not_sent(void) {
   /* No record: its INFO polls could answer just before the pause and
    * count as a reply inside the 300 ms this case needs silent. */
   sluice_client_options o;
-  th_client_options(&o, NULL);
-  o.unix_path = th_server.sock;
-  o.reconnect_min_ms = 20;
-  o.reconnect_max_ms = 200;
-  o.op_timeout_ms = 300;
+  blip_options(&o, 300, 20, 200);
   o.replay_off = 1;
   sluice_client *c = th_client_with(base, &o);
   sluice_dq_options qo;
@@ -254,11 +256,7 @@ static void note_client_up(sluice_client *c, int connected, int status, void *ud
 static void test_sibling_up_ends_backoff(void) {
   struct event_base *base = event_base_new();
   sluice_client_options o;
-  th_client_options(&o, NULL);
-  o.unix_path = th_server.sock;
-  o.reconnect_min_ms = 60000;
-  o.reconnect_max_ms = 60000;
-  o.op_timeout_ms = 2000;
+  blip_options(&o, 2000, 60000, 60000);
   sluice_client *c = th_client_with(base, &o);
   sluice_client_set_state_cb(c, note_client_up, NULL);
   sluice_dq *dq = dqt_queue(c, "sibling");

@@ -263,15 +263,8 @@ static void test_cmd_gets_no_redis_fds(void) {
 }
 
 static int process_gone(pid_t pid) {
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return 1;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  const char *p = strrchr(buf, ')'); /* "pid (comm) S ..." */
-  return p && (p[2] == 'Z' || p[2] == 'X');
+  char st = th_proc_state(pid);
+  return st == 0 || st == 'Z' || st == 'X';
 }
 
 /* SIGTERM to the tool reaches what CMD started, not CMD alone: CMD runs
