@@ -606,15 +606,29 @@ ON_BOTH(steady_writes_confirmed)
 
 /* ---- a single Redis killed -9 and restarted ------------------------------- */
 
+/* A standalone case's private Redis (started with extra, as th_redis_start)
+ * and its client (op timeout 3 s). */
+static struct event_base *one_start(th_redis *r, const char *const *extra, sluice_client **c) {
+  TH_ASSERT_EQ(th_redis_start(r, 0, extra), 0);
+  struct event_base *base = event_base_new();
+  *c = th_client(base, r->url, 3000);
+  return base;
+}
+
+static void one_finish(th_redis *r, struct event_base *base, sluice_client *c) {
+  client_close_drain(base, c);
+  event_base_free(base);
+  th_redis_stop(r);
+}
+
 /* Held permits and acknowledged pushes survive a kill -9: with appendfsync
  * everysec from the file (what the record sends again is refused as
  * duplicates), without persistence from the record (what it holds: the
  * writes of the last replay_window_ms). */
 static void restart(const char *const *extra, int persistent) {
   th_redis r;
-  TH_ASSERT_EQ(th_redis_start(&r, 0, extra), 0);
-  struct event_base *base = event_base_new();
-  sluice_client *c = th_client(base, r.url, 3000);
+  sluice_client *c;
+  struct event_base *base = one_start(&r, extra, &c);
   sluice_sem *s = sem_test_new(c, "t", 1, 30000, 0);
   sluice_dq *dq = dqt_queue(c, "t");
   acq_result a = sem_try(base, s);
@@ -650,9 +664,7 @@ static void restart(const char *const *extra, int persistent) {
   sluice_permit_release(a.permit, NULL, NULL);
   sluice_dq_free(dq);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
-  th_redis_stop(&r);
+  one_finish(&r, base, c);
 }
 
 static void test_restart_aof_everysec(void) {
@@ -688,9 +700,8 @@ static sluice_sem *one_permit(sluice_client *c, unsigned ttl_ms, int auto_renew,
  * client's 3 s after which a silent connection is replaced). */
 static void test_restart_late_answer(void) {
   th_redis r;
-  TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
-  struct event_base *base = event_base_new();
-  sluice_client *c = th_client(base, r.url, 3000);
+  sluice_client *c;
+  struct event_base *base = one_start(&r, NULL, &c);
   sluice_sem *w = sem_test_new(c, "w", 1, 30000, 0); /* loads the script: 1 s is plenty then */
   TH_ASSERT_EQ(sem_try(base, w).status, SLUICE_OK);
   sluice_sem_free(w);
@@ -715,9 +726,7 @@ static void test_restart_late_answer(void) {
   TH_ASSERT_EQ(sluice_permit_lost(a.permit), 0);
   sluice_permit_release(a.permit, NULL, NULL);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
-  th_redis_stop(&r);
+  one_finish(&r, base, c);
 }
 
 /* A permit that is not renewed, restored on a restarted Redis, keeps the
@@ -726,9 +735,8 @@ static void test_restart_late_answer(void) {
 static void test_restart_unrenewed(void) {
   enum { TTL = 3000 };
   th_redis r;
-  TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
-  struct event_base *base = event_base_new();
-  sluice_client *c = th_client(base, r.url, 3000);
+  sluice_client *c;
+  struct event_base *base = one_start(&r, NULL, &c);
   sluice_sem *s = one_permit(c, TTL, 0, 0);
   uint64_t asked = th_now_ms();
   acq_result a = sem_try(base, s);
@@ -750,9 +758,7 @@ static void test_restart_unrenewed(void) {
   TH_ASSERT(th_loop_until(base, &l.done, TTL + 1000));
   TH_ASSERT_CMP(l.at_ms - asked, <=, TTL + 200);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
-  th_redis_stop(&r);
+  one_finish(&r, base, c);
 }
 
 /* The restarted node is slow to answer writes (CLIENT PAUSE WRITE: a busy
@@ -764,9 +770,8 @@ static void test_restart_unrenewed(void) {
 static void test_restart_slow_node(void) {
   enum { TTL = 5000, PAUSE_MS = 300 };
   th_redis r;
-  TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
-  struct event_base *base = event_base_new();
-  sluice_client *c = th_client(base, r.url, 3000);
+  sluice_client *c;
+  struct event_base *base = one_start(&r, NULL, &c);
   sluice_sem_options o;
   sluice_sem_options_init(&o);
   o.permits = 1;
@@ -788,9 +793,7 @@ static void test_restart_slow_node(void) {
   TH_ASSERT_EQ(l.done, 0);
   sluice_permit_release(a.permit, NULL, NULL);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
-  th_redis_stop(&r);
+  one_finish(&r, base, c);
 }
 
 /* ---- a node that refuses writes for now ----------------------------------- */
@@ -808,9 +811,8 @@ static void refuse_writes(const th_redis *r, int on) {
 static void test_restart_replay_refused_for_now(void) {
   enum { N = 5 };
   th_redis r;
-  TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
-  struct event_base *base = event_base_new();
-  sluice_client *c = th_client(base, r.url, 3000);
+  sluice_client *c;
+  struct event_base *base = one_start(&r, NULL, &c);
   sluice_dq *dq = dqt_queue(c, "t");
   dqt_push p;
   for (int i = 0; i < N; i++) {
@@ -833,9 +835,7 @@ static void test_restart_replay_refused_for_now(void) {
   TH_ASSERT_EQ(m.reconnects, reconnects + 1); /* the restart's: none since */
   TH_ASSERT_EQ(th_redis_int(&r, "ZCARD sluice:dq:{t}:z"), N);
   sluice_dq_free(dq);
-  client_close_drain(base, c);
-  event_base_free(base);
-  th_redis_stop(&r);
+  one_finish(&r, base, c);
 }
 
 /* A replay the new node refuses for good (here its ACL: no scripts) is
@@ -843,9 +843,8 @@ static void test_restart_replay_refused_for_now(void) {
 static void test_restart_replay_refused_for_good(void) {
   enum { N = 3 };
   th_redis r;
-  TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
-  struct event_base *base = event_base_new();
-  sluice_client *c = th_client(base, r.url, 3000);
+  sluice_client *c;
+  struct event_base *base = one_start(&r, NULL, &c);
   sluice_dq *dq = dqt_queue(c, "t");
   dqt_push p;
   for (int i = 0; i < N; i++) {
@@ -861,9 +860,7 @@ static void test_restart_replay_refused_for_good(void) {
   TH_ASSERT_EQ(m.replay_pushes, 0);
   TH_ASSERT_EQ(m.record_entries, 0);
   sluice_dq_free(dq);
-  client_close_drain(base, c);
-  event_base_free(base);
-  th_redis_stop(&r);
+  one_finish(&r, base, c);
 }
 
 /* A re-assertion the new node refused for now goes again while the
@@ -871,9 +868,8 @@ static void test_restart_replay_refused_for_good(void) {
  * permit is restored once the node takes writes. */
 static void test_restart_reassert_refused_for_now(void) {
   th_redis r;
-  TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
-  struct event_base *base = event_base_new();
-  sluice_client *c = th_client(base, r.url, 3000);
+  sluice_client *c;
+  struct event_base *base = one_start(&r, NULL, &c);
   sluice_sem *s = one_permit(c, 10000, 0, 0);
   acq_result a = sem_try(base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
@@ -893,9 +889,7 @@ static void test_restart_reassert_refused_for_now(void) {
   TH_ASSERT_EQ(l.done, 0);
   sluice_permit_release(a.permit, NULL, NULL);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
-  th_redis_stop(&r);
+  one_finish(&r, base, c);
 }
 
 /* local_handoff: a permit whose re-assertion is still due (it failed: the
@@ -907,9 +901,8 @@ static void test_restart_reassert_refused_for_now(void) {
 static void test_restart_handoff_carries_reassert(void) {
   enum { OTHER_MS = 1500 };
   th_redis r;
-  TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
-  struct event_base *base = event_base_new();
-  sluice_client *c = th_client(base, r.url, 3000);
+  sluice_client *c;
+  struct event_base *base = one_start(&r, NULL, &c);
   sluice_sem_options o;
   sluice_sem_options_init(&o);
   o.permits = 1;
@@ -951,9 +944,7 @@ static void test_restart_handoff_carries_reassert(void) {
   freeReplyObject(score);
   sluice_permit_release(w.permit, NULL, NULL);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
-  th_redis_stop(&r);
+  one_finish(&r, base, c);
 }
 
 /* The node changes again while a re-assertion is in flight (a cluster's
@@ -962,9 +953,8 @@ static void test_restart_handoff_carries_reassert(void) {
  * the first is answered, rather than being dropped. */
 static void test_restart_reassert_while_in_flight(void) {
   th_redis r;
-  TH_ASSERT_EQ(th_redis_start(&r, 0, NULL), 0);
-  struct event_base *base = event_base_new();
-  sluice_client *c = th_client(base, r.url, 3000);
+  sluice_client *c;
+  struct event_base *base = one_start(&r, NULL, &c);
   sluice_sem *w = sem_test_new(c, "w", 1, 30000, 0); /* loads the script */
   TH_ASSERT_EQ(sem_try(base, w).status, SLUICE_OK);
   sluice_sem_free(w);
@@ -982,9 +972,7 @@ static void test_restart_reassert_while_in_flight(void) {
   TH_ASSERT_EQ(sluice_permit_lost(a.permit), 0);
   sluice_permit_release(a.permit, NULL, NULL);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
-  th_redis_stop(&r);
+  one_finish(&r, base, c);
 }
 
 int main(int argc, char **argv) {
