@@ -229,6 +229,11 @@ static void master_cb(redisAsyncContext *ac, void *r, void *privdata) {
   if (d == TAKE) {
     take(s, &v);
   } else if (d == WAIT) {
+    /* Unless it fails, this failover ends with a newer epoch: a sentinel
+     * that names the old master with clean flags and the old epoch (it
+     * reached the old master restarted, before hearing of the switch) is
+     * behind. */
+    s->want_newer = s->epoch_known;
     snprintf(s->err, sizeof s->err, "sentinel %s:%d: a failover of master '%s' is under way",
              s->qep.host, s->qep.port, s->names->master_name);
     sluice__timer_in(s->again_timer, AGAIN_MS);
