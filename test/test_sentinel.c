@@ -698,7 +698,7 @@ static void test_failover_under_way_waits(void) {
   th_loop_for(base, 600);
   TH_ASSERT_EQ(a.done, 0);
   const char *why = sluice__sentinel_error(sentinel_link(c));
-  if (!strstr(why, "under way")) th_fail(__FILE__, __LINE__, "the link says: %s", why);
+  if (!strstr(why, "being failed over")) th_fail(__FILE__, __LINE__, "the link says: %s", why);
   kill(rep->pid, SIGCONT);
   rep->paused = 0;
   TH_ASSERT(th_loop_until(base, &a.done, 9000));
@@ -758,6 +758,46 @@ static void test_behind_refused(void) {
   sluice_sem_free(s);
   finish(base, c);
   th_sentinel_stop(&other);
+}
+
+static void count_blocking_downs(sluice_client *c, int level, const char *msg, void *ud) {
+  if (strncmp(msg, "blocking connection down", 24) == 0) ++*(int *)ud;
+}
+
+/* A master that is gone with no replica to promote: a blocked waiter's
+ * connection backs off like any other (reconnect_min_ms 50 doubling to
+ * 2 s), though every attempt of the command connection re-announces the
+ * same address: a handful of attempts in 3 s, not one every 25-50 ms. */
+static void test_dead_master_backoff(void) {
+  start();
+  TH_ASSERT_EQ(th_sentinel_replica_stop(&topo), 0);
+  struct event_base *base = event_base_new();
+  sluice_client_options o;
+  th_client_options(&o, url);
+  o.op_timeout_ms = 1000;
+  sluice_client *c = th_client_with(base, &o);
+  sluice_sem *s = sem_test_new(c, "dm", 1, 30000, 0);
+  acq_result w;
+  acq_result h = sem_hold_with_waiter(base, s, s, 60000, &w);
+  th_node *m = th_sentinel_master(&topo);
+  TH_ASSERT(m != NULL);
+  redisContext *mc = th_node_connect(m);
+  TH_ASSERT(mc != NULL);
+  uint64_t end = th_now_ms() + 5000;
+  while (client_running(mc, "brpop") < 0 && th_now_ms() < end) th_loop_for(base, 20);
+  TH_ASSERT(client_running(mc, "brpop") >= 0);
+  redisFree(mc);
+  int downs = 0;
+  sluice_client_set_log_cb(c, count_blocking_downs, &downs);
+  kill(m->pid, SIGKILL);
+  m->pid = 0;
+  th_loop_for(base, 3000);
+  th_note("blocking connection attempts failed in 3 s: %d\n", downs);
+  TH_ASSERT_CMP(downs, >=, 1);
+  TH_ASSERT_CMP(downs, <=, 12);
+  sluice_permit_release(h.permit, NULL, NULL);
+  sluice_sem_free(s);
+  finish(base, c);
 }
 
 /* A holder that takes the permit, holds it 50 ms, releases and asks again,
@@ -925,5 +965,6 @@ static const th_case cases[] = {
     TH_CASE(switch_heard_from_any, 120),
     TH_CASE(failover_under_way_waits, 90),
     TH_CASE(behind_refused, 120),
+    TH_CASE(dead_master_backoff, 60),
 };
 TH_TOPOLOGY_MAIN(cases)

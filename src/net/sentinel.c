@@ -16,8 +16,10 @@
  * switch is heard, whichever led the failover (the others announce it only
  * once their hello messages carry it, up to seconds later). */
 #define WATCH_MAX 5
-/* How soon a sentinel failing the master over is asked again. */
-#define AGAIN_MS 100
+/* How soon a sentinel that said to wait is asked again: doubling from
+ * the first to the last. */
+#define AGAIN_MIN_MS 100
+#define AGAIN_MAX_MS 1000
 
 typedef struct sentinel_addr {
   char *host; /* owned; lives as long as the link */
@@ -49,7 +51,8 @@ struct sluice__sentinel {
    * will do (a sentinel that still names the old master is behind). */
   unsigned long long epoch;
   int epoch_known, want_newer;
-  int behind; /* answers refused in a row as behind */
+  int behind;        /* answers refused in a row as behind */
+  unsigned again_ms; /* told to wait: the delay before asking again, or 0 */
   int have;                /* an address was ever given */
   int switched;            /* moved, no connection attempt since: the drops are ours */
   char err[384];           /* room for a connection's errstr and more */
@@ -183,22 +186,28 @@ static void read_view(const redisReply *r, master_view *v) {
   }
 }
 
-enum verdict { TAKE, BEHIND, WAIT };
+enum verdict { TAKE, BEHIND, ELSEWHERE, WAIT };
 
-/* Whether the address a sentinel named may be used. A sentinel that has
- * not yet heard of the last switch names the old master, which can still
- * answer ROLE master (demoted only seconds later, or restarted empty):
- * behind, ask the next. A failover under way (agreed down, or being
- * failed over, with the old address still named): wait for its end, it
- * names the new master within a second or so. A master this sentinel
- * alone cannot reach: ask another. */
+/* Whether the address a sentinel named may be used.
+ *  - It is failing the master over and still names the old address, or
+ *    agrees with the others that it is down: wait for it to name the new
+ *    master (once it has promoted one, it names it at once).
+ *  - It alone sees the master down: wait too (a failover may follow), but
+ *    after a few questions ask another (it may be cut off from the master
+ *    alone).
+ *  - Its configuration is older than the newest seen, or, after a switch
+ *    was heard or a failover seen under way, not newer: it names a master
+ *    that another sentinel has replaced. The old master can answer ROLE
+ *    master for seconds after the switch (until a sentinel demotes it, or
+ *    restarted empty), so it is behind: ask the next. */
 static enum verdict judge(const sluice__sentinel *s, const master_view *v) {
-  if (!v->seen) return TAKE; /* no view: the address alone, as before */
-  if (s->epoch_known && v->epoch < s->epoch + (unsigned long long)s->want_newer) return BEHIND;
+  if (!v->seen) return TAKE; /* no view (the ACL refused it): the address alone */
   int promoted = !v->ip || strcmp(v->ip, s->named) != 0 || v->port != s->named_port;
   if (v->failing) return promoted ? TAKE : WAIT;
   if (v->odown) return WAIT;
-  return v->sdown ? BEHIND : TAKE;
+  if (v->sdown) return s->again_ms < AGAIN_MAX_MS ? WAIT : ELSEWHERE;
+  if (s->epoch_known && v->epoch < s->epoch + (unsigned long long)s->want_newer) return BEHIND;
+  return TAKE;
 }
 
 /* This sentinel works: it goes first, the others it knows join the list,
@@ -207,6 +216,7 @@ static void take(sluice__sentinel *s, const master_view *v) {
   if (v->seen && (!s->epoch_known || v->epoch > s->epoch)) s->epoch = v->epoch;
   s->epoch_known |= v->seen;
   s->want_newer = s->behind = 0;
+  s->again_ms = 0;
   s->answers++;
   prefer(s, s->qi);
   const char *argv[3] = {"SENTINEL", "sentinels", s->names->master_name};
@@ -224,26 +234,37 @@ static void master_cb(redisAsyncContext *ac, void *r, void *privdata) {
   master_view v;
   read_view(r, &v);
   enum verdict d = judge(s, &v);
-  /* Every sentinel behind in a row: the newest they have is the newest. */
+  /* Every sentinel behind in a row: the newest they have is the newest
+   * (a failover that failed leaves the epoch as it was). */
   if (d == BEHIND && ++s->behind >= s->nknown) d = TAKE;
   if (d == TAKE) {
     take(s, &v);
-  } else if (d == WAIT) {
-    /* Unless it fails, this failover ends with a newer epoch: a sentinel
-     * that names the old master with clean flags and the old epoch (it
-     * reached the old master restarted, before hearing of the switch) is
-     * behind. */
-    s->want_newer = s->epoch_known;
-    snprintf(s->err, sizeof s->err, "sentinel %s:%d: a failover of master '%s' is under way",
-             s->qep.host, s->qep.port, s->names->master_name);
-    sluice__timer_in(s->again_timer, AGAIN_MS);
-  } else {
-    snprintf(s->err, sizeof s->err,
-             "sentinel %s:%d is behind: it names %s:%d (config epoch %llu, %s)", s->qep.host,
-             s->qep.port, s->named, s->named_port, v.epoch,
-             v.sdown ? "master down for it alone" : "a newer one was announced");
-    sluice__conn_fail(&s->query, s->err); /* try the next sentinel */
+    return;
   }
+  /* Unless it fails, a failover ends with a newer epoch: a sentinel that
+   * names the old master with clean flags and the old epoch later (it
+   * reached the old master restarted before it heard of the switch) is
+   * behind. */
+  if (d != BEHIND) s->want_newer = s->epoch_known;
+  if (d == WAIT) {
+    snprintf(s->err, sizeof s->err, "sentinel %s:%d: master '%s' is %s", s->qep.host,
+             s->qep.port, s->names->master_name,
+             v.failing ? "being failed over" : v.odown ? "down" : "down for this sentinel");
+    if (!s->again_ms) s->cfg.note(s->err, s->cfg.userdata); /* once per wait */
+    /* The switch is heard at once (+switch-master): asking again is the
+     * fallback, and backs off. */
+    s->again_ms = s->again_ms ? s->again_ms * 2 : AGAIN_MIN_MS;
+    if (s->again_ms > AGAIN_MAX_MS) s->again_ms = AGAIN_MAX_MS;
+    sluice__timer_in(s->again_timer, s->again_ms);
+    return;
+  }
+  s->again_ms = 0;
+  snprintf(s->err, sizeof s->err, "sentinel %s:%d %s: it names %s:%d (config epoch %llu)",
+           s->qep.host, s->qep.port,
+           d == BEHIND ? "is behind the last switch" : "cannot reach the master", s->named,
+           s->named_port, v.epoch);
+  s->cfg.note(s->err, s->cfg.userdata);
+  sluice__conn_fail(&s->query, s->err); /* try the next sentinel */
 }
 
 static void addr_cb(redisAsyncContext *ac, void *r, void *privdata) {

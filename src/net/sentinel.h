@@ -49,6 +49,8 @@ typedef struct sluice__sentinel_config {
   void (*moved)(void *userdata);
   /* A fresh address is known: data connections waiting for one may start. */
   void (*known)(void *userdata);
+  /* An answer was not taken: why (err's text). */
+  void (*note)(const char *what, void *userdata);
   void *userdata;
 } sluice__sentinel_config;
 
