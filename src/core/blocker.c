@@ -351,10 +351,8 @@ void sluice__blocker_remap(sluice__blocker *b) {
      * Another address: the failed attempts were the old node's, no reason
      * to wait. The same address that failed waits out its backoff (every
      * connect attempt of the command connection says routes changed). */
-    if (g->conn.state == SLUICE_CONN_RESOLVING)
-      sluice__conn_start(&g->conn);
-    else if (g->conn.state == SLUICE_CONN_WAITING && moved)
-      sluice__conn_retry_now(&g->conn);
+    if (g->conn.state == SLUICE_CONN_RESOLVING) sluice__conn_start(&g->conn);
+    else if (g->conn.state == SLUICE_CONN_WAITING && moved) sluice__conn_retry_now(&g->conn);
     else if (moved && g->conn.state != SLUICE_CONN_WAITING)
       sluice__conn_fail(&g->conn, "the route moved to another node");
   }

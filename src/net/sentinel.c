@@ -53,9 +53,9 @@ struct sluice__sentinel {
   int epoch_known, want_newer;
   int behind;        /* answers refused in a row as behind */
   unsigned again_ms; /* told to wait: the delay before asking again, or 0 */
-  int have;                /* an address was ever given */
-  int switched;            /* moved, no connection attempt since: the drops are ours */
-  char err[384];           /* room for a connection's errstr and more */
+  int have;          /* an address was ever given */
+  int switched;      /* moved, no connection attempt since: the drops are ours */
+  char err[384];     /* room for a connection's errstr and more */
 };
 
 static void point_at(sluice__sentinel *s, sluice__endpoint *ep, int i) {
@@ -247,9 +247,11 @@ static void master_cb(redisAsyncContext *ac, void *r, void *privdata) {
    * behind. */
   if (d != BEHIND) s->want_newer = s->epoch_known;
   if (d == WAIT) {
-    snprintf(s->err, sizeof s->err, "sentinel %s:%d: master '%s' is %s", s->qep.host,
-             s->qep.port, s->names->master_name,
-             v.failing ? "being failed over" : v.odown ? "down" : "down for this sentinel");
+    snprintf(s->err, sizeof s->err, "sentinel %s:%d: master '%s' is %s", s->qep.host, s->qep.port,
+             s->names->master_name,
+             v.failing ? "being failed over"
+             : v.odown ? "down"
+                       : "down for this sentinel");
     if (!s->again_ms) s->cfg.note(s->err, s->cfg.userdata); /* once per wait */
     /* The switch is heard at once (+switch-master): asking again is the
      * fallback, and backs off. */
@@ -276,8 +278,7 @@ static void addr_cb(redisAsyncContext *ac, void *r, void *privdata) {
   long port = 0;
   if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
       reply->element[0]->type == REDIS_REPLY_STRING &&
-      reply->element[1]->type == REDIS_REPLY_STRING &&
-      reply->element[0]->len < sizeof s->named)
+      reply->element[1]->type == REDIS_REPLY_STRING && reply->element[0]->len < sizeof s->named)
     port = strtol(reply->element[1]->str, NULL, 10);
   if (port > 0 && port < 65536) {
     memcpy(s->named, reply->element[0]->str, reply->element[0]->len + 1);
@@ -331,7 +332,7 @@ static void query_down(sluice__conn *conn, int status, void *ud) {
   sluice__sentinel *s = ud;
   s->asking = 0;
   evtimer_del(s->ask_timer);
-  evtimer_del(s->again_timer); /* asked again once a connection is up */
+  evtimer_del(s->again_timer);                    /* asked again once a connection is up */
   if (strncmp(conn->errstr, "sentinel ", 9) == 0) /* our own verdict */
     snprintf(s->err, sizeof s->err, "%s", conn->errstr);
   else
