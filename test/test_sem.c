@@ -134,17 +134,6 @@ static void test_crashed_holder_expires(void) {
   event_base_free(base);
 }
 
-typedef struct lost_result {
-  int done, reason;
-  uint64_t at_ms;
-} lost_result;
-static void lost_cb(sluice_permit *p, int reason, void *ud) {
-  lost_result *l = ud;
-  l->done++;
-  l->reason = reason;
-  l->at_ms = th_now_ms();
-}
-
 static void test_renewal_keeps_permit(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_test_new(fx.c, "t", 1, 500, 0);
