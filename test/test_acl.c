@@ -311,10 +311,7 @@ static void run_open(run *r, const char *url, unsigned wait_replicas,
   admin("SCRIPT FLUSH");
 }
 
-static void run_close(run *r) {
-  client_close_drain(r->base, r->c);
-  event_base_free(r->base);
-}
+static void run_close(run *r) { th_free_client_and_loop(r->base, r->c, 5000); }
 
 /* One primitive's steps on url under the current rule. */
 static void run_one(run *r, const char *url, void (*steps)(run *), void (*admin)(const char *)) {

@@ -185,9 +185,7 @@ static void test_once(void) {
   sluice_limiter_free(fixed);
   sluice_dq_free(dq);
   sluice_sem_free(sem);
-  sluice_client_free(cl);
-  TH_ASSERT(th_loop_drain(base, 10000));
-  event_base_free(base);
+  th_free_client_and_loop(base, cl, 10000);
 }
 
 /* The live view in a real terminal: tmux runs `sluice top` and its pane
@@ -247,9 +245,7 @@ static void test_tmux(void) {
   TH_ASSERT(moved);
   sluice_permit_release(c.permit, NULL, NULL);
   sluice_sem_free(sem);
-  sluice_client_free(cl);
-  TH_ASSERT(th_loop_drain(base, 10000));
-  event_base_free(base);
+  th_free_client_and_loop(base, cl, 10000);
 }
 
 /* ---- --scrape: a process's own counters over HTTP ------------------------ */
@@ -427,9 +423,7 @@ static void test_scrape(void) {
   sluice_permit_release(c.permit, NULL, NULL);
   sluice_dq_free(dq);
   sluice_sem_free(sem);
-  sluice_client_free(cl);
-  TH_ASSERT(th_loop_drain(base, 10000));
-  event_base_free(base);
+  th_free_client_and_loop(base, cl, 10000);
   th_redis_stop(&r);
 }
 

@@ -197,8 +197,7 @@ static sluice_client *fake_cluster_client(struct event_base *base, const fake *f
  * (the loop drained first), then the fake stopped. */
 static void fake_case_done(fake *f, struct event_base *base, sluice_client *c, sluice_sem *s) {
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
   fake_stop(f);
 }
 

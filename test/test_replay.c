@@ -133,8 +133,7 @@ static sluice_client *client(struct event_base *base) {
 }
 
 static void finish(struct event_base *base, sluice_client *c) {
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
   rig_stop();
 }
 
@@ -604,8 +603,7 @@ static struct event_base *one_start(th_redis *r, const char *const *extra, sluic
 }
 
 static void one_finish(th_redis *r, struct event_base *base, sluice_client *c) {
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
   th_redis_stop(r);
 }
 
