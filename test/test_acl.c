@@ -564,8 +564,7 @@ static void test_sentinel(void) {
   without_fails_clearly(&t, &ru, 1, "sentinel|get-master-addr-by-name");
   /* Learning the other sentinels and hearing of failovers at once are
    * for failovers (the rule's comment says so): steps work without. */
-  static const char *const for_failovers[] = {"sentinel|master", "sentinel|sentinels",
-                                              "subscribe"};
+  static const char *const for_failovers[] = {"sentinel|master", "sentinel|sentinels", "subscribe"};
   for (int i = 0; i < 3; i++) {
     run *r = malloc(sizeof *r);
     apply(&t, &ru, 1, for_failovers[i]);
