@@ -44,8 +44,7 @@ static sluice_client *start_client(struct event_base **base) {
 /* The end of a case: its client closed (the loop drained), the loop freed,
  * the topology stopped. */
 static void finish(struct event_base *base, sluice_client *c) {
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
   th_sentinel_stop(&topo);
 }
 
@@ -421,8 +420,7 @@ static void test_list_bounds(void) {
   c = sem_test_client_at(base, many, 1000);
   TH_ASSERT_EQ(sluice__sentinel_count(sentinel_link(c)), 18);
   TH_ASSERT_EQ(sluice__sentinel_learn(sentinel_link(c), "127.0.0.3", 9, 1), 0);
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
 }
 
 typedef struct cmd_result {
