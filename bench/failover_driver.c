@@ -306,6 +306,10 @@ static int drive_one(enum fo_kind k, const char *spec, FILE *out) {
   int rc = act(k, spec, &r, pid);
   if (rc == 0) rc = wait_role(&r, 1, 60000);
   uint64_t done = bench_now_us();
+  if (rc == 0) {
+    fprintf(out, "up %d %llu\n", (int)k, (unsigned long long)done);
+    fflush(out);
+  }
   if (is_sigstop(k) && pid > 0) kill(pid, SIGCONT); /* at once: it answers what it had queued */
   if (rc == 0 && is_sigkill(k)) rc = restart_server(dir);
   if (rc != 0) {

@@ -6,7 +6,9 @@
  *
  * For each failover it writes two lines to its pipe: "start KIND T" when it
  * acts (T: bench_now_us) and "end KIND T DONE" once the new master answers
- * (ROLE master; a single Redis: PING after its restart). After a round the
+ * (ROLE master; a single Redis: PING after its restart). A replica's
+ * promotion also writes "up KIND DONE" at once, before the old master is
+ * restarted or resumed and before the driver waits on anything else. After a round the
  * old master is a linked replica again (restarted first if it was killed)
  * and the topology quiet, so rounds do not overlap.
  */
