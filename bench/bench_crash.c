@@ -21,7 +21,9 @@
  * every message. Lost = acknowledged pushes never delivered by the end
  * (TAIL_MS after the last round): neither queued, in flight nor delivered on
  * the new master. The window = the producer's record at its death (the last
- * sample it wrote; the control: the sample last read at promotion).
+ * sample it wrote; the control: the sample last read at promotion). The
+ * pushes acknowledged from the act to promotion are counted apart: on a
+ * SENTINEL FAILOVER the old master still answers then.
  * A fresh producer starts FINISH_MS after each round's end.
  *
  * SLUICE_BENCH_ONLY=manual|sentinel|cluster runs that failover kind alone.
@@ -87,7 +89,7 @@ static void on_pushed(sluice_dq *dq, int status, const char *id, int64_t due, vo
   producer *p = ud;
   char line[64];
   if (status != SLUICE_OK) return;
-  int n = snprintf(line, sizeof line, "a %s\n", id + 1);
+  int n = snprintf(line, sizeof line, "a %s %llu\n", id + 1, (unsigned long long)bench_now_us());
   say_line(p->fd, line, n);
   sample(p);
 }
@@ -141,11 +143,18 @@ static void producer_main(const char *url, int gen, int fd) {
 
 /* ---- this process: the consumer and the rounds -------------------------------- */
 
+/* One push: when its acknowledgement was written (0: none), whether it came back. */
+typedef struct slot {
+  uint64_t acked_at;
+  int delivered;
+} slot;
+
 /* One producer's life: its round, what it acknowledged and what came back. */
 typedef struct gen {
   pid_t pid;
   int variant;
-  unsigned char *state; /* per seq: 1 acknowledged, 2 delivered */
+  uint64_t act_at, up_at; /* the driver's act, the new master's first answer */
+  slot *slots;            /* by seq */
   size_t cap;
   size_t entries, oldest_ms;        /* its last sample */
   size_t win_entries, win_oldest_ms; /* the window: the record at its death */
@@ -163,16 +172,16 @@ typedef struct run {
   size_t dlen, plen;
 } run;
 
-static void mark(gen *g, size_t seq, unsigned char bit) {
+static slot *slot_of(gen *g, size_t seq) {
   if (seq >= g->cap) {
     size_t cap = g->cap ? g->cap : 1024;
     while (cap <= seq) cap *= 2;
-    g->state = realloc(g->state, cap);
-    if (!g->state) die("out of memory");
-    memset(g->state + g->cap, 0, cap - g->cap);
+    g->slots = realloc(g->slots, cap * sizeof *g->slots);
+    if (!g->slots) die("out of memory");
+    memset(g->slots + g->cap, 0, (cap - g->cap) * sizeof *g->slots);
     g->cap = cap;
   }
-  g->state[seq] |= bit;
+  return &g->slots[seq];
 }
 
 static void fork_producer(run *r) {
@@ -198,9 +207,15 @@ static gen *current(run *r) { return r->ngens ? &r->gens[r->ngens - 1] : NULL; }
 
 static void on_driver_line(run *r, const char *line) {
   gen *g = current(r);
+  int kind;
+  unsigned long long t;
   if (!g) return;
-  if (strncmp(line, "start ", 6) == 0 && g->variant == KILL_AT_ACT) kill_producer(g);
-  if (strncmp(line, "up ", 3) == 0) {
+  if (sscanf(line, "start %d %llu", &kind, &t) == 2) {
+    g->act_at = t;
+    if (g->variant == KILL_AT_ACT) kill_producer(g);
+  }
+  if (sscanf(line, "up %d %llu", &kind, &t) == 2) {
+    g->up_at = t;
     if (g->variant == KILL_AT_PROMOTION) kill_producer(g);
     if (g->variant == CONTROL) {
       g->win_entries = g->entries;
@@ -225,9 +240,10 @@ static void on_finish(evutil_socket_t fd, short what, void *arg) {
 static void on_producer_line(run *r, const char *line) {
   int id;
   unsigned long seq;
+  unsigned long long at;
   size_t entries, oldest;
-  if (sscanf(line, "a %d.%lu", &id, &seq) == 2 && id >= 0 && id < r->ngens)
-    mark(&r->gens[id], seq, 1);
+  if (sscanf(line, "a %d.%lu %llu", &id, &seq, &at) == 3 && id >= 0 && id < r->ngens)
+    slot_of(&r->gens[id], seq)->acked_at = at;
   else if (sscanf(line, "r %d %zu %zu", &id, &entries, &oldest) == 3 && id >= 0 && id < r->ngens) {
     gen *g = &r->gens[id];
     g->entries = entries;
@@ -276,7 +292,7 @@ static void on_msg(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
   int id;
   unsigned long seq;
   if (sscanf(sluice_dq_msg_id(m), "g%d.%lu", &id, &seq) == 2 && id >= 0 && id < r->ngens)
-    mark(&r->gens[id], seq, 2);
+    slot_of(&r->gens[id], seq)->delivered = 1;
   sluice_dq_ack(m, NULL, NULL);
 }
 
@@ -284,7 +300,7 @@ static void on_msg(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
 
 typedef struct stats {
   int rounds;
-  long acked, lost;
+  long acked, lost, during; /* during: acknowledged from the act to promotion */
   bench_lat *entries, *oldest;
   char lost_by_round[64];
 } stats;
@@ -295,8 +311,11 @@ static void account(const run *r, int kind, stats st[FO_NKINDS][NVARIANTS]) {
     stats *s = &st[kind][g->variant];
     long lost = 0;
     for (size_t q = 0; q < g->cap; q++) {
-      s->acked += g->state[q] & 1;
-      lost += g->state[q] == 1;
+      const slot *sl = &g->slots[q];
+      if (!sl->acked_at) continue;
+      s->acked++;
+      lost += !sl->delivered;
+      s->during += sl->acked_at >= g->act_at && sl->acked_at <= g->up_at;
     }
     s->lost += lost;
     s->rounds++;
@@ -363,7 +382,7 @@ static int phase(const char *url, const char *spec, enum fo_kind kind, int round
   event_free(r->prod_ev);
   event_free(r->finish_ev);
   event_base_free(r->base);
-  for (int i = 0; i < r->ngens; i++) free(r->gens[i].state);
+  for (int i = 0; i < r->ngens; i++) free(r->gens[i].slots);
   close(r->prod_fd[0]);
   close(r->prod_fd[1]);
   free(r);
@@ -425,10 +444,11 @@ static int run_kind(const struct topology *t, int rounds, stats st[FO_NKINDS][NV
 
 static void print_table(stats st[FO_NKINDS][NVARIANTS]) {
   static const char *const cols[] = {"failover",         "producer",         "rounds",
-                                     "pushes acked",     "lost",             "lost by round",
+                                     "pushes acked",     "acked in failover", "lost", "lost by round",
                                      "record p50 / max", "oldest ms p50 / max", NULL};
   bench_table *t = bench_table_new(
-      "what a producer's crash during a failover loses; lost: acknowledged pushes never "
+      "what a producer's crash during a failover loses; acked in failover: acknowledged from "
+      "the act to the new master's first answer; lost: acknowledged pushes never "
       "delivered; record: its record of unreplicated writes at its death (entries, the oldest "
       "one's age; the control: at promotion)",
       cols);
@@ -436,8 +456,8 @@ static void print_table(stats st[FO_NKINDS][NVARIANTS]) {
     for (int v = 0; v < NVARIANTS; v++) {
       stats *s = &st[k][v];
       if (!s->rounds) continue;
-      bench_table_row(t, "%s|%s|%d|%ld|%ld|%s|%.0f / %.0f|%.0f / %.0f", fo_kind_names[k],
-                      variant_names[v], s->rounds, s->acked, s->lost, s->lost_by_round,
+      bench_table_row(t, "%s|%s|%d|%ld|%ld|%ld|%s|%.0f / %.0f|%.0f / %.0f", fo_kind_names[k],
+                      variant_names[v], s->rounds, s->acked, s->during, s->lost, s->lost_by_round,
                       bench_lat_pct(s->entries, 50), bench_lat_max(s->entries),
                       bench_lat_pct(s->oldest, 50), bench_lat_max(s->oldest));
     }

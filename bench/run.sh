@@ -14,8 +14,8 @@
 # scripts/deps.sh --bench installs Node.js). --redis shares a scratch server
 # of yours instead (benchmarks write keys to it; only the private server is
 # flushed between benchmarks). Names select benchmarks; by default every
-# executable build-bench/bench/bench_* runs but bench_failover (a minute or
-# two of failovers on topologies of its own). "gateway" runs
+# executable build-bench/bench/bench_* runs but bench_failover and
+# bench_crash (minutes of failovers on topologies of their own). "gateway" runs
 # bench/gateway.sh (wrk against examples/gateway, its own private Redis)
 # after the benchmarks named with it; it is not part of the default set.
 set -euo pipefail
@@ -80,8 +80,8 @@ for f in "$build"/bench/bench_*; do
   name=$(basename "$f")
   if [ ${#only[@]} -gt 0 ]; then
     printf '%s\n' "${only[@]}" | grep -qx "$name" || continue
-  elif [ "$name" = bench_failover ]; then
-    continue # a minute or two of failovers: only when named
+  elif [ "$name" = bench_failover ] || [ "$name" = bench_crash ]; then
+    continue # minutes of failovers: only when named
   fi
   benches+=("$f")
 done
