@@ -50,6 +50,7 @@
 #define NAME FO_SLOT_NAME
 #define NVARIANTS 3
 #define MAX_GENS 64
+#define LINE_CAP 128
 
 enum variant { KILL_AT_ACT, KILL_AT_PROMOTION, CONTROL };
 static const char *const variant_names[NVARIANTS] = {"kill at the act", "kill at promotion",
@@ -168,7 +169,7 @@ typedef struct run {
   int ngens, nrounds, total;
   int prod_fd[2];
   struct event *driver_ev, *prod_ev, *finish_ev;
-  char dline[128], pline[128];
+  char dline[LINE_CAP], pline[LINE_CAP];
   size_t dlen, plen;
 } run;
 
@@ -229,11 +230,16 @@ static void on_driver_line(run *r, const char *line) {
   }
 }
 
-/* The round's producer stopped (the control) or reaped, the next one started. */
-static void on_finish(evutil_socket_t fd, short what, void *arg) {
-  run *r = arg;
+/* The control producer told to stop: it exits once its record is empty. */
+static void stop_control(run *r) {
   gen *g = current(r);
   if (g && !g->killed) kill(g->pid, SIGTERM);
+}
+
+/* A round over: its producer stopped if alive, the next round's started. */
+static void on_finish(evutil_socket_t fd, short what, void *arg) {
+  run *r = arg;
+  stop_control(r);
   fork_producer(r);
 }
 
@@ -268,7 +274,7 @@ static void read_lines(run *r, evutil_socket_t fd, struct event *ev, char *buf, 
   }
   for (ssize_t i = 0; i < n; i++) {
     if (chunk[i] != '\n') {
-      if (*len + 1 < 128) buf[(*len)++] = chunk[i];
+      if (*len + 1 < LINE_CAP) buf[(*len)++] = chunk[i];
       continue;
     }
     buf[*len] = '\0';
@@ -367,14 +373,14 @@ static int phase(const char *url, const char *spec, enum fo_kind kind, int round
   if (write(go[1], "g", 1) != 1) return -1;
   event_base_dispatch(r->base); /* until the driver's pipe closes */
   event_del(r->finish_ev);
-  on_finish(-1, 0, r); /* the last control stopped, no new producer: all forked */
+  stop_control(r);
   struct timeval tail = {TAIL_MS / 1000, 0};
   event_base_loopexit(r->base, &tail);
   event_base_dispatch(r->base);
   int wst = 0;
   waitpid(driver, &wst, 0);
   for (int i = 0; i < r->ngens; i++)
-    if (!r->gens[i].killed) kill(r->gens[i].pid, SIGKILL), waitpid(r->gens[i].pid, NULL, 0);
+    if (!r->gens[i].killed) kill_producer(&r->gens[i]); /* the controls, exited by now */
   account(r, kind, st);
   sluice_dq_consumer_free(con);
   sluice_client_free(c);
