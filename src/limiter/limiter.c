@@ -381,7 +381,7 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
 }
 
 #define RL_KIND(script) \
-  { &(script), RL_BATCH_MAX, SLUICE__BATCH_LAYOUT(RL_CHECK), build, answer, NULL, 0 }
+  { &(script), RL_BATCH_MAX, SLUICE__BATCH_LAYOUT(RL_CHECK), build, answer, NULL, 0, 1 }
 
 /* One kind per algorithm (indexed by sluice_rl_algo): only the script differs. */
 static const sluice__batch_kind check_kinds[] = {

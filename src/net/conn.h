@@ -106,6 +106,9 @@ struct sluice__conn {
   struct wait_batch *wait_open;  /* writes sent this turn, for one WAIT */
   int replicas_short;            /* the last WAIT counted too few replicas */
   uint64_t wait_probe_ms;        /* when a WAIT last had a longer timeout */
+  /* The client's calls across slots (core/batcher.c): refused while ups
+   * is this (0: never), i.e. until the next handshake. */
+  unsigned long spread_refused_ups;
   struct event *timer;           /* connect timeout, or reconnect delay */
   struct event *drop_ev;         /* deferred drop out of hiredis frames */
   char errstr[256];              /* "<what>: <detail>", truncated to fit */

@@ -232,6 +232,7 @@ static const sluice__batch_kind renew_kind = {&sluice__lua_sem_renew,
                                               build,
                                               answer,
                                               timeout,
+                                              0,
                                               0};
 
 /* ---- re-assertion on a new node ------------------------------------------ */
@@ -317,6 +318,7 @@ static const sluice__batch_kind reassert_kind = {&sluice__lua_sem_reassert,
                                                  reassert_build,
                                                  reassert_answer,
                                                  reassert_timeout,
+                                                 0,
                                                  0};
 
 void sluice__permits_reassert(sluice_sem *sem) {

@@ -382,6 +382,7 @@ static const sluice__batch_kind attempt_kind = {&sluice__lua_sem_acquire,
                                                 build,
                                                 answer,
                                                 NULL,
+                                                0,
                                                 0};
 
 /* ---- wake-ups, heartbeats ------------------------------------------------ */
