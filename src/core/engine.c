@@ -500,8 +500,8 @@ int sluice__eval_at(sluice_client *c, int slot, const sluice__script *s, int nke
 }
 
 int sluice__eval_spread(sluice_client *c, unsigned route, const sluice__script *s, int nkeys,
-                        int argc, const char *const *argv, const size_t *lens,
-                        unsigned timeout_ms, sluice__reply_fn *fn, void *ud, sluice__op **out) {
+                        int argc, const char *const *argv, const size_t *lens, unsigned timeout_ms,
+                        sluice__reply_fn *fn, void *ud, sluice__op **out) {
   return eval_start(c, (int)route, 1, s, nkeys, argc, argv, lens, timeout_ms, fn, ud, out);
 }
 

@@ -128,8 +128,8 @@ const void *sluice__client_spread_node(sluice_client *c, unsigned route);
 /* sluice__eval, sent to route's node with the KEYS among ARGV (numkeys 0,
  * ARGV[1] nkeys): the script must begin with _spread.lua. */
 int sluice__eval_spread(sluice_client *c, unsigned route, const sluice__script *s, int nkeys,
-                        int argc, const char *const *argv, const size_t *lens,
-                        unsigned timeout_ms, sluice__reply_fn *fn, void *ud, sluice__op **out);
+                        int argc, const char *const *argv, const size_t *lens, unsigned timeout_ms,
+                        sluice__reply_fn *fn, void *ud, sluice__op **out);
 /* Such a call, sent to route's node, was declined (_spread.lua: nothing
  * ran) for the reason why, Redis's words: a key not served there (a map
  * out of date) changes nothing; any other refusal (the ACL refusing the
