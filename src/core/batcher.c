@@ -328,7 +328,7 @@ static route_run *run_of(route_run *runs, size_t cap, const sluice__breq *r, uns
 /* Each request's node, where calls may span routes; whether the queue
  * holds more than one group. */
 static int find_groups(sluice__batcher *b, size_t *n) {
-  int spread = b->kind->spread && b->send == sluice__eval;
+  int spread = b->kind->spread && b->send == sluice__eval && sluice__client_may_spread(b->c);
   const sluice__breq *first = sluice__container_of(b->queue.head, sluice__breq, link);
   int mixed = 0;
   *n = 0;

@@ -413,6 +413,8 @@ unsigned sluice__client_route(const sluice_client *c, const char *key) {
   return route < 0 ? 0 : (unsigned)route;
 }
 
+int sluice__client_may_spread(const sluice_client *c) { return c->topo->ops->many; }
+
 const void *sluice__client_spread_node(sluice_client *c, unsigned route) {
   if (!c->topo->ops->many) return NULL;
   const sluice__conn *conn = sluice__topo_conn(c->topo, (int)route);

@@ -125,6 +125,8 @@ unsigned sluice__client_route(const sluice_client *c, const char *key);
  * to group requests by, or NULL when they go route by route: one Redis, no
  * map yet, or a node that refused such a call since its last handshake. */
 const void *sluice__client_spread_node(sluice_client *c, unsigned route);
+/* 0 when calls cannot spread at all (one Redis): no need to ask the above. */
+int sluice__client_may_spread(const sluice_client *c);
 /* sluice__eval, sent to route's node with the KEYS among ARGV (numkeys 0,
  * ARGV[1] nkeys): the script must begin with _spread.lua. */
 int sluice__eval_spread(sluice_client *c, unsigned route, const sluice__script *s, int nkeys,
