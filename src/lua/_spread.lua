@@ -13,7 +13,7 @@
 -- the requests again slot by slot (src/core/batcher.c).
 local KEYS, ARGV = KEYS, ARGV
 if #KEYS == 0 then
-  local k = tonumber(ARGV[1])
+  local k = tonumber(ARGV[1]) or 0
   local keys, args = {}, {}
   for i = 1, k do
     keys[i] = ARGV[i + 1]
