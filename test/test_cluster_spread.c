@@ -21,18 +21,24 @@ static char url[TH_CLUSTER_MAX * 24 + 64];
 #define USER "sp"
 #define PASS "sp-pw"
 
-/* A client of the cluster (started first), as USER when user is set. */
-static sluice_client *connect_to(struct event_base *base, int user) {
-  snprintf(url, sizeof url, "redis+cluster://%s%s", user ? USER ":" PASS "@" : "", topo.seeds);
-  sluice_client *c = th_client(base, url, 5000);
-  TH_LOOP_UNTIL(base, sluice_client_is_connected(c), 5000);
-  TH_ASSERT(sluice_client_is_connected(c));
-  return c;
+/* A cluster of 3 masters and a client of it (as USER, whose ACL refuses
+ * EXISTS on every master, when refusing is set). */
+static sluice_client *client; /* the case's, start() to finish() */
+
+static sluice_client *start(struct event_base *base, int refusing) {
+  TH_ASSERT_EQ(th_cluster_start(&topo, 3, 0), 0);
+  for (int i = 0; refusing && i < topo.masters; i++)
+    th_node_acl_user(&topo.node[i], USER, PASS, "~* &* +@all -exists", NULL);
+  snprintf(url, sizeof url, "redis+cluster://%s%s", refusing ? USER ":" PASS "@" : "", topo.seeds);
+  client = th_client(base, url, 5000);
+  TH_LOOP_UNTIL(base, sluice_client_is_connected(client), 5000);
+  TH_ASSERT(sluice_client_is_connected(client));
+  return client;
 }
 
-static void finish(struct event_base *base, sluice_client *c, sluice_limiter *lim) {
+static void finish(struct event_base *base, sluice_limiter *lim) {
   sluice_limiter_free(lim);
-  sluice_client_free(c);
+  sluice_client_free(client);
   th_loop_drain(base, 5000);
   event_base_free(base);
   th_cluster_stop(&topo);
@@ -132,8 +138,7 @@ enum { NKEYS = 60, ROUNDS = LIMIT + 1 };
  * admitted, in order. */
 static void test_one_call_per_master(void) {
   struct event_base *base = th_precise_base();
-  TH_ASSERT_EQ(th_cluster_start(&topo, 3, 0), 0);
-  sluice_client *c = connect_to(base, 0);
+  sluice_client *c = start(base, 0);
   static const sluice_rl_algo algos[] = {SLUICE_RL_FIXED, SLUICE_RL_SLIDING_LOG,
                                          SLUICE_RL_SLIDING_COUNTER, SLUICE_RL_GCRA};
   static char keys[NKEYS][16];
@@ -158,7 +163,7 @@ static void test_one_call_per_master(void) {
       for (int i = 0; i < NKEYS; i++) assert_round(&a[r * NKEYS + i], r, 0);
     sluice_limiter_free(lim);
   }
-  finish(base, c, NULL);
+  finish(base, NULL);
 }
 
 /* ---- declined calls --------------------------------------------------- */
@@ -177,20 +182,14 @@ static void trio_on(const th_node *a, const char *kind, trio *t) {
   }
 }
 
-static th_node *other_master(const th_node *m) {
-  return m == &topo.node[0] ? &topo.node[1] : &topo.node[0];
-}
-
 /* A slot moved (with its key) to another master after the client's map
  * was read: the call to the old master is declined at its read of that
  * key, and all three checks go again slot by slot (that key's after a
  * MOVED): each counted once. */
 static void test_slot_moved(void) {
   struct event_base *base = th_precise_base();
-  TH_ASSERT_EQ(th_cluster_start(&topo, 3, 0), 0);
-  sluice_client *c = connect_to(base, 0);
-  sluice_limiter *lim = rl_test_new(c, NAME, SLUICE_RL_FIXED, LIMIT, 60000);
-  th_node *a = &topo.node[0], *b = other_master(a);
+  sluice_limiter *lim = rl_test_new(start(base, 0), NAME, SLUICE_RL_FIXED, LIMIT, 60000);
+  th_node *a = &topo.node[0], *b = &topo.node[1];
   trio t;
   trio_on(a, "mv", &t);
   rl_answer r[3];
@@ -208,7 +207,7 @@ static void test_slot_moved(void) {
   check_all(base, lim, t.k, 3, 1, r);
   for (int i = 0; i < 3; i++) assert_round(&r[i], 0, 2);
   TH_ASSERT_EQ(counted(b, t.k[2], 0), 3);
-  finish(base, c, lim);
+  finish(base, lim);
 }
 
 static void node_ok(const th_node *n, const char *fmt, unsigned slot, const char *id) {
@@ -225,10 +224,8 @@ static void node_ok(const th_node *n, const char *fmt, unsigned slot, const char
  * where it lives. */
 static void test_migrating(void) {
   struct event_base *base = th_precise_base();
-  TH_ASSERT_EQ(th_cluster_start(&topo, 3, 0), 0);
-  sluice_client *c = connect_to(base, 0);
-  sluice_limiter *lim = rl_test_new(c, NAME, SLUICE_RL_FIXED, LIMIT, 60000);
-  th_node *a = &topo.node[0], *b = other_master(a);
+  sluice_limiter *lim = rl_test_new(start(base, 0), NAME, SLUICE_RL_FIXED, LIMIT, 60000);
+  th_node *a = &topo.node[0], *b = &topo.node[2];
   trio t; /* k[2]: present on a, its slot migrating */
   trio_on(a, "mg", &t);
   char gone[16]; /* its slot migrating, the key not on a: ASK */
@@ -254,7 +251,7 @@ static void test_migrating(void) {
     node_ok(a, "CLUSTER SETSLOT %u STABLE%s", slots[i], "");
     node_ok(b, "CLUSTER SETSLOT %u STABLE%s", slots[i], "");
   }
-  finish(base, c, lim);
+  finish(base, lim);
 }
 
 /* ---- a node that refuses ---------------------------------------------- */
@@ -290,11 +287,8 @@ static long long exists_refusals(const th_node *n) {
  * calls slot by slot from then on (one refusal in its ACL LOG, one WARN);
  * every check decided right. */
 static void test_refused_by_acl(void) {
-  TH_ASSERT_EQ(th_cluster_start(&topo, 3, 0), 0);
-  for (int i = 0; i < topo.masters; i++)
-    th_node_acl_user(&topo.node[i], USER, PASS, "~* &* +@all -exists", NULL);
   struct event_base *base = th_precise_base();
-  sluice_client *c = connect_to(base, 1);
+  sluice_client *c = start(base, 1);
   sluice_client_set_log_cb(c, on_log, NULL);
   sluice_limiter *lim = rl_test_new(c, NAME, SLUICE_RL_FIXED, LIMIT, 60000);
   static char keys[NKEYS][16];
@@ -314,7 +308,7 @@ static void test_refused_by_acl(void) {
   th_note("%lld refusals, %d warnings over %d turns\n", refusals, warned, ROUNDS);
   TH_ASSERT_EQ(refusals, topo.masters);
   TH_ASSERT_EQ(warned, topo.masters);
-  finish(base, c, lim);
+  finish(base, lim);
 }
 
 static const th_case cases[] = {
