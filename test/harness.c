@@ -609,11 +609,13 @@ th_fx th_fx_open(unsigned op_timeout_ms) {
   return fx;
 }
 
-void th_fx_close(th_fx *fx) {
-  sluice_client_free(fx->c);
-  TH_ASSERT(th_loop_drain(fx->base, 5000));
-  event_base_free(fx->base);
+void th_free_client_and_loop(struct event_base *base, sluice_client *c, unsigned drain_ms) {
+  sluice_client_free(c);
+  TH_ASSERT(th_loop_drain(base, drain_ms));
+  event_base_free(base);
 }
+
+void th_fx_close(th_fx *fx) { th_free_client_and_loop(fx->base, fx->c, 5000); }
 
 pid_t th_child_start(int (*fn)(void *arg), void *arg) {
   pid_t pid = fork();

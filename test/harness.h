@@ -158,6 +158,10 @@ sluice_client *th_client(struct event_base *base, const char *url, unsigned op_t
 /* th_client's options, for a case that sets more of them. */
 void th_client_quick_options(sluice_client_options *o, const char *url, unsigned op_timeout_ms);
 
+/* Free c, run base until everything is released (it must drain within
+ * drain_ms), free base: the end of a case that made its own loop. */
+void th_free_client_and_loop(struct event_base *base, sluice_client *c, unsigned drain_ms);
+
 /* A case's loop and client of th_server, set up once and torn down once. */
 typedef struct th_fx {
   struct event_base *base;

@@ -25,6 +25,19 @@ static inline void acq_cb(sluice_sem *sem, int status, sluice_permit *permit, vo
   r->at_ms = th_now_ms();
 }
 
+/* What a permit's lost callback reported, and when. */
+typedef struct lost_result {
+  int done, reason;
+  uint64_t at_ms;
+} lost_result;
+
+static inline void lost_cb(sluice_permit *p, int reason, void *ud) {
+  lost_result *l = ud;
+  l->done++;
+  l->reason = reason;
+  l->at_ms = th_now_ms();
+}
+
 /* A client of url that reconnects quickly (20-200 ms), each operation
  * bounded by op_timeout_ms. */
 static inline sluice_client *sem_test_client_at(struct event_base *base, const char *url,
@@ -73,8 +86,6 @@ static inline acq_result sem_try(struct event_base *base, sluice_sem *s) {
   return r;
 }
 
-/* Release held and run the loop until waiter is granted (timeout_ms at
- * most), which must succeed: how long after the release the grant came. */
 /* A permit of s, which must be granted at once (sem_try). */
 static inline acq_result sem_hold(struct event_base *base, sluice_sem *s) {
   acq_result r = sem_try(base, s);
@@ -92,6 +103,8 @@ static inline acq_result sem_hold_with_waiter(struct event_base *base, sluice_se
   return h;
 }
 
+/* Release held and run the loop until waiter is granted (timeout_ms at
+ * most), which must succeed: how long after the release the grant came. */
 static inline uint64_t sem_handoff_ms(struct event_base *base, sluice_permit *held,
                                       const acq_result *waiter, unsigned timeout_ms) {
   uint64_t t0 = th_now_ms();

@@ -13,6 +13,7 @@
 #include <strings.h>
 
 #include "dq_util.h"
+#include "rl_util.h"
 #include "sem_util.h"
 #include "topology.h"
 
@@ -205,13 +206,7 @@ static void rl_steps(run *r) {
   static const sluice_rl_algo algos[] = {SLUICE_RL_FIXED, SLUICE_RL_SLIDING_LOG,
                                          SLUICE_RL_SLIDING_COUNTER, SLUICE_RL_GCRA};
   for (size_t i = 0; i < 4 && !r->step; i++) {
-    sluice_limiter_options o;
-    sluice_limiter_options_init(&o);
-    o.algo = algos[i];
-    o.limit = 5;
-    o.period_ms = 1000;
-    sluice_limiter *l = NULL;
-    TH_ASSERT_EQ(sluice_limiter_new(r->c, sluice_rl_algo_name(algos[i]), &o, &l), SLUICE_OK);
+    sluice_limiter *l = rl_test_new(r->c, sluice_rl_algo_name(algos[i]), algos[i], 5, 1000);
     done d = {0}, p = {0};
     if (ok(r, sluice_rl_algo_name(algos[i]),
            wait_done(r, sluice_limiter_check(l, "k", 1, on_rl, &d), &d, 3000), SLUICE_OK))
@@ -311,10 +306,7 @@ static void run_open(run *r, const char *url, unsigned wait_replicas,
   admin("SCRIPT FLUSH");
 }
 
-static void run_close(run *r) {
-  client_close_drain(r->base, r->c);
-  event_base_free(r->base);
-}
+static void run_close(run *r) { th_free_client_and_loop(r->base, r->c, 5000); }
 
 /* One primitive's steps on url under the current rule. */
 static void run_one(run *r, const char *url, void (*steps)(run *), void (*admin)(const char *)) {
@@ -572,8 +564,8 @@ static void test_sentinel(void) {
   without_fails_clearly(&t, &ru, 1, "sentinel|get-master-addr-by-name");
   /* Learning the other sentinels and hearing of failovers at once are
    * for failovers (the rule's comment says so): steps work without. */
-  static const char *const for_failovers[] = {"sentinel|sentinels", "subscribe"};
-  for (int i = 0; i < 2; i++) {
+  static const char *const for_failovers[] = {"sentinel|master", "sentinel|sentinels", "subscribe"};
+  for (int i = 0; i < 3; i++) {
     run *r = malloc(sizeof *r);
     apply(&t, &ru, 1, for_failovers[i]);
     run_all(r, t.url, t.wait_replicas, t.admin);
@@ -605,13 +597,7 @@ static void asking_step(run *r, const char *url) {
   on_nodes(from, 1, cmd);
   run_open(r, url, 0, admin_cluster);
   if (!r->step) {
-    sluice_limiter_options o;
-    sluice_limiter_options_init(&o);
-    o.algo = SLUICE_RL_GCRA;
-    o.limit = 5;
-    o.period_ms = 1000;
-    sluice_limiter *l = NULL;
-    TH_ASSERT_EQ(sluice_limiter_new(r->c, "ask", &o, &l), SLUICE_OK);
+    sluice_limiter *l = rl_test_new(r->c, "ask", SLUICE_RL_GCRA, 5, 1000);
     done d = {0};
     ok(r, "rl_gcra (asked)", wait_done(r, sluice_limiter_check(l, "k", 1, on_rl, &d), &d, 5000),
        SLUICE_OK);

@@ -185,9 +185,7 @@ static void expect_handshake_error(const char *user, const char *pass, const cha
   TH_ASSERT(!sluice_client_is_connected(c));
   const char *err = sluice_client_last_error(c);
   if (!strstr(err, words)) th_fail(__FILE__, __LINE__, "\"%s\" lacks \"%s\"", err, words);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 3000));
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 3000);
 }
 
 static void test_handshake_errors(void) {
@@ -460,8 +458,7 @@ static void test_unreplicated_release_repeated(void) {
   th_loop_for(base, 200);
   TH_ASSERT_EQ(release_calls(c), 2); /* once per new node */
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
 }
 
 static const th_case cases[] = {

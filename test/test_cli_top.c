@@ -36,6 +36,17 @@ static void on_acq(sluice_sem *s, int status, sluice_permit *p, void *ud) {
   c->permit = p;
   c->flag = 1;
 }
+/* A new semaphore name of cl (options so, or the defaults) whose permit
+ * try_acquire granted into c->permit. */
+static sluice_sem *sem_held(struct event_base *base, sluice_client *cl, const char *name,
+                            const sluice_sem_options *so, ctx *c) {
+  sluice_sem *sem;
+  TH_ASSERT_EQ(sluice_sem_new(cl, name, so, &sem), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_sem_try_acquire(sem, on_acq, c), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &c->flag, 5000));
+  TH_ASSERT_EQ(c->status, SLUICE_OK);
+  return sem;
+}
 static void on_waiter(sluice_sem *s, int status, sluice_permit *p, void *ud) {
   if (p) sluice_permit_release(p, NULL, NULL);
 }
@@ -101,7 +112,6 @@ static void test_once(void) {
   struct event_base *base = event_base_new();
   sluice_client_options o;
   sluice_client *cl;
-  sluice_sem *sem;
   sluice_dq *dq;
   sluice_limiter *gcra, *fixed;
   ctx c;
@@ -109,10 +119,7 @@ static void test_once(void) {
   th_client_options(&o, th_server.url);
   cl = th_client_with(base, &o);
 
-  TH_ASSERT_EQ(sluice_sem_new(cl, "web", NULL, &sem), SLUICE_OK);
-  TH_ASSERT_EQ(sluice_sem_try_acquire(sem, on_acq, &c), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &c.flag, 5000));
-  TH_ASSERT_EQ(c.status, SLUICE_OK);
+  sluice_sem *sem = sem_held(base, cl, "web", NULL, &c);
   sluice_acquire *waiter;
   TH_ASSERT_EQ(sluice_sem_acquire(sem, 0, on_waiter, NULL, &waiter), SLUICE_OK);
   TH_LOOP_UNTIL(base, waiters_seen(base, sem, &c) > 0, 5000); /* queued in Redis */
@@ -185,9 +192,7 @@ static void test_once(void) {
   sluice_limiter_free(fixed);
   sluice_dq_free(dq);
   sluice_sem_free(sem);
-  sluice_client_free(cl);
-  TH_ASSERT(th_loop_drain(base, 10000));
-  event_base_free(base);
+  th_free_client_and_loop(base, cl, 10000);
 }
 
 /* The live view in a real terminal: tmux runs `sluice top` and its pane
@@ -211,14 +216,11 @@ static void test_tmux(void) {
   struct event_base *base = event_base_new();
   sluice_client_options o;
   sluice_client *cl;
-  sluice_sem *sem;
   ctx c;
   memset(&c, 0, sizeof c);
   th_client_options(&o, th_server.url);
   cl = th_client_with(base, &o);
-  TH_ASSERT_EQ(sluice_sem_new(cl, "tty", NULL, &sem), SLUICE_OK);
-  TH_ASSERT_EQ(sluice_sem_try_acquire(sem, on_acq, &c), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &c.flag, 5000));
+  sluice_sem *sem = sem_held(base, cl, "tty", NULL, &c);
   char session[32], cmd[1024], pane[8192];
   snprintf(session, sizeof session, "sluicetop%d", (int)getpid());
   snprintf(cmd, sizeof cmd,
@@ -247,9 +249,7 @@ static void test_tmux(void) {
   TH_ASSERT(moved);
   sluice_permit_release(c.permit, NULL, NULL);
   sluice_sem_free(sem);
-  sluice_client_free(cl);
-  TH_ASSERT(th_loop_drain(base, 10000));
-  event_base_free(base);
+  th_free_client_and_loop(base, cl, 10000);
 }
 
 /* ---- --scrape: a process's own counters over HTTP ------------------------ */
@@ -330,7 +330,6 @@ static int scrape_row(const char *out, const char *url, unsigned long long *v, c
 static void test_scrape(void) {
   struct event_base *base = event_base_new();
   sluice_client_options o;
-  sluice_sem *sem;
   sluice_dq *dq;
   ctx c;
   memset(&c, 0, sizeof c);
@@ -345,10 +344,7 @@ static void test_scrape(void) {
   sluice_sem_options so;
   sluice_sem_options_init(&so);
   so.permits = 1;
-  TH_ASSERT_EQ(sluice_sem_new(cl, "scraped", &so, &sem), SLUICE_OK);
-  TH_ASSERT_EQ(sluice_sem_try_acquire(sem, on_acq, &c), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &c.flag, 5000));
-  TH_ASSERT_EQ(c.status, SLUICE_OK);
+  sluice_sem *sem = sem_held(base, cl, "scraped", &so, &c);
   sluice_acquire *waiter;
   TH_ASSERT_EQ(sluice_sem_acquire(sem, 0, on_waiter, NULL, &waiter), SLUICE_OK);
   TH_ASSERT_EQ(sluice_dq_new(cl, "scraped", NULL, &dq), SLUICE_OK);
@@ -427,18 +423,13 @@ static void test_scrape(void) {
   sluice_permit_release(c.permit, NULL, NULL);
   sluice_dq_free(dq);
   sluice_sem_free(sem);
-  sluice_client_free(cl);
-  TH_ASSERT(th_loop_drain(base, 10000));
-  event_base_free(base);
+  th_free_client_and_loop(base, cl, 10000);
   th_redis_stop(&r);
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"once", test_once, 60},
-      {"tmux", test_tmux, 60},
-      {"scrape", test_scrape, 60},
-      {NULL, NULL, 0},
-  };
-  return th_main(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(once, 60),
+    TH_CASE(tmux, 60),
+    TH_CASE(scrape, 60),
+};
+TH_MAIN(cases)

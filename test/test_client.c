@@ -30,9 +30,7 @@ static sluice_client *new_client(struct event_base *base, unsigned op_timeout) {
 }
 
 static void close_and_drain(struct event_base *base, sluice_client *c) {
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
 }
 
 /* One case's loop and client, set up once and torn down once. */

@@ -24,8 +24,7 @@ static void start(int replicas) {
 /* The end of a case: its client closed (the loop drained), the loop freed,
  * the topology stopped. */
 static void finish(struct event_base *base, sluice_client *c) {
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
   th_cluster_stop(&topo);
 }
 

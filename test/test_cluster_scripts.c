@@ -94,8 +94,7 @@ static sluice_client *start(struct event_base *base) {
 }
 
 static void finish(struct event_base *base, sluice_client *c) {
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
   th_cluster_stop(&topo);
 }
 

@@ -229,15 +229,31 @@ static void consumer_dies_holding(child_cfg *cfg, report *held, int n) {
   close(fds[1]);
 }
 
+/* A queue with pushed messages due now (payloads 0 .. pushed - 1) whose
+ * first n a consumer child (cfg) took and was killed holding. */
+static sluice_dq *queue_after_crash(struct event_base *base, sluice_client *c, child_cfg *cfg,
+                                    uint32_t pushed, report *held, int n) {
+  sluice_dq *dq = dqt_queue(c, cfg->queue);
+  push_range(base, dq, 0, pushed, no_delay);
+  consumer_dies_holding(cfg, held, n);
+  return dq;
+}
+
+/* A consumer of queue (options o) that acks and records into k. */
+static sluice_dq_consumer *collecting_consumer(sluice_client *c, const char *queue,
+                                               const sluice_dq_consumer_options *o, collect *k) {
+  sluice_dq_consumer *con = NULL;
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, queue, o, collector, k, &con), SLUICE_OK);
+  return con;
+}
+
 static void test_crash_redelivery(void) {
   struct event_base *base = event_base_new();
   sluice_client *c = dqt_client(base);
-  sluice_dq *dq = dqt_queue(c, "crash");
-  push_range(base, dq, 0, 20, no_delay);
   /* A consumer takes a batch of 10 and dies holding them. */
   child_cfg cfg = {"crash", 10, 10, 400, 5, 0, -1};
   report held[10];
-  consumer_dies_holding(&cfg, held, 10);
+  sluice_dq *dq = queue_after_crash(base, c, &cfg, 20, held, 10);
   uint64_t killed = th_now_ms();
   /* Another consumer gets the other ten at once, then the dead one's ten
    * after their visibility deadline, as attempt 2. */
@@ -245,8 +261,7 @@ static void test_crash_redelivery(void) {
   sluice_dq_consumer_options o;
   sluice_dq_consumer_options_init(&o);
   o.visibility_ms = 400;
-  sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "crash", &o, collector, &k, &con), SLUICE_OK);
+  sluice_dq_consumer *con = collecting_consumer(c, "crash", &o, &k);
   TH_ASSERT(th_loop_until(base, &k.reached, 5000));
   unsigned char seen[20] = {0};
   int second = 0;
@@ -276,18 +291,15 @@ static void test_crash_redelivery(void) {
 static void test_crash_dead_letters(void) {
   struct event_base *base = event_base_new();
   sluice_client *c = dqt_client(base);
-  sluice_dq *dq = dqt_queue(c, "crashdead");
-  push_range(base, dq, 0, 5, no_delay);
   child_cfg cfg = {"crashdead", 10, 10, 200, 1, 0, -1};
   report held[5];
-  consumer_dies_holding(&cfg, held, 5);
+  sluice_dq *dq = queue_after_crash(base, c, &cfg, 5, held, 5);
   /* With max_attempts 1, the expired messages go to the dead letters. */
   collect k = {.target = 5};
   sluice_dq_consumer_options o;
   sluice_dq_consumer_options_init(&o);
   o.max_attempts = 1;
-  sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "crashdead", &o, collector, &k, &con), SLUICE_OK);
+  sluice_dq_consumer *con = collecting_consumer(c, "crashdead", &o, &k);
   dqt_info in;
   uint64_t end = th_now_ms() + 3000;
   while (dqt_inspect(base, dq, &in).dead < 5 && th_now_ms() < end) th_loop_for(base, 20);
@@ -329,8 +341,7 @@ static void test_restart_and_client_kill(void) {
   sluice_dq_consumer_options o;
   sluice_dq_consumer_options_init(&o);
   o.max_poll_ms = 30000; /* only wake-ups and reconnects may find them */
-  sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "restart", &o, collector, &k, &con), SLUICE_OK);
+  sluice_dq_consumer *con = collecting_consumer(c, "restart", &o, &k);
   push_retrying(base, dq, "0");
   TH_ASSERT(th_loop_until(base, &k.reached, 3000));
   th_redis_restart(&th_server); /* data gone: continuity is what counts */

@@ -31,8 +31,7 @@ static void expect_refused(const char *url, const char *step, const char *words)
     th_fail(__FILE__, __LINE__, "last error \"%s\" lacks \"%s\" / \"%s\"", err, step, words);
   th_loop_for(base, 100); /* a reconnect fails the same way meanwhile */
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
 }
 
 /* The keys every db holds on r (INFO keyspace's "keys=" summed). */

@@ -91,9 +91,7 @@ static rcv check_ok(struct event_base *base, sluice_limiter *lim, const char *ke
 
 static void finish(struct event_base *base, sluice_client *c, sluice_limiter *lim) {
   sluice_limiter_free(lim);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
 }
 
 static char *rkey(sluice_limiter *lim, const char *key) {
@@ -1162,9 +1160,7 @@ static void test_stall_takes_nothing(void) {
     TH_ASSERT_EQ(after.res.remaining, before.res.remaining); /* nothing more taken */
     sluice_limiter_free(lim);
   }
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
 }
 
 static void test_down_fail_open(void) {

@@ -197,8 +197,7 @@ static sluice_client *fake_cluster_client(struct event_base *base, const fake *f
  * (the loop drained first), then the fake stopped. */
 static void fake_case_done(fake *f, struct event_base *base, sluice_client *c, sluice_sem *s) {
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
   fake_stop(f);
 }
 
@@ -265,8 +264,6 @@ static void test_garbage_bytes(void) {
 
 /* A granted permit whose renewal gets nonsense: the permit is not renewed,
  * and is reported lost (UNCERTAIN) at its deadline rather than kept. */
-static void lost_cb(sluice_permit *p, int reason, void *ud) { *(int *)ud = reason; }
-
 static void test_renewal_nonsense(void) {
   /* Every command gets a grant-shaped reply: nonsense for a renewal. */
   fake_case k;
@@ -274,10 +271,10 @@ static void test_renewal_nonsense(void) {
   fake_case_open(&k, "*6\r\n:-1\r\n:1700000000000\r\n:0\r\n:1\r\n:42\r\n:300\r\n", 300);
   acq_result t = sem_hold(k.base, k.s);
   TH_ASSERT_EQ(sluice_permit_fence(t.permit), 42);
-  int reason = 0;
-  sluice_permit_set_lost_cb(t.permit, lost_cb, &reason);
-  TH_ASSERT(th_loop_until(k.base, &reason, 2000));
-  TH_ASSERT_EQ(reason, SLUICE_LOST_UNCERTAIN);
+  lost_result lost = {0};
+  sluice_permit_set_lost_cb(t.permit, lost_cb, &lost);
+  TH_ASSERT(th_loop_until(k.base, &lost.done, 2000));
+  TH_ASSERT_EQ(lost.reason, SLUICE_LOST_UNCERTAIN);
   sluice_permit_release(t.permit, NULL, NULL);
   fake_case_close(&k);
 }

@@ -65,9 +65,7 @@ static void test_log_down_up(void) {
   sluice_client_get_metrics(c, &m);
   TH_ASSERT_EQ(m.reconnects, 1);
   TH_ASSERT_EQ(m.disconnects, 1);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 10000));
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 10000);
 }
 
 static void test_log_failed_auth(void) {
@@ -91,9 +89,7 @@ static void test_log_failed_auth(void) {
   sluice_client_metrics m;
   sluice_client_get_metrics(c, &m);
   TH_ASSERT_CMP(m.connect_failures, >=, 1);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 10000));
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 10000);
   th_redis_stop(&secured);
 }
 
@@ -106,9 +102,7 @@ static void test_precise_clock(void) {
     th_loop_until(base, &b.error, 5);
   TH_ASSERT(strstr(b.text, "(precise)"));
   TH_ASSERT(!strstr(b.text, "coarse"));
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 10000));
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 10000);
 }
 
 /* ---- counters ------------------------------------------------------------ */
@@ -256,9 +250,7 @@ static void test_counters(void) {
   sluice_dq_free(dq);
   sluice_limiter_free(lim);
   sluice_sem_free(sem);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 10000));
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 10000);
 }
 
 /* Two handles on one name are one series: their counts add up; freeing
@@ -292,9 +284,7 @@ static void test_prometheus_sums_handles(void) {
   sluice_prometheus_free(text);
   sluice_permit_release(y.p, NULL, NULL);
   sluice_sem_free(b);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 10000));
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 10000);
 }
 
 static const th_case cases[] = {

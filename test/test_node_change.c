@@ -57,9 +57,7 @@ static sluice_client *logged_client(struct event_base *base, const char *url, lo
 }
 
 static void close_client(struct event_base *base, sluice_client *c) {
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
 }
 
 /* r restarted (its data and run_id gone), and c back on it. */

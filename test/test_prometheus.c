@@ -189,9 +189,7 @@ static void test_exposition(void) {
   sluice_sem_free(s2);
   sluice_limiter_free(lim);
   sluice_dq_free(dq);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 10000));
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 10000);
 }
 
 static void test_bad_arguments(void) {
@@ -207,9 +205,7 @@ static void test_bad_arguments(void) {
   prom_check_text(text);
   sluice_prometheus_free(text);
   sluice_prometheus_free(NULL);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 10000));
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 10000);
 }
 
 static const th_case cases[] = {

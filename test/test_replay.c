@@ -133,8 +133,7 @@ static sluice_client *client(struct event_base *base) {
 }
 
 static void finish(struct event_base *base, sluice_client *c) {
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
   rig_stop();
 }
 
@@ -209,18 +208,6 @@ static void permit_restored(int cluster) {
   finish(base, c);
 }
 
-typedef struct lost_at {
-  int done, reason;
-  uint64_t at_ms;
-} lost_at;
-
-static void on_lost(sluice_permit *p, int reason, void *ud) {
-  lost_at *l = ud;
-  l->done++;
-  l->reason = reason;
-  l->at_ms = th_now_ms();
-}
-
 /* The new master granted the permit to someone else before this client
  * heard of the failover: the holder is told at once, DEFINITE, not at its
  * next renewal (a third of the 30 s lease away). */
@@ -232,8 +219,8 @@ static void permit_lost(int cluster) {
   rig_hold();
   acq_result a = sem_try(base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
-  lost_at l = {0};
-  sluice_permit_set_lost_cb(a.permit, on_lost, &l);
+  lost_result l = {0};
+  sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
   rig_fail_over();
   char cmd[160];
   long long now_s = master_int("TIME");
@@ -616,8 +603,7 @@ static struct event_base *one_start(th_redis *r, const char *const *extra, sluic
 }
 
 static void one_finish(th_redis *r, struct event_base *base, sluice_client *c) {
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
   th_redis_stop(r);
 }
 
@@ -633,8 +619,8 @@ static void restart(const char *const *extra, int persistent) {
   sluice_dq *dq = dqt_queue(c, "t");
   acq_result a = sem_try(base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
-  lost_at l = {0};
-  sluice_permit_set_lost_cb(a.permit, on_lost, &l);
+  lost_result l = {0};
+  sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
   enum { N = 50 };
   dqt_push p;
   for (int i = 0; i < N; i++) {
@@ -741,8 +727,8 @@ static void test_restart_unrenewed(void) {
   uint64_t asked = th_now_ms();
   acq_result a = sem_try(base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
-  lost_at l = {0};
-  sluice_permit_set_lost_cb(a.permit, on_lost, &l);
+  lost_result l = {0};
+  sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
   th_loop_for(base, 1000); /* a third of the lease gone */
   th_redis_respawn(&r, NULL);
   TH_LOOP_UNTIL(base, metrics(c).permits_restored == 1, 5000);
@@ -780,8 +766,8 @@ static void test_restart_slow_node(void) {
   sluice_sem *s = sem_test_new_opts(c, "t", &o);
   acq_result a = sem_try(base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
-  lost_at l = {0};
-  sluice_permit_set_lost_cb(a.permit, on_lost, &l);
+  lost_result l = {0};
+  sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
   th_redis_respawn(&r, NULL);
   /* Before this loop runs again: the client has not reconnected yet. */
   redisReply *pause = th_redis_command(&r, "CLIENT PAUSE %d WRITE", PAUSE_MS);
@@ -873,8 +859,8 @@ static void test_restart_reassert_refused_for_now(void) {
   sluice_sem *s = one_permit(c, 10000, 0, 0);
   acq_result a = sem_try(base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
-  lost_at l = {0};
-  sluice_permit_set_lost_cb(a.permit, on_lost, &l);
+  lost_result l = {0};
+  sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
   uint64_t reconnects = metrics(c).reconnects;
   th_redis_respawn(&r, NULL);
   refuse_writes(&r, 1);
@@ -929,8 +915,8 @@ static void test_restart_handoff_carries_reassert(void) {
   sluice_sem_metrics sm;
   sluice_sem_get_metrics(s, &sm);
   TH_ASSERT_EQ(sm.local_handoffs, 1);
-  lost_at l = {0};
-  sluice_permit_set_lost_cb(w.permit, on_lost, &l);
+  lost_result l = {0};
+  sluice_permit_set_lost_cb(w.permit, lost_cb, &l);
   /* The other lease ends: room for the restore. */
   TH_LOOP_UNTIL(base, l.done || dqt_unix_ms() > other_until + 50, OTHER_MS + 1000);
   redis_ok(&r, "ACL SETUSER default allkeys");

@@ -37,9 +37,7 @@ static void test_min_cost_refused(void) {
   free(k);
   sluice_limiter_free(big);
   sluice_limiter_free(edge);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
 }
 
 /* Memory per entry: a key of 20,000 admitted requests, checked 250 at a
@@ -65,9 +63,7 @@ static void test_entry_bytes(void) {
   TH_ASSERT_CMP(bytes, <=, 20 * N);
   free(k);
   sluice_limiter_free(lim);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
 }
 
 /* Write key in the layout of older versions: per request (time, cost) the
@@ -118,9 +114,7 @@ static void test_old_key_converted(void) {
   TH_ASSERT_EQ(rl_test_check(base, lim, "k", 1).allowed, 0);
   free(k);
   sluice_limiter_free(lim);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
 }
 
 /* 300 live requests of one unit: the oldest 255 converted exactly, the
@@ -144,9 +138,7 @@ static void test_old_key_merged(void) {
   TH_ASSERT_EQ(th_redis_int(&th_server, "LINDEX %s %d", k, 2 * 256), N);
   free(k);
   sluice_limiter_free(lim);
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
 }
 
 /* Callers that disagree on the limit cannot grow a key past its cap: a

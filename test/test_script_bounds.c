@@ -537,9 +537,7 @@ static void test_every_script(void) {
     TH_ASSERT_CMP(seen_calls[i], >, 0); /* every script ran */
   }
   pinger_stop();
-  sluice_client_free(client);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
+  th_free_client_and_loop(base, client, 5000);
 }
 
 static void on_info_copy(sluice_sem *sem, int status, const sluice_sem_info *info, void *ud) {
@@ -566,9 +564,7 @@ static void test_inspect_capped(void) {
   TH_ASSERT_EQ(info.holders_total, HELD);
   TH_ASSERT_EQ(info.queued_total, 0);
   sluice_sem_free(sem);
-  sluice_client_free(client);
-  TH_ASSERT(th_loop_drain(base, 10000));
-  event_base_free(base);
+  th_free_client_and_loop(base, client, 10000);
 }
 
 int main(int argc, char **argv) {

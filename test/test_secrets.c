@@ -213,8 +213,7 @@ static void library_refused(const char *url, const char *want_log, const char *w
   assert_has("last_error", sluice_client_last_error(c), want);
   assert_no_marker("last_error", sluice_client_last_error(c));
   sluice_sem_free(sem);
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
   free(s);
 }
 

@@ -130,19 +130,7 @@ static void test_crashed_holder_expires(void) {
   sluice_permit_release(w.permit, NULL, NULL);
   sluice_sem_free(s1);
   sluice_sem_free(s2);
-  client_close_drain(base, c2);
-  event_base_free(base);
-}
-
-typedef struct lost_result {
-  int done, reason;
-  uint64_t at_ms;
-} lost_result;
-static void lost_cb(sluice_permit *p, int reason, void *ud) {
-  lost_result *l = ud;
-  l->done++;
-  l->reason = reason;
-  l->at_ms = th_now_ms();
+  th_free_client_and_loop(base, c2, 5000);
 }
 
 static void test_renewal_keeps_permit(void) {
@@ -438,8 +426,7 @@ static void test_fair_dead_waiter_evicted(void) {
   sluice_sem_free(s1);
   sluice_sem_free(s2);
   sluice_client_free(c1);
-  client_close_drain(base, c2);
-  event_base_free(base);
+  th_free_client_and_loop(base, c2, 5000);
 }
 
 /* Non-fair: a queued waiter whose process died is skipped by wake-ups once
@@ -465,8 +452,7 @@ static void test_dead_waiter_skipped_by_wakeups(void) {
   sluice_sem_free(s1);
   sluice_sem_free(s2);
   sluice_client_free(c1);
-  client_close_drain(base, c2);
-  event_base_free(base);
+  th_free_client_and_loop(base, c2, 5000);
 }
 
 typedef struct info_result {

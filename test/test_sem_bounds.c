@@ -118,8 +118,7 @@ static void test_pending_caps(void) {
   TH_ASSERT_EQ(sluice_sem_acquire(b, 0, count_cb, &done, NULL), SLUICE_OK);
   sluice_sem_free(a);
   sluice_sem_free(b);
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
 }
 
 /* ---- waiters of an earlier version --------------------------------------- */

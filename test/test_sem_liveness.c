@@ -70,8 +70,7 @@ static void child_run(int slot, const child_opts *o) {
   th_loop_for(base, o->hold_ms);
   sluice_permit_release(r.permit, NULL, NULL);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
   _exit(0);
 }
 
@@ -255,8 +254,7 @@ static void test_first_step_in_stall(void) {
   th_loop_for(base, 300);
   TH_ASSERT_EQ(zcard("fs", "holders"), 0);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
 }
 
 /* ---- the same through `sluice sem run` ----------------------------------- */

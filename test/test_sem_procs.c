@@ -139,8 +139,7 @@ static int run_worker(unsigned permits, unsigned ttl, int concurrency, int total
   for (int i = 0; i < concurrency; i++) event_free(slots[i].timer);
   free(slots);
   sluice_sem_free(w.sem);
-  client_close_drain(w.base, c);
-  event_base_free(w.base);
+  th_free_client_and_loop(w.base, c, 5000);
   return ok ? 0 : 1;
 }
 
@@ -252,8 +251,7 @@ static void test_sigkill_holder(void) {
   TH_ASSERT_CMP(w.at_ms - t0, <, 1200); /* at most one TTL (+ slack) */
   sluice_permit_release(w.permit, NULL, NULL);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
   close(ready[0]);
   close(ready[1]);
 }
@@ -281,8 +279,7 @@ static void test_fair_fifo_across_processes(void) {
       th_loop_for(b, 20);
       sluice_permit_release(r.permit, NULL, NULL);
       sluice_sem_free(ss);
-      client_close_drain(b, cc);
-      event_base_free(b);
+      th_free_client_and_loop(b, cc, 5000);
       _exit(0);
     }
     /* Wait until this waiter is queued before starting the next. */
@@ -297,8 +294,7 @@ static void test_fair_fifo_across_processes(void) {
   TH_ASSERT_EQ(atomic_load(&sh->norder), N);
   for (int i = 0; i < N; i++) TH_ASSERT_EQ(sh->order[i], i);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
   shared_done();
 }
 

@@ -4,7 +4,8 @@
  * sentinels the client learns (SENTINEL sentinels) carrying it through a
  * failover when the one it was given is gone, the replies and reconnects
  * that make it ask the sentinels again, a switch ending the reconnect
- * backoff built up on a killed master, and the bad inputs: an unknown
+ * backoff built up on a killed master, an old master not taken while a
+ * sentinel fails it over or from a sentinel behind the last switch, and the bad inputs: an unknown
  * master name, no sentinel reachable, malformed URLs.
  * Suite "sentinel": the topology takes a second or two to start. */
 #include <signal.h>
@@ -43,8 +44,7 @@ static sluice_client *start_client(struct event_base **base) {
 /* The end of a case: its client closed (the loop drained), the loop freed,
  * the topology stopped. */
 static void finish(struct event_base *base, sluice_client *c) {
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
   th_sentinel_stop(&topo);
 }
 
@@ -420,8 +420,7 @@ static void test_list_bounds(void) {
   c = sem_test_client_at(base, many, 1000);
   TH_ASSERT_EQ(sluice__sentinel_count(sentinel_link(c)), 18);
   TH_ASSERT_EQ(sluice__sentinel_learn(sentinel_link(c), "127.0.0.3", 9, 1), 0);
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
 }
 
 typedef struct cmd_result {
@@ -672,6 +671,133 @@ static void test_switch_heard_from_any(void) {
   finish(base, c);
 }
 
+/* A sentinel failing the master over that still names it (the promotion
+ * not seen yet) is waited for, not taken: with the replica paused, a
+ * SENTINEL FAILOVER stays in progress and the old master still answers
+ * ROLE master, yet a new client's acquire does not run there; once the
+ * replica is back and promoted, it runs on the new master. */
+static void test_failover_under_way_waits(void) {
+  start();
+  th_node *old = th_sentinel_master(&topo), *rep = th_sentinel_replica(&topo);
+  TH_ASSERT(old != NULL && rep != NULL);
+  kill(rep->pid, SIGSTOP);
+  rep->paused = 1;
+  redisReply *r = th_node_command(&topo.sent[0], "SENTINEL FAILOVER mymaster");
+  TH_ASSERT(r != NULL);
+  if (r->type != REDIS_REPLY_STATUS) th_fail(__FILE__, __LINE__, "SENTINEL FAILOVER: %s", r->str);
+  freeReplyObject(r);
+  struct event_base *base = event_base_new();
+  char one[128];
+  snprintf(one, sizeof one, "redis+sentinel://%s/mymaster", topo.sent[0].addr);
+  sluice_client *c = sem_test_client_at(base, one, 1000);
+  sluice_sem *s = sem_test_new(c, "fo", 1, 5000, 0);
+  acq_result a = {0};
+  TH_ASSERT_EQ(sluice_sem_acquire(s, 10000, acq_cb, &a, NULL), SLUICE_OK);
+  th_loop_for(base, 600);
+  TH_ASSERT_EQ(a.done, 0);
+  const char *why = sluice__sentinel_error(sentinel_link(c));
+  if (!strstr(why, "being failed over")) th_fail(__FILE__, __LINE__, "the link says: %s", why);
+  kill(rep->pid, SIGCONT);
+  rep->paused = 0;
+  TH_ASSERT(th_loop_until(base, &a.done, 9000));
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  TH_ASSERT(th_sentinel_master(&topo) == rep);
+  sluice_permit_release(a.permit, NULL, NULL);
+  sluice_sem_free(s);
+  finish(base, c);
+}
+
+/* A sentinel behind the last switch it announced is not taken: the
+ * client heard a failover of its set, then, with that set's first
+ * sentinel gone and its connections dropped, asks the next in its list, a
+ * sentinel of another set that names its own master under the same name
+ * (an old configuration: epoch 0). The client goes on to one of its set's
+ * sentinels, and the other set's master never sees a key. */
+static void test_behind_refused(void) {
+  start();
+  static th_sentinel other;
+  TH_ASSERT_EQ(th_sentinel_start(&other, "mymaster"), 0);
+  struct event_base *base = event_base_new();
+  char two[160];
+  snprintf(two, sizeof two, "redis+sentinel://%s,%s/mymaster", topo.sent[0].addr,
+           other.sent[0].addr);
+  sluice_client *c = sem_test_client_at(base, two, 1000);
+  changes b = {0};
+  sluice_client_set_log_cb(c, count_changes, &b);
+  sluice_sem *s = sem_test_new(c, "bh", 1, 5000, 0);
+  acq_result a = sem_hold(base, s);
+  sluice_permit_release(a.permit, NULL, NULL);
+  TH_ASSERT(until_known(base, c, 4, 5000));
+  TH_ASSERT(th_sentinel_failover(&topo) != NULL);
+  uint64_t end = th_now_ms() + 5000;
+  while (!b.changes && th_now_ms() < end) th_loop_for(base, 10);
+  TH_ASSERT_EQ(b.changes, 1);
+  a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  sluice_permit_release(a.permit, NULL, NULL);
+
+  TH_ASSERT_EQ(th_sentinel_stop_one(&topo, 0), 0);
+  redisContext *m = th_node_connect(th_sentinel_master(&topo));
+  TH_ASSERT(m != NULL);
+  unsigned long asked = sluice__sentinel_answers(sentinel_link(c));
+  TH_ASSERT_CMP(kill_client_connections(m), >=, 1);
+  redisFree(m);
+  TH_ASSERT(until_asked(base, c, asked, 10000));
+  end = th_now_ms() + 10000;
+  do a = sem_try(base, s);
+  while (a.status != SLUICE_OK && th_now_ms() < end);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  sluice_permit_release(a.permit, NULL, NULL);
+  th_loop_for(base, 100);
+  redisReply *n = th_node_command(th_sentinel_master(&other), "DBSIZE");
+  TH_ASSERT(n != NULL && n->type == REDIS_REPLY_INTEGER);
+  TH_ASSERT_EQ(n->integer, 0);
+  freeReplyObject(n);
+  sluice_sem_free(s);
+  finish(base, c);
+  th_sentinel_stop(&other);
+}
+
+static void count_blocking_downs(sluice_client *c, int level, const char *msg, void *ud) {
+  if (strncmp(msg, "blocking connection down", 24) == 0) ++*(int *)ud;
+}
+
+/* A master that is gone with no replica to promote: a blocked waiter's
+ * connection backs off like any other (reconnect_min_ms 50 doubling to
+ * 2 s), though every attempt of the command connection re-announces the
+ * same address: a handful of attempts in 3 s, not one every 25-50 ms. */
+static void test_dead_master_backoff(void) {
+  start();
+  TH_ASSERT_EQ(th_sentinel_replica_stop(&topo), 0);
+  struct event_base *base = event_base_new();
+  sluice_client_options o;
+  th_client_options(&o, url);
+  o.op_timeout_ms = 1000;
+  sluice_client *c = th_client_with(base, &o);
+  sluice_sem *s = sem_test_new(c, "dm", 1, 30000, 0);
+  acq_result w;
+  acq_result h = sem_hold_with_waiter(base, s, s, 60000, &w);
+  th_node *m = th_sentinel_master(&topo);
+  TH_ASSERT(m != NULL);
+  redisContext *mc = th_node_connect(m);
+  TH_ASSERT(mc != NULL);
+  uint64_t end = th_now_ms() + 5000;
+  while (client_running(mc, "brpop") < 0 && th_now_ms() < end) th_loop_for(base, 20);
+  TH_ASSERT(client_running(mc, "brpop") >= 0);
+  redisFree(mc);
+  int downs = 0;
+  sluice_client_set_log_cb(c, count_blocking_downs, &downs);
+  kill(m->pid, SIGKILL);
+  m->pid = 0;
+  th_loop_for(base, 3000);
+  th_note("blocking connection attempts failed in 3 s: %d\n", downs);
+  TH_ASSERT_CMP(downs, >=, 1);
+  TH_ASSERT_CMP(downs, <=, 12);
+  sluice_permit_release(h.permit, NULL, NULL);
+  sluice_sem_free(s);
+  finish(base, c);
+}
+
 /* A holder that takes the permit, holds it 50 ms, releases and asks again,
  * and a waiter that blocks for it, through a SIGSTOP of the master until
  * the sentinels promote the replica: the waiter is served again within a
@@ -835,5 +961,8 @@ static const th_case cases[] = {
     TH_CASE(pause_churn, 180),
     TH_CASE(switch_ends_backoff, 120),
     TH_CASE(switch_heard_from_any, 120),
+    TH_CASE(failover_under_way_waits, 90),
+    TH_CASE(behind_refused, 120),
+    TH_CASE(dead_master_backoff, 60),
 };
 TH_TOPOLOGY_MAIN(cases)

@@ -133,9 +133,7 @@ static void test_refused_without_tls(void) {
   th_client_options(&o, th_server.url);
   c = th_client_with(base, &o);
   TH_ASSERT_STR_EQ(sluice_client_last_error(NULL), "");
-  sluice_client_free(c);
-  TH_ASSERT(th_loop_drain(base, 5000));
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
 }
 
 static void test_cli_refused_without_tls(void) {
@@ -200,8 +198,7 @@ static void test_semaphore(void) {
   TH_ASSERT_CMP(sem_handoff_ms(base, a.permit, &w, 5000), <, 500);
   sluice_permit_release(w.permit, NULL, NULL);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
 }
 
 static void test_limiter(void) {
@@ -214,8 +211,7 @@ static void test_limiter(void) {
     TH_ASSERT_EQ(res.allowed, i < 2);
   }
   sluice_limiter_free(lim);
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
 }
 
 typedef struct dq_rec {
@@ -255,8 +251,7 @@ static void test_delay_queue(void) {
   TH_ASSERT_EQ(r.settle_status, SLUICE_OK);
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
 }
 
 /* After the server restarts, the client reconnects over TLS by itself. */
@@ -278,8 +273,7 @@ static void test_reconnect(void) {
   sluice_limiter *lim = rl_test_new(c, "api", SLUICE_RL_FIXED, 1, 60000);
   TH_ASSERT_EQ(rl_test_check(base, lim, "k", 1).allowed, 1);
   sluice_limiter_free(lim);
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
 }
 
 /* A connection that must fail: the state callback reports it (no hang), an
@@ -305,8 +299,7 @@ static void expect_connect_error(const char *url, const char *want) {
   TH_ASSERT_CMP(st.changes, >=, changes + 2);
   TH_ASSERT_CONTAINS(sluice_client_last_error(c), want);
   sluice_limiter_free(lim);
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
 }
 
 static void test_wrong_ca(void) {
@@ -381,8 +374,7 @@ static void test_sni_and_skip_verify(void) {
     sluice_client *c = client_for(base, tls_url(q[i]), &st);
     TH_ASSERT(th_loop_until(base, &st.changes, 5000));
     TH_ASSERT_EQ(st.up, 1);
-    client_close_drain(base, c);
-    event_base_free(base);
+    th_free_client_and_loop(base, c, 5000);
   }
 }
 
@@ -413,8 +405,7 @@ static void test_options(void) {
   TH_ASSERT(th_loop_until(base, &st.changes, 5000));
   TH_ASSERT_EQ(st.up, 0);
   TH_ASSERT_CONTAINS(sluice_client_last_error(c), "certificate");
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
 }
 
 /* Options sluice_client_new refuses, each with its reason. */
@@ -471,8 +462,7 @@ static void test_refusals(void) {
   th_client_options(&o, th_server.url);
   o.tls_ca_file = "/nonexistent";
   c = th_client_with(base, &o);
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
 }
 
 static void test_cli(void) {
@@ -561,8 +551,7 @@ static void test_cluster(void) {
   TH_ASSERT_EQ(w.status, SLUICE_OK);
   sluice_permit_release(w.permit, NULL, NULL);
   sluice_sem_free(s);
-  client_close_drain(base, c);
-  event_base_free(base);
+  th_free_client_and_loop(base, c, 5000);
   char conf[300];
   snprintf(conf, sizeof conf, "%s/nodes.conf", node.dir);
   th_redis_stop(&node);

@@ -82,12 +82,9 @@ static void test_crc16_like_spec(void) {
   TH_ASSERT_EQ(sluice__keyslot("{user1000}.following", 21), th_keyslot("user1000", 8));
 }
 
-int main(int argc, char **argv) {
-  static const th_case cases[] = {
-      {"resp_like_hiredis", test_resp_like_hiredis, 10},
-      {"decimal_like_printf", test_decimal_like_printf, 10},
-      {"crc16_like_spec", test_crc16_like_spec, 10},
-      {NULL, NULL, 0},
-  };
-  return th_main_local(argc, argv, cases);
-}
+static const th_case cases[] = {
+    TH_CASE(resp_like_hiredis, 10),
+    TH_CASE(decimal_like_printf, 10),
+    TH_CASE(crc16_like_spec, 10),
+};
+TH_MAIN_LOCAL(cases)

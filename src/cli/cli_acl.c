@@ -111,10 +111,11 @@ static void print_rule(const acl_args *a) {
   printf(
       "# every sentinel (its user: sentinel_username, sentinel_password). Needed: ping,\n"
       "# sentinel|get-master-addr-by-name (finding the master); for failovers:\n"
-      "# sentinel|sentinels (the other sentinels, if the given ones go) and subscribe\n"
-      "# on +switch-master (hearing of a failover at once, not when the master fails)\n"
+      "# sentinel|master (not taking an old master while a sentinel fails it over or\n"
+      "# has not heard of the switch), sentinel|sentinels (the other sentinels, if the\n"
+      "# given ones go) and subscribe on +switch-master (hearing of a failover at once)\n"
       "resetkeys resetchannels &+switch-master -@all +ping +sentinel|get-master-addr-by-name "
-      "+sentinel|sentinels +subscribe\n");
+      "+sentinel|master +sentinel|sentinels +subscribe\n");
 }
 
 static void usage(FILE *f) {

@@ -346,11 +346,15 @@ void sluice__blocker_remap(sluice__blocker *b) {
     const char *host;
     int port;
     if (!sluice__topo_address(b->env.topo, g->slot, &host, &port)) continue;
-    if (g->conn.state == SLUICE_CONN_RESOLVING || g->conn.state == SLUICE_CONN_WAITING) {
-      sluice__conn_retry_now(&g->conn); /* the address is known now: no reason to wait */
-    } else if (host && g->ep.host && (strcmp(g->ep.host, host) != 0 || g->ep.port != port)) {
+    int moved = host && g->ep.host && (strcmp(g->ep.host, host) != 0 || g->ep.port != port);
+    /* The address it waited for is known now: go, its backoff counted on.
+     * Another address: the failed attempts were the old node's, no reason
+     * to wait. The same address that failed waits out its backoff (every
+     * connect attempt of the command connection says routes changed). */
+    if (g->conn.state == SLUICE_CONN_RESOLVING) sluice__conn_start(&g->conn);
+    else if (g->conn.state == SLUICE_CONN_WAITING && moved) sluice__conn_retry_now(&g->conn);
+    else if (moved && g->conn.state != SLUICE_CONN_WAITING)
       sluice__conn_fail(&g->conn, "the route moved to another node");
-    }
   }
 }
 

@@ -40,6 +40,8 @@ static void master_moved(void *ud) {
  * writes no replica was known to have are sent again (record.h), then the
  * objects on those routes reconcile: permits held are re-asserted, waiters
  * and consumers look again. */
+static void note(const char *what, void *ud) { sluice__log(ud, SLUICE_LOG_INFO, "%s", what); }
+
 static void node_changed(int lo, int hi, void *ud) {
   sluice_client *c = ud;
   c->node_changes++;
@@ -311,7 +313,7 @@ int sluice_client_new(struct event_base *base, const sluice_client_options *opts
       .net = c->net,
       .scripts = sluice__lua_all,
       .count_replicas = !c->opts.replay_off,
-      .ev = {data_up, data_down, conn_state, routes_changed, master_moved, node_changed, c}};
+      .ev = {data_up, data_down, conn_state, routes_changed, master_moved, node_changed, note, c}};
   if (!c->key_prefix || !c->reaper || !c->log_ev || !c->clock_ev || !c->wait_ev ||
       sluice__record_init(c) != 0 || sluice__guard_home_init(&c->home, base, home_empty) != 0 ||
       !(c->topo = sluice__topo_new(base, &tcfg))) {

@@ -16,6 +16,10 @@
  * switch is heard, whichever led the failover (the others announce it only
  * once their hello messages carry it, up to seconds later). */
 #define WATCH_MAX 5
+/* How soon a sentinel that said to wait is asked again: doubling from
+ * the first to the last. */
+#define AGAIN_MIN_MS 100
+#define AGAIN_MAX_MS 1000
 
 typedef struct sentinel_addr {
   char *host; /* owned; lives as long as the link */
@@ -35,12 +39,23 @@ struct sluice__sentinel {
   sluice__endpoint wep[WATCH_MAX]; /* one sentinel each, for good */
   sluice__conn watch[WATCH_MAX];
   int nwatch;
-  struct event *ask_timer; /* a question unanswered for too long */
-  int fresh;               /* the address was given since it went stale */
-  int asking;              /* a question is in flight */
-  int have;                /* an address was ever given */
-  int switched;            /* moved, no connection attempt since: the drops are ours */
-  char err[384];           /* room for a connection's errstr and more */
+  struct event *ask_timer;   /* a question unanswered for too long */
+  struct event *again_timer; /* a failover under way: ask again soon */
+  int fresh;                 /* the address was given since it went stale */
+  int asking;                /* 0, or which of a question's two answers is due */
+  /* The address the sentinel asked now named (its first answer). */
+  char named[256];
+  int named_port;
+  /* The newest configuration seen: the highest config epoch a sentinel we
+   * took an address from reported; after a switch heard, only a newer one
+   * will do (a sentinel that still names the old master is behind). */
+  unsigned long long epoch;
+  int epoch_known, want_newer;
+  int behind;        /* answers refused in a row as behind */
+  unsigned again_ms; /* told to wait: the delay before asking again, or 0 */
+  int have;          /* an address was ever given */
+  int switched;      /* moved, no connection attempt since: the drops are ours */
+  char err[384];     /* room for a connection's errstr and more */
 };
 
 static void point_at(sluice__sentinel *s, sluice__endpoint *ep, int i) {
@@ -132,27 +147,146 @@ static int set_address(sluice__sentinel *s, const char *host, size_t hlen, int p
   return 1;
 }
 
-static void ask_cb(redisAsyncContext *ac, void *r, void *privdata) {
+/* What a sentinel's SENTINEL MASTER said: its configuration's epoch, and
+ * whether it sees the master down or is failing it over. */
+typedef struct master_view {
+  int seen; /* answered (an ACL rule without sentinel|master refuses it) */
+  unsigned long long epoch;
+  int sdown, odown, failing;
+  const char *ip; /* the master's address before any switch */
+  int port;
+} master_view;
+
+/* Whether the comma-separated flags name f. */
+static int has_flag(const char *flags, const char *f) {
+  size_t n = strlen(f);
+  for (const char *p = strstr(flags, f); p; p = strstr(p + 1, f))
+    if ((p == flags || p[-1] == ',') && (p[n] == ',' || p[n] == '\0')) return 1;
+  return 0;
+}
+
+static void read_view(const redisReply *r, master_view *v) {
+  memset(v, 0, sizeof *v);
+  if (r->type != REDIS_REPLY_ARRAY) return;
+  for (size_t j = 0; j + 1 < r->elements; j += 2) {
+    const redisReply *k = r->element[j], *x = r->element[j + 1];
+    if (k->type != REDIS_REPLY_STRING || x->type != REDIS_REPLY_STRING) continue;
+    if (strcmp(k->str, "flags") == 0) {
+      v->sdown = has_flag(x->str, "s_down");
+      v->odown = has_flag(x->str, "o_down");
+      v->failing = has_flag(x->str, "failover_in_progress");
+    } else if (strcmp(k->str, "config-epoch") == 0) {
+      v->epoch = strtoull(x->str, NULL, 10);
+      v->seen = 1;
+    } else if (strcmp(k->str, "ip") == 0) {
+      v->ip = x->str;
+    } else if (strcmp(k->str, "port") == 0) {
+      v->port = (int)strtol(x->str, NULL, 10);
+    }
+  }
+}
+
+enum verdict { TAKE, BEHIND, ELSEWHERE, WAIT };
+
+/* Whether the address a sentinel named may be used.
+ *  - It is failing the master over and still names the old address, or
+ *    agrees with the others that it is down: wait for it to name the new
+ *    master (once it has promoted one, it names it at once).
+ *  - It alone sees the master down: wait too (a failover may follow), but
+ *    after a few questions ask another (it may be cut off from the master
+ *    alone).
+ *  - Its configuration is older than the newest seen, or, after a switch
+ *    was heard or a failover seen under way, not newer: it names a master
+ *    that another sentinel has replaced. The old master can answer ROLE
+ *    master for seconds after the switch (until a sentinel demotes it, or
+ *    restarted empty), so it is behind: ask the next. */
+static enum verdict judge(const sluice__sentinel *s, const master_view *v) {
+  if (!v->seen) return TAKE; /* no view (the ACL refused it): the address alone */
+  int promoted = !v->ip || strcmp(v->ip, s->named) != 0 || v->port != s->named_port;
+  if (v->failing) return promoted ? TAKE : WAIT;
+  if (v->odown) return WAIT;
+  if (v->sdown) return s->again_ms < AGAIN_MAX_MS ? WAIT : ELSEWHERE;
+  if (s->epoch_known && v->epoch < s->epoch + (unsigned long long)s->want_newer) return BEHIND;
+  return TAKE;
+}
+
+/* This sentinel works: it goes first, the others it knows join the list,
+ * and its address stands. */
+static void take(sluice__sentinel *s, const master_view *v) {
+  if (v->seen && (!s->epoch_known || v->epoch > s->epoch)) s->epoch = v->epoch;
+  s->epoch_known |= v->seen;
+  s->want_newer = s->behind = 0;
+  s->again_ms = 0;
+  s->answers++;
+  prefer(s, s->qi);
+  const char *argv[3] = {"SENTINEL", "sentinels", s->names->master_name};
+  sluice__conn_send(&s->query, list_cb, s, 3, argv, NULL);
+  if (!set_address(s, s->named, strlen(s->named), s->named_port))
+    sluice__conn_fail(&s->query, "sentinel: out of memory");
+}
+
+static void master_cb(redisAsyncContext *ac, void *r, void *privdata) {
   sluice__sentinel *s = privdata;
-  redisReply *reply = r;
-  if (!s->asking) return;
+  if (s->asking != 2) return;
   s->asking = 0;
   evtimer_del(s->ask_timer);
-  if (!reply) return; /* lost: the query connection's on_down moves on */
+  if (!r) return; /* lost: the query connection's on_down moves on */
+  master_view v;
+  read_view(r, &v);
+  enum verdict d = judge(s, &v);
+  /* Every sentinel behind in a row: the newest they have is the newest
+   * (a failover that failed leaves the epoch as it was). */
+  if (d == BEHIND && ++s->behind >= s->nknown) d = TAKE;
+  if (d == TAKE) {
+    take(s, &v);
+    return;
+  }
+  /* Unless it fails, a failover ends with a newer epoch: a sentinel that
+   * names the old master with clean flags and the old epoch later (it
+   * reached the old master restarted before it heard of the switch) is
+   * behind. */
+  if (d != BEHIND) s->want_newer = s->epoch_known;
+  if (d == WAIT) {
+    snprintf(s->err, sizeof s->err, "sentinel %s:%d: master '%s' is %s", s->qep.host, s->qep.port,
+             s->names->master_name,
+             v.failing ? "being failed over"
+             : v.odown ? "down"
+                       : "down for this sentinel");
+    if (!s->again_ms) s->cfg.note(s->err, s->cfg.userdata); /* once per wait */
+    /* The switch is heard at once (+switch-master): asking again is the
+     * fallback, and backs off. */
+    s->again_ms = s->again_ms ? s->again_ms * 2 : AGAIN_MIN_MS;
+    if (s->again_ms > AGAIN_MAX_MS) s->again_ms = AGAIN_MAX_MS;
+    sluice__timer_in(s->again_timer, s->again_ms);
+    return;
+  }
+  s->again_ms = 0;
+  snprintf(s->err, sizeof s->err, "sentinel %s:%d %s: it names %s:%d (config epoch %llu)",
+           s->qep.host, s->qep.port,
+           d == BEHIND ? "is behind the last switch" : "cannot reach the master", s->named,
+           s->named_port, v.epoch);
+  s->cfg.note(s->err, s->cfg.userdata);
+  sluice__conn_fail(&s->query, s->err); /* try the next sentinel */
+}
+
+static void addr_cb(redisAsyncContext *ac, void *r, void *privdata) {
+  sluice__sentinel *s = privdata;
+  redisReply *reply = r;
+  if (s->asking != 1) return;
+  s->asking = 0;
+  if (!reply) return;
   long port = 0;
   if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
       reply->element[0]->type == REDIS_REPLY_STRING &&
-      reply->element[1]->type == REDIS_REPLY_STRING)
+      reply->element[1]->type == REDIS_REPLY_STRING && reply->element[0]->len < sizeof s->named)
     port = strtol(reply->element[1]->str, NULL, 10);
   if (port > 0 && port < 65536) {
-    /* This sentinel works: it goes first, and the others it knows join
-     * the list. */
-    const char *argv[3] = {"SENTINEL", "sentinels", s->names->master_name};
-    s->answers++;
-    prefer(s, s->qi);
-    sluice__conn_send(&s->query, list_cb, s, 3, argv, NULL);
-    if (set_address(s, reply->element[0]->str, reply->element[0]->len, (int)port)) return;
+    memcpy(s->named, reply->element[0]->str, reply->element[0]->len + 1);
+    s->named_port = (int)port;
+    s->asking = 2; /* SENTINEL MASTER's answer decides */
+    return;
   }
+  evtimer_del(s->ask_timer);
   snprintf(s->err, sizeof s->err, "sentinel %s:%d %s master '%s'%s%s", s->qep.host, s->qep.port,
            reply->type == REDIS_REPLY_ERROR ? "refused to name" : "does not know",
            s->names->master_name, reply->type == REDIS_REPLY_ERROR ? ": " : "",
@@ -160,12 +294,23 @@ static void ask_cb(redisAsyncContext *ac, void *r, void *privdata) {
   sluice__conn_fail(&s->query, s->err); /* try the next sentinel */
 }
 
+/* One question, two commands in one round trip: the address (which names
+ * the promoted replica as soon as the failover reconfigures the others)
+ * and the sentinel's view of the master, to judge it by. */
 static void ask(sluice__sentinel *s) {
   if (s->asking || s->query.state != SLUICE_CONN_UP) return;
-  const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", s->names->master_name};
-  if (sluice__conn_send(&s->query, ask_cb, s, 3, argv, NULL) != REDIS_OK) return;
+  const char *addr[3] = {"SENTINEL", "get-master-addr-by-name", s->names->master_name};
+  const char *view[3] = {"SENTINEL", "master", s->names->master_name};
+  if (sluice__conn_send(&s->query, addr_cb, s, 3, addr, NULL) != REDIS_OK) return;
+  sluice__conn_send(&s->query, master_cb, s, 3, view, NULL);
   s->asking = 1;
+  evtimer_del(s->again_timer);
   sluice__timer_in(s->ask_timer, s->cfg.net.connect_timeout_ms);
+}
+
+static void again_cb(evutil_socket_t fd, short what, void *arg) {
+  sluice__sentinel *s = arg;
+  if (!s->fresh) ask(s);
 }
 
 static void ask_timeout_cb(evutil_socket_t fd, short what, void *arg) {
@@ -187,6 +332,7 @@ static void query_down(sluice__conn *conn, int status, void *ud) {
   sluice__sentinel *s = ud;
   s->asking = 0;
   evtimer_del(s->ask_timer);
+  evtimer_del(s->again_timer);                    /* asked again once a connection is up */
   if (strncmp(conn->errstr, "sentinel ", 9) == 0) /* our own verdict */
     snprintf(s->err, sizeof s->err, "%s", conn->errstr);
   else
@@ -219,6 +365,7 @@ static void watch_cb(redisAsyncContext *ac, void *r, void *privdata) {
   int from_ours = d->host && strcmp(d->host, old_ip) == 0 && d->port == old_port;
   int to_ours = d->host && strcmp(d->host, ip) == 0 && d->port == port;
   if (from_ours) {
+    s->want_newer = s->epoch_known; /* the sentinels still naming it are behind */
     set_address(s, ip, strlen(ip), port);
   } else if (!to_ours) {
     s->fresh = 0;
@@ -282,8 +429,11 @@ sluice__sentinel *sluice__sentinel_new(struct event_base *base,
   point_at(s, &s->qep, 0);
   s->base = base;
   s->ask_timer = evtimer_new(base, ask_timeout_cb, s);
-  if (!s->ask_timer || link_init(s, base, &s->query, &s->qep, query_up, query_down) != 0) {
+  s->again_timer = evtimer_new(base, again_cb, s);
+  if (!s->ask_timer || !s->again_timer ||
+      link_init(s, base, &s->query, &s->qep, query_up, query_down) != 0) {
     if (s->ask_timer) event_free(s->ask_timer);
+    if (s->again_timer) event_free(s->again_timer);
     forget_all(s);
     sluice__free(s);
     return NULL;
@@ -299,6 +449,7 @@ void sluice__sentinel_free(sluice__sentinel *s) {
   sluice__conn_shutdown(&s->query);
   for (int w = 0; w < s->nwatch; w++) sluice__conn_shutdown(&s->watch[w]);
   event_free(s->ask_timer);
+  event_free(s->again_timer);
   forget_all(s);
   sluice__free(s);
 }

@@ -4,9 +4,19 @@
  * for clients.
  *
  *  - A query connection to one sentinel at a time asks
- *    SENTINEL get-master-addr-by-name; a sentinel that fails (connect,
- *    timeout, no answer) gives way to the next one in the list, and the one
- *    that answers stays in use and moves to the front of the list.
+ *    SENTINEL get-master-addr-by-name and, in the same round trip,
+ *    SENTINEL MASTER (its flags and config epoch); a sentinel that fails
+ *    (connect, timeout, no answer) gives way to the next one in the list,
+ *    and the one that answers stays in use and moves to the front of the
+ *    list.
+ *  - An answer is judged before it is taken (sentinel.c, judge): a
+ *    sentinel that names the old master while failing it over, or sees it
+ *    down, is asked again until it names the new one; one whose config
+ *    epoch is older than the newest seen (or not newer, after a switch was
+ *    heard or a failover seen) is behind, and the next sentinel is asked.
+ *    The old master can answer ROLE master for seconds after a switch
+ *    (until a sentinel demotes it, or restarted empty), so the handshake's
+ *    ROLE check alone cannot tell.
  *  - The list is the link's own: the configured sentinels, then those a
  *    sentinel that answered reports (SENTINEL sentinels, asked after each
  *    answer), without duplicates and at most 16 in all, so that the master
@@ -40,6 +50,8 @@ typedef struct sluice__sentinel_config {
   void (*moved)(void *userdata);
   /* A fresh address is known: data connections waiting for one may start. */
   void (*known)(void *userdata);
+  /* An answer was not taken: why (err's text). */
+  void (*note)(const char *what, void *userdata);
   void *userdata;
 } sluice__sentinel_config;
 

@@ -47,6 +47,11 @@ static void master_moved(void *ud) {
   sluice__conn_retry_now(&s->one.conn);
 }
 
+static void note(const char *what, void *ud) {
+  topo_sentinel *s = ud;
+  if (!s->one.t.closing) s->one.t.cfg.ev.note(what, s->one.t.cfg.ev.userdata);
+}
+
 static void master_known(void *ud) {
   topo_sentinel *s = ud;
   if (s->one.t.closing) return; /* the close sequence owns the connections now */
@@ -62,6 +67,7 @@ sluice__topo *sluice__topo_sentinel_new(struct event_base *base, const sluice__t
                                 .net = cfg->net,
                                 .moved = master_moved,
                                 .known = master_known,
+                                .note = note,
                                 .userdata = s};
   if (!(s->link = sluice__sentinel_new(base, &sc))) {
     sluice__topo_free(&s->one.t);
