@@ -38,9 +38,7 @@ static sluice_client *start(struct event_base *base, int refusing) {
 
 static void finish(struct event_base *base, sluice_limiter *lim) {
   sluice_limiter_free(lim);
-  sluice_client_free(client);
-  th_loop_drain(base, 5000);
-  event_base_free(base);
+  th_free_client_and_loop(base, client, 5000);
   th_cluster_stop(&topo);
 }
 
