@@ -26,6 +26,14 @@ static inline void sluice__list_append(sluice__list *l, sluice__link *n) {
   l->tail = n;
 }
 
+static inline void sluice__list_prepend(sluice__list *l, sluice__link *n) {
+  n->prev = NULL;
+  n->next = l->head;
+  if (l->head) l->head->prev = n;
+  else l->tail = n;
+  l->head = n;
+}
+
 static inline void sluice__list_remove(sluice__list *l, sluice__link *n) {
   if (n->prev) n->prev->next = n->next;
   else l->head = n->next;

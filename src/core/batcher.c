@@ -13,6 +13,8 @@ struct sluice__batch {
   uint64_t sent_ms;
   size_t n, left;        /* slots, slots still occupied */
   unsigned inflight : 1; /* in b->inflight, its op live */
+  unsigned spread : 1;   /* its requests' routes differ: sent by sluice__eval_spread */
+  unsigned route;        /* the route it was sent to (its first request's) */
   sluice__breq *slots[]; /* NULL once that request left */
 };
 
@@ -108,6 +110,8 @@ static void settle(sluice__batcher *b, sluice__batch *batch) {
 void sluice__batcher_queue(sluice__batcher *b, sluice__breq *r, unsigned route) {
   if (r->queued || r->batch) return;
   r->route = route;
+  r->node = NULL;
+  r->by_route = 0;
   r->queued = 1;
   sluice__list_append(&b->queue, &r->link);
   b->nqueued++;
@@ -184,9 +188,42 @@ static void sample_clock(sluice__batcher *b, uint64_t sent_ms, const redisReply 
     sluice__rclock_sample(sluice__client_rclock(b->c), sent_ms, sluice__mono_ms(), ms);
 }
 
+/* A call across routes answered {nil, why} (_spread.lua): nothing ran. */
+static const char *declined(const sluice__batch *batch, int status, const redisReply *reply) {
+  if (!batch->spread || status != SLUICE_OK || reply->type != REDIS_REPLY_ARRAY ||
+      reply->elements != 2 || reply->element[0]->type != REDIS_REPLY_NIL ||
+      reply->element[1]->type != REDIS_REPLY_STRING)
+    return NULL;
+  return reply->element[1]->str;
+}
+
+/* The requests of a declined call go again, route by route, ahead of what
+ * was queued since (in their order): the topology carries out the moves
+ * and asks that the node's refusal stood for. */
+static void redo_by_route(sluice__batch *batch, const char *why) {
+  sluice__batcher *b = batch->b;
+  sluice__client_spread_declined(b->c, batch->route, why);
+  for (size_t i = batch->n; i-- > 0;) {
+    sluice__breq *r = batch->slots[i];
+    if (!r) continue;
+    unslot(b, r);
+    r->by_route = 1;
+    r->queued = 1;
+    sluice__list_prepend(&b->queue, &r->link);
+    b->nqueued++;
+  }
+  sluice__free(batch);
+  schedule(b->flusher);
+}
+
 static void on_reply(void *ud, int status, const redisReply *reply) {
   sluice__batch *batch = ud;
   settle(batch->b, batch);
+  const char *why = declined(batch, status, reply);
+  if (why) {
+    redo_by_route(batch, why);
+    return;
+  }
   if (status == SLUICE_OK && reply_fits(batch->b->kind, reply, batch->n))
     sample_clock(batch->b, batch->sent_ms, reply);
   /* Only the client knows about replication (a fake sender in tests does not). */
@@ -255,33 +292,57 @@ static int needs_clock(sluice__batcher *b) {
 
 /* Group the queue by route, keeping arrival order within a route, when it
  * mixes routes (a limiter's keys on a cluster): a call then takes the
- * head's run. One pass with a table of the routes seen, not a sort: a
- * few steps a request where the routes are many. Routes follow in the order of their first request: calls
- * to different routes go to different hash slots, whose relative order
- * nothing relies on. Out of memory: ungrouped, and calls only get smaller. */
+ * head's run. Where calls may span routes (kind->spread on a cluster), a
+ * group is a node's requests instead, except those a declined call sends
+ * by route. One pass with a table of the groups seen, not a sort: a few
+ * steps a request where the groups are many. Groups follow in the order of
+ * their first request: calls to different groups go to different hash
+ * slots or nodes, whose relative order nothing relies on. Out of memory:
+ * ungrouped, and calls only get smaller. */
 typedef struct route_run {
+  const void *node; /* NULL: a route's run */
   unsigned route, used;
   sluice__list reqs;
 } route_run;
 
-static route_run *run_of(route_run *runs, size_t cap, unsigned route, unsigned *order,
+static int same_group(const sluice__breq *a, const sluice__breq *b) {
+  return a->node ? a->node == b->node : !b->node && a->route == b->route;
+}
+
+static route_run *run_of(route_run *runs, size_t cap, const sluice__breq *r, unsigned *order,
                          size_t *nruns) {
-  size_t i = (route * 2654435761u) & (cap - 1);
-  while (runs[i].used && runs[i].route != route) i = (i + 1) & (cap - 1);
+  unsigned route = r->node ? 0 : r->route;
+  size_t h = r->node ? (size_t)((uintptr_t)r->node >> 4) : route;
+  size_t i = (h * 2654435761u) & (cap - 1);
+  while (runs[i].used && (runs[i].node != r->node || runs[i].route != route))
+    i = (i + 1) & (cap - 1);
   if (!runs[i].used) {
     runs[i].used = 1;
+    runs[i].node = r->node;
     runs[i].route = route;
     order[(*nruns)++] = (unsigned)i;
   }
   return &runs[i];
 }
 
+/* Each request's node, where calls may span routes; whether the queue
+ * holds more than one group. */
+static int find_groups(sluice__batcher *b, size_t *n) {
+  int spread = b->kind->spread && b->send == sluice__eval && sluice__client_may_spread(b->c);
+  const sluice__breq *first = sluice__container_of(b->queue.head, sluice__breq, link);
+  int mixed = 0;
+  *n = 0;
+  for (sluice__link *l = b->queue.head; l; l = l->next, ++*n) {
+    sluice__breq *r = sluice__container_of(l, sluice__breq, link);
+    r->node = spread && !r->by_route ? sluice__client_spread_node(b->c, r->route) : NULL;
+    mixed |= !same_group(first, r);
+  }
+  return mixed;
+}
+
 static void group_by_route(sluice__batcher *b) {
-  size_t n = 0, mixed = 0, cap = 2, nruns = 0;
-  unsigned first = sluice__container_of(b->queue.head, sluice__breq, link)->route;
-  for (sluice__link *l = b->queue.head; l; l = l->next, n++)
-    mixed |= sluice__container_of(l, sluice__breq, link)->route != first;
-  if (!mixed) return;
+  size_t n, cap = 2, nruns = 0;
+  if (!find_groups(b, &n)) return;
   while (cap < 2 * n) cap *= 2; /* half full at most: short probes */
   route_run *runs = calloc(cap, sizeof *runs);
   unsigned *order = malloc(n * sizeof *order);
@@ -292,8 +353,8 @@ static void group_by_route(sluice__batcher *b) {
   }
   for (sluice__link *l = b->queue.head, *next; l; l = next) {
     next = l->next;
-    unsigned route = sluice__container_of(l, sluice__breq, link)->route;
-    sluice__list_append(&run_of(runs, cap, route, order, &nruns)->reqs, l);
+    const sluice__breq *r = sluice__container_of(l, sluice__breq, link);
+    sluice__list_append(&run_of(runs, cap, r, order, &nruns)->reqs, l);
   }
   b->queue.head = b->queue.tail = NULL;
   for (size_t k = 0; k < nruns; k++) {
@@ -308,18 +369,23 @@ static void group_by_route(sluice__batcher *b) {
 }
 
 /* Take up to kind->max requests from the head of the queue while they
- * share its route, in order. */
+ * share its group, in order. */
 static sluice__batch *take(sluice__batcher *b) {
   const sluice__batch_kind *k = b->kind;
-  unsigned route = sluice__container_of(b->queue.head, sluice__breq, link)->route;
+  const sluice__breq *head = sluice__container_of(b->queue.head, sluice__breq, link);
   size_t n = 0;
-  for (sluice__link *l = b->queue.head;
-       l && n < k->max && sluice__container_of(l, sluice__breq, link)->route == route; l = l->next)
-    n++;
+  int spread = 0;
+  for (sluice__link *l = b->queue.head; l && n < k->max; l = l->next, n++) {
+    const sluice__breq *r = sluice__container_of(l, sluice__breq, link);
+    if (!same_group(head, r)) break;
+    spread |= r->route != head->route;
+  }
   sluice__batch *batch = sluice__calloc(1, sizeof *batch + n * sizeof batch->slots[0]);
   if (!batch) return NULL;
   batch->b = b;
   batch->n = batch->left = n;
+  batch->spread = spread;
+  batch->route = head->route;
   for (size_t i = 0; i < n; i++) {
     sluice__breq *r = sluice__container_of(b->queue.head, sluice__breq, link);
     unqueue(b, r);
@@ -342,9 +408,13 @@ static int send_batch(sluice__batcher *b, sluice__batch *batch) {
   unsigned timeout = k->timeout ? k->timeout(b->owner, batch->slots, batch->n) : 0;
   if (!timeout) timeout = b->timeout_ms;
   batch->sent_ms = sluice__mono_ms();
-  rc = a.failed ? SLUICE_EINVAL
-                : b->send(b->c, k->script, a.nkeys, a.argc, a.argv, a.lens, timeout, on_reply,
-                          batch, &batch->op);
+  if (a.failed) rc = SLUICE_EINVAL;
+  else if (batch->spread)
+    rc = sluice__eval_spread(b->c, batch->route, k->script, a.nkeys, a.argc, a.argv, a.lens,
+                             timeout, on_reply, batch, &batch->op);
+  else
+    rc = b->send(b->c, k->script, a.nkeys, a.argc, a.argv, a.lens, timeout, on_reply, batch,
+                 &batch->op);
   sluice__args_clear(&a);
   return rc;
 }

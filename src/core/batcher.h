@@ -11,7 +11,11 @@
  *  - queue: requests wait for the owner's flush event (one per object and
  *    loop turn; batchers of one owner flush in the order they were set up);
  *  - flush: send in order, at most kind->max requests per call, and never
- *    two hash slots (routes) in one call, so a call has one home node;
+ *    two hash slots (routes) in one call, so a call has one home node --
+ *    except for a kind whose script takes a call across routes
+ *    (kind->spread, src/lua/_spread.lua) on a cluster: its calls carry the
+ *    requests of one node, whatever their slots; a call the node declines
+ *    (a key not served there: nothing ran) is sent again route by route;
  *  - leave: a request decided meanwhile (deadline, cancel) leaves its queue
  *    or its slot in the call in flight; its part of the reply is dropped;
  *  - fan-out: each request gets its part of the reply, or the call's error,
@@ -44,7 +48,9 @@ typedef struct sluice__breq {
   sluice__batch *batch; /* the call in flight carrying it, or NULL */
   size_t slot;          /* its index in that call */
   unsigned route;       /* hash slot (0 on a single Redis) */
+  const void *node;     /* at a flush: its route's node when calls may span routes */
   unsigned queued : 1;
+  unsigned by_route : 1; /* a call across routes declined it: by route now */
 } sluice__breq;
 
 /* A request's part of a reply. */
@@ -70,6 +76,9 @@ typedef struct sluice__batch_kind {
   /* A call Redis answered is kept in the client's record of unreplicated
    * writes as this kind (SLUICE__WRITE_*, engine.h); 0: not kept. */
   int record;
+  /* 1: the script begins with _spread.lua, so on a cluster a call may
+   * carry requests of several routes of one node (never with record). */
+  int spread;
 } sluice__batch_kind;
 
 /* How a call goes out: sluice__eval, or a fake in Redis-free tests. */

@@ -11,6 +11,7 @@
 #include <event2/event.h>
 
 #include "core/client.h"
+#include "core/redis_error.h"
 
 /* ---- the topology's events ------------------------------------------------ */
 
@@ -412,6 +413,25 @@ void sluice__client_note_abandoned(sluice_client *c, const char *permit_id) {
 unsigned sluice__client_route(const sluice_client *c, const char *key) {
   int route = sluice__topo_route_of(c->topo, key, strlen(key));
   return route < 0 ? 0 : (unsigned)route;
+}
+
+int sluice__client_may_spread(const sluice_client *c) { return c->topo->ops->many; }
+
+const void *sluice__client_spread_node(sluice_client *c, unsigned route) {
+  if (!c->topo->ops->many) return NULL;
+  const sluice__conn *conn = sluice__topo_conn(c->topo, (int)route);
+  return conn && !(conn->spread_refused_ups && conn->spread_refused_ups == conn->ups) ? conn : NULL;
+}
+
+void sluice__client_spread_declined(sluice_client *c, unsigned route, const char *why) {
+  sluice__conn *conn = sluice__topo_conn(c->topo, (int)route);
+  if (!conn || !conn->ups || sluice__not_served_here(why) || conn->spread_refused_ups == conn->ups)
+    return;
+  conn->spread_refused_ups = conn->ups;
+  sluice__log(c, SLUICE_LOG_WARN,
+              "a cluster node refused a call across slots (%s): its calls go slot by slot "
+              "until it reconnects",
+              why);
 }
 
 void sluice__client_set_error(sluice_client *c, const char *text) {

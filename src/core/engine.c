@@ -470,24 +470,39 @@ static int op_start(sluice_client *c, sluice__op *op, unsigned timeout_ms, sluic
   return SLUICE_OK;
 }
 
-int sluice__eval_at(sluice_client *c, int slot, const sluice__script *s, int nkeys, int argc,
-                    const char *const *argv, const size_t *lens, unsigned timeout_ms,
-                    sluice__reply_fn *fn, void *ud, sluice__op **out) {
+/* EVALSHA sha nkeys argv..., or with spread EVALSHA sha 0 nkeys argv...
+ * (the script takes its keys among ARGV: _spread.lua). */
+static int eval_start(sluice_client *c, int slot, int spread, const sluice__script *s, int nkeys,
+                      int argc, const char *const *argv, const size_t *lens, unsigned timeout_ms,
+                      sluice__reply_fn *fn, void *ud, sluice__op **out) {
   if (!c || !s || !fn || nkeys < 0 || argc < nkeys || (argc && !argv)) return SLUICE_EINVAL;
   if (c->sealed) return SLUICE_ECLOSED;
   if (nkeys > 255) return SLUICE_EINVAL;
   char nk[8];
-  const char *head[3] = {"EVALSHA", s->sha, nk};
-  size_t headlens[3] = {7, 40, sluice__fmt_u64(nk, (uint64_t)nkeys)};
-  sluice__op *op = op_new(c, 3, head, headlens, argc, argv, lens);
+  size_t nklen = sluice__fmt_u64(nk, (uint64_t)nkeys);
+  const char *head[4] = {"EVALSHA", s->sha, spread ? "0" : nk, nk};
+  size_t headlens[4] = {7, 40, spread ? 1 : nklen, nklen};
+  sluice__op *op = op_new(c, 3 + spread, head, headlens, argc, argv, lens);
   if (!op) return SLUICE_ENOMEM;
   op->script = s;
-  op->nkeys = nkeys;
+  op->nkeys = spread ? 0 : nkeys;
   op->waits = c->opts.wait_replicas > 0 && script_writes(s);
   op->slot = slot;
   if (slot < 0 && nkeys > 0)
     op->slot = sluice__topo_route_of(c->topo, argv[0], lens ? lens[0] : strlen(argv[0]));
   return op_start(c, op, timeout_ms, fn, ud, out);
+}
+
+int sluice__eval_at(sluice_client *c, int slot, const sluice__script *s, int nkeys, int argc,
+                    const char *const *argv, const size_t *lens, unsigned timeout_ms,
+                    sluice__reply_fn *fn, void *ud, sluice__op **out) {
+  return eval_start(c, slot, 0, s, nkeys, argc, argv, lens, timeout_ms, fn, ud, out);
+}
+
+int sluice__eval_spread(sluice_client *c, unsigned route, const sluice__script *s, int nkeys,
+                        int argc, const char *const *argv, const size_t *lens, unsigned timeout_ms,
+                        sluice__reply_fn *fn, void *ud, sluice__op **out) {
+  return eval_start(c, (int)route, 1, s, nkeys, argc, argv, lens, timeout_ms, fn, ud, out);
 }
 
 int sluice__eval(sluice_client *c, const sluice__script *s, int nkeys, int argc,

@@ -120,6 +120,24 @@ void sluice__client_note_abandoned(sluice_client *c, const char *permit_id);
 /* The route (hash slot) a key's calls go to; one Redis has one route, 0. */
 unsigned sluice__client_route(const sluice_client *c, const char *key);
 
+/* Calls that carry requests of several routes of one cluster node
+ * (src/lua/_spread.lua). The node a route's calls go to now, as an identity
+ * to group requests by, or NULL when they go route by route: one Redis, no
+ * map yet, or a node that refused such a call since its last handshake. */
+const void *sluice__client_spread_node(sluice_client *c, unsigned route);
+/* 0 when calls cannot spread at all (one Redis): no need to ask the above. */
+int sluice__client_may_spread(const sluice_client *c);
+/* sluice__eval, sent to route's node with the KEYS among ARGV (numkeys 0,
+ * ARGV[1] nkeys): the script must begin with _spread.lua. */
+int sluice__eval_spread(sluice_client *c, unsigned route, const sluice__script *s, int nkeys,
+                        int argc, const char *const *argv, const size_t *lens, unsigned timeout_ms,
+                        sluice__reply_fn *fn, void *ud, sluice__op **out);
+/* Such a call, sent to route's node, was declined (_spread.lua: nothing
+ * ran) for the reason why, Redis's words: a key not served there (a map
+ * out of date) changes nothing; any other refusal (the ACL refusing the
+ * read) sends calls to that node route by route until it reconnects. */
+void sluice__client_spread_declined(sluice_client *c, unsigned route, const char *why);
+
 /* Queue a message for the client's log hook (a no-op while none is set);
  * delivered from the loop. */
 void sluice__log(sluice_client *c, int level, const char *fmt, ...)

@@ -22,6 +22,16 @@ int sluice__transient_error(const char *err) {
   return 0;
 }
 
+int sluice__not_served_here(const char *err) {
+  /* 5.0 on: "... attempted to access a non local key in a cluster node",
+   * "... while the cluster is down"; later versions add the last two. */
+  static const char *const words[] = {"non local key", "cluster is down", "slot not served",
+                                      "rehashing of the slot"};
+  for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+    if (strstr(err, words[i])) return 1;
+  return 0;
+}
+
 /* The command Redis names: "... the 'zadd' command ...". */
 static int named_command(const char *err, char *cmd, size_t size) {
   const char *q = strstr(err, "'"), *end = q ? strstr(q + 1, "' command") : NULL;

@@ -17,6 +17,11 @@ int sluice__refused_by_acl(const char *err);
  * step may succeed later. */
 int sluice__transient_error(const char *err);
 
+/* 1 when err, a cluster node's refusal of a command inside a script, says
+ * the node does not serve that key now (its slot moved or migrates, the
+ * cluster is down): another node may, or the same one later. */
+int sluice__not_served_here(const char *err);
+
 /* "Redis: <err>", or for a refusal by ACL "Redis: NOPERM: sluice step
  * sem_acquire needs command 'zadd', which this ACL user may not run
  * (<err>)". script: the step's script (the command it calls is found at

@@ -16,11 +16,14 @@
  * built once and sent many times (the benchmarks' redis-benchmark calls). */
 #define REDIS_FOREVER_MS INT64_C(9007199254740991)
 
-/* A batched script's layout in sluice__batch_kind's order (batcher.h):
+/* A batched script's layout, as sluice__batch_kind's fields (batcher.h):
  * KEYS+ARGV sizing, then the reply's shape. P names the script's block
  * below (SEM_RENEW for sem_renew.lua). */
-#define SLUICE__BATCH_LAYOUT(P) \
-  P##_ARGS_HEAD, P##_ARGS_PER, P##_NUMS_HEAD, P##_NUMS_PER, P##_REPLY_HEAD, P##_REPLY_PER
+#define SLUICE__BATCH_LAYOUT(P)                                                     \
+  .args_head = P##_ARGS_HEAD, .args_per = P##_ARGS_PER, .nums_head = P##_NUMS_HEAD, \
+  .nums_per = P##_NUMS_PER, .reply_head = P##_REPLY_HEAD, .reply_per = P##_REPLY_PER
+/* A kind's script, requests per call at most, and layout. */
+#define SLUICE__BATCH_SCRIPT(lua, most, P) .script = &(lua), .max = (most), SLUICE__BATCH_LAYOUT(P)
 
 /* ---- semaphores ---------------------------------------------------------- */
 

@@ -192,8 +192,8 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
 }
 
 static const sluice__batch_kind settle_kind = {
-    &sluice__lua_dq_ack, DQ_SETTLE_MAX, SLUICE__BATCH_LAYOUT(DQ_ACK), build, answer, NULL,
-    SLUICE__WRITE_SETTLE};
+    SLUICE__BATCH_SCRIPT(sluice__lua_dq_ack, DQ_SETTLE_MAX, DQ_ACK), .build = build,
+    .answer = answer, .record = SLUICE__WRITE_SETTLE};
 
 static int enqueue(sluice_dq_consumer *con, const char *id, unsigned attempt, char op,
                    int64_t delay, sluice_dq_settle_cb *cb, void *ud) {

@@ -380,8 +380,11 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
   else rq_finish(rq, status, NULL);
 }
 
-#define RL_KIND(script) \
-  { &(script), RL_BATCH_MAX, SLUICE__BATCH_LAYOUT(RL_CHECK), build, answer, NULL, 0 }
+#define RL_KIND(lua)                                                                     \
+  {                                                                                      \
+    SLUICE__BATCH_SCRIPT(lua, RL_BATCH_MAX, RL_CHECK), .build = build, .answer = answer, \
+                                                       .spread = 1                       \
+  }
 
 /* One kind per algorithm (indexed by sluice_rl_algo): only the script differs. */
 static const sluice__batch_kind check_kinds[] = {

@@ -12,7 +12,10 @@
 -- Returns a flat array: Redis's clock in ms, then four numbers per request,
 -- in order: allowed (1/0; -1 past its deadline), remaining,
 -- retry_after_ms, reset_after_ms.
--- The layout is built by sluice__rl_check_* in src/core/script_args.c.
+-- The layout is built by sluice__rl_check_* in src/core/script_args.c. On
+-- a cluster a call may carry requests of several slots of one node, with
+-- its keys among ARGV: see _spread.lua.
+--@include _spread.lua
 -- Locals, not globals: the per-request loop looks these up on every request.
 local rcall, tonumber, format = redis.call, tonumber, string.format
 local limit, period, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])

@@ -103,9 +103,12 @@ struct sluice__conn {
   char wait_refused[160];
   uint64_t last_reply_ms; /* monotonic: last reply (the client's steps) */
   /* The client's wait_replicas state for this connection (client.c). */
-  struct wait_batch *wait_open;  /* writes sent this turn, for one WAIT */
-  int replicas_short;            /* the last WAIT counted too few replicas */
-  uint64_t wait_probe_ms;        /* when a WAIT last had a longer timeout */
+  struct wait_batch *wait_open; /* writes sent this turn, for one WAIT */
+  int replicas_short;           /* the last WAIT counted too few replicas */
+  uint64_t wait_probe_ms;       /* when a WAIT last had a longer timeout */
+  /* The client's calls across slots (core/batcher.c): refused while ups
+   * is this (0: never), i.e. until the next handshake. */
+  unsigned long spread_refused_ups;
   struct event *timer;           /* connect timeout, or reconnect delay */
   struct event *drop_ev;         /* deferred drop out of hiredis frames */
   char errstr[256];              /* "<what>: <detail>", truncated to fit */

@@ -226,13 +226,9 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
   renew_later(p);
 }
 
-static const sluice__batch_kind renew_kind = {&sluice__lua_sem_renew,
-                                              SEM_BATCH_MAX,
-                                              SLUICE__BATCH_LAYOUT(SEM_RENEW),
-                                              build,
-                                              answer,
-                                              timeout,
-                                              0};
+static const sluice__batch_kind renew_kind = {
+    SLUICE__BATCH_SCRIPT(sluice__lua_sem_renew, SEM_BATCH_MAX, SEM_RENEW), .build = build,
+    .answer = answer, .timeout = timeout};
 
 /* ---- re-assertion on a new node ------------------------------------------ */
 
@@ -311,13 +307,9 @@ static void reassert_answer(void *owner, sluice__breq *r, int status,
   if (more) reassert_queue(p);
 }
 
-static const sluice__batch_kind reassert_kind = {&sluice__lua_sem_reassert,
-                                                 SEM_BATCH_MAX,
-                                                 SLUICE__BATCH_LAYOUT(SEM_REASSERT),
-                                                 reassert_build,
-                                                 reassert_answer,
-                                                 reassert_timeout,
-                                                 0};
+static const sluice__batch_kind reassert_kind = {
+    SLUICE__BATCH_SCRIPT(sluice__lua_sem_reassert, SEM_BATCH_MAX, SEM_REASSERT),
+    .build = reassert_build, .answer = reassert_answer, .timeout = reassert_timeout};
 
 void sluice__permits_reassert(sluice_sem *sem) {
   for (sluice__link *l = sem->permits.head; l; l = l->next) {

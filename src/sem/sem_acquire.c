@@ -376,13 +376,9 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
   }
 }
 
-static const sluice__batch_kind attempt_kind = {&sluice__lua_sem_acquire,
-                                                SEM_BATCH_MAX,
-                                                SLUICE__BATCH_LAYOUT(SEM_ACQUIRE),
-                                                build,
-                                                answer,
-                                                NULL,
-                                                0};
+static const sluice__batch_kind attempt_kind = {
+    SLUICE__BATCH_SCRIPT(sluice__lua_sem_acquire, SEM_BATCH_MAX, SEM_ACQUIRE), .build = build,
+    .answer = answer};
 
 /* ---- wake-ups, heartbeats ------------------------------------------------ */
 

@@ -100,8 +100,8 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
 }
 
 static const sluice__batch_kind release_kind = {
-    &sluice__lua_sem_release, SEM_BATCH_MAX, SLUICE__BATCH_LAYOUT(SEM_RELEASE), build, answer, NULL,
-    SLUICE__WRITE_RELEASE};
+    SLUICE__BATCH_SCRIPT(sluice__lua_sem_release, SEM_BATCH_MAX, SEM_RELEASE), .build = build,
+    .answer = answer, .record = SLUICE__WRITE_RELEASE};
 
 /* Send every parked release again, in the order they were parked. */
 static void unpark_all(sluice_sem *sem) {

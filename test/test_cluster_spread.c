@@ -1,0 +1,318 @@
+/* A limiter's checks of one loop turn on a cluster go in one script call
+ * per master whatever their slots (src/lua/_spread.lua), decided as calls
+ * slot by slot would decide them. A node declines such a call before it
+ * writes anything when a key is not served there now -- its slot moved
+ * behind the client's map, or migrates with the key gone -- and the checks
+ * go again slot by slot (MOVED, ASK): none may be counted twice. A node
+ * whose ACL refuses the call's read gets calls slot by slot from then on.
+ * Suite "cluster": each case starts its own cluster. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rl_util.h"
+#include "topology.h"
+
+static th_cluster topo;
+static char url[TH_CLUSTER_MAX * 24 + 64];
+
+#define NAME "sp"
+#define LIMIT 3
+#define USER "sp"
+#define PASS "sp-pw"
+
+/* A cluster of 3 masters and a client of it (as USER, whose ACL refuses
+ * EXISTS on every master, when refusing is set). */
+static sluice_client *client; /* the case's, start() to finish() */
+
+static sluice_client *start(struct event_base *base, int refusing) {
+  TH_ASSERT_EQ(th_cluster_start(&topo, 3, 0), 0);
+  for (int i = 0; refusing && i < topo.masters; i++)
+    th_node_acl_user(&topo.node[i], USER, PASS, "~* &* +@all -exists", NULL);
+  snprintf(url, sizeof url, "redis+cluster://%s%s", refusing ? USER ":" PASS "@" : "", topo.seeds);
+  client = th_client(base, url, 5000);
+  TH_LOOP_UNTIL(base, sluice_client_is_connected(client), 5000);
+  TH_ASSERT(sluice_client_is_connected(client));
+  return client;
+}
+
+static void finish(struct event_base *base, sluice_limiter *lim) {
+  sluice_limiter_free(lim);
+  th_free_client_and_loop(base, client, 5000);
+  th_cluster_stop(&topo);
+}
+
+/* The fixed window's Redis key of key. */
+static void rkey(char *out, size_t size, const char *key) {
+  snprintf(out, size, "sluice:rl:{%zu:" NAME ":%s}:fw", strlen(NAME), key);
+}
+
+static unsigned slot_of(const char *key) {
+  char k[96];
+  rkey(k, sizeof k, key);
+  return th_keyslot(k, strlen(k));
+}
+
+/* A key "<kind><i>" whose slot is on master m and is none of the n taken. */
+static void key_on(const th_node *m, const char *kind, const unsigned *taken, size_t n, char *out,
+                   size_t size) {
+  for (int i = 0; i < 100000; i++) {
+    snprintf(out, size, "%s%d", kind, i);
+    unsigned slot = slot_of(out);
+    int used = 0;
+    for (size_t j = 0; j < n; j++) used |= taken[j] == slot;
+    if (!used && th_cluster_master_for_slot(&topo, slot) == m) return;
+  }
+  th_fail(__FILE__, __LINE__, "no key found on %s", m->addr);
+}
+
+/* Units counted on key, read on node n (after ASKING when asking). */
+static long long counted(const th_node *n, const char *key, int asking) {
+  char k[96];
+  rkey(k, sizeof k, key);
+  redisContext *x = th_node_connect(n);
+  TH_ASSERT(x != NULL);
+  if (asking) freeReplyObject(redisCommand(x, "ASKING"));
+  redisReply *r = redisCommand(x, "HGET %s n", k);
+  if (!r || r->type == REDIS_REPLY_ERROR)
+    th_fail(__FILE__, __LINE__, "HGET %s on %s: %s", k, n->addr, r ? r->str : "no reply");
+  long long v = r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
+  freeReplyObject(r);
+  redisFree(x);
+  return v;
+}
+
+/* A number in node n's INFO commandstats: field (e.g. "rejected_calls=")
+ * of cmd's line, 0 if the command never ran. */
+static long long cmd_stat(const th_node *n, const char *cmd, const char *field) {
+  redisReply *r = th_node_command(n, "INFO commandstats");
+  TH_ASSERT(r && r->type != REDIS_REPLY_ERROR);
+  char line[64];
+  snprintf(line, sizeof line, "cmdstat_%s:", cmd);
+  const char *p = strstr(r->str, line), *end = p ? strchr(p, '\n') : NULL;
+  const char *f = p ? strstr(p, field) : NULL;
+  long long v = f && (!end || f < end) ? atoll(f + strlen(field)) : 0;
+  freeReplyObject(r);
+  return v;
+}
+
+static long long evalsha_calls(void) {
+  long long sum = 0;
+  for (int i = 0; i < topo.masters; i++) sum += cmd_stat(&topo.node[i], "evalsha", "calls=");
+  return sum;
+}
+
+/* Every check of keys[0..n) `rounds` times over, all issued in one loop
+ * turn (round by round), run to their answers: a[r * n + i]. */
+static void check_all(struct event_base *base, sluice_limiter *lim, char (*keys)[16], size_t n,
+                      int rounds, rl_answer *a) {
+  memset(a, 0, (size_t)rounds * n * sizeof *a);
+  for (int r = 0; r < rounds; r++)
+    for (size_t i = 0; i < n; i++)
+      TH_ASSERT_EQ(sluice_limiter_check(lim, keys[i], 1, rl_answer_cb, &a[r * n + i]), SLUICE_OK);
+  size_t total = (size_t)rounds * n, done = 0;
+  uint64_t end = th_now_ms() + 10000;
+  while (done < total && th_now_ms() < end) {
+    event_base_loop(base, EVLOOP_ONCE);
+    while (done < total && a[done].done) done++;
+  }
+  TH_ASSERT_EQ(done, total);
+}
+
+/* Round r (0-based) of a key with `before` units already taken. */
+static void assert_round(const rl_answer *a, int r, int before) {
+  TH_ASSERT_EQ(a->done, 1);
+  TH_ASSERT_EQ(a->status, SLUICE_OK);
+  TH_ASSERT_EQ(a->res.allowed, before + r < LIMIT);
+  if (before + r < LIMIT) TH_ASSERT_EQ(a->res.remaining, LIMIT - 1 - before - r);
+}
+
+/* ---- one call per master ---------------------------------------------- */
+
+enum { NKEYS = 60, ROUNDS = LIMIT + 1 };
+
+/* Each algorithm: 60 keys over every master, each checked LIMIT + 1 times
+ * in one turn: three calls in all, exactly the first LIMIT of each key
+ * admitted, in order. */
+static void test_one_call_per_master(void) {
+  struct event_base *base = th_precise_base();
+  sluice_client *c = start(base, 0);
+  static const sluice_rl_algo algos[] = {SLUICE_RL_FIXED, SLUICE_RL_SLIDING_LOG,
+                                         SLUICE_RL_SLIDING_COUNTER, SLUICE_RL_GCRA};
+  static char keys[NKEYS][16];
+  static rl_answer a[NKEYS * ROUNDS];
+  for (int i = 0; i < NKEYS; i++) snprintf(keys[i], sizeof keys[i], "k%d", i);
+  for (size_t g = 0; g < sizeof algos / sizeof algos[0]; g++) {
+    char name[16];
+    snprintf(name, sizeof name, "all%zu", g);
+    sluice_limiter *lim = rl_test_new(c, name, algos[g], LIMIT, 60000);
+    rl_test_check(base, lim, "warm", 1); /* the clock probe, then the map in use */
+    long long calls0 = evalsha_calls(), exists0 = 0;
+    for (int i = 0; i < topo.masters; i++) exists0 += cmd_stat(&topo.node[i], "exists", "calls=");
+    check_all(base, lim, keys, NKEYS, ROUNDS, a);
+    long long calls = evalsha_calls() - calls0, exists = -exists0;
+    for (int i = 0; i < topo.masters; i++) exists += cmd_stat(&topo.node[i], "exists", "calls=");
+    th_note("%s: %d checks on %d keys took %lld calls, %lld reads first\n",
+            sluice_rl_algo_name(algos[g]), NKEYS * ROUNDS, NKEYS, calls, exists);
+    /* 60 keys' slots leave no master without any (odds 3 x (2/3)^60). */
+    TH_ASSERT_EQ(calls, topo.masters);
+    TH_ASSERT_EQ(exists, NKEYS * ROUNDS);
+    for (int r = 0; r < ROUNDS; r++)
+      for (int i = 0; i < NKEYS; i++) assert_round(&a[r * NKEYS + i], r, 0);
+    sluice_limiter_free(lim);
+  }
+  finish(base, NULL);
+}
+
+/* ---- declined calls --------------------------------------------------- */
+
+/* Keys on master a: two of the checks' own (k1, k2) and one whose slot the
+ * case moves (m); slots all different. */
+typedef struct trio {
+  char k[3][16];
+  unsigned slot[3];
+} trio;
+
+static void trio_on(const th_node *a, const char *kind, trio *t) {
+  for (size_t i = 0; i < 3; i++) {
+    key_on(a, kind, t->slot, i, t->k[i], sizeof t->k[i]);
+    t->slot[i] = slot_of(t->k[i]);
+  }
+}
+
+/* A slot moved (with its key) to another master after the client's map
+ * was read: the call to the old master is declined at its read of that
+ * key, and all three checks go again slot by slot (that key's after a
+ * MOVED): each counted once. */
+static void test_slot_moved(void) {
+  struct event_base *base = th_precise_base();
+  sluice_limiter *lim = rl_test_new(start(base, 0), NAME, SLUICE_RL_FIXED, LIMIT, 60000);
+  th_node *a = &topo.node[0], *b = &topo.node[1];
+  trio t;
+  trio_on(a, "mv", &t);
+  rl_answer r[3];
+  check_all(base, lim, t.k, 3, 1, r);
+  for (int i = 0; i < 3; i++) assert_round(&r[i], 0, 0);
+  TH_ASSERT_EQ(th_cluster_migrate_slot(&topo, t.slot[2], b), 1);
+  long long refused0 = cmd_stat(a, "exists", "rejected_calls=");
+  check_all(base, lim, t.k, 3, 1, r);
+  for (int i = 0; i < 3; i++) assert_round(&r[i], 0, 1);
+  TH_ASSERT_CMP(cmd_stat(a, "exists", "rejected_calls="), >, refused0); /* declined */
+  TH_ASSERT_EQ(counted(a, t.k[0], 0), 2);
+  TH_ASSERT_EQ(counted(a, t.k[1], 0), 2);
+  TH_ASSERT_EQ(counted(b, t.k[2], 0), 2);
+  /* The map knows the move now: one call to each node, each counted once. */
+  check_all(base, lim, t.k, 3, 1, r);
+  for (int i = 0; i < 3; i++) assert_round(&r[i], 0, 2);
+  TH_ASSERT_EQ(counted(b, t.k[2], 0), 3);
+  finish(base, lim);
+}
+
+static void node_ok(const th_node *n, const char *fmt, unsigned slot, const char *id) {
+  redisReply *r = th_node_command(n, fmt, slot, id);
+  if (!r || r->type == REDIS_REPLY_ERROR)
+    th_fail(__FILE__, __LINE__, "%s: %s", n->addr, r ? r->str : "no reply");
+  freeReplyObject(r);
+}
+
+/* Two slots of a call's node migrating to another master: one key there
+ * already (served where it is), one not yet written (ASK). The call is
+ * declined at the missing key's read; again slot by slot, the missing
+ * key's check goes to the importing node after ASKING: each counted once,
+ * where it lives. */
+static void test_migrating(void) {
+  struct event_base *base = th_precise_base();
+  sluice_limiter *lim = rl_test_new(start(base, 0), NAME, SLUICE_RL_FIXED, LIMIT, 60000);
+  th_node *a = &topo.node[0], *b = &topo.node[2];
+  trio t; /* k[2]: present on a, its slot migrating */
+  trio_on(a, "mg", &t);
+  char gone[16]; /* its slot migrating, the key not on a: ASK */
+  key_on(a, "gone", t.slot, 3, gone, sizeof gone);
+  rl_answer r[4];
+  check_all(base, lim, t.k, 3, 1, r);
+  unsigned slots[2] = {t.slot[2], slot_of(gone)};
+  for (int i = 0; i < 2; i++) {
+    node_ok(b, "CLUSTER SETSLOT %u IMPORTING %s", slots[i], a->id);
+    node_ok(a, "CLUSTER SETSLOT %u MIGRATING %s", slots[i], b->id);
+  }
+  char keys[4][16];
+  memcpy(keys, t.k, sizeof t.k);
+  memcpy(keys[3], gone, sizeof gone);
+  long long refused0 = cmd_stat(a, "exists", "rejected_calls=");
+  check_all(base, lim, keys, 4, 1, r);
+  for (int i = 0; i < 3; i++) assert_round(&r[i], 0, 1);
+  assert_round(&r[3], 0, 0);
+  TH_ASSERT_CMP(cmd_stat(a, "exists", "rejected_calls="), >, refused0); /* declined */
+  for (int i = 0; i < 3; i++) TH_ASSERT_EQ(counted(a, t.k[i], 0), 2);
+  TH_ASSERT_EQ(counted(b, gone, 1), 1);
+  for (int i = 0; i < 2; i++) {
+    node_ok(a, "CLUSTER SETSLOT %u STABLE%s", slots[i], "");
+    node_ok(b, "CLUSTER SETSLOT %u STABLE%s", slots[i], "");
+  }
+  finish(base, lim);
+}
+
+/* ---- a node that refuses ---------------------------------------------- */
+
+static int warned;
+
+static void on_log(sluice_client *c, int level, const char *msg, void *ud) {
+  if (level == SLUICE_LOG_WARN && strstr(msg, "refused a call across slots")) warned++;
+}
+
+/* How often node n's ACL refused EXISTS to the user (ACL LOG). */
+static long long exists_refusals(const th_node *n) {
+  redisReply *r = th_node_command(n, "ACL LOG");
+  TH_ASSERT(r && r->type == REDIS_REPLY_ARRAY);
+  long long count = 0;
+  for (size_t i = 0; i < r->elements; i++) {
+    const redisReply *e = r->element[i];
+    long long c = 0;
+    int exists = 0;
+    for (size_t j = 0; j + 1 < e->elements; j += 2) {
+      const char *f = e->element[j]->str, *v = e->element[j + 1]->str;
+      if (strcmp(f, "object") == 0) exists = v && strcmp(v, "exists") == 0;
+      if (strcmp(f, "count") == 0) c = e->element[j + 1]->integer;
+    }
+    if (exists) count += c;
+  }
+  freeReplyObject(r);
+  return count;
+}
+
+/* A user whose ACL refuses EXISTS: the first call across slots to each
+ * node is declined, the checks go again slot by slot, and that node gets
+ * calls slot by slot from then on (one refusal in its ACL LOG, one WARN);
+ * every check decided right. */
+static void test_refused_by_acl(void) {
+  struct event_base *base = th_precise_base();
+  sluice_client *c = start(base, 1);
+  sluice_client_set_log_cb(c, on_log, NULL);
+  sluice_limiter *lim = rl_test_new(c, NAME, SLUICE_RL_FIXED, LIMIT, 60000);
+  static char keys[NKEYS][16];
+  static rl_answer a[NKEYS * ROUNDS];
+  for (int i = 0; i < NKEYS; i++) snprintf(keys[i], sizeof keys[i], "k%d", i);
+  for (int turn = 0; turn < ROUNDS; turn++) {
+    check_all(base, lim, keys, NKEYS, 1, a);
+    for (int i = 0; i < NKEYS; i++) assert_round(&a[i], 0, turn);
+  }
+  th_loop_for(base, 50); /* the log hook's messages come from the loop */
+  long long refusals = 0;
+  for (int i = 0; i < topo.masters; i++) {
+    long long n = exists_refusals(&topo.node[i]);
+    TH_ASSERT_CMP(n, <=, 1);
+    refusals += n;
+  }
+  th_note("%lld refusals, %d warnings over %d turns\n", refusals, warned, ROUNDS);
+  TH_ASSERT_EQ(refusals, topo.masters);
+  TH_ASSERT_EQ(warned, topo.masters);
+  finish(base, lim);
+}
+
+static const th_case cases[] = {
+    TH_CASE(one_call_per_master, 120),
+    TH_CASE(slot_moved, 120),
+    TH_CASE(migrating, 120),
+    TH_CASE(refused_by_acl, 120),
+};
+TH_TOPOLOGY_MAIN(cases)
