@@ -157,7 +157,7 @@ typedef struct gen {
   uint64_t act_at, up_at; /* the driver's act, the new master's first answer */
   slot *slots;            /* by seq */
   size_t cap;
-  size_t entries, oldest_ms;        /* its last sample */
+  size_t entries, oldest_ms;         /* its last sample */
   size_t win_entries, win_oldest_ms; /* the window: the record at its death */
   int killed;
 } gen;
@@ -449,9 +449,9 @@ static int run_kind(const struct topology *t, int rounds, stats st[FO_NKINDS][NV
 }
 
 static void print_table(stats st[FO_NKINDS][NVARIANTS]) {
-  static const char *const cols[] = {"failover",         "producer",         "rounds",
-                                     "pushes acked",     "acked in failover", "lost", "lost by round",
-                                     "record p50 / max", "oldest ms p50 / max", NULL};
+  static const char *const cols[] = {
+      "failover", "producer",      "rounds",           "pushes acked",        "acked in failover",
+      "lost",     "lost by round", "record p50 / max", "oldest ms p50 / max", NULL};
   bench_table *t = bench_table_new(
       "what a producer's crash during a failover loses; acked in failover: acknowledged from "
       "the act to the new master's first answer; lost: acknowledged pushes never "
@@ -481,9 +481,10 @@ int main(int argc, char **argv) {
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
   if (bench_can_pin()) bench_pin_self(BENCH_CPU_CLIENT);
-  printf("client crash during a failover: %d rounds per variant, a push every %d ms, default "
-         "options\n",
-         rounds, PUSH_MS);
+  printf(
+      "client crash during a failover: %d rounds per variant, a push every %d ms, default "
+      "options\n",
+      rounds, PUSH_MS);
   static stats st[FO_NKINDS][NVARIANTS];
   for (int k = 0; k < FO_NKINDS; k++)
     for (int v = 0; v < NVARIANTS; v++) {
