@@ -123,6 +123,8 @@ static void producer_main(const char *url, int gen, int fd) {
   /* Not the parent's handlers: they stop the topology. */
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
+  signal(SIGSEGV, SIG_DFL);
+  signal(SIGABRT, SIG_DFL);
   producer p = {.gen = gen, .fd = fd};
   sluice_client_options o;
   sluice_client_options_init(&o);
@@ -397,22 +399,6 @@ static int phase(const char *url, const char *spec, enum fo_kind kind, int round
   return WIFEXITED(wst) && WEXITSTATUS(wst) == 0 ? 0 : -1;
 }
 
-static char topo_dir[160];
-
-static void topo_stop(void) {
-  if (!topo_dir[0]) return;
-  char cmd[400];
-  snprintf(cmd, sizeof cmd, "'%s' stop '%s'", bench_topology_script(), topo_dir);
-  if (system(cmd) != 0) fprintf(stderr, "bench_crash: could not stop %s\n", topo_dir);
-  topo_dir[0] = '\0';
-}
-
-static void on_signal(int sig) {
-  topo_stop();
-  signal(sig, SIG_DFL);
-  raise(sig);
-}
-
 static const struct topology {
   const char *only, *args, *url;
   enum fo_kind kind;
@@ -425,26 +411,15 @@ static const struct topology {
 };
 
 static int run_kind(const struct topology *t, int rounds, stats st[FO_NKINDS][NVARIANTS]) {
-  const char *tmp = getenv("TMPDIR");
-  snprintf(topo_dir, sizeof topo_dir, "%s/sluice-bench-crash-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(topo_dir)) return -1;
-  char args[256], cmd[512], spec[256] = "", url[320];
-  snprintf(args, sizeof args, t->args, topo_dir);
-  snprintf(cmd, sizeof cmd, "'%s' %s", bench_topology_script(), args);
-  FILE *p = popen(cmd, "r");
-  int ok = p && fgets(spec, sizeof spec, p) != NULL;
-  if (p && pclose(p) != 0) ok = 0;
-  int rc = -1;
-  if (ok) {
-    spec[strcspn(spec, "\n")] = '\0';
+  char spec[256] = "", url[320];
+  int rc = fo_topology_start("crash", t->args, spec, sizeof spec);
+  if (rc == 0) {
     snprintf(url, sizeof url, t->url, spec);
     printf("%s: %s\n", fo_kind_names[t->kind], url);
     fflush(stdout);
     rc = phase(url, spec, t->kind, rounds, st);
-  } else {
-    fprintf(stderr, "bench_crash: bench/topology.sh %s failed\n", args);
   }
-  topo_stop();
+  fo_topology_stop();
   return rc;
 }
 
@@ -478,8 +453,6 @@ int main(int argc, char **argv) {
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
-  signal(SIGINT, on_signal);
-  signal(SIGTERM, on_signal);
   if (bench_can_pin()) bench_pin_self(BENCH_CPU_CLIENT);
   printf(
       "client crash during a failover: %d rounds per variant, a push every %d ms, default "

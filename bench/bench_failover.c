@@ -536,30 +536,6 @@ static int phase(const char *url, const char *spec, enum fo_kind first, enum fo_
 
 /* ---- topologies ------------------------------------------------------------ */
 
-static char topo_dir[160];
-
-static void topo_stop(void) {
-  if (!topo_dir[0]) return;
-  char cmd[400];
-  snprintf(cmd, sizeof cmd, "'%s' stop '%s'", bench_topology_script(), topo_dir);
-  if (system(cmd) != 0) fprintf(stderr, "bench_failover: could not stop %s\n", topo_dir);
-  topo_dir[0] = '\0';
-}
-
-/* bench/topology.sh ARGS into out (its one line: seeds, sentinels, or the
- * single server's address). */
-static int topo_start(const char *args, char *out, size_t cap) {
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "'%s' %s", bench_topology_script(), args);
-  FILE *p = popen(cmd, "r");
-  if (!p) return -1;
-  int got = fgets(out, (int)cap, p) != NULL;
-  int st = pclose(p);
-  if (!got || st != 0) return -1;
-  out[strcspn(out, "\n")] = '\0';
-  return 0;
-}
-
 static const struct topology {
   const char *name, *what, *args, *url;
   enum fo_kind first, last;
@@ -586,12 +562,8 @@ static void only_kind(enum fo_kind *first, enum fo_kind *last) {
 }
 
 static int run_topology(const struct topology *t, int rounds, stats st[FO_NKINDS]) {
-  const char *tmp = getenv("TMPDIR");
-  snprintf(topo_dir, sizeof topo_dir, "%s/sluice-bench-fo-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(topo_dir)) return -1;
-  char args[256], spec[256], url[320];
-  snprintf(args, sizeof args, t->args, topo_dir);
-  int rc = topo_start(args, spec, sizeof spec);
+  char spec[256], url[320];
+  int rc = fo_topology_start("fo", t->args, spec, sizeof spec);
   if (rc == 0) {
     snprintf(url, sizeof url, t->url, spec);
     printf("%s: %s\n", t->what, url);
@@ -599,18 +571,9 @@ static int run_topology(const struct topology *t, int rounds, stats st[FO_NKINDS
     enum fo_kind first = t->first, last = t->last;
     only_kind(&first, &last);
     rc = phase(url, spec, first, last, rounds, st);
-  } else {
-    fprintf(stderr, "bench_failover: bench/topology.sh %s failed\n", args);
   }
-  topo_stop();
+  fo_topology_stop();
   return rc;
-}
-
-/* Stop the servers on the way out, a crash included (they run detached). */
-static void on_signal(int sig) {
-  topo_stop();
-  signal(sig, SIG_DFL);
-  raise(sig);
 }
 
 /* ---- report ------------------------------------------------------------------- */
@@ -666,10 +629,6 @@ int main(int argc, char **argv) {
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
-  signal(SIGINT, on_signal);
-  signal(SIGTERM, on_signal);
-  signal(SIGSEGV, on_signal);
-  signal(SIGABRT, on_signal);
   if (bench_can_pin()) bench_pin_self(BENCH_CPU_CLIENT);
   const char *wait = getenv("SLUICE_BENCH_WAIT_REPLICAS");
   printf(

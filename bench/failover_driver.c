@@ -350,3 +350,41 @@ void fo_driver(int go_fd, int out_fd, const char *spec, enum fo_kind first, enum
   fclose(out);
   _exit(rc == 0 ? 0 : 1);
 }
+
+/* ---- the topology under test --------------------------------------------- */
+
+static char topo_dir[160];
+
+void fo_topology_stop(void) {
+  if (!topo_dir[0]) return;
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "'%s' stop '%s'", bench_topology_script(), topo_dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not stop %s\n", topo_dir);
+  topo_dir[0] = '\0';
+}
+
+static void on_signal(int sig) {
+  fo_topology_stop();
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+int fo_topology_start(const char *tag, const char *args_fmt, char *spec, size_t cap) {
+  static const int sigs[] = {SIGINT, SIGTERM, SIGSEGV, SIGABRT};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) signal(sigs[i], on_signal);
+  const char *tmp = getenv("TMPDIR");
+  snprintf(topo_dir, sizeof topo_dir, "%s/sluice-bench-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", tag);
+  if (!mkdtemp(topo_dir)) return -1;
+  char args[256], cmd[512];
+  snprintf(args, sizeof args, args_fmt, topo_dir);
+  snprintf(cmd, sizeof cmd, "'%s' %s", bench_topology_script(), args);
+  FILE *p = popen(cmd, "r");
+  int got = p && fgets(spec, (int)cap, p) != NULL;
+  if (p && pclose(p) != 0) got = 0;
+  if (!got) {
+    fprintf(stderr, "bench/topology.sh %s failed\n", args);
+    return -1;
+  }
+  spec[strcspn(spec, "\n")] = '\0';
+  return 0;
+}

@@ -15,6 +15,8 @@
 #ifndef BENCH_FAILOVER_DRIVER_H
 #define BENCH_FAILOVER_DRIVER_H
 
+#include <stddef.h>
+
 enum fo_kind {
   FO_CLUSTER_MANUAL,  /* CLUSTER FAILOVER on the replica */
   FO_CLUSTER_SIGSTOP, /* SIGSTOP of the master, resumed once the replica took over */
@@ -33,6 +35,14 @@ extern const char *const fo_kind_names[FO_NKINDS];
  * kinds fail over (the workloads' names carry it as their hash tag). */
 #define FO_MASTER_NAME "fomaster"
 #define FO_SLOT_NAME "fo"
+
+/* Starts `bench/topology.sh ARGS` in a new private directory (args_fmt's
+ * %s is that directory; tag names it) and copies its one line (seeds,
+ * sentinels, or the single server's address) into spec. The servers are
+ * stopped by fo_topology_stop, also on SIGINT, SIGTERM, SIGSEGV and
+ * SIGABRT (they run detached). 0 or -1. */
+int fo_topology_start(const char *tag, const char *args_fmt, char *spec, size_t cap);
+void fo_topology_stop(void);
 
 /* Runs in the child: waits for a byte on go_fd, drives kinds first..last,
  * rounds times each, on the topology that spec names (cluster seeds,
