@@ -2,7 +2,7 @@
  * One Redis connection with its own life cycle: connect (TCP, TLS over TCP,
  * or unix), the handshake (AUTH, SELECT, SCRIPT LOAD, ROLE for a Sentinel's
  * master, INFO server for the node's run_id), connect timeout, and reconnect with exponential
- * backoff and full jitter after any failure. Its users: the topologies'
+ * backoff, jittered, after any failure. Its users: the topologies'
  * data connections (net/topo_single.c, net/topo_sentinel.c, and through
  * net/cluster.c one per master), the Sentinel link's own (net/sentinel.c)
  * and the blocking connections (core/blocker.c).

@@ -16,10 +16,15 @@
  * switch is heard, whichever led the failover (the others announce it only
  * once their hello messages carry it, up to seconds later). */
 #define WATCH_MAX 5
-/* How soon a sentinel that said to wait is asked again: doubling from
- * the first to the last. */
+/* How soon a sentinel that said to wait is asked again: a step doubling
+ * from the first to the last, each wait jittered within it (util.h). Every
+ * client hears of a failover at the same moment: without the jitter, a
+ * crowd of them would ask in lock step, while the sentinels fail over. */
 #define AGAIN_MIN_MS 100
 #define AGAIN_MAX_MS 1000
+/* How long a sentinel that alone sees the master down is asked again
+ * before the next one is: the waits summed, the steps' sum at least. */
+#define SDOWN_PATIENCE_MS 2500
 
 typedef struct sentinel_addr {
   char *host; /* owned; lives as long as the link */
@@ -51,11 +56,12 @@ struct sluice__sentinel {
    * will do (a sentinel that still names the old master is behind). */
   unsigned long long epoch;
   int epoch_known, want_newer;
-  int behind;        /* answers refused in a row as behind */
-  unsigned again_ms; /* told to wait: the delay before asking again, or 0 */
-  int have;          /* an address was ever given */
-  int switched;      /* moved, no connection attempt since: the drops are ours */
-  char err[384];     /* room for a connection's errstr and more */
+  int behind;          /* answers refused in a row as behind */
+  unsigned again_step; /* told to wait: the backoff's step now, or 0 */
+  unsigned waited_ms;  /* and the waits since, summed */
+  int have;            /* an address was ever given */
+  int switched;        /* moved, no connection attempt since: the drops are ours */
+  char err[384];       /* room for a connection's errstr and more */
 };
 
 static void point_at(sluice__sentinel *s, sluice__endpoint *ep, int i) {
@@ -205,7 +211,7 @@ static enum verdict judge(const sluice__sentinel *s, const master_view *v) {
   int promoted = !v->ip || strcmp(v->ip, s->named) != 0 || v->port != s->named_port;
   if (v->failing) return promoted ? TAKE : WAIT;
   if (v->odown) return WAIT;
-  if (v->sdown) return s->again_ms < AGAIN_MAX_MS ? WAIT : ELSEWHERE;
+  if (v->sdown) return s->waited_ms < SDOWN_PATIENCE_MS ? WAIT : ELSEWHERE;
   if (s->epoch_known && v->epoch < s->epoch + (unsigned long long)s->want_newer) return BEHIND;
   return TAKE;
 }
@@ -216,13 +222,19 @@ static void take(sluice__sentinel *s, const master_view *v) {
   if (v->seen && (!s->epoch_known || v->epoch > s->epoch)) s->epoch = v->epoch;
   s->epoch_known |= v->seen;
   s->want_newer = s->behind = 0;
-  s->again_ms = 0;
+  s->again_step = s->waited_ms = 0;
   s->answers++;
   prefer(s, s->qi);
   const char *argv[3] = {"SENTINEL", "sentinels", s->names->master_name};
   sluice__conn_send(&s->query, list_cb, s, 3, argv, NULL);
   if (!set_address(s, s->named, strlen(s->named), s->named_port))
     sluice__conn_fail(&s->query, "sentinel: out of memory");
+}
+
+unsigned sluice__sentinel_again_ms(unsigned *step) {
+  *step = *step ? *step * 2 : AGAIN_MIN_MS;
+  if (*step > AGAIN_MAX_MS) *step = AGAIN_MAX_MS;
+  return sluice__jittered(*step);
 }
 
 static void master_cb(redisAsyncContext *ac, void *r, void *privdata) {
@@ -252,15 +264,15 @@ static void master_cb(redisAsyncContext *ac, void *r, void *privdata) {
              v.failing ? "being failed over"
              : v.odown ? "down"
                        : "down for this sentinel");
-    if (!s->again_ms) s->cfg.note(s->err, s->cfg.userdata); /* once per wait */
+    if (!s->again_step) s->cfg.note(s->err, s->cfg.userdata); /* once a wait */
     /* The switch is heard at once (+switch-master): asking again is the
      * fallback, and backs off. */
-    s->again_ms = s->again_ms ? s->again_ms * 2 : AGAIN_MIN_MS;
-    if (s->again_ms > AGAIN_MAX_MS) s->again_ms = AGAIN_MAX_MS;
-    sluice__timer_in(s->again_timer, s->again_ms);
+    unsigned wait = sluice__sentinel_again_ms(&s->again_step);
+    s->waited_ms += wait;
+    sluice__timer_in(s->again_timer, wait);
     return;
   }
-  s->again_ms = 0;
+  s->again_step = s->waited_ms = 0;
   snprintf(s->err, sizeof s->err, "sentinel %s:%d %s: it names %s:%d (config epoch %llu)",
            s->qep.host, s->qep.port,
            d == BEHIND ? "is behind the last switch" : "cannot reach the master", s->named,

@@ -75,5 +75,9 @@ int sluice__sentinel_learn(sluice__sentinel *s, const char *host, size_t hlen, i
 int sluice__sentinel_count(const sluice__sentinel *s);
 const char *sluice__sentinel_at(const sluice__sentinel *s, int i, int *port);
 unsigned long sluice__sentinel_answers(const sluice__sentinel *s);
+/* The wait before asking again a sentinel that said to wait (exposed for
+ * tests): *step, 0 before the first, doubles from 100 ms up to 1 s; the
+ * wait is drawn from [*step / 2, *step] (sluice__jittered). */
+unsigned sluice__sentinel_again_ms(unsigned *step);
 
 #endif
