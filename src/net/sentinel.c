@@ -55,7 +55,8 @@ struct sluice__sentinel {
    * took an address from reported; after a switch heard, only a newer one
    * will do (a sentinel that still names the old master is behind). */
   unsigned long long epoch;
-  int epoch_known, want_newer;
+  int epoch_known;
+  int want_newer;      /* a switch heard, a failover seen: the same epoch is behind */
   int behind;          /* answers refused in a row as behind */
   unsigned again_step; /* told to wait: the backoff's step now, or 0 */
   unsigned waited_ms;  /* and the waits since, summed */
@@ -212,7 +213,8 @@ static enum verdict judge(const sluice__sentinel *s, const master_view *v) {
   if (v->failing) return promoted ? TAKE : WAIT;
   if (v->odown) return WAIT;
   if (v->sdown) return s->waited_ms < SDOWN_PATIENCE_MS ? WAIT : ELSEWHERE;
-  if (s->epoch_known && v->epoch < s->epoch + (unsigned long long)s->want_newer) return BEHIND;
+  if (s->epoch_known && (v->epoch < s->epoch || (s->want_newer && v->epoch == s->epoch)))
+    return BEHIND;
   return TAKE;
 }
 
@@ -257,7 +259,7 @@ static void master_cb(redisAsyncContext *ac, void *r, void *privdata) {
    * names the old master with clean flags and the old epoch later (it
    * reached the old master restarted before it heard of the switch) is
    * behind. */
-  if (d != BEHIND) s->want_newer = s->epoch_known;
+  if (d != BEHIND) s->want_newer = 1;
   if (d == WAIT) {
     snprintf(s->err, sizeof s->err, "sentinel %s:%d: master '%s' is %s", s->qep.host, s->qep.port,
              s->names->master_name,
@@ -377,7 +379,7 @@ static void watch_cb(redisAsyncContext *ac, void *r, void *privdata) {
   int from_ours = d->host && strcmp(d->host, old_ip) == 0 && d->port == old_port;
   int to_ours = d->host && strcmp(d->host, ip) == 0 && d->port == port;
   if (from_ours) {
-    s->want_newer = s->epoch_known; /* the sentinels still naming it are behind */
+    s->want_newer = 1; /* the sentinels still naming it are behind */
     set_address(s, ip, strlen(ip), port);
   } else if (!to_ours) {
     s->fresh = 0;
