@@ -394,6 +394,12 @@ void sluice__conn_retry_early(sluice__conn *conn) {
   sluice__conn_start(conn);
 }
 
+void sluice__conn_retry_slowly(sluice__conn *conn) {
+  if (conn->state != SLUICE_CONN_WAITING) return;
+  conn->retry_ms = sluice__jittered(conn->cfg.net.reconnect_max_ms);
+  sluice__timer_in(conn->timer, conn->retry_ms);
+}
+
 static int same_text(const char *a, const char *b) { return a && b && strcmp(a, b) == 0; }
 
 int sluice__conn_same_node(const sluice__conn *a, const sluice__conn *b) {

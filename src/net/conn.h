@@ -128,6 +128,11 @@ void sluice__conn_retry_now(sluice__conn *conn);
  * next up), so a sibling that comes up and goes down again and again
  * cannot make this one spin; any other state is left as it is. */
 void sluice__conn_retry_early(sluice__conn *conn);
+/* The node refused what the connection is for (its ACL rule): a reconnect
+ * waiting out the backoff waits its cap instead, jittered (reconnecting
+ * at once would be refused again, many times a second, until an operator
+ * changes the rule); any other state is left as it is. */
+void sluice__conn_retry_slowly(sluice__conn *conn);
 /* 1 when a and b connect to the same address now (socket path, or host
  * and port). */
 int sluice__conn_same_node(const sluice__conn *a, const sluice__conn *b);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include <event2/event.h>
+#include <sluice/client.h> /* the log levels */
 
 #include "net/conn.h"
 #include "net/sentinel.h"
@@ -56,13 +57,14 @@ struct sluice__sentinel {
    * will do (a sentinel that still names the old master is behind). */
   unsigned long long epoch;
   int epoch_known;
-  int want_newer;      /* a switch heard, a failover seen: the same epoch is behind */
-  int behind;          /* answers refused in a row as behind */
-  unsigned again_step; /* told to wait: the backoff's step now, or 0 */
-  unsigned waited_ms;  /* and the waits since, summed */
-  int have;            /* an address was ever given */
-  int switched;        /* moved, no connection attempt since: the drops are ours */
-  char err[384];       /* room for a connection's errstr and more */
+  int want_newer;        /* a switch heard, a failover seen: the same epoch is behind */
+  int behind;            /* answers refused in a row as behind */
+  unsigned again_step;   /* told to wait: the backoff's step now, or 0 */
+  unsigned waited_ms;    /* and the waits since, summed */
+  unsigned refusal_said; /* a bit per watch whose SUBSCRIBE was refused, logged */
+  int have;              /* an address was ever given */
+  int switched;          /* moved, no connection attempt since: the drops are ours */
+  char err[384];         /* room for a connection's errstr and more */
 };
 
 static void point_at(sluice__sentinel *s, sluice__endpoint *ep, int i) {
@@ -266,7 +268,7 @@ static void master_cb(redisAsyncContext *ac, void *r, void *privdata) {
              v.failing ? "being failed over"
              : v.odown ? "down"
                        : "down for this sentinel");
-    if (!s->again_step) s->cfg.note(s->err, s->cfg.userdata); /* once a wait */
+    if (!s->again_step) s->cfg.note(SLUICE_LOG_INFO, s->err, s->cfg.userdata); /* once a wait */
     /* The switch is heard at once (+switch-master): asking again is the
      * fallback, and backs off. */
     unsigned wait = sluice__sentinel_again_ms(&s->again_step);
@@ -279,7 +281,7 @@ static void master_cb(redisAsyncContext *ac, void *r, void *privdata) {
            s->qep.host, s->qep.port,
            d == BEHIND ? "is behind the last switch" : "cannot reach the master", s->named,
            s->named_port, v.epoch);
-  s->cfg.note(s->err, s->cfg.userdata);
+  s->cfg.note(SLUICE_LOG_INFO, s->err, s->cfg.userdata);
   sluice__conn_fail(&s->query, s->err); /* try the next sentinel */
 }
 
@@ -392,9 +394,36 @@ static void watch_up(sluice__conn *conn, void *ud) {
   sluice__conn_send(conn, watch_cb, ud, 2, argv, NULL);
 }
 
+/* A SUBSCRIBE the sentinel's ACL rule refuses (no +subscribe, or no
+ * &+switch-master) ends the watch's connection: hiredis drops a
+ * subscribed context on an error reply. */
+static int subscribe_refused(const sluice__conn *conn) {
+  return conn->was_up && strstr(conn->errstr, "NOPERM") != NULL;
+}
+
+/* Switches are then heard only by asking, seconds late: said once per
+ * watch, as a warning. */
+static void say_refused(sluice__sentinel *s, const sluice__conn *conn) {
+  unsigned bit = 1u << (conn - s->watch);
+  if (s->refusal_said & bit) return;
+  s->refusal_said |= bit;
+  const sluice__endpoint *ep = conn->cfg.net.endpoint;
+  char what[400]; /* the log keeps a line's first 239 bytes: the server's words last */
+  snprintf(what, sizeof what,
+           "sentinel %s:%d refused SUBSCRIBE +switch-master: failovers are heard late, by asking; "
+           "its ACL rule needs +subscribe &+switch-master (sluice acl --sentinel): %s",
+           ep->host, ep->port, strstr(conn->errstr, "NOPERM"));
+  s->cfg.note(SLUICE_LOG_WARN, what, s->cfg.userdata);
+}
+
 /* A watch stays with its sentinel (the connection retries it); the others
- * still watch meanwhile. */
-static void watch_down(sluice__conn *conn, int status, void *ud) {}
+ * still watch meanwhile. One refused retries at the backoff's cap: its
+ * handshake succeeds, so the backoff would start over each time. */
+static void watch_down(sluice__conn *conn, int status, void *ud) {
+  if (!subscribe_refused(conn)) return;
+  say_refused(ud, conn);
+  sluice__conn_retry_slowly(conn);
+}
 
 /* ---- life cycle ---------------------------------------------------------- */
 

@@ -50,8 +50,9 @@ typedef struct sluice__sentinel_config {
   void (*moved)(void *userdata);
   /* A fresh address is known: data connections waiting for one may start. */
   void (*known)(void *userdata);
-  /* An answer was not taken: why (err's text). */
-  void (*note)(const char *what, void *userdata);
+  /* A line for the client's log, at a sluice_log_level: an answer not
+   * taken and why (err's text, INFO); a refused SUBSCRIBE (WARN). */
+  void (*note)(int level, const char *what, void *userdata);
   void *userdata;
 } sluice__sentinel_config;
 
