@@ -103,10 +103,7 @@ static void test_sentinel_again(void) {
 }
 
 static const th_case cases[] = {
-    TH_CASE(unique_and_hex, 10),
-    TH_CASE(fork_does_not_repeat, 10),
-    TH_CASE(below, 10),
-    TH_CASE(jittered, 10),
-    TH_CASE(sentinel_again, 10),
+    TH_CASE(unique_and_hex, 10), TH_CASE(fork_does_not_repeat, 10), TH_CASE(below, 10),
+    TH_CASE(jittered, 10),       TH_CASE(sentinel_again, 10),
 };
 TH_MAIN_LOCAL(cases)
