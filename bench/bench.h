@@ -106,13 +106,20 @@ int bench_replay_off(void);
  *   bench_cpu c = bench_cpu_start();  ... run ops ...
  *   double self = bench_cpu_us_per_op(&c, ops);
  * self counts this process (the library under test); children counts the
- * children waited for during the phase (redis-benchmark, a Node peer). */
+ * children waited for during the phase (redis-benchmark, a Node peer).
+ * Sleeps are voluntary context switches (the process waited for input):
+ * where a server answers sooner than the client needs, each one is a
+ * wake-up, which on a virtual machine costs tens of microseconds of CPU. */
 typedef struct bench_cpu {
   uint64_t self_us, children_us;
+  uint64_t self_sleeps, children_sleeps;
 } bench_cpu;
 bench_cpu bench_cpu_start(void);
 double bench_cpu_us_per_op(const bench_cpu *start, long ops);
 double bench_cpu_children_us_per_op(const bench_cpu *start, long ops);
+/* Operations per sleep over the phase (0: none slept). */
+double bench_cpu_ops_per_sleep(const bench_cpu *start, long ops);
+double bench_cpu_children_ops_per_sleep(const bench_cpu *start, long ops);
 
 /* Tiny table printer: columns are right-aligned except the first. */
 typedef struct bench_table bench_table;

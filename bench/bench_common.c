@@ -80,9 +80,27 @@ static uint64_t rusage_us(int who) {
          (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }
 
+static uint64_t rusage_sleeps(int who) {
+  struct rusage ru;
+  return getrusage(who, &ru) == 0 ? (uint64_t)ru.ru_nvcsw : 0;
+}
+
 bench_cpu bench_cpu_start(void) {
-  bench_cpu c = {rusage_us(RUSAGE_SELF), rusage_us(RUSAGE_CHILDREN)};
+  bench_cpu c = {rusage_us(RUSAGE_SELF), rusage_us(RUSAGE_CHILDREN), rusage_sleeps(RUSAGE_SELF),
+                 rusage_sleeps(RUSAGE_CHILDREN)};
   return c;
+}
+
+static double per_sleep(uint64_t sleeps, long ops) {
+  return sleeps ? (double)ops / (double)sleeps : 0;
+}
+
+double bench_cpu_ops_per_sleep(const bench_cpu *start, long ops) {
+  return per_sleep(rusage_sleeps(RUSAGE_SELF) - start->self_sleeps, ops);
+}
+
+double bench_cpu_children_ops_per_sleep(const bench_cpu *start, long ops) {
+  return per_sleep(rusage_sleeps(RUSAGE_CHILDREN) - start->children_sleeps, ops);
 }
 
 double bench_cpu_us_per_op(const bench_cpu *start, long ops) {

@@ -77,6 +77,7 @@ static const sluice_rl_algo algos[] = {SLUICE_RL_FIXED, SLUICE_RL_SLIDING_LOG,
 typedef struct result {
   double rps, p50_ms, p99_ms, cpu_us;
   long allowed, denied, errors;
+  double per_sleep; /* checks per voluntary context switch */
 } result;
 
 typedef struct runner runner;
@@ -129,7 +130,7 @@ static void send_one(slot *s) {
 /* total checks with in_flight outstanding; returns 0 or -1. */
 static int run_sluice(struct event_base *base, sluice_limiter *lim, unsigned keyspace,
                       int in_flight, int total, result *out) {
-  runner r = {lim, keyspace, total, 0, 0, 2463534242u, bench_lat_new(), {0, 0, 0, 0, 0, 0, 0}};
+  runner r = {lim, keyspace, total, 0, 0, 2463534242u, bench_lat_new(), {0, 0, 0, 0, 0, 0, 0, 0}};
   slot *slots = calloc((size_t)in_flight, sizeof *slots);
   if (!r.lat || !slots) return -1;
   bench_cpu cpu = bench_cpu_start();
@@ -141,6 +142,7 @@ static int run_sluice(struct event_base *base, sluice_limiter *lim, unsigned key
   while (r.done < total) event_base_loop(base, EVLOOP_ONCE);
   double secs = (double)(bench_now_us() - t0) / 1e6;
   r.res.cpu_us = bench_cpu_us_per_op(&cpu, total);
+  r.res.per_sleep = bench_cpu_ops_per_sleep(&cpu, total);
   r.res.rps = total / secs;
   r.res.p50_ms = bench_lat_pct(r.lat, 50) / 1000;
   r.res.p99_ms = bench_lat_pct(r.lat, 99) / 1000;
@@ -173,6 +175,16 @@ static const sluice__script *script_of(sluice_rl_algo algo) {
 
 /* The same script with the KEYS/ARGV the library sends for a call of one
  * request (cost 1, no peek), from redis-benchmark. */
+
+/* A redis-benchmark run as a result: its CPU and sleeps are the child's. */
+static result rb_result(const bench_rb_result *rb, const bench_cpu *cpu, long requests) {
+  return (result){.rps = rb->rps,
+                  .p50_ms = rb->p50_ms,
+                  .p99_ms = rb->p99_ms,
+                  .cpu_us = bench_cpu_children_us_per_op(cpu, requests),
+                  .per_sleep = bench_cpu_children_ops_per_sleep(cpu, requests)};
+}
+
 static int run_rb(const bench_redis *rs, sluice_client *c, sluice_rl_algo algo, const char *name,
                   const workload *w, const level *lv, result *out) {
   char sha[41];
@@ -197,9 +209,7 @@ static int run_rb(const bench_redis *rs, sluice_client *c, sluice_rl_algo algo, 
   if (rc == 0) rc = bench_evalsha(rs, &o, sha, a.nkeys, a.argc, a.argv, &rb);
   sluice__args_clear(&a);
   free(key);
-  if (rc == 0)
-    *out = (result){rb.rps, rb.p50_ms, rb.p99_ms, bench_cpu_children_us_per_op(&cpu, lv->requests),
-                    0,      0,         0};
+  if (rc == 0) *out = rb_result(&rb, &cpu, lv->requests);
   return rc;
 }
 
@@ -249,7 +259,7 @@ static int bench_pair(const bench_redis *rs, struct event_base *base, sluice_cli
   workload wa = for_algo(&workloads[wi], algos[ai]);
   const workload *w = &wa;
   char name[32], rbname[32];
-  result rb = {0, 0, 0, 0, 0, 0, 0}, one;
+  result rb = {0}, one;
   snprintf(name, sizeof name, "s%zu%zu%zu", wi, ai, li);
   snprintf(rbname, sizeof rbname, "r%zu%zu%zu", wi, ai, li);
   sluice_limiter *lim = make_limiter(c, algos[ai], name, w);
@@ -355,9 +365,7 @@ static int cl_rb(const bench_redis *at, int cluster, const char *sha, const char
   bench_cpu cpu = bench_cpu_start();
   int rc = a.failed ? -1 : bench_evalsha(at, &o, sha, a.nkeys, a.argc, a.argv, &rb);
   sluice__args_clear(&a);
-  if (rc == 0)
-    *out = (result){rb.rps, rb.p50_ms, rb.p99_ms, bench_cpu_children_us_per_op(&cpu, lv->requests),
-                    0,      0,         0};
+  if (rc == 0) *out = rb_result(&rb, &cpu, lv->requests);
   return rc;
 }
 
@@ -387,7 +395,26 @@ static int cluster_run(const bench_redis *rs, struct event_base *base, int argc,
            "-c min(N,3) -P N/c on each ({tag} key)",
            cl.n);
   bench_table *t = bench_table_new(title, cols);
-  int rc = 0;
+  const char *cpu_cols[] = {"keys",
+                            "algorithm",
+                            "in flight",
+                            "standalone CPU us/op",
+                            "ops/sleep",
+                            "cluster CPU us/op",
+                            "ops/sleep",
+                            "CPU cluster/standalone",
+                            "rb standalone CPU us/op",
+                            "ops/sleep",
+                            "rb --cluster CPU us/op",
+                            "ops/sleep",
+                            "rb CPU cluster/standalone",
+                            NULL};
+  bench_table *cpu = bench_table_new(
+      "client CPU per check, the same runs as above: sluice, and redis-benchmark running the "
+      "same script (CPU of the redis-benchmark process); ops/sleep: checks per voluntary "
+      "context switch (getrusage)",
+      cpu_cols);
+  int rc = t && cpu ? 0 : -1;
   for (size_t wi = 0; wi < 2 && rc == 0; wi++) {
     if (!selected(argc, argv, workloads[wi].name, 1)) continue;
     for (size_t ai = 0; ai < 4 && rc == 0; ai++) {
@@ -425,13 +452,22 @@ static int cluster_run(const bench_redis *rs, struct event_base *base, int argc,
                           best[0].p50_ms, best[0].p99_ms, best[0].cpu_us, best[1].rps,
                           best[1].p50_ms, best[1].p99_ms, best[1].cpu_us, best[1].rps / best[0].rps,
                           rb[0].rps, rb[1].rps);
+        if (rc == 0)
+          bench_table_row(cpu, "%s|%s|%d|%.2f|%.1f|%.2f|%.1f|%.2f|%.2f|%.1f|%.2f|%.1f|%.2f",
+                          w->name, sluice_rl_algo_name(algos[ai]), lv->in_flight, best[0].cpu_us,
+                          best[0].per_sleep, best[1].cpu_us, best[1].per_sleep,
+                          best[1].cpu_us / best[0].cpu_us, rb[0].cpu_us, rb[0].per_sleep,
+                          rb[1].cpu_us, rb[1].per_sleep,
+                          rb[0].cpu_us > 0 ? rb[1].cpu_us / rb[0].cpu_us : 0);
       }
       bench_redis_flush(rs);
       bench_cluster_flush(&cl);
     }
   }
   if (rc == 0) bench_table_print(t, stdout);
+  if (rc == 0) bench_table_print(cpu, stdout);
   bench_table_free(t);
+  bench_table_free(cpu);
   printf("cluster: rate-limiter-flexible not run on the cluster (not measured here)\n");
   for (int k = 0; k < 2; k++) sluice_client_free(cs[k]);
   return rc;
