@@ -11,7 +11,8 @@
  *    list.
  *  - An answer is judged before it is taken (sentinel.c, judge): a
  *    sentinel that names the old master while failing it over, or sees it
- *    down, is asked again until it names the new one; one whose config
+ *    down, is asked again (after waits doubling, jittered so that a crowd
+ *    of clients spreads out) until it names the new one; one whose config
  *    epoch is older than the newest seen (or not newer, after a switch was
  *    heard or a failover seen) is behind, and the next sentinel is asked.
  *    The old master can answer ROLE master for seconds after a switch
@@ -28,7 +29,8 @@
  *    may accept writes for seconds after the switch and lose them. A
  *    client that heard only a late sentinel could meanwhile reach the old
  *    master restarted empty, which names itself master until a sentinel
- *    turns it into a replica.
+ *    turns it into a replica. A sentinel whose ACL rule refuses the
+ *    subscription is logged once (WARN) and retried slowly.
  *  - The data connections ask for the address before every (re)connect
  *    (sluice__sentinel_address); they verify with ROLE in their handshake
  *    that it is a master, and a failed or lost connection asks again.
