@@ -76,9 +76,10 @@ typedef struct run {
   consumed dq; /* the dq consumer's; a settlement may answer at close */
 } run;
 
+/* Each line: its level's number, a space, the message. */
 static void on_log(sluice_client *c, int level, const char *msg, void *ud) {
   run *r = ud;
-  int n = snprintf(r->log + r->loglen, sizeof r->log - r->loglen, "%s\n", msg);
+  int n = snprintf(r->log + r->loglen, sizeof r->log - r->loglen, "%d %s\n", level, msg);
   if (n > 0 && r->loglen + (size_t)n < sizeof r->log) r->loglen += (size_t)n;
 }
 
@@ -544,6 +545,81 @@ static void admin_sentinel(const char *cmd) {
   on_nodes(m, 1, cmd);
 }
 
+/* How many times sentinel n refused user sl the +switch-master
+ * subscription (the command or the channel), by its ACL LOG. */
+static long long subscribe_refusals(const th_node *n) {
+  redisReply *r = th_node_command(n, "ACL LOG");
+  long long total = 0;
+  for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+    const redisReply *e = r->element[i];
+    long long count = 0;
+    int ours = 0, subscribe = 0;
+    for (size_t j = 0; e->type == REDIS_REPLY_ARRAY && j + 1 < e->elements; j += 2) {
+      const char *k = e->element[j]->str;
+      const redisReply *v = e->element[j + 1];
+      if (strcmp(k, "count") == 0 && v->type == REDIS_REPLY_INTEGER) count = v->integer;
+      else if (strcmp(k, "username") == 0) ours = strcmp(v->str, USER) == 0;
+      else if (strcmp(k, "object") == 0)
+        subscribe = strcmp(v->str, "subscribe") == 0 || strcmp(v->str, "+switch-master") == 0;
+    }
+    if (ours && subscribe) total += count;
+  }
+  freeReplyObject(r);
+  return total;
+}
+
+static int each_refused_thrice(const target *t) {
+  for (int i = 0; i < t->nsentinels; i++)
+    if (subscribe_refusals(&t->sentinels[i]) < 3) return 0;
+  return 1;
+}
+
+/* Lines of log (on_log's) naming sentinel addr's refused subscription;
+ * those at WARN with the rule's words that fix it into *clear. */
+static int refusal_lines(const char *log, const char *addr, int *clear) {
+  char said[96];
+  snprintf(said, sizeof said, "sentinel %s refused SUBSCRIBE +switch-master", addr);
+  int n = 0;
+  *clear = 0;
+  for (const char *p = strstr(log, said); p; p = strstr(p + 1, said)) {
+    const char *eol = strchr(p, '\n'), *fix = strstr(p, "+subscribe &+switch-master");
+    n++;
+    *clear += p - log >= 2 && p[-2] == '0' + SLUICE_LOG_WARN && (p - log == 2 || p[-3] == '\n') &&
+              fix && (!eol || fix < eol);
+  }
+  return n;
+}
+
+/* Sentinels whose rule lacks `without` refuse the +switch-master
+ * subscription, again at each of the watch's reconnects: the client says
+ * so once per sentinel, at WARN, with the words of the rule that fix it,
+ * and reconnects at the backoff's cap (500 ms here, jittered: 4 in a
+ * second at most, and one under way), not at once. */
+static void refused_subscribe_said(const target *t, const rule *ru, const char *without) {
+  apply(t, ru, 1, without);
+  for (int i = 0; i < t->nsentinels; i++)
+    freeReplyObject(th_node_command(&t->sentinels[i], "ACL LOG RESET"));
+  run *r = malloc(sizeof *r);
+  run_open(r, t->url, 0, t->admin);
+  TH_LOOP_UNTIL(r->base, each_refused_thrice(t), 10000);
+  TH_ASSERT(each_refused_thrice(t));
+  long long before = subscribe_refusals(&t->sentinels[0]);
+  th_loop_for(r->base, 1000);
+  long long in_a_second = subscribe_refusals(&t->sentinels[0]) - before;
+  th_note("without %s: refusals by one sentinel in 1 s: %lld\n", without, in_a_second);
+  TH_ASSERT_CMP(in_a_second, <=, 5);
+  run_close(r);
+  for (int i = 0; i < t->nsentinels; i++) {
+    int clear, n = refusal_lines(r->log, t->sentinels[i].addr, &clear);
+    if (n != 1 || clear != 1)
+      th_fail(__FILE__, __LINE__,
+              "without %s, %s refused %lld times, said %d times (%d clear); log:\n%s", without,
+              t->sentinels[i].addr, subscribe_refusals(&t->sentinels[i]), n, clear, r->log);
+  }
+  th_note("without %s: %.230s\n", without, strstr(r->log, "sentinel "));
+  free(r);
+}
+
 /* The master and its replica under the data rule (with ROLE, and WAIT for
  * wait_replicas 1), the sentinels under theirs; each command needed taken
  * away fails clearly. */
@@ -573,6 +649,8 @@ static void test_sentinel(void) {
       th_fail(__FILE__, __LINE__, "without +%s: %s: %s", for_failovers[i], r->step, r->why);
     free(r);
   }
+  refused_subscribe_said(&t, &ru, "subscribe");
+  refused_subscribe_said(&t, &ru, "&+switch-master");
   th_sentinel_stop(&sent);
 }
 

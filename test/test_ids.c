@@ -1,5 +1,7 @@
-/* Random ids without Redis: well formed, never repeated, and a forked
- * child never hands out the ids its parent hands out next. */
+/* Randomness without Redis: ids well formed, never repeated, and a forked
+ * child never hands out the ids its parent hands out next; jittered waits
+ * (the reconnect backoff's, the Sentinel link's asking again) within their
+ * bounds and spread over them. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -7,6 +9,7 @@
 
 #include "base/util.h"
 #include "harness.h"
+#include "net/sentinel.h"
 
 static int by_text(const void *a, const void *b) { return memcmp(a, b, 33); }
 
@@ -53,9 +56,54 @@ static void test_below(void) {
   for (int i = 0; i < 10000; i++) TH_ASSERT_CMP(sluice__random_below(7), <, 7);
 }
 
+/* n draws of sluice__jittered(d): all in [d/2, d], and both ends drawn
+ * (51 values at d = 100: an end missed in 10,000 draws has odds e^-196). */
+static void jittered_spread(uint32_t d, int n) {
+  uint32_t lo = UINT32_MAX, hi = 0;
+  for (int i = 0; i < n; i++) {
+    uint32_t w = sluice__jittered(d);
+    TH_ASSERT_CMP(w, >=, d / 2);
+    TH_ASSERT_CMP(w, <=, d);
+    lo = w < lo ? w : lo;
+    hi = w > hi ? w : hi;
+  }
+  TH_ASSERT_EQ(lo, d / 2);
+  TH_ASSERT_EQ(hi, d);
+}
+
+static void test_jittered(void) {
+  TH_ASSERT_EQ(sluice__jittered(0), 0);
+  jittered_spread(1, 1000);
+  jittered_spread(3, 1000);
+  jittered_spread(100, 10000);
+  for (int i = 0; i < 1000; i++) TH_ASSERT_CMP(sluice__jittered(UINT32_MAX), >=, UINT32_MAX / 2);
+}
+
+/* A sentinel that says to wait is asked again after 100 ms, 200, 400, 800,
+ * then every 1 s (the step), each wait drawn within [step/2, step]; a
+ * crowd's first waits spread over 50-100 ms rather than all at 100. */
+static void test_sentinel_again(void) {
+  static const unsigned steps[] = {100, 200, 400, 800, 1000, 1000, 1000};
+  unsigned step = 0;
+  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+    unsigned wait = sluice__sentinel_again_ms(&step);
+    TH_ASSERT_EQ(step, steps[i]);
+    TH_ASSERT_CMP(wait, >=, step / 2);
+    TH_ASSERT_CMP(wait, <=, step);
+  }
+  int seen[101] = {0}, distinct = 0;
+  for (int client = 0; client < 1000; client++) {
+    step = 0;
+    unsigned wait = sluice__sentinel_again_ms(&step);
+    TH_ASSERT(wait >= 50 && wait <= 100);
+    distinct += !seen[wait]++;
+  }
+  th_note("first waits of 1000 clients: %d distinct values in 50-100 ms\n", distinct);
+  TH_ASSERT_CMP(distinct, >=, 40);
+}
+
 static const th_case cases[] = {
-    TH_CASE(unique_and_hex, 10),
-    TH_CASE(fork_does_not_repeat, 10),
-    TH_CASE(below, 10),
+    TH_CASE(unique_and_hex, 10), TH_CASE(fork_does_not_repeat, 10), TH_CASE(below, 10),
+    TH_CASE(jittered, 10),       TH_CASE(sentinel_again, 10),
 };
 TH_MAIN_LOCAL(cases)

@@ -353,7 +353,7 @@ void th_node_acl_user(const th_node *n, const char *user, const char *pass, cons
   snprintf(pw, sizeof pw, ">%s", pass);
   snprintf(words, sizeof words, "%s", rule);
   for (char *w = strtok(words, " "); w && argc < 128; w = strtok(NULL, " "))
-    if (!without || w[0] != '+' || strcmp(w + 1, without) != 0) argv[argc++] = w;
+    if (!without || strcmp(w[0] == '+' ? w + 1 : w, without) != 0) argv[argc++] = w;
   redisContext *ctx = th_node_connect(n);
   TH_ASSERT(ctx != NULL);
   redisReply *rep = redisCommandArgv(ctx, argc, argv, NULL);

@@ -123,8 +123,9 @@ redisReply *th_node_command(const th_node *n, const char *fmt, ...);
 redisReply *th_node_vcommand(const th_node *n, const char *fmt, va_list ap);
 
 /* "ACL SETUSER user reset on >pass" and the space-separated words of rule
- * (leaving out the word "+without", when not NULL) on node n, as the
- * default user; fails the case if Redis refuses. */
+ * (leaving out the word "+without", or "without" itself when it is a
+ * channel rule "&...", when not NULL) on node n, as the default user;
+ * fails the case if Redis refuses. */
 void th_node_acl_user(const th_node *n, const char *user, const char *pass, const char *rule,
                       const char *without);
 

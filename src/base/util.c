@@ -98,6 +98,11 @@ uint32_t sluice__random_below(uint32_t n) {
   return v % n;
 }
 
+/* Clients that back off together (a restart or a failover drops them all
+ * at once) then spread out, while each still waits at least half its
+ * step: the backoff keeps its pace. */
+uint32_t sluice__jittered(uint32_t d) { return d / 2 + sluice__random_below(d - d / 2 + 1); }
+
 int sluice__valid_name(const char *name) {
   if (!name) return 0;
   size_t len = strnlen(name, SLUICE_NAME_MAX + 1);

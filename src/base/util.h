@@ -21,6 +21,8 @@ uint64_t sluice__mono_us(void);
 void sluice__random_hex(char out[33]);
 /* Uniform in [0, n). */
 uint32_t sluice__random_below(uint32_t n);
+/* A backoff step d made a wait uniform in [d/2, d] ("equal jitter"). */
+uint32_t sluice__jittered(uint32_t d);
 /* 1 if name is a valid primitive name (1..SLUICE_NAME_MAX bytes). */
 int sluice__valid_name(const char *name);
 /* Decimal text of v into buf (>= 24 bytes); returns the length. */

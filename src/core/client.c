@@ -40,7 +40,7 @@ static void master_moved(void *ud) {
  * writes no replica was known to have are sent again (record.h), then the
  * objects on those routes reconcile: permits held are re-asserted, waiters
  * and consumers look again. */
-static void note(const char *what, void *ud) { sluice__log(ud, SLUICE_LOG_INFO, "%s", what); }
+static void note(int level, const char *what, void *ud) { sluice__log(ud, level, "%s", what); }
 
 static void node_changed(int lo, int hi, void *ud) {
   sluice_client *c = ud;

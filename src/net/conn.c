@@ -22,12 +22,12 @@ static void set_err(sluice__conn *conn, const char *what, const char *detail) {
            detail ? detail : "");
 }
 
-/* Full jitter: a delay uniform in [d/2, d) of the exponential step d. */
+/* The exponential step d, jittered (util.h). */
 static unsigned backoff_ms(sluice__conn *conn) {
   uint64_t d = conn->cfg.net.reconnect_min_ms ? conn->cfg.net.reconnect_min_ms : 1;
   for (unsigned i = 1; i < conn->attempts && d < conn->cfg.net.reconnect_max_ms; i++) d *= 2;
   if (d > conn->cfg.net.reconnect_max_ms) d = conn->cfg.net.reconnect_max_ms;
-  return (unsigned)(d / 2 + sluice__random_below((uint32_t)(d - d / 2)));
+  return sluice__jittered((uint32_t)d);
 }
 
 static void schedule_retry(sluice__conn *conn) {
@@ -392,6 +392,12 @@ void sluice__conn_retry_early(sluice__conn *conn) {
   conn->retried_early = 1;
   conn->attempts = 0;
   sluice__conn_start(conn);
+}
+
+void sluice__conn_retry_slowly(sluice__conn *conn) {
+  if (conn->state != SLUICE_CONN_WAITING) return;
+  conn->retry_ms = sluice__jittered(conn->cfg.net.reconnect_max_ms);
+  sluice__timer_in(conn->timer, conn->retry_ms);
 }
 
 static int same_text(const char *a, const char *b) { return a && b && strcmp(a, b) == 0; }

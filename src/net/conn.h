@@ -2,7 +2,7 @@
  * One Redis connection with its own life cycle: connect (TCP, TLS over TCP,
  * or unix), the handshake (AUTH, SELECT, SCRIPT LOAD, ROLE for a Sentinel's
  * master, INFO server for the node's run_id), connect timeout, and reconnect with exponential
- * backoff and full jitter after any failure. Its users: the topologies'
+ * backoff, jittered, after any failure. Its users: the topologies'
  * data connections (net/topo_single.c, net/topo_sentinel.c, and through
  * net/cluster.c one per master), the Sentinel link's own (net/sentinel.c)
  * and the blocking connections (core/blocker.c).
@@ -128,6 +128,11 @@ void sluice__conn_retry_now(sluice__conn *conn);
  * next up), so a sibling that comes up and goes down again and again
  * cannot make this one spin; any other state is left as it is. */
 void sluice__conn_retry_early(sluice__conn *conn);
+/* The node refused what the connection is for (its ACL rule): a reconnect
+ * waiting out the backoff waits its cap instead, jittered (reconnecting
+ * at once would be refused again, many times a second, until an operator
+ * changes the rule); any other state is left as it is. */
+void sluice__conn_retry_slowly(sluice__conn *conn);
 /* 1 when a and b connect to the same address now (socket path, or host
  * and port). */
 int sluice__conn_same_node(const sluice__conn *a, const sluice__conn *b);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include <event2/event.h>
+#include <sluice/client.h> /* the log levels */
 
 #include "net/conn.h"
 #include "net/sentinel.h"
@@ -16,10 +17,15 @@
  * switch is heard, whichever led the failover (the others announce it only
  * once their hello messages carry it, up to seconds later). */
 #define WATCH_MAX 5
-/* How soon a sentinel that said to wait is asked again: doubling from
- * the first to the last. */
+/* How soon a sentinel that said to wait is asked again: a step doubling
+ * from the first to the last, each wait jittered within it (util.h). Every
+ * client hears of a failover at the same moment: without the jitter, a
+ * crowd of them would ask in lock step, while the sentinels fail over. */
 #define AGAIN_MIN_MS 100
 #define AGAIN_MAX_MS 1000
+/* How long a sentinel that alone sees the master down is asked again
+ * before the next one is: the waits summed, the steps' sum at least. */
+#define SDOWN_PATIENCE_MS 2500
 
 typedef struct sentinel_addr {
   char *host; /* owned; lives as long as the link */
@@ -50,12 +56,15 @@ struct sluice__sentinel {
    * took an address from reported; after a switch heard, only a newer one
    * will do (a sentinel that still names the old master is behind). */
   unsigned long long epoch;
-  int epoch_known, want_newer;
-  int behind;        /* answers refused in a row as behind */
-  unsigned again_ms; /* told to wait: the delay before asking again, or 0 */
-  int have;          /* an address was ever given */
-  int switched;      /* moved, no connection attempt since: the drops are ours */
-  char err[384];     /* room for a connection's errstr and more */
+  int epoch_known;
+  int want_newer;        /* a switch heard, a failover seen: the same epoch is behind */
+  int behind;            /* answers refused in a row as behind */
+  unsigned again_step;   /* told to wait: the backoff's step now, or 0 */
+  unsigned waited_ms;    /* and the waits since, summed */
+  unsigned refusal_said; /* a bit per watch whose SUBSCRIBE was refused, logged */
+  int have;              /* an address was ever given */
+  int switched;          /* moved, no connection attempt since: the drops are ours */
+  char err[384];         /* room for a connection's errstr and more */
 };
 
 static void point_at(sluice__sentinel *s, sluice__endpoint *ep, int i) {
@@ -205,8 +214,9 @@ static enum verdict judge(const sluice__sentinel *s, const master_view *v) {
   int promoted = !v->ip || strcmp(v->ip, s->named) != 0 || v->port != s->named_port;
   if (v->failing) return promoted ? TAKE : WAIT;
   if (v->odown) return WAIT;
-  if (v->sdown) return s->again_ms < AGAIN_MAX_MS ? WAIT : ELSEWHERE;
-  if (s->epoch_known && v->epoch < s->epoch + (unsigned long long)s->want_newer) return BEHIND;
+  if (v->sdown) return s->waited_ms < SDOWN_PATIENCE_MS ? WAIT : ELSEWHERE;
+  if (s->epoch_known && (v->epoch < s->epoch || (s->want_newer && v->epoch == s->epoch)))
+    return BEHIND;
   return TAKE;
 }
 
@@ -216,13 +226,19 @@ static void take(sluice__sentinel *s, const master_view *v) {
   if (v->seen && (!s->epoch_known || v->epoch > s->epoch)) s->epoch = v->epoch;
   s->epoch_known |= v->seen;
   s->want_newer = s->behind = 0;
-  s->again_ms = 0;
+  s->again_step = s->waited_ms = 0;
   s->answers++;
   prefer(s, s->qi);
   const char *argv[3] = {"SENTINEL", "sentinels", s->names->master_name};
   sluice__conn_send(&s->query, list_cb, s, 3, argv, NULL);
   if (!set_address(s, s->named, strlen(s->named), s->named_port))
     sluice__conn_fail(&s->query, "sentinel: out of memory");
+}
+
+unsigned sluice__sentinel_again_ms(unsigned *step) {
+  *step = *step ? *step * 2 : AGAIN_MIN_MS;
+  if (*step > AGAIN_MAX_MS) *step = AGAIN_MAX_MS;
+  return sluice__jittered(*step);
 }
 
 static void master_cb(redisAsyncContext *ac, void *r, void *privdata) {
@@ -245,27 +261,27 @@ static void master_cb(redisAsyncContext *ac, void *r, void *privdata) {
    * names the old master with clean flags and the old epoch later (it
    * reached the old master restarted before it heard of the switch) is
    * behind. */
-  if (d != BEHIND) s->want_newer = s->epoch_known;
+  if (d != BEHIND) s->want_newer = 1;
   if (d == WAIT) {
     snprintf(s->err, sizeof s->err, "sentinel %s:%d: master '%s' is %s", s->qep.host, s->qep.port,
              s->names->master_name,
              v.failing ? "being failed over"
              : v.odown ? "down"
                        : "down for this sentinel");
-    if (!s->again_ms) s->cfg.note(s->err, s->cfg.userdata); /* once per wait */
+    if (!s->again_step) s->cfg.note(SLUICE_LOG_INFO, s->err, s->cfg.userdata); /* once a wait */
     /* The switch is heard at once (+switch-master): asking again is the
      * fallback, and backs off. */
-    s->again_ms = s->again_ms ? s->again_ms * 2 : AGAIN_MIN_MS;
-    if (s->again_ms > AGAIN_MAX_MS) s->again_ms = AGAIN_MAX_MS;
-    sluice__timer_in(s->again_timer, s->again_ms);
+    unsigned wait = sluice__sentinel_again_ms(&s->again_step);
+    s->waited_ms += wait;
+    sluice__timer_in(s->again_timer, wait);
     return;
   }
-  s->again_ms = 0;
+  s->again_step = s->waited_ms = 0;
   snprintf(s->err, sizeof s->err, "sentinel %s:%d %s: it names %s:%d (config epoch %llu)",
            s->qep.host, s->qep.port,
            d == BEHIND ? "is behind the last switch" : "cannot reach the master", s->named,
            s->named_port, v.epoch);
-  s->cfg.note(s->err, s->cfg.userdata);
+  s->cfg.note(SLUICE_LOG_INFO, s->err, s->cfg.userdata);
   sluice__conn_fail(&s->query, s->err); /* try the next sentinel */
 }
 
@@ -365,7 +381,7 @@ static void watch_cb(redisAsyncContext *ac, void *r, void *privdata) {
   int from_ours = d->host && strcmp(d->host, old_ip) == 0 && d->port == old_port;
   int to_ours = d->host && strcmp(d->host, ip) == 0 && d->port == port;
   if (from_ours) {
-    s->want_newer = s->epoch_known; /* the sentinels still naming it are behind */
+    s->want_newer = 1; /* the sentinels still naming it are behind */
     set_address(s, ip, strlen(ip), port);
   } else if (!to_ours) {
     s->fresh = 0;
@@ -378,9 +394,36 @@ static void watch_up(sluice__conn *conn, void *ud) {
   sluice__conn_send(conn, watch_cb, ud, 2, argv, NULL);
 }
 
+/* A SUBSCRIBE the sentinel's ACL rule refuses (no +subscribe, or no
+ * &+switch-master) ends the watch's connection: hiredis drops a
+ * subscribed context on an error reply. */
+static int subscribe_refused(const sluice__conn *conn) {
+  return conn->was_up && strstr(conn->errstr, "NOPERM") != NULL;
+}
+
+/* Switches are then heard only by asking, seconds late: said once per
+ * watch, as a warning. */
+static void say_refused(sluice__sentinel *s, const sluice__conn *conn) {
+  unsigned bit = 1u << (conn - s->watch);
+  if (s->refusal_said & bit) return;
+  s->refusal_said |= bit;
+  const sluice__endpoint *ep = conn->cfg.net.endpoint;
+  char what[400]; /* the log keeps a line's first 239 bytes: the server's words last */
+  snprintf(what, sizeof what,
+           "sentinel %s:%d refused SUBSCRIBE +switch-master: failovers are heard late, by asking; "
+           "its ACL rule needs +subscribe &+switch-master (sluice acl --sentinel): %s",
+           ep->host, ep->port, strstr(conn->errstr, "NOPERM"));
+  s->cfg.note(SLUICE_LOG_WARN, what, s->cfg.userdata);
+}
+
 /* A watch stays with its sentinel (the connection retries it); the others
- * still watch meanwhile. */
-static void watch_down(sluice__conn *conn, int status, void *ud) {}
+ * still watch meanwhile. One refused retries at the backoff's cap: its
+ * handshake succeeds, so the backoff would start over each time. */
+static void watch_down(sluice__conn *conn, int status, void *ud) {
+  if (!subscribe_refused(conn)) return;
+  say_refused(ud, conn);
+  sluice__conn_retry_slowly(conn);
+}
 
 /* ---- life cycle ---------------------------------------------------------- */
 

@@ -11,7 +11,8 @@
  *    list.
  *  - An answer is judged before it is taken (sentinel.c, judge): a
  *    sentinel that names the old master while failing it over, or sees it
- *    down, is asked again until it names the new one; one whose config
+ *    down, is asked again (after waits doubling, jittered so that a crowd
+ *    of clients spreads out) until it names the new one; one whose config
  *    epoch is older than the newest seen (or not newer, after a switch was
  *    heard or a failover seen) is behind, and the next sentinel is asked.
  *    The old master can answer ROLE master for seconds after a switch
@@ -28,7 +29,8 @@
  *    may accept writes for seconds after the switch and lose them. A
  *    client that heard only a late sentinel could meanwhile reach the old
  *    master restarted empty, which names itself master until a sentinel
- *    turns it into a replica.
+ *    turns it into a replica. A sentinel whose ACL rule refuses the
+ *    subscription is logged once (WARN) and retried slowly.
  *  - The data connections ask for the address before every (re)connect
  *    (sluice__sentinel_address); they verify with ROLE in their handshake
  *    that it is a master, and a failed or lost connection asks again.
@@ -50,8 +52,9 @@ typedef struct sluice__sentinel_config {
   void (*moved)(void *userdata);
   /* A fresh address is known: data connections waiting for one may start. */
   void (*known)(void *userdata);
-  /* An answer was not taken: why (err's text). */
-  void (*note)(const char *what, void *userdata);
+  /* A line for the client's log, at a sluice_log_level: an answer not
+   * taken and why (err's text, INFO); a refused SUBSCRIBE (WARN). */
+  void (*note)(int level, const char *what, void *userdata);
   void *userdata;
 } sluice__sentinel_config;
 
@@ -75,5 +78,9 @@ int sluice__sentinel_learn(sluice__sentinel *s, const char *host, size_t hlen, i
 int sluice__sentinel_count(const sluice__sentinel *s);
 const char *sluice__sentinel_at(const sluice__sentinel *s, int i, int *port);
 unsigned long sluice__sentinel_answers(const sluice__sentinel *s);
+/* The wait before asking again a sentinel that said to wait (exposed for
+ * tests): *step, 0 before the first, doubles from 100 ms up to 1 s; the
+ * wait is drawn from [*step / 2, *step] (sluice__jittered). */
+unsigned sluice__sentinel_again_ms(unsigned *step);
 
 #endif

@@ -54,9 +54,10 @@ typedef struct sluice__topo_events {
    * step goes to the new node through these routes. A run_id that could
    * not be read (INFO refused: NOPERM) hides a restart, never fails. */
   void (*node_changed)(int lo, int hi, void *userdata);
-  /* Something worth a line in the client's log (a sentinel's answer not
-   * taken, and why). */
-  void (*note)(const char *what, void *userdata);
+  /* Something worth a line in the client's log, at a sluice_log_level (a
+   * sentinel's answer not taken, and why; a sentinel refusing to tell of
+   * failovers at once). */
+  void (*note)(int level, const char *what, void *userdata);
   void *userdata;
 } sluice__topo_events;
 

@@ -47,9 +47,9 @@ static void master_moved(void *ud) {
   sluice__conn_retry_now(&s->one.conn);
 }
 
-static void note(const char *what, void *ud) {
+static void note(int level, const char *what, void *ud) {
   topo_sentinel *s = ud;
-  if (!s->one.t.closing) s->one.t.cfg.ev.note(what, s->one.t.cfg.ev.userdata);
+  if (!s->one.t.closing) s->one.t.cfg.ev.note(level, what, s->one.t.cfg.ev.userdata);
 }
 
 static void master_known(void *ud) {
