@@ -35,13 +35,15 @@ static void master_moved(void *ud) {
   if (c->blocker && !c->closing) sluice__blocker_moved(c->blocker);
 }
 
+/* The topology has something to say (a sentinel's answer not taken, a
+ * refused subscription): a line in the client's log. */
+static void note(int level, const char *what, void *ud) { sluice__log(ud, level, "%s", what); }
+
 /* The node behind routes lo..hi is another one: what Redis acknowledged
  * on the old one may be gone there. Before any new step goes there, the
  * writes no replica was known to have are sent again (record.h), then the
  * objects on those routes reconcile: permits held are re-asserted, waiters
  * and consumers look again. */
-static void note(int level, const char *what, void *ud) { sluice__log(ud, level, "%s", what); }
-
 static void node_changed(int lo, int hi, void *ud) {
   sluice_client *c = ud;
   c->node_changes++;
