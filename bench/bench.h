@@ -107,9 +107,9 @@ int bench_replay_off(void);
  *   double self = bench_cpu_us_per_op(&c, ops);
  * self counts this process (the library under test); children counts the
  * children waited for during the phase (redis-benchmark, a Node peer).
- * Sleeps are voluntary context switches (the process waited for input):
- * where a server answers sooner than the client needs, each one is a
- * wake-up, which on a virtual machine costs tens of microseconds of CPU. */
+ * Sleeps are voluntary context switches: the process had nothing to do
+ * until a server answered. Each one ends in a wake-up, which on a virtual
+ * machine costs tens of microseconds of the sleeper's CPU. */
 typedef struct bench_cpu {
   uint64_t self_us, children_us;
   uint64_t self_sleeps, children_sleeps;
