@@ -80,6 +80,7 @@ struct sluice_rl_waiter {
   sluice_rl_result res; /* deferred result / last denial */
   uint64_t deadline_ms; /* waits: monotonic; 0 = none */
   uint64_t started_us;  /* monotonic: the call (metrics) */
+  uint64_t asked_ms;    /* monotonic: queued for a call (its op timeout runs from here) */
   int waited;           /* a wait slept at least once */
   char *rkey;           /* the Redis key (malloc) */
   char key[];
@@ -336,22 +337,38 @@ static void rq_down(rl_req *rq, int status) {
 
 static rl_req *breq_rq(sluice__breq *r) { return sluice__container_of(r, rl_req, breq); }
 
-/* A request is decided only until its call's op timeout, or a wait's own
- * deadline if that comes first. The clock is known here: the batcher
- * probes it before the first call. */
+static unsigned op_timeout(const sluice_limiter *lim) {
+  return lim->opts.op_timeout_ms ? lim->opts.op_timeout_ms : sluice__client_op_timeout(lim->c);
+}
+
+/* A request is decided only until its op timeout, counted from when it was
+ * queued (it may wait for its node's call in flight: batcher.c), or a
+ * wait's own deadline if that comes first. The clock is known here: the
+ * batcher probes it before the first call. */
 static void build(sluice__args *a, void *owner, sluice__breq *const *reqs, size_t n) {
   sluice_limiter *lim = owner;
   const sluice__rclock *k = sluice__client_rclock(lim->c);
-  unsigned t = lim->opts.op_timeout_ms ? lim->opts.op_timeout_ms
-                                       : sluice__client_op_timeout(lim->c);
-  uint64_t call_end = sluice__mono_ms() + t;
+  unsigned t = op_timeout(lim);
   for (size_t i = 0; i < n; i++) sluice__rl_check_key(a, breq_rq(reqs[i])->rkey);
   sluice__rl_check_head(a, &lim->call);
   for (size_t i = 0; i < n; i++) {
     const rl_req *rq = breq_rq(reqs[i]);
-    uint64_t end = rq->deadline_ms && rq->deadline_ms < call_end ? rq->deadline_ms : call_end;
+    uint64_t end = rq->asked_ms + t;
+    if (rq->deadline_ms && rq->deadline_ms < end) end = rq->deadline_ms;
     sluice__rl_check_item(a, rq->cost, rq->kind == RQ_PEEK, sluice__rclock_deadline(k, end));
   }
+}
+
+/* A call ends at its oldest request's op timeout: waiting to be sent
+ * counts. A request out of time already gets a call of 1 ms, and Redis,
+ * past its deadline, decides nothing for it. */
+static unsigned call_timeout(void *owner, sluice__breq *const *reqs, size_t n) {
+  sluice_limiter *lim = owner;
+  uint64_t oldest = UINT64_MAX, now = sluice__mono_ms();
+  for (size_t i = 0; i < n; i++)
+    if (breq_rq(reqs[i])->asked_ms < oldest) oldest = breq_rq(reqs[i])->asked_ms;
+  uint64_t end = oldest + op_timeout(lim);
+  return end > now + 1 ? (unsigned)(end - now) : 1;
 }
 
 /* Redis's clock in a check call's reply (the batcher checked its shape). */
@@ -380,10 +397,10 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
   else rq_finish(rq, status, NULL);
 }
 
-#define RL_KIND(lua)                                                                     \
-  {                                                                                      \
-    SLUICE__BATCH_SCRIPT(lua, RL_BATCH_MAX, RL_CHECK), .build = build, .answer = answer, \
-                                                       .spread = 1                       \
+#define RL_KIND(lua)                                                                        \
+  {                                                                                         \
+    SLUICE__BATCH_SCRIPT(lua, RL_BATCH_MAX, RL_CHECK), .build = build, .answer = answer,    \
+                                                       .timeout = call_timeout, .spread = 1 \
   }
 
 /* One kind per algorithm (indexed by sluice_rl_algo): only the script differs. */
@@ -403,6 +420,7 @@ static void rq_send(rl_req *rq) {
     rq_defer(rq, RT_DOWN, SLUICE_ECONNECTION);
     return;
   }
+  rq->asked_ms = sluice__mono_ms();
   sluice__batcher_queue(&lim->checks, &rq->breq, rq->route);
 }
 
