@@ -5,6 +5,8 @@
  * behind the client's map, or migrates with the key gone -- and the checks
  * go again slot by slot (MOVED, ASK): none may be counted twice. A node
  * whose ACL refuses the call's read gets calls slot by slot from then on.
+ * A node with a call in flight gets no other until it answers, and that
+ * wait counts against a check's op timeout.
  * Suite "cluster": each case starts its own cluster. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -309,10 +311,123 @@ static void test_refused_by_acl(void) {
   finish(base, lim);
 }
 
+/* ---- a node's next call waits for its call in flight ------------------- */
+
+/* CLIENT PAUSE WRITE on n: the scripts sent to it wait, the case's own
+ * commands do not (ms is a bound; the case ends the pause itself with
+ * CLIENT UNPAUSE, ms 0). */
+static void pause_node(const th_node *n, unsigned ms) {
+  redisReply *r = ms ? th_node_command(n, "CLIENT PAUSE %u WRITE", ms)
+                     : th_node_command(n, "CLIENT UNPAUSE");
+  TH_ASSERT(r && r->type == REDIS_REPLY_STATUS);
+  freeReplyObject(r);
+}
+
+/* Queue one check of key and run the loop a few times without waiting, so
+ * it leaves (or waits) before the next: one loop turn each. */
+static void check_alone(struct event_base *base, sluice_limiter *lim, const char *key,
+                        rl_answer *a) {
+  memset(a, 0, sizeof *a);
+  TH_ASSERT_EQ(sluice_limiter_check(lim, key, 1, rl_answer_cb, a), SLUICE_OK);
+  for (int i = 0; i < 3; i++) event_base_loop(base, EVLOOP_NONBLOCK);
+}
+
+enum { NWAIT = 10 };
+
+/* n different keys on master m: "<kind><j>-<i>". */
+static void keys_on(const th_node *m, const char *kind, int n, char (*out)[16]) {
+  for (int j = 0; j < n; j++) {
+    char k[8];
+    snprintf(k, sizeof k, "%s%d-", kind, j);
+    key_on(m, k, NULL, 0, out[j], sizeof out[j]);
+  }
+}
+
+static int all_done(const rl_answer *a, int n) {
+  for (int i = 0; i < n; i++)
+    if (!a[i].done) return 0;
+  return 1;
+}
+
+/* A check to a node whose call is in flight waits for that call's answer
+ * and then goes with every other that came in meanwhile: master a, paused,
+ * holds one call while ten checks arrive in ten loop turns, and runs two
+ * calls in all, not eleven. Another master's checks, made in the same
+ * turns, are answered meanwhile: nodes never wait for each other. */
+static void test_node_call_waits(void) {
+  struct event_base *base = th_precise_base();
+  sluice_limiter *lim = rl_test_new(start(base, 0), NAME, SLUICE_RL_FIXED, LIMIT, 60000);
+  th_node *a = &topo.node[0], *b = &topo.node[1];
+  rl_test_check(base, lim, "warm", 1);
+  char ka[NWAIT + 1][16], kb[NWAIT][16];
+  keys_on(a, "wa", NWAIT + 1, ka);
+  keys_on(b, "wb", NWAIT, kb);
+  long long calls_a = cmd_stat(a, "evalsha", "calls=");
+  rl_answer ra[NWAIT + 1], rb[NWAIT];
+  pause_node(a, 30000);
+  check_alone(base, lim, ka[0], &ra[0]);
+  for (int i = 0; i < NWAIT; i++) {
+    check_alone(base, lim, ka[i + 1], &ra[i + 1]);
+    check_alone(base, lim, kb[i], &rb[i]);
+  }
+  int b_done = 0, a_any = 0;
+  TH_LOOP_UNTIL(base, (b_done = all_done(rb, NWAIT)), 5000);
+  for (int i = 0; i <= NWAIT; i++) a_any |= ra[i].done;
+  TH_ASSERT(b_done);
+  TH_ASSERT(!a_any); /* master a is still paused */
+  for (int i = 0; i < NWAIT; i++) assert_round(&rb[i], 0, 0);
+  pause_node(a, 0);
+  TH_LOOP_UNTIL(base, all_done(ra, NWAIT + 1), 5000);
+  for (int i = 0; i <= NWAIT; i++) assert_round(&ra[i], 0, 0);
+  TH_ASSERT_EQ(cmd_stat(a, "evalsha", "calls=") - calls_a, 2);
+  finish(base, lim);
+}
+
+/* Waiting for the node's call counts against a check's op timeout: with
+ * master a paused, a check made while a's call is out ends with
+ * SLUICE_ETIMEDOUT within its own op timeout (not after the call's and
+ * then its own), and when a resumes, the scripts it runs late take no
+ * units. Master b answers all along. */
+static void test_wait_counts_against_timeout(void) {
+  enum { OP_MS = 1000, LATER_MS = 500, SLACK_MS = 300 };
+  struct event_base *base = th_precise_base();
+  sluice_client *c = start(base, 0);
+  sluice_limiter_options o = rl_test_options(SLUICE_RL_FIXED, LIMIT, 60000);
+  o.op_timeout_ms = OP_MS;
+  sluice_limiter *lim = rl_test_new_opts(c, NAME, &o);
+  th_node *a = &topo.node[0], *b = &topo.node[1];
+  rl_test_check(base, lim, "warm", 1);
+  char ka[3][16], kb[16];
+  keys_on(a, "ta", 3, ka);
+  key_on(b, "tb", NULL, 0, kb, sizeof kb);
+  rl_answer ra[2], rb;
+  pause_node(a, 30000);
+  check_alone(base, lim, ka[0], &ra[0]);
+  th_loop_for(base, LATER_MS);
+  uint64_t asked = th_now_ms();
+  check_alone(base, lim, ka[1], &ra[1]);
+  check_alone(base, lim, kb, &rb);
+  TH_LOOP_UNTIL(base, rb.done, 2000);
+  assert_round(&rb, 0, 0);
+  TH_LOOP_UNTIL(base, ra[1].done, 3 * OP_MS);
+  uint64_t took = th_now_ms() - asked;
+  th_note("a check waiting for its node's call ended after %llu ms (op timeout %d)\n",
+          (unsigned long long)took, OP_MS);
+  TH_ASSERT_EQ(ra[0].done, 1);
+  TH_ASSERT_EQ(ra[0].status, SLUICE_ETIMEDOUT);
+  TH_ASSERT_EQ(ra[1].done, 1);
+  TH_ASSERT_EQ(ra[1].status, SLUICE_ETIMEDOUT);
+  TH_ASSERT_CMP(took, <, OP_MS + SLACK_MS);
+  pause_node(a, 0);
+  rl_test_check(base, lim, ka[2], 1); /* after whatever a ran late */
+  TH_ASSERT_EQ(counted(a, ka[0], 0), 0);
+  TH_ASSERT_EQ(counted(a, ka[1], 0), 0);
+  finish(base, lim);
+}
+
 static const th_case cases[] = {
-    TH_CASE(one_call_per_master, 120),
-    TH_CASE(slot_moved, 120),
-    TH_CASE(migrating, 120),
-    TH_CASE(refused_by_acl, 120),
+    TH_CASE(one_call_per_master, 120), TH_CASE(slot_moved, 120),
+    TH_CASE(migrating, 120),           TH_CASE(refused_by_acl, 120),
+    TH_CASE(node_call_waits, 120),     TH_CASE(wait_counts_against_timeout, 120),
 };
 TH_TOPOLOGY_MAIN(cases)

@@ -15,6 +15,7 @@ struct sluice__batch {
   unsigned inflight : 1; /* in b->inflight, its op live */
   unsigned spread : 1;   /* its requests' routes differ: sent by sluice__eval_spread */
   unsigned route;        /* the route it was sent to (its first request's) */
+  const void *node;      /* grouped by node: the node, which waits for this answer */
   sluice__breq *slots[]; /* NULL once that request left */
 };
 
@@ -103,6 +104,7 @@ static void settle(sluice__batcher *b, sluice__batch *batch) {
   sluice__list_remove(&b->inflight, &batch->link);
   batch->inflight = 0;
   b->settled++;
+  if (batch->node && b->queue.head) schedule(b->flusher); /* its node's turn */
   const sluice__batcher *f = b->follower;
   if (f && f->holding && b->settled >= f->wait_for) schedule(b->flusher);
 }
@@ -297,11 +299,23 @@ static int needs_clock(sluice__batcher *b) {
  * by route. One pass with a table of the groups seen, not a sort: a few
  * steps a request where the groups are many. Groups follow in the order of
  * their first request: calls to different groups go to different hash
- * slots or nodes, whose relative order nothing relies on. Out of memory:
- * ungrouped, and calls only get smaller. */
+ * slots or nodes, whose relative order nothing relies on.
+ *
+ * A node with a call of b in flight gets no other until that call is
+ * answered (or fails, or times out): its group waits at the end of the
+ * queue and goes whole, in the call after. The nodes of a cluster answer at
+ * different moments, and without the wait each answer would send a small
+ * call to every node: a write to each per wake-up. With it each answer
+ * sends one call, to its own node, and a call carries what came in while
+ * the last was out, so calls grow with the load and a lone request still
+ * leaves at once. Nodes never wait for each other. The requests' owner
+ * counts their time from when they were queued (kind->timeout).
+ *
+ * Out of memory: ungrouped, nothing waits, and calls only get smaller. */
 typedef struct route_run {
   const void *node; /* NULL: a route's run */
-  unsigned route, used;
+  unsigned route;
+  unsigned used : 1, waits : 1;
   sluice__list reqs;
 } route_run;
 
@@ -309,16 +323,15 @@ static int same_group(const sluice__breq *a, const sluice__breq *b) {
   return a->node ? a->node == b->node : !b->node && a->route == b->route;
 }
 
-static route_run *run_of(route_run *runs, size_t cap, const sluice__breq *r, unsigned *order,
-                         size_t *nruns) {
-  unsigned route = r->node ? 0 : r->route;
-  size_t h = r->node ? (size_t)((uintptr_t)r->node >> 4) : route;
+static route_run *run_of(route_run *runs, size_t cap, const void *node, unsigned route,
+                         unsigned *order, size_t *nruns) {
+  if (node) route = 0;
+  size_t h = node ? (size_t)((uintptr_t)node >> 4) : route;
   size_t i = (h * 2654435761u) & (cap - 1);
-  while (runs[i].used && (runs[i].node != r->node || runs[i].route != route))
-    i = (i + 1) & (cap - 1);
+  while (runs[i].used && (runs[i].node != node || runs[i].route != route)) i = (i + 1) & (cap - 1);
   if (!runs[i].used) {
     runs[i].used = 1;
-    runs[i].node = r->node;
+    runs[i].node = node;
     runs[i].route = route;
     order[(*nruns)++] = (unsigned)i;
   }
@@ -340,32 +353,60 @@ static int find_groups(sluice__batcher *b, size_t *n) {
   return mixed;
 }
 
-static void group_by_route(sluice__batcher *b) {
+/* Calls of b in flight to a node (see group_by_route). */
+static size_t nodes_waited_for(const sluice__batcher *b) {
+  size_t n = 0;
+  for (const sluice__link *l = b->inflight.head; l; l = l->next)
+    n += sluice__container_of(l, sluice__batch, link)->node != NULL;
+  return n;
+}
+
+/* Lay the runs out as the queue: those that go now, then those that wait
+ * for their node; returns the first request that waits (NULL: none). */
+static sluice__link *lay_out(sluice__batcher *b, route_run *runs, const unsigned *order,
+                             size_t nruns) {
+  sluice__link *waiting = NULL;
+  b->queue.head = b->queue.tail = NULL;
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t k = 0; k < nruns; k++) {
+      sluice__list *run = &runs[order[k]].reqs;
+      if (!run->head || runs[order[k]].waits != pass) continue;
+      if (pass && !waiting) waiting = run->head;
+      run->head->prev = b->queue.tail;
+      if (b->queue.tail) b->queue.tail->next = run->head;
+      else b->queue.head = run->head;
+      b->queue.tail = run->tail;
+    }
+  return waiting;
+}
+
+/* Groups the queue; returns its first request that waits for its node. */
+static sluice__link *group_by_route(sluice__batcher *b) {
   size_t n, cap = 2, nruns = 0;
-  if (!find_groups(b, &n)) return;
-  while (cap < 2 * n) cap *= 2; /* half full at most: short probes */
+  int mixed = find_groups(b, &n);
+  size_t busy = nodes_waited_for(b);
+  if (!mixed && !busy) return NULL;
+  while (cap < 2 * (n + busy)) cap *= 2; /* half full at most: short probes */
   route_run *runs = calloc(cap, sizeof *runs);
-  unsigned *order = malloc(n * sizeof *order);
+  unsigned *order = malloc((n + busy) * sizeof *order);
   if (!runs || !order) {
     free(runs);
     free(order);
-    return;
+    return NULL;
+  }
+  for (const sluice__link *l = b->inflight.head; l; l = l->next) {
+    const sluice__batch *batch = sluice__container_of(l, sluice__batch, link);
+    if (batch->node) run_of(runs, cap, batch->node, 0, order, &nruns)->waits = 1;
   }
   for (sluice__link *l = b->queue.head, *next; l; l = next) {
     next = l->next;
     const sluice__breq *r = sluice__container_of(l, sluice__breq, link);
-    sluice__list_append(&run_of(runs, cap, r, order, &nruns)->reqs, l);
+    sluice__list_append(&run_of(runs, cap, r->node, r->route, order, &nruns)->reqs, l);
   }
-  b->queue.head = b->queue.tail = NULL;
-  for (size_t k = 0; k < nruns; k++) {
-    sluice__list *run = &runs[order[k]].reqs;
-    run->head->prev = b->queue.tail;
-    if (b->queue.tail) b->queue.tail->next = run->head;
-    else b->queue.head = run->head;
-    b->queue.tail = run->tail;
-  }
+  sluice__link *waiting = lay_out(b, runs, order, nruns);
   free(runs);
   free(order);
+  return waiting;
 }
 
 /* Take up to kind->max requests from the head of the queue while they
@@ -386,6 +427,7 @@ static sluice__batch *take(sluice__batcher *b) {
   batch->n = batch->left = n;
   batch->spread = spread;
   batch->route = head->route;
+  batch->node = head->node;
   for (size_t i = 0; i < n; i++) {
     sluice__breq *r = sluice__container_of(b->queue.head, sluice__breq, link);
     unqueue(b, r);
@@ -421,8 +463,8 @@ static int send_batch(sluice__batcher *b, sluice__batch *batch) {
 
 void sluice__batcher_flush(sluice__batcher *b) {
   if (held(b) || (b->queue.head && needs_clock(b))) return;
-  if (b->queue.head) group_by_route(b);
-  while (b->queue.head) {
+  const sluice__link *waiting = b->queue.head ? group_by_route(b) : NULL;
+  while (b->queue.head && b->queue.head != waiting) {
     sluice__batch *batch = take(b);
     if (!batch) { /* out of memory: try again next turn */
       schedule(b->flusher);
