@@ -383,6 +383,59 @@ static void test_node_call_waits(void) {
   finish(base, lim);
 }
 
+/* Bytes waiting in the query buffers of node n's clients (CLIENT LIST). */
+static long long queued_bytes(const th_node *n) {
+  redisReply *r = th_node_command(n, "CLIENT LIST");
+  TH_ASSERT(r && r->type != REDIS_REPLY_ERROR);
+  long long sum = 0;
+  for (const char *p = r->str; (p = strstr(p, " qbuf=")) != NULL; p++) sum += atoll(p + 6);
+  freeReplyObject(r);
+  return sum;
+}
+
+enum { CALL_MAX = 255 }; /* a limiter call's most requests (limiter.c) */
+
+/* Full calls never wait, nor does what comes behind a full call: a node
+ * given more than a call's worth per round trip keeps its pipe full. With
+ * master a paused: CALL_MAX checks go as one call; 5 made the next turn
+ * go at once behind it (they reach a's query buffer); 3 more made the turn
+ * after wait behind that partial call, and CALL_MAX more made with them go
+ * at once as a full call. Four calls in all, every check answered. */
+static void test_full_calls_go(void) {
+  struct event_base *base = th_precise_base();
+  sluice_limiter *lim = rl_test_new(start(base, 0), NAME, SLUICE_RL_FIXED, LIMIT, 60000);
+  th_node *a = &topo.node[0];
+  rl_test_check(base, lim, "warm", 1);
+  char k[1][16];
+  keys_on(a, "fu", 1, k);
+  long long calls_a = cmd_stat(a, "evalsha", "calls=");
+  enum { N = 2 * CALL_MAX + 8 };
+  static rl_answer r[N];
+  memset(r, 0, sizeof r);
+  static const int turns[] = {CALL_MAX, 5, 3 + CALL_MAX};
+  pause_node(a, 30000);
+  long long before = 0;
+  for (int t = 0, i = 0; t < 3; t++) {
+    for (int end = i + turns[t]; i < end; i++)
+      TH_ASSERT_EQ(sluice_limiter_check(lim, k[0], 1, rl_answer_cb, &r[i]), SLUICE_OK);
+    for (int j = 0; j < 3; j++) event_base_loop(base, EVLOOP_NONBLOCK); /* this turn's calls */
+    long long more = t == 0 ? 0 : t == 1 ? 100 : CALL_MAX * 10;
+    TH_LOOP_UNTIL(base, queued_bytes(a) > before + more, t ? 5000 : 200);
+    long long now = queued_bytes(a);
+    th_note("turn %d: %lld bytes queued\n", t, now);
+    if (t) TH_ASSERT_CMP(now, >, before + more);
+    before = now;
+  }
+  pause_node(a, 0);
+  TH_LOOP_UNTIL(base, all_done(r, N), 5000);
+  for (int i = 0; i < N; i++) {
+    TH_ASSERT_EQ(r[i].status, SLUICE_OK);
+    TH_ASSERT_EQ(r[i].res.allowed, i < LIMIT);
+  }
+  TH_ASSERT_EQ(cmd_stat(a, "evalsha", "calls=") - calls_a, 4);
+  finish(base, lim);
+}
+
 /* Waiting for the node's call counts against a check's op timeout: with
  * master a paused, a check made while a's call is out ends with
  * SLUICE_ETIMEDOUT within its own op timeout (not after the call's and
@@ -426,8 +479,12 @@ static void test_wait_counts_against_timeout(void) {
 }
 
 static const th_case cases[] = {
-    TH_CASE(one_call_per_master, 120), TH_CASE(slot_moved, 120),
-    TH_CASE(migrating, 120),           TH_CASE(refused_by_acl, 120),
-    TH_CASE(node_call_waits, 120),     TH_CASE(wait_counts_against_timeout, 120),
+    TH_CASE(one_call_per_master, 120),
+    TH_CASE(slot_moved, 120),
+    TH_CASE(migrating, 120),
+    TH_CASE(refused_by_acl, 120),
+    TH_CASE(node_call_waits, 120),
+    TH_CASE(full_calls_go, 120),
+    TH_CASE(wait_counts_against_timeout, 120),
 };
 TH_TOPOLOGY_MAIN(cases)

@@ -98,13 +98,18 @@ static int held(sluice__batcher *b) {
   return 0;
 }
 
+/* Whether batch's node waits for it (see group_by_route). */
+static int waited_for(const sluice__batcher *b, const sluice__batch *batch) {
+  return batch->node && batch->n < b->kind->max;
+}
+
 /* A call of b left b->inflight (answered, failed or dropped). Called before
  * any answer runs: answers may free the owner. */
 static void settle(sluice__batcher *b, sluice__batch *batch) {
   sluice__list_remove(&b->inflight, &batch->link);
   batch->inflight = 0;
   b->settled++;
-  if (batch->node && b->queue.head) schedule(b->flusher); /* its node's turn */
+  if (waited_for(b, batch) && b->queue.head) schedule(b->flusher); /* its node's turn */
   const sluice__batcher *f = b->follower;
   if (f && f->holding && b->settled >= f->wait_for) schedule(b->flusher);
 }
@@ -301,21 +306,25 @@ static int needs_clock(sluice__batcher *b) {
  * their first request: calls to different groups go to different hash
  * slots or nodes, whose relative order nothing relies on.
  *
- * A node with a call of b in flight gets no other until that call is
- * answered (or fails, or times out): its group waits at the end of the
- * queue and goes whole, in the call after. The nodes of a cluster answer at
- * different moments, and without the wait each answer would send a small
- * call to every node: a write to each per wake-up. With it each answer
- * sends one call, to its own node, and a call carries what came in while
- * the last was out, so calls grow with the load and a lone request still
- * leaves at once. Nodes never wait for each other. The requests' owner
- * counts their time from when they were queued (kind->timeout).
+ * A node with a partial call of b in flight (fewer than kind->max
+ * requests) gets no other until that call is answered (or fails, or times
+ * out): its group waits at the end of the queue and goes whole in the call
+ * after. The nodes of a cluster answer at different moments, and without
+ * the wait each answer would send a small call to every node: a write to
+ * each per wake-up. With it each answer sends one call, to its own node,
+ * and a call carries what came in while the last was out, so calls grow
+ * with the load and a lone request still leaves at once. Full calls never
+ * wait (waiting cannot make them larger), nor does anything behind a full
+ * call: a node given more than a call's worth per round trip keeps its
+ * pipe full. Nodes never wait for each other. The requests' owner counts
+ * their time from when they were queued (kind->timeout).
  *
  * Out of memory: ungrouped, nothing waits, and calls only get smaller. */
 typedef struct route_run {
   const void *node; /* NULL: a route's run */
   unsigned route;
   unsigned used : 1, waits : 1;
+  size_t n; /* requests in reqs */
   sluice__list reqs;
 } route_run;
 
@@ -353,31 +362,40 @@ static int find_groups(sluice__batcher *b, size_t *n) {
   return mixed;
 }
 
-/* Calls of b in flight to a node (see group_by_route). */
 static size_t nodes_waited_for(const sluice__batcher *b) {
   size_t n = 0;
   for (const sluice__link *l = b->inflight.head; l; l = l->next)
-    n += sluice__container_of(l, sluice__batch, link)->node != NULL;
+    n += waited_for(b, sluice__container_of(l, sluice__batch, link));
   return n;
 }
 
-/* Lay the runs out as the queue: those that go now, then those that wait
- * for their node; returns the first request that waits (NULL: none). */
+/* Append the chain first..last to q. */
+static void splice(sluice__list *q, sluice__link *first, sluice__link *last) {
+  first->prev = q->tail;
+  if (q->tail) q->tail->next = first;
+  else q->head = first;
+  last->next = NULL;
+  q->tail = last;
+}
+
+/* Lay the runs out as the queue: what goes now, then what waits for its
+ * node; returns the first request that waits (NULL: none). A waiting
+ * node's full calls go now all the same: waiting cannot make them larger. */
 static sluice__link *lay_out(sluice__batcher *b, route_run *runs, const unsigned *order,
                              size_t nruns) {
-  sluice__link *waiting = NULL;
+  sluice__list later = {NULL, NULL};
   b->queue.head = b->queue.tail = NULL;
-  for (int pass = 0; pass < 2; pass++)
-    for (size_t k = 0; k < nruns; k++) {
-      sluice__list *run = &runs[order[k]].reqs;
-      if (!run->head || runs[order[k]].waits != pass) continue;
-      if (pass && !waiting) waiting = run->head;
-      run->head->prev = b->queue.tail;
-      if (b->queue.tail) b->queue.tail->next = run->head;
-      else b->queue.head = run->head;
-      b->queue.tail = run->tail;
-    }
-  return waiting;
+  for (size_t k = 0; k < nruns; k++) {
+    route_run *run = &runs[order[k]];
+    if (!run->reqs.head) continue;
+    size_t now = run->waits ? run->n / b->kind->max * b->kind->max : run->n;
+    sluice__link *cut = now < run->n ? run->reqs.head : NULL;
+    for (size_t i = 0; cut && i < now; i++) cut = cut->next;
+    if (cut != run->reqs.head) splice(&b->queue, run->reqs.head, cut ? cut->prev : run->reqs.tail);
+    if (cut) splice(&later, cut, run->reqs.tail);
+  }
+  if (later.head) splice(&b->queue, later.head, later.tail);
+  return later.head;
 }
 
 /* Groups the queue; returns its first request that waits for its node. */
@@ -396,12 +414,14 @@ static sluice__link *group_by_route(sluice__batcher *b) {
   }
   for (const sluice__link *l = b->inflight.head; l; l = l->next) {
     const sluice__batch *batch = sluice__container_of(l, sluice__batch, link);
-    if (batch->node) run_of(runs, cap, batch->node, 0, order, &nruns)->waits = 1;
+    if (waited_for(b, batch)) run_of(runs, cap, batch->node, 0, order, &nruns)->waits = 1;
   }
   for (sluice__link *l = b->queue.head, *next; l; l = next) {
     next = l->next;
     const sluice__breq *r = sluice__container_of(l, sluice__breq, link);
-    sluice__list_append(&run_of(runs, cap, r->node, r->route, order, &nruns)->reqs, l);
+    route_run *run = run_of(runs, cap, r->node, r->route, order, &nruns);
+    sluice__list_append(&run->reqs, l);
+    run->n++;
   }
   sluice__link *waiting = lay_out(b, runs, order, nruns);
   free(runs);
