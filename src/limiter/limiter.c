@@ -80,7 +80,7 @@ struct sluice_rl_waiter {
   sluice_rl_result res; /* deferred result / last denial */
   uint64_t deadline_ms; /* waits: monotonic; 0 = none */
   uint64_t started_us;  /* monotonic: the call (metrics) */
-  uint64_t asked_ms;    /* monotonic: queued for a call (its op timeout runs from here) */
+  uint64_t asked_us;    /* monotonic: queued for a call (its op timeout runs from here) */
   int waited;           /* a wait slept at least once */
   char *rkey;           /* the Redis key (malloc) */
   char key[];
@@ -353,22 +353,23 @@ static void build(sluice__args *a, void *owner, sluice__breq *const *reqs, size_
   sluice__rl_check_head(a, &lim->call);
   for (size_t i = 0; i < n; i++) {
     const rl_req *rq = breq_rq(reqs[i]);
-    uint64_t end = rq->asked_ms + t;
+    uint64_t end = rq->asked_us / 1000 + t;
     if (rq->deadline_ms && rq->deadline_ms < end) end = rq->deadline_ms;
     sluice__rl_check_item(a, rq->cost, rq->kind == RQ_PEEK, sluice__rclock_deadline(k, end));
   }
 }
 
 /* A call ends at its oldest request's op timeout: waiting to be sent
- * counts. A request out of time already gets a call of 1 ms, and Redis,
- * past its deadline, decides nothing for it. */
+ * counts, in whole milliseconds (a call sent in the turn its requests were
+ * made gets the whole op timeout). A request out of time already gets a
+ * call of 1 ms, and Redis, past its deadline, decides nothing for it. */
 static unsigned call_timeout(void *owner, sluice__breq *const *reqs, size_t n) {
   sluice_limiter *lim = owner;
-  uint64_t oldest = UINT64_MAX, now = sluice__mono_ms();
+  uint64_t oldest = UINT64_MAX, now = sluice__mono_us();
   for (size_t i = 0; i < n; i++)
-    if (breq_rq(reqs[i])->asked_ms < oldest) oldest = breq_rq(reqs[i])->asked_ms;
-  uint64_t end = oldest + op_timeout(lim);
-  return end > now + 1 ? (unsigned)(end - now) : 1;
+    if (breq_rq(reqs[i])->asked_us < oldest) oldest = breq_rq(reqs[i])->asked_us;
+  uint64_t waited = now > oldest ? (now - oldest) / 1000 : 0, t = op_timeout(lim);
+  return waited + 1 < t ? (unsigned)(t - waited) : 1;
 }
 
 /* Redis's clock in a check call's reply (the batcher checked its shape). */
@@ -420,7 +421,7 @@ static void rq_send(rl_req *rq) {
     rq_defer(rq, RT_DOWN, SLUICE_ECONNECTION);
     return;
   }
-  rq->asked_ms = sluice__mono_ms();
+  rq->asked_us = sluice__mono_us();
   sluice__batcher_queue(&lim->checks, &rq->breq, rq->route);
 }
 
