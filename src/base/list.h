@@ -34,6 +34,15 @@ static inline void sluice__list_prepend(sluice__list *l, sluice__link *n) {
   l->head = n;
 }
 
+/* Append the chain first..last (links of another list, in order) to l. */
+static inline void sluice__list_splice(sluice__list *l, sluice__link *first, sluice__link *last) {
+  first->prev = l->tail;
+  if (l->tail) l->tail->next = first;
+  else l->head = first;
+  last->next = NULL;
+  l->tail = last;
+}
+
 static inline void sluice__list_remove(sluice__list *l, sluice__link *n) {
   if (n->prev) n->prev->next = n->next;
   else l->head = n->next;

@@ -369,15 +369,6 @@ static size_t nodes_waited_for(const sluice__batcher *b) {
   return n;
 }
 
-/* Append the chain first..last to q. */
-static void splice(sluice__list *q, sluice__link *first, sluice__link *last) {
-  first->prev = q->tail;
-  if (q->tail) q->tail->next = first;
-  else q->head = first;
-  last->next = NULL;
-  q->tail = last;
-}
-
 /* Lay the runs out as the queue: what goes now, then what waits for its
  * node; returns the first request that waits (NULL: none). A waiting
  * node's full calls go now all the same: waiting cannot make them larger. */
@@ -391,10 +382,11 @@ static sluice__link *lay_out(sluice__batcher *b, route_run *runs, const unsigned
     size_t now = run->waits ? run->n / b->kind->max * b->kind->max : run->n;
     sluice__link *cut = now < run->n ? run->reqs.head : NULL;
     for (size_t i = 0; cut && i < now; i++) cut = cut->next;
-    if (cut != run->reqs.head) splice(&b->queue, run->reqs.head, cut ? cut->prev : run->reqs.tail);
-    if (cut) splice(&later, cut, run->reqs.tail);
+    if (cut != run->reqs.head)
+      sluice__list_splice(&b->queue, run->reqs.head, cut ? cut->prev : run->reqs.tail);
+    if (cut) sluice__list_splice(&later, cut, run->reqs.tail);
   }
-  if (later.head) splice(&b->queue, later.head, later.tail);
+  if (later.head) sluice__list_splice(&b->queue, later.head, later.tail);
   return later.head;
 }
 

@@ -16,8 +16,9 @@
  *    (kind->spread, src/lua/_spread.lua) on a cluster: its calls carry the
  *    requests of one node, whatever their slots; a call the node declines
  *    (a key not served there: nothing ran) is sent again route by route;
- *    and a node with such a call in flight gets no other until it is
- *    answered: what is queued for it waits, then goes whole;
+ *    and a node with such a partial call (fewer than kind->max) in flight
+ *    gets no other until it is answered: what is queued for it waits,
+ *    then goes whole, but for full calls, which go at once;
  *  - leave: a request decided meanwhile (deadline, cancel) leaves its queue
  *    or its slot in the call in flight; its part of the reply is dropped;
  *  - fan-out: each request gets its part of the reply, or the call's error,
