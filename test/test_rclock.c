@@ -56,7 +56,7 @@ static void test_mappings_are_safe(void) {
     /* A deadline maps to a Redis moment no later than ours, with the
      * margin (20 ms, or a quarter of the time left). */
     int64_t margin = (int64_t)(deadline - now) / 4 < 20 ? (int64_t)(deadline - now) / 4 : 20;
-    TH_ASSERT_CMP(sluice__rclock_deadline(&k, deadline), <=,
+    TH_ASSERT_CMP(sluice__rclock_deadline(&k, deadline, now), <=,
                   (int64_t)deadline + offset - margin + 1);
     /* An expiry on Redis's clock maps to a local moment no later. */
     int64_t expiry = (int64_t)now + offset + rand() % 60000;
@@ -68,8 +68,8 @@ static void test_age_widens(void) {
   sluice__rclock k = {0};
   uint64_t now = sluice__mono_ms();
   sample(&k, now, 2, 1);
-  int64_t near = sluice__rclock_deadline(&k, now + 1000);
-  int64_t far = sluice__rclock_deadline(&k, now + 61000);
+  int64_t near = sluice__rclock_deadline(&k, now + 1000, now);
+  int64_t far = sluice__rclock_deadline(&k, now + 61000, now);
   /* 60 s further out: 60 s later on Redis's clock, less the drift
    * allowance (1 ms per second). */
   TH_ASSERT_CMP(far - near, <=, 60000 - 59);

@@ -25,6 +25,7 @@ static void flush_cb(evutil_socket_t fd, short what, void *arg) { sluice__flushe
 
 int sluice__flusher_init(sluice__flusher *f, struct event_base *base) {
   f->batchers.head = f->batchers.tail = NULL;
+  f->turn_us = 0;
   f->scheduled = 0;
   f->ev = event_new(base, -1, 0, flush_cb, f);
   return f->ev ? SLUICE_OK : SLUICE_ENOMEM;
@@ -37,6 +38,7 @@ void sluice__flusher_clear(sluice__flusher *f) {
 
 void sluice__flusher_run(sluice__flusher *f) {
   f->scheduled = 0;
+  f->turn_us = 0;
   if (f->ev) event_del(f->ev);
   for (sluice__link *l = f->batchers.head; l; l = l->next)
     sluice__batcher_flush(sluice__container_of(l, sluice__batcher, flink));
@@ -46,6 +48,11 @@ static void schedule(sluice__flusher *f) {
   if (f->scheduled) return;
   f->scheduled = 1;
   event_active(f->ev, 0, 0);
+}
+
+static uint64_t turn_clock(sluice__flusher *f) {
+  if (!f->turn_us) f->turn_us = sluice__mono_us();
+  return f->turn_us;
 }
 
 /* ---- requests ------------------------------------------------------------ */
@@ -120,6 +127,7 @@ void sluice__batcher_queue(sluice__batcher *b, sluice__breq *r, unsigned route) 
   r->node = NULL;
   r->by_route = 0;
   r->queued = 1;
+  r->queued_us = turn_clock(b->flusher);
   sluice__list_append(&b->queue, &r->link);
   b->nqueued++;
   schedule(b->flusher);

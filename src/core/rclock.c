@@ -42,8 +42,7 @@ int64_t sluice__rclock_error(const sluice__rclock *k) {
   return k->hi - k->lo + 2 * drift(k->at_ms, sluice__mono_ms());
 }
 
-int64_t sluice__rclock_deadline(const sluice__rclock *k, uint64_t deadline_ms) {
-  uint64_t now = sluice__mono_ms();
+int64_t sluice__rclock_deadline(const sluice__rclock *k, uint64_t deadline_ms, uint64_t now) {
   uint64_t left = deadline_ms > now ? deadline_ms - now : 0;
   uint64_t margin = left / 4 < DEADLINE_MARGIN_MS ? left / 4 : DEADLINE_MARGIN_MS;
   uint64_t at = deadline_ms - margin;

@@ -35,8 +35,9 @@ static inline int sluice__rclock_known(const sluice__rclock *k) { return k->know
 int64_t sluice__rclock_error(const sluice__rclock *k);
 /* A moment on Redis's clock no later than the one at which ours reads
  * deadline_ms, less a margin that leaves the answer time to arrive:
- * what a request carries as "act only until". Needs a sample. */
-int64_t sluice__rclock_deadline(const sluice__rclock *k, uint64_t deadline_ms);
+ * what a request carries as "act only until". now is our clock (ms), read
+ * once by a caller that maps many deadlines. Needs a sample. */
+int64_t sluice__rclock_deadline(const sluice__rclock *k, uint64_t deadline_ms, uint64_t now);
 /* A monotonic moment no later than the one at which Redis's clock reads
  * redis_ms (0 if that is before our clock's start). Needs a sample. */
 uint64_t sluice__rclock_local(const sluice__rclock *k, int64_t redis_ms);

@@ -80,7 +80,6 @@ struct sluice_rl_waiter {
   sluice_rl_result res; /* deferred result / last denial */
   uint64_t deadline_ms; /* waits: monotonic; 0 = none */
   uint64_t started_us;  /* monotonic: the call (metrics) */
-  uint64_t asked_us;    /* monotonic: queued for a call (its op timeout runs from here) */
   int waited;           /* a wait slept at least once */
   char *rkey;           /* the Redis key (malloc) */
   char key[];
@@ -341,21 +340,22 @@ static unsigned op_timeout(const sluice_limiter *lim) {
   return lim->opts.op_timeout_ms ? lim->opts.op_timeout_ms : sluice__client_op_timeout(lim->c);
 }
 
-/* A request is decided only until its op timeout, counted from when it was
- * queued (it may wait for its node's call in flight: batcher.c), or a
- * wait's own deadline if that comes first. The clock is known here: the
+/* A request is decided only until its op timeout, counted from the loop
+ * turn it was queued in (it may wait for its node's call in flight:
+ * batcher.c), or a wait's own deadline if that comes first. The clock is known here: the
  * batcher probes it before the first call. */
 static void build(sluice__args *a, void *owner, sluice__breq *const *reqs, size_t n) {
   sluice_limiter *lim = owner;
   const sluice__rclock *k = sluice__client_rclock(lim->c);
   unsigned t = op_timeout(lim);
+  uint64_t now = sluice__mono_ms();
   for (size_t i = 0; i < n; i++) sluice__rl_check_key(a, breq_rq(reqs[i])->rkey);
   sluice__rl_check_head(a, &lim->call);
   for (size_t i = 0; i < n; i++) {
     const rl_req *rq = breq_rq(reqs[i]);
-    uint64_t end = rq->asked_us / 1000 + t;
+    uint64_t end = rq->breq.queued_us / 1000 + t;
     if (rq->deadline_ms && rq->deadline_ms < end) end = rq->deadline_ms;
-    sluice__rl_check_item(a, rq->cost, rq->kind == RQ_PEEK, sluice__rclock_deadline(k, end));
+    sluice__rl_check_item(a, rq->cost, rq->kind == RQ_PEEK, sluice__rclock_deadline(k, end, now));
   }
 }
 
@@ -367,7 +367,7 @@ static unsigned call_timeout(void *owner, sluice__breq *const *reqs, size_t n) {
   sluice_limiter *lim = owner;
   uint64_t oldest = UINT64_MAX, now = sluice__mono_us();
   for (size_t i = 0; i < n; i++)
-    if (breq_rq(reqs[i])->asked_us < oldest) oldest = breq_rq(reqs[i])->asked_us;
+    if (reqs[i]->queued_us < oldest) oldest = reqs[i]->queued_us;
   uint64_t waited = now > oldest ? (now - oldest) / 1000 : 0, t = op_timeout(lim);
   return waited + 1 < t ? (unsigned)(t - waited) : 1;
 }
@@ -421,7 +421,6 @@ static void rq_send(rl_req *rq) {
     rq_defer(rq, RT_DOWN, SLUICE_ECONNECTION);
     return;
   }
-  rq->asked_us = sluice__mono_us();
   sluice__batcher_queue(&lim->checks, &rq->breq, rq->route);
 }
 

@@ -265,7 +265,7 @@ static uint64_t op_timeout(const sluice_sem *sem) {
 static int64_t beat_until(sluice_sem *sem, uint64_t now) {
   uint64_t window = sem->o.heartbeat_ms / 3;
   if (window > op_timeout(sem)) window = op_timeout(sem);
-  return sluice__rclock_deadline(sluice__client_rclock(sem->c), now + window);
+  return sluice__rclock_deadline(sluice__client_rclock(sem->c), now + window, now);
 }
 
 /* ---- attempt batches ----------------------------------------------------- */
@@ -287,8 +287,8 @@ static void build(sluice__args *args, void *owner, sluice__breq *const *reqs, si
     uint64_t end = a->deadline_ms && a->deadline_ms < call_end ? a->deadline_ms : call_end;
     a->sent_ms = now;
     sluice__sem_acquire_item(args, a->permit_id, a->blocking ? a->member : "", a->maybe_granted,
-                             sluice__rclock_deadline(k, end),
-                             a->deadline_ms ? sluice__rclock_deadline(k, a->deadline_ms) : 0);
+                             sluice__rclock_deadline(k, end, now),
+                             a->deadline_ms ? sluice__rclock_deadline(k, a->deadline_ms, now) : 0);
   }
 }
 
@@ -330,8 +330,8 @@ static void too_late(sluice_acquire *a, int64_t redis_now) {
     finish(a, SLUICE_ETIMEDOUT, NULL);
     return;
   }
-  if (a->deadline_ms &&
-      redis_now >= sluice__rclock_deadline(sluice__client_rclock(sem->c), a->deadline_ms))
+  if (a->deadline_ms && redis_now >= sluice__rclock_deadline(sluice__client_rclock(sem->c),
+                                                             a->deadline_ms, sluice__mono_ms()))
     return;
   queue_attempt(a);
 }
