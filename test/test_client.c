@@ -418,6 +418,22 @@ static void test_key_prefix(void) {
   k = sluice__key(c, "dq", "q", NULL);
   TH_ASSERT_STR_EQ(k, "myapp:dq:{q}");
   free(k);
+  /* A limiter's frame writes the same key as sluice__rl_key, braces and
+   * colons in the name or key included. */
+  const char *suffixes[] = {"gcra", NULL};
+  for (int i = 0; i < 2; i++) {
+    sluice__rl_frame f;
+    TH_ASSERT_EQ(sluice__rl_frame_init(&f, c, "n}:x", suffixes[i]), SLUICE_OK);
+    char out[64];
+    TH_ASSERT_CMP(sluice__rl_frame_size(&f, 5), <=, sizeof out);
+    sluice__rl_frame_key(&f, "k{1}:", 5, out);
+    k = sluice__rl_key(c, "n}:x", "k{1}:", suffixes[i]);
+    TH_ASSERT_STR_EQ(out, k);
+    TH_ASSERT_EQ(strlen(out) + 1, sluice__rl_frame_size(&f, 5));
+    TH_ASSERT_STR_EQ(k, i ? "myapp:rl:{4:n}:x:k{1}:}" : "myapp:rl:{4:n}:x:k{1}:}:gcra");
+    free(k);
+    sluice__rl_frame_clear(&f);
+  }
   close_and_drain(base, c);
 }
 

@@ -53,6 +53,27 @@ char *sluice__rl_key(const sluice_client *c, const char *name, const char *key,
   return rkey;
 }
 
+int sluice__rl_frame_init(sluice__rl_frame *f, const sluice_client *c, const char *name,
+                          const char *suffix) {
+  f->whole = sluice__rl_key(c, name, "", suffix);
+  if (!f->whole) return SLUICE_ENOMEM;
+  /* A caller's key ends the tag: it goes just before "}" and the part. */
+  f->tail = 1 + (suffix ? 1 + strlen(suffix) : 0);
+  f->head = strlen(f->whole) - f->tail;
+  return SLUICE_OK;
+}
+
+void sluice__rl_frame_clear(sluice__rl_frame *f) {
+  free(f->whole);
+  f->whole = NULL;
+}
+
+void sluice__rl_frame_key(const sluice__rl_frame *f, const char *key, size_t klen, char *out) {
+  memcpy(out, f->whole, f->head);
+  memcpy(out + f->head, key, klen);
+  memcpy(out + f->head + klen, f->whole + f->head, f->tail + 1);
+}
+
 /* ---- SCAN ---------------------------------------------------------------- */
 
 typedef struct scan_req {

@@ -31,6 +31,7 @@
 
 #include "core/batcher.h"
 #include "core/guard.h"
+#include "core/keys.h"
 #include "core/rclock.h"
 #include "base/histogram.h"
 #include "limiter/limiter.h"
@@ -81,7 +82,7 @@ struct sluice_rl_waiter {
   uint64_t deadline_ms; /* waits: monotonic; 0 = none */
   uint64_t started_us;  /* monotonic: the call (metrics) */
   int waited;           /* a wait slept at least once */
-  char *rkey;           /* the Redis key (malloc) */
+  char *rkey;           /* the Redis key, in key[]'s allocation after it */
   char key[];
 };
 typedef struct sluice_rl_waiter rl_req;
@@ -94,6 +95,7 @@ struct sluice_limiter {
   sluice_limiter_options opts;
   sluice__rl_params params;
   const char *suffix;      /* last part of every key */
+  sluice__rl_frame frame;  /* every key but the caller's part (keys.h) */
   sluice__rl_call call;    /* ARGV every check call shares */
   sluice__flusher flusher; /* sends lim->checks once per turn */
   sluice__batcher checks;  /* checks, peeks, wait attempts */
@@ -201,7 +203,6 @@ static void rq_free(rl_req *rq) {
     rq->lim->m.waiting--;
   }
   evtimer_del(&rq->timer);
-  free(rq->rkey);
   sluice__free(rq);
 }
 
@@ -214,7 +215,7 @@ static int rq_new(sluice_limiter *lim, rq_kind kind, const char *key, unsigned c
     lim->m.waits_refused++;
     return SLUICE_EFULL;
   }
-  rl_req *rq = sluice__calloc(1, sizeof *rq + klen + 1);
+  rl_req *rq = sluice__calloc(1, sizeof *rq + klen + 1 + sluice__rl_frame_size(&lim->frame, klen));
   if (!rq) {
     if (kind == RQ_WAIT) sluice__client_release(lim->c, SLUICE__CAP_RL_WAITS, 1);
     return SLUICE_ENOMEM;
@@ -228,11 +229,8 @@ static int rq_new(sluice_limiter *lim, rq_kind kind, const char *key, unsigned c
   rq->cb = cb;
   rq->ud = ud;
   if (kind == RQ_WAIT) rq->started_us = sluice__mono_us(); /* checks need no clock */
-  rq->rkey = sluice__rl_redis_key(lim, key);
-  if (!rq->rkey) {
-    rq_free(rq);
-    return SLUICE_ENOMEM;
-  }
+  rq->rkey = rq->key + klen + 1;
+  sluice__rl_frame_key(&lim->frame, key, klen, rq->rkey);
   rq->route = sluice__client_route(lim->c, rq->rkey);
   sluice__list_append(&lim->reqs, &rq->link);
   *out = rq;
@@ -477,6 +475,7 @@ static void lim_destroy(sluice__guard *g) {
   sluice__flusher_clear(&lim->flusher);
   sluice__rl_map_clear(&lim->queues);
   sluice__rl_local_free(lim->local);
+  sluice__rl_frame_clear(&lim->frame);
   free(lim->name);
   sluice__free(lim);
 }
@@ -538,8 +537,10 @@ int sluice_limiter_new(sluice_client *c, const char *name, const sluice_limiter_
   lim->name = strdup(name);
   if (opts->on_redis_down == SLUICE_RL_FAIL_LOCAL) lim->local = sluice__rl_local_new(&lim->params);
   if (!lim->name || (opts->on_redis_down == SLUICE_RL_FAIL_LOCAL && !lim->local) ||
+      sluice__rl_frame_init(&lim->frame, c, name, lim->suffix) != SLUICE_OK ||
       sluice__flusher_init(&lim->flusher, lim->base) != SLUICE_OK) {
     sluice__flusher_clear(&lim->flusher);
+    sluice__rl_frame_clear(&lim->frame);
     sluice__rl_local_free(lim->local);
     free(lim->name);
     sluice__free(lim);
@@ -626,7 +627,10 @@ int sluice_limiter_wait_cancel(sluice_rl_waiter *rq) {
 }
 
 char *sluice__rl_redis_key(const sluice_limiter *lim, const char *key) {
-  return sluice__rl_key(lim->c, lim->name, key, lim->suffix);
+  size_t klen = strlen(key);
+  char *k = malloc(sluice__rl_frame_size(&lim->frame, klen));
+  if (k) sluice__rl_frame_key(&lim->frame, key, klen, k);
+  return k;
 }
 
 void sluice_limiter_get_metrics(const sluice_limiter *lim, sluice_limiter_metrics *out) {
