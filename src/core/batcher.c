@@ -325,7 +325,7 @@ static int needs_clock(sluice__batcher *b) {
  * wait (waiting cannot make them larger), nor does anything behind a full
  * call: a node given more than a call's worth per round trip keeps its
  * pipe full. Nodes never wait for each other. The requests' owner counts
- * their time from when they were queued (kind->timeout).
+ * their time from the turn they were queued in (queued_us, kind->timeout).
  *
  * Out of memory: ungrouped, nothing waits, and calls only get smaller. */
 typedef struct route_run {

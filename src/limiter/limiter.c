@@ -340,8 +340,8 @@ static unsigned op_timeout(const sluice_limiter *lim) {
 
 /* A request is decided only until its op timeout, counted from the loop
  * turn it was queued in (it may wait for its node's call in flight:
- * batcher.c), or a wait's own deadline if that comes first. The clock is known here: the
- * batcher probes it before the first call. */
+ * batcher.c), or a wait's own deadline if that comes first. The clock is
+ * known here: the batcher probes it before the first call. */
 static void build(sluice__args *a, void *owner, sluice__breq *const *reqs, size_t n) {
   sluice_limiter *lim = owner;
   const sluice__rclock *k = sluice__client_rclock(lim->c);
