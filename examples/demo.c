@@ -660,8 +660,8 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
 static void contend_start(void) {
   say("phase 1: %d workers in 3 processes contend for the %d permits of \"db-writers\" for %u s",
       NWORKERS, PERMITS, g.seconds);
-  say("lease %.1f s, renewed every %.1f s; acquire timeout %.1f s; fencing tokens come from "
-      "Redis's clock in microseconds",
+  say("lease %.1f s, renewed every %.1f s; acquire timeout %.1f s; fencing tokens rise with "
+      "every grant and with every new master",
       TTL_MS / 1e3, RENEW_MS / 1e3, ACQUIRE_TIMEOUT_MS / 1e3);
   for (int i = 0; i < NWORKERS; i++) {
     worker *w = &g.workers[i];

@@ -978,6 +978,66 @@ static void test_local_handoff_free_in_release_cb(void) {
   sem_fx_close(&fx);
 }
 
+/* The fence of one try on s, released at once. */
+static uint64_t fence_of_try(struct event_base *base, sluice_sem *s) {
+  acq_result a = sem_hold(base, s);
+  uint64_t f = sluice_permit_fence(a.permit);
+  th_status rel = {0};
+  TH_ASSERT_EQ(sluice_permit_release(a.permit, rel_cb, &rel), SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &rel.done, 5000));
+  return f;
+}
+
+/* A replica promoted while its old master lives on (a partition): every
+ * token of the new master outranks the old one's, issued before or after,
+ * so a fenced resource refuses the deposed side from the new side's first
+ * write; a restart that lost the data starts above both. */
+static void test_fence_outranks_deposed_master(void) {
+  th_redis old_m, new_m;
+  th_redis_start_tcp(&old_m, NULL);
+  char port[16];
+  snprintf(port, sizeof port, "%d", old_m.port);
+  const char *replica_of[] = {"--replicaof", "127.0.0.1", port, NULL};
+  th_redis_start_tcp(&new_m, replica_of);
+  struct event_base *base = th_precise_base();
+  sluice_client *co = sem_test_client_at(base, old_m.url, 2000);
+  sluice_client *cn = sem_test_client_at(base, new_m.url, 2000);
+  sluice_sem *so = sem_test_new(co, "fx", 1, 5000, 0), *sn = sem_test_new(cn, "fx", 1, 5000, 0);
+
+  uint64_t before = fence_of_try(base, so);
+  while (th_redis_int(&old_m, "WAIT 1 100") < 1) continue; /* the replica syncs */
+  TH_ASSERT_EQ(th_redis_int(&new_m, "EXISTS sluice:sem:{fx}:meta"), 1);
+  redisReply *r = th_redis_command(&new_m, "REPLICAOF NO ONE");
+  freeReplyObject(r);
+
+  uint64_t old_side = fence_of_try(base, so);
+  TH_ASSERT_CMP(old_side, >, before);
+  uint64_t new_side = fence_of_try(base, sn);
+  TH_ASSERT_CMP(new_side, >, old_side);
+  for (int i = 0; i < 50; i++) TH_ASSERT_CMP(fence_of_try(base, so), <, new_side);
+  TH_ASSERT_CMP(fence_of_try(base, sn), >, new_side);
+
+  th_redis_restart(&new_m); /* empty */
+  uint64_t t0 = th_now_ms(), reborn = 0;
+  while (!reborn && th_now_ms() - t0 < 5000) {
+    acq_result a = {0};
+    TH_ASSERT_EQ(sluice_sem_try_acquire(sn, acq_cb, &a), SLUICE_OK);
+    TH_ASSERT(th_loop_until(base, &a.done, 5000));
+    if (a.status == SLUICE_OK) reborn = sluice_permit_fence(a.permit);
+    if (a.permit) sluice_permit_release(a.permit, NULL, NULL);
+  }
+  TH_ASSERT_CMP(reborn, >, new_side);
+
+  sluice_sem_free(so);
+  sluice_sem_free(sn);
+  sluice_client_free(co);
+  sluice_client_free(cn);
+  TH_ASSERT(th_loop_drain(base, 5000));
+  event_base_free(base);
+  th_redis_stop(&new_m);
+  th_redis_stop(&old_m);
+}
+
 static const th_case cases[] = {
     TH_CASE(try_acquire_counts_permits, 0),
     TH_CASE(release_only_own_and_idempotent, 0),
@@ -994,6 +1054,7 @@ static const th_case cases[] = {
     TH_CASE(restart_restores_permits, 0, .standalone_only = "restarts the server"),
     TH_CASE(restart_loses_permits_without_replay, 0, .standalone_only = "restarts the server"),
     TH_CASE(fencing_increases, 0),
+    TH_CASE(fence_outranks_deposed_master, 0, .standalone_only = "starts a master and replica"),
     TH_CASE(fair_fifo_and_try_refused, 0),
     TH_CASE(fair_dead_waiter_evicted, 0),
     TH_CASE(dead_waiter_skipped_by_wakeups, 0),

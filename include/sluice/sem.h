@@ -134,8 +134,10 @@ SLUICE_EXPORT void sluice_permit_set_lost_cb(sluice_permit *permit, sluice_lost_
 SLUICE_EXPORT sluice_sem *sluice_permit_sem(const sluice_permit *permit);
 /* Unique id of this grant (32 hex characters). */
 SLUICE_EXPORT const char *sluice_permit_id(const sluice_permit *permit);
-/* Fencing token: strictly increases with every grant of the semaphore (a
- * local_handoff passes the holder's lease on, token included). */
+/* Fencing token: strictly increases with every grant of the semaphore,
+ * and every token of a newer master (a promoted replica) is higher than
+ * every token of the one it replaced (a local_handoff passes the holder's
+ * lease on, token included). See docs/failures.md. */
 SLUICE_EXPORT uint64_t sluice_permit_fence(const sluice_permit *permit);
 /* Local estimate of the lease time left (conservative); 0 once lost. */
 SLUICE_EXPORT int64_t sluice_permit_remaining_ms(const sluice_permit *permit);

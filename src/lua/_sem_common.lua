@@ -45,17 +45,70 @@ local function touch(k, keep)
   if redis.call('PTTL', k) < keep / 2 then redis.call('PEXPIRE', k, keep) end
 end
 
--- The next fencing token: strictly increasing, and never below the
--- server's clock in microseconds, so it keeps increasing even after the
--- meta key expired or Redis restarted empty. `last_fence` caches the stored
--- one within a script; save_fence writes it back once, with the "g:" fields
--- the hand-off queued in `fence_fields` (one write to M per step).
-local last_fence, fence_fields = nil, nil
+-- Fencing tokens: era * 2^22 + n, kept in M as decimal text ("fence"),
+-- exact beyond Lua's 2^53. n counts the grants of an era (1 .. 2^22 - 1).
+-- An era is a moment of Redis's clock in ms since 2020 that only grows,
+-- and a new one starts whenever the node's replication history (INFO's
+-- master_replid, in M as "rid") is not the one that wrote the last token:
+-- a promoted replica, or a restart that lost it. A newer master therefore
+-- outranks every token of the one it replaced, however long that one goes
+-- on granting while cut off, and a Redis that restarted empty starts above
+-- every token it gave before (an era never runs ahead of the clock). Tokens
+-- of an earlier sluice (microseconds) read as an era long past.
+local ERA_BASE_MS, ERA_N = 1577836800000, 4194304
+local era, era_n, era_rid, era_new = nil, nil, nil, false
+local fence_fields = nil
+
+local function token_text(e, n)
+  local low = (e % 1000000) * ERA_N + n
+  local hi = math.floor(e / 1000000) * ERA_N + math.floor(low / 1000000)
+  if hi == 0 then return n2s(low) end
+  return string.format('%d%06d', hi, low % 1000000)
+end
+
+-- (era, n) of a token's text (at most 20 digits; "" or junk reads as 0).
+local function token_parts(s)
+  if not string.find(s, '^%d+$') or #s > 20 then return 0, 0 end
+  local hi, low6 = tonumber(string.sub(s, 1, -7)) or 0, tonumber(string.sub(s, -6))
+  local m = (hi % ERA_N) * 1000000 + low6
+  return math.floor(hi / ERA_N) * 1000000 + math.floor(m / ERA_N), m % ERA_N
+end
+
+local function token_less(s, t)
+  local e1, n1 = token_parts(s)
+  local e2, n2 = token_parts(t)
+  return e1 < e2 or (e1 == e2 and n1 < n2)
+end
+
+local function replication_id()
+  local info = redis.pcall('INFO', 'replication')
+  if type(info) ~= 'string' then return nil end -- refused: nothing learnt
+  return string.match(info, 'master_replid:(%w+)')
+end
+
+local function start_era()
+  era, era_n = math.max(era + 1, now - ERA_BASE_MS), 0
+end
+
+-- The next token, as text. The stored one is read once per script and
+-- written back once by save_fence, with the "g:" fields the hand-off
+-- queued in `fence_fields` (one write to M per step).
 local function next_fence(M)
-  if not last_fence then last_fence = tonumber(redis.call('HGET', M, 'fence') or '0') end
-  last_fence = last_fence + 1
-  if last_fence < now_us then last_fence = now_us end
-  return last_fence
+  if not era then
+    local v = redis.call('HMGET', M, 'fence', 'rid')
+    era, era_n = token_parts(v[1] or '')
+    era_rid = replication_id() or v[2]
+    if not v[1] or era_rid ~= v[2] then
+      start_era()
+      era_new = true
+    end
+  end
+  era_n = era_n + 1
+  if era_n >= ERA_N then
+    start_era()
+    era_n = 1
+  end
+  return token_text(era, era_n)
 end
 
 -- redis.call(cmd, key, ...) over list, at most 1000 arguments a call (unpack
@@ -67,16 +120,12 @@ local function call_in_slices(cmd, key, list)
 end
 
 local function save_fence(M, permits)
-  if not last_fence then return end
-  if not fence_fields then
-    redis.call('HSET', M, 'fence', n2s(last_fence), 'permits', permits)
-    return
-  end
-  fence_fields[#fence_fields + 1] = 'fence'
-  fence_fields[#fence_fields + 1] = n2s(last_fence)
-  fence_fields[#fence_fields + 1] = 'permits'
-  fence_fields[#fence_fields + 1] = permits
-  call_in_slices('HSET', M, fence_fields)
+  if not era then return end
+  fence_fields = fence_fields or {}
+  local f = fence_fields
+  f[#f + 1], f[#f + 2], f[#f + 3], f[#f + 4] = 'fence', token_text(era, era_n), 'permits', permits
+  if era_new and era_rid then f[#f + 1], f[#f + 2] = 'rid', era_rid end
+  call_in_slices('HSET', M, f)
 end
 
 
@@ -218,7 +267,7 @@ local function queue_init()
     for _, h in ipairs(order) do
       local texts = {}
       for _, g in ipairs(byhandle[h]) do
-        g[4], g[5] = n2s(next_fence(M)), n2s(g[3])
+        g[4], g[5] = next_fence(M), n2s(g[3])
         texts[#texts + 1] = g[2] .. ':' .. g[4] .. ':' .. g[5]
       end
       local wk = wake_base .. h

@@ -149,7 +149,7 @@ for i = 9, #ARGV, 5 do
       end
       granted = true
       out[#out + 1] = 1
-      out[#out + 1] = n2s(next_fence(M))
+      out[#out + 1] = next_fence(M)
       out[#out + 1] = ttl
     else
       refused = true

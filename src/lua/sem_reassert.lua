@@ -23,9 +23,9 @@ if (#ARGV - 3) % 5 ~= 0 or #ARGV > 3 + 5 * 256 then
   return redis.error_reply('ERR sluice: bad reassert')
 end
 local held = redis.call('ZCOUNT', H, '(' .. now_s, '+inf')
-local out, fence, leases, marks = {}, 0, {}, {}
+local out, fence, leases, marks = {}, nil, {}, {}
 for i = 4, #ARGV, 5 do
-  local id, token = ARGV[i], tonumber(ARGV[i + 1])
+  local id, token = ARGV[i], ARGV[i + 1]
   local left = math.min(math.max(tonumber(ARGV[i + 2]), 1), ttl)
   local since = tonumber(ARGV[i + 4])
   local r = 0
@@ -34,7 +34,7 @@ for i = 4, #ARGV, 5 do
     if since > 0 and tonumber(redis.call('HGET', R, id) or '0') >= since then r = 2 end
   elseif held < permits then
     held = held + 1
-    if token > fence then fence = token end
+    if not fence or token_less(fence, token) then fence = token end
     marks[#marks + 1] = id
     marks[#marks + 1] = ARGV[i + 3]
     r = 2
@@ -53,9 +53,10 @@ if #marks > 0 then
   call_in_slices('HSET', R, marks)
   touch(R, keep)
 end
-if fence > 0 then
-  if fence > tonumber(redis.call('HGET', M, 'fence') or '0') then
-    redis.call('HSET', M, 'fence', n2s(fence))
+if fence then
+  -- (Its era stays the old master's: the next grant here starts a new one.)
+  if token_less(redis.call('HGET', M, 'fence') or '0', fence) then
+    redis.call('HSET', M, 'fence', fence)
   end
   touch(M, keep)
 end
