@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "core/client.h" /* the client's map: which node a slot goes to */
+#include "core/record.h" /* SLUICE_REPLAY_WINDOW_MS */
 #include "dq_util.h"
 #include "sem/sem.h" /* a permit's re-assertion in flight */
 #include "sem_util.h"
@@ -486,8 +487,21 @@ static void test_cluster_late_answer(void) {
   finish(base, c);
 }
 
-/* The record keeps at most replay_max_entries steps (and bytes): the
- * oldest fall out, counted; only what it kept is sent again. */
+/* The record keeps at most replay_max_entries steps (and bytes), counting
+ * the pushes in flight: past a bound new pushes fail at once with
+ * SLUICE_EFULL, nothing it kept falls out, and all of it is sent again. */
+static int push_or_full(struct event_base *base, sluice_dq *dq, const char *id,
+                        const char *payload) {
+  sluice_dq_item it = {payload, strlen(payload), 0, 0, id};
+  dqt_push p = {0};
+  int rc = sluice_dq_push(dq, &it, dqt_on_push, &p);
+  if (rc == SLUICE_EFULL) return 1;
+  TH_ASSERT_EQ(rc, SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &p.done, 5000));
+  TH_ASSERT_EQ(p.status, SLUICE_OK);
+  return 0;
+}
+
 static void record_bounded(int cluster) {
   rig_start(cluster);
   struct event_base *base = event_base_new();
@@ -503,19 +517,21 @@ static void record_bounded(int cluster) {
   char id[16], big[1000];
   memset(big, 'b', sizeof big - 1);
   big[sizeof big - 1] = '\0';
-  dqt_push p;
+  int refused = 0, refused_small = 0;
   for (int i = 0; i < 10; i++) {
     snprintf(id, sizeof id, "a%d", i);
-    TH_ASSERT_EQ(dqt_push_wait(base, dq, id, "x", 0, &p), SLUICE_OK);
+    refused += push_or_full(base, dq, id, "x");
     snprintf(id, sizeof id, "b%d", i);
-    TH_ASSERT_EQ(dqt_push_wait(base, dq2, id, big, 0, &p), SLUICE_OK);
+    refused_small += push_or_full(base, dq2, id, big);
   }
   sluice_client_metrics m = metrics(c), ms = metrics(small);
   TH_ASSERT_EQ(m.record_entries, 4);
-  TH_ASSERT_EQ(m.record_dropped, 6);
-  TH_ASSERT_CMP(ms.record_bytes, <=, 3000);
-  TH_ASSERT_CMP(ms.record_entries, >=, 1);
-  TH_ASSERT_EQ(ms.record_entries + ms.record_dropped, 10);
+  TH_ASSERT_EQ(refused, 6);
+  TH_ASSERT_EQ(m.record_dropped, 0);
+  TH_ASSERT_CMP(ms.record_bytes, <, 3000 + 1500); /* the last one admitted under the bound */
+  TH_ASSERT_CMP(ms.record_entries, >=, 3);
+  TH_ASSERT_EQ(ms.record_entries + (size_t)refused_small, 10);
+  TH_ASSERT_EQ(ms.record_dropped, 0);
   rig_fail_over();
   TH_LOOP_UNTIL(base,
                 metrics(c).replay_pushes >= 4 && metrics(small).replay_pushes >= ms.record_entries,
@@ -526,6 +542,35 @@ static void record_bounded(int cluster) {
   sluice_dq_free(dq);
   sluice_dq_free(dq2);
   sluice_client_free(small);
+  finish(base, c);
+}
+
+/* A master whose replicas are gone (cut off, as a partition does) keeps
+ * every write it acknowledged since, past the time window a master that
+ * never had replicas is given, until the node that replaced it has them. */
+static void replicas_gone_kept(int cluster) {
+  rig_start(cluster);
+  struct event_base *base = event_base_new();
+  sluice_client *c = client(base);
+  sluice_dq *dq = dqt_queue(c, "t");
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(base, dq, "m0", "zero", 0, &p), SLUICE_OK);
+  TH_LOOP_UNTIL(base, metrics(c).record_entries == 0, 5000);
+  rig_hold();
+  char id[16];
+  for (int i = 1; i <= 20; i++) {
+    snprintf(id, sizeof id, "m%d", i);
+    TH_ASSERT_EQ(dqt_push_wait(base, dq, id, "x", 0, &p), SLUICE_OK);
+  }
+  th_loop_for(base, SLUICE_REPLAY_WINDOW_MS + 2000); /* INFO says: no replica online */
+  sluice_client_metrics m = metrics(c);
+  TH_ASSERT_EQ(m.record_entries, 20);
+  TH_ASSERT_EQ(m.record_dropped, 0);
+  rig_fail_over();
+  TH_LOOP_UNTIL(base, metrics(c).replay_pushes >= 20, 15000);
+  TH_ASSERT_EQ(metrics(c).replay_pushes, 20);
+  TH_ASSERT_EQ(master_int("ZCARD sluice:dq:{t}:z"), 21);
+  sluice_dq_free(dq);
   finish(base, c);
 }
 
@@ -588,6 +633,7 @@ ON_BOTH(permit_restored)
 ON_BOTH(permit_lost)
 ON_BOTH(push_replayed)
 ON_BOTH(record_bounded)
+ON_BOTH(replicas_gone_kept)
 ON_BOTH(replicated_not_replayed)
 ON_BOTH(steady_writes_confirmed)
 
@@ -968,6 +1014,7 @@ int main(int argc, char **argv) {
       {"sentinel_permit_lost", test_sentinel_permit_lost, 90},
       {"sentinel_push_replayed", test_sentinel_push_replayed, 90},
       {"sentinel_record_bounded", test_sentinel_record_bounded, 90},
+      {"sentinel_replicas_gone_kept", test_sentinel_replicas_gone_kept, 90},
       {"sentinel_replicated_not_replayed", test_sentinel_replicated_not_replayed, 90},
       {"sentinel_steady_writes_confirmed", test_sentinel_steady_writes_confirmed, 90},
       {"sentinel_consumer_registered_again", test_sentinel_consumer_registered_again, 90},
@@ -976,6 +1023,7 @@ int main(int argc, char **argv) {
       {"cluster_permit_lost", test_cluster_permit_lost, 120},
       {"cluster_push_replayed", test_cluster_push_replayed, 120},
       {"cluster_record_bounded", test_cluster_record_bounded, 120},
+      {"cluster_replicas_gone_kept", test_cluster_replicas_gone_kept, 120},
       {"cluster_replicated_not_replayed", test_cluster_replicated_not_replayed, 120},
       {"cluster_steady_writes_confirmed", test_cluster_steady_writes_confirmed, 120},
       {"cluster_late_answer", test_cluster_late_answer, 120},

@@ -149,14 +149,19 @@ typedef struct sluice_client_options {
   /* The record of unreplicated writes (on by default): every release,
    * push, settlement (ack, retry) and cancel Redis acknowledged is kept
    * until a replica has it (INFO replication says how far the replicas
-   * are, asked at most every 100 ms while there are any) or, on a node with no replica
-   * online, until the node has answered for replay_window_ms since. When the
+   * are, asked at most every 100 ms while there are any) or, on a node never
+   * seen with a replica online, until the node has answered for
+   * replay_window_ms since. When the
    * node behind a key changes (a failover, a restart), what the record holds
    * for it is sent again to the new node before anything else, the permits
    * the client holds there are re-asserted (restored, or reported lost at
    * once) and waiters and consumers look again. See docs/failures.md. */
   int replay_off;            /* 1: no record, nothing replayed */
-  unsigned replay_window_ms; /* no replica: kept this long; default 3000 */
+  unsigned replay_window_ms; /* never seen with a replica: kept this long;
+                                 default 3000 */
+  /* Bounds, counting pushes in flight: past either, a push fails at once
+   * with SLUICE_EFULL until a replica has caught up (nothing kept is
+   * dropped for a new write; see docs/failures.md). */
   size_t replay_max_entries; /* steps kept at most; default 100000 */
   size_t replay_max_bytes;   /* bytes kept at most; default 32 MiB */
 } sluice_client_options;

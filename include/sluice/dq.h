@@ -101,7 +101,8 @@ typedef void sluice_dq_push_cb(sluice_dq *dq, int status, const char *id, int64_
 /* Push one message. cb may be NULL. The payload and id are copied.
  * SLUICE_EINVAL (bad id, negative or too large delay), SLUICE_ETOOBIG,
  * SLUICE_EFULL (the client already has max_pending_pushes messages in
- * flight; see sluice_client_options). */
+ * flight, or its record of unreplicated writes is full: no replica has
+ * caught up; see sluice_client_options). */
 SLUICE_EXPORT int sluice_dq_push(sluice_dq *dq, const sluice_dq_item *item, sluice_dq_push_cb *cb,
                                  void *userdata);
 
@@ -120,7 +121,8 @@ typedef void sluice_dq_batch_cb(sluice_dq *dq, int status, const sluice_dq_push_
 
 /* Push 1..SLUICE_DQ_BATCH_MAX messages atomically in one Redis call. If any
  * item is invalid, nothing is sent and its error is returned; SLUICE_EFULL
- * if the n messages would pass the client's max_pending_pushes. */
+ * if the n messages would pass the client's max_pending_pushes or fill its
+ * record of unreplicated writes. */
 SLUICE_EXPORT int sluice_dq_push_batch(sluice_dq *dq, const sluice_dq_item *items, size_t n,
                                        sluice_dq_batch_cb *cb, void *userdata);
 
@@ -264,7 +266,8 @@ typedef struct sluice_dq_metrics {
   uint64_t errors;     /* pushes answered with another status */
   uint64_t in_flight;  /* messages pushed, not yet answered (now) */
   uint64_t full;       /* messages refused at once with SLUICE_EFULL: the
-                           client's max_pending_pushes was reached */
+                           client's max_pending_pushes was reached, or
+                           its record of unreplicated writes was full */
 } sluice_dq_metrics;
 SLUICE_EXPORT void sluice_dq_get_metrics(const sluice_dq *dq, sluice_dq_metrics *out);
 

@@ -19,6 +19,9 @@
 #define MARKS_MAX 32
 /* A full record is logged at most this often. */
 #define FULL_LOG_MS 10000
+/* Nodes remembered once empty, for having had replicas (node ids change
+ * with a restart, so this bounds the table, not the nodes in use). */
+#define EMPTY_NODES_KEPT 64
 /* A replay that failed where it may succeed later (the connection stayed
  * up; a node still getting ready) goes again after RETRY_MIN_MS, doubling
  * up to RETRY_MAX_MS, for as long as it stays within the record's bounds. */
@@ -46,11 +49,12 @@ struct rec_node {
   int route;            /* a route it served last: finds its connection */
   sluice__list entries; /* oldest first */
   size_t n;
-  uint64_t newest;      /* its newest entry's seq */
-  uint64_t next_ms;     /* no INFO before */
-  int replicas;         /* online at the last answer; -1: not asked yet */
-  unsigned asking : 1;  /* an INFO in flight */
-  unsigned refused : 1; /* INFO refused (ACL): the time window decides */
+  uint64_t newest;           /* its newest entry's seq */
+  uint64_t next_ms;          /* no INFO before */
+  int replicas;              /* online at the last answer; -1: not asked yet */
+  unsigned had_replicas : 1; /* seen with one online: its entries wait for one */
+  unsigned asking : 1;       /* an INFO in flight */
+  unsigned refused : 1;      /* INFO refused (ACL): the time window decides */
   /* Points of the node's replication stream, oldest first: the entries up
    * to seq were written before offset off. A replica that acknowledged
    * off has them. */
@@ -130,22 +134,41 @@ static rec_entry *node_entry(sluice__link *l) {
   return sluice__container_of(l, rec_entry, by_node);
 }
 
-/* Past a bound the oldest go: counted, and logged now and then. */
-static void enforce_bounds(sluice_client *c) {
+/* Logged at most every FULL_LOG_MS. */
+static void log_full(sluice_client *c, const char *what) {
   sluice__record *r = &c->rec;
-  uint64_t before = r->dropped;
-  while (r->all.head && (r->n > r->max_entries || r->bytes > r->max_bytes)) {
-    drop_entry(r, entry_of(r->all.head));
-    r->dropped++;
-  }
   uint64_t now = sluice__mono_ms();
-  if (r->dropped != before && (!r->full_logged_ms || now - r->full_logged_ms >= FULL_LOG_MS)) {
-    r->full_logged_ms = now;
-    sluice__log(c, SLUICE_LOG_WARN,
-                "record of unreplicated writes full (%zu entries, %zu bytes): %llu dropped so "
-                "far; a failover now may undo them",
-                r->max_entries, r->max_bytes, (unsigned long long)r->dropped);
-  }
+  if (r->full_logged_ms && now - r->full_logged_ms < FULL_LOG_MS) return;
+  r->full_logged_ms = now;
+  sluice__log(c, SLUICE_LOG_WARN,
+              "record of unreplicated writes full (%zu entries, %zu bytes; bounds %zu, %zu): %s; "
+              "%llu dropped so far",
+              r->n, r->bytes, r->max_entries, r->max_bytes, what, (unsigned long long)r->dropped);
+}
+
+/* Whether e may be kept. Nothing kept ever falls out: pushes are refused
+ * before they are sent once the record is full (sluice__record_room), so
+ * past the bounds only what was in flight then, and releases, settlements
+ * and cancels, which are never refused (refusing them would hold permits
+ * and messages longer), come in. Those stop at twice the bounds: a drop a
+ * failover could undo, counted and logged. */
+static int may_keep(sluice_client *c, const rec_entry *e) {
+  sluice__record *r = &c->rec;
+  if (e->kind == SLUICE__WRITE_PUSH ||
+      (r->n < 2 * r->max_entries && r->bytes + e->cmd.bytes <= 2 * r->max_bytes))
+    return 1;
+  r->dropped++;
+  log_full(c, "a release, settlement or cancel is not kept");
+  return 0;
+}
+
+int sluice__record_room(sluice_client *c, size_t n) {
+  sluice__record *r = &c->rec;
+  if (!r->on) return SLUICE_OK;
+  size_t in_flight = c->used[SLUICE__CAP_PUSHES];
+  if (r->n + in_flight + n <= r->max_entries && r->bytes < r->max_bytes) return SLUICE_OK;
+  log_full(c, "pushes are refused (SLUICE_EFULL) until a replica has the writes");
+  return SLUICE_EFULL;
 }
 
 /* ---- replication ---------------------------------------------------------- */
@@ -156,9 +179,12 @@ static sluice__conn *node_conn(sluice_client *c, const rec_node *nd) {
   return conn && conn->node_id == nd->id && conn->state == SLUICE_CONN_UP ? conn : NULL;
 }
 
+/* A node seen with a replica keeps its entries until one has them, even
+ * while none is online: a master cut off from its replicas may be replaced
+ * by one of them, and what it holds alone would then be undone. */
 static int has_replicas(const rec_node *nd, const sluice__conn *conn) {
   if (nd->refused) return 0;
-  return nd->replicas >= 0 ? nd->replicas > 0 : conn->replicas_online > 0;
+  return nd->had_replicas || conn->replicas_online > 0;
 }
 
 /* Entries up to seq upto are on a replica. */
@@ -237,6 +263,7 @@ static void info_answered(redisAsyncContext *ac, void *reply_, void *privdata) {
     w->conn->last_reply_ms = now; /* it is alive: the time window counts on it */
     if (read_replication(reply, &off, &online, &acked) == 0) {
       nd->replicas = online;
+      if (online > 0) nd->had_replicas = 1;
       add_mark(nd, w->upto, off);
       if (online > 0) confirm_marks(r, nd, acked);
     } else if (reply->type == REDIS_REPLY_ERROR && !nd->refused &&
@@ -277,6 +304,7 @@ static void poll_cb(evutil_socket_t fd, short what, void *arg) {
   sluice_client *c = arg;
   sluice__record *r = &c->rec;
   uint64_t now = sluice__mono_ms();
+  int busy = 0;
   for (size_t i = 0; i < r->nnodes;) {
     rec_node *nd = &r->nodes[i];
     sluice__conn *conn = node_conn(c, nd);
@@ -284,13 +312,14 @@ static void poll_cb(evutil_socket_t fd, short what, void *arg) {
       sweep_window(r, nd, conn);
       maybe_ask(c, nd, conn, now);
     }
-    if (!nd->n && !nd->asking) {
+    if (!nd->n && !nd->asking && (!nd->had_replicas || r->nnodes > EMPTY_NODES_KEPT)) {
       r->nodes[i] = r->nodes[--r->nnodes]; /* no entry points into it */
       continue;
     }
+    busy |= nd->n || nd->asking;
     i++;
   }
-  if (r->nnodes) sluice__timer_in(r->poll, POLL_MS);
+  if (busy) sluice__timer_in(r->poll, POLL_MS);
 }
 
 /* ---- replays -------------------------------------------------------------- */
@@ -334,12 +363,15 @@ static void park(sluice_client *c, rec_entry *e) {
   e->tries++;
   e->due_ms = sluice__mono_ms() + delay;
   e->node_id = 0;
+  if (!may_keep(c, e)) {
+    sluice__free(e);
+    return;
+  }
   e->seq = ++r->seq;
   sluice__list_append(&r->all, &e->all);
   sluice__list_append(&r->pending, &e->by_node);
   r->n++;
   r->bytes += e->cmd.bytes;
-  enforce_bounds(c);
   arm_retry(r, delay);
 }
 
@@ -455,12 +487,17 @@ static void keep(sluice_client *c, rec_entry *e, const sluice__answered *a) {
     send_again(c, e);
     return;
   }
+  if (!may_keep(c, e)) {
+    sluice__free(e);
+    return;
+  }
   rec_node *nd = node_get(r, a->node_id);
   if (!nd) {
     sluice__free(e);
     r->dropped++;
     return;
   }
+  if (a->conn && a->conn->replicas_online > 0) nd->had_replicas = 1;
   e->node_id = a->node_id;
   e->ups = a->ups;
   e->acked_ms = sluice__mono_ms();
@@ -472,7 +509,6 @@ static void keep(sluice_client *c, rec_entry *e, const sluice__answered *a) {
   sluice__list_append(&r->all, &e->all);
   r->n++;
   r->bytes += e->cmd.bytes;
-  enforce_bounds(c);
   if (!evtimer_pending(r->poll, NULL)) sluice__timer_in(r->poll, POLL_MS);
 }
 

@@ -15,13 +15,17 @@
  *    answers the master's offset (which every entry answered before the
  *    question precedes: a mark) and each online replica's acknowledged
  *    offset (a replica past a mark has the entries before it). Asked at
- *    most every POLL_MS per node while it has entries. A node with no
- *    replica online (or where INFO is refused)
- *    keeps a time window instead: an entry goes once the node has answered
- *    anything window_ms after it (appendfsync everysec writes it to disk
- *    within about a second).
- *  - Bounded in entries and bytes: past either bound the oldest entries go
- *    and are counted (metrics: record_dropped).
+ *    most every POLL_MS per node while it has entries. A node once seen
+ *    with a replica online keeps its entries while it has none (cut off,
+ *    it may be replaced by one). A node never seen with one (or where INFO
+ *    is refused) keeps a time window instead: an entry goes once the node
+ *    has answered anything window_ms after it (appendfsync everysec writes
+ *    it to disk within about a second).
+ *  - Bounded in entries and bytes, pushes in flight counted: past either
+ *    bound new pushes are refused (sluice__record_room: SLUICE_EFULL) and
+ *    nothing kept falls out; releases, settlements and cancels, never
+ *    refused, stop being kept at twice the bounds, counted (metrics:
+ *    record_dropped).
  *  - When the node behind routes changes (the topology's node_changed),
  *    the entries of those routes are sent again, in the order they were
  *    answered, before anything new goes there; each is kept again under the

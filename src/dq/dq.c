@@ -422,7 +422,8 @@ static int push_items(dq_req *r, const sluice_dq_item *items, size_t n) {
  * in flight. */
 static int push_request(sluice_dq *dq, enum req_kind kind, dq_cb cb, void *ud,
                         const sluice_dq_item *items, size_t n) {
-  int rc = sluice__client_reserve(dq->c, SLUICE__CAP_PUSHES, n);
+  int rc = sluice__record_room(dq->c, n);
+  if (rc == SLUICE_OK) rc = sluice__client_reserve(dq->c, SLUICE__CAP_PUSHES, n);
   if (rc != SLUICE_OK) {
     dq->m.full += n;
     return rc;
