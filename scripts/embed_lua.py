@@ -5,7 +5,9 @@ usage: embed_lua.py OUT.c OUT.h script1.lua [script2.lua ...]
 
 A line `--@include _NAME.lua` is replaced by that file (same folder), so
 scripts share helpers without Redis-side state. Files whose name starts with
-`_` are such helpers and are not emitted as scripts themselves.
+`_` are such helpers and are not emitted as scripts themselves. A line
+`--@confirm` in a script itself marks a step whose answer must wait until a
+replica has its write (grants and renewals; see core/engine.c).
 
 Each script `src/lua/NAME.lua` becomes `const sluice__script sluice__lua_NAME`
 holding the body (NUL-terminated, as decimal bytes so no quoting can break the C),
@@ -46,6 +48,8 @@ def main():
         if b'\0' in data:
             sys.exit('%s: NUL byte in script' % path)
         sha = hashlib.sha1(data).hexdigest()
+        with open(path, 'rb') as f:
+            confirm = int(b'--@confirm' in f.read().split(b'\n'))
         names.append(name)
         rows = []
         for i in range(0, len(data), 20):
@@ -53,8 +57,8 @@ def main():
         body_c.append('static const char body_%s[] = {' % name)
         body_c.extend(rows)
         body_c.append('  0};')
-        body_c.append('const sluice__script sluice__lua_%s = {"%s", body_%s, %d, "%s", %d};'
-                      % (name, name, name, len(data), sha, len(names) - 1))
+        body_c.append('const sluice__script sluice__lua_%s = {"%s", body_%s, %d, "%s", %d, %d};'
+                      % (name, name, name, len(data), sha, len(names) - 1, confirm))
         body_c.append('')
     body_c.append('const sluice__script *const sluice__lua_all[] = {')
     body_c.extend('  &sluice__lua_%s,' % n for n in names)
@@ -68,6 +72,7 @@ def main():
          '  size_t len;',
          '  char sha[41];       /* hex SHA1 of body, for EVALSHA */',
          '  unsigned index;     /* position in sluice__lua_all (per-script metrics) */',
+         '  int confirm;        /* --@confirm: answered once a replica has it */',
          '} sluice__script;', '',
          '#define SLUICE__LUA_COUNT %d' % len(names), '']
     h.extend('extern const sluice__script sluice__lua_%s;' % n for n in names)

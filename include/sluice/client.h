@@ -185,6 +185,19 @@ typedef void sluice_client_state_cb(sluice_client *client, int connected, int st
 SLUICE_EXPORT void sluice_client_set_state_cb(sluice_client *client, sluice_client_state_cb *cb,
                                               void *userdata);
 
+/* Leases a promoted replica honours, on by default: on a master seen with a
+ * replica online, a semaphore's grant is answered only once a replica has
+ * it (WAIT after the step, up to wait_timeout_ms when set, else 500 ms; a
+ * grant no replica had is given back: SLUICE_ENOREPLICA for a try_acquire,
+ * another attempt for a wait), and a renewal extends the holder's lease
+ * only once a replica has it, so a holder cut off with its master hears
+ * its lost callback before another master can grant its permit. The WAIT
+ * holds up what follows it on the connection. A master never seen with a
+ * replica is not asked. on = 0: grants and renewals started from now on
+ * are answered without a replica, as before (see docs/failures.md,
+ * "Partitions"). SLUICE_EINVAL for NULL. */
+SLUICE_EXPORT int sluice_client_set_replica_ack(sluice_client *client, int on);
+
 /* 1 when the command connection is up (on a cluster: the slot map is known
  * and every master in use is connected). */
 SLUICE_EXPORT int sluice_client_is_connected(const sluice_client *client);

@@ -68,23 +68,24 @@ extern "C" {
 
 /* X(name, value, message): the one table of status codes. Values are never
  * reused: a code that goes leaves a gap. */
-#define SLUICE_STATUS_MAP(X)                      \
-  X(OK, 0, "success")                             \
-  X(EINVAL, -1, "invalid argument")               \
-  X(ENOMEM, -2, "out of memory")                  \
-  X(ETIMEDOUT, -3, "operation timed out")         \
-  X(ECONNECTION, -4, "not connected to Redis")    \
-  X(EREDIS, -5, "Redis returned an error")        \
-  X(EPROTOCOL, -6, "unexpected reply from Redis") \
-  X(ECANCELED, -7, "operation cancelled")         \
-  X(ECLOSED, -8, "object is closed")              \
-  X(EBUSY, -9, "no permit available")             \
-  X(EFULL, -12, "queue is full")                  \
-  X(ENOTFOUND, -13, "no such item")               \
-  X(ETOOBIG, -14, "value too large")              \
-  X(ELATE, -15, "deadline already passed")        \
-  X(EEXIST, -16, "item already exists")           \
-  X(EINDOUBT, -17, "sent to Redis, but the connection was lost before the answer")
+#define SLUICE_STATUS_MAP(X)                                                       \
+  X(OK, 0, "success")                                                              \
+  X(EINVAL, -1, "invalid argument")                                                \
+  X(ENOMEM, -2, "out of memory")                                                   \
+  X(ETIMEDOUT, -3, "operation timed out")                                          \
+  X(ECONNECTION, -4, "not connected to Redis")                                     \
+  X(EREDIS, -5, "Redis returned an error")                                         \
+  X(EPROTOCOL, -6, "unexpected reply from Redis")                                  \
+  X(ECANCELED, -7, "operation cancelled")                                          \
+  X(ECLOSED, -8, "object is closed")                                               \
+  X(EBUSY, -9, "no permit available")                                              \
+  X(EFULL, -12, "queue is full")                                                   \
+  X(ENOTFOUND, -13, "no such item")                                                \
+  X(ETOOBIG, -14, "value too large")                                               \
+  X(ELATE, -15, "deadline already passed")                                         \
+  X(EEXIST, -16, "item already exists")                                            \
+  X(EINDOUBT, -17, "sent to Redis, but the connection was lost before the answer") \
+  X(ENOREPLICA, -18, "no replica acknowledged the write in time")
 
 typedef enum sluice_status {
 #define SLUICE_STATUS_ENUM_(name, value, msg) SLUICE_##name = value,

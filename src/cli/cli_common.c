@@ -81,7 +81,8 @@ int cli_exit_status(int status, int own_deadline) {
     case SLUICE_ECONNECTION:
     case SLUICE_EREDIS:
     case SLUICE_EPROTOCOL:
-    case SLUICE_EINDOUBT: /* the command says what may have happened */ return CLI_EXIT_UNAVAILABLE;
+    case SLUICE_EINDOUBT: /* the command says what may have happened */
+    case SLUICE_ENOREPLICA: /* a master cut off from its replicas */ return CLI_EXIT_UNAVAILABLE;
     default: /* ENOMEM, ECANCELED, ECLOSED, ELATE: not expected */ return CLI_EXIT_FAILURE;
   }
 }

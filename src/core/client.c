@@ -181,6 +181,10 @@ void sluice__client_release(sluice_client *c, sluice__cap cap, size_t n) {
   c->used[cap] -= (unsigned)n;
 }
 
+/* A confirmation WAIT's timeout without wait_timeout_ms: a replica on a
+ * slow link (200 ms each way) still answers in time. */
+#define CONFIRM_WAIT_MS 500
+
 /* The caps' defaults (sluice_client_options documents them). */
 #define SEM_PENDING_DEFAULT 250000
 #define LIMITER_WAITS_DEFAULT 100000
@@ -289,6 +293,9 @@ int sluice_client_new(struct event_base *base, const sluice_client_options *opts
   if (c->opts.reconnect_max_ms < c->opts.reconnect_min_ms)
     c->opts.reconnect_max_ms = c->opts.reconnect_min_ms > 2000 ? c->opts.reconnect_min_ms : 2000;
   /* The WAIT must answer within the step's deadline. */
+  c->confirm_wait_ms = c->opts.wait_timeout_ms ? c->opts.wait_timeout_ms : CONFIRM_WAIT_MS;
+  if (c->confirm_wait_ms >= c->opts.op_timeout_ms)
+    c->confirm_wait_ms = c->opts.op_timeout_ms / 2 ? c->opts.op_timeout_ms / 2 : 1;
   if (c->opts.wait_replicas && !c->opts.wait_timeout_ms) c->opts.wait_timeout_ms = 100;
   if (c->opts.wait_replicas && c->opts.wait_timeout_ms >= c->opts.op_timeout_ms)
     c->opts.wait_timeout_ms = c->opts.op_timeout_ms / 2 ? c->opts.op_timeout_ms / 2 : 1;
@@ -397,6 +404,26 @@ struct sluice__guard_home *sluice__client_home(sluice_client *c) {
 }
 
 int sluice__client_replicated(const sluice_client *c) { return c->replicas; }
+
+int sluice_client_set_replica_ack(sluice_client *c, int on) {
+  if (!c) return SLUICE_EINVAL;
+  c->replica_ack_off = !on;
+  return SLUICE_OK;
+}
+
+unsigned sluice__client_wait_count(const sluice_client *c) {
+  return c->opts.wait_replicas ? c->opts.wait_replicas : 1;
+}
+
+int sluice__client_confirms(sluice_client *c, int route) {
+  if (c->replica_ack_off) return 0;
+  const sluice__conn *conn = sluice__topo_conn(c->topo, route);
+  return conn && conn->had_replicas;
+}
+
+int sluice__client_unconfirmed(const sluice_client *c, int replicated) {
+  return replicated == 0 && !c->replica_ack_off;
+}
 
 uint64_t sluice__client_up_since(const sluice_client *c) { return c->up_since_ms; }
 

@@ -53,6 +53,8 @@ struct sluice_client {
   unsigned used[SLUICE__NCAPS];     /* under each cap now (engine.h) */
   unsigned cap[SLUICE__NCAPS];      /* the caps, from the options */
   int replicas;                     /* see sluice__client_replicated */
+  unsigned confirm_wait_ms;         /* a confirmation WAIT's timeout */
+  int replica_ack_off;              /* sluice_client_set_replica_ack(c, 0) */
   sluice__record rec;               /* unreplicated writes (record.h) */
   const sluice__answered *answered; /* the step being answered, during its callback */
   char last_error[512];             /* a connection error or Redis's own words */

@@ -32,7 +32,9 @@ struct sluice__op {
   struct event timer;        /* deadline, or deferred completion */
   int deferred_status;       /* status to report when timer fires early */
   unsigned in_hiredis;       /* hiredis callbacks still due (replies, WAITs) */
-  unsigned waits : 1;        /* a WAIT follows it (wait_replicas) */
+  unsigned waits : 1;        /* a WAIT follows it this send */
+  unsigned reports : 1;      /* wait_replicas: the count is reported */
+  unsigned confirms : 1;     /* --@confirm: answered once a replica has it */
   redisReply *held;          /* its reply, copied, until the WAIT answers */
   unsigned done : 1;         /* fn called, or detached */
   unsigned retried : 1;      /* EVAL fallback already sent */
@@ -215,24 +217,32 @@ static void op_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
 #define PROBE_WAIT_MS 50
 #define PROBE_EVERY_MS 1000
 
+/* A step that must be confirmed (a grant, a renewal: --@confirm in its
+ * script) on a node seen with a replica gets a WAIT too, unless
+ * sluice_client_set_replica_ack(c, 0). Its WAIT keeps the whole confirmation timeout even
+ * while replicas fall short: a shortened one would fail live grants on a
+ * slow link, where a replica does answer, only late. */
 typedef struct wait_batch {
   sluice_client *c;
   sluice__link link; /* in c->wait_open until sent */
   sluice__conn *conn;
+  int confirms; /* a step in it must be confirmed */
   size_t n;
   sluice__op **ops; /* each holds an in_hiredis count for us */
   size_t cap;
 } wait_batch;
 
 /* The WAIT's answer: how many replicas acknowledged every write before it.
- * The steps ran either way; a count short of wait_replicas is reported, not
- * turned into a failure. */
+ * The steps ran either way; a short count is reported with the answer
+ * (sluice__client_replicated): wait_replicas only reports it, a step that
+ * must be confirmed is given back by its owner. */
 static void wait_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
   wait_batch *w = privdata;
   redisReply *reply = r;
   sluice_client *c = w->c;
   long long n = reply && reply->type == REDIS_REPLY_INTEGER ? reply->integer : 0;
-  int enough = n >= (long long)c->opts.wait_replicas;
+  int enough = n >= (long long)sluice__client_wait_count(c);
+  if (reply && n > 0) w->conn->had_replicas = 1;
   if (reply && reply->type == REDIS_REPLY_ERROR) /* e.g. the ACL refuses WAIT: say it once */
     sluice__log(c, w->conn->replicas_short ? SLUICE_LOG_DEBUG : SLUICE_LOG_ERROR,
                 "WAIT failed (%s): writes are reported as not replicated", reply->str);
@@ -260,15 +270,15 @@ static void send_waits(evutil_socket_t fd, short what, void *arg) {
     sluice__list_remove(&c->wait_open, &w->link);
     sluice__conn *conn = w->conn;
     conn->wait_open = NULL;
-    unsigned t = c->opts.wait_timeout_ms;
-    if (conn->replicas_short) {
+    unsigned t = w->confirms ? c->confirm_wait_ms : c->opts.wait_timeout_ms;
+    if (conn->replicas_short && !w->confirms) {
       if (now - conn->wait_probe_ms < PROBE_EVERY_MS) t = SHORT_WAIT_MS;
       else if (t > PROBE_WAIT_MS) t = PROBE_WAIT_MS;
     }
     if (t > SHORT_WAIT_MS) conn->wait_probe_ms = now;
     char nb[24], tb[24];
     const char *argv[3] = {"WAIT", nb, tb};
-    size_t lens[3] = {4, sluice__fmt_u64(nb, c->opts.wait_replicas), sluice__fmt_u64(tb, t)};
+    size_t lens[3] = {4, sluice__fmt_u64(nb, sluice__client_wait_count(c)), sluice__fmt_u64(tb, t)};
     if (sluice__conn_send(conn, wait_reply_cb, w, 3, argv, lens) == REDIS_OK) continue;
     /* No WAIT can follow (the connection went): the steps answer alone. */
     for (size_t i = 0; i < w->n; i++) {
@@ -303,6 +313,7 @@ static void wait_join(sluice__op *op) {
     w->cap = cap;
   }
   w->ops[w->n++] = op;
+  w->confirms |= op->confirms;
   op->in_hiredis++;
   return;
 no_wait:
@@ -344,6 +355,7 @@ static int op_send(sluice__op *op) {
     return SLUICE_ECONNECTION;
   op->conn = conn;
   op->in_hiredis++;
+  op->waits = op->reports || (op->confirms && conn->had_replicas);
   if (op->waits) wait_join(op);
   op->sent_up = conn->state == SLUICE_CONN_UP;
   op->ups_at_send = conn->ups;
@@ -486,7 +498,8 @@ static int eval_start(sluice_client *c, int slot, int spread, const sluice__scri
   if (!op) return SLUICE_ENOMEM;
   op->script = s;
   op->nkeys = spread ? 0 : nkeys;
-  op->waits = c->opts.wait_replicas > 0 && script_writes(s);
+  op->reports = c->opts.wait_replicas > 0 && script_writes(s);
+  op->confirms = s->confirm && !c->replica_ack_off;
   op->slot = slot;
   if (slot < 0 && nkeys > 0)
     op->slot = sluice__topo_route_of(c->topo, argv[0], lens ? lens[0] : strlen(argv[0]));

@@ -156,6 +156,15 @@ const struct sluice__guard_home *sluice__client_objects(const sluice_client *c);
 /* During a script's completion callback: 1 when wait_replicas acknowledged
  * its writes, 0 when fewer did in wait_timeout_ms, -1 when not asked. */
 int sluice__client_replicated(const sluice_client *c);
+/* Replicas a WAIT asks for: wait_replicas, or 1 to confirm a grant. */
+unsigned sluice__client_wait_count(const sluice_client *c);
+/* 1 when a --@confirm step on route would now wait for a replica (the
+ * node was seen with one, and sluice_client_set_replica_ack did not turn
+ * it off). */
+int sluice__client_confirms(sluice_client *c, int route);
+/* 1 when a --@confirm step answered with this `replicated` (the batch
+ * reply's) must not be trusted: a replica was asked and none had it. */
+int sluice__client_unconfirmed(const sluice_client *c, int replicated);
 
 /* ---- the record of unreplicated writes (core/record.h) -------------------- */
 

@@ -184,7 +184,7 @@ static sluice__conn *node_conn(sluice_client *c, const rec_node *nd) {
  * by one of them, and what it holds alone would then be undone. */
 static int has_replicas(const rec_node *nd, const sluice__conn *conn) {
   if (nd->refused) return 0;
-  return nd->had_replicas || conn->replicas_online > 0;
+  return nd->had_replicas || conn->had_replicas;
 }
 
 /* Entries up to seq upto are on a replica. */
@@ -263,7 +263,7 @@ static void info_answered(redisAsyncContext *ac, void *reply_, void *privdata) {
     w->conn->last_reply_ms = now; /* it is alive: the time window counts on it */
     if (read_replication(reply, &off, &online, &acked) == 0) {
       nd->replicas = online;
-      if (online > 0) nd->had_replicas = 1;
+      if (online > 0) nd->had_replicas = w->conn->had_replicas = 1;
       add_mark(nd, w->upto, off);
       if (online > 0) confirm_marks(r, nd, acked);
     } else if (reply->type == REDIS_REPLY_ERROR && !nd->refused &&
@@ -497,7 +497,7 @@ static void keep(sluice_client *c, rec_entry *e, const sluice__answered *a) {
     r->dropped++;
     return;
   }
-  if (a->conn && a->conn->replicas_online > 0) nd->had_replicas = 1;
+  if (a->conn && a->conn->had_replicas) nd->had_replicas = 1;
   e->node_id = a->node_id;
   e->ups = a->ups;
   e->acked_ms = sluice__mono_ms();

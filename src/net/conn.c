@@ -92,8 +92,12 @@ static void note_node(sluice__conn *conn) {
                             strcmp(conn->run_id, conn->info_run_id) != 0));
   memcpy(conn->up_addr, addr, sizeof addr);
   memcpy(conn->run_id, conn->info_run_id, sizeof conn->run_id);
-  if (!had || conn->new_node) conn->node_id = fresh_node_id();
+  if (!had || conn->new_node) {
+    conn->node_id = fresh_node_id();
+    conn->had_replicas = 0;
+  }
   conn->replicas_online = conn->info_replicas;
+  if (conn->replicas_online > 0) conn->had_replicas = 1;
 }
 
 static void handshake_cb(redisAsyncContext *ac, void *r, void *privdata) {

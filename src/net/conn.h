@@ -97,6 +97,10 @@ struct sluice__conn {
    * WAIT refused, or a replica answered). */
   int replicas_online;
   int info_replicas; /* this attempt's, until it is up */
+  /* The node (node_id) was seen with a replica online, by the handshake
+   * or by whoever learnt it since (a WAIT, INFO replication): cut off from
+   * its replicas it may be replaced by one, so its writes wait for one. */
+  int had_replicas;
   /* Redis's words when the handshake's INFO or WAIT was refused (an ACL
    * rule without them): "" when answered. Neither fails the handshake. */
   char info_refused[160];
