@@ -313,6 +313,41 @@ char th_proc_state(pid_t pid) {
 
 static int is_stopped(pid_t pid) { return th_proc_state(pid) == 'T'; }
 
+void th_redis_start_pair(th_redis *master, th_redis *replica, const char *const *extra) {
+  const char *args[16] = {"--repl-diskless-sync-delay", "0"}; /* else 5 s */
+  size_t n = 2;
+  for (; extra && *extra && n < 15; extra++) args[n++] = *extra;
+  args[n] = NULL;
+  th_redis_start_tcp(master, args);
+  char port[16];
+  snprintf(port, sizeof port, "%d", master->port);
+  const char *replica_of[] = {"--replicaof", "127.0.0.1", port, NULL};
+  th_redis_start_tcp(replica, replica_of);
+  /* A write before the replica came online leaves the master's offset at
+   * 0, which WAIT counts as acknowledged at once: wait for the replica to
+   * acknowledge a master offset past 0 (after a diskless sync Redis 7
+   * streams nothing to it until its first acknowledgement). */
+  redisContext *ctx = th_redis_connect(master);
+  TH_ASSERT(ctx != NULL);
+  long long off = 0, acked = -1;
+  uint64_t end = th_now_ms() + 10000;
+  while ((off <= 0 || acked < off) && th_now_ms() < end) {
+    freeReplyObject(redisCommand(ctx, "SET th:synced 1"));
+    freeReplyObject(redisCommand(ctx, "WAIT 1 100"));
+    redisReply *r = redisCommand(ctx, "ROLE"); /* master, offset, [[ip, port, acked]] */
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+        r->element[1]->type == REDIS_REPLY_INTEGER && r->element[2]->type == REDIS_REPLY_ARRAY &&
+        r->element[2]->elements == 1 && r->element[2]->element[0]->elements == 3) {
+      off = r->element[1]->integer;
+      acked = strtoll(r->element[2]->element[0]->element[2]->str, NULL, 10);
+    }
+    if (r) freeReplyObject(r);
+  }
+  freeReplyObject(redisCommand(ctx, "DEL th:synced"));
+  redisFree(ctx);
+  TH_ASSERT(off > 0 && acked >= off);
+}
+
 /* kill() returns before a busy process has stopped: a reply it writes
  * meanwhile would reach the client after the pause. Wait until it has. */
 void th_redis_pause(th_redis *r) {

@@ -63,6 +63,10 @@ void th_redis_restart(th_redis *r);
  * directory: a server started with persistence (--appendonly yes) finds its
  * files. th_redis_stop removes them. */
 void th_redis_respawn(th_redis *r, const char *const *extra);
+/* Start a master on TCP (th_redis_start_tcp, with extra) and a replica of
+ * it, and wait until the replica acknowledges a write: a replica just
+ * synced acknowledges its first a moment later (WAIT counts it only then). */
+void th_redis_start_pair(th_redis *master, th_redis *replica, const char *const *extra);
 void th_redis_pause(th_redis *r);  /* SIGSTOP */
 void th_redis_resume(th_redis *r); /* SIGCONT */
 /* pid's state letter in /proc/PID/stat ('T' stopped, 'Z' zombie...); 0 if

@@ -883,9 +883,12 @@ static void test_local_handoff_bounded(void) {
   }
   for (int i = 0; i < SLUICE_LOCAL_HANDOFFS_MAX; i++) TH_ASSERT_STR_EQ(w[i].id, id);
   TH_ASSERT(strcmp(w[CHAIN - 2].id, id) != 0); /* through Redis: a new lease */
+  /* (The last gets a lease of its own, or the one before's in a new chain
+   * once that one is sound: on a master with replicas a hand-off is whole
+   * as soon as its waiter has it confirmed.) */
   TH_ASSERT(strcmp(w[CHAIN - 1].id, id) != 0);
-  TH_ASSERT(strcmp(w[CHAIN - 1].id, w[CHAIN - 2].id) != 0);
-  TH_ASSERT_EQ(sem_metrics(s).local_handoffs, SLUICE_LOCAL_HANDOFFS_MAX);
+  int new_chain = strcmp(w[CHAIN - 1].id, w[CHAIN - 2].id) == 0;
+  TH_ASSERT_EQ(sem_metrics(s).local_handoffs, SLUICE_LOCAL_HANDOFFS_MAX + new_chain);
   loop_until_zcard(fx.base, "sluice:sem:{lhb}:holders", 0);
   loop_until_zcard(fx.base, "sluice:sem:{lhb}:queue", 0);
   sluice_sem_free(s);
@@ -994,18 +997,22 @@ static uint64_t fence_of_try(struct event_base *base, sluice_sem *s) {
  * write; a restart that lost the data starts above both. */
 static void test_fence_outranks_deposed_master(void) {
   th_redis old_m, new_m;
-  th_redis_start_tcp(&old_m, NULL);
-  char port[16];
-  snprintf(port, sizeof port, "%d", old_m.port);
-  const char *replica_of[] = {"--replicaof", "127.0.0.1", port, NULL};
-  th_redis_start_tcp(&new_m, replica_of);
+  th_redis_start_pair(&old_m, &new_m, NULL);
   struct event_base *base = th_precise_base();
-  sluice_client *co = sem_test_client_at(base, old_m.url, 2000);
-  sluice_client *cn = sem_test_client_at(base, new_m.url, 2000);
+  /* Both sides answer their grants at once: the order of tokens alone is
+   * tested (a grant the old side could not confirm would fail). */
+  sluice_client_options o;
+  th_client_quick_options(&o, old_m.url, 2000);
+  sluice_client *co = th_client_with(base, &o);
+  o.url = new_m.url;
+  sluice_client *cn = th_client_with(base, &o);
+  TH_ASSERT_EQ(sluice_client_set_replica_ack(co, 0), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_client_set_replica_ack(cn, 0), SLUICE_OK);
   sluice_sem *so = sem_test_new(co, "fx", 1, 5000, 0), *sn = sem_test_new(cn, "fx", 1, 5000, 0);
 
   uint64_t before = fence_of_try(base, so);
-  while (th_redis_int(&old_m, "WAIT 1 100") < 1) continue; /* the replica syncs */
+  uint64_t end = th_now_ms() + 5000; /* the replica has the grant */
+  while (!th_redis_int(&new_m, "EXISTS sluice:sem:{fx}:meta") && th_now_ms() < end) continue;
   TH_ASSERT_EQ(th_redis_int(&new_m, "EXISTS sluice:sem:{fx}:meta"), 1);
   redisReply *r = th_redis_command(&new_m, "REPLICAOF NO ONE");
   freeReplyObject(r);

@@ -94,7 +94,9 @@ SLUICE_EXPORT const char *sluice_sem_name(const sluice_sem *sem);
 
 /* status: SLUICE_OK with a permit you now own (release it with
  * sluice_permit_release), SLUICE_EBUSY (try_acquire: none free),
- * SLUICE_ETIMEDOUT (acquire: its timeout passed), SLUICE_ECANCELED, or a
+ * SLUICE_ETIMEDOUT (acquire: its timeout passed), SLUICE_ENOREPLICA (the
+ * master has replicas and none had the grant in time: a master cut off
+ * from them, or a slow link; see sluice_client_set_replica_ack), SLUICE_ECANCELED, or a
  * transport status: SLUICE_ECONNECTION (Redis unreachable), SLUICE_EINDOUBT or
  * SLUICE_ETIMEDOUT (try_acquire: the answer was lost or late). You hold no
  * permit in any of these cases: one Redis may have granted to an attempt
@@ -143,9 +145,11 @@ SLUICE_EXPORT uint64_t sluice_permit_fence(const sluice_permit *permit);
 SLUICE_EXPORT int64_t sluice_permit_remaining_ms(const sluice_permit *permit);
 /* 0 while held, else the sluice_lost_reason. */
 SLUICE_EXPORT int sluice_permit_lost(const sluice_permit *permit);
-/* With the client's wait_replicas: 1 when its grant (or last renewal) was
- * acknowledged by that many replicas in time, 0 when fewer did (the permit
- * is still held, but a failover now could lose it); -1 when not asked. */
+/* 1 when its grant (or last renewal) was acknowledged by a replica (by
+ * wait_replicas of them, when set) in time; 0 when fewer did (only with
+ * the replica ack off and wait_replicas: the permit is still held, but a
+ * failover now could lose it); -1 when not asked (a master never seen with
+ * a replica, or the replica ack off without wait_replicas). */
 SLUICE_EXPORT int sluice_permit_replicated(const sluice_permit *permit);
 
 /* status: SLUICE_OK released; SLUICE_ENOTFOUND it had already expired or been

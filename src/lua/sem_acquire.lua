@@ -24,8 +24,9 @@
 -- a slot migrating), so they must ask for it; g is 1 when the request was
 -- granted (v: its fencing token, r: its lease in ms), 2 when a release
 -- already handed this waiter a permit whose id is the waiter id (v: its
--- fencing token, r: the lease left), 0 when refused, 3 when its deadline
+-- fencing token, r: its lease in ms, now a whole one), 0 when refused, 3 when its deadline
 -- had passed: nothing was done for it, and it left the queue.
+--@confirm
 --@include _sem_common.lua
 local H, Q, B, M = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local permits, ttl, hb = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -112,10 +113,15 @@ for i = 9, #ARGV, 5 do
     out[#out + 1], out[#out + 2], out[#out + 3] = 3, 0, 0
   elseif handed then
     -- A release handed this waiter a permit while this attempt was on its
-    -- way: that grant is the answer (it is also on the wake list).
+    -- way (or the waiter asks to have a hand-off confirmed): that grant is
+    -- the answer (it is also on the wake list), now with a whole lease --
+    -- the waiter is alive, and the write lets the WAIT behind this step
+    -- confirm the hand-off too.
+    leases[#leases + 1], leases[#leases + 2] = lease, wid
+    granted = true
     out[#out + 1] = 2
     out[#out + 1] = redis.call('HGET', M, 'g:' .. wid) or '0'
-    out[#out + 1] = n2s(tonumber(handed) - now)
+    out[#out + 1] = ttl
   else
     -- Idempotent per permit id: a retried attempt gets its own earlier
     -- grant (lease refreshed) instead of a second permit.

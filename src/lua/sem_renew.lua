@@ -3,6 +3,7 @@
 -- else's now). Renewals due in the same loop turn come in one call.
 -- KEYS: 1 holders; ARGV: 1 ttl_ms, 2 keep_ms, then permit ids
 -- Returns {r1, r2, ...}: ttl_ms when that lease was extended, 0 when gone.
+--@confirm
 --@include _sem_common.lua
 local H, ttl, keep = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2])
 local out, extended, expired = {}, false, {}

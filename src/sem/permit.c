@@ -214,6 +214,14 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
     fire_lost(p, SLUICE_LOST_DEFINITE);
     return;
   }
+  if (status == SLUICE_OK && sluice__client_unconfirmed(p->sem->c, br->replicated)) {
+    /* Redis extended the lease, but no replica had it in time: a replica
+     * promoted now would end it at the last confirmed one, so ours stays
+     * there (stats.writes_not_replicated counts it); again soon. */
+    p->replicated = 0;
+    renew_later(p);
+    return;
+  }
   if (status == SLUICE_OK) {
     p->sem->m.renewals++;
     p->replicated = br->replicated;

@@ -234,6 +234,28 @@ static void granted(sluice_acquire *a, const char *id, uint64_t fence, uint64_t 
   finish(a, SLUICE_OK, p);
 }
 
+/* Granted, but no replica had the grant in time (a master cut off from its
+ * replicas, or a link too slow): a replica promoted now would not know it,
+ * so it is not the caller's to use. A try_acquire gives it back and fails.
+ * A wait asks again after a backoff under the same id, so an attempt a
+ * replica confirms keeps it; at the deadline finish() gives it back (a
+ * hand-off, with the waiter's place, through sem_leave). */
+static void unconfirmed(sluice_acquire *a, const char *id) {
+  sluice_sem *sem = a->sem;
+  sluice__log(sem->c, SLUICE_LOG_DEBUG,
+              "semaphore '%s': permit %.32s granted but no replica had it in time", sem->name, id);
+  if (!a->blocking) {
+    sluice__release_queue(sem, id, NULL, NULL);
+    finish(a, SLUICE_ENOREPLICA, NULL);
+    return;
+  }
+  if (id == a->permit_id) a->maybe_granted = 1;
+  a->last_error = SLUICE_ENOREPLICA;
+  evtimer_del(a->timer);
+  sluice__timer_in(a->timer, a->retry_ms);
+  a->retry_ms = a->retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : a->retry_ms * 2;
+}
+
 /* Refused: wait in the queue, listening for a hand-off; wait = ms until
  * the earliest lease expires (-1: none). */
 static void refused(sluice_acquire *a, int64_t wait) {
@@ -354,6 +376,11 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
     return;
   }
   note_beat(a->sem, beat, a->blocking, br->sent_ms);
+  if ((g == 1 || (g == 2 && a->blocking)) &&
+      sluice__client_unconfirmed(a->sem->c, br->replicated)) {
+    unconfirmed(a, g == 1 ? a->permit_id : a->waiter_id);
+    return;
+  }
   a->last_error = 0;
   a->retry_ms = RETRY_MIN_MS;
   uint64_t deadline = sluice__permit_deadline(a->sem, br->sent_ms, (uint64_t)lease);
@@ -432,6 +459,12 @@ static void handed(sluice_sem *sem, const char *data, size_t len) {
   long long expiry = *end == ':' ? strtoll(end + 1, &end, 10) : -1;
   sluice_acquire *a = find_waiter(sem, buf);
   if (!a || decided(a) || buf[32] != ':' || *end || expiry < 0) return;
+  /* Another client's step made this grant: only an attempt of ours (which
+   * finds it, and makes its lease a whole one) can have a WAIT confirm it. */
+  if (sluice__client_confirms(sem->c, sem->route)) {
+    poke(a);
+    return;
+  }
   const sluice__rclock *k = sluice__client_rclock(sem->c);
   uint64_t deadline = sluice__rclock_known(k) ? sluice__rclock_local(k, expiry) : 0;
   buf[32] = '\0';
