@@ -250,9 +250,10 @@ static void test_bad_input(void) {
   th_sentinel_stop(&topo);
 }
 
-/* wait_replicas: with the replica there every grant reports replicated;
- * with it stopped, grants still happen and report not replicated within
- * wait_timeout_ms. */
+/* wait_replicas with the replica ack turned off: with the replica there
+ * every grant reports replicated; with it stopped, grants still happen and
+ * report not replicated within wait_timeout_ms. (With the ack on, the
+ * default, such a grant is given back: test_sem_replicas.) */
 static void test_wait_replicas(void) {
   start();
   struct event_base *base = event_base_new();
@@ -262,6 +263,7 @@ static void test_wait_replicas(void) {
   o.wait_replicas = 1;
   o.wait_timeout_ms = 1000; /* generous: the replica may lag on a loaded machine */
   sluice_client *c = th_client_with(base, &o);
+  TH_ASSERT_EQ(sluice_client_set_replica_ack(c, 0), SLUICE_OK);
   sluice_sem *s = sem_test_new(c, "w", 2, 5000, 0);
   acq_result a = sem_hold(base, s);
   TH_ASSERT_EQ(sluice_permit_replicated(a.permit), 1);
