@@ -31,10 +31,10 @@ netns=$root/test/partition/netns.sh
 
 build=$root/build-ci keep='' scenarios=()
 declare -A asserted=(
-  [cut]="fence_order"
+  [cut]="fence_order,no_lost"
   [cut-long]="fence_order"
-  [isolate]="no_overlap,fence_guards,fence_order,no_lost"
-  [slow]="fence_order"
+  [isolate]="no_overlap,fence_guards,fence_order,no_lost,no_dup"
+  [slow]="fence_order,no_lost"
 )
 while [ $# -gt 0 ]; do
   case $1 in
@@ -212,7 +212,8 @@ for s in "${scenarios[@]}"; do
     "$netns" down "$run"
     python3 "$root/test/partition/check.py" --scenario "$s" --assert "${asserted[$s]}" \
       --tap-first "$first" "$dir"/c?.log "$dir/runner.log" || tap_status=1
-    echo "# $s: $((SECONDS - t0)) s"
+    # Seen from r1, on the majority's side of every cut.
+    echo "# $s: failovers: $(grep -c switch-master "$dir/r1/sentinel.log"); $((SECONDS - t0)) s"
   else
     [ ${#pids[@]} -eq 0 ] || kill -9 "${pids[@]}" 2>/dev/null
     pids=()
