@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
-# The partition harness: a Sentinel set and three client processes, each in
-# its own network namespace, under network faults; prints TAP, one case per
-# scenario and property (test/partition/check.py names the properties).
+# The partition harness: a Sentinel set or a Redis Cluster and three client
+# processes, each in its own network namespace, under network faults;
+# prints TAP, one case per scenario and property (test/partition/check.py
+# names the properties).
 #
 #   scripts/partition.sh [--build DIR] [--scenario NAME]... [--assert S:P,P]...
 #                        [--keep DIR]
 #
-# Scenarios (all by default), each about 30-45 s, bounded, torn down after:
+# Scenarios, on a Sentinel set (test/partition/sentinel_set.sh) and, as
+# NAME@cluster, on a Redis Cluster (cluster_set.sh); all eight by default,
+# each 45-65 s, bounded, torn down after:
 #   cut       the master and client c1 cut off from the rest for 8 s
 #   cut-long  the same for 16 s: longer than repl-timeout, which the
 #             harness sets to 10 s so the run is short (it stands for the
 #             default 60 s and a 70 s partition)
 #   isolate   client c1 cut off alone for 4 s
 #   slow      200 ms delay and 20 % loss on the master's link for 6 s
-# Clients (default options, redis+sentinel:// URL): c1 sem+push, c2
-# sem+consume, c3 sem. Properties not asserted print as "# TODO not yet
-# asserted" cases with the measured figure; --assert cut:no_overlap,... adds
-# to (--assert none clears) the properties asserted by default, those that
-# hold with today's library. --build: the meson build holding
-# test/partition/ (default build-ci). --keep DIR: keep the logs there.
+# Clients (default options; redis+sentinel:// or redis+cluster:// URL): c1
+# sem+push, c2 sem+consume, c3 sem. Properties not asserted print as
+# "# TODO not yet asserted" cases with the measured figure; --assert
+# cut:no_overlap,... adds to (S:none clears) the properties asserted by
+# default, those that held in every run on today's library. --build: the
+# meson build holding test/partition/ (default build-ci). --keep DIR: keep
+# the logs there.
 # Needs root, ip, iptables, redis-server, redis-cli and (for slow) the
 # nfq_delay stand-in for netem (libnetfilter-queue); without them it skips,
 # or fails under CI=true.
@@ -35,6 +39,10 @@ declare -A asserted=(
   [cut-long]="fence_order"
   [isolate]="no_overlap,fence_guards,fence_order,no_lost,no_dup"
   [slow]="fence_order,no_lost"
+  [cut@cluster]="no_overlap,fence_guards,fence_order,no_lost"
+  [cut-long@cluster]="no_overlap,fence_guards,fence_order"
+  [isolate@cluster]="no_overlap,fence_guards,fence_order,no_lost,no_dup"
+  [slow@cluster]="fence_order,no_lost"
 )
 while [ $# -gt 0 ]; do
   case $1 in
@@ -46,11 +54,12 @@ while [ $# -gt 0 ]; do
       shift 2
       ;;
     --keep) keep=$2; shift 2 ;;
-    -h | --help) sed -n '2,26s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,28s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "partition.sh: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
-[ ${#scenarios[@]} -gt 0 ] || scenarios=(cut cut-long isolate slow)
+[ ${#scenarios[@]} -gt 0 ] ||
+  scenarios=(cut cut-long isolate slow cut@cluster cut-long@cluster isolate@cluster slow@cluster)
 for s in "${scenarios[@]}"; do
   [ -n "${asserted[$s]+x}" ] || { echo "partition.sh: unknown scenario: $s" >&2; exit 2; }
 done
@@ -63,7 +72,7 @@ for c in ip iptables redis-server redis-cli python3; do
   command -v "$c" >/dev/null 2>&1 || missing+=("$c")
 done
 [ -x "$driver" ] || missing+=("$driver (build it)")
-[[ " ${scenarios[*]} " != *" slow "* ]] || [ -x "$nfq" ] ||
+[[ " ${scenarios[*]} " != *" slow"[@\ ]* ]] || [ -x "$nfq" ] ||
   missing+=("$nfq (libnetfilter-queue-dev)")
 if [ ${#missing[@]} -gt 0 ]; then
   [ "${CI:-}" = true ] && tap_bail "partition.sh: missing ${missing[*]}"
@@ -86,7 +95,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# shellcheck disable=SC2317  # also called from the sourced topology files
 addr() { "$netns" addr "$1"; }
+# shellcheck disable=SC2317
 inns() {
   local n=$1
   shift
@@ -102,56 +113,10 @@ bg() { # bg NODE CMD...: start CMD in NODE's namespace, remember its pid
   disown $! # its end (often by netns.sh down) is no job notice
 }
 
-sentinels="$(addr m):26379,$(addr r1):26379,$(addr r2):26379"
-url="redis+sentinel://$sentinels/mymaster"
-
-start_redis() {
-  local n=$1 a
-  a=$(addr "$n")
-  mkdir -p "$dir/$n"
-  local extra=()
-  [ "$n" = m ] || extra=(--replicaof "$(addr m)" 6379)
-  bg "$n" redis-server --bind "$a" --port 6379 --save '' --appendonly no --protected-mode no \
-    --repl-timeout 10 --repl-ping-replica-period 1 --dir "$dir/$n" --logfile "$dir/$n/redis.log" "${extra[@]}"
-  cat >"$dir/$n/sentinel.conf" <<EOF
-port 26379
-bind $a
-protected-mode no
-dir $dir/$n
-logfile $dir/$n/sentinel.log
-sentinel monitor mymaster $(addr m) 6379 2
-sentinel down-after-milliseconds mymaster 1000
-sentinel failover-timeout mymaster 6000
-EOF
-}
-
-field() { # field NODE KEY: KEY of SENTINEL MASTER mymaster on NODE's sentinel
-  inns "$1" redis-cli -h "$(addr "$1")" -p 26379 SENTINEL MASTER mymaster 2>/dev/null |
-    awk -v k="$2" 'prev == k { print; exit } { prev = $0 }'
-}
-
-# Every sentinel knows both replicas and the two other sentinels.
-wait_settled() {
-  local deadline=$((SECONDS + 30)) n
-  while [ $SECONDS -lt $deadline ]; do
-    local ok=1
-    for n in m r1 r2; do
-      [ "$(field "$n" num-slaves)" = 2 ] && [ "$(field "$n" num-other-sentinels)" = 2 ] || ok=0
-    done
-    [ $ok = 1 ] && return 0
-    sleep 0.2
-  done
-  return 1
-}
-
-start_set() {
-  "$netns" up "$run" || return 1
-  local n
-  for n in m r1 r2; do start_redis "$n"; done
-  sleep 0.5 # the replicas' first sync before the sentinels look
-  for n in m r1 r2; do bg "$n" redis-server "$dir/$n/sentinel.conf" --sentinel; done
-  wait_settled
-}
+# shellcheck source=test/partition/sentinel_set.sh disable=SC1091
+. "$root/test/partition/sentinel_set.sh"
+# shellcheck source=test/partition/cluster_set.sh disable=SC1091
+. "$root/test/partition/cluster_set.sh"
 
 # start_clients SECONDS: c1 and c3 run SECONDS, c2 (the consumer) 6 s more
 # to drain what was pushed.
@@ -163,7 +128,7 @@ start_clients() {
   for n in c1 c2 c3; do
     local s=$secs
     [ "$n" = c2 ] && s=$((secs + 6))
-    bg "$n" "$driver" --url "$url" --name "$n" --log "$dir/$n.log" --fence "$fence" \
+    bg "$n" "$driver" --url "$("${topo}_url")" --name "$n" --log "$dir/$n.log" --fence "$fence" \
       --modes "${modes[$n]}" --seconds "$s"
   done
 }
@@ -199,26 +164,27 @@ nprops=7
 tap_plan $((nprops * ${#scenarios[@]}))
 first=1
 for s in "${scenarios[@]}"; do
+  fault=${s%@*} topo=sentinel
+  [ "$fault" = "$s" ] || topo=${s#*@}
   dir=$work/$s
   mkdir -p "$dir"
   t0=$SECONDS
-  if start_set; then
-    start_clients $((WARM + $(fault_secs "$s") + AFTER))
+  if "$netns" up "$run" && "${topo}_start"; then
+    start_clients $((WARM + $(fault_secs "$fault") + AFTER))
     sleep $WARM
-    fault "$s"
+    fault "$fault"
     wait_clients $((AFTER + 20))
     [ ${#pids[@]} -eq 0 ] || kill -9 "${pids[@]}" 2>/dev/null
     pids=()
     "$netns" down "$run"
     python3 "$root/test/partition/check.py" --scenario "$s" --assert "${asserted[$s]}" \
       --tap-first "$first" "$dir"/c?.log "$dir/runner.log" || tap_status=1
-    # Seen from r1, on the majority's side of every cut.
-    echo "# $s: failovers: $(grep -c switch-master "$dir/r1/sentinel.log"); $((SECONDS - t0)) s"
+    echo "# $s: failovers: $("${topo}_failovers"); $((SECONDS - t0)) s"
   else
     [ ${#pids[@]} -eq 0 ] || kill -9 "${pids[@]}" 2>/dev/null
     pids=()
     "$netns" down "$run"
-    for ((i = 0; i < nprops; i++)); do tap_not_ok "$s: the Sentinel set did not settle in 30 s"; done
+    for ((i = 0; i < nprops; i++)); do tap_not_ok "$s: the $topo did not come up in time"; done
   fi
   first=$((first + nprops))
   # shellcheck disable=SC2034  # tap.sh's counter
