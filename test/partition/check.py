@@ -45,8 +45,9 @@ def read_events(paths):
 
 
 class Hold:
-    def __init__(self, proc, pid, token, start):
+    def __init__(self, proc, pid, token, start, left_ms):
         self.proc, self.id, self.token, self.start = proc, pid, token, start
+        self.left_ms = left_ms  # lease left when granted (None: not logged)
         self.end = None
         self.accepted = []  # times of this holder's accepted fenced writes
 
@@ -57,7 +58,7 @@ def holds_of(events):
     for t, proc, ev, f in events:
         last_seen[proc] = t
         if ev == 'grant':
-            h = Hold(proc, f[0], int(f[1]), t)
+            h = Hold(proc, f[0], int(f[1]), t, int(f[2]) if len(f) > 2 else None)
             holds.append(h)
             open_by_id[f[0]] = h
         elif ev in ('release', 'lost') and f and f[0] in open_by_id:
@@ -190,14 +191,15 @@ def main():
     t0 = events[0][0] if events else 0
     refused = sum(1 for e in events if e[2] == 'fence' and len(e[3]) >= 3 and e[3][2] == 'refused')
     lost_cbs = sum(1 for e in events if e[2] == 'lost')
+    late = sum(1 for h in holds if h.left_ms == 0)
     worst_regrant = 0
     for _, firsts, _ in heals:
         for v in firsts.values():
             worst_regrant = max(worst_regrant, v if v is not None else float('inf'))
 
     s = args.scenario
-    print('# %s: %d grants, %d lost callbacks, %d fenced writes refused' %
-          (s, len(holds), lost_cbs, refused))
+    print('# %s: %d grants (%d answered with no lease left), %d lost callbacks, '
+          '%d fenced writes refused' % (s, len(holds), late, lost_cbs, refused))
     print('# %s: %d overlapping holds, %d with both writes past the fence (%d both inside '
           'the overlap), %d fenced writes accepted out of order' %
           (s, pairs, both, inside, disorder))

@@ -89,7 +89,9 @@ static void on_acquired(sluice_sem *sem, int status, sluice_permit *permit, void
     return;
   }
   d->permit = permit;
-  event_log("grant %s %" PRIu64, sluice_permit_id(permit), sluice_permit_fence(permit));
+  /* The lease left shows a grant answered after its lease ran out. */
+  event_log("grant %s %" PRIu64 " %" PRId64, sluice_permit_id(permit), sluice_permit_fence(permit),
+            sluice_permit_remaining_ms(permit));
   sluice_permit_set_lost_cb(permit, on_lost, d);
   fence(d);
   arm(d->hold_timer, HOLD_MS);

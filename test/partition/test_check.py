@@ -28,11 +28,12 @@ C2 = [
     (1.0, 'want'), (1.05, 'grant p2 20'), (1.06, 'fence p2 20 accepted'),
     (1.15, 'fence p2 20 accepted'), (1.2, 'release p2'),
     (1.5, 'deliver c1-1 1'), (1.6, 'deliver c1-2 1'), (1.7, 'deliver c1-2 2'),
-    (2.1, 'grant p4 25'), (2.18, 'fence p4 25 accepted'), (2.2, 'lost p4 2'),
+    (2.1, 'grant p4 25 0'), (2.18, 'fence p4 25 accepted'), (2.2, 'lost p4 2'),
     (2.2, 'want'), (6.0, 'exit'),
 ]
 RUNNER = [(2.0, 'cut m,c1'), (5.0, 'heal')]
 EXPECT = [
+    '5 grants (1 answered with no lease left), 1 lost callbacks, 1 fenced writes refused',
     '2 overlapping holds, 2 with both writes past the fence (1 both inside the overlap), '
     '2 fenced writes accepted out of order',
     '3 pushes acknowledged, 3 deliveries, 1 lost, 1 duplicates',
