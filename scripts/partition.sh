@@ -9,7 +9,7 @@
 #
 # Scenarios, on a Sentinel set (test/partition/sentinel_set.sh) and, as
 # NAME@cluster, on a Redis Cluster (cluster_set.sh); all eight by default,
-# each 45-65 s, bounded, torn down after:
+# each 35-50 s (all eight about 5 minutes), bounded, torn down after:
 #   cut       the master and client c1 cut off from the rest for 8 s
 #   cut-long  the same for 16 s: longer than repl-timeout, which the
 #             harness sets to 10 s so the run is short (it stands for the
