@@ -35,9 +35,13 @@ done
 # package's service is kept from starting and disabled (see below).
 # libclang-rt-dev: clang's runtime libraries, libFuzzer among them (the URL
 # fuzzer, test/fuzz/); clang only recommends it.
+# iptables and libnetfilter-queue-dev: the partition harness
+# (scripts/partition.sh) cuts links with iptables rules in network
+# namespaces, and delays and drops packets through an NFQUEUE
+# (test/partition/nfq_delay.c) where the kernel has no sch_netem.
 packages=(meson ninja-build pkg-config gcc libc6-dev clang clang-format libclang-rt-dev
           libhiredis-dev libevent-dev redis-server redis-tools valgrind python3 binutils
-          libssl-dev openssl mandoc man-db prometheus)
+          libssl-dev openssl mandoc man-db prometheus iptables libnetfilter-queue-dev)
 # --full: dpkg-dev (dpkg-buildpackage) and debhelper (dh) build debian/,
 # whose other Build-Depends are all above; build-essential, which
 # dpkg-buildpackage requires; lintian checks the packages (scripts/deb.sh);
@@ -101,11 +105,11 @@ fi
 # Not Debian: check by command and pkg-config module.
 missing=()
 for c in meson ninja pkg-config cc clang clang-format redis-server redis-cli redis-benchmark valgrind python3 readelf openssl \
-         prometheus promtool; do
+         prometheus promtool iptables; do
   command -v "$c" >/dev/null 2>&1 || missing+=("$c")
 done
 if command -v pkg-config >/dev/null 2>&1; then
-  for m in hiredis libevent_core libevent_extra; do  # _extra (evhttp): top --scrape
+  for m in hiredis libevent_core libevent_extra libnetfilter_queue; do  # _extra (evhttp): top --scrape
     pkg-config --exists "$m" || missing+=("$m (pkg-config)")
   done
 fi
