@@ -1,0 +1,115 @@
+/* `sluice agent`: rate limits for proxies (nginx auth_request), decided by
+ * rules read from a file. Built only on the public API, like the tool. */
+#ifndef SLUICE_CLI_AGENT_H
+#define SLUICE_CLI_AGENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sluice/sluice.h>
+
+struct event_base;
+
+/* What a rule does when Redis cannot answer in time. */
+typedef enum agent_down {
+  AGENT_DOWN_DENY = 0,
+  AGENT_DOWN_ALLOW = 1,
+  AGENT_DOWN_LOCAL = 2
+} agent_down;
+
+/* One part of a rule's key. */
+typedef enum agent_key_kind {
+  AGENT_KEY_ADDR,     /* the client's address, or its network (addr/24) */
+  AGENT_KEY_HEADER,   /* a request header's value (header:X-User) */
+  AGENT_KEY_HOST,     /* the original request's host */
+  AGENT_KEY_PATH,     /* its path */
+  AGENT_KEY_METHOD,   /* its method */
+  AGENT_KEY_LISTENER, /* the proxy's listener name */
+} agent_key_kind;
+
+#define AGENT_KEY_PARTS_MAX 4
+#define AGENT_RULES_MAX 64
+#define AGENT_TEXT_MAX 128 /* a rule's name, a match's value, a header name */
+
+typedef struct agent_key_part {
+  agent_key_kind kind;
+  int prefix_bits; /* AGENT_KEY_ADDR: -1 the whole address */
+  char header[AGENT_TEXT_MAX];
+} agent_key_part;
+
+typedef struct agent_rule {
+  char name[AGENT_TEXT_MAX];
+  int line; /* of its [rule NAME] header, for messages */
+  /* Which requests it covers; "" matches any. */
+  char listener[AGENT_TEXT_MAX], host[AGENT_TEXT_MAX], path_prefix[AGENT_TEXT_MAX],
+      method[AGENT_TEXT_MAX];
+  agent_key_part key[AGENT_KEY_PARTS_MAX];
+  int nkey;
+  sluice_limiter_options opts;
+  unsigned cost;
+  agent_down down;
+  unsigned timeout_ms; /* the local deadline: well inside the proxy's own */
+  sluice_limiter *lim;
+} agent_rule;
+
+/* The [agent] section: read at start only (a reload keeps them). */
+typedef struct agent_settings {
+  char http[AGENT_TEXT_MAX]; /* "host:port" of the auth-request listener */
+  unsigned max_header_bytes;
+  unsigned idle_timeout_s;
+} agent_settings;
+
+/* A parsed file. Decisions in flight hold a reference, so a reload frees
+ * the old rules (and their limiters) only once nothing uses them. */
+typedef struct agent_rules {
+  int refs;
+  agent_settings settings;
+  agent_rule rule[AGENT_RULES_MAX];
+  int n;
+} agent_rules;
+
+/* Parse path. NULL on error, with "FILE:LINE: reason" in why. */
+agent_rules *agent_rules_load(const char *path, char *why, size_t why_size);
+/* Create each rule's limiter on client; 0, or -1 with why filled. */
+int agent_rules_start(agent_rules *rules, sluice_client *client, char *why, size_t why_size);
+void agent_rules_ref(agent_rules *rules);
+void agent_rules_unref(agent_rules *rules);
+
+/* A request as a proxy describes it; get_header reads any other header. */
+typedef struct agent_request {
+  const char *listener, *host, *path, *method, *addr; /* NULL when absent */
+  const char *(*get_header)(const void *ctx, const char *name);
+  const void *ctx;
+} agent_request;
+
+/* One rule's outcome, for the answer's RateLimit fields. */
+typedef struct agent_verdict {
+  const agent_rule *rule;
+  int allowed;
+  int checked; /* 0: decided by the failure policy, res unknown */
+  sluice_rl_result res;
+} agent_verdict;
+
+typedef struct agent_decision agent_decision;
+/* The answer: allowed when every matching rule allowed; v[0..n) each rule's
+ * verdict (valid during the call only). */
+typedef void agent_decision_cb(const agent_verdict *v, int n, int allowed, int64_t retry_after_ms,
+                               void *ud);
+
+/* Decide req under rules: cb runs exactly once, from the loop or, when no
+ * rule matches or every check fails at once, inside this call. It runs at
+ * the latest when the matching rules' longest timeout_ms has passed. -1
+ * (cb not run) when out of memory. */
+int agent_decide(struct event_base *base, agent_rules *rules, const agent_request *req,
+                 agent_decision_cb *cb, void *ud);
+
+/* Build rule's key for req into buf: 0, or -1 when a part is missing or
+ * the key is too long (the rule then does not apply). */
+int agent_key_build(const agent_rule *rule, const agent_request *req, char *buf, size_t size);
+
+/* The auth-request HTTP front: serve on settings->http. */
+typedef struct agent_http agent_http;
+agent_http *agent_http_new(struct event_base *base, const agent_settings *s, agent_rules **rules,
+                           char *why, size_t why_size);
+void agent_http_free(agent_http *h);
+
+#endif
