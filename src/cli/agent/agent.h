@@ -1,4 +1,4 @@
-/* `sluice agent`: rate limits for proxies (nginx auth_request), decided by
+/* `sluice agent`: rate limits for proxies (nginx auth_request, HAProxy SPOE), decided by
  * rules read from a file. Built only on the public API, like the tool. */
 #ifndef SLUICE_CLI_AGENT_H
 #define SLUICE_CLI_AGENT_H
@@ -53,7 +53,9 @@ typedef struct agent_rule {
 
 /* The [agent] section: read at start only (a reload keeps them). */
 typedef struct agent_settings {
-  char http[AGENT_TEXT_MAX]; /* "host:port" of the auth-request listener */
+  char http[AGENT_TEXT_MAX]; /* "host:port" of the auth-request listener, or "" */
+  char spop[AGENT_TEXT_MAX]; /* "host:port" of the SPOP listener, or "" */
+  unsigned max_connections;  /* SPOP connections at once */
   unsigned max_header_bytes;
   unsigned idle_timeout_s;
 } agent_settings;
@@ -111,5 +113,11 @@ typedef struct agent_http agent_http;
 agent_http *agent_http_new(struct event_base *base, const agent_settings *s, agent_rules **rules,
                            char *why, size_t why_size);
 void agent_http_free(agent_http *h);
+
+/* The SPOP front (HAProxy's SPOE): serve on settings->spop. */
+typedef struct agent_spop agent_spop;
+agent_spop *agent_spop_new(struct event_base *base, const agent_settings *s, agent_rules **rules,
+                           char *why, size_t why_size);
+void agent_spop_free(agent_spop *s);
 
 #endif

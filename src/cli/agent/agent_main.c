@@ -15,6 +15,7 @@ typedef struct agent {
   const char *config;
   agent_rules *rules; /* current; decisions in flight may hold older ones */
   agent_http *http;
+  agent_spop *spop;
 } agent;
 
 static void usage(FILE *out) {
@@ -43,7 +44,8 @@ static void on_reload(evutil_socket_t sig, short what, void *ud) {
     cli_error("reload refused, the rules in use are kept: %s", why);
     return;
   }
-  if (strcmp(next->settings.http, a->rules->settings.http) != 0)
+  if (strcmp(next->settings.http, a->rules->settings.http) != 0 ||
+      strcmp(next->settings.spop, a->rules->settings.spop) != 0)
     cli_error("reload: [agent] settings take effect at the next start only");
   next->settings = a->rules->settings;
   agent_rules_unref(a->rules);
@@ -75,7 +77,9 @@ static int run(agent *a, const cli_ctx *ctx) {
     cli_error("%s", why);
     return CLI_EXIT_FAILURE;
   }
-  if (!(a->http = agent_http_new(a->base, &a->rules->settings, &a->rules, why, sizeof why))) {
+  const agent_settings *s = &a->rules->settings;
+  if ((s->http[0] && !(a->http = agent_http_new(a->base, s, &a->rules, why, sizeof why))) ||
+      (s->spop[0] && !(a->spop = agent_spop_new(a->base, s, &a->rules, why, sizeof why)))) {
     cli_error("%s", why);
     return CLI_EXIT_UNAVAILABLE;
   }
@@ -87,8 +91,8 @@ static int run(agent *a, const cli_ctx *ctx) {
     cli_error("cannot watch signals");
     rc = CLI_EXIT_FAILURE;
   } else {
-    fprintf(stderr, "sluice: agent: serving %s with %d rules\n", a->rules->settings.http,
-            a->rules->n);
+    fprintf(stderr, "sluice: agent: serving%s%s%s%s with %d rules\n", s->http[0] ? " http " : "",
+            s->http, s->spop[0] ? " spop " : "", s->spop, a->rules->n);
     event_base_dispatch(a->base);
     rc = CLI_EXIT_OK;
   }
@@ -134,6 +138,7 @@ int cli_agent_main(int argc, char **argv) {
   }
   int rc = run(&a, &ctx);
   agent_http_free(a.http);
+  agent_spop_free(a.spop);
   agent_rules_unref(a.rules);
   sluice_client_free(a.client);
   event_base_loop(a.base, EVLOOP_NONBLOCK);

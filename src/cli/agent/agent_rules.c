@@ -128,6 +128,9 @@ static int rule_field(parse_state *st, agent_rule *r, const char *name, const ch
 
 static int agent_field(parse_state *st, agent_settings *s, const char *name, const char *value) {
   if (strcmp(name, "http") == 0) return copy_text(st, s->http, name, value);
+  if (strcmp(name, "spop") == 0) return copy_text(st, s->spop, name, value);
+  if (strcmp(name, "max_connections") == 0)
+    return number(st, name, value, 1, 1000000, &s->max_connections);
   if (strcmp(name, "max_header_bytes") == 0)
     return number(st, name, value, 512, 1 << 20, &s->max_header_bytes);
   if (strcmp(name, "idle_timeout_s") == 0)
@@ -215,13 +218,14 @@ agent_rules *agent_rules_load(const char *path, char *why, size_t why_size) {
   st.rules->refs = 1;
   st.rules->settings.max_header_bytes = 8192;
   st.rules->settings.idle_timeout_s = 60;
+  st.rules->settings.max_connections = 1024;
   int line = ini_parse(path, on_value, &st);
   if (line < 0) {
     snprintf(why, why_size, "%s: cannot read the file", path);
   } else if (line > 0) {
     snprintf(why, why_size, "%s:%d: %s", path, line, st.why[0] ? st.why : "not a valid line");
-  } else if (!st.rules->settings.http[0]) {
-    snprintf(why, why_size, "%s: [agent] needs http = HOST:PORT", path);
+  } else if (!st.rules->settings.http[0] && !st.rules->settings.spop[0]) {
+    snprintf(why, why_size, "%s: [agent] needs http = HOST:PORT or spop = HOST:PORT", path);
     line = -1;
   } else {
     for (int i = 0; i < st.rules->n && !line; i++) {
