@@ -1,21 +1,24 @@
 #!/usr/bin/env python3
-"""The agent behind real proxies: `sluice agent` with two nginx instances.
+"""The agent behind real proxies: `sluice agent`, two nginx, two HAProxy.
 
     test_proxies.py SRC_DIR SLUICE_BIN
 
 Starts a private redis-server (unix socket), the agent with the rule file of
-docs/proxies.md and two nginx (Debian's package) with its nginx block, each
-block as the page shows it with only its ports changed; then checks the
-limits through both proxies, the failure policies, a bad file, a reload and
-the agent's death. Prints TAP. Without nginx or redis-server it exits 77
-(skip), except under CI=true, where that is a failure.
+docs/proxies.md, two nginx and two HAProxy (Debian's packages) with its
+blocks, each block as the page shows it with only its ports and paths
+changed; then checks the limits through both instances of each proxy, the
+failure policies, malformed SPOP frames, a bad file, a reload and the
+agent's death. Prints TAP. Without nginx, haproxy or redis-server it exits
+77 (skip), except under CI=true, where that is a failure.
 """
+import concurrent.futures
 import http.client
 import os
 import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -98,7 +101,7 @@ class Redis:
 class Agent:
     def __init__(self, tmp, binary, redis_url, rules_text):
         self.tmp, self.binary, self.url = tmp, binary, redis_url
-        self.port = free_port()
+        self.port, self.spop_port = free_port(), free_port()
         self.rules = os.path.join(tmp, 'rules.ini')
         self.log = os.path.join(tmp, 'agent.log')
         self.write(rules_text)
@@ -106,13 +109,14 @@ class Agent:
 
     def write(self, rules_text):
         text = replace_once(rules_text, '127.0.0.1:9181', '127.0.0.1:%d' % self.port)
+        text = replace_once(text, '127.0.0.1:9182', '127.0.0.1:%d' % self.spop_port)
         with open(self.rules, 'w') as f:
             f.write(text)
 
     def start(self):
         self.proc = subprocess.Popen([self.binary, 'agent', '--config', self.rules, '--redis',
                                       self.url], stderr=open(self.log, 'a'))
-        wait_for(lambda: accepts(self.port), 5, 'the agent')
+        wait_for(lambda: accepts(self.port) and accepts(self.spop_port), 5, 'the agent')
 
     def log_text(self):
         return open(self.log).read()
@@ -160,6 +164,37 @@ class Nginx:
                 self.proc.wait()
 
 
+class Haproxy:
+    def __init__(self, tmp, name, blocks, agent_port, backend_port):
+        self.dir = os.path.join(tmp, name)
+        os.makedirs(self.dir)
+        self.port = free_port()
+        spoe = os.path.join(self.dir, 'sluice-spoe.conf')
+        with open(spoe, 'w') as f:
+            f.write(blocks['spoe'])
+        conf = replace_once(blocks['haproxy'], 'bind :8080', 'bind 127.0.0.1:%d' % self.port)
+        conf = replace_once(conf, '/etc/haproxy/sluice-spoe.conf', spoe)
+        conf = replace_once(conf, '127.0.0.1:9182', '127.0.0.1:%d' % agent_port)
+        conf = replace_once(conf, '127.0.0.1:8000', '127.0.0.1:%d' % backend_port)
+        self.conf = os.path.join(self.dir, 'haproxy.cfg')
+        with open(self.conf, 'w') as f:
+            f.write('global\n    log stderr format raw local0 warning\n'
+                    'defaults\n    mode http\n    log global\n    timeout connect 1s\n'
+                    '    timeout client 10s\n    timeout server 10s\n\n' + conf)
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen(['haproxy', '-db', '-f', self.conf],
+                                     stdout=open(os.path.join(self.dir, 'log'), 'w'),
+                                     stderr=subprocess.STDOUT)
+        wait_for(lambda: accepts(self.port), 5, 'haproxy')
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
 def request(port, method='GET', path='/', source='127.0.0.1', conn=None, headers=None):
     """(status, headers dict, seconds taken) of one request."""
     c = conn or http.client.HTTPConnection('127.0.0.1', port, timeout=10,
@@ -178,6 +213,48 @@ def rule_value(text, rule, name):
     """A rule's setting, read from the page's rule file."""
     section = text.split('[rule %s]' % rule, 1)[1].split('\n[', 1)[0]
     return int(re.search(r'^%s = (\d+)$' % name, section, re.M).group(1))
+
+
+def spop_varint(v):
+    if v < 240:
+        return bytes([v])
+    out = [(v | 240) & 0xff]
+    v = (v - 240) >> 4
+    while v >= 128:
+        out.append((v | 128) & 0xff)
+        v = (v - 128) >> 7
+    return bytes(out + [v])
+
+
+def spop_str(text):
+    return spop_varint(len(text)) + text.encode()
+
+
+def spop_kv_str(name, value):
+    return spop_str(name) + b'\x08' + spop_str(value)
+
+
+def spop_kv_u32(name, value):
+    return spop_str(name) + b'\x03' + spop_varint(value)
+
+
+def spop_frame(ftype, payload, sid=0, fid=0, flags=1):
+    body = bytes([ftype]) + struct.pack('>I', flags) + spop_varint(sid) + spop_varint(fid) + payload
+    return struct.pack('>I', len(body)) + body
+
+
+def spop_read(s):
+    """(type, the rest after the type) of the next frame s receives."""
+    def exactly(n):
+        got = b''
+        while len(got) < n:
+            chunk = s.recv(n - len(got))
+            if not chunk:
+                raise AssertionError('connection closed after %d bytes' % len(got))
+            got += chunk
+        return got
+    body = exactly(struct.unpack('>I', exactly(4))[0])
+    return body[0], body[1:]
 
 
 class Tap:
@@ -210,16 +287,25 @@ class Suite:
                             backend if n == 'a' else free_port()) for n in ('a', 'b')]
         for n in self.nginx:
             n.start()
+        self.haproxy = [Haproxy(tmp, 'haproxy-%s' % n, self.blocks, self.agent.spop_port, backend)
+                        for n in ('a', 'b')]
+        for h in self.haproxy:
+            h.start()
+        self.proxies = {'nginx': self.nginx, 'haproxy': self.haproxy}
 
     def close(self):
-        for n in self.nginx:
+        for n in self.nginx + self.haproxy:
             n.stop()
         self.agent.stop()
         self.redis.stop()
 
-    def through_both(self, count, method, path, source):
-        """count requests, alternating the two nginx: their statuses."""
-        return [request(self.nginx[i % 2].port, method, path, source) for i in range(count)]
+    def through_both(self, count, method, path, source, proxy='nginx', parallel=1):
+        """count requests, alternating the two instances of proxy, parallel at
+        once (HAProxy then pipelines them on its agent connections)."""
+        ports = [p.port for p in self.proxies[proxy]]
+        with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
+            return list(pool.map(lambda i: request(ports[i % 2], method, path, source),
+                                 range(count)))
 
     def bad_file(self):
         bad = self.rules_text.replace('algo = gcra', 'algo = fast')
@@ -249,27 +335,28 @@ class Suite:
         if left < 10000:
             time.sleep(left / 1000 + 0.05)
 
-    def fixed_exact(self):
+    def fixed_exact(self, proxy, source, parallel=1):
         limit = rule_value(self.rules_text, 'per-client', 'limit')
         self.away_from_window_end(rule_value(self.rules_text, 'per-client', 'period_ms'))
-        got = self.through_both(3 * limit, 'GET', '/', '127.0.0.2')
+        got = self.through_both(3 * limit, 'GET', '/', source, proxy, parallel)
         allowed = [r for r in got if r[0] == 200]
         denied = [r for r in got if r[0] == 429]
         assert len(allowed) == limit and len(denied) == 2 * limit, \
             (len(allowed), len(denied), set(r[0] for r in got))
-        assert allowed[0][1]['ratelimit-policy'] == '"per-client";q=%d;w=60' % limit, \
-            allowed[0][1]
         assert int(denied[0][1]['retry-after']) >= 1, denied[0][1]
-        assert denied[0][1]['ratelimit'].startswith('"per-client";r=0;t='), denied[0][1]
+        if proxy == 'nginx':
+            assert allowed[0][1]['ratelimit-policy'] == '"per-client";q=%d;w=60' % limit, \
+                allowed[0][1]
+            assert denied[0][1]['ratelimit'].startswith('"per-client";r=0;t='), denied[0][1]
 
-    def gcra_exact(self):
+    def gcra_exact(self, proxy, source, parallel=1):
         burst = rule_value(self.rules_text, 'login', 'burst')
-        got = self.through_both(4 * burst, 'POST', '/login', '127.0.0.3')
+        got = self.through_both(4 * burst, 'POST', '/login', source, proxy, parallel)
         allowed = sum(1 for r in got if r[0] == 200)
         denied = sum(1 for r in got if r[0] == 429)
         assert allowed == burst and denied == 3 * burst, (allowed, denied)
         # GET /login is not the login rule's: only per-client counts it.
-        assert request(self.nginx[0].port, 'GET', '/login', '127.0.0.3')[0] == 200
+        assert request(self.proxies[proxy][0].port, 'GET', '/login', source)[0] == 200
 
     def reload(self):
         conn = http.client.HTTPConnection('127.0.0.1', self.agent.port, timeout=10)
@@ -295,20 +382,21 @@ class Suite:
         assert request(self.nginx[0].port, 'GET', '/admin/', '127.0.0.9')[0] == 429
 
     def policies(self, how):
-        """Redis paused or killed: per-client allows, login denies, in time."""
+        """Redis paused or killed: per-client allows, login denies, in time,
+        through both proxies."""
         timeout = rule_value(self.rules_text, 'per-client', 'timeout_ms') / 1000
         if how == 'paused':
             self.redis.proc.send_signal(signal.SIGSTOP)
         else:
             self.redis.stop()
         try:
-            for i in range(3):
-                status, headers, took = request(self.nginx[i % 2].port, 'GET', '/', '127.0.0.4')
-                assert status == 200 and 'ratelimit' not in headers, (status, headers)
+            for i in range(4):
+                port = (self.nginx + self.haproxy)[i].port
+                status, headers, took = request(port, 'GET', '/', '127.0.0.4')
+                assert status == 200 and 'ratelimit' not in headers, (i, status, headers)
                 assert took < timeout + 0.25, took
-                status, headers, took = request(self.nginx[i % 2].port, 'POST', '/login',
-                                                '127.0.0.5')
-                assert status == 429 and headers['retry-after'] == '1', (status, headers)
+                status, headers, took = request(port, 'POST', '/login', '127.0.0.5')
+                assert status == 429 and headers['retry-after'] == '1', (i, status, headers)
                 assert took < timeout + 0.25, took
         finally:
             if how == 'paused':
@@ -320,23 +408,71 @@ class Suite:
                  10, 'decisions from Redis')
 
     def agent_killed(self):
+        """nginx fails closed at once; HAProxy after its processing timeout
+        (set-on-error); both decide again once the agent is back."""
         self.agent.stop(signal.SIGKILL)
         self.agent.write(self.rules_text)  # (the last reload left a bad file)
-        assert request(self.nginx[0].port, 'GET', '/', '127.0.0.7')[0] == 503
-        assert request(self.nginx[1].port, 'GET', '/', '127.0.0.7')[0] == 503
+        for p in self.nginx + self.haproxy:
+            status, _, took = request(p.port, 'GET', '/', '127.0.0.7')
+            assert status == 503 and took < 1.5, (p.port, status, took)
         self.agent.start()
-        assert request(self.nginx[0].port, 'GET', '/', '127.0.0.7')[0] == 200
-        assert request(self.nginx[1].port, 'GET', '/', '127.0.0.7')[0] == 200
+        # HAProxy reconnects to the agent on its own schedule: the first
+        # requests may still meet the error.
+        for p in self.nginx + self.haproxy:
+            wait_for(lambda: request(p.port, 'GET', '/', '127.0.0.8')[0] == 200, 10,
+                     'decisions again on port %d' % p.port)
         self.agent.stop()
         assert self.agent.proc.returncode == 0, self.agent.proc.returncode
+
+    def spop_malformed(self):
+        """Frames a broken peer sends: a DISCONNECT with their status, a
+        close, and the agent serving the next connection."""
+        hello = (spop_kv_str('supported-versions', '2.0') + spop_kv_u32('max-frame-size', 1024) +
+                 spop_kv_str('capabilities', 'pipelining'))
+        cases = [
+            ('too big', spop_frame(1, hello), struct.pack('>I', 100000) + b'x' * 16, 3),
+            # A string of 9 bytes with 2 left in the frame.
+            ('truncated NOTIFY', spop_frame(1, hello),
+             spop_frame(3, spop_str('m') + bytes([1]) + spop_str('path') + b'\x08\x09ab', sid=5), 4),
+            ('fragment', spop_frame(1, hello), spop_frame(3, b'', sid=5, flags=0), 10),
+            ('no HELLO first', b'', spop_frame(3, b'', sid=5), 4),
+            ('old version', b'', spop_frame(1, spop_kv_str('supported-versions', '1.0') +
+                                            spop_kv_u32('max-frame-size', 1024) +
+                                            spop_kv_str('capabilities', '')), 8),
+        ]
+        for name, first, bad, status in cases:
+            with socket.create_connection(('127.0.0.1', self.agent.spop_port), timeout=5) as s:
+                if first:
+                    s.sendall(first)
+                    ftype, _ = spop_read(s)
+                    assert ftype == 101, (name, ftype)  # AGENT-HELLO
+                s.sendall(bad)
+                ftype, payload = spop_read(s)
+                assert ftype == 102, (name, ftype)  # AGENT-DISCONNECT
+                # After the flags (4 bytes) and the ids (0 and 0, a byte each).
+                assert payload[6:].startswith(spop_kv_u32('status-code', status)), \
+                    (name, payload)
+                assert s.recv(1) == b'', name  # closed
+        # Pipelining on one connection: three NOTIFYs, three ACKs by id.
+        with socket.create_connection(('127.0.0.1', self.agent.spop_port), timeout=5) as s:
+            s.sendall(spop_frame(1, hello))
+            assert spop_read(s)[0] == 101
+            msg = spop_str('sluice-check') + bytes([2]) + spop_kv_str('path', '/x') + \
+                spop_str('src') + bytes([6, 127, 0, 0, 99])
+            s.sendall(b''.join(spop_frame(3, msg, sid=10 + i, fid=1) for i in range(3)))
+            ids = set()
+            for _ in range(3):
+                ftype, payload = spop_read(s)
+                assert ftype == 103, ftype
+                ids.add(payload[4])  # the stream id, after the flags
+            assert ids == {10, 11, 12}, ids
 
 
 def main():
     src, binary = sys.argv[1], sys.argv[2]
-    missing = [t for t in ('nginx', 'redis-server', 'redis-cli') if not shutil.which(t)]
-    if not shutil.which('nginx') and os.path.exists('/usr/sbin/nginx'):
-        os.environ['PATH'] += ':/usr/sbin'
-        missing.remove('nginx')
+    os.environ['PATH'] += ':/usr/sbin'  # where Debian puts nginx and haproxy
+    missing = [t for t in ('nginx', 'haproxy', 'redis-server', 'redis-cli')
+               if not shutil.which(t)]
     if missing:
         if os.environ.get('CI') == 'true':
             print('1..1\nnot ok 1 - proxies: missing %s' % ' '.join(missing))
@@ -344,7 +480,7 @@ def main():
         print('1..0 # SKIP missing %s' % ' '.join(missing))
         return 77
     tap = Tap()
-    print('1..7', flush=True)
+    print('1..10', flush=True)
     with tempfile.TemporaryDirectory(prefix='sluice-proxies-') as tmp:
         if os.environ.get('SLUICE_KEEP_TMP'):
             tmp = tempfile.mkdtemp(prefix='sluice-proxies-kept-')
@@ -352,15 +488,24 @@ def main():
         suite = Suite(src, binary, tmp)
         try:
             tap.run('a bad rule file is refused with its line and why', suite.bad_file)
-            tap.run('fixed window: two nginx share the limit exactly', suite.fixed_exact)
-            tap.run('gcra: two nginx share the burst exactly', suite.gcra_exact)
+            tap.run('fixed window: two nginx share the limit exactly',
+                    lambda: suite.fixed_exact('nginx', '127.0.0.2'))
+            tap.run('gcra: two nginx share the burst exactly',
+                    lambda: suite.gcra_exact('nginx', '127.0.0.3'))
+            tap.run('fixed window: two HAProxy, 8 clients at once, share the limit exactly',
+                    lambda: suite.fixed_exact('haproxy', '127.0.0.12', 8))
+            tap.run('gcra: two HAProxy, 8 clients at once, share the burst exactly',
+                    lambda: suite.gcra_exact('haproxy', '127.0.0.13', 8))
+            tap.run('SPOP: bad frames get a DISCONNECT and a close; pipelined ACKs',
+                    suite.spop_malformed)
             tap.run('SIGHUP reloads on kept connections; a bad reload keeps the rules',
                     suite.reload)
             tap.run('Redis paused: each rule\'s policy within its timeout',
                     lambda: suite.policies('paused'))
             tap.run('Redis killed: each rule\'s policy, then Redis again',
                     lambda: suite.policies('killed'))
-            tap.run('agent killed: nginx answers 503, then recovers', suite.agent_killed)
+            tap.run('agent killed: nginx and HAProxy answer 503, then recover',
+                    suite.agent_killed)
         finally:
             suite.close()
     return 1 if tap.failed else 0

@@ -53,6 +53,8 @@ static void on_reload(evutil_socket_t sig, short what, void *ud) {
   fprintf(stderr, "sluice: agent: reloaded %s: %d rules\n", a->config, next->n);
 }
 
+static void on_closed(void *ud) { *(int *)ud = 1; }
+
 static void on_stop(evutil_socket_t sig, short what, void *ud) {
   (void)sig, (void)what;
   event_base_loopbreak(ud);
@@ -137,10 +139,14 @@ int cli_agent_main(int argc, char **argv) {
     return CLI_EXIT_FAILURE;
   }
   int rc = run(&a, &ctx);
+  /* Checks in flight end (cancelled) and their requests are answered while
+   * the fronts still exist; only then do the fronts go. */
+  int closed = !a.client;
+  sluice_client_close(a.client, on_closed, &closed);
+  while (!closed && event_base_loop(a.base, EVLOOP_ONCE) == 0) {}
   agent_http_free(a.http);
   agent_spop_free(a.spop);
   agent_rules_unref(a.rules);
-  sluice_client_free(a.client);
   event_base_loop(a.base, EVLOOP_NONBLOCK);
   event_base_free(a.base);
   return rc;
