@@ -407,6 +407,37 @@ class Suite:
         wait_for(lambda: 'ratelimit' in request(self.nginx[0].port, 'GET', '/', '127.0.0.6')[1],
                  10, 'decisions from Redis')
 
+    def metrics(self):
+        """/metrics: the decisions so far, per rule and outcome, and the
+        answers per front; promtool accepts the text."""
+        c = http.client.HTTPConnection('127.0.0.1', self.agent.port, timeout=10)
+        c.request('GET', '/metrics')
+        text = c.getresponse().read().decode()
+        c.close()
+        def value(line):
+            m = re.search('^' + re.escape(line) + r' (\d+)$', text, re.M)
+            assert m, (line, text)
+            return int(m.group(1))
+        limit = rule_value(self.rules_text, 'per-client', 'limit')
+        burst = rule_value(self.rules_text, 'login', 'burst')
+        # Two fixed-window runs of 3 * limit (nginx, HAProxy), and more.
+        d = 'sluice_agent_decisions_total{rule="%s",outcome="%s"}'
+        assert value(d % ('per-client', 'allowed')) >= 2 * limit
+        assert value(d % ('per-client', 'denied')) >= 4 * limit
+        assert value(d % ('login', 'allowed')) == 2 * burst
+        assert value(d % ('login', 'denied')) == 6 * burst
+        # Redis paused, then killed: four requests each, through 4 proxies.
+        assert value(d % ('per-client', 'policy_allowed')) >= 8
+        assert value(d % ('login', 'policy_denied')) == 8
+        assert value('sluice_agent_answers_total{front="spop",allowed="0"}') >= 2 * limit
+        assert value('sluice_agent_protocol_errors_total{front="spop"}') == 5
+        assert value('sluice_agent_reloads_total{result="refused"}') == 1
+        assert value('sluice_agent_decision_seconds_count') > 0
+        if shutil.which('promtool'):
+            r = subprocess.run(['promtool', 'check', 'metrics'], input=text, text=True,
+                               capture_output=True)
+            assert r.returncode == 0, r.stdout + r.stderr
+
     def agent_killed(self):
         """nginx fails closed at once; HAProxy after its processing timeout
         (set-on-error); both decide again once the agent is back."""
@@ -480,7 +511,7 @@ def main():
         print('1..0 # SKIP missing %s' % ' '.join(missing))
         return 77
     tap = Tap()
-    print('1..10', flush=True)
+    print('1..11', flush=True)
     with tempfile.TemporaryDirectory(prefix='sluice-proxies-') as tmp:
         if os.environ.get('SLUICE_KEEP_TMP'):
             tmp = tempfile.mkdtemp(prefix='sluice-proxies-kept-')
@@ -504,6 +535,8 @@ def main():
                     lambda: suite.policies('paused'))
             tap.run('Redis killed: each rule\'s policy, then Redis again',
                     lambda: suite.policies('killed'))
+            tap.run('/metrics counts decisions per rule, answers, errors; promtool agrees',
+                    suite.metrics)
             tap.run('agent killed: nginx and HAProxy answer 503, then recover',
                     suite.agent_killed)
         finally:

@@ -36,8 +36,28 @@ typedef struct agent_key_part {
   char header[AGENT_TEXT_MAX];
 } agent_key_part;
 
+/* A rule's decisions since the agent started (kept across reloads by name). */
+typedef struct agent_rule_counts {
+  uint64_t allowed, denied;               /* decided by Redis (or the local limiter) */
+  uint64_t policy_allowed, policy_denied; /* by the failure policy */
+} agent_rule_counts;
+
+/* Decision latency buckets, in microseconds (the last is +Inf). */
+#define AGENT_LATENCY_BUCKETS 12
+
+/* The agent's own counters, for /metrics. */
+typedef struct agent_stats {
+  uint64_t answers[2][2];      /* [front: 0 http, 1 spop][allowed] */
+  uint64_t protocol_errors[2]; /* [1]: SPOP frames refused ([0] unused) */
+  uint64_t reloads_ok, reloads_refused;
+  uint64_t latency[AGENT_LATENCY_BUCKETS];
+  uint64_t latency_count;
+  double latency_sum_s;
+} agent_stats;
+
 typedef struct agent_rule {
   char name[AGENT_TEXT_MAX];
+  agent_rule_counts counts;
   int line; /* of its [rule NAME] header, for messages */
   /* Which requests it covers; "" matches any. */
   char listener[AGENT_TEXT_MAX], host[AGENT_TEXT_MAX], path_prefix[AGENT_TEXT_MAX],
@@ -64,6 +84,7 @@ typedef struct agent_settings {
  * the old rules (and their limiters) only once nothing uses them. */
 typedef struct agent_rules {
   int refs;
+  agent_stats *stats; /* the agent's, set by whoever loads the rules */
   agent_settings settings;
   agent_rule rule[AGENT_RULES_MAX];
   int n;
@@ -73,6 +94,8 @@ typedef struct agent_rules {
 agent_rules *agent_rules_load(const char *path, char *why, size_t why_size);
 /* Create each rule's limiter on client; 0, or -1 with why filled. */
 int agent_rules_start(agent_rules *rules, sluice_client *client, char *why, size_t why_size);
+/* Carry each rule's counts over from old to next (rules of the same name). */
+void agent_rules_keep_counts(agent_rules *next, const agent_rules *old);
 void agent_rules_ref(agent_rules *rules);
 void agent_rules_unref(agent_rules *rules);
 
@@ -103,15 +126,23 @@ typedef void agent_decision_cb(const agent_verdict *v, int n, int allowed, int64
  * (cb not run) when out of memory. */
 int agent_decide(struct event_base *base, agent_rules *rules, const agent_request *req,
                  agent_decision_cb *cb, void *ud);
+/* Count an answer of front (0 http, 1 spop) in rules->stats. */
+void agent_count_answer(agent_rules *rules, int front, int allowed);
 
 /* Build rule's key for req into buf: 0, or -1 when a part is missing or
  * the key is too long (the rule then does not apply). */
 int agent_key_build(const agent_rule *rule, const agent_request *req, char *buf, size_t size);
 
-/* The auth-request HTTP front: serve on settings->http. */
+/* The Prometheus text of /metrics: the agent's counters, then the client's
+ * own (sluice_client_prometheus). Free with free(); NULL when out of
+ * memory. */
+char *agent_metrics_text(const agent_rules *rules, const sluice_client *client, size_t *len);
+
+/* The auth-request HTTP front: serve on settings->http; GET /metrics
+ * answers agent_metrics_text. */
 typedef struct agent_http agent_http;
 agent_http *agent_http_new(struct event_base *base, const agent_settings *s, agent_rules **rules,
-                           char *why, size_t why_size);
+                           sluice_client *client, char *why, size_t why_size);
 void agent_http_free(agent_http *h);
 
 /* The SPOP front (HAProxy's SPOE): serve on settings->spop. */

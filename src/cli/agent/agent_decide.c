@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include <event2/event.h>
 
@@ -23,6 +24,7 @@ struct agent_decision {
   agent_decision_cb *cb;
   void *ud;
   struct event *deadline;
+  struct timespec started;
   int pending; /* checks not yet answered by the library */
   int replied;
   int n;
@@ -96,6 +98,31 @@ static void decision_free_if_done(agent_decision *d) {
   free(d);
 }
 
+/* The decision's latency into the histogram (upper bounds in us). */
+static const unsigned latency_bounds_us[AGENT_LATENCY_BUCKETS - 1] = {
+    250, 500, 1000, 2000, 5000, 10000, 25000, 50000, 100000, 250000, 500000};
+
+static void count_latency(agent_stats *st, const struct timespec *started) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  double s = (double)(now.tv_sec - started->tv_sec) + (now.tv_nsec - started->tv_nsec) / 1e9;
+  int b = 0;
+  while (b < AGENT_LATENCY_BUCKETS - 1 && s * 1e6 > latency_bounds_us[b]) b++;
+  st->latency[b]++;
+  st->latency_count++;
+  st->latency_sum_s += s;
+}
+
+void agent_count_answer(agent_rules *rules, int front, int allowed) {
+  if (rules->stats) rules->stats->answers[front != 0][allowed != 0]++;
+}
+
+static void count_verdict(agent_verdict *v) {
+  agent_rule_counts *c = &((agent_rule *)v->rule)->counts;
+  if (v->checked) v->allowed ? c->allowed++ : c->denied++;
+  else v->allowed ? c->policy_allowed++ : c->policy_denied++;
+}
+
 static void reply(agent_decision *d) {
   if (d->replied) return;
   d->replied = 1;
@@ -107,6 +134,7 @@ static void reply(agent_decision *d) {
       v->allowed = v->rule->down != AGENT_DOWN_DENY;
       v->checked = 0;
     }
+    count_verdict(v);
     if (!v->allowed) {
       allowed = 0;
       int64_t r = v->checked ? v->res.retry_after_ms : 1000;
@@ -114,6 +142,7 @@ static void reply(agent_decision *d) {
     }
   }
   if (d->deadline) event_del(d->deadline);
+  if (d->rules->stats) count_latency(d->rules->stats, &d->started);
   d->cb(d->v, d->n, allowed, retry, d->ud);
 }
 
@@ -153,6 +182,7 @@ int agent_decide(struct event_base *base, agent_rules *rules, const agent_reques
   agent_rules_ref(rules);
   d->cb = cb;
   d->ud = ud;
+  clock_gettime(CLOCK_MONOTONIC, &d->started);
   unsigned longest = 0;
   char key[SLUICE_NAME_MAX + 1];
   for (int i = 0; i < rules->n; i++) {

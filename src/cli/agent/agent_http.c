@@ -22,6 +22,7 @@ struct agent_http {
   struct event_base *base;
   struct evhttp *http;
   agent_rules **rules; /* the current rules (swapped by a reload) */
+  sluice_client *client;
 };
 
 static const char *header(const void *ctx, const char *name) {
@@ -68,9 +69,17 @@ static void ratelimit_fields(struct evkeyvalq *out, const agent_verdict *v, int 
   }
 }
 
+typedef struct http_pending {
+  struct evhttp_request *req;
+  agent_http *h;
+} http_pending;
+
 static void on_decision(const agent_verdict *v, int n, int allowed, int64_t retry_after_ms,
                         void *ud) {
-  struct evhttp_request *req = ud;
+  http_pending *p = ud;
+  struct evhttp_request *req = p->req;
+  agent_count_answer(*p->h->rules, 0, allowed);
+  free(p);
   struct evkeyvalq *out = evhttp_request_get_output_headers(req);
   ratelimit_fields(out, v, n);
   evhttp_add_header(out, "Content-Length", "0");
@@ -85,9 +94,31 @@ static void on_decision(const agent_verdict *v, int n, int allowed, int64_t retr
   evhttp_send_reply(req, 429, "Too Many Requests", NULL);
 }
 
+static void metrics(agent_http *h, struct evhttp_request *req) {
+  size_t len;
+  char *text = agent_metrics_text(*h->rules, h->client, &len);
+  struct evbuffer *body = evbuffer_new();
+  if (!text || !body || evbuffer_add(body, text, len) != 0) {
+    evhttp_send_error(req, 503, "out of memory");
+  } else {
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                      "text/plain; version=0.0.4");
+    evhttp_send_reply(req, 200, "OK", body);
+  }
+  if (body) evbuffer_free(body);
+  free(text);
+}
+
 static void on_request(struct evhttp_request *req, void *ud) {
   agent_http *h = ud;
   agent_request r = {0};
+  /* The agent's own page; a proxy's auth request carries the client's URI
+   * in X-Original-URI, never as its own. */
+  if (strcmp(evhttp_request_get_uri(req), "/metrics") == 0 &&
+      evhttp_request_get_command(req) == EVHTTP_REQ_GET && !header(req, "X-Original-URI")) {
+    metrics(h, req);
+    return;
+  }
   char *peer = NULL;
   ev_uint16_t port;
   evhttp_connection_get_peer(evhttp_request_get_connection(req), &peer, &port);
@@ -102,12 +133,16 @@ static void on_request(struct evhttp_request *req, void *ud) {
   if (!r.addr) r.addr = peer;
   r.get_header = header;
   r.ctx = req;
-  if (agent_decide(h->base, *h->rules, &r, on_decision, req) != 0)
+  http_pending *p = malloc(sizeof *p);
+  if (p) *p = (http_pending){req, h};
+  if (!p || agent_decide(h->base, *h->rules, &r, on_decision, p) != 0) {
+    free(p);
     evhttp_send_error(req, 503, "out of memory");
+  }
 }
 
 agent_http *agent_http_new(struct event_base *base, const agent_settings *s, agent_rules **rules,
-                           char *why, size_t why_size) {
+                           sluice_client *client, char *why, size_t why_size) {
   agent_http *h = calloc(1, sizeof *h);
   char host[AGENT_TEXT_MAX];
   const char *colon = strrchr(s->http, ':');
@@ -118,6 +153,7 @@ agent_http *agent_http_new(struct event_base *base, const agent_settings *s, age
   }
   h->base = base;
   h->rules = rules;
+  h->client = client;
   if (!colon || colon == s->http || cli_number_u("http's port", colon + 1, 1, 65535, "", &port)) {
     snprintf(why, why_size, "http = '%s' is not HOST:PORT", s->http);
     free(h);

@@ -16,6 +16,7 @@ typedef struct agent {
   agent_rules *rules; /* current; decisions in flight may hold older ones */
   agent_http *http;
   agent_spop *spop;
+  agent_stats stats;
 } agent;
 
 static void usage(FILE *out) {
@@ -41,9 +42,13 @@ static void on_reload(evutil_socket_t sig, short what, void *ud) {
     next = NULL;
   }
   if (!next) {
+    a->stats.reloads_refused++;
     cli_error("reload refused, the rules in use are kept: %s", why);
     return;
   }
+  a->stats.reloads_ok++;
+  next->stats = &a->stats;
+  agent_rules_keep_counts(next, a->rules);
   if (strcmp(next->settings.http, a->rules->settings.http) != 0 ||
       strcmp(next->settings.spop, a->rules->settings.spop) != 0)
     cli_error("reload: [agent] settings take effect at the next start only");
@@ -80,7 +85,8 @@ static int run(agent *a, const cli_ctx *ctx) {
     return CLI_EXIT_FAILURE;
   }
   const agent_settings *s = &a->rules->settings;
-  if ((s->http[0] && !(a->http = agent_http_new(a->base, s, &a->rules, why, sizeof why))) ||
+  if ((s->http[0] &&
+       !(a->http = agent_http_new(a->base, s, &a->rules, a->client, why, sizeof why))) ||
       (s->spop[0] && !(a->spop = agent_spop_new(a->base, s, &a->rules, why, sizeof why)))) {
     cli_error("%s", why);
     return CLI_EXIT_UNAVAILABLE;
@@ -133,6 +139,7 @@ int cli_agent_main(int argc, char **argv) {
     cli_error("%s", why);
     return CLI_EXIT_USAGE;
   }
+  a.rules->stats = &a.stats;
   if (!(a.base = event_base_new())) {
     cli_error("cannot create event loop");
     agent_rules_unref(a.rules);

@@ -261,6 +261,13 @@ int agent_rules_start(agent_rules *rules, sluice_client *client, char *why, size
   return 0;
 }
 
+void agent_rules_keep_counts(agent_rules *next, const agent_rules *old) {
+  for (int i = 0; i < next->n; i++)
+    for (int j = 0; j < old->n; j++)
+      if (strcmp(next->rule[i].name, old->rule[j].name) == 0)
+        next->rule[i].counts = old->rule[j].counts;
+}
+
 void agent_rules_ref(agent_rules *rules) { rules->refs++; }
 
 void agent_rules_unref(agent_rules *rules) {

@@ -83,6 +83,8 @@ static void close_after(spop_conn *c, const uint8_t *frame, size_t len) {
 
 static void disconnect(spop_conn *c, uint32_t status, const char *message) {
   uint8_t buf[256];
+  agent_rules *rules = *c->srv->rules;
+  if (status != SPOP_ERR_NONE && rules->stats) rules->stats->protocol_errors[1]++;
   size_t n = spop_agent_disconnect(buf, sizeof buf, status, message);
   close_after(c, buf, n);
 }
@@ -92,6 +94,7 @@ static void on_decision(const agent_verdict *v, int n, int allowed, int64_t retr
   spop_pending *p = ud;
   spop_conn *c = p->conn;
   if (c) {
+    agent_count_answer(*c->srv->rules, 1, allowed);
     int64_t remaining = -1;
     for (int i = 0; i < n; i++)
       if (v[i].checked && (remaining < 0 || v[i].res.remaining < remaining))
