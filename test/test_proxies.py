@@ -13,6 +13,7 @@ agent's death. Prints TAP. Without nginx, haproxy or redis-server it exits
 """
 import concurrent.futures
 import http.client
+import http.server
 import os
 import re
 import shutil
@@ -22,6 +23,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 MARK = re.compile(r'^<!--\s*proxies-test:\s*(\S+)\s*-->$')
@@ -195,6 +197,44 @@ class Haproxy:
             self.proc.wait(10)
 
 
+class SlowApp:
+    """HAProxy's application: /reports/ takes `delay` seconds, the rest none;
+    it counts the /reports/ requests in flight at once."""
+
+    def __init__(self):
+        app = self
+        self.delay, self.inflight, self.most, self.lock = 1.0, 0, 0, threading.Lock()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                slow = self.path.startswith('/reports/')
+                if slow:
+                    with app.lock:
+                        app.inflight += 1
+                        app.most = max(app.most, app.inflight)
+                    time.sleep(app.delay)
+                    with app.lock:
+                        app.inflight -= 1
+                self.send_response(200)
+                self.send_header('Content-Length', '3')
+                self.end_headers()
+                self.wfile.write(b'ok\n')
+
+            do_POST = do_GET
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def request(port, method='GET', path='/', source='127.0.0.1', conn=None, headers=None):
     """(status, headers dict, seconds taken) of one request."""
     c = conn or http.client.HTTPConnection('127.0.0.1', port, timeout=10,
@@ -287,8 +327,9 @@ class Suite:
                             backend if n == 'a' else free_port()) for n in ('a', 'b')]
         for n in self.nginx:
             n.start()
-        self.haproxy = [Haproxy(tmp, 'haproxy-%s' % n, self.blocks, self.agent.spop_port, backend)
-                        for n in ('a', 'b')]
+        self.app = SlowApp()
+        self.haproxy = [Haproxy(tmp, 'haproxy-%s' % n, self.blocks, self.agent.spop_port,
+                                self.app.port) for n in ('a', 'b')]
         for h in self.haproxy:
             h.start()
         self.proxies = {'nginx': self.nginx, 'haproxy': self.haproxy}
@@ -296,6 +337,7 @@ class Suite:
     def close(self):
         for n in self.nginx + self.haproxy:
             n.stop()
+        self.app.stop()
         self.agent.stop()
         self.redis.stop()
 
@@ -316,7 +358,8 @@ class Suite:
         r = subprocess.run([self.binary, 'agent', '--config', path], capture_output=True,
                            text=True, timeout=10)
         assert r.returncode == 64, r.returncode
-        want = '%s:%d: algo must be fixed, sliding-log, sliding-counter or gcra' % (path, line)
+        want = "%s:%d: algo must be fixed, sliding-log, sliding-counter, gcra or concurrency, " \
+            "got 'fast'" % (path, line)
         assert want in r.stderr, r.stderr
         # A rule without its limit: the line of its section.
         with open(path, 'w') as f:
@@ -406,6 +449,37 @@ class Suite:
         # Redis back: decisions come from it again (RateLimit fields).
         wait_for(lambda: 'ratelimit' in request(self.nginx[0].port, 'GET', '/', '127.0.0.6')[1],
                  10, 'decisions from Redis')
+
+    def concurrency(self):
+        """12 requests at once to /reports/ over both HAProxy: exactly the
+        permits pass and no more reach the application at once; the permits
+        come back with the responses, and after clients that hung up."""
+        permits = rule_value(self.rules_text, 'reports', 'permits')
+        self.app.most = 0
+        got = self.through_both(4 * permits, 'GET', '/reports/a', '127.0.0.20', 'haproxy',
+                                4 * permits)
+        codes = sorted(r[0] for r in got)
+        assert codes == [200] * permits + [429] * (3 * permits), codes
+        assert self.app.most == permits, self.app.most
+        got = self.through_both(permits, 'GET', '/reports/b', '127.0.0.21', 'haproxy', permits)
+        assert [r[0] for r in got] == [200] * permits, [r[0] for r in got]
+        # Clients that hang up mid-request: their permits are held while the
+        # application works, and come back (with the response or the lease).
+        socks = []
+        for i in range(permits):
+            s = socket.create_connection(('127.0.0.1', self.haproxy[i % 2].port),
+                                         source_address=('127.0.0.22', 0))
+            s.sendall(b'GET /reports/c HTTP/1.1\r\nHost: x\r\n\r\n')
+            socks.append(s)
+        wait_for(lambda: self.app.inflight == permits, 5, 'the requests at the application')
+        for s in socks:
+            s.close()
+        assert request(self.haproxy[0].port, 'GET', '/reports/d', '127.0.0.23')[0] == 429
+        start = time.monotonic()
+        lease = rule_value(self.rules_text, 'reports', 'lease_ms') / 1000
+        wait_for(lambda: request(self.haproxy[1].port, 'GET', '/reports/e', '127.0.0.24')[0]
+                 == 200, lease + 3, 'a permit back')
+        print('# permits back %.2f s after the clients hung up' % (time.monotonic() - start))
 
     def metrics(self):
         """/metrics: the decisions so far, per rule and outcome, and the
@@ -511,7 +585,7 @@ def main():
         print('1..0 # SKIP missing %s' % ' '.join(missing))
         return 77
     tap = Tap()
-    print('1..11', flush=True)
+    print('1..12', flush=True)
     with tempfile.TemporaryDirectory(prefix='sluice-proxies-') as tmp:
         if os.environ.get('SLUICE_KEEP_TMP'):
             tmp = tempfile.mkdtemp(prefix='sluice-proxies-kept-')
@@ -529,6 +603,8 @@ def main():
                     lambda: suite.gcra_exact('haproxy', '127.0.0.13', 8))
             tap.run('SPOP: bad frames get a DISCONNECT and a close; pipelined ACKs',
                     suite.spop_malformed)
+            tap.run('concurrency: two HAProxy never pass the permits; they come back',
+                    suite.concurrency)
             tap.run('SIGHUP reloads on kept connections; a bad reload keeps the rules',
                     suite.reload)
             tap.run('Redis paused: each rule\'s policy within its timeout',

@@ -28,7 +28,8 @@ typedef enum agent_key_kind {
 
 #define AGENT_KEY_PARTS_MAX 4
 #define AGENT_RULES_MAX 64
-#define AGENT_TEXT_MAX 128 /* a rule's name, a match's value, a header name */
+#define AGENT_TEXT_MAX 128     /* a rule's name, a match's value, a header name */
+#define AGENT_PERMIT_ID_MAX 40 /* a permit's id (32 hex) and its NUL */
 
 typedef struct agent_key_part {
   agent_key_kind kind;
@@ -69,6 +70,11 @@ typedef struct agent_rule {
   agent_down down;
   unsigned timeout_ms; /* the local deadline: well inside the proxy's own */
   sluice_limiter *lim;
+  /* algo = concurrency: at most permits requests in flight (SPOP only),
+   * each holding a permit of semaphore NAME until its response or lease_ms. */
+  int concurrency;
+  unsigned permits, lease_ms;
+  sluice_sem *sem;
 } agent_rule;
 
 /* The [agent] section: read at start only (a reload keeps them). */
@@ -82,9 +88,12 @@ typedef struct agent_settings {
 
 /* A parsed file. Decisions in flight hold a reference, so a reload frees
  * the old rules (and their limiters) only once nothing uses them. */
+typedef struct agent_permits agent_permits;
+
 typedef struct agent_rules {
   int refs;
-  agent_stats *stats; /* the agent's, set by whoever loads the rules */
+  agent_stats *stats;     /* the agent's, set by whoever loads the rules */
+  agent_permits *permits; /* the agent's held permits, likewise */
   agent_settings settings;
   agent_rule rule[AGENT_RULES_MAX];
   int n;
@@ -102,6 +111,7 @@ void agent_rules_unref(agent_rules *rules);
 /* A request as a proxy describes it; get_header reads any other header. */
 typedef struct agent_request {
   const char *listener, *host, *path, *method, *addr; /* NULL when absent */
+  int can_hold; /* the proxy says when the request ends (SPOP): concurrency rules apply */
   const char *(*get_header)(const void *ctx, const char *name);
   const void *ctx;
 } agent_request;
@@ -112,6 +122,7 @@ typedef struct agent_verdict {
   int allowed;
   int checked; /* 0: decided by the failure policy, res unknown */
   sluice_rl_result res;
+  char permit[AGENT_PERMIT_ID_MAX]; /* a concurrency rule's permit, or "" */
 } agent_verdict;
 
 typedef struct agent_decision agent_decision;
@@ -132,6 +143,20 @@ void agent_count_answer(agent_rules *rules, int front, int allowed);
 /* Build rule's key for req into buf: 0, or -1 when a part is missing or
  * the key is too long (the rule then does not apply). */
 int agent_key_build(const agent_rule *rule, const agent_request *req, char *buf, size_t size);
+
+/* Held permits of concurrency rules (agent_permits.c), at most max. */
+agent_permits *agent_permits_new(struct event_base *base, unsigned max);
+/* Keep permit (a grant of rules' rule) until agent_permits_release names
+ * its id or lease_ms passes; then it is released. -1 (released at once)
+ * when the table is full or out of memory. */
+int agent_permits_hold(agent_permits *t, agent_rules *rules, sluice_permit *permit,
+                       unsigned lease_ms);
+/* Release the permit of id: 0, or -1 when none is held (already released
+ * or its lease ended). */
+int agent_permits_release(agent_permits *t, const char *id);
+unsigned agent_permits_count(const agent_permits *t);
+/* Release every permit held. */
+void agent_permits_free(agent_permits *t);
 
 /* The Prometheus text of /metrics: the agent's counters, then the client's
  * own (sluice_client_prometheus). Free with free(); NULL when out of

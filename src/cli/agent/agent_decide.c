@@ -3,6 +3,7 @@
  * comes first; a rule still waiting for Redis then gets its failure policy,
  * so the proxy never waits on Redis past its own timeout. */
 #include <arpa/inet.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -167,6 +168,41 @@ static void on_check(sluice_limiter *lim, int status, const sluice_rl_result *re
   decision_free_if_done(d);
 }
 
+/* A concurrency rule's permit: held until the response (or its lease). */
+static void on_acquire(sluice_sem *sem, int status, sluice_permit *permit, void *ud) {
+  (void)sem;
+  agent_slot *s = ud;
+  agent_decision *d = s->d;
+  agent_verdict *v = &d->v[s - d->slot];
+  d->pending--;
+  if (d->replied) { /* answered on its deadline without it */
+    if (status == SLUICE_OK) sluice_permit_release(permit, NULL, NULL);
+  } else {
+    s->answered = 1;
+    v->res.limit = v->rule->permits;
+    v->res.remaining = -1;
+    if (status == SLUICE_OK) {
+      char id[AGENT_PERMIT_ID_MAX];
+      snprintf(id, sizeof id, "%s", sluice_permit_id(permit));
+      v->allowed = d->rules->permits &&
+                   agent_permits_hold(d->rules->permits, d->rules, permit, v->rule->lease_ms) == 0;
+      v->checked = v->allowed;
+      if (v->allowed) memcpy(v->permit, id, sizeof id);
+      else if (!d->rules->permits) sluice_permit_release(permit, NULL, NULL);
+    } else if (status == SLUICE_EBUSY) { /* every permit is held */
+      v->allowed = 0;
+      v->checked = 1;
+      v->res.remaining = 0;
+      v->res.retry_after_ms = 1000; /* unknown: when a request ends */
+    } else {
+      v->allowed = v->rule->down == AGENT_DOWN_ALLOW;
+      v->checked = 0;
+    }
+    if (d->pending == 0) reply(d);
+  }
+  decision_free_if_done(d);
+}
+
 static void on_deadline(evutil_socket_t fd, short what, void *ud) {
   (void)fd, (void)what;
   agent_decision *d = ud;
@@ -187,11 +223,14 @@ int agent_decide(struct event_base *base, agent_rules *rules, const agent_reques
   char key[SLUICE_NAME_MAX + 1];
   for (int i = 0; i < rules->n; i++) {
     agent_rule *r = &rules->rule[i];
-    if (!matches(r, req) || agent_key_build(r, req, key, sizeof key)) continue;
+    if (!matches(r, req)) continue;
+    if (r->concurrency ? !req->can_hold : agent_key_build(r, req, key, sizeof key) != 0) continue;
     int k = d->n++;
     d->v[k].rule = r;
     d->slot[k].d = d;
-    if (sluice_limiter_check(r->lim, key, r->cost, on_check, &d->slot[k]) != 0) {
+    int rc = r->concurrency ? sluice_sem_try_acquire(r->sem, on_acquire, &d->slot[k])
+                            : sluice_limiter_check(r->lim, key, r->cost, on_check, &d->slot[k]);
+    if (rc != 0) {
       d->slot[k].answered = 1; /* refused at once: the policy decides */
       d->v[k].allowed = r->down == AGENT_DOWN_ALLOW;
       continue;

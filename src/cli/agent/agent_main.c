@@ -17,6 +17,7 @@ typedef struct agent {
   agent_http *http;
   agent_spop *spop;
   agent_stats stats;
+  agent_permits *permits; /* held for HAProxy's requests (concurrency rules) */
 } agent;
 
 static void usage(FILE *out) {
@@ -48,6 +49,7 @@ static void on_reload(evutil_socket_t sig, short what, void *ud) {
   }
   a->stats.reloads_ok++;
   next->stats = &a->stats;
+  next->permits = a->permits;
   agent_rules_keep_counts(next, a->rules);
   if (strcmp(next->settings.http, a->rules->settings.http) != 0 ||
       strcmp(next->settings.spop, a->rules->settings.spop) != 0)
@@ -140,14 +142,17 @@ int cli_agent_main(int argc, char **argv) {
     return CLI_EXIT_USAGE;
   }
   a.rules->stats = &a.stats;
-  if (!(a.base = event_base_new())) {
+  if (!(a.base = event_base_new()) || !(a.permits = agent_permits_new(a.base, 100000))) {
     cli_error("cannot create event loop");
     agent_rules_unref(a.rules);
+    if (a.base) event_base_free(a.base);
     return CLI_EXIT_FAILURE;
   }
+  a.rules->permits = a.permits;
   int rc = run(&a, &ctx);
   /* Checks in flight end (cancelled) and their requests are answered while
    * the fronts still exist; only then do the fronts go. */
+  agent_permits_free(a.permits); /* their releases go out first */
   int closed = !a.client;
   sluice_client_close(a.client, on_closed, &closed);
   while (!closed && event_base_loop(a.base, EVLOOP_ONCE) == 0) {}

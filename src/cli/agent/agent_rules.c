@@ -103,11 +103,17 @@ static int rule_field(parse_state *st, agent_rule *r, const char *name, const ch
   if (strcmp(name, "method") == 0) return copy_text(st, r->method, name, value);
   if (strcmp(name, "key") == 0) return parse_key(st, r, value);
   if (strcmp(name, "algo") == 0) {
-    if (sluice_rl_algo_parse(value, &r->opts.algo))
-      return fail(st, "algo must be fixed, sliding-log, sliding-counter or gcra, got '%s'",
+    r->concurrency = strcmp(value, "concurrency") == 0;
+    if (r->concurrency) r->opts.algo = SLUICE_RL_FIXED; /* (unused: marks algo as set) */
+    else if (sluice_rl_algo_parse(value, &r->opts.algo))
+      return fail(st,
+                  "algo must be fixed, sliding-log, sliding-counter, gcra or concurrency, "
+                  "got '%s'",
                   cli_echo(value));
     return 1;
   }
+  if (strcmp(name, "permits") == 0) return number(st, name, value, 1, 1000000, &r->permits);
+  if (strcmp(name, "lease_ms") == 0) return number(st, name, value, 100, 86400000, &r->lease_ms);
   if (strcmp(name, "limit") == 0)
     return number(st, name, value, 1, SLUICE_RL_LIMIT_MAX, &r->opts.limit);
   if (strcmp(name, "period_ms") == 0)
@@ -160,6 +166,7 @@ static agent_rule *new_rule(parse_state *st, const char *name) {
   r->opts.algo = 0; /* required */
   r->cost = 1;
   r->timeout_ms = 100;
+  r->lease_ms = 0; /* concurrency: default 30000, set after parsing */
   rs->n++;
   return r;
 }
@@ -198,6 +205,13 @@ static int section_line(const char *path, const char *name) {
 
 static const char *check_rule(const agent_rule *r) {
   if (!r->opts.algo) return "algo is required";
+  if (r->concurrency) {
+    if (!r->permits) return "permits is required with algo = concurrency";
+    if (r->opts.limit || r->opts.period_ms || r->nkey)
+      return "algo = concurrency takes permits and lease_ms, not limit, period_ms or key";
+    return NULL;
+  }
+  if (r->permits || r->lease_ms) return "permits and lease_ms are for algo = concurrency";
   if (!r->opts.limit || !r->opts.period_ms) return "limit and period_ms are required";
   if (!r->nkey) return "key is required";
   unsigned cap = r->opts.algo == SLUICE_RL_GCRA && r->opts.burst ? r->opts.burst : r->opts.limit;
@@ -240,6 +254,7 @@ agent_rules *agent_rules_load(const char *path, char *why, size_t why_size) {
                               : r->down == AGENT_DOWN_LOCAL ? SLUICE_RL_FAIL_LOCAL
                                                             : SLUICE_RL_FAIL_CLOSED;
       r->opts.op_timeout_ms = r->timeout_ms;
+      if (r->concurrency && !r->lease_ms) r->lease_ms = 30000;
     }
   }
   if (line) {
@@ -252,7 +267,19 @@ agent_rules *agent_rules_load(const char *path, char *why, size_t why_size) {
 int agent_rules_start(agent_rules *rules, sluice_client *client, char *why, size_t why_size) {
   for (int i = 0; i < rules->n; i++) {
     agent_rule *r = &rules->rule[i];
-    int rc = sluice_limiter_new(client, r->name, &r->opts, &r->lim);
+    int rc;
+    if (r->concurrency) {
+      sluice_sem_options o;
+      sluice_sem_options_init(&o);
+      o.permits = r->permits;
+      o.ttl_ms = r->lease_ms;
+      o.auto_renew = 0; /* the lease is the longest a request may hold it */
+      o.op_timeout_ms = r->timeout_ms;
+      o.fail_fast = 1;
+      rc = sluice_sem_new(client, r->name, &o, &r->sem);
+    } else {
+      rc = sluice_limiter_new(client, r->name, &r->opts, &r->lim);
+    }
     if (rc) {
       snprintf(why, why_size, "rule '%s': %s", cli_echo(r->name), sluice_strerror(rc));
       return -1;
@@ -272,6 +299,9 @@ void agent_rules_ref(agent_rules *rules) { rules->refs++; }
 
 void agent_rules_unref(agent_rules *rules) {
   if (!rules || --rules->refs > 0) return;
-  for (int i = 0; i < rules->n; i++) sluice_limiter_free(rules->rule[i].lim);
+  for (int i = 0; i < rules->n; i++) {
+    sluice_limiter_free(rules->rule[i].lim);
+    sluice_sem_free(rules->rule[i].sem);
+  }
   free(rules);
 }

@@ -99,12 +99,23 @@ static void on_decision(const agent_verdict *v, int n, int allowed, int64_t retr
     for (int i = 0; i < n; i++)
       if (v[i].checked && (remaining < 0 || v[i].res.remaining < remaining))
         remaining = v[i].res.remaining;
-    uint8_t buf[256];
+    /* The permits of concurrency rules, for the response's sluice-release. */
+    char permits[AGENT_RULES_MAX * AGENT_PERMIT_ID_MAX] = "";
+    size_t used = 0;
+    for (int i = 0; i < n; i++)
+      if (v[i].permit[0]) {
+        size_t len = strlen(v[i].permit);
+        if (used) permits[used++] = ',';
+        memcpy(permits + used, v[i].permit, len + 1);
+        used += len;
+      }
+    uint8_t buf[256 + sizeof permits];
     spop_out o = {buf, sizeof buf, 0, 0};
     spop_out_begin(&o, SPOP_ACK, p->stream_id, p->frame_id);
     spop_out_set_var_int(&o, "allowed", allowed);
     spop_out_set_var_int(&o, "retry_after_ms", allowed ? 0 : retry_after_ms);
     spop_out_set_var_int(&o, "remaining", remaining);
+    if (used) spop_out_set_var_str(&o, "permit", permits);
     size_t len = spop_out_end(&o);
     if (!c->closing && len) bufferevent_write(c->bev, buf, len);
     if (p->prev) p->prev->next = p->next;
@@ -117,10 +128,35 @@ static void on_decision(const agent_verdict *v, int n, int allowed, int64_t retr
 
 static const char *arg_of(const void *ctx, const char *name) { return spop_notify_arg(ctx, name); }
 
+/* The response's message: give back the permits its request took. */
+static void release(spop_conn *c, const spop_frame *f, const spop_notify *msg) {
+  const char *ids = spop_notify_arg(msg, "permit");
+  agent_permits *held = (*c->srv->rules)->permits;
+  char id[AGENT_PERMIT_ID_MAX];
+  for (const char *p = ids; held && p && *p;) {
+    size_t n = strcspn(p, ",");
+    if (n < sizeof id) {
+      memcpy(id, p, n);
+      id[n] = 0;
+      agent_permits_release(held, id);
+    }
+    p += n + (p[n] == ',');
+  }
+  uint8_t buf[64];
+  spop_out o = {buf, sizeof buf, 0, 0};
+  spop_out_begin(&o, SPOP_ACK, f->stream_id, f->frame_id);
+  size_t len = spop_out_end(&o);
+  if (len) bufferevent_write(c->bev, buf, len);
+}
+
 static void notify(spop_conn *c, const spop_frame *f) {
   spop_notify msg;
   if (spop_notify_parse(f->payload, f->payload_len, &msg) != 0) {
     disconnect(c, SPOP_ERR_INVALID, "malformed NOTIFY");
+    return;
+  }
+  if (strcmp(msg.message, "sluice-release") == 0) {
+    release(c, f, &msg);
     return;
   }
   spop_pending *p = calloc(1, sizeof *p);
@@ -136,6 +172,7 @@ static void notify(spop_conn *c, const spop_frame *f) {
   c->pending = p;
   if (++c->inflight == SPOP_INFLIGHT_MAX) bufferevent_disable(c->bev, EV_READ);
   agent_request r = {0};
+  r.can_hold = 1;
   r.listener = spop_notify_arg(&msg, "listener");
   r.host = spop_notify_arg(&msg, "host");
   r.path = spop_notify_arg(&msg, "path");

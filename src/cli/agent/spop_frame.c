@@ -170,6 +170,7 @@ int spop_notify_parse(const uint8_t *p, size_t len, spop_notify *msg) {
     size_t n;
     uint8_t nargs;
     if (read_string(&r, &s, &n) || read_byte(&r, &nargs)) return -1; /* the message's name */
+    if (!msg->message[0]) copy_text(msg->message, sizeof msg->message, s, n);
     for (unsigned i = 0; i < nargs; i++) {
       spop_arg a;
       int present;
@@ -245,6 +246,15 @@ void spop_out_set_var_int(spop_out *o, const char *name, int64_t v) {
   spop_out_string(o, name);
   spop_out_bytes(o, &t, 1);
   spop_out_varint(o, (uint64_t)v);
+}
+
+void spop_out_set_var_str(spop_out *o, const char *name, const char *v) {
+  static const uint8_t head[3] = {1 /* set-var */, 3 /* args */, 2 /* scope txn */};
+  uint8_t t = SPOP_T_STRING;
+  spop_out_bytes(o, head, 3);
+  spop_out_string(o, name);
+  spop_out_bytes(o, &t, 1);
+  spop_out_string(o, v);
 }
 
 static void kv_string(spop_out *o, const char *name, const char *value) {

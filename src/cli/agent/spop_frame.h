@@ -83,7 +83,8 @@ typedef struct spop_arg {
 } spop_arg;
 
 typedef struct spop_notify {
-  int nargs; /* of all its messages, up to SPOP_ARGS_MAX */
+  char message[64]; /* the first message's name */
+  int nargs;        /* of all its messages, up to SPOP_ARGS_MAX */
   spop_arg arg[SPOP_ARGS_MAX];
 } spop_notify;
 
@@ -108,8 +109,9 @@ void spop_out_string(spop_out *o, const char *s);
 void spop_out_begin(spop_out *o, uint8_t type, uint64_t stream_id, uint64_t frame_id);
 /* Patch the length; 0 when it overflowed. */
 size_t spop_out_end(spop_out *o);
-/* A set-var action, scope txn, of an int64 value. */
+/* A set-var action, scope txn, of an int64 value or a string. */
 void spop_out_set_var_int(spop_out *o, const char *name, int64_t v);
+void spop_out_set_var_str(spop_out *o, const char *name, const char *v);
 
 /* Whole frames. */
 size_t spop_agent_hello(uint8_t *buf, size_t size, uint32_t max_frame_size, int pipelining);
