@@ -115,48 +115,54 @@ int spop_frame_parse(const uint8_t *buf, size_t len, spop_frame *f) {
   return 0;
 }
 
-/* "2.0, 1.5": names major version 2. */
-static int has_version_2(const char *s) {
-  for (const char *p = s; *p;) {
+/* Whether the comma-separated list (spaces ignored) has an item that is
+ * word, or with whole 0 starts with it ("2." in "2.0, 1.5"). */
+static int list_has(const char *list, const char *word, int whole) {
+  size_t n = strlen(word);
+  for (const char *p = list; *p;) {
     while (*p == ' ' || *p == ',') p++;
-    if (p[0] == '2' && p[1] == '.') return 1;
+    if (strncmp(p, word, n) == 0 && (!whole || p[n] == 0 || p[n] == ',' || p[n] == ' ')) return 1;
     while (*p && *p != ',') p++;
   }
   return 0;
 }
 
-static int has_word(const char *list, const char *word) {
-  size_t n = strlen(word);
-  for (const char *p = list; *p;) {
-    while (*p == ' ' || *p == ',') p++;
-    if (strncmp(p, word, n) == 0 && (p[n] == 0 || p[n] == ',' || p[n] == ' ')) return 1;
-    while (*p && *p != ',') p++;
-  }
-  return 0;
+/* One KV-LIST item: its name (into the frame) and its value as text. */
+typedef struct kv {
+  const uint8_t *name;
+  size_t name_len;
+  int present; /* 0 for a NULL value */
+  uint64_t num;
+  char value[SPOP_TEXT_MAX];
+} kv;
+
+static int read_kv(reader *r, kv *item) {
+  item->num = 0;
+  if (read_string(r, &item->name, &item->name_len)) return -1;
+  return read_typed(r, item->value, sizeof item->value, &item->present, &item->num);
+}
+
+static int named(const kv *item, const char *name) {
+  return item->name_len == strlen(name) && memcmp(item->name, name, item->name_len) == 0;
 }
 
 int spop_hello_parse(const uint8_t *p, size_t len, spop_hello *h) {
   reader r = {p, p + len};
+  kv item;
   memset(h, 0, sizeof *h);
   while (r.p < r.end) {
-    const uint8_t *name;
-    size_t n;
-    char value[SPOP_TEXT_MAX];
-    int present;
-    uint64_t num = 0;
-    if (read_string(&r, &name, &n) || read_typed(&r, value, sizeof value, &present, &num))
-      return -1;
-    if (n == 18 && memcmp(name, "supported-versions", n) == 0) {
+    if (read_kv(&r, &item)) return -1;
+    if (named(&item, "supported-versions")) {
       h->has_versions = 1;
-      h->version_2 = has_version_2(value);
-    } else if (n == 14 && memcmp(name, "max-frame-size", n) == 0) {
+      h->version_2 = list_has(item.value, "2.", 0);
+    } else if (named(&item, "max-frame-size")) {
       h->has_frame_size = 1;
-      h->max_frame_size = num > UINT32_MAX ? UINT32_MAX : (uint32_t)num;
-    } else if (n == 12 && memcmp(name, "capabilities", n) == 0) {
+      h->max_frame_size = item.num > UINT32_MAX ? UINT32_MAX : (uint32_t)item.num;
+    } else if (named(&item, "capabilities")) {
       h->has_caps = 1;
-      h->pipelining = has_word(value, "pipelining");
-    } else if (n == 11 && memcmp(name, "healthcheck", n) == 0) {
-      h->healthcheck = num != 0;
+      h->pipelining = list_has(item.value, "pipelining", 1);
+    } else if (named(&item, "healthcheck")) {
+      h->healthcheck = item.num != 0;
     }
   }
   return 0;
@@ -164,6 +170,7 @@ int spop_hello_parse(const uint8_t *p, size_t len, spop_hello *h) {
 
 int spop_notify_parse(const uint8_t *p, size_t len, spop_notify *msg) {
   reader r = {p, p + len};
+  kv item;
   memset(msg, 0, sizeof *msg);
   while (r.p < r.end) {
     const uint8_t *s;
@@ -172,12 +179,11 @@ int spop_notify_parse(const uint8_t *p, size_t len, spop_notify *msg) {
     if (read_string(&r, &s, &n) || read_byte(&r, &nargs)) return -1; /* the message's name */
     if (!msg->message[0]) copy_text(msg->message, sizeof msg->message, s, n);
     for (unsigned i = 0; i < nargs; i++) {
-      spop_arg a;
-      int present;
-      if (read_string(&r, &s, &n) || read_typed(&r, a.value, sizeof a.value, &present, NULL))
-        return -1;
-      copy_text(a.name, sizeof a.name, s, n);
-      if (present && msg->nargs < SPOP_ARGS_MAX) msg->arg[msg->nargs++] = a;
+      if (read_kv(&r, &item)) return -1;
+      if (!item.present || msg->nargs == SPOP_ARGS_MAX) continue;
+      spop_arg *a = &msg->arg[msg->nargs++];
+      copy_text(a->name, sizeof a->name, item.name, item.name_len);
+      memcpy(a->value, item.value, sizeof a->value);
     }
   }
   return 0;
