@@ -450,6 +450,31 @@ class Suite:
         wait_for(lambda: 'ratelimit' in request(self.nginx[0].port, 'GET', '/', '127.0.0.6')[1],
                  10, 'decisions from Redis')
 
+    def clients_leave(self):
+        """Clients that hang up while Redis is paused and their decision is
+        pending (HTTP and SPOP): the agent drops their answers and serves on."""
+        hello = (spop_kv_str('supported-versions', '2.0') + spop_kv_u32('max-frame-size', 1024) +
+                 spop_kv_str('capabilities', 'pipelining'))
+        notify = spop_str('sluice-check') + bytes([2]) + spop_kv_str('path', '/x') + \
+            spop_str('src') + bytes([6, 127, 0, 0, 77])
+        self.redis.proc.send_signal(signal.SIGSTOP)
+        try:
+            for i in range(20):
+                with socket.create_connection(('127.0.0.1', self.agent.port)) as s:
+                    s.sendall(b'GET /auth HTTP/1.1\r\nHost: a\r\nX-Original-URI: /\r\n'
+                              b'X-Real-IP: 10.7.7.%d\r\n\r\n' % i)
+                with socket.create_connection(('127.0.0.1', self.agent.spop_port)) as s:
+                    s.sendall(spop_frame(1, hello))
+                    assert spop_read(s)[0] == 101
+                    s.sendall(b''.join(spop_frame(3, notify, sid=i + 1, fid=1) for _ in range(3)))
+            time.sleep(0.3)  # past the rules' deadlines: the answers are due now
+        finally:
+            self.redis.proc.send_signal(signal.SIGCONT)
+        assert self.agent.proc.poll() is None, 'the agent exited'
+        status, _, _ = request(self.agent.port, path='/auth',
+                               headers={'X-Original-URI': '/', 'X-Real-IP': '10.7.8.1'})
+        assert status == 200, status
+
     def concurrency(self):
         """12 requests at once to /reports/ over both HAProxy: exactly the
         permits pass and no more reach the application at once; the permits
@@ -585,7 +610,7 @@ def main():
         print('1..0 # SKIP missing %s' % ' '.join(missing))
         return 77
     tap = Tap()
-    print('1..12', flush=True)
+    print('1..13', flush=True)
     with tempfile.TemporaryDirectory(prefix='sluice-proxies-') as tmp:
         if os.environ.get('SLUICE_KEEP_TMP'):
             tmp = tempfile.mkdtemp(prefix='sluice-proxies-kept-')
@@ -605,6 +630,8 @@ def main():
                     suite.spop_malformed)
             tap.run('concurrency: two HAProxy never pass the permits; they come back',
                     suite.concurrency)
+            tap.run('clients gone before their answer: the agent serves on',
+                    suite.clients_leave)
             tap.run('SIGHUP reloads on kept connections; a bad reload keeps the rules',
                     suite.reload)
             tap.run('Redis paused: each rule\'s policy within its timeout',
