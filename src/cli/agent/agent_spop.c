@@ -14,9 +14,9 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <event2/listener.h>
 
 #include "agent.h"
+#include "agent_conn.h"
 #include "spop_frame.h"
 #include "../cli.h"
 
@@ -31,54 +31,26 @@ typedef struct spop_pending {
   struct spop_pending *prev, *next;
 } spop_pending;
 
+/* The SPOP state of one connection (its agent_conn's data). */
 struct spop_conn {
+  agent_conn *conn;
   agent_spop *srv;
-  spop_conn *prev, *next; /* all of srv's */
-  struct bufferevent *bev;
   uint32_t frame_max;
-  int hello_done, closing, inflight;
+  int hello_done, inflight;
+  int in_read; /* read_frames is running */
   spop_pending *pending;
 };
 
+static void read_frames(spop_conn *c);
+
 struct agent_spop {
   struct event_base *base;
-  struct evconnlistener *lis;
+  agent_listener *lis;
   agent_rules **rules;
-  spop_conn *all;
-  unsigned conns, conns_max, idle_timeout_s;
 };
 
-static void conn_free(spop_conn *c) {
-  for (spop_pending *p = c->pending; p; p = p->next) p->conn = NULL;
-  bufferevent_free(c->bev);
-  if (c->prev) c->prev->next = c->next;
-  else c->srv->all = c->next;
-  if (c->next) c->next->prev = c->prev;
-  c->srv->conns--;
-  free(c);
-}
-
-static void on_close_now(evutil_socket_t fd, short what, void *ud) {
-  (void)fd, (void)what;
-  conn_free(ud);
-}
-
-static void on_flushed(struct bufferevent *bev, void *ud) {
-  (void)bev;
-  spop_conn *c = ud;
-  if (c->closing) conn_free(c);
-}
-
-/* Send frame (len bytes), then close once it is written: from the loop,
- * never inside this call, so callers may still look at c. */
 static void close_after(spop_conn *c, const uint8_t *frame, size_t len) {
-  static const struct timeval now = {0, 0};
-  c->closing = 1;
-  bufferevent_disable(c->bev, EV_READ);
-  if (len) bufferevent_write(c->bev, frame, len);
-  if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0 &&
-      event_base_once(c->srv->base, -1, EV_TIMEOUT, on_close_now, c, &now) != 0)
-    bufferevent_disable(c->bev, EV_WRITE); /* left to the idle timeout */
+  agent_conn_close_after(c->conn, frame, len);
 }
 
 static void disconnect(spop_conn *c, uint32_t status, const char *message) {
@@ -117,11 +89,14 @@ static void on_decision(const agent_verdict *v, int n, int allowed, int64_t retr
     spop_out_set_var_int(&o, "remaining", remaining);
     if (used) spop_out_set_var_str(&o, "permit", permits);
     size_t len = spop_out_end(&o);
-    if (!c->closing && len) bufferevent_write(c->bev, buf, len);
+    if (!c->conn->closing && len) bufferevent_write(c->conn->bev, buf, len);
     if (p->prev) p->prev->next = p->next;
     else c->pending = p->next;
     if (p->next) p->next->prev = p->prev;
-    if (c->inflight-- == SPOP_INFLIGHT_MAX && !c->closing) bufferevent_enable(c->bev, EV_READ);
+    if (c->inflight-- == SPOP_INFLIGHT_MAX && !c->conn->closing) {
+      bufferevent_enable(c->conn->bev, EV_READ);
+      read_frames(c); /* those already buffered */
+    }
   }
   free(p);
 }
@@ -146,7 +121,7 @@ static void release(spop_conn *c, const spop_frame *f, const spop_notify *msg) {
   spop_out o = {buf, sizeof buf, 0, 0};
   spop_out_begin(&o, SPOP_ACK, f->stream_id, f->frame_id);
   size_t len = spop_out_end(&o);
-  if (len) bufferevent_write(c->bev, buf, len);
+  if (len) bufferevent_write(c->conn->bev, buf, len);
 }
 
 static void notify(spop_conn *c, const spop_frame *f) {
@@ -170,7 +145,7 @@ static void notify(spop_conn *c, const spop_frame *f) {
   p->next = c->pending;
   if (c->pending) c->pending->prev = p;
   c->pending = p;
-  if (++c->inflight == SPOP_INFLIGHT_MAX) bufferevent_disable(c->bev, EV_READ);
+  if (++c->inflight == SPOP_INFLIGHT_MAX) bufferevent_disable(c->conn->bev, EV_READ);
   agent_request r = {0};
   r.can_hold = 1;
   r.listener = spop_notify_arg(&msg, "listener");
@@ -213,8 +188,8 @@ static void hello(spop_conn *c, const spop_frame *f) {
     close_after(c, buf, n);
     return;
   }
-  bufferevent_write(c->bev, buf, n);
-  bufferevent_setwatermark(c->bev, EV_READ, 0, 4 + (size_t)c->frame_max);
+  bufferevent_write(c->conn->bev, buf, n);
+  bufferevent_setwatermark(c->conn->bev, EV_READ, 0, 4 + (size_t)c->frame_max);
   c->hello_done = 1;
 }
 
@@ -227,7 +202,7 @@ static int frame(spop_conn *c, const uint8_t *buf, size_t len) {
   }
   if (!c->hello_done) {
     hello(c, &f);
-    return c->closing;
+    return c->conn->closing;
   }
   if (!(f.flags & SPOP_FLAG_FIN) || f.type == SPOP_UNSET) {
     disconnect(c, SPOP_ERR_FRAG_NOT_SUPPORTED, "fragmentation is not supported");
@@ -238,13 +213,11 @@ static int frame(spop_conn *c, const uint8_t *buf, size_t len) {
     return 1;
   }
   if (f.type == SPOP_NOTIFY) notify(c, &f);
-  return c->closing; /* other frames are skipped, as the protocol allows */
+  return c->conn->closing; /* other frames are skipped, as the protocol allows */
 }
 
-static void on_read(struct bufferevent *bev, void *ud) {
-  spop_conn *c = ud;
-  struct evbuffer *in = bufferevent_get_input(bev);
-  while (!c->closing && c->inflight < SPOP_INFLIGHT_MAX) {
+static void frames(spop_conn *c, struct evbuffer *in) {
+  while (!c->conn->closing && c->inflight < SPOP_INFLIGHT_MAX) {
     uint8_t head[4];
     if (evbuffer_copyout(in, head, 4) != 4) return;
     uint32_t len = (uint32_t)head[0] << 24 | (uint32_t)head[1] << 16 | (uint32_t)head[2] << 8 |
@@ -265,47 +238,41 @@ static void on_read(struct bufferevent *bev, void *ud) {
   }
 }
 
-static void on_event(struct bufferevent *bev, short what, void *ud) {
-  (void)bev, (void)what;
-  conn_free(ud); /* EOF, an error or the idle timeout */
+/* Handle the whole frames buffered, until SPOP_INFLIGHT_MAX NOTIFYs are
+ * being decided (an answer resumes it). Not reentered: an answer given
+ * inside a frame's handling leaves the frames after it to this loop. */
+static void read_frames(spop_conn *c) {
+  struct evbuffer *in = bufferevent_get_input(c->conn->bev);
+  if (c->in_read) return;
+  c->in_read = 1;
+  frames(c, in);
+  c->in_read = 0;
 }
 
-static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct sockaddr *sa,
-                      int socklen, void *ud) {
-  (void)lis, (void)sa, (void)socklen;
-  agent_spop *s = ud;
-  spop_conn *c = NULL;
-  if (s->conns >= s->conns_max || !(c = calloc(1, sizeof *c))) {
-    evutil_closesocket(fd);
-    return;
-  }
-  c->bev = bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE);
-  if (!c->bev) {
-    evutil_closesocket(fd);
-    free(c);
-    return;
-  }
-  c->srv = s;
+static void on_read(agent_conn *conn) { read_frames(conn->data); }
+
+static int on_open(agent_conn *conn) {
+  spop_conn *c = calloc(1, sizeof *c);
+  if (!c) return -1;
+  c->conn = conn;
+  c->srv = agent_listener_ud(conn->lis);
   c->frame_max = SPOP_MAX_FRAME; /* until HELLO says HAProxy's */
-  c->next = s->all;
-  if (s->all) s->all->prev = c;
-  s->all = c;
-  s->conns++;
-  struct timeval idle = {s->idle_timeout_s, 0};
-  bufferevent_set_timeouts(c->bev, &idle, NULL);
-  bufferevent_setwatermark(c->bev, EV_READ, 0, 4 + SPOP_MAX_FRAME);
-  bufferevent_setcb(c->bev, on_read, on_flushed, on_event, c);
-  bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+  conn->data = c;
+  return 0;
 }
+
+/* Decisions still pending answer nobody. */
+static void on_close(agent_conn *conn) {
+  spop_conn *c = conn->data;
+  if (!c) return;
+  for (spop_pending *p = c->pending; p; p = p->next) p->conn = NULL;
+  free(c);
+}
+
+static const agent_proto spop_proto = {on_open, on_read, on_close, 4 + SPOP_MAX_FRAME};
 
 agent_spop *agent_spop_new(struct event_base *base, const agent_settings *st, agent_rules **rules,
                            char *why, size_t why_size) {
-  struct sockaddr_storage ss;
-  int sslen = sizeof ss;
-  if (evutil_parse_sockaddr_port(st->spop, (struct sockaddr *)&ss, &sslen) != 0) {
-    snprintf(why, why_size, "spop = '%s' is not HOST:PORT", st->spop);
-    return NULL;
-  }
   agent_spop *s = calloc(1, sizeof *s);
   if (!s) {
     snprintf(why, why_size, "out of memory");
@@ -313,12 +280,9 @@ agent_spop *agent_spop_new(struct event_base *base, const agent_settings *st, ag
   }
   s->base = base;
   s->rules = rules;
-  s->conns_max = st->max_connections;
-  s->idle_timeout_s = st->idle_timeout_s;
-  s->lis = evconnlistener_new_bind(base, on_accept, s, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE,
-                                   128, (struct sockaddr *)&ss, sslen);
+  s->lis = agent_listen(base, st->spop, &spop_proto, s, st->max_connections, st->idle_timeout_s,
+                        why, why_size);
   if (!s->lis) {
-    snprintf(why, why_size, "cannot listen on %s", st->spop);
     free(s);
     return NULL;
   }
@@ -327,7 +291,6 @@ agent_spop *agent_spop_new(struct event_base *base, const agent_settings *st, ag
 
 void agent_spop_free(agent_spop *s) {
   if (!s) return;
-  evconnlistener_free(s->lis);
-  while (s->all) conn_free(s->all);
+  agent_listener_free(s->lis);
   free(s);
 }
