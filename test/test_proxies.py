@@ -450,6 +450,50 @@ class Suite:
         wait_for(lambda: 'ratelimit' in request(self.nginx[0].port, 'GET', '/', '127.0.0.6')[1],
                  10, 'decisions from Redis')
 
+    def http_bounds(self):
+        """Requests a broken or hostile client sends get their error and a
+        close; pipelined requests are answered in order on one connection."""
+        def exchange(data):
+            with socket.create_connection(('127.0.0.1', self.agent.port), timeout=5) as s:
+                s.sendall(data)
+                got = b''
+                while True:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        return got.decode('latin-1')
+                    got += chunk
+        big = b'GET / HTTP/1.1\r\nX-Pad: ' + b'a' * 9000 + b'\r\n\r\n'
+        cases = [
+            (b'GET / HTTP/1.1\r\nBad Field: x\r\n\r\n', '400'),
+            (b'GET / HTTP/1.1\r\nHost: a\r\n folded\r\n\r\n', '400'),
+            (b'GET / HTTP/2.0\r\n\r\n', '400'),
+            (b'GET / HTTP/1.1\nHost: a\n\n', None),  # bare LFs: no head ever ends
+            (big, '431'),
+            (b'POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello', '413'),
+            (b'POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n', '413'),
+        ]
+        for data, status in cases:
+            if status is None:
+                with socket.create_connection(('127.0.0.1', self.agent.port), timeout=5) as s:
+                    s.sendall(data)
+                    s.settimeout(0.3)
+                    try:
+                        assert s.recv(100) == b''
+                    except socket.timeout:
+                        pass  # waiting for the rest, as it should
+                continue
+            got = exchange(data)
+            assert got.startswith('HTTP/1.1 %s ' % status) and 'Connection: close' in got, \
+                (data[:40], got[:200])
+        # Three pipelined requests, the last HTTP/1.0 (closes): three answers
+        # in order, the limit counted down.
+        ask = b'GET /auth HTTP/1.%d\r\nX-Original-URI: /admin/p\r\nX-Real-IP: 10.5.5.5\r\n\r\n'
+        got = exchange(ask % 1 + ask % 1 + ask % 0)
+        assert re.findall(r'^HTTP/1.1 (\d+)', got, re.M) == ['200', '200', '200'], got
+        remaining = re.findall(r'^RateLimit: "per-client";r=(\d+)', got, re.M)
+        assert [int(r) for r in remaining] == sorted((int(r) for r in remaining), reverse=True) \
+            and len(set(remaining)) == 3, got
+
     def clients_leave(self):
         """Clients that hang up while Redis is paused and their decision is
         pending (HTTP and SPOP): the agent drops their answers and serves on."""
@@ -610,7 +654,7 @@ def main():
         print('1..0 # SKIP missing %s' % ' '.join(missing))
         return 77
     tap = Tap()
-    print('1..13', flush=True)
+    print('1..14', flush=True)
     with tempfile.TemporaryDirectory(prefix='sluice-proxies-') as tmp:
         if os.environ.get('SLUICE_KEEP_TMP'):
             tmp = tempfile.mkdtemp(prefix='sluice-proxies-kept-')
@@ -632,6 +676,8 @@ def main():
                     suite.concurrency)
             tap.run('clients gone before their answer: the agent serves on',
                     suite.clients_leave)
+            tap.run('HTTP: malformed, too large or with a body: refused and closed; pipelining',
+                    suite.http_bounds)
             tap.run('SIGHUP reloads on kept connections; a bad reload keeps the rules',
                     suite.reload)
             tap.run('Redis paused: each rule\'s policy within its timeout',

@@ -7,6 +7,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/listener.h>
+#include <sys/socket.h>
 
 #include "agent_conn.h"
 
@@ -36,10 +37,22 @@ static void on_close_now(evutil_socket_t fd, short what, void *ud) {
   conn_free(ud);
 }
 
+/* The last answer is written: say so (FIN) and read what the client still
+ * sends, discarding it, for at most a second, so that a close with unread
+ * input does not reset the connection before the client reads the answer. */
 static void on_flushed(struct bufferevent *bev, void *ud) {
-  (void)bev;
+  static const struct timeval linger = {1, 0};
   agent_conn *c = ud;
-  if (c->closing) conn_free(c);
+  if (!c->closing || c->lingering) return;
+  c->lingering = 1;
+  if (!c->closer) c->closer = evtimer_new(c->lis->base, on_close_now, c);
+  if (!c->closer || shutdown(bufferevent_getfd(bev), SHUT_WR) != 0) {
+    conn_free(c);
+    return;
+  }
+  evtimer_add(c->closer, &linger);
+  evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+  bufferevent_enable(bev, EV_READ);
 }
 
 void agent_conn_close_after(agent_conn *c, const void *data, size_t len) {
@@ -54,9 +67,10 @@ void agent_conn_close_after(agent_conn *c, const void *data, size_t len) {
 }
 
 static void on_read(struct bufferevent *bev, void *ud) {
-  (void)bev;
   agent_conn *c = ud;
-  if (!c->closing) c->lis->proto->on_read(c);
+  struct evbuffer *in = bufferevent_get_input(bev);
+  if (c->lingering) evbuffer_drain(in, evbuffer_get_length(in));
+  else if (!c->closing) c->lis->proto->on_read(c);
 }
 
 static void on_event(struct bufferevent *bev, short what, void *ud) {

@@ -28,7 +28,8 @@ struct agent_conn {
   agent_listener *lis;
   struct bufferevent *bev;
   agent_conn *prev, *next;
-  int closing;          /* no more input is read; freed once its output is written */
+  int closing;          /* no more input is handled; freed once its output is written */
+  int lingering;        /* written: input is discarded until EOF or a second passes */
   struct event *closer; /* closes it from the loop when nothing is left to write */
   void *data;           /* the protocol's */
 };
