@@ -450,6 +450,39 @@ class Suite:
         wait_for(lambda: 'ratelimit' in request(self.nginx[0].port, 'GET', '/', '127.0.0.6')[1],
                  10, 'decisions from Redis')
 
+    def local_policy_and_cap(self):
+        """A second agent of its own rule file: on_redis_down = local decides
+        by an in-process limiter while Redis is paused (exactly its limit
+        passes), and max_connections closes one connection too many."""
+        tmp = os.path.join(self.tmp, 'agent2')
+        os.makedirs(tmp)
+        rules = ('[agent]\nhttp = 127.0.0.1:9181\nspop = 127.0.0.1:9182\n'
+                 'max_connections = 3\n\n[rule local]\nkey = addr\nalgo = fixed\n'
+                 'limit = 4\nperiod_ms = 3600000\non_redis_down = local\ntimeout_ms = 100\n')
+        agent = Agent(tmp, self.binary, 'unix://' + self.redis.sock, rules)
+        agent.start()
+        try:
+            ask = {'X-Original-URI': '/', 'X-Real-IP': '10.3.3.3'}
+            self.redis.proc.send_signal(signal.SIGSTOP)
+            try:
+                codes = [request(agent.port, path='/auth', headers=ask)[0] for _ in range(8)]
+            finally:
+                self.redis.proc.send_signal(signal.SIGCONT)
+            assert codes == [200] * 4 + [429] * 4, codes
+            held = [socket.create_connection(('127.0.0.1', agent.port)) for _ in range(3)]
+            try:
+                time.sleep(0.1)  # the agent has accepted them
+                with socket.create_connection(('127.0.0.1', agent.port), timeout=5) as extra:
+                    extra.sendall(b'GET /metrics HTTP/1.1\r\n\r\n')
+                    assert extra.recv(100) == b'', 'a fourth connection was served'
+            finally:
+                for h in held:
+                    h.close()
+            wait_for(lambda: request(agent.port, path='/metrics')[0] == 200, 5,
+                     'a connection once the others closed')
+        finally:
+            agent.stop()
+
     def http_bounds(self):
         """Requests a broken or hostile client sends get their error and a
         close; pipelined requests are answered in order on one connection."""
@@ -654,7 +687,7 @@ def main():
         print('1..0 # SKIP missing %s' % ' '.join(missing))
         return 77
     tap = Tap()
-    print('1..14', flush=True)
+    print('1..15', flush=True)
     with tempfile.TemporaryDirectory(prefix='sluice-proxies-') as tmp:
         if os.environ.get('SLUICE_KEEP_TMP'):
             tmp = tempfile.mkdtemp(prefix='sluice-proxies-kept-')
@@ -678,6 +711,8 @@ def main():
                     suite.clients_leave)
             tap.run('HTTP: malformed, too large or with a body: refused and closed; pipelining',
                     suite.http_bounds)
+            tap.run('on_redis_down = local: the limit per agent; max_connections',
+                    suite.local_policy_and_cap)
             tap.run('SIGHUP reloads on kept connections; a bad reload keeps the rules',
                     suite.reload)
             tap.run('Redis paused: each rule\'s policy within its timeout',

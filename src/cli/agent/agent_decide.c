@@ -15,6 +15,9 @@
 
 struct agent_decision;
 
+/* How long after its rules' timeouts a decision is answered at the latest. */
+#define AGENT_DEADLINE_SLACK_MS 25
+
 typedef struct agent_slot {
   struct agent_decision *d;
   int answered;
@@ -131,7 +134,7 @@ static void reply(agent_decision *d) {
   int64_t retry = 0;
   for (int i = 0; i < d->n; i++) {
     agent_verdict *v = &d->v[i];
-    if (!d->slot[i].answered) { /* past the deadline: the rule's policy */
+    if (!d->slot[i].answered) { /* past the backstop: the rule's policy (local: allow) */
       v->allowed = v->rule->down != AGENT_DOWN_DENY;
       v->checked = 0;
     }
@@ -246,6 +249,10 @@ int agent_decide(struct event_base *base, agent_rules *rules, const agent_reques
   if (!(d->deadline = evtimer_new(base, on_deadline, d))) {
     /* Without a timer the library's own op deadline still ends each check. */
   } else {
+    /* A backstop: each check's own deadline (the rule's timeout_ms, on the
+     * library's op timer) ends it first, with the limiter's failure policy
+     * (a local decision among them); this one answers should that slip. */
+    longest += AGENT_DEADLINE_SLACK_MS;
     struct timeval tv = {longest / 1000, (longest % 1000) * 1000};
     evtimer_add(d->deadline, &tv);
   }
