@@ -39,9 +39,14 @@ done
 # (scripts/partition.sh) cuts links with iptables rules in network
 # namespaces, and delays and drops packets through an NFQUEUE
 # (test/partition/nfq_delay.c) where the kernel has no sch_netem.
+# libinih-dev: `sluice agent` reads its rule file with inih (a small INI
+# parser that reports the line of an error). nginx (with auth_request) and
+# haproxy (SPOE): the suite 'proxies' runs the agent behind the real
+# proxies; their services are kept from starting and disabled (see below).
 packages=(meson ninja-build pkg-config gcc libc6-dev clang clang-format libclang-rt-dev
           libhiredis-dev libevent-dev redis-server redis-tools valgrind python3 binutils
-          libssl-dev openssl mandoc man-db prometheus iptables libnetfilter-queue-dev)
+          libssl-dev openssl mandoc man-db prometheus iptables libnetfilter-queue-dev
+          libinih-dev nginx haproxy)
 # --full: dpkg-dev (dpkg-buildpackage) and debhelper (dh) build debian/,
 # whose other Build-Depends are all above; build-essential, which
 # dpkg-buildpackage requires; lintian checks the packages (scripts/deb.sh);
@@ -93,9 +98,11 @@ if command -v apt-get >/dev/null 2>&1 && command -v dpkg-query >/dev/null 2>&1; 
   [ "$own_policy" = 1 ] && "${sudo[@]}" rm -f "$policy"
   [ "$rc" = 0 ] || exit "$rc"
   # Nor at the next boot (the package enables its unit).
-  if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
-    "${sudo[@]}" systemctl disable --now prometheus.service >/dev/null 2>&1 || true
-  fi
+  for service in prometheus nginx haproxy; do
+    if [[ " ${missing[*]} " == *" $service "* ]] && [ -d /run/systemd/system ]; then
+      "${sudo[@]}" systemctl disable --now "$service.service" >/dev/null 2>&1 || true
+    fi
+  done
   for p in "${missing[@]}"; do
     have_pkg "$p" || { echo "deps.sh: $p did not install" >&2; exit 1; }
   done
@@ -105,11 +112,11 @@ fi
 # Not Debian: check by command and pkg-config module.
 missing=()
 for c in meson ninja pkg-config cc clang clang-format redis-server redis-cli redis-benchmark valgrind python3 readelf openssl \
-         prometheus promtool iptables; do
+         prometheus promtool iptables nginx haproxy; do
   command -v "$c" >/dev/null 2>&1 || missing+=("$c")
 done
 if command -v pkg-config >/dev/null 2>&1; then
-  for m in hiredis libevent_core libevent_extra libnetfilter_queue; do  # _extra (evhttp): top --scrape
+  for m in hiredis libevent_core libevent_extra libnetfilter_queue inih; do  # _extra (evhttp): top --scrape, agent
     pkg-config --exists "$m" || missing+=("$m (pkg-config)")
   done
 fi

@@ -32,9 +32,10 @@
 #                                a second case; a 15 s run under ASan
 #                                follows the asan pass's tests
 #   clang     build-ci-clang     compile only, to stay warning-free on clang;
-#                                then the URL fuzzer (libFuzzer, test/fuzz/)
-#                                for SLUICE_FUZZ_S seconds (default 60), one
-#                                case
+#                                then the URL, SPOP and HTTP fuzzers (libFuzzer,
+#                                test/fuzz/)
+#                                for SLUICE_FUZZ_S seconds (default 60) each,
+#                                one case each
 #   format    (no build)         scripts/format.sh: the sources' layout
 #                                against .clang-format; one case
 #   hiredis1  build-ci-hiredis1  against Debian 13's hiredis 1.x with TLS
@@ -241,7 +242,7 @@ run_fuzz() {
     -dict="${seeds}.dict" -artifact_prefix="$logs/$label-" "$work" "$seeds" >"$log" 2>&1
   local rc=$?
   rm -rf "$work"
-  grep -E '^(#[0-9]+ +DONE|Done )|SUMMARY|fuzz_url:' "$log" | tail -n 5 | sed 's/^/  /'
+  grep -E '^(#[0-9]+ +DONE|Done )|SUMMARY|fuzz_url:|fuzz_spop:|fuzz_http:' "$log" | tail -n 5 | sed 's/^/  /'
   count_run "$label" "fuzz ${secs} s" $rc "$log"
 }
 
@@ -269,6 +270,8 @@ pass_clang() {
   if CC=clang build clang build-ci-clang -Dbuildtype=debugoptimized; then
     count --label clang --step "clang --werror build" --ok
     run_fuzz fuzz-url build-ci-clang/test/fuzz/fuzz_url test/fuzz/url "${SLUICE_FUZZ_S:-60}"
+    run_fuzz fuzz-spop build-ci-clang/test/fuzz/fuzz_spop test/fuzz/spop "${SLUICE_FUZZ_S:-60}"
+    run_fuzz fuzz-http build-ci-clang/test/fuzz/fuzz_http test/fuzz/http "${SLUICE_FUZZ_S:-60}"
   else
     count --label clang --step "clang --werror build" --failed
   fi

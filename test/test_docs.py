@@ -4,7 +4,8 @@
     test_docs.py SRC_DIR BUILD_DIR SLUICE_BIN [SANITIZE]
 
 The rules (written for authors in docs/README.md, "Examples in these pages"):
-  - every fenced block names its language: c, sh, console, text, meson or yaml;
+  - every fenced block names its language: c, sh, console, text, meson, yaml,
+    ini, nginx or haproxy;
   - a ```c block with a main() is a whole program: it is compiled and linked
     against the public headers and the built library; any other ```c block is
     a fragment of top-level declarations, compiled alone after
@@ -33,7 +34,7 @@ import time
 FENCE = re.compile(r'^```(\S*)\s*$')
 MARK = re.compile(r'^<!--\s*(illustrative|run)\s*-->$')
 CFILE = re.compile(r'^<!--\s*c-file:\s*(\S+)\s*-->$')
-LANGS = {'c', 'sh', 'console', 'text', 'meson', 'yaml'}
+LANGS = {'c', 'sh', 'console', 'text', 'meson', 'yaml', 'ini', 'nginx', 'haproxy'}
 STEP = '@@sluice-docs-step@@'
 
 

@@ -71,7 +71,7 @@ check "every name of a section 3 page is a public function"
 # from getenv, exit statuses from cli.h and the help.
 {
   "$sluice" --help
-  for cmd in "sem run" "rl check" "dq push" top; do
+  for cmd in "sem run" "rl check" "dq push" top agent; do
     # shellcheck disable=SC2086 # two words on purpose
     "$sluice" $cmd --help
   done

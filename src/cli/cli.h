@@ -45,6 +45,10 @@ void cli_set_command(const char *name);
  * which /proc/PID/environ shows, are scrubbed. */
 void cli_secrets_init(void);
 
+/* The Redis URL to use: --redis, else $SLUICE_REDIS as the tool started
+ * with it (its credentials kept), else CLI_DEFAULT_REDIS. */
+const char *cli_redis_url(const cli_ctx *ctx);
+
 /* Create the loop and client and wait (up to timeout_ms) for the connection;
  * on failure prints "sluice: CMD: cannot reach Redis at URL: why" (the URL
  * with its secrets masked; Redis's own answer when it gave one, e.g.
@@ -153,5 +157,6 @@ int cli_rl_main(int argc, char **argv);
 int cli_dq_main(int argc, char **argv);
 int cli_top_main(int argc, char **argv);
 int cli_acl_main(int argc, char **argv);
+int cli_agent_main(int argc, char **argv); /* agent/agent_main.c */
 
 #endif

@@ -275,10 +275,14 @@ static void on_deadline(evutil_socket_t fd, short what, void *ud) {
   ((connect_wait *)ud)->done = 1;
 }
 
+const char *cli_redis_url(const cli_ctx *ctx) {
+  return ctx->url ? ctx->url : env_url ? env_url : CLI_DEFAULT_REDIS;
+}
+
 int cli_connect(cli_ctx *ctx, unsigned timeout_ms) {
   sluice_client_options o;
   connect_wait w = {0, 0};
-  if (!ctx->url) ctx->url = env_url ? env_url : CLI_DEFAULT_REDIS;
+  ctx->url = cli_redis_url(ctx);
   if (!ctx->password_file) ctx->password_file = getenv("SLUICE_REDIS_PASSWORD_FILE");
   if (!(ctx->shown_url = cli_url_masked(ctx->url))) {
     cli_error("out of memory");

@@ -21,6 +21,7 @@ static void usage(FILE *out) {
       "  sluice dq status QUEUE\n"
       "  sluice top [NAME...] [--once | --prometheus] [--interval MS]\n"
       "  sluice acl [--prefix P] [--sentinel | --cluster] [--db] [--wait] [--scan] [sem rl dq]\n"
+      "  sluice agent --config FILE  (rate limits for nginx auth_request)\n"
       "\n"
       "Every command takes --redis URL (redis://[user:pass@]host:port/db,\n"
       "rediss://... (TLS), redis+sentinel://host:port[,host:port...]/MASTER,\n"
@@ -72,6 +73,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "dq") == 0) return cli_dq_main(argc - 1, argv + 1);
   if (strcmp(cmd, "top") == 0) return cli_top_main(argc - 1, argv + 1);
   if (strcmp(cmd, "acl") == 0) return cli_acl_main(argc - 1, argv + 1);
+  if (strcmp(cmd, "agent") == 0) return cli_agent_main(argc - 1, argv + 1);
   cli_error("unknown command '%s' (try: sluice --help)", cli_echo(cmd));
   return CLI_EXIT_USAGE;
 }
