@@ -144,20 +144,30 @@ void th_fail(const char *file, int line, const char *fmt, ...) {
   _exit(1);
 }
 
-static const char *find_redis_server(void) {
-  static char path[512];
-  const char *env = getenv("REDIS_SERVER");
-  if (env && *env) return env;
+/* See harness.h: $env, else $SLUICE_SERVER_DIR, else the PATH. */
+const char *th_server_prog(const char *name, const char *env, char *buf, size_t len) {
+  const char *e = getenv(env);
+  if (e && *e) return e;
+  const char *dir = getenv("SLUICE_SERVER_DIR");
+  if (dir && *dir) {
+    snprintf(buf, len, "%s/%s", dir, name);
+    return access(buf, X_OK) == 0 ? buf : NULL;
+  }
   const char *p = getenv("PATH");
   if (!p) p = "/usr/bin:/bin";
   while (*p) {
-    const char *e = strchr(p, ':');
-    size_t n = e ? (size_t)(e - p) : strlen(p);
-    snprintf(path, sizeof path, "%.*s/redis-server", (int)n, p);
-    if (access(path, X_OK) == 0) return path;
-    p += n + (e ? 1 : 0);
+    const char *c = strchr(p, ':');
+    size_t n = c ? (size_t)(c - p) : strlen(p);
+    snprintf(buf, len, "%.*s/%s", (int)n, p, name);
+    if (access(buf, X_OK) == 0) return buf;
+    p += n + (c ? 1 : 0);
   }
   return NULL;
+}
+
+static const char *find_redis_server(void) {
+  static char path[512];
+  return th_server_prog("redis-server", "REDIS_SERVER", path, sizeof path);
 }
 
 static int wait_ready(th_redis *r) {

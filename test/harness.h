@@ -315,6 +315,11 @@ int th_main_local_n(int argc, char **argv, const th_case *cases, size_t n);
   int main(int argc, char **argv) {                                          \
     return th_main_local_n(argc, argv, cases, sizeof cases / sizeof *cases); \
   }
+/* The server program name (redis-server, redis-cli) in buf: $env (e.g.
+ * REDIS_SERVER) if set, else $SLUICE_SERVER_DIR/name if that is set (a
+ * server build of its own, scripts/servers.sh), else the PATH's; NULL when
+ * there is none. */
+const char *th_server_prog(const char *name, const char *env, char *buf, size_t len);
 /* A program the binary needs (what: "redis-server") is not installed:
  * prints the TAP plan that says so and returns the binary's exit status,
  * 77 (SKIP), or 1 under CI=true, where it is required. */

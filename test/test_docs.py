@@ -129,7 +129,8 @@ class Redis:
     def start(self):
         if self.proc:
             return self.url
-        exe = shutil.which('redis-server')
+        # As the C harness: $SLUICE_SERVER_DIR holds a server build of its own.
+        exe = shutil.which('redis-server', path=os.environ.get('SLUICE_SERVER_DIR') or None)
         if not exe:
             return None
         sock = os.path.join(self.tmp, 'redis.sock')

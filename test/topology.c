@@ -48,28 +48,12 @@ static const char *tmp_dir(void) {
   return t && *t ? t : "/tmp";
 }
 
-/* $env if set (as the harness does with REDIS_SERVER), else the PATH. */
-static const char *find_prog(const char *name, const char *env, char *buf, size_t len) {
-  const char *e = getenv(env);
-  if (e && *e) return e;
-  const char *p = getenv("PATH");
-  if (!p) p = "/usr/bin:/bin";
-  while (*p) {
-    const char *c = strchr(p, ':');
-    size_t n = c ? (size_t)(c - p) : strlen(p);
-    snprintf(buf, len, "%.*s/%s", (int)n, p, name);
-    if (access(buf, X_OK) == 0) return buf;
-    p += n + (c ? 1 : 0);
-  }
-  return NULL;
-}
-
 static char server_path[512], cli_path[512];
 static const char *redis_server_bin(void) {
-  return find_prog("redis-server", "REDIS_SERVER", server_path, sizeof server_path);
+  return th_server_prog("redis-server", "REDIS_SERVER", server_path, sizeof server_path);
 }
 static const char *redis_cli_bin(void) {
-  return find_prog("redis-cli", "REDIS_CLI", cli_path, sizeof cli_path);
+  return th_server_prog("redis-cli", "REDIS_CLI", cli_path, sizeof cli_path);
 }
 
 int th_topology_available(void) { return redis_server_bin() && redis_cli_bin(); }

@@ -38,14 +38,20 @@
 local DQ_WAKE_MAX = 100  -- idle consumers told per call
 local DQ_STALE_MS = 10000 -- an entry of c this far in the past is a gone consumer
 
--- The encoded sequence number n.
+-- The encoded sequence number n. A push encodes one per message, so the
+-- bytes go through one table kept for the script's run, not a new one each:
+-- garbage Redis 8 counts as used memory until Lua collects it.
+local seq_bytes = {}
 local function seq_enc(n)
-  local b = {}
-  while n > 0 or #b == 0 do
-    table.insert(b, 1, n % 256)
+  local k, m = 0, n
+  repeat
+    k, m = k + 1, math.floor(m / 256)
+  until m == 0
+  for i = k, 1, -1 do
+    seq_bytes[i] = n % 256
     n = math.floor(n / 256)
   end
-  return string.char(#b, unpack(b))
+  return string.char(k, unpack(seq_bytes, 1, k))
 end
 
 -- Length of the encoded sequence number that starts s; nil for the old

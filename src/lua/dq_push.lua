@@ -17,15 +17,22 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.ceil(tonumber(t[2]) / 1000)
 local ret = tonumber(ARGV[1])
 local seq = redis.call('HINCRBY', h, '#seq', n) - n
-local out, maxdue, mindue, zargs, hargs = {}, 0, nil, {}, {}
+local out, maxdue, mindue = {}, 0, nil
+-- z's new entries go in slices of 1000 through one table (Lua's unpack is
+-- limited to a few thousand values), not one table of them all that grows
+-- by copies: garbage Redis 8 counts as used memory until Lua collects it.
+local zargs, zn = {}, 0
 for i = 0, n - 1 do
   local id, v = ARGV[2 + 4 * i], tonumber(ARGV[4 + 4 * i])
   local due = ARGV[3 + 4 * i] == 'a' and v or now + v
   seq = seq + 1
   local s = seq_enc(seq)
   if redis.call('HSETNX', h, 'p' .. id, s .. ARGV[5 + 4 * i]) == 1 then
-    zargs[#zargs + 1] = due
-    zargs[#zargs + 1] = s .. id
+    zargs[zn + 1], zargs[zn + 2], zn = due, s .. id, zn + 2
+    if zn == 2000 then
+      redis.call('ZADD', z, unpack(zargs, 1, zn))
+      zn = 0
+    end
     if due > maxdue then maxdue = due end
     if not mindue or due < mindue then mindue = due end
     out[i + 1] = due
@@ -34,10 +41,7 @@ for i = 0, n - 1 do
   end
 end
 if not mindue then return out end
--- In slices: Lua's unpack is limited to a few thousand values.
-for i = 1, #zargs, 2000 do
-  redis.call('ZADD', z, unpack(zargs, i, math.min(i + 1999, #zargs)))
-end
+if zn > 0 then redis.call('ZADD', z, unpack(zargs, 1, zn)) end
 dq_wake(c, mindue)
 dq_expire(h, math.max(maxdue, now) + ret, ret, {[z] = true, [h] = true})
 return out

@@ -82,7 +82,7 @@ if n > 0 then
       out[#out + 1] = tonumber(cand[2 * i])
       out[#out + 1] = payload
       count = count + 1
-      taken[id] = true
+      if #late > 0 then taken[id] = true end -- only the late ones ask
     end
   end
   if count > 0 then
