@@ -31,6 +31,10 @@
 #                                (default 60), failovers among the faults,
 #                                a second case; a 15 s run under ASan
 #                                follows the asan pass's tests
+#   partition build-ci           scripts/partition.sh: a Sentinel set and a
+#                                cluster, and client processes, in network
+#                                namespaces under cuts and a slow lossy link;
+#                                one case per scenario and property
 #   clang     build-ci-clang     compile only, to stay warning-free on clang;
 #                                then the URL, SPOP and HTTP fuzzers (libFuzzer,
 #                                test/fuzz/)
@@ -255,6 +259,14 @@ pass_soak() {
   run_soak soak-failover build-ci "${SLUICE_SOAK_FO_S:-60}" --topology sentinel
 }
 
+# Sentinel and Cluster under network partitions in network namespaces
+# (root; about 5 minutes): see docs/testing.md.
+pass_partition() {
+  banner "partition: scripts/partition.sh (namespaces, iptables, NFQUEUE)"
+  need_gcc partition &&
+    run_script partition timeout --kill-after=10 900 scripts/partition.sh --build build-ci
+}
+
 pass_asan() {
   banner "asan: build-ci-asan (-Db_sanitize=address,undefined, --werror)"
   if build asan build-ci-asan -Dbuildtype=debugoptimized -Db_sanitize=address,undefined; then
@@ -329,7 +341,7 @@ pass_valgrind() {
 }
 
 if [ $full = 1 ]; then
-  passes=(gcc topo abi subproject deb soak asan clang format hiredis1)
+  passes=(gcc topo abi subproject deb soak partition asan clang format hiredis1)
 else
   passes=(gcc topo)
 fi

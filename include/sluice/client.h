@@ -187,7 +187,7 @@ SLUICE_EXPORT void sluice_client_set_state_cb(sluice_client *client, sluice_clie
 
 /* Leases a promoted replica honours, on by default: on a master seen with a
  * replica online, a semaphore's grant is answered only once a replica has
- * it (WAIT after the step, up to wait_timeout_ms when set, else 500 ms; a
+ * it (WAIT after the step, up to wait_timeout_ms when set, else 1000 ms; a
  * grant no replica had is given back: SLUICE_ENOREPLICA for a try_acquire,
  * another attempt for a wait), and a renewal extends the holder's lease
  * only once a replica has it, so a holder cut off with its master hears
