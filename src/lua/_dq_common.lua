@@ -15,7 +15,8 @@
 -- big-endian: byte order is numeric order, so equal due times sort in push
 -- order. h holds p<id> = seq .. payload and, once delivered, a<id> = seq ..
 -- attempts (decimal), so a requeue or cancel finds the member without
--- another field. Queues written before this layout have members of 12 hex
+-- another field; and, while taken, k<id> = its delivery token (decimal,
+-- dq_take.lua). Queues written before this layout have members of 12 hex
 -- digits .. id, raw payloads, a<id> = attempts and s<id> = the 12 digits;
 -- such a message keeps that layout until it is acknowledged (a hex digit is
 -- never below '0', a length byte always is).
@@ -79,6 +80,13 @@ end
 -- Set message id's attempts to att, keeping a<id>'s layout (av: its value).
 local function set_attempts(h, id, av, att)
   redis.call('HSET', h, 'a' .. id, (attempts_split(av) or '') .. att)
+end
+
+-- Whether a caller's delivery token (ARGV text; '0': none known) is the
+-- message's current one, k<id> = kv: a take since gave it a larger one.
+-- Without kv (taken by a version that kept none) the attempt decides.
+local function token_matches(kv, token)
+  return token == '0' or not kv or kv == token
 end
 
 -- Something became takeable at `at` (ms): every idle consumer that would

@@ -5,7 +5,11 @@
 -- ARGV: retention ms, batch (1..1000), visibility ms, max attempts (0 = no
 -- limit), consumer id, its longest sleep (max_poll_ms).
 -- Returns {now us, next wake-up ms or -1, count, then per message: id,
--- attempt, due ms, payload}. The next wake-up is the earliest of the next
+-- attempt, due ms, payload, delivery token}. The token comes from the
+-- queue's counter h['#dlv'] and is kept in k<id> until the ack: it grows
+-- with every delivery of any message of the queue (gaps allowed), so a
+-- later delivery of a message always has a larger one (dq_extend, dq_ack
+-- refuse an older one). The next wake-up is the earliest of the next
 -- due time and the next in-flight deadline (+1 ms: expiry is deadline < now).
 -- A consumer that found fewer due messages than it asked for is idle: its
 -- entry in c says when it looks next (the next wake-up, or now + its
@@ -66,6 +70,7 @@ if n > 0 then
     fields[i], fields[n + i] = 'p' .. id, 'a' .. id
   end
   local v = redis.call('HMGET', h, unpack(fields))
+  local token = redis.call('HINCRBY', h, '#dlv', n) - n
   local zargs, hargs = {}, {}
   for i = 1, n do
     if v[i] then
@@ -77,10 +82,14 @@ if n > 0 then
       zargs[#zargs + 1] = id
       hargs[#hargs + 1] = fields[n + i]
       hargs[#hargs + 1] = seqs[i] .. (a + 1)
+      token = token + 1
+      hargs[#hargs + 1] = 'k' .. id
+      hargs[#hargs + 1] = token
       out[#out + 1] = id
       out[#out + 1] = a + 1
       out[#out + 1] = tonumber(cand[2 * i])
       out[#out + 1] = payload
+      out[#out + 1] = token
       count = count + 1
       taken[id] = true
     end
