@@ -71,6 +71,14 @@ static void renew_from(sluice_dq_msg *m, uint64_t base_ms) {
   arm(m);
 }
 
+/* Try again soon, well before the deadline (a failed renewal). */
+static void renew_soon(sluice_dq_msg *m) {
+  uint64_t again = ms_left(m) / 4;
+  if (again < LEASE_RETRY_MIN_MS) again = LEASE_RETRY_MIN_MS;
+  m->renew_at_ms = sluice__mono_ms() + again;
+  arm(m);
+}
+
 /* Tell the consumer once, from the loop (the callback may settle m). */
 static void fire_lost(sluice_dq_msg *m, int reason) {
   sluice_dq_consumer *con = m->con;
@@ -108,7 +116,7 @@ static int queue_ext(sluice_dq_msg *m, uint64_t ms, int automatic, sluice_dq_set
 static void renew(sluice_dq_msg *m) {
   if (m->renewing || m->lost || m->con->guard.closed) return;
   if (queue_ext(m, m->con->o.visibility_ms, 1, NULL, NULL) == SLUICE_OK) m->renewing = 1;
-  else renew_from(m, sluice__mono_ms() - m->con->o.visibility_ms / 3 + LEASE_RETRY_MIN_MS);
+  else renew_soon(m); /* out of memory */
 }
 
 static void timer_cb(evutil_socket_t fd, short what, void *arg) {
@@ -174,11 +182,8 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
   if (m && !m->lost && status == SLUICE_OK) confirmed(m, br, (uint64_t)left);
   else if (m && !m->lost && (status == SLUICE_ELATE || status == SLUICE_ENOTFOUND))
     fire_lost(m, status); /* may settle m: not used below */
-  else if (m && !m->lost && e->automatic && status != SLUICE_ECANCELED) {
-    uint64_t again = ms_left(m) / 4; /* a transport error: again, well before the deadline */
-    if (again < LEASE_RETRY_MIN_MS) again = LEASE_RETRY_MIN_MS;
-    renew_from(m, sluice__mono_ms() + again - con->o.visibility_ms / 3);
-  }
+  else if (m && !m->lost && e->automatic && status != SLUICE_ECANCELED)
+    renew_soon(m); /* a transport error */
   if (status == SLUICE_ECLOSED) status = SLUICE_ECANCELED;
   if (e->cb) e->cb(con, status, e->id, e->ud);
   sluice__free(e);
