@@ -58,19 +58,37 @@ static sluice_dq_consumer *keeper_consumer(sluice_client *c, unsigned vis, int r
   return con;
 }
 
-/* Settle msg (ack) and wait for the answer; returns its status. */
+/* A call whose callback reports into st (it must accept): run the loop
+ * until the callback ran, and return its status. */
+static int answered(struct event_base *base, int rc, th_status *st) {
+  TH_ASSERT_EQ(rc, SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &st->done, 5000));
+  return st->status;
+}
+
 static int ack_wait(struct event_base *base, sluice_dq_msg *m) {
   th_status st = {0, 0};
-  TH_ASSERT_EQ(sluice_dq_ack(m, on_settle, &st), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &st.done, 5000));
-  return st.status;
+  return answered(base, sluice_dq_ack(m, on_settle, &st), &st);
 }
 
 static int extend_wait(struct event_base *base, sluice_dq_msg *m, int64_t ms) {
   th_status st = {0, 0};
-  TH_ASSERT_EQ(sluice_dq_msg_extend(m, ms, on_settle, &st), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &st.done, 5000));
-  return st.status;
+  return answered(base, sluice_dq_msg_extend(m, ms, on_settle, &st), &st);
+}
+
+/* Queue "lease" holding one message, "job". */
+static sluice_dq *queue_with_job(dq_fx *fx) {
+  sluice_dq *dq = dqt_queue(fx->c, "lease");
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(fx->base, dq, "job", "work", 0, &p), SLUICE_OK);
+  return dq;
+}
+
+/* A keeper_consumer, once it has taken its first message. */
+static sluice_dq_consumer *first_taker(dq_fx *fx, unsigned vis, int renew, keeper *k) {
+  sluice_dq_consumer *con = keeper_consumer(fx->c, vis, renew, k);
+  TH_ASSERT(th_loop_until(fx->base, &k->n, 5000));
+  return con;
 }
 
 /* A handler running 10x its 300 ms visibility timeout (3 s) with
@@ -78,12 +96,9 @@ static int extend_wait(struct event_base *base, sluice_dq_msg *m, int64_t ms) {
  * gets nothing; the lease never lapses; the ack then counts. */
 static void test_long_handler_not_redelivered(void) {
   dq_fx fx = dq_fx_open();
-  sluice_dq *dq = dqt_queue(fx.c, "lease");
-  dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "job", "work", 0, &p), SLUICE_OK);
+  sluice_dq *dq = queue_with_job(&fx);
   keeper a = {0}, b = {0};
-  sluice_dq_consumer *ca = keeper_consumer(fx.c, 300, 1, &a);
-  TH_ASSERT(th_loop_until(fx.base, &a.n, 5000));
+  sluice_dq_consumer *ca = first_taker(&fx, 300, 1, &a);
   sluice_dq_consumer *cb = keeper_consumer(fx.c, 300, 0, &b);
   uint64_t end = th_now_ms() + 3000;
   int64_t least = INT64_MAX;
@@ -110,12 +125,9 @@ static void test_long_handler_not_redelivered(void) {
  * is not redelivered; remaining_ms counts from the new deadline. */
 static void test_extend_by_hand(void) {
   dq_fx fx = dq_fx_open();
-  sluice_dq *dq = dqt_queue(fx.c, "lease");
-  dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "job", "work", 0, &p), SLUICE_OK);
+  sluice_dq *dq = queue_with_job(&fx);
   keeper a = {0}, b = {0};
-  sluice_dq_consumer *ca = keeper_consumer(fx.c, 100, 0, &a);
-  TH_ASSERT(th_loop_until(fx.base, &a.n, 5000));
+  sluice_dq_consumer *ca = first_taker(&fx, 100, 0, &a);
   TH_ASSERT_EQ(extend_wait(fx.base, a.held[0], 2000), SLUICE_OK);
   TH_ASSERT_CMP(sluice_dq_msg_remaining_ms(a.held[0]), >, 1000);
   sluice_dq_consumer *cb = keeper_consumer(fx.c, 100, 0, &b);
@@ -139,12 +151,9 @@ static void test_extend_by_hand(void) {
  * is larger; it extends and acks. */
 static void test_extend_after_redelivery_refused(void) {
   dq_fx fx = dq_fx_open();
-  sluice_dq *dq = dqt_queue(fx.c, "lease");
-  dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "job", "work", 0, &p), SLUICE_OK);
+  sluice_dq *dq = queue_with_job(&fx);
   keeper a = {0}, b = {0};
-  sluice_dq_consumer *ca = keeper_consumer(fx.c, 100, 0, &a);
-  TH_ASSERT(th_loop_until(fx.base, &a.n, 5000));
+  sluice_dq_consumer *ca = first_taker(&fx, 100, 0, &a);
   sluice_dq_consumer_free(ca); /* takes nothing more; its message stays valid */
   sluice_dq_consumer *cb = keeper_consumer(fx.c, 100, 0, &b);
   TH_ASSERT(th_loop_until(fx.base, &b.n, 5000));
@@ -168,12 +177,9 @@ static void test_extend_after_redelivery_refused(void) {
  * once, with the message and SLUICE_ELATE, however often it extends. */
 static void test_lost_callback_once(void) {
   dq_fx fx = dq_fx_open();
-  sluice_dq *dq = dqt_queue(fx.c, "lease");
-  dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "job", "work", 0, &p), SLUICE_OK);
+  sluice_dq *dq = queue_with_job(&fx);
   keeper a = {0}, b = {0};
-  sluice_dq_consumer *ca = keeper_consumer(fx.c, 100, 0, &a);
-  TH_ASSERT(th_loop_until(fx.base, &a.n, 5000));
+  sluice_dq_consumer *ca = first_taker(&fx, 100, 0, &a);
   sluice_dq_consumer *cb = keeper_consumer(fx.c, 100, 0, &b);
   /* a takes it again itself or b does: either way a new delivery. */
   uint64_t end = th_now_ms() + 5000;
@@ -194,6 +200,7 @@ static void test_lost_callback_once(void) {
   TH_ASSERT_EQ(ack_wait(fx.base, fresh), SLUICE_OK);
   /* A cancelled message's extension finds it gone (a alone takes now). */
   sluice_dq_consumer_free(cb);
+  dqt_push p;
   TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "gone", "x", 0, &p), SLUICE_OK);
   int had = a.n;
   end = th_now_ms() + 5000;
@@ -203,8 +210,7 @@ static void test_lost_callback_once(void) {
   sluice_dq_msg *gone = who->held[who->n - 1];
   TH_ASSERT_STR_EQ(sluice_dq_msg_id(gone), "gone");
   th_status st = {0, 0};
-  TH_ASSERT_EQ(sluice_dq_cancel(dq, "gone", dqt_status_cb, &st), SLUICE_OK);
-  TH_ASSERT(th_loop_until(fx.base, &st.done, 5000));
+  TH_ASSERT_EQ(answered(fx.base, sluice_dq_cancel(dq, "gone", dqt_status_cb, &st), &st), SLUICE_OK);
   int lost_before = who->lost;
   TH_ASSERT_EQ(extend_wait(fx.base, gone, 1000), SLUICE_ENOTFOUND);
   TH_ASSERT_EQ(who->lost, lost_before + 1);
@@ -251,12 +257,9 @@ static void test_delivery_tokens_increase(void) {
 /* Bad input gets a clear status, never a crash. */
 static void test_bad_input(void) {
   dq_fx fx = dq_fx_open();
-  sluice_dq *dq = dqt_queue(fx.c, "lease");
-  dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "job", "x", 0, &p), SLUICE_OK);
+  sluice_dq *dq = queue_with_job(&fx);
   keeper k = {0};
-  sluice_dq_consumer *con = keeper_consumer(fx.c, 1000, 0, &k);
-  TH_ASSERT(th_loop_until(fx.base, &k.n, 5000));
+  sluice_dq_consumer *con = first_taker(&fx, 1000, 0, &k);
   sluice_dq_msg *m = k.held[0];
   TH_ASSERT_EQ(sluice_dq_msg_extend(NULL, 1000, NULL, NULL), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_dq_msg_extend(m, 0, NULL, NULL), SLUICE_EINVAL);
@@ -287,12 +290,9 @@ static void settle_on_lost(sluice_dq_consumer *con, sluice_dq_msg *m, int reason
 
 static void test_settle_with_extension_out(void) {
   dq_fx fx = dq_fx_open();
-  sluice_dq *dq = dqt_queue(fx.c, "lease");
-  dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "job", "x", 0, &p), SLUICE_OK);
+  sluice_dq *dq = queue_with_job(&fx);
   keeper k = {0};
-  sluice_dq_consumer *con = keeper_consumer(fx.c, 1000, 1, &k);
-  TH_ASSERT(th_loop_until(fx.base, &k.n, 5000));
+  sluice_dq_consumer *con = first_taker(&fx, 1000, 1, &k);
   th_status ext = {0, 0};
   TH_ASSERT_EQ(sluice_dq_msg_extend(k.held[0], 5000, on_settle, &ext), SLUICE_OK);
   TH_ASSERT_EQ(ack_wait(fx.base, k.held[0]), SLUICE_OK);
@@ -302,14 +302,14 @@ static void test_settle_with_extension_out(void) {
   TH_ASSERT_EQ(ext.status, SLUICE_ENOTFOUND);
   TH_ASSERT_EQ(k.lost, 0);
   /* Lost inside: settled and the consumer freed from its own callback. */
+  dqt_push p;
   TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "two", "x", 0, &p), SLUICE_OK);
   uint64_t end = th_now_ms() + 5000;
   while (k.n < 2 && th_now_ms() < end) th_loop_for(fx.base, 5);
   TH_ASSERT_EQ(k.n, 2);
   sluice_dq_consumer_set_lost_cb(con, settle_on_lost, &k);
   th_status st = {0, 0};
-  TH_ASSERT_EQ(sluice_dq_cancel(dq, "two", dqt_status_cb, &st), SLUICE_OK);
-  TH_ASSERT(th_loop_until(fx.base, &st.done, 5000));
+  TH_ASSERT_EQ(answered(fx.base, sluice_dq_cancel(dq, "two", dqt_status_cb, &st), &st), SLUICE_OK);
   TH_ASSERT_EQ(sluice_dq_msg_extend(k.held[1], 1000, NULL, NULL), SLUICE_OK);
   TH_ASSERT(th_loop_until(fx.base, &k.lost, 5000));
   sluice_dq_free(dq);
@@ -323,12 +323,9 @@ static void test_settle_with_extension_out(void) {
  * enough, the ack counts). */
 static void test_lost_when_renewals_stall(void) {
   dq_fx fx = dq_fx_open();
-  sluice_dq *dq = dqt_queue(fx.c, "lease");
-  dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "job", "x", 0, &p), SLUICE_OK);
+  sluice_dq *dq = queue_with_job(&fx);
   keeper k = {0};
-  sluice_dq_consumer *con = keeper_consumer(fx.c, 300, 1, &k);
-  TH_ASSERT(th_loop_until(fx.base, &k.n, 5000));
+  sluice_dq_consumer *con = first_taker(&fx, 300, 1, &k);
   th_loop_for(fx.base, 400); /* renewed at least once */
   TH_ASSERT_EQ(k.lost, 0);
   th_redis_pause(&th_server);
@@ -380,9 +377,7 @@ static void child_consumer(void) {
  * of it while the first one lived (1.5 s, 5x the timeout). */
 static void test_killed_consumer_message_returns(void) {
   dq_fx fx = dq_fx_open();
-  sluice_dq *dq = dqt_queue(fx.c, "lease");
-  dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "job", "work", 0, &p), SLUICE_OK);
+  sluice_dq *dq = queue_with_job(&fx);
   TH_ASSERT_EQ(pipe(token_pipe), 0);
   pid_t pid = fork();
   TH_ASSERT(pid >= 0);
