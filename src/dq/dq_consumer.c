@@ -364,18 +364,17 @@ void sluice_dq_consumer_options_init(sluice_dq_consumer_options *o) {
   o->retention_ms = DQ_DEFAULT_RETENTION_MS;
 }
 
-/* Client closed or consumer freed: stop taking. On close, settlements
- * still queued or in flight are cancelled; after a free they go on. */
+/* Client closed or consumer freed: stop taking. On close, settlements and
+ * extensions still queued or in flight are cancelled and renewal stops;
+ * after a free they go on. */
 static void consumer_cancel(sluice__guard *g) {
   sluice_dq_consumer *con = sluice__container_of(g, sluice_dq_consumer, guard);
   evtimer_del(con->timer);
   event_del(con->kick);
   update_listen(con);
-  if (g->closed) {
-    sluice__batcher_cancel(&con->settles, SLUICE_ECANCELED);
-    sluice__batcher_cancel(&con->extends, SLUICE_ECANCELED);
-  }
-  if (!g->closed) return; /* freed: delivered messages keep their leases */
+  if (!g->closed) return; /* freed: settlements go on, delivered messages keep their leases */
+  sluice__batcher_cancel(&con->settles, SLUICE_ECANCELED);
+  sluice__batcher_cancel(&con->extends, SLUICE_ECANCELED);
   for (sluice__link *l = con->held.head; l; l = l->next)
     sluice__dq_lease_stop(sluice__container_of(l, sluice_dq_msg, link));
 }
