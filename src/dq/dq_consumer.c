@@ -221,13 +221,12 @@ static void take_failed(sluice_dq_consumer *con, int status) {
 /* One message of a take reply (elements i..i+DQ_TAKE_PER-1), or NULL on a
  * bad reply (*bad set) or out of memory. */
 static sluice_dq_msg *msg_from_reply(sluice_dq_consumer *con, const redisReply *r, size_t i,
-                                     int *bad) {
+                                     uint64_t token, int *bad) {
   const redisReply *id = sluice__reply_at(r, i), *p = sluice__reply_at(r, i + 3);
-  int64_t attempt, due, token;
+  int64_t attempt, due;
   if (!id || !p || id->type != REDIS_REPLY_STRING || p->type != REDIS_REPLY_STRING ||
       sluice__reply_i64(sluice__reply_at(r, i + 1), &attempt) ||
-      sluice__reply_i64(sluice__reply_at(r, i + 2), &due) ||
-      sluice__reply_i64(sluice__reply_at(r, i + 4), &token) || token < 0) {
+      sluice__reply_i64(sluice__reply_at(r, i + 2), &due)) {
     *bad = 1;
     return NULL;
   }
@@ -235,7 +234,7 @@ static sluice_dq_msg *msg_from_reply(sluice_dq_consumer *con, const redisReply *
   if (!m) return NULL;
   m->con = con;
   m->attempt = (unsigned)attempt;
-  m->token = (uint64_t)token;
+  m->token = token;
   m->due_ms = due;
   m->deadline_ms = con->take_sent_ms + con->o.visibility_ms;
   m->len = p->len;
@@ -247,12 +246,13 @@ static sluice_dq_msg *msg_from_reply(sluice_dq_consumer *con, const redisReply *
 
 /* Hand count messages to the handler; once the consumer is freed (possibly
  * by the handler) the rest go back to the queue at once. */
-static void deliver(sluice_dq_consumer *con, const redisReply *reply, size_t count,
-                    int64_t now_us) {
+static void deliver(sluice_dq_consumer *con, const redisReply *reply, size_t count, int64_t now_us,
+                    uint64_t first_token) {
   sluice__guard_enter(&con->guard);
   for (size_t k = 0; k < count; k++) {
     int bad = 0;
-    sluice_dq_msg *m = msg_from_reply(con, reply, 3 + DQ_TAKE_PER * k, &bad);
+    sluice_dq_msg *m = msg_from_reply(con, reply, DQ_TAKE_HEAD + DQ_TAKE_PER * k, first_token + k,
+                                      &bad);
     if (!m) continue; /* left in flight: redelivered after the deadline */
     sluice__list_append(&con->held, &m->link);
     con->in_flight++;
@@ -285,12 +285,14 @@ static void schedule(sluice_dq_consumer *con, int64_t next_ms, size_t count) {
 
 static void take_done(void *ud, int status, const redisReply *reply) {
   sluice_dq_consumer *con = ud;
-  int64_t now_us = 0, next_ms = -1, count = 0;
+  int64_t now_us = 0, next_ms = -1, count = 0, first_token = 0;
   con->taking = 0;
-  if (status == SLUICE_OK && (sluice__reply_i64(sluice__reply_at(reply, 0), &now_us) ||
-                              sluice__reply_i64(sluice__reply_at(reply, 1), &next_ms) ||
-                              sluice__reply_i64(sluice__reply_at(reply, 2), &count) || count < 0 ||
-                              reply->elements != 3 + DQ_TAKE_PER * (size_t)count))
+  if (status == SLUICE_OK &&
+      (sluice__reply_i64(sluice__reply_at(reply, 0), &now_us) ||
+       sluice__reply_i64(sluice__reply_at(reply, 1), &next_ms) ||
+       sluice__reply_i64(sluice__reply_at(reply, 2), &count) || count < 0 ||
+       sluice__reply_i64(sluice__reply_at(reply, 3), &first_token) || first_token < 0 ||
+       reply->elements != DQ_TAKE_HEAD + DQ_TAKE_PER * (size_t)count))
     status = SLUICE_EPROTOCOL;
   if (status != SLUICE_OK) {
     take_failed(con, status);
@@ -301,7 +303,7 @@ static void take_done(void *ud, int status, const redisReply *reply) {
   /* Before the handlers run: their time must not shift Redis's clock. */
   con->offset_us = now_us - (int64_t)sluice__mono_us();
   con->have_offset = 1;
-  deliver(con, reply, (size_t)count, now_us);
+  deliver(con, reply, (size_t)count, now_us, (uint64_t)first_token);
   if (!taking_allowed(con)) {
     sluice__guard_poke(&con->guard);
     return;

@@ -15,9 +15,11 @@
 -- big-endian: byte order is numeric order, so equal due times sort in push
 -- order. h holds p<id> = seq .. payload and, once delivered, a<id> = seq ..
 -- attempts (decimal), so a requeue or cancel finds the member without
--- another field; and, while taken, k<id> = its delivery token (decimal,
--- dq_take.lua). Queues written before this layout have members of 12 hex
--- digits .. id, raw payloads, a<id> = attempts and s<id> = the 12 digits;
+-- another field, then, once taken, '/' .. its delivery token (decimal,
+-- dq_take.lua; in the same field, so a take writes and a settlement reads
+-- no more fields than before tokens). Queues written before this layout
+-- have members of 12 hex digits .. id, raw payloads, a<id> = attempts (this
+-- release adds the token there too) and s<id> = the 12 digits;
 -- such a message keeps that layout until it is acknowledged (a hex digit is
 -- never below '0', a length byte always is).
 
@@ -63,12 +65,16 @@ local function member_split(m)
   return string.sub(m, 1, n), string.sub(m, n + 1)
 end
 
--- An a<id> value -> its sequence prefix (nil: old layout), the attempts.
+-- An a<id> value -> its sequence prefix (nil: old layout), the attempts,
+-- the delivery token (text; nil: none).
 local function attempts_split(v)
-  if not v then return nil, 0 end
+  if not v then return nil, 0, nil end
   local n = seq_len(v)
-  if not n then return nil, tonumber(v) or 0 end
-  return string.sub(v, 1, n), tonumber(string.sub(v, n + 1)) or 0
+  local seq, rest = nil, v
+  if n then seq, rest = string.sub(v, 1, n), string.sub(v, n + 1) end
+  local s = string.find(rest, '/', 1, true)
+  if s then return seq, tonumber(string.sub(rest, 1, s - 1)) or 0, string.sub(rest, s + 1) end
+  return seq, tonumber(rest) or 0, nil
 end
 
 -- The member of z for message id, delivered before (a<id> = av).
@@ -77,14 +83,16 @@ local function member_of(h, id, av)
   return (seq or redis.call('HGET', h, 's' .. id) or string.format('%012x', 0)) .. id
 end
 
--- Set message id's attempts to att, keeping a<id>'s layout (av: its value).
+-- Set message id's attempts to att, keeping a<id>'s layout (av: its value);
+-- the token goes (the message is no longer taken).
 local function set_attempts(h, id, av, att)
   redis.call('HSET', h, 'a' .. id, (attempts_split(av) or '') .. att)
 end
 
 -- Whether a caller's delivery token (ARGV text; '0': none known) is the
--- message's current one, k<id> = kv: a take since gave it a larger one.
--- Without kv (taken by a version that kept none) the attempt decides.
+-- message's current one, kv (attempts_split's): a take since gave it a
+-- larger one. Without kv (taken by a version that kept none) the attempt
+-- decides.
 local function token_matches(kv, token)
   return token == '0' or not kv or kv == token
 end

@@ -24,35 +24,32 @@ local function requeue(id, av, due)
   if due > maxdue then maxdue = due end
 end
 
--- Deadlines one by one, attempt counts and tokens in one HMGET; removals
+-- Deadlines one by one, attempt counts (and tokens) in one HMGET; removals
 -- batched.
 local afields, dls = {}, {}
 for i = 3, #ARGV, 5 do
   afields[#afields + 1] = 'a' .. ARGV[i]
   dls[#dls + 1] = redis.call('ZSCORE', f, ARGV[i])
 end
-local m = #afields
-for k = 1, m do afields[m + k] = 'k' .. ARGV[5 * k - 2] end
-local atts = m > 0 and redis.call('HMGET', h, unpack(afields)) or {}
+local atts = #afields > 0 and redis.call('HMGET', h, unpack(afields)) or {}
 local gone, hdel = {}, {}
 for k = 1, #dls do
   local i = 5 * k - 2
   local id, op, dl, av = ARGV[i], ARGV[i + 2], dls[k], atts[k]
-  local seq, a = attempts_split(av)
+  local seq, a, tok = attempts_split(av)
   local code = 1
   if not dl then
     -- Delivered again and waiting (a<id> stays until acked or cancelled),
     -- or gone: acked by whoever got it after the deadline, or cancelled.
     code = av and -1 or -2
   elseif tonumber(dl) < now or a ~= tonumber(ARGV[i + 1]) or
-      not token_matches(atts[m + k], ARGV[i + 4]) then
+      not token_matches(tok, ARGV[i + 4]) then
     code = -1
   else
     gone[#gone + 1] = id
     if op == 'a' then
       hdel[#hdel + 1] = 'p' .. id
       hdel[#hdel + 1] = 'a' .. id
-      hdel[#hdel + 1] = 'k' .. id
       if not seq then hdel[#hdel + 1] = 's' .. id end
     elseif op == 'x' then
       set_attempts(h, id, av, a - 1)

@@ -28,7 +28,7 @@ for k = 1, n do
   if not (ms and ms >= 1 and ms <= 4398046511104) then
     return redis.error_reply('ERR sluice: bad extend')
   end
-  fields[k], fields[n + k] = 'a' .. ARGV[i], 'k' .. ARGV[i]
+  fields[k] = 'a' .. ARGV[i]
   dls[k] = redis.call('ZSCORE', f, ARGV[i])
 end
 local v = redis.call('HMGET', h, unpack(fields))
@@ -36,12 +36,12 @@ local out, zargs, maxdl = {now}, {}, now
 for k = 1, n do
   local i = 4 * k - 2
   local id, dl = ARGV[i], dls[k]
-  local _, a = attempts_split(v[k])
+  local _, a, tok = attempts_split(v[k])
   local code
   if not dl then
     code = v[k] and -1 or -2
   elseif tonumber(dl) < now or a ~= tonumber(ARGV[i + 1]) or
-      not token_matches(v[n + k], ARGV[i + 2]) then
+      not token_matches(tok, ARGV[i + 2]) then
     code = -1
   else
     code = math.max(now + tonumber(ARGV[i + 3]), tonumber(dl)) -- never shortens

@@ -4,12 +4,12 @@
 -- KEYS: z f d h c (see _dq_common.lua).
 -- ARGV: retention ms, batch (1..1000), visibility ms, max attempts (0 = no
 -- limit), consumer id, its longest sleep (max_poll_ms).
--- Returns {now us, next wake-up ms or -1, count, then per message: id,
--- attempt, due ms, payload, delivery token}. The token comes from the
--- queue's counter h['#dlv'] and is kept in k<id> until the ack: it grows
--- with every delivery of any message of the queue (gaps allowed), so a
--- later delivery of a message always has a larger one (dq_extend, dq_ack
--- refuse an older one). The next wake-up is the earliest of the next
+-- Returns {now us, next wake-up ms or -1, count, first delivery token,
+-- then per message: id, attempt, due ms, payload}. The k-th message's
+-- delivery token is the first + k - 1: tokens come from the queue's counter
+-- h['#dlv'] (gaps allowed) and are kept in a<id> until the ack, so a later
+-- delivery of any message of the queue, hence of this one, always has a
+-- larger one (dq_extend and dq_ack refuse an older one). The next wake-up is the earliest of the next
 -- due time and the next in-flight deadline (+1 ms: expiry is deadline < now).
 -- A consumer that found fewer due messages than it asked for is idle: its
 -- entry in c says when it looks next (the next wake-up, or now + its
@@ -55,7 +55,7 @@ if #late > 0 then
   end
 end
 
-local out = {now_us, -1, 0}
+local out = {now_us, -1, 0, 0}
 local cand = redis.call('ZRANGE', z, 0, batch, 'WITHSCORES')
 local n = 0
 while n < batch and cand[2 * n + 2] and tonumber(cand[2 * n + 2]) <= now do n = n + 1 end
@@ -70,7 +70,8 @@ if n > 0 then
     fields[i], fields[n + i] = 'p' .. id, 'a' .. id
   end
   local v = redis.call('HMGET', h, unpack(fields))
-  local token = redis.call('HINCRBY', h, '#dlv', n) - n
+  local base = redis.call('HINCRBY', h, '#dlv', n) - n
+  out[4] = base + 1
   local zargs, hargs = {}, {}
   for i = 1, n do
     if v[i] then
@@ -81,16 +82,14 @@ if n > 0 then
       zargs[#zargs + 1] = deadline
       zargs[#zargs + 1] = id
       hargs[#hargs + 1] = fields[n + i]
-      hargs[#hargs + 1] = seqs[i] .. (a + 1)
-      token = token + 1
-      hargs[#hargs + 1] = 'k' .. id
-      hargs[#hargs + 1] = token
+      count = count + 1
+      local token = base + count -- exact below 1e14 (Lua prints %.14g)
+      if token >= 1e14 then token = string.format('%d', token) end
+      hargs[#hargs + 1] = seqs[i] .. (a + 1) .. '/' .. token
       out[#out + 1] = id
       out[#out + 1] = a + 1
       out[#out + 1] = tonumber(cand[2 * i])
       out[#out + 1] = payload
-      out[#out + 1] = token
-      count = count + 1
       taken[id] = true
     end
   end
