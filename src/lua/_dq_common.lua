@@ -59,22 +59,28 @@ local function seq_len(s)
   return nil
 end
 
+-- Integer x in decimal: Lua prints numbers with %.14g, exact below 1e14.
+local function dec(x)
+  if x < 1e14 then return x end
+  return string.format('%d', x)
+end
+
 -- A member of z -> its sequence prefix, the id.
 local function member_split(m)
   local n = seq_len(m) or 12
   return string.sub(m, 1, n), string.sub(m, n + 1)
 end
 
--- An a<id> value -> its sequence prefix (nil: old layout), the attempts,
--- the delivery token (text; nil: none).
+-- An a<id> value -> its sequence prefix (nil: old layout), the attempts
+-- (a delivery token after them is left out).
 local function attempts_split(v)
-  if not v then return nil, 0, nil end
+  if not v then return nil, 0 end
   local n = seq_len(v)
   local seq, rest = nil, v
   if n then seq, rest = string.sub(v, 1, n), string.sub(v, n + 1) end
   local s = string.find(rest, '/', 1, true)
-  if s then return seq, tonumber(string.sub(rest, 1, s - 1)) or 0, string.sub(rest, s + 1) end
-  return seq, tonumber(rest) or 0, nil
+  if s then rest = string.sub(rest, 1, s - 1) end
+  return seq, tonumber(rest) or 0
 end
 
 -- The member of z for message id, delivered before (a<id> = av).
@@ -89,12 +95,17 @@ local function set_attempts(h, id, av, att)
   redis.call('HSET', h, 'a' .. id, (attempts_split(av) or '') .. att)
 end
 
--- Whether a caller's delivery token (ARGV text; '0': none known) is the
--- message's current one, kv (attempts_split's): a take since gave it a
--- larger one. Without kv (taken by a version that kept none) the attempt
--- decides.
-local function token_matches(kv, token)
-  return token == '0' or not kv or kv == token
+-- Whether a<id> = av is still the delivery a caller holds, by its attempt
+-- and token (ARGV text; token '0': none known, the attempt alone decides).
+-- A take since wrote a larger token (or, by a release without tokens, none).
+-- One comparison, no parsing: this runs for every settlement.
+local function is_delivery(av, attempt, token)
+  if not av then return false end
+  local n = seq_len(av)
+  local rest = n and string.sub(av, n + 1) or av
+  if token ~= '0' then return rest == attempt .. '/' .. token end
+  local _, a = attempts_split(av)
+  return a == tonumber(attempt)
 end
 
 -- Something became takeable at `at` (ms): every idle consumer that would

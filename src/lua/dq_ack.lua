@@ -36,21 +36,20 @@ local gone, hdel = {}, {}
 for k = 1, #dls do
   local i = 5 * k - 2
   local id, op, dl, av = ARGV[i], ARGV[i + 2], dls[k], atts[k]
-  local seq, a, tok = attempts_split(av)
   local code = 1
   if not dl then
     -- Delivered again and waiting (a<id> stays until acked or cancelled),
     -- or gone: acked by whoever got it after the deadline, or cancelled.
     code = av and -1 or -2
-  elseif tonumber(dl) < now or a ~= tonumber(ARGV[i + 1]) or
-      not token_matches(tok, ARGV[i + 4]) then
+  elseif tonumber(dl) < now or not is_delivery(av, ARGV[i + 1], ARGV[i + 4]) then
     code = -1
   else
+    local a = tonumber(ARGV[i + 1]) -- the stored attempts, as is_delivery found
     gone[#gone + 1] = id
     if op == 'a' then
       hdel[#hdel + 1] = 'p' .. id
       hdel[#hdel + 1] = 'a' .. id
-      if not seq then hdel[#hdel + 1] = 's' .. id end
+      if not seq_len(av) then hdel[#hdel + 1] = 's' .. id end
     elseif op == 'x' then
       set_attempts(h, id, av, a - 1)
       requeue(id, av, now)

@@ -36,12 +36,10 @@ local out, zargs, maxdl = {now}, {}, now
 for k = 1, n do
   local i = 4 * k - 2
   local id, dl = ARGV[i], dls[k]
-  local _, a, tok = attempts_split(v[k])
   local code
   if not dl then
     code = v[k] and -1 or -2
-  elseif tonumber(dl) < now or a ~= tonumber(ARGV[i + 1]) or
-      not token_matches(tok, ARGV[i + 2]) then
+  elseif tonumber(dl) < now or not is_delivery(v[k], ARGV[i + 1], ARGV[i + 2]) then
     code = -1
   else
     code = math.max(now + tonumber(ARGV[i + 3]), tonumber(dl)) -- never shortens

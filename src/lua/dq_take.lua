@@ -62,15 +62,17 @@ while n < batch and cand[2 * n + 2] and tonumber(cand[2 * n + 2]) <= now do n = 
 local nextdue = tonumber(cand[2 * n + 2])
 local taken, deadline, count = {}, now + vis, 0
 if n > 0 then
-  -- Payloads and attempt counts in one HMGET, new counts in one HSET.
+  -- Payloads, attempt counts and the token counter in one HMGET; new
+  -- counts (with their tokens) and the counter in one HSET.
   local fields, seqs = {}, {}
   for i = 1, n do
     local seq, id = member_split(cand[2 * i - 1])
     seqs[i] = seq_len(seq) and seq or ''
     fields[i], fields[n + i] = 'p' .. id, 'a' .. id
   end
+  fields[2 * n + 1] = '#dlv'
   local v = redis.call('HMGET', h, unpack(fields))
-  local base = redis.call('HINCRBY', h, '#dlv', n) - n
+  local base = tonumber(v[2 * n + 1]) or 0
   out[4] = base + 1
   local zargs, hargs = {}, {}
   for i = 1, n do
@@ -83,9 +85,7 @@ if n > 0 then
       zargs[#zargs + 1] = id
       hargs[#hargs + 1] = fields[n + i]
       count = count + 1
-      local token = base + count -- exact below 1e14 (Lua prints %.14g)
-      if token >= 1e14 then token = string.format('%d', token) end
-      hargs[#hargs + 1] = seqs[i] .. (a + 1) .. '/' .. token
+      hargs[#hargs + 1] = seqs[i] .. (a + 1) .. '/' .. dec(base + count)
       out[#out + 1] = id
       out[#out + 1] = a + 1
       out[#out + 1] = tonumber(cand[2 * i])
@@ -94,6 +94,8 @@ if n > 0 then
     end
   end
   if count > 0 then
+    hargs[#hargs + 1] = '#dlv'
+    hargs[#hargs + 1] = dec(base + count)
     redis.call('ZADD', f, unpack(zargs))
     redis.call('HSET', h, unpack(hargs))
     wrote[f] = true
