@@ -1,5 +1,6 @@
 /* `sluice dq consume`, run as a separate process against the test server:
- * concurrency, retries and dead letters, crashes, the visibility watchdog,
+ * concurrency, retries and dead letters, crashes, renewal of long runs and
+ * the --timeout watchdog,
  * draining on SIGTERM, and CMDs that cannot run. Handlers are small sh
  * scripts that leave files behind; cases wait for those files (or for the
  * tool's messages) rather than for fixed times. */
@@ -243,25 +244,51 @@ static void test_second_signal_forwards(void) {
   cleanup();
 }
 
-/* A handler that outlives --visibility (and ignores SIGTERM) is killed
- * before the deadline and its message retried in time: Redis accepted the
- * retry (no "late" settle), so no second copy could have started. */
-static void test_visibility_watchdog(void) {
+/* A run 5x longer than --visibility is renewed all along: never stopped,
+ * never delivered to a second slot, and its ack counts. --count 1 makes
+ * the tool stop taking at once, so the renewals also go on while it
+ * drains. */
+static void test_long_run_renewed(void) {
+  setup();
+  const char *h = script("h.sh", "touch \"$d/started.$$\"\nsleep 1.5\n");
+  push("r", "x");
+  uint64_t t0 = th_now_ms();
+  pid_t pid = start("consume", "r", "--visibility", "300", "--concurrency", "2", "--count", "1",
+                    "--", h, NULL);
+  TH_ASSERT_EQ(wait_exit(pid, 20000), 0);
+  TH_ASSERT_CMP(th_now_ms() - t0, >=, 1500);
+  TH_ASSERT_EQ(count_files("started."), 1);
+  TH_ASSERT(!log_has("SIGTERM"));
+  TH_ASSERT(!log_has("after its visibility deadline"));
+  TH_ASSERT(!log_has("lost"));
+  TH_ASSERT_EQ(in_flight("r"), 0);
+  TH_ASSERT_EQ(delayed("r"), 0);
+  cleanup();
+}
+
+/* A run past --timeout (ignoring SIGTERM) gets SIGTERM at the timeout and
+ * SIGKILL a grace later (--visibility / 5), and its message is retried in
+ * time: Redis accepted the retry (no "late" settle). */
+static void test_timeout_watchdog(void) {
   setup();
   const char *h = script("h.sh",
                          "trap 'touch \"$d/term\"' TERM\n"
                          "touch \"$d/started\"\n"
                          "i=0; while [ $i -lt 1500 ]; do sleep 0.02; i=$((i+1)); done\n");
   push("v", "x");
-  pid_t pid = start("consume", "v", "--visibility", "4000", "--max-attempts", "2", "--retry-delay",
-                    "60000", "--count", "1", "--", h, NULL);
+  pid_t pid = start("consume", "v", "--visibility", "4000", "--timeout", "1000", "--max-attempts",
+                    "2", "--retry-delay", "60000", "--count", "1", "--", h, NULL);
   wait_files("started", 1, 10000);
   uint64_t t0 = th_now_ms();
   TH_ASSERT_EQ(wait_exit(pid, 20000), 0);
-  TH_ASSERT_CMP(th_now_ms() - t0, <, 4000);
+  uint64_t took = th_now_ms() - t0;
+  th_note("stopped after %llu ms (timeout 1000 ms, grace 800 ms)\n", (unsigned long long)took);
+  TH_ASSERT_CMP(took, >=, 1000);
+  TH_ASSERT_CMP(took, <, 4000);
   TH_ASSERT_EQ(count_files("term"), 1);
+  TH_ASSERT(log_has("ran past --timeout 1000 ms: SIGTERM"));
   TH_ASSERT(log_has("still runs after SIGTERM: SIGKILL"));
-  TH_ASSERT(log_has("attempt 1: CMD stopped at its visibility deadline"));
+  TH_ASSERT(log_has("attempt 1: CMD stopped (--timeout)"));
   TH_ASSERT(!log_has("after its visibility deadline"));
   TH_ASSERT(!log_has("settle failed"));
   TH_ASSERT_EQ(in_flight("v"), 0);
@@ -366,7 +393,8 @@ static const th_case cases[] = {
     TH_CASE(crash_retried, 0),
     TH_CASE(sigterm_drains, 0),
     TH_CASE(second_signal_forwards, 0),
-    TH_CASE(visibility_watchdog, 0),
+    TH_CASE(long_run_renewed, 0),
+    TH_CASE(timeout_watchdog, 0),
     TH_CASE(cmd_not_found_and_usage, 0),
     TH_CASE(redis_errors_verbatim, 0),
     TH_CASE(bad_numbers_and_long_names, 0),

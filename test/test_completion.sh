@@ -53,7 +53,7 @@ offers "sem " run status release
 offers "dq " push consume status
 offers "sem run lock --" --ttl --wait --no-wait --fair --permits --redis --prefix
 offers "sem run lock -" -n
-offers "dq consume jobs -" -j --concurrency --visibility --max-attempts --retry-delay --count
+offers "dq consume jobs -" -j --concurrency --visibility --timeout --max-attempts --retry-delay --count
 offers "top --" --once --interval --redis
 offers "rl check api k --algo " fixed sliding-log sliding-counter gcra
 offers "rl wait api k --algo sl" sliding-log sliding-counter

@@ -472,7 +472,7 @@ static void test_old_layout_drains(void) {
   for (int i = 0; i < 5; i++) TH_ASSERT_EQ(r.settle_status[i], SLUICE_OK);
   info = dqt_inspect(fx.base, dq, &in);
   TH_ASSERT_EQ(info.delayed + info.in_flight + info.dead, 0);
-  TH_ASSERT_EQ(th_redis_int(&th_server, "HLEN %s", h), 2); /* #seq, #exp: nothing left */
+  TH_ASSERT_EQ(th_redis_int(&th_server, "HLEN %s", h), 3); /* #seq, #dlv, #exp: nothing left */
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
   dq_fx_close(&fx);
@@ -566,9 +566,20 @@ static const char *take_arg(size_t i, size_t *len) { /* retention, batch, vis, a
   *len = strlen(a[i]);
   return a[i];
 }
-static const char *ack_arg(size_t i, size_t *len) { /* retention, attempts, then id 1 'a' 0 */
-  static const char *const cyc[4] = {"x", "1", "a", "0"};
-  const char *a = i < 2 ? "0" : cyc[(i - 2) % 4];
+static const char *ack_arg(size_t i, size_t *len) { /* retention, attempts, then id 1 'a' 0 0 */
+  static const char *const cyc[5] = {"x", "1", "a", "0", "0"};
+  const char *a = i < 2 ? "0" : cyc[(i - 2) % 5];
+  *len = strlen(a);
+  return a;
+}
+static const char *extend_arg(size_t i, size_t *len) { /* retention, then id 1 0 1000 */
+  static const char *const cyc[4] = {"x", "1", "0", "1000"};
+  const char *a = i < 1 ? "1000" : cyc[(i - 1) % 4];
+  *len = strlen(a);
+  return a;
+}
+static const char *extend_zero_arg(size_t i, size_t *len) { /* one extension by 0 ms */
+  const char *a = i == 4 ? "0" : extend_arg(i, len);
   *len = strlen(a);
   return a;
 }
@@ -595,7 +606,8 @@ static void expect_refused(redisContext *rc, const sluice__script *s, size_t n,
 
 /* Every script's work is bounded whatever its caller sends: what the
  * client never sends (more than 10,000 pushes, a payload over 1 MiB, a take
- * of more than 1000, more than 1000 settlements, a dead-letter page or
+ * of more than 1000, more than 1000 settlements or extensions, an
+ * extension by 0 ms, a dead-letter page or
  * requeue of more than 1000) is refused before any write. */
 static void test_scripts_refuse_oversize(void) {
   redisContext *rc = th_redis_connect(&th_server);
@@ -606,7 +618,9 @@ static void test_scripts_refuse_oversize(void) {
   expect_refused(rc, &sluice__lua_dq_push, 1 + 4 * (SLUICE_DQ_BATCH_MAX + 1), push_arg);
   expect_refused(rc, &sluice__lua_dq_push, 1 + 4, huge_arg);
   expect_refused(rc, &sluice__lua_dq_take, 6, take_arg);
-  expect_refused(rc, &sluice__lua_dq_ack, 2 + 4 * 1001, ack_arg);
+  expect_refused(rc, &sluice__lua_dq_ack, 2 + 5 * 1001, ack_arg);
+  expect_refused(rc, &sluice__lua_dq_extend, 1 + 4 * 1001, extend_arg);
+  expect_refused(rc, &sluice__lua_dq_extend, 1 + 4, extend_zero_arg);
   expect_refused(rc, &sluice__lua_dq_dead, 2, page_arg);
   expect_refused(rc, &sluice__lua_dq_requeue, 3, requeue_arg);
   free(huge);

@@ -445,12 +445,16 @@ static void step_dq_push(sluice_dq *dq) {
 typedef struct dead_letters {
   int got;
   sluice_dq_consumer *con;
+  sluice_dq_msg *held[1000];
 } dead_letters;
 
-/* Every message retried past max_attempts 1: a dead letter. */
+/* Every message extended (1000 in one turn: the largest dq_extend call),
+ * then retried past max_attempts 1: a dead letter. */
 static void on_msg(sluice_dq_consumer *con, sluice_dq_msg *msg, void *ud) {
   dead_letters *d = ud;
-  TH_ASSERT_EQ(sluice_dq_retry(msg, 0, NULL, NULL), SLUICE_OK);
+  TH_ASSERT(d->got < 1000);
+  TH_ASSERT_EQ(sluice_dq_msg_extend(msg, 60000, NULL, NULL), SLUICE_OK);
+  d->held[d->got] = msg;
   if (++d->got == 1000) {
     sluice_dq_consumer_free(con);
     d->con = NULL;
@@ -465,15 +469,19 @@ static void step_dq_take(void) {
   o.max_in_flight = 1000;
   o.max_attempts = 1;
   o.visibility_ms = UINT_MAX;
-  dead_letters d = {0, NULL};
+  static dead_letters d;
+  d.got = 0;
   long long m = used_memory();
   window_begin();
   TH_ASSERT_EQ(sluice_dq_consumer_new(client, "max", &o, on_msg, &d, &d.con), SLUICE_OK);
   TH_LOOP_UNTIL(base, !d.con, 30000);
   TH_ASSERT(!d.con);
+  th_loop_for(base, 200); /* the extensions */
+  for (int i = 0; i < d.got; i++)
+    TH_ASSERT_EQ(sluice_dq_retry(d.held[i], 0, NULL, NULL), SLUICE_OK);
   th_loop_for(base, 200); /* the settlements, the rest put back */
   /* The dq API's largest take (batch 1000): about 10 us a message. */
-  step_check("dq: take 1000, retried into dead letters", m, 1000 * 1024, 1000, 50);
+  step_check("dq: take 1000, extended, retried into dead letters", m, 1000 * 1024, 1000, 50);
 }
 
 static void step_dq_rest(sluice_dq *dq) {

@@ -214,8 +214,9 @@ SLUICE_EXPORT int sluice_dq_consumer_new(sluice_client *client, const char *name
  * inside any of its own callbacks is safe; NULL is a no-op.
  * No handler runs afterwards; messages taken but not yet handed to the
  * handler are put back at once. Handles of messages already delivered stay
- * valid: settle them as usual (the settle callbacks still run), and the
- * consumer's memory goes once the last one is settled. */
+ * valid: settle them as usual (the settle callbacks still run, and with
+ * auto-renewal their leases are renewed and losses reported until then),
+ * and the consumer's memory goes once the last one is settled. */
 SLUICE_EXPORT void sluice_dq_consumer_free(sluice_dq_consumer *consumer);
 
 /* Called (from the loop) when a take fails, e.g. while Redis is unreachable;
@@ -257,6 +258,56 @@ SLUICE_EXPORT int sluice_dq_ack(sluice_dq_msg *msg, sluice_dq_settle_cb *cb, voi
  * sluice_dq_ack. */
 SLUICE_EXPORT int sluice_dq_retry(sluice_dq_msg *msg, int64_t delay_ms, sluice_dq_settle_cb *cb,
                                   void *userdata);
+
+/* ---- leases ---------------------------------------------------------------
+ * A taken message is invisible to other consumers until its visibility
+ * deadline (visibility_ms after the take, on Redis's clock). A handler that
+ * needs longer extends it, by hand (sluice_dq_msg_extend) or automatically
+ * (sluice_dq_consumer_set_auto_renew): then visibility_ms is only how soon
+ * a crashed consumer's messages come back, not a cap on a handler's run.
+ * Each delivery carries a token larger than every earlier delivery's of the
+ * same queue, so a side effect can be fenced with it as with a permit's
+ * fence; an extension, ack or retry of a delivery that was overtaken (its
+ * deadline passed, or the message was taken again since) is refused. */
+
+/* The delivery token: a per-queue counter, larger for every later delivery
+ * of any message of the queue (so for every redelivery of this one); 0 for
+ * NULL. */
+SLUICE_EXPORT uint64_t sluice_dq_msg_delivery(const sluice_dq_msg *msg);
+
+/* Move the message's visibility deadline to ms (1..SLUICE_DQ_TIME_MAX)
+ * after now on Redis's clock; a later deadline stays. cb (may be NULL)
+ * gets SLUICE_OK (sluice_dq_msg_remaining_ms then counts from the new
+ * deadline), SLUICE_ELATE (the deadline had passed, or the message was
+ * delivered again since: this delivery is lost and the consumer's lost
+ * callback fires), SLUICE_ENOTFOUND (acknowledged or cancelled meanwhile;
+ * lost too), or a transport error (the deadline may not have moved).
+ * Returns SLUICE_EINVAL (NULL msg, ms out of range) or SLUICE_ECLOSED
+ * without calling cb. Extensions made in one loop turn share one Redis
+ * call. msg stays the caller's: settle it as usual. */
+SLUICE_EXPORT int sluice_dq_msg_extend(sluice_dq_msg *msg, int64_t ms, sluice_dq_settle_cb *cb,
+                                       void *userdata);
+
+/* Extend every message this consumer delivers from now on automatically
+ * while it is not settled: by visibility_ms, about a third of visibility_ms
+ * after the take or the last confirmed extension; the renewals due close
+ * together share one Redis call. on: 1 or 0. SLUICE_EINVAL for NULL or
+ * another value. A message keeps being renewed after the consumer is freed,
+ * until it is settled; closing the client stops renewal. */
+SLUICE_EXPORT int sluice_dq_consumer_set_auto_renew(sluice_dq_consumer *consumer, int on);
+
+/* Called once per delivery, from the loop, when the consumer knows it no
+ * longer holds msg: reason SLUICE_ELATE or SLUICE_ENOTFOUND (an extension
+ * was refused, as in sluice_dq_msg_extend) or SLUICE_ETIMEDOUT (auto-renewal
+ * only: the deadline passed locally before a renewal was confirmed). msg
+ * stays valid until settled (settling it inside the callback is fine);
+ * its work may be done twice, so stop it. Like the settle callbacks it
+ * still runs for messages delivered before the consumer was freed (never
+ * after the client closed). */
+typedef void sluice_dq_lost_cb(sluice_dq_consumer *consumer, sluice_dq_msg *msg, int reason,
+                               void *userdata);
+SLUICE_EXPORT void sluice_dq_consumer_set_lost_cb(sluice_dq_consumer *consumer,
+                                                  sluice_dq_lost_cb *cb, void *userdata);
 
 /* Counters since the handle was created (see "metrics" in
  * sluice/client.h). */

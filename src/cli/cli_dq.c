@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -17,7 +18,7 @@
 static void dq_usage(FILE *out) {
   fputs(
       "usage: sluice dq push QUEUE [--delay MS | --at UNIX_MS] [--id ID] [PAYLOAD | -]\n"
-      "       sluice dq consume QUEUE [--concurrency N] [--visibility MS]\n"
+      "       sluice dq consume QUEUE [--concurrency N] [--visibility MS] [--timeout MS]\n"
       "                         [--max-attempts N] [--retry-delay MS] [--count N] -- CMD [ARGS]\n"
       "       sluice dq status QUEUE\n"
       "\n"
@@ -32,12 +33,14 @@ static void dq_usage(FILE *out) {
       "  deliveries (default 5, 0 = no limit) it goes to the dead letters.\n"
       "  --concurrency N (-j N; default 1, at most 10000): up to N CMDs run at once,\n"
       "    each in its own process group (--batch N is an older name for it).\n"
-      "  --visibility MS (default 60000, at least 10): how long a message stays\n"
-      "    invisible to other consumers. It is not extended while CMD runs, so it\n"
-      "    must exceed the longest run: a CMD still running near the deadline gets\n"
-      "    SIGTERM (MS/5, at most 5 s, before the kill), then SIGKILL (MS/10, at most\n"
-      "    1 s, before the deadline), and its message is retried; two copies of one\n"
-      "    message never run at once.\n"
+      "  --visibility MS (default 60000, at least 10): how soon a message comes back\n"
+      "    to other consumers if this one dies. While CMD runs its message is renewed\n"
+      "    every MS/3, so a run may take longer. If renewals stop being confirmed\n"
+      "    (Redis unreachable) or the message is lost, CMD gets SIGTERM, then SIGKILL\n"
+      "    (MS/5, at most 5 s, later; MS/10, at most 1 s, before the deadline), and its\n"
+      "    message is retried; two copies of one message never run at once.\n"
+      "  --timeout MS (default 0: none): the longest run; CMD then gets SIGTERM, then\n"
+      "    SIGKILL as above, and its message is retried.\n"
       "  --count N: stop taking messages after N CMD runs.\n"
       "  SIGINT, SIGTERM or SIGHUP: take nothing more, wait for running CMDs and\n"
       "  settle their messages, exit 0; a second signal sends SIGTERM to the running\n"
@@ -241,11 +244,15 @@ static int cmd_status(int argc, char **argv) {
  * One CMD process per delivered message, up to --concurrency at once (the
  * consumer's max_in_flight, so the library takes no more than can run).
  *
- * The public API cannot extend a message's visibility, so a CMD may only run
- * while its message is invisible to other consumers: a watchdog sends its
- * process group SIGTERM shortly before the (conservative, local) deadline and
- * SIGKILL just before it, then retries the message. Two copies of one message
- * thus never run at once, as long as --visibility exceeds the longest run.
+ * The consumer renews every message while its CMD runs (auto-renewal), so
+ * --visibility only says how soon a dead tool's messages come back. A CMD
+ * may still only run while its message is invisible to other consumers: a
+ * watchdog follows the (conservative, local) deadline, which each confirmed
+ * renewal moves on, and sends the process group SIGTERM when renewals have
+ * not been confirmed for a while, SIGKILL just before the deadline, then
+ * retries the message; the same when the message was lost (the library's
+ * lost callback) or the run passed --timeout. Two copies of one message thus
+ * never run at once.
  */
 
 #define CONCURRENCY_MAX 10000
@@ -262,6 +269,7 @@ typedef struct consume_state {
   unsigned retry_delay_ms;
   unsigned max_attempts;
   unsigned visibility_ms;
+  unsigned timeout_ms; /* the longest run; 0 = none */
   sluice_dq_consumer *con;
   struct event *sigchld, *sigint, *sigterm, *sighup;
   job *jobs; /* CMDs running */
@@ -282,6 +290,9 @@ struct job {
   int exec_fd;         /* reads the errno of a failed exec, EOF otherwise */
   int watchdog;        /* 0; 1 SIGTERM sent; 2 SIGKILL sent */
   struct event *timer; /* the watchdog */
+  uint64_t started_ms; /* monotonic, for --timeout */
+  uint64_t term_ms;    /* when SIGTERM was sent */
+  int lost;            /* the library said the message is no longer ours */
 };
 
 static void maybe_stop(consume_state *st);
@@ -377,35 +388,92 @@ static int spawn_job(consume_state *st, job *j) {
 
 static void on_watchdog(evutil_socket_t fd, short what, void *arg);
 
-/* Arm the watchdog: SIGTERM a grace period before the kill time, SIGKILL a
- * margin before the deadline, so that CMD is gone (and its retry usually
- * settled) while Redis still counts the message as ours. The margin covers
- * the kill, the reaping and the retry's trip to Redis. */
+static uint64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* The margin before the deadline covers the kill, the reaping and the
+ * retry's trip to Redis; the grace is CMD's time to stop after SIGTERM. */
+static int64_t margin_ms(const consume_state *st) {
+  return st->visibility_ms / 10 < 1000 ? st->visibility_ms / 10 : 1000;
+}
+static int64_t grace_ms(const consume_state *st) {
+  return st->visibility_ms / 5 < 5000 ? st->visibility_ms / 5 : 5000;
+}
+
+/* ms until SIGTERM is due: a grace period before the kill time (a margin
+ * before the deadline, which confirmed renewals keep moving on), or the
+ * end of --timeout; 0 at once when the message was lost. */
+static int64_t until_term(const job *j) {
+  const consume_state *st = j->st;
+  if (j->lost) return 0;
+  int64_t at = sluice_dq_msg_remaining_ms(j->msg) - margin_ms(st) - grace_ms(st);
+  if (st->timeout_ms) {
+    int64_t left = (int64_t)(j->started_ms + st->timeout_ms) - (int64_t)mono_ms();
+    if (left < at) at = left;
+  }
+  return at > 0 ? at : 0;
+}
+
+/* ms until SIGKILL is due: the grace after SIGTERM, but never past the
+ * margin before the deadline. */
+static int64_t until_kill(const job *j) {
+  int64_t at = (int64_t)(j->term_ms + grace_ms(j->st)) - (int64_t)mono_ms();
+  int64_t dl = sluice_dq_msg_remaining_ms(j->msg) - margin_ms(j->st);
+  if (dl < at) at = dl;
+  return at > 0 ? at : 0;
+}
+
 static void watchdog_arm(job *j) {
-  unsigned vis = j->st->visibility_ms;
-  int64_t margin = vis / 10 < 1000 ? vis / 10 : 1000;
-  int64_t grace = vis / 5 < 5000 ? vis / 5 : 5000;
-  int64_t at = sluice_dq_msg_remaining_ms(j->msg) - margin - (j->watchdog ? 0 : grace);
-  if (at < 0) at = 0;
+  int64_t at = j->watchdog ? until_kill(j) : until_term(j);
   struct timeval tv = {(time_t)(at / 1000), (suseconds_t)(at % 1000) * 1000};
+  evtimer_del(j->timer);
   evtimer_add(j->timer, &tv);
 }
 
 static void on_watchdog(evutil_socket_t fd, short what, void *arg) {
   job *j = arg;
+  consume_state *st = j->st;
   const char *id = sluice_dq_msg_id(j->msg);
+  int64_t left = sluice_dq_msg_remaining_ms(j->msg);
   if (j->watchdog == 0) {
-    cli_error(
-        "message %s: CMD (pid %ld) still runs near its visibility deadline "
-        "(%lld ms left): SIGTERM, SIGKILL before the deadline",
-        id, (long)j->pid, (long long)sluice_dq_msg_remaining_ms(j->msg));
+    if (until_term(j) > 0) { /* renewed meanwhile */
+      watchdog_arm(j);
+      return;
+    }
+    if (j->lost)
+      cli_error(
+          "message %s: lost (delivered to another consumer, or gone): SIGTERM to CMD (pid %ld)", id,
+          (long)j->pid);
+    else if (st->timeout_ms && mono_ms() >= j->started_ms + st->timeout_ms)
+      cli_error("message %s: CMD (pid %ld) ran past --timeout %u ms: SIGTERM", id, (long)j->pid,
+                st->timeout_ms);
+    else
+      cli_error(
+          "message %s: CMD (pid %ld) still runs near its visibility deadline, renewals "
+          "not confirmed (%lld ms left): SIGTERM, SIGKILL before the deadline",
+          id, (long)j->pid, (long long)left);
     kill(-j->pid, SIGTERM);
     j->watchdog = 1;
+    j->term_ms = mono_ms();
     watchdog_arm(j);
-  } else {
+  } else if (j->watchdog == 1) {
     cli_error("message %s: CMD (pid %ld) still runs after SIGTERM: SIGKILL", id, (long)j->pid);
     kill(-j->pid, SIGKILL);
     j->watchdog = 2;
+  }
+}
+
+/* The library says this delivery is no longer ours: stop its CMD now. */
+static void on_lost(sluice_dq_consumer *con, sluice_dq_msg *msg, int reason, void *ud) {
+  consume_state *st = ud;
+  for (job *j = st->jobs; j; j = j->next) {
+    if (j->msg != msg) continue;
+    j->lost = 1;
+    if (j->watchdog == 0) watchdog_arm(j);
+    return;
   }
 }
 
@@ -418,6 +486,7 @@ static void handle(sluice_dq_consumer *con, sluice_dq_msg *msg, void *ud) {
     j->st = st;
     j->msg = msg;
     j->timer = evtimer_new(st->ctx.base, on_watchdog, j);
+    j->started_ms = mono_ms();
   }
   if (!j || !j->timer || spawn_job(st, j) < 0) {
     cli_error("cannot start CMD: %s", strerror(errno));
@@ -463,7 +532,11 @@ static void job_done(consume_state *st, job *j, int wstatus) {
     if (err) {
       /* said above */
     } else if (j->watchdog) {
-      cli_error("message %s attempt %u: CMD stopped at its visibility deadline", id, attempt);
+      cli_error("message %s attempt %u: CMD stopped (%s)", id, attempt,
+                j->lost ? "message lost"
+                : st->timeout_ms && mono_ms() >= j->started_ms + st->timeout_ms
+                    ? "--timeout"
+                    : "visibility deadline");
     } else if (WIFSIGNALED(wstatus)) {
       cli_error("message %s attempt %u: CMD killed by signal %d", id, attempt, WTERMSIG(wstatus));
     } else {
@@ -579,6 +652,7 @@ static int parse_consume(consume_state *st, sluice_dq_consumer_options *o, int a
     if (!strcmp(s, "--concurrency") || !strcmp(s, "-j") || !strcmp(s, "--batch"))
       target = &st->concurrency;
     else if (!strcmp(s, "--visibility")) target = &o->visibility_ms;
+    else if (!strcmp(s, "--timeout")) target = &st->timeout_ms;
     else if (!strcmp(s, "--max-attempts")) target = &o->max_attempts;
     else if (!strcmp(s, "--retry-delay")) target = &st->retry_delay_ms;
     if (target || !strcmp(s, "--count")) {
@@ -623,8 +697,10 @@ static int start_consume(consume_state *st, sluice_dq_consumer_options *o) {
   st->max_attempts = o->max_attempts;
   st->visibility_ms = o->visibility_ms;
   int rc = sluice_dq_consumer_new(st->ctx.client, st->queue, o, handle, st, &st->con);
-  if (rc == SLUICE_OK) sluice_dq_consumer_set_error_cb(st->con, on_take_error, st);
-  return rc;
+  if (rc != SLUICE_OK) return rc;
+  sluice_dq_consumer_set_error_cb(st->con, on_take_error, st);
+  sluice_dq_consumer_set_lost_cb(st->con, on_lost, st);
+  return sluice_dq_consumer_set_auto_renew(st->con, 1);
 }
 
 static int cmd_consume(int argc, char **argv) {

@@ -7,7 +7,9 @@
  *  - What is kept: the steps the primitives name as they are answered
  *    (sluice__record_answered, engine.h): releases, pushes (with absolute
  *    due times), settlements, cancels. Grants and renewals are not: the
- *    permits a client holds are re-asserted by their semaphores instead.
+ *    permits a client holds are re-asserted by their semaphores instead;
+ *    nor are a delay-queue message's extensions, renewed at once on the
+ *    new node by their consumer (dq/dq_lease.c).
  *  - Each entry carries its route and the node (conn.h's node_id) and
  *    handshake it was acknowledged on, in one list oldest first and in its
  *    node's list.

@@ -91,12 +91,26 @@ void sluice__dq_ack_head(sluice__args *a, char *const keys[DQ_NKEYS], uint64_t r
 }
 
 void sluice__dq_ack_item(sluice__args *a, const char *id, unsigned attempt, char op,
-                         int64_t delay_ms) {
+                         int64_t delay_ms, uint64_t token) {
   static const char ops[] = "arx";
   sluice__args_str(a, id);
   sluice__args_u64(a, attempt);
   sluice__args_bin(a, op == 'a' ? ops : op == 'r' ? ops + 1 : ops + 2, 1);
   sluice__args_i64(a, delay_ms);
+  sluice__args_u64(a, token);
+}
+
+void sluice__dq_extend_head(sluice__args *a, char *const keys[DQ_NKEYS], uint64_t retention_ms) {
+  for (int i = 0; i < DQ_NKEYS; i++) sluice__args_key(a, keys[i]);
+  sluice__args_u64(a, retention_ms);
+}
+
+void sluice__dq_extend_item(sluice__args *a, const char *id, unsigned attempt, uint64_t token,
+                            uint64_t ms) {
+  sluice__args_str(a, id);
+  sluice__args_u64(a, attempt);
+  sluice__args_u64(a, token);
+  sluice__args_u64(a, ms);
 }
 
 /* ---- rate limiters ------------------------------------------------------- */

@@ -115,10 +115,12 @@ enum { DQ_KEY_DELAYED, DQ_KEY_FLIGHT, DQ_KEY_DEAD, DQ_KEY_HASH, DQ_KEY_CONSUMERS
  * KEYS: the queue's five keys
  * ARGV: 1 retention_ms, 2 batch, 3 visibility_ms, 4 max_attempts (0: none),
  *       5 consumer id, 6 max_poll_ms.
- * Reply: {now us, next wake-up ms or -1, count, then id, attempt, due ms,
- * payload per message}. */
+ * Reply: {now us, next wake-up ms or -1, count, first delivery token, then
+ * id, attempt, due ms, payload per message (the k-th's token: first + k)}. */
 #define DQ_TAKE_ARGS (DQ_NKEYS + 6)
 #define DQ_TAKE_NUMS 5
+#define DQ_TAKE_HEAD 4 /* reply elements before the messages */
+#define DQ_TAKE_PER 4  /* and per message */
 void sluice__dq_take_args(sluice__args *a, char *const keys[DQ_NKEYS], uint64_t retention_ms,
                           unsigned batch, uint64_t visibility_ms, unsigned max_attempts,
                           const char *consumer_id, unsigned max_poll_ms);
@@ -126,18 +128,33 @@ void sluice__dq_take_args(sluice__args *a, char *const keys[DQ_NKEYS], uint64_t 
 /* dq_ack.lua
  * KEYS: the queue's five keys
  * ARGV: 1 retention_ms, 2 max_attempts, then per settlement: id, attempt,
- *       op ('a' ack, 'r' retry, 'x' release), delay_ms.
+ *       op ('a' ack, 'r' retry, 'x' release), delay_ms, delivery token.
  * Reply: {result per settlement}. */
 #define DQ_ACK_ARGS_HEAD (DQ_NKEYS + 2)
-#define DQ_ACK_ARGS_PER 4
+#define DQ_ACK_ARGS_PER 5
 #define DQ_ACK_NUMS_HEAD 2
-#define DQ_ACK_NUMS_PER 2
+#define DQ_ACK_NUMS_PER 3
 #define DQ_ACK_REPLY_HEAD 0
 #define DQ_ACK_REPLY_PER 1
 void sluice__dq_ack_head(sluice__args *a, char *const keys[DQ_NKEYS], uint64_t retention_ms,
                          unsigned max_attempts);
 void sluice__dq_ack_item(sluice__args *a, const char *id, unsigned attempt, char op,
-                         int64_t delay_ms);
+                         int64_t delay_ms, uint64_t token);
+
+/* dq_extend.lua
+ * KEYS: the queue's five keys
+ * ARGV: 1 retention_ms, then per message: id, attempt, delivery token, ms.
+ * Reply: {now ms, then the new deadline (ms) or -1 lost, -2 gone per
+ * message}. */
+#define DQ_EXTEND_ARGS_HEAD (DQ_NKEYS + 1)
+#define DQ_EXTEND_ARGS_PER 4
+#define DQ_EXTEND_NUMS_HEAD 1
+#define DQ_EXTEND_NUMS_PER 3
+#define DQ_EXTEND_REPLY_HEAD 1
+#define DQ_EXTEND_REPLY_PER 1
+void sluice__dq_extend_head(sluice__args *a, char *const keys[DQ_NKEYS], uint64_t retention_ms);
+void sluice__dq_extend_item(sluice__args *a, const char *id, unsigned attempt, uint64_t token,
+                            uint64_t ms);
 
 /* ---- rate limiters ------------------------------------------------------- */
 

@@ -29,11 +29,8 @@
 
 #include <event2/event.h>
 
-#include "core/batcher.h"
-#include "dq/dq.h"
-#include "base/histogram.h"
+#include "dq/dq_consumer.h"
 
-#define DQ_SETTLE_MAX 1000     /* settlements per dq_ack call */
 #define DQ_BACKOFF_MIN_MS 50   /* first retry after a failed take */
 #define DQ_BACKOFF_MAX_MS 2000 /* an outage is not an idle queue: look often */
 
@@ -44,49 +41,9 @@ typedef struct settle {
   unsigned attempt;
   char op; /* 'a' ack, 'r' retry, 'x' release */
   int64_t delay_ms;
+  uint64_t token;
   char id[];
 } settle;
-
-struct sluice_dq_msg {
-  sluice_dq_consumer *con;
-  unsigned attempt;
-  int64_t due_ms;
-  uint64_t deadline_ms; /* monotonic, conservative */
-  size_t len;
-  char *id;       /* points after the payload */
-  char payload[]; /* len bytes + NUL, then the id + NUL */
-};
-
-struct sluice_dq_consumer {
-  sluice__guard guard; /* how the consumer dies (guard.h) */
-  sluice_client *c;
-  char *name; /* the queue's (metrics) */
-  char *keys[DQ_NKEYS];
-  sluice_dq_consumer_options o;
-  sluice_dq_handler *handler;
-  void *ud;
-  sluice_dq_error_cb *err_cb;
-  void *err_ud;
-  char cid[33];         /* this consumer's id in the queue's set c */
-  char *wake_key;       /* its wake list, "<c key>:<cid>" */
-  struct event *timer;  /* next take */
-  uint64_t timer_at_us; /* monotonic time it is armed for; 0: not armed */
-  uint64_t woken_us;    /* earliest wake-up heard while a take was out; 0: none */
-  int64_t offset_us;    /* Redis's clock minus ours, as of the last take */
-  int have_offset;
-  struct event *kick; /* take on the next loop turn */
-  sluice__flusher flusher;
-  sluice__batcher settles;
-  sluice__listener *listener;
-  unsigned route;
-  unsigned in_flight; /* delivered, not settled */
-  unsigned asked;     /* batch size of the take in flight */
-  unsigned backoff_ms;
-  uint64_t take_sent_ms;
-  int taking, again, starved;
-  sluice_dq_consumer_metrics m; /* counters; m.lateness from lateness */
-  sluice__hist lateness;        /* in µs, from ms on Redis's clock */
-};
 
 static void take(sluice_dq_consumer *con);
 
@@ -167,7 +124,7 @@ static void build(sluice__args *a, void *owner, sluice__breq *const *reqs, size_
   sluice__dq_ack_head(a, con->keys, con->o.retention_ms, con->o.max_attempts);
   for (size_t i = 0; i < n; i++) {
     const settle *s = sluice__container_of(reqs[i], settle, req);
-    sluice__dq_ack_item(a, s->id, s->attempt, s->op, s->delay_ms);
+    sluice__dq_ack_item(a, s->id, s->attempt, s->op, s->delay_ms, s->token);
   }
 }
 
@@ -195,13 +152,14 @@ static const sluice__batch_kind settle_kind = {
     SLUICE__BATCH_SCRIPT(sluice__lua_dq_ack, DQ_SETTLE_MAX, DQ_ACK), .build = build,
     .answer = answer, .record = SLUICE__WRITE_SETTLE};
 
-static int enqueue(sluice_dq_consumer *con, const char *id, unsigned attempt, char op,
-                   int64_t delay, sluice_dq_settle_cb *cb, void *ud) {
-  size_t len = strlen(id);
+static int enqueue(sluice_dq_consumer *con, const sluice_dq_msg *m, char op, int64_t delay,
+                   sluice_dq_settle_cb *cb, void *ud) {
+  size_t len = strlen(m->id);
   settle *s = sluice__calloc(1, sizeof *s + len + 1);
   if (!s) return SLUICE_ENOMEM;
-  memcpy(s->id, id, len + 1);
-  s->attempt = attempt;
+  memcpy(s->id, m->id, len + 1);
+  s->attempt = m->attempt;
+  s->token = m->token;
   s->op = op;
   s->delay_ms = delay;
   s->cb = cb;
@@ -213,6 +171,8 @@ static int enqueue(sluice_dq_consumer *con, const char *id, unsigned attempt, ch
 /* A delivered message left the consumer's hands: capacity is back. */
 static void msg_release(sluice_dq_msg *msg) {
   sluice_dq_consumer *con = msg->con;
+  sluice__dq_lease_end(msg);
+  sluice__list_remove(&con->held, &msg->link);
   sluice__free(msg);
   con->in_flight--;
   if (con->starved && taking_allowed(con)) {
@@ -229,7 +189,7 @@ static int settle_msg(sluice_dq_msg *msg, char op, int64_t delay, sluice_dq_sett
   int rc = SLUICE_OK;
   if (delay < 0 || delay > SLUICE_DQ_TIME_MAX) rc = SLUICE_EINVAL;
   else if (con->guard.closed || sluice__client_closing(con->c)) rc = SLUICE_ECLOSED;
-  if (rc == SLUICE_OK) rc = enqueue(con, msg->id, msg->attempt, op, delay, cb, ud);
+  if (rc == SLUICE_OK) rc = enqueue(con, msg, op, delay, cb, ud);
   msg_release(msg);
   return rc;
 }
@@ -258,10 +218,10 @@ static void take_failed(sluice_dq_consumer *con, int status) {
   sluice__guard_leave(&con->guard);
 }
 
-/* One message of a take reply (elements i..i+3), or NULL on a bad reply
- * (*bad set) or out of memory. */
+/* One message of a take reply (elements i..i+DQ_TAKE_PER-1), or NULL on a
+ * bad reply (*bad set) or out of memory. */
 static sluice_dq_msg *msg_from_reply(sluice_dq_consumer *con, const redisReply *r, size_t i,
-                                     int *bad) {
+                                     uint64_t token, int *bad) {
   const redisReply *id = sluice__reply_at(r, i), *p = sluice__reply_at(r, i + 3);
   int64_t attempt, due;
   if (!id || !p || id->type != REDIS_REPLY_STRING || p->type != REDIS_REPLY_STRING ||
@@ -274,6 +234,7 @@ static sluice_dq_msg *msg_from_reply(sluice_dq_consumer *con, const redisReply *
   if (!m) return NULL;
   m->con = con;
   m->attempt = (unsigned)attempt;
+  m->token = token;
   m->due_ms = due;
   m->deadline_ms = con->take_sent_ms + con->o.visibility_ms;
   m->len = p->len;
@@ -285,24 +246,26 @@ static sluice_dq_msg *msg_from_reply(sluice_dq_consumer *con, const redisReply *
 
 /* Hand count messages to the handler; once the consumer is freed (possibly
  * by the handler) the rest go back to the queue at once. */
-static void deliver(sluice_dq_consumer *con, const redisReply *reply, size_t count,
-                    int64_t now_us) {
+static void deliver(sluice_dq_consumer *con, const redisReply *reply, size_t count, int64_t now_us,
+                    uint64_t first_token) {
   sluice__guard_enter(&con->guard);
   for (size_t k = 0; k < count; k++) {
     int bad = 0;
-    sluice_dq_msg *m = msg_from_reply(con, reply, 3 + 4 * k, &bad);
+    sluice_dq_msg *m = msg_from_reply(con, reply, DQ_TAKE_HEAD + DQ_TAKE_PER * k, first_token + k,
+                                      &bad);
     if (!m) continue; /* left in flight: redelivered after the deadline */
+    sluice__list_append(&con->held, &m->link);
     con->in_flight++;
     con->m.delivered++;
     if (m->attempt > 1) con->m.redelivered++;
     int64_t late_ms = now_us / 1000 - m->due_ms;
     sluice__hist_record(&con->lateness, late_ms > 0 ? (uint64_t)late_ms * 1000 : 0);
     if (taking_allowed(con)) {
+      if (con->auto_renew) sluice__dq_lease_start(m); /* without memory: not renewed */
       con->handler(con, m, con->ud);
       continue;
     }
-    if (!con->guard.closed && !sluice__client_closing(con->c))
-      enqueue(con, m->id, m->attempt, 'x', 0, NULL, NULL);
+    if (!con->guard.closed && !sluice__client_closing(con->c)) enqueue(con, m, 'x', 0, NULL, NULL);
     msg_release(m);
   }
   sluice__guard_leave(&con->guard);
@@ -322,12 +285,14 @@ static void schedule(sluice_dq_consumer *con, int64_t next_ms, size_t count) {
 
 static void take_done(void *ud, int status, const redisReply *reply) {
   sluice_dq_consumer *con = ud;
-  int64_t now_us = 0, next_ms = -1, count = 0;
+  int64_t now_us = 0, next_ms = -1, count = 0, first_token = 0;
   con->taking = 0;
-  if (status == SLUICE_OK && (sluice__reply_i64(sluice__reply_at(reply, 0), &now_us) ||
-                              sluice__reply_i64(sluice__reply_at(reply, 1), &next_ms) ||
-                              sluice__reply_i64(sluice__reply_at(reply, 2), &count) || count < 0 ||
-                              reply->elements != 3 + 4 * (size_t)count))
+  if (status == SLUICE_OK &&
+      (sluice__reply_i64(sluice__reply_at(reply, 0), &now_us) ||
+       sluice__reply_i64(sluice__reply_at(reply, 1), &next_ms) ||
+       sluice__reply_i64(sluice__reply_at(reply, 2), &count) || count < 0 ||
+       sluice__reply_i64(sluice__reply_at(reply, 3), &first_token) || first_token < 0 ||
+       reply->elements != DQ_TAKE_HEAD + DQ_TAKE_PER * (size_t)count))
     status = SLUICE_EPROTOCOL;
   if (status != SLUICE_OK) {
     take_failed(con, status);
@@ -338,7 +303,7 @@ static void take_done(void *ud, int status, const redisReply *reply) {
   /* Before the handlers run: their time must not shift Redis's clock. */
   con->offset_us = now_us - (int64_t)sluice__mono_us();
   con->have_offset = 1;
-  deliver(con, reply, (size_t)count, now_us);
+  deliver(con, reply, (size_t)count, now_us, (uint64_t)first_token);
   if (!taking_allowed(con)) {
     sluice__guard_poke(&con->guard);
     return;
@@ -401,19 +366,25 @@ void sluice_dq_consumer_options_init(sluice_dq_consumer_options *o) {
   o->retention_ms = DQ_DEFAULT_RETENTION_MS;
 }
 
-/* Client closed or consumer freed: stop taking. On close, settlements
- * still queued or in flight are cancelled; after a free they go on. */
+/* Client closed or consumer freed: stop taking. On close, settlements and
+ * extensions still queued or in flight are cancelled and renewal stops;
+ * after a free they go on. */
 static void consumer_cancel(sluice__guard *g) {
   sluice_dq_consumer *con = sluice__container_of(g, sluice_dq_consumer, guard);
   evtimer_del(con->timer);
   event_del(con->kick);
   update_listen(con);
-  if (g->closed) sluice__batcher_cancel(&con->settles, SLUICE_ECANCELED);
+  if (!g->closed) return; /* freed: settlements go on, delivered messages keep their leases */
+  sluice__batcher_cancel(&con->settles, SLUICE_ECANCELED);
+  sluice__batcher_cancel(&con->extends, SLUICE_ECANCELED);
+  for (sluice__link *l = con->held.head; l; l = l->next)
+    sluice__dq_lease_stop(sluice__container_of(l, sluice_dq_msg, link));
 }
 
 static int consumer_idle(const sluice__guard *g) {
   const sluice_dq_consumer *con = sluice__container_of(g, sluice_dq_consumer, guard);
-  return !con->in_flight && !con->taking && !sluice__batcher_pending(&con->settles);
+  return !con->in_flight && !con->taking && !sluice__batcher_pending(&con->settles) &&
+         !sluice__batcher_pending(&con->extends);
 }
 
 static void consumer_destroy(sluice__guard *g) {
@@ -444,7 +415,9 @@ static void consumer_resume(sluice__guard *g) {
 static void consumer_node_changed(sluice__guard *g, int lo, int hi) {
   sluice_dq_consumer *con = sluice__container_of(g, sluice_dq_consumer, guard);
   unsigned route = sluice__client_route(con->c, con->keys[0]);
-  if (lo < 0 || (route >= (unsigned)lo && route <= (unsigned)hi)) consumer_resume(g);
+  if (lo >= 0 && (route < (unsigned)lo || route > (unsigned)hi)) return;
+  sluice__dq_lease_renew_all(con);
+  consumer_resume(g);
 }
 
 /* Inside free, stopping the takes is all (nothing of that calls back). */
@@ -479,6 +452,7 @@ static int consumer_init(sluice_dq_consumer *con, sluice_client *c, const char *
   memcpy(con->wake_key + klen + 1, con->cid, sizeof con->cid);
   sluice__batcher_init(&con->settles, &settle_kind, c, con, &con->guard, &con->flusher,
                        con->o.op_timeout_ms);
+  sluice__dq_lease_init(con); /* after the settles: flushed after them */
   con->route = sluice__client_route(c, con->keys[0]);
   return SLUICE_OK;
 }
@@ -522,6 +496,18 @@ void sluice_dq_consumer_set_error_cb(sluice_dq_consumer *con, sluice_dq_error_cb
   con->err_ud = ud;
 }
 
+void sluice_dq_consumer_set_lost_cb(sluice_dq_consumer *con, sluice_dq_lost_cb *cb, void *ud) {
+  if (!con) return;
+  con->lost_cb = cb;
+  con->lost_ud = ud;
+}
+
+int sluice_dq_consumer_set_auto_renew(sluice_dq_consumer *con, int on) {
+  if (!con || (on != 0 && on != 1)) return SLUICE_EINVAL;
+  con->auto_renew = on;
+  return SLUICE_OK;
+}
+
 unsigned sluice_dq_consumer_in_flight(const sluice_dq_consumer *con) {
   return con ? con->in_flight : 0;
 }
@@ -534,11 +520,12 @@ const void *sluice_dq_msg_payload(const sluice_dq_msg *m, size_t *len) {
 }
 
 unsigned sluice_dq_msg_attempt(const sluice_dq_msg *m) { return m ? m->attempt : 0; }
+uint64_t sluice_dq_msg_delivery(const sluice_dq_msg *m) { return m ? m->token : 0; }
 int64_t sluice_dq_msg_due_ms(const sluice_dq_msg *m) { return m ? m->due_ms : -1; }
 
 int64_t sluice_dq_msg_remaining_ms(const sluice_dq_msg *m) {
   uint64_t now = sluice__mono_ms();
-  return m && m->deadline_ms > now ? (int64_t)(m->deadline_ms - now) : 0;
+  return m && !m->lost && m->deadline_ms > now ? (int64_t)(m->deadline_ms - now) : 0;
 }
 
 void sluice_dq_consumer_get_metrics(const sluice_dq_consumer *con,

@@ -15,8 +15,11 @@
 -- big-endian: byte order is numeric order, so equal due times sort in push
 -- order. h holds p<id> = seq .. payload and, once delivered, a<id> = seq ..
 -- attempts (decimal), so a requeue or cancel finds the member without
--- another field. Queues written before this layout have members of 12 hex
--- digits .. id, raw payloads, a<id> = attempts and s<id> = the 12 digits;
+-- another field, then, once taken, '/' .. its delivery token (decimal,
+-- dq_take.lua; in the same field, so a take writes and a settlement reads
+-- no more fields than before tokens). Queues written before this layout
+-- have members of 12 hex digits .. id, raw payloads, a<id> = attempts (this
+-- release adds the token there too) and s<id> = the 12 digits;
 -- such a message keeps that layout until it is acknowledged (a hex digit is
 -- never below '0', a length byte always is).
 
@@ -62,18 +65,28 @@ local function seq_len(s)
   return nil
 end
 
+-- Integer x in decimal: Lua prints numbers with %.14g, exact below 1e14.
+local function dec(x)
+  if x < 1e14 then return x end
+  return string.format('%d', x)
+end
+
 -- A member of z -> its sequence prefix, the id.
 local function member_split(m)
   local n = seq_len(m) or 12
   return string.sub(m, 1, n), string.sub(m, n + 1)
 end
 
--- An a<id> value -> its sequence prefix (nil: old layout), the attempts.
+-- An a<id> value -> its sequence prefix (nil: old layout), the attempts
+-- (a delivery token after them is left out).
 local function attempts_split(v)
   if not v then return nil, 0 end
   local n = seq_len(v)
-  if not n then return nil, tonumber(v) or 0 end
-  return string.sub(v, 1, n), tonumber(string.sub(v, n + 1)) or 0
+  local seq, rest = nil, v
+  if n then seq, rest = string.sub(v, 1, n), string.sub(v, n + 1) end
+  local s = string.find(rest, '/', 1, true)
+  if s then rest = string.sub(rest, 1, s - 1) end
+  return seq, tonumber(rest) or 0
 end
 
 -- The member of z for message id, delivered before (a<id> = av).
@@ -82,9 +95,23 @@ local function member_of(h, id, av)
   return (seq or redis.call('HGET', h, 's' .. id) or string.format('%012x', 0)) .. id
 end
 
--- Set message id's attempts to att, keeping a<id>'s layout (av: its value).
+-- Set message id's attempts to att, keeping a<id>'s layout (av: its value);
+-- the token goes (the message is no longer taken).
 local function set_attempts(h, id, av, att)
   redis.call('HSET', h, 'a' .. id, (attempts_split(av) or '') .. att)
+end
+
+-- Whether a<id> = av is still the delivery a caller holds, by its attempt
+-- and token (ARGV text; token '0': none known, the attempt alone decides).
+-- A take since wrote a larger token (or, by a release without tokens, none).
+-- One comparison, no parsing: this runs for every settlement.
+local function is_delivery(av, attempt, token)
+  if not av then return false end
+  local n = seq_len(av)
+  local rest = n and string.sub(av, n + 1) or av
+  if token ~= '0' then return rest == attempt .. '/' .. token end
+  local _, a = attempts_split(av)
+  return a == tonumber(attempt)
 end
 
 -- Something became takeable at `at` (ms): every idle consumer that would

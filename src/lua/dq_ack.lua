@@ -1,14 +1,15 @@
 -- Settle in-flight messages: acknowledge, retry later, or release (put back
 -- uncounted). KEYS: z f d h c (see _dq_common.lua).
 -- ARGV: retention ms, max attempts (0 = no limit), then per message: id,
--- attempt it was delivered as, 'a' | 'r' | 'x', delay ms (for 'r').
+-- attempt it was delivered as, 'a' | 'r' | 'x', delay ms (for 'r'), its
+-- delivery token (dq_take.lua; 0: none known, the attempt alone decides).
 -- Returns per message: 1 done, 2 dead-lettered (retry past max attempts),
 -- -1 late (deadline passed or delivered again since), -2 not found.
 -- Work: at most 1000 messages (the client's batch, checked here too), plus
 -- dq_wake's bound.
 --@include _dq_common.lua
 local z, f, d, h, c = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local n = (#ARGV - 2) / 4
+local n = (#ARGV - 2) / 5
 if n ~= math.floor(n) or n > 1000 then return redis.error_reply('ERR sluice: bad settle') end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -23,31 +24,32 @@ local function requeue(id, av, due)
   if due > maxdue then maxdue = due end
 end
 
--- Deadlines one by one, attempt counts in one HMGET; removals batched.
+-- Deadlines one by one, attempt counts (and tokens) in one HMGET; removals
+-- batched.
 local afields, dls = {}, {}
-for i = 3, #ARGV, 4 do
+for i = 3, #ARGV, 5 do
   afields[#afields + 1] = 'a' .. ARGV[i]
   dls[#dls + 1] = redis.call('ZSCORE', f, ARGV[i])
 end
 local atts = #afields > 0 and redis.call('HMGET', h, unpack(afields)) or {}
 local gone, hdel = {}, {}
 for k = 1, #dls do
-  local i = 4 * k - 1
+  local i = 5 * k - 2
   local id, op, dl, av = ARGV[i], ARGV[i + 2], dls[k], atts[k]
-  local seq, a = attempts_split(av)
   local code = 1
   if not dl then
     -- Delivered again and waiting (a<id> stays until acked or cancelled),
     -- or gone: acked by whoever got it after the deadline, or cancelled.
     code = av and -1 or -2
-  elseif tonumber(dl) < now or a ~= tonumber(ARGV[i + 1]) then
+  elseif tonumber(dl) < now or not is_delivery(av, ARGV[i + 1], ARGV[i + 4]) then
     code = -1
   else
+    local a = tonumber(ARGV[i + 1]) -- the stored attempts, as is_delivery found
     gone[#gone + 1] = id
     if op == 'a' then
       hdel[#hdel + 1] = 'p' .. id
       hdel[#hdel + 1] = 'a' .. id
-      if not seq then hdel[#hdel + 1] = 's' .. id end
+      if not seq_len(av) then hdel[#hdel + 1] = 's' .. id end
     elseif op == 'x' then
       set_attempts(h, id, av, a - 1)
       requeue(id, av, now)

@@ -4,8 +4,12 @@
 -- KEYS: z f d h c (see _dq_common.lua).
 -- ARGV: retention ms, batch (1..1000), visibility ms, max attempts (0 = no
 -- limit), consumer id, its longest sleep (max_poll_ms).
--- Returns {now us, next wake-up ms or -1, count, then per message: id,
--- attempt, due ms, payload}. The next wake-up is the earliest of the next
+-- Returns {now us, next wake-up ms or -1, count, first delivery token,
+-- then per message: id, attempt, due ms, payload}. The k-th message's
+-- delivery token is the first + k - 1: tokens come from the queue's counter
+-- h['#dlv'] (gaps allowed) and are kept in a<id> until the ack, so a later
+-- delivery of any message of the queue, hence of this one, always has a
+-- larger one (dq_extend and dq_ack refuse an older one). The next wake-up is the earliest of the next
 -- due time and the next in-flight deadline (+1 ms: expiry is deadline < now).
 -- A consumer that found fewer due messages than it asked for is idle: its
 -- entry in c says when it looks next (the next wake-up, or now + its
@@ -51,21 +55,25 @@ if #late > 0 then
   end
 end
 
-local out = {now_us, -1, 0}
+local out = {now_us, -1, 0, 0}
 local cand = redis.call('ZRANGE', z, 0, batch, 'WITHSCORES')
 local n = 0
 while n < batch and cand[2 * n + 2] and tonumber(cand[2 * n + 2]) <= now do n = n + 1 end
 local nextdue = tonumber(cand[2 * n + 2])
 local taken, deadline, count = {}, now + vis, 0
 if n > 0 then
-  -- Payloads and attempt counts in one HMGET, new counts in one HSET.
+  -- Payloads, attempt counts and the token counter in one HMGET; new
+  -- counts (with their tokens) and the counter in one HSET.
   local fields, seqs = {}, {}
   for i = 1, n do
     local seq, id = member_split(cand[2 * i - 1])
     seqs[i] = seq_len(seq) and seq or ''
     fields[i], fields[n + i] = 'p' .. id, 'a' .. id
   end
+  fields[2 * n + 1] = '#dlv'
   local v = redis.call('HMGET', h, unpack(fields))
+  local base = tonumber(v[2 * n + 1]) or 0
+  out[4] = base + 1
   local zargs, hargs = {}, {}
   for i = 1, n do
     if v[i] then
@@ -76,16 +84,18 @@ if n > 0 then
       zargs[#zargs + 1] = deadline
       zargs[#zargs + 1] = id
       hargs[#hargs + 1] = fields[n + i]
-      hargs[#hargs + 1] = seqs[i] .. (a + 1)
+      count = count + 1
+      hargs[#hargs + 1] = seqs[i] .. (a + 1) .. '/' .. dec(base + count)
       out[#out + 1] = id
       out[#out + 1] = a + 1
       out[#out + 1] = tonumber(cand[2 * i])
       out[#out + 1] = payload
-      count = count + 1
       if #late > 0 then taken[id] = true end -- only the late ones ask
     end
   end
   if count > 0 then
+    hargs[#hargs + 1] = '#dlv'
+    hargs[#hargs + 1] = dec(base + count)
     redis.call('ZADD', f, unpack(zargs))
     redis.call('HSET', h, unpack(hargs))
     wrote[f] = true

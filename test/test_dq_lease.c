@@ -1,0 +1,425 @@
+/* Delay queue leases: extending a taken message's visibility by hand and
+ * automatically, delivery tokens, loss reports, and a killed consumer's
+ * message coming back within the visibility timeout. */
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <sluice/sluice.h>
+
+#include "dq_util.h"
+#include "harness.h"
+
+enum { HELD_MAX = 8 };
+
+/* A handler that keeps every message it gets (the test settles them) and
+ * counts losses. */
+typedef struct keeper {
+  int n;
+  sluice_dq_msg *held[HELD_MAX];
+  unsigned attempts[HELD_MAX];
+  uint64_t tokens[HELD_MAX];
+  uint64_t at_ms[HELD_MAX];
+  int lost, lost_reason;
+  sluice_dq_msg *lost_msg;
+} keeper;
+
+static void keep(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
+  keeper *k = ud;
+  TH_ASSERT(k->n < HELD_MAX);
+  k->held[k->n] = m;
+  k->attempts[k->n] = sluice_dq_msg_attempt(m);
+  k->tokens[k->n] = sluice_dq_msg_delivery(m);
+  k->at_ms[k->n] = th_now_ms();
+  k->n++;
+}
+
+static void on_lost(sluice_dq_consumer *con, sluice_dq_msg *m, int reason, void *ud) {
+  keeper *k = ud;
+  k->lost++;
+  k->lost_reason = reason;
+  k->lost_msg = m;
+}
+
+static void on_settle(sluice_dq_consumer *con, int status, const char *id, void *ud) {
+  th_status_set(ud, status);
+}
+
+static sluice_dq_consumer *keeper_consumer(sluice_client *c, unsigned vis, int renew, keeper *k) {
+  sluice_dq_consumer_options o = dqt_options(16, 16, vis, 0);
+  sluice_dq_consumer *con = NULL;
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "lease", &o, keep, k, &con), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_consumer_set_auto_renew(con, renew), SLUICE_OK);
+  sluice_dq_consumer_set_lost_cb(con, on_lost, k);
+  return con;
+}
+
+/* A call whose callback reports into st (it must accept): run the loop
+ * until the callback ran, and return its status. */
+static int answered(struct event_base *base, int rc, th_status *st) {
+  TH_ASSERT_EQ(rc, SLUICE_OK);
+  TH_ASSERT(th_loop_until(base, &st->done, 5000));
+  return st->status;
+}
+
+static int ack_wait(struct event_base *base, sluice_dq_msg *m) {
+  th_status st = {0, 0};
+  return answered(base, sluice_dq_ack(m, on_settle, &st), &st);
+}
+
+static int extend_wait(struct event_base *base, sluice_dq_msg *m, int64_t ms) {
+  th_status st = {0, 0};
+  return answered(base, sluice_dq_msg_extend(m, ms, on_settle, &st), &st);
+}
+
+/* Queue "lease" holding one message, "job". */
+static sluice_dq *queue_with_job(dq_fx *fx) {
+  sluice_dq *dq = dqt_queue(fx->c, "lease");
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(fx->base, dq, "job", "work", 0, &p), SLUICE_OK);
+  return dq;
+}
+
+/* A keeper_consumer, once it has taken its first message. */
+static sluice_dq_consumer *first_taker(dq_fx *fx, unsigned vis, int renew, keeper *k) {
+  sluice_dq_consumer *con = keeper_consumer(fx->c, vis, renew, k);
+  TH_ASSERT(th_loop_until(fx->base, &k->n, 5000));
+  return con;
+}
+
+/* A handler running 10x its 300 ms visibility timeout (3 s) with
+ * auto-renewal is never redelivered: a second consumer, idle all along,
+ * gets nothing; the lease never lapses; the ack then counts. */
+static void test_long_handler_not_redelivered(void) {
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = queue_with_job(&fx);
+  keeper a = {0}, b = {0};
+  sluice_dq_consumer *ca = first_taker(&fx, 300, 1, &a);
+  sluice_dq_consumer *cb = keeper_consumer(fx.c, 300, 0, &b);
+  uint64_t end = th_now_ms() + 3000;
+  int64_t least = INT64_MAX;
+  while (th_now_ms() < end && !b.n && !a.lost) {
+    th_loop_for(fx.base, 20);
+    int64_t left = sluice_dq_msg_remaining_ms(a.held[0]);
+    if (left < least) least = left;
+  }
+  th_note("least visibility left seen over 3 s: %lld ms\n", (long long)least);
+  TH_ASSERT_EQ(b.n, 0);
+  TH_ASSERT_EQ(a.n, 1);
+  TH_ASSERT_EQ(a.lost, 0);
+  TH_ASSERT_CMP(least, >, 0);
+  TH_ASSERT_EQ(ack_wait(fx.base, a.held[0]), SLUICE_OK);
+  dqt_info in;
+  TH_ASSERT_EQ(dqt_inspect(fx.base, dq, &in).in_flight + in.info.delayed, 0);
+  sluice_dq_consumer_free(ca);
+  sluice_dq_consumer_free(cb);
+  sluice_dq_free(dq);
+  dq_fx_close(&fx);
+}
+
+/* An extension by hand: held far past its 100 ms visibility, the message
+ * is not redelivered; remaining_ms counts from the new deadline. */
+static void test_extend_by_hand(void) {
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = queue_with_job(&fx);
+  keeper a = {0}, b = {0};
+  sluice_dq_consumer *ca = first_taker(&fx, 100, 0, &a);
+  TH_ASSERT_EQ(extend_wait(fx.base, a.held[0], 2000), SLUICE_OK);
+  TH_ASSERT_CMP(sluice_dq_msg_remaining_ms(a.held[0]), >, 1000);
+  sluice_dq_consumer *cb = keeper_consumer(fx.c, 100, 0, &b);
+  th_loop_for(fx.base, 600);
+  TH_ASSERT_EQ(b.n, 0);
+  TH_ASSERT_EQ(a.lost, 0);
+  /* A shorter extension keeps the later deadline. */
+  TH_ASSERT_EQ(extend_wait(fx.base, a.held[0], 1), SLUICE_OK);
+  th_loop_for(fx.base, 200);
+  TH_ASSERT_EQ(b.n, 0);
+  TH_ASSERT_EQ(ack_wait(fx.base, a.held[0]), SLUICE_OK);
+  sluice_dq_consumer_free(ca);
+  sluice_dq_consumer_free(cb);
+  sluice_dq_free(dq);
+  dq_fx_close(&fx);
+}
+
+/* Held past its deadline and taken by another consumer, the first
+ * delivery can neither extend nor settle: both are refused with
+ * SLUICE_ELATE, the lost callback fires once, and the new delivery's token
+ * is larger; it extends and acks. */
+static void test_extend_after_redelivery_refused(void) {
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = queue_with_job(&fx);
+  keeper a = {0}, b = {0};
+  sluice_dq_consumer *ca = first_taker(&fx, 100, 0, &a);
+  sluice_dq_consumer_free(ca); /* takes nothing more; its message stays valid */
+  sluice_dq_consumer *cb = keeper_consumer(fx.c, 100, 0, &b);
+  TH_ASSERT(th_loop_until(fx.base, &b.n, 5000));
+  TH_ASSERT_EQ(b.attempts[0], 2);
+  TH_ASSERT_CMP(b.tokens[0], >, a.tokens[0]);
+  /* a's consumer is freed, but its delivered message is still its own:
+   * refusals come back, and the loss is reported. */
+  TH_ASSERT_EQ(extend_wait(fx.base, a.held[0], 5000), SLUICE_ELATE);
+  TH_ASSERT_EQ(a.lost, 1);
+  TH_ASSERT_EQ(a.lost_reason, SLUICE_ELATE);
+  TH_ASSERT_EQ(ack_wait(fx.base, a.held[0]), SLUICE_ELATE);
+  TH_ASSERT_EQ(extend_wait(fx.base, b.held[0], 5000), SLUICE_OK);
+  TH_ASSERT_CMP(sluice_dq_msg_remaining_ms(b.held[0]), >, 1000);
+  TH_ASSERT_EQ(ack_wait(fx.base, b.held[0]), SLUICE_OK);
+  sluice_dq_consumer_free(cb);
+  sluice_dq_free(dq);
+  dq_fx_close(&fx);
+}
+
+/* The same with both consumers alive: the stale one's lost callback fires
+ * once, with the message and SLUICE_ELATE, however often it extends. */
+static void test_lost_callback_once(void) {
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = queue_with_job(&fx);
+  keeper a = {0}, b = {0};
+  sluice_dq_consumer *ca = first_taker(&fx, 100, 0, &a);
+  sluice_dq_consumer *cb = keeper_consumer(fx.c, 100, 0, &b);
+  /* a takes it again itself or b does: either way a new delivery. */
+  uint64_t end = th_now_ms() + 5000;
+  while (a.n + b.n < 2 && th_now_ms() < end) th_loop_for(fx.base, 5);
+  TH_ASSERT_EQ(a.n + b.n, 2);
+  sluice_dq_msg *stale = a.held[0];
+  TH_ASSERT_EQ(extend_wait(fx.base, stale, 1000), SLUICE_ELATE);
+  TH_ASSERT_EQ(a.lost, 1);
+  TH_ASSERT_EQ(a.lost_reason, SLUICE_ELATE);
+  TH_ASSERT(a.lost_msg == stale);
+  TH_ASSERT_EQ(sluice_dq_msg_remaining_ms(stale), 0);
+  TH_ASSERT_EQ(extend_wait(fx.base, stale, 1000), SLUICE_ELATE);
+  th_loop_for(fx.base, 50);
+  TH_ASSERT_EQ(a.lost, 1);
+  TH_ASSERT_EQ(ack_wait(fx.base, stale), SLUICE_ELATE);
+  sluice_dq_msg *fresh = a.n == 2 ? a.held[1] : b.held[0];
+  TH_ASSERT_CMP(sluice_dq_msg_delivery(fresh), >, a.tokens[0]);
+  TH_ASSERT_EQ(ack_wait(fx.base, fresh), SLUICE_OK);
+  /* A cancelled message's extension finds it gone (a alone takes now). */
+  sluice_dq_consumer_free(cb);
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "gone", "x", 0, &p), SLUICE_OK);
+  int had = a.n;
+  end = th_now_ms() + 5000;
+  while (a.n == had && th_now_ms() < end) th_loop_for(fx.base, 5);
+  TH_ASSERT_EQ(a.n, had + 1);
+  keeper *who = &a;
+  sluice_dq_msg *gone = who->held[who->n - 1];
+  TH_ASSERT_STR_EQ(sluice_dq_msg_id(gone), "gone");
+  th_status st = {0, 0};
+  TH_ASSERT_EQ(answered(fx.base, sluice_dq_cancel(dq, "gone", dqt_status_cb, &st), &st), SLUICE_OK);
+  int lost_before = who->lost;
+  TH_ASSERT_EQ(extend_wait(fx.base, gone, 1000), SLUICE_ENOTFOUND);
+  TH_ASSERT_EQ(who->lost, lost_before + 1);
+  TH_ASSERT_EQ(who->lost_reason, SLUICE_ENOTFOUND);
+  TH_ASSERT_EQ(ack_wait(fx.base, gone), SLUICE_ENOTFOUND);
+  sluice_dq_consumer_free(ca);
+  sluice_dq_free(dq);
+  dq_fx_close(&fx);
+}
+
+/* Delivery tokens grow: across messages of one take, across takes, and
+ * across the redeliveries of one message (retries here). */
+static void retry_all(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
+  keeper *k = ud;
+  TH_ASSERT(k->n < HELD_MAX);
+  k->tokens[k->n++] = sluice_dq_msg_delivery(m);
+  if (sluice_dq_msg_attempt(m) < 3) TH_ASSERT_EQ(sluice_dq_retry(m, 0, NULL, NULL), SLUICE_OK);
+  else TH_ASSERT_EQ(sluice_dq_ack(m, NULL, NULL), SLUICE_OK);
+}
+
+static void test_delivery_tokens_increase(void) {
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = dqt_queue(fx.c, "lease");
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "one", "x", 0, &p), SLUICE_OK);
+  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "two", "x", 0, &p), SLUICE_OK);
+  keeper k = {0};
+  sluice_dq_consumer_options o = dqt_options(16, 16, 1000, 0);
+  sluice_dq_consumer *con = NULL;
+  TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, "lease", &o, retry_all, &k, &con), SLUICE_OK);
+  uint64_t end = th_now_ms() + 5000;
+  while (k.n < 6 && th_now_ms() < end) th_loop_for(fx.base, 5);
+  TH_ASSERT_EQ(k.n, 6);
+  for (int i = 0; i < 6; i++) {
+    th_note("delivery %d: token %llu\n", i, (unsigned long long)k.tokens[i]);
+    TH_ASSERT_CMP(k.tokens[i], >, 0);
+    if (i) TH_ASSERT_CMP(k.tokens[i], >, k.tokens[i - 1]);
+  }
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  dq_fx_close(&fx);
+}
+
+/* Bad input gets a clear status, never a crash. */
+static void test_bad_input(void) {
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = queue_with_job(&fx);
+  keeper k = {0};
+  sluice_dq_consumer *con = first_taker(&fx, 1000, 0, &k);
+  sluice_dq_msg *m = k.held[0];
+  TH_ASSERT_EQ(sluice_dq_msg_extend(NULL, 1000, NULL, NULL), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_msg_extend(m, 0, NULL, NULL), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_msg_extend(m, -1, NULL, NULL), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_msg_extend(m, SLUICE_DQ_TIME_MAX + 1, NULL, NULL), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_msg_extend(m, INT64_MAX, NULL, NULL), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_msg_extend(m, SLUICE_DQ_TIME_MAX, NULL, NULL), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_consumer_set_auto_renew(NULL, 1), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_consumer_set_auto_renew(con, 2), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_consumer_set_auto_renew(con, -1), SLUICE_EINVAL);
+  sluice_dq_consumer_set_lost_cb(NULL, on_lost, &k);
+  TH_ASSERT_EQ(sluice_dq_msg_delivery(NULL), 0);
+  TH_ASSERT_EQ(ack_wait(fx.base, m), SLUICE_OK);
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  dq_fx_close(&fx);
+}
+
+/* An extension still out when the message is settled or the consumer
+ * freed is answered as usual, and freeing inside the lost callback is
+ * safe (the live-object check after the case finds no leak). */
+static void settle_on_lost(sluice_dq_consumer *con, sluice_dq_msg *m, int reason, void *ud) {
+  keeper *k = ud;
+  k->lost++;
+  TH_ASSERT_EQ(sluice_dq_ack(m, NULL, NULL), SLUICE_OK);
+  sluice_dq_consumer_free(con);
+}
+
+static void test_settle_with_extension_out(void) {
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = queue_with_job(&fx);
+  keeper k = {0};
+  sluice_dq_consumer *con = first_taker(&fx, 1000, 1, &k);
+  th_status ext = {0, 0};
+  TH_ASSERT_EQ(sluice_dq_msg_extend(k.held[0], 5000, on_settle, &ext), SLUICE_OK);
+  TH_ASSERT_EQ(ack_wait(fx.base, k.held[0]), SLUICE_OK);
+  TH_ASSERT(th_loop_until(fx.base, &ext.done, 5000));
+  /* Settlements of a turn go first: the extension finds it acknowledged,
+   * and a message already settled is lost to nobody. */
+  TH_ASSERT_EQ(ext.status, SLUICE_ENOTFOUND);
+  TH_ASSERT_EQ(k.lost, 0);
+  /* Lost inside: settled and the consumer freed from its own callback. */
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "two", "x", 0, &p), SLUICE_OK);
+  uint64_t end = th_now_ms() + 5000;
+  while (k.n < 2 && th_now_ms() < end) th_loop_for(fx.base, 5);
+  TH_ASSERT_EQ(k.n, 2);
+  sluice_dq_consumer_set_lost_cb(con, settle_on_lost, &k);
+  th_status st = {0, 0};
+  TH_ASSERT_EQ(answered(fx.base, sluice_dq_cancel(dq, "two", dqt_status_cb, &st), &st), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_msg_extend(k.held[1], 1000, NULL, NULL), SLUICE_OK);
+  TH_ASSERT(th_loop_until(fx.base, &k.lost, 5000));
+  sluice_dq_free(dq);
+  dq_fx_close(&fx);
+}
+
+/* With Redis paused past the deadline no renewal is confirmed: the
+ * delivery is lost with SLUICE_ETIMEDOUT, once, while Redis is still away;
+ * once it is back, the message is delivered again and the old delivery's
+ * ack is late (or, if Redis ran the renewal sent before the pause late
+ * enough, the ack counts). */
+static void test_lost_when_renewals_stall(void) {
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = queue_with_job(&fx);
+  keeper k = {0};
+  sluice_dq_consumer *con = first_taker(&fx, 300, 1, &k);
+  th_loop_for(fx.base, 400); /* renewed at least once */
+  TH_ASSERT_EQ(k.lost, 0);
+  th_redis_pause(&th_server);
+  int lost = th_loop_until(fx.base, &k.lost, 2000);
+  th_redis_resume(&th_server);
+  TH_ASSERT(lost);
+  TH_ASSERT_EQ(k.lost_reason, SLUICE_ETIMEDOUT);
+  TH_ASSERT_EQ(sluice_dq_msg_remaining_ms(k.held[0]), 0);
+  th_loop_for(fx.base, 500);
+  TH_ASSERT_EQ(k.lost, 1);
+  int st = ack_wait(fx.base, k.held[0]);
+  th_note("ack after the loss: %s\n", sluice_err_name(st));
+  TH_ASSERT(st == SLUICE_ELATE || st == SLUICE_OK); /* Redis may have taken the renewal */
+  if (st == SLUICE_ELATE) { /* it came back: to this consumer, the only one */
+    TH_LOOP_UNTIL(fx.base, k.n >= 2, 3000);
+    TH_ASSERT_CMP(k.n, >=, 2);
+    TH_ASSERT_EQ(k.attempts[1], 2);
+    TH_ASSERT_EQ(ack_wait(fx.base, k.held[1]), SLUICE_OK);
+  }
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  dq_fx_close(&fx);
+}
+
+/* ---- a consumer in another process, killed ---------------------------------- */
+
+static int token_pipe[2];
+
+static void child_keep(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
+  uint64_t t = sluice_dq_msg_delivery(m);
+  if (write(token_pipe[1], &t, sizeof t) != (ssize_t)sizeof t) _exit(3);
+}
+
+static void child_consumer(void) {
+  struct event_base *base = th_precise_base();
+  if (!base) _exit(2);
+  sluice_client *c = dqt_client(base);
+  sluice_dq_consumer_options o = dqt_options(16, 16, 300, 0);
+  sluice_dq_consumer *con = NULL;
+  if (sluice_dq_consumer_new(c, "lease", &o, child_keep, NULL, &con) != 0 ||
+      sluice_dq_consumer_set_auto_renew(con, 1) != 0)
+    _exit(2);
+  event_base_dispatch(base);
+  _exit(0);
+}
+
+/* Killing the process whose consumer renews a message makes it come back
+ * within the visibility timeout (300 ms), to a consumer that saw nothing
+ * of it while the first one lived (1.5 s, 5x the timeout). */
+static void test_killed_consumer_message_returns(void) {
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = queue_with_job(&fx);
+  TH_ASSERT_EQ(pipe(token_pipe), 0);
+  pid_t pid = fork();
+  TH_ASSERT(pid >= 0);
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a failed case */
+    if (getppid() == 1) _exit(1);
+    child_consumer();
+  }
+  uint64_t child_token = 0;
+  TH_ASSERT_EQ(read(token_pipe[0], &child_token, sizeof child_token), (ssize_t)sizeof child_token);
+  keeper k = {0};
+  sluice_dq_consumer *con = keeper_consumer(fx.c, 300, 1, &k);
+  th_loop_for(fx.base, 1500);
+  TH_ASSERT_EQ(k.n, 0);
+  kill(pid, SIGKILL);
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
+  uint64_t killed = th_now_ms();
+  TH_ASSERT(th_loop_until(fx.base, &k.n, 5000));
+  uint64_t back = k.at_ms[0] - killed;
+  th_note("back %llu ms after the kill (visibility 300 ms)\n", (unsigned long long)back);
+  /* Its deadline was at most 300 ms away; the take follows the deadline
+   * within a timer's slack (more under valgrind). */
+  TH_ASSERT_CMP(back, <=, 300 + 200);
+  TH_ASSERT_EQ(k.attempts[0], 2);
+  TH_ASSERT_CMP(k.tokens[0], >, child_token);
+  TH_ASSERT_EQ(ack_wait(fx.base, k.held[0]), SLUICE_OK);
+  close(token_pipe[0]);
+  close(token_pipe[1]);
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  dq_fx_close(&fx);
+}
+
+static const th_case cases[] = {
+    TH_CASE(long_handler_not_redelivered, 30),
+    TH_CASE(extend_by_hand, 30),
+    TH_CASE(extend_after_redelivery_refused, 30),
+    TH_CASE(lost_callback_once, 30),
+    TH_CASE(delivery_tokens_increase, 30),
+    TH_CASE(bad_input, 30),
+    TH_CASE(settle_with_extension_out, 30),
+    TH_CASE(lost_when_renewals_stall, 30, .standalone_only = "pauses the server"),
+    TH_CASE(killed_consumer_message_returns, 30),
+};
+TH_MAIN(cases)
