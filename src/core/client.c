@@ -423,8 +423,8 @@ int sluice__client_confirms(sluice_client *c, int route) {
   return conn && conn->had_replicas;
 }
 
-int sluice__client_unconfirmed(const sluice_client *c, int replicated) {
-  return replicated == 0 && !c->replica_ack_off;
+int sluice__client_unconfirmed(sluice_client *c, int route, int replicated) {
+  return replicated == 0 && sluice__client_confirms(c, route);
 }
 
 uint64_t sluice__client_up_since(const sluice_client *c) { return c->up_since_ms; }

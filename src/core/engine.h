@@ -162,9 +162,11 @@ unsigned sluice__client_wait_count(const sluice_client *c);
  * node was seen with one, and sluice_client_set_replica_ack did not turn
  * it off). */
 int sluice__client_confirms(sluice_client *c, int route);
-/* 1 when a --@confirm step answered with this `replicated` (the batch
- * reply's) must not be trusted: a replica was asked and none had it. */
-int sluice__client_unconfirmed(const sluice_client *c, int replicated);
+/* 1 when a --@confirm step on route answered with this `replicated` (the
+ * batch reply's) must not be trusted: its node has replicas and none had
+ * it. (A short count where no replica was ever seen is wait_replicas's
+ * report, not a refusal.) */
+int sluice__client_unconfirmed(sluice_client *c, int route, int replicated);
 
 /* ---- the record of unreplicated writes (core/record.h) -------------------- */
 

@@ -214,7 +214,7 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
     fire_lost(p, SLUICE_LOST_DEFINITE);
     return;
   }
-  if (status == SLUICE_OK && sluice__client_unconfirmed(p->sem->c, br->replicated)) {
+  if (status == SLUICE_OK && sluice__client_unconfirmed(p->sem->c, p->sem->route, br->replicated)) {
     /* Redis extended the lease, but no replica had it in time: a replica
      * promoted now would end it at the last confirmed one, so ours stays
      * there (stats.writes_not_replicated counts it); again soon. */

@@ -377,7 +377,7 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
   }
   note_beat(a->sem, beat, a->blocking, br->sent_ms);
   if ((g == 1 || (g == 2 && a->blocking)) &&
-      sluice__client_unconfirmed(a->sem->c, br->replicated)) {
+      sluice__client_unconfirmed(a->sem->c, a->sem->route, br->replicated)) {
     unconfirmed(a, g == 1 ? a->permit_id : a->waiter_id);
     return;
   }
