@@ -36,8 +36,8 @@ netns=$root/test/partition/netns.sh
 
 build=$root/build-ci keep='' scenarios=()
 declare -A asserted=(
-  [cut]="no_overlap,fence_guards,fence_order,no_lost,regrant_1s"
-  [cut-long]="no_overlap,fence_guards,fence_order,no_lost,regrant_1s"
+  [cut]="no_overlap,fence_guards,fence_order,no_lost"
+  [cut-long]="no_overlap,fence_guards,fence_order,no_lost"
   [isolate]="fence_guards,fence_order,no_lost,no_dup"
   [slow]="no_overlap,fence_guards,fence_order,no_lost"
   [cut@cluster]="no_overlap,fence_guards,fence_order,no_lost"
