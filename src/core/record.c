@@ -19,9 +19,6 @@
 #define MARKS_MAX 32
 /* A full record is logged at most this often. */
 #define FULL_LOG_MS 10000
-/* Nodes remembered once empty, for having had replicas (node ids change
- * with a restart, so this bounds the table, not the nodes in use). */
-#define EMPTY_NODES_KEPT 64
 /* A replay that failed where it may succeed later (the connection stayed
  * up; a node still getting ready) goes again after RETRY_MIN_MS, doubling
  * up to RETRY_MAX_MS, for as long as it stays within the record's bounds. */
@@ -49,12 +46,10 @@ struct rec_node {
   int route;            /* a route it served last: finds its connection */
   sluice__list entries; /* oldest first */
   size_t n;
-  uint64_t newest;           /* its newest entry's seq */
-  uint64_t next_ms;          /* no INFO before */
-  int replicas;              /* online at the last answer; -1: not asked yet */
-  unsigned had_replicas : 1; /* seen with one online: its entries wait for one */
-  unsigned asking : 1;       /* an INFO in flight */
-  unsigned refused : 1;      /* INFO refused (ACL): the time window decides */
+  uint64_t newest;      /* its newest entry's seq */
+  uint64_t next_ms;     /* no INFO before */
+  unsigned asking : 1;  /* an INFO in flight */
+  unsigned refused : 1; /* INFO refused (ACL): the time window decides */
   /* Points of the node's replication stream, oldest first: the entries up
    * to seq were written before offset off. A replica that acknowledged
    * off has them. */
@@ -106,7 +101,6 @@ static rec_node *node_get(sluice__record *r, uint64_t id) {
   nd = &r->nodes[r->nnodes++];
   memset(nd, 0, sizeof *nd);
   nd->id = id;
-  nd->replicas = -1;
   return nd;
 }
 
@@ -179,12 +173,12 @@ static sluice__conn *node_conn(sluice_client *c, const rec_node *nd) {
   return conn && conn->node_id == nd->id && conn->state == SLUICE_CONN_UP ? conn : NULL;
 }
 
-/* A node seen with a replica keeps its entries until one has them, even
- * while none is online: a master cut off from its replicas may be replaced
- * by one of them, and what it holds alone would then be undone. */
+/* A node seen with a replica (conn->had_replicas, kept per node across
+ * reconnects) keeps its entries until one has them, even while none is
+ * online: a master cut off from its replicas may be replaced by one of
+ * them, and what it holds alone would then be undone. */
 static int has_replicas(const rec_node *nd, const sluice__conn *conn) {
-  if (nd->refused) return 0;
-  return nd->had_replicas || conn->had_replicas;
+  return !nd->refused && conn->had_replicas;
 }
 
 /* Entries up to seq upto are on a replica. */
@@ -262,8 +256,7 @@ static void info_answered(redisAsyncContext *ac, void *reply_, void *privdata) {
   if (nd && reply) {
     w->conn->last_reply_ms = now; /* it is alive: the time window counts on it */
     if (read_replication(reply, &off, &online, &acked) == 0) {
-      nd->replicas = online;
-      if (online > 0) nd->had_replicas = w->conn->had_replicas = 1;
+      if (online > 0) w->conn->had_replicas = 1;
       add_mark(nd, w->upto, off);
       if (online > 0) confirm_marks(r, nd, acked);
     } else if (reply->type == REDIS_REPLY_ERROR && !nd->refused &&
@@ -304,7 +297,6 @@ static void poll_cb(evutil_socket_t fd, short what, void *arg) {
   sluice_client *c = arg;
   sluice__record *r = &c->rec;
   uint64_t now = sluice__mono_ms();
-  int busy = 0;
   for (size_t i = 0; i < r->nnodes;) {
     rec_node *nd = &r->nodes[i];
     sluice__conn *conn = node_conn(c, nd);
@@ -312,14 +304,13 @@ static void poll_cb(evutil_socket_t fd, short what, void *arg) {
       sweep_window(r, nd, conn);
       maybe_ask(c, nd, conn, now);
     }
-    if (!nd->n && !nd->asking && (!nd->had_replicas || r->nnodes > EMPTY_NODES_KEPT)) {
+    if (!nd->n && !nd->asking) {
       r->nodes[i] = r->nodes[--r->nnodes]; /* no entry points into it */
       continue;
     }
-    busy |= nd->n || nd->asking;
     i++;
   }
-  if (busy) sluice__timer_in(r->poll, POLL_MS);
+  if (r->nnodes) sluice__timer_in(r->poll, POLL_MS);
 }
 
 /* ---- replays -------------------------------------------------------------- */
@@ -497,7 +488,6 @@ static void keep(sluice_client *c, rec_entry *e, const sluice__answered *a) {
     r->dropped++;
     return;
   }
-  if (a->conn && a->conn->had_replicas) nd->had_replicas = 1;
   e->node_id = a->node_id;
   e->ups = a->ups;
   e->acked_ms = sluice__mono_ms();
