@@ -158,6 +158,7 @@ static void test_hand_off_confirmed(void) {
 /* Opted out, or no replica ever seen: answered at once, nothing asked. */
 static void test_ack_off_and_no_replica(void) {
   fx f;
+  TH_ASSERT_EQ(sluice_client_set_replica_ack(NULL, 0), SLUICE_EINVAL);
   fx_open(&f, "o", 5000, 1);
   th_redis_pause(&f.p.r);
   acq_result a = sem_hold(f.p.base, f.s);
