@@ -12,6 +12,7 @@ typedef struct logbook {
   char text[8192];
   int up, down, error, warn;
   int flag;
+  int auth; /* an ERROR line naming the AUTH reply */
 } logbook;
 
 static void on_log(sluice_client *c, int level, const char *msg, void *ud) {
@@ -22,6 +23,7 @@ static void on_log(sluice_client *c, int level, const char *msg, void *ud) {
   if (strstr(msg, "connected to")) b->up++, b->flag = 1;
   if (strstr(msg, "down:")) b->down++;
   if (level == SLUICE_LOG_ERROR) b->error++, b->flag = 1;
+  if (level == SLUICE_LOG_ERROR && strstr(msg, "AUTH: ")) b->auth = 1;
   if (level == SLUICE_LOG_WARN) b->warn++;
 }
 
@@ -82,7 +84,9 @@ static void test_log_failed_auth(void) {
   o.password = "wrong";
   c = th_client_with(base, &o);
   sluice_client_set_log_cb(c, on_log, &b);
-  TH_ASSERT(th_loop_until(base, &b.flag, 5000));
+  /* Wait for the AUTH answer itself: on a loaded machine an attempt
+   * before it can fail otherwise (a handshake timeout). */
+  TH_ASSERT(th_loop_until(base, &b.auth, 10000));
   TH_ASSERT(strstr(b.text, "ERROR handshake failed with "));
   TH_ASSERT(strstr(b.text, "AUTH: WRONGPASS") || strstr(b.text, "AUTH: ERR invalid password"));
   TH_ASSERT(strstr(b.text, "retrying in "));
