@@ -38,11 +38,11 @@ build=$root/build-ci keep='' scenarios=()
 declare -A asserted=(
   [cut]="no_overlap,fence_guards,fence_order,no_lost"
   [cut-long]="no_overlap,fence_guards,fence_order,no_lost"
-  [isolate]="fence_guards,fence_order,no_lost,no_dup"
+  [isolate]="fence_guards,fence_order,no_lost,no_dup,regrant_1s"
   [slow]="no_overlap,fence_guards,fence_order,no_lost"
   [cut@cluster]="no_overlap,fence_guards,fence_order,no_lost"
   [cut-long@cluster]="no_overlap,fence_guards,fence_order,no_lost"
-  [isolate@cluster]="fence_guards,fence_order,no_lost,no_dup"
+  [isolate@cluster]="fence_guards,fence_order,no_lost,no_dup,regrant_1s"
   [slow@cluster]="fence_order,no_lost"
 )
 while [ $# -gt 0 ]; do

@@ -332,6 +332,13 @@ void sluice__blocker_moved(sluice__blocker *b) {
   EACH_GROUP(b, g) sluice__conn_fail(&g->conn, "the master moved (sentinel failover)");
 }
 
+void sluice__blocker_restart(sluice__blocker *b, const sluice__conn *data) {
+  EACH_GROUP(b, g) {
+    if (g->conn.state == SLUICE_CONN_UP && sluice__conn_same_node(&g->conn, data))
+      sluice__conn_fail(&g->conn, "its node's link lost packets: answers may be held back");
+  }
+}
+
 void sluice__blocker_kick(sluice__blocker *b, const sluice__conn *data) {
   EACH_GROUP(b, g) {
     /* Where its next attempt goes: the route's node may have changed. */

@@ -29,6 +29,11 @@ int sluice__blocker_listen(sluice__blocker *b, const char *key, sluice__wake_fn 
  * waiting out a backoff reconnect now (once per backoff episode), so the
  * waiting side never lags. */
 void sluice__blocker_kick(sluice__blocker *b, const sluice__conn *data);
+/* The link to data's node held traffic back (client.c): the blocking
+ * connections to that node reconnect, since the node may sit on a BRPOP's
+ * answer until its retransmission timer fires, and their listeners
+ * re-check once they are up. */
+void sluice__blocker_restart(sluice__blocker *b, const sluice__conn *data);
 /* Every route's node was replaced: drop the blocking connections now. */
 void sluice__blocker_moved(sluice__blocker *b);
 /* Routes changed: connections waiting for an address connect, those whose

@@ -106,6 +106,10 @@ static void data_up(sluice__conn *conn, void *ud) {
   c->m_last_down[0] = '\0';
   note_refusals(c, conn);
   if (c->blocker) sluice__blocker_kick(c->blocker, conn);
+  /* Back after the link failed it: the blocking connections to the node
+   * shared the link, and one still up may sit on an answer the node holds
+   * back. (After a restart of the node they reconnect by themselves.) */
+  if (conn->link_trouble) sluice__client_link_recovered(c, conn);
   sluice__guard_home_resume(&c->home); /* releases first, then everyone else */
   if (sluice__topo_up(c->topo) && !c->m_up) {
     c->m_up = 1;
@@ -463,6 +467,16 @@ void sluice__client_spread_declined(sluice_client *c, unsigned route, const char
               "a cluster node refused a call across slots (%s): its calls go slot by slot "
               "until it reconnects",
               why);
+}
+
+void sluice__client_link_recovered(sluice_client *c, sluice__conn *conn) {
+  char w[128];
+  conn->link_trouble = 0;
+  if (!c->blocker || c->closing) return;
+  sluice__log(c, SLUICE_LOG_INFO,
+              "the link to %s lost packets and was silent: its blocking connections start afresh",
+              where(conn, w, sizeof w));
+  sluice__blocker_restart(c->blocker, conn);
 }
 
 void sluice__client_set_error(sluice_client *c, const char *text) {

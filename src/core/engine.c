@@ -120,6 +120,7 @@ static void check_connection_alive(sluice__op *op) {
   sluice__conn *conn = op->in_hiredis ? op->conn : NULL; /* else it may be gone */
   if (!conn || conn->state != SLUICE_CONN_UP) return;
   if (sluice__mono_ms() - conn->last_reply_ms < op->c->opts.op_timeout_ms) return;
+  conn->link_trouble = 1; /* its blocking siblings restart once it is back (client.c) */
   sluice__conn_fail(conn, "no reply within the operation timeout: connection presumed dead");
 }
 
@@ -156,11 +157,20 @@ static int is_noscript(const redisReply *r) {
   return r->type == REDIS_REPLY_ERROR && r->len >= 8 && memcmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
+/* A reply: the connection is alive. One after the link watch saw it
+ * silent while losing packets (net/link_watch.h) means the path is back,
+ * and the node's answers on other connections may still be held back. */
+static void note_reply(sluice__op *op) {
+  sluice__conn *conn = op->conn;
+  conn->last_reply_ms = sluice__mono_ms();
+  if (conn->link_trouble) sluice__client_link_recovered(op->c, conn);
+}
+
 static void op_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
   sluice__op *op = privdata;
   redisReply *reply = r;
   op->in_hiredis--;
-  if (reply) op->conn->last_reply_ms = sluice__mono_ms(); /* alive: a reply came on it */
+  if (reply) note_reply(op);
   if (op->done) {
     op_release_if_unused(op);
     return;

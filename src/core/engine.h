@@ -21,6 +21,7 @@
 #include "lua_scripts.h"
 
 struct event_base;
+struct sluice__conn;
 
 /* ---- operations ---------------------------------------------------------- */
 
@@ -137,6 +138,12 @@ int sluice__eval_spread(sluice_client *c, unsigned route, const sluice__script *
  * out of date) changes nothing; any other refusal (the ACL refusing the
  * read) sends calls to that node route by route until it reconnects. */
 void sluice__client_spread_declined(sluice_client *c, unsigned route, const char *why);
+
+/* A reply came on conn after a silence in which its socket had to send
+ * segments again: the network held traffic back, and a BRPOP's answer may
+ * still be waiting on the node's retransmission timer, seconds away. The
+ * blocking connections to that node start afresh (core/blocker.h). */
+void sluice__client_link_recovered(sluice_client *c, struct sluice__conn *conn);
 
 /* Queue a message for the client's log hook (a no-op while none is set);
  * delivered from the loop. */

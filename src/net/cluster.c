@@ -128,6 +128,7 @@ static node *node_get(sluice__cluster *cl, const char *host, size_t hlen, int po
   sluice__conn_config cfg = {.net = cl->cfg.net,
                              .scripts = cl->cfg.scripts,
                              .count_replicas = cl->cfg.count_replicas,
+                             .watch_link = 1,
                              .on_up = node_up,
                              .on_down = node_down,
                              .userdata = n};

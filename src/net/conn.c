@@ -1,5 +1,8 @@
 /* Connection life cycle; see conn.h. */
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +11,7 @@
 
 #include "net/conn.h"
 #include "net/evloop.h"
+#include "net/link_watch.h"
 #include "net/resp.h"
 #include "base/util.h"
 #include "lua_scripts.h"
@@ -297,9 +301,11 @@ int sluice__conn_init(sluice__conn *conn, struct event_base *base, const sluice_
   conn->base = base;
   conn->timer = evtimer_new(base, timer_cb, conn);
   conn->drop_ev = event_new(base, -1, 0, drop_cb, conn);
-  if (!conn->timer || !conn->drop_ev) {
+  if (cfg->watch_link) conn->watch = sluice__link_watch_new(conn);
+  if (!conn->timer || !conn->drop_ev || (cfg->watch_link && !conn->watch)) {
     if (conn->timer) event_free(conn->timer);
     if (conn->drop_ev) event_free(conn->drop_ev);
+    sluice__link_watch_free(conn->watch);
     return SLUICE_ENOMEM;
   }
   return SLUICE_OK;
@@ -412,6 +418,17 @@ int sluice__conn_same_node(const sluice__conn *a, const sluice__conn *b) {
   return x->port == y->port && same_text(x->host, y->host);
 }
 
+int sluice__conn_retransmits(const sluice__conn *conn, uint32_t *n) {
+  struct tcp_info ti;
+  socklen_t len = sizeof ti;
+  if (!conn->ac || conn->ac->c.connection_type != REDIS_CONN_TCP) return -1;
+  if (getsockopt(conn->ac->c.fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+      len < offsetof(struct tcp_info, tcpi_total_retrans) + sizeof ti.tcpi_total_retrans)
+    return -1;
+  *n = ti.tcpi_total_retrans;
+  return 0;
+}
+
 void sluice__conn_fail(sluice__conn *conn, const char *reason) {
   if (reason) set_err(conn, reason, NULL);
   if (conn->ac) event_active(conn->drop_ev, 0, 0);
@@ -426,6 +443,8 @@ void sluice__conn_shutdown(sluice__conn *conn) {
   if (conn->timer) event_free(conn->timer);
   if (conn->drop_ev) event_free(conn->drop_ev);
   conn->timer = conn->drop_ev = NULL;
+  sluice__link_watch_free(conn->watch);
+  conn->watch = NULL;
   if (ac) redisAsyncFree(ac);
 }
 
@@ -439,5 +458,7 @@ int sluice__conn_send(sluice__conn *conn, redisCallbackFn *fn, void *privdata, i
   sluice__resp_write(cmd, argc, argv, lens);
   int rc = redisAsyncFormattedCommand(conn->ac, fn, privdata, cmd, n);
   if (cmd != small) free(cmd);
+  if (rc == REDIS_OK && conn->watch && conn->state == SLUICE_CONN_UP)
+    sluice__link_watch_sent(conn->watch);
   return rc;
 }

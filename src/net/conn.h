@@ -62,6 +62,9 @@ typedef struct sluice__conn_config {
   /* A data connection: its handshake also asks how many replicas are
    * online (WAIT 0 0 before any write counts every replica in sync). */
   int count_replicas;
+  /* Watch the link while answers are due (net/link_watch.h): a data
+   * connection, whose silence stalls operations. */
+  int watch_link;
   void *userdata;
 } sluice__conn_config;
 
@@ -106,6 +109,12 @@ struct sluice__conn {
   char info_refused[160];
   char wait_refused[160];
   uint64_t last_reply_ms; /* monotonic: last reply (the client's steps) */
+  /* watch_link: the watch (net/link_watch.h); and whether the link failed
+   * since the last reply: silent while losing packets (the watch), or
+   * presumed dead (the engine). The next reply, or the next handshake,
+   * clears it and tells the blocking side (core/engine.h). */
+  struct sluice__link_watch *watch;
+  int link_trouble;
   /* The client's wait_replicas state for this connection (client.c). */
   struct wait_batch *wait_open; /* writes sent this turn, for one WAIT */
   int replicas_short;           /* the last WAIT counted too few replicas */
@@ -140,6 +149,10 @@ void sluice__conn_retry_slowly(sluice__conn *conn);
 /* 1 when a and b connect to the same address now (socket path, or host
  * and port). */
 int sluice__conn_same_node(const sluice__conn *a, const sluice__conn *b);
+/* The socket's segments sent again since it connected (the network lost
+ * them or their acknowledgements; a slow node loses none): 0 and *n, or
+ * -1 (a unix socket, no context, or the kernel does not say). */
+int sluice__conn_retransmits(const sluice__conn *conn, uint32_t *n);
 /* Drop the connection from the loop (safe inside hiredis callbacks) and
  * reconnect after backoff; reason goes to errstr. */
 void sluice__conn_fail(sluice__conn *conn, const char *reason);

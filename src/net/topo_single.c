@@ -158,6 +158,7 @@ sluice__topo_one *sluice__topo_one_new(struct event_base *base, const sluice__to
                             .ready = one_ready,
                             .on_context = one_context,
                             .count_replicas = cfg->count_replicas,
+                            .watch_link = 1,
                             .userdata = o};
   if (sluice__conn_init(&o->conn, base, &cc) != 0) {
     sluice__free(o);
