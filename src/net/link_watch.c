@@ -8,6 +8,11 @@
  * seconds the retransmission timer reaches in a partition. */
 #define LINK_SILENCE_MS 500
 #define LINK_TICK_MS 250
+/* Silent this long, the link held answers back long enough that TCP's
+ * retransmission timer has doubled past a second: the blocking
+ * connections restart once it answers (a lossy but working link, whose
+ * silences are shorter, keeps them). */
+#define LINK_HELD_MS 1500
 #define LINK_PROBE_EVERY_MS 100
 #define LINK_PROBE_CONNECT_MS 300
 
@@ -27,9 +32,10 @@ static const void *first_due(const sluice__conn *conn) {
   return conn->ac ? (const void *)conn->ac->replies.head : NULL;
 }
 
-/* Silent for LINK_SILENCE_MS with answers due, and the socket sent
- * segments again meanwhile. */
-static int stuck(sluice__link_watch *w, uint64_t now) {
+/* How long the connection has been silent with answers due, if that is
+ * LINK_SILENCE_MS or more and the socket sent segments again meanwhile;
+ * else 0. */
+static uint64_t stuck(sluice__link_watch *w, uint64_t now) {
   sluice__conn *conn = w->conn;
   uint32_t n;
   if (conn->state != SLUICE_CONN_UP || !first_due(conn)) return 0;
@@ -38,8 +44,10 @@ static int stuck(sluice__link_watch *w, uint64_t now) {
     w->reply_seen_ms = conn->last_reply_ms;
     w->heard_ms = now;
   }
-  return now - w->heard_ms >= LINK_SILENCE_MS && sluice__conn_retransmits(conn, &n) == 0 &&
-         n != w->retrans_base;
+  if (now - w->heard_ms < LINK_SILENCE_MS || sluice__conn_retransmits(conn, &n) != 0 ||
+      n == w->retrans_base)
+    return 0;
+  return now - w->heard_ms;
 }
 
 static void probe_stop(sluice__link_watch *w) {
@@ -51,10 +59,12 @@ static void probe_stop(sluice__link_watch *w) {
 /* Inside a hiredis callback: the probe itself ends from the loop. */
 static void probe_up(sluice__conn *probe, void *ud) {
   sluice__link_watch *w = ud;
-  if (stuck(w, sluice__mono_ms()))
+  if (stuck(w, sluice__mono_ms())) {
+    w->conn->link_trouble = 1;
     sluice__conn_fail(w->conn,
                       "no answer on a link that lost packets, while a new connection "
                       "got one: replaced");
+  }
   event_active(w->stop_ev, 0, 0);
 }
 
@@ -78,8 +88,9 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
     probe_stop(w); /* answered, or replaced: watching starts again with the next command */
     return;
   }
-  if (stuck(w, sluice__mono_ms())) {
-    w->conn->link_trouble = 1;
+  uint64_t silent = stuck(w, sluice__mono_ms());
+  if (silent) {
+    if (silent >= LINK_HELD_MS) w->conn->link_trouble = 1;
     probe_start(w);
   } else {
     probe_stop(w);

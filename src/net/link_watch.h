@@ -8,7 +8,9 @@
  * the same address tries every LINK_PROBE_EVERY_MS; when one completes a
  * handshake while the watched connection is still silent, the path works
  * again and the watched connection is replaced at once, instead of after
- * the operation timeout or the next retransmission.
+ * the operation timeout or the next retransmission. A replacement, or a
+ * silence of LINK_HELD_MS, sets conn->link_trouble: the client restarts
+ * the blocking connections to the node once the link answers again.
  */
 #ifndef SLUICE_LINK_WATCH_H
 #define SLUICE_LINK_WATCH_H
