@@ -154,9 +154,10 @@ if [ -n "$results" ]; then
   results=$(cd "$results" && pwd)
   {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-    echo "cpu: $(nproc) x $(sed -n 's/^model name[^:]*: //p;T;q' /proc/cpuinfo)"
+    echo "cpus: $(nproc)"
+    echo "cpu: $(sed -n 's/^model name[^:]*: //p;T;q' /proc/cpuinfo)"
     echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-    echo "redis: $(redis-server --version | cut -d' ' -f3)"
+    echo "redis: $(redis-server --version | sed 's/.* v=\([^ ]*\).*/\1/')"
     echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   } >"$results/machine.txt"
 fi
