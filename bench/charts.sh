@@ -29,9 +29,10 @@ trap 'rm -rf "$tmp"' EXIT
 caption=$(awk -F': ' '
   { v[$1] = $2 }
   END {
-    cpu = v["cpu"]; gsub(/\(R\)| Processor/, "", cpu); split(v["load average before"], l, " ")
-    printf "%s CPUs (%s), shared; load average %s at the start; Redis %s; %s; commit %s",
-           v["cpus"], cpu, l[1], v["redis"], v["date"], v["commit"]
+    cpu = v["cpu"]; gsub(/\(R\)| Processor/, "", cpu)
+    split(v["load average before"], b, " "); split(v["load average after"], a, " ")
+    printf "%s CPUs (%s), shared; load average %s at the start, %s at the end; Redis %s; %s; commit %s",
+           v["cpus"], cpu, b[1], a[1] == "" ? "?" : a[1], v["redis"], v["date"], v["commit"]
   }' "$dir/machine.txt" 2>/dev/null || true)
 
 # table FILE TITLE_PREFIX [COLUMN=VALUE...]: the rows of the first table of
@@ -40,13 +41,16 @@ caption=$(awk -F': ' '
 table() {
   local file=$1 prefix=$2
   shift 2
-  awk -F'\t' -v prefix="# $prefix" -v filters="$*" '
-    BEGIN { n = split(filters, f, " ") }
+  awk -F'\t' -v prefix="# $prefix" -v filters="$(printf '%s\n' "$@")" '
+    BEGIN { n = split(filters, f, "\n") }
     state == 0 && index($0, prefix) == 1 { state = 1; next }
     state == 1 { state = 2; next }
     state == 2 && $0 == "" { exit }
     state == 2 {
-      for (i = 1; i <= n; i++) { split(f[i], kv, "="); if ($kv[1] != kv[2]) next }
+      for (i = 1; i <= n; i++) {
+        eq = index(f[i], "=")
+        if ($(substr(f[i], 1, eq - 1)) != substr(f[i], eq + 1)) next
+      }
       print
     }' "$file"
 }
@@ -110,8 +114,7 @@ if extract sem_acq "$sem" "acquire (grant)" &&
   plot sem-throughput 1260 460 <<EOF
 $inflight_axes
 set ylabel "operations per second (log)"
-set yrange [1000:1e6]
-set key bottom right
+set yrange [*:2e6]
 set multiplot layout 1,3 title "Semaphore throughput: sluice vs redis-benchmark running the same script vs redis-semaphore" margins 0.06, 0.98, 0.17, 0.85 spacing 0.06
 set title "try_acquire (every one granted)"
 plot d."/sem_acq.tsv" using 1:2 with linespoints lt 1 title "sluice", \
@@ -220,5 +223,37 @@ plot d."/dq_late.tsv" using 2:xtic(1) lc rgb "#9ecae1" title "sluice p50", \
      "" using 3 lc rgb "#4292c6" title "sluice p99", "" using 4 lc rgb "#08519c" title "sluice max", \
      "" using 5 lc rgb "#dadaeb" title "BullMQ p50", "" using 6 lc rgb "#9e9ac8" title "BullMQ p99", \
      "" using 7 lc rgb "#6a51a3" title "BullMQ max"
+EOF
+fi
+
+# What routing through the cluster costs the client: the same workloads on
+# the standalone server and on run.sh's 3-master cluster (one CPU between
+# them, so this is not cluster capacity; see bench/README.md).
+if extract cl_acq "$sem" "cluster (" 1=try_acquire &&
+  extract cl_rel "$sem" "cluster (" 1=release &&
+  extract cl_pair "$sem" "cluster (" "1=acquire->release pair" &&
+  extract cl_fixed "$lim" "cluster (" 1=random 2=fixed &&
+  extract cl_gcra "$lim" "cluster (" 1=random 2=gcra; then
+  plot cluster 1260 480 <<EOF
+$inflight_axes
+set ylabel "operations per second (log)"
+set yrange [*:2e6]
+set multiplot layout 1,2 title "Standalone Redis (solid) vs a 3-master cluster on the same CPU (dashed), one client" margins 0.07, 0.98, 0.17, 0.85 spacing 0.07
+set title "semaphore, 64 names spread over the slots"
+plot d."/cl_acq.tsv" using 2:3 with linespoints lt 1 title "try_acquire", \
+     "" using 2:7 with linespoints lt 1 dt 2 notitle, \
+     d."/cl_rel.tsv" using 2:3 with linespoints lt 2 title "release", \
+     "" using 2:7 with linespoints lt 2 dt 2 notitle, \
+     d."/cl_pair.tsv" using 2:3 with linespoints lt 3 title "acquire -> release pair", \
+     "" using 2:7 with linespoints lt 3 dt 2 notitle
+set title "rate limiter, 10,000 random keys (each its own hash tag)"
+unset ylabel
+plot d."/cl_fixed.tsv" using 3:4 with linespoints lt 1 title "sluice, fixed window", \
+     "" using 3:8 with linespoints lt 1 dt 2 notitle, \
+     d."/cl_gcra.tsv" using 3:4 with linespoints lt 4 title "sluice, gcra", \
+     "" using 3:8 with linespoints lt 4 dt 2 notitle, \
+     d."/cl_fixed.tsv" using 3:13 with linespoints lt 2 title "redis-benchmark, fixed window", \
+     "" using 3:14 with linespoints lt 2 dt 2 notitle
+unset multiplot
 EOF
 fi
