@@ -8,11 +8,12 @@
 # machine.txt (CPUs, date, Redis version, commit), whose line goes under
 # every chart. The charts (OUT, default DIR) are drawn from the tables of
 # bench_sem, bench_limiter and bench_dq that are present; a missing table
-# is named and its chart skipped. Needs gnuplot (scripts/deps.sh --bench).
+# is named and its chart skipped (no chart at all: exit 1). Needs gnuplot
+# (scripts/deps.sh --bench).
 set -euo pipefail
 
 [ $# -ge 1 ] && [ $# -le 2 ] && [ -d "$1" ] || {
-  sed -n '2,12s/^# \{0,1\}//p' "$0" >&2
+  sed -n '2,13s/^# \{0,1\}//p' "$0" >&2
   exit 2
 }
 dir=$1
@@ -97,7 +98,9 @@ EOF
     cat
   } | gnuplot
   echo "$out/$name.svg"
+  drawn=$((drawn + 1))
 }
+drawn=0
 
 # Shared axes of throughput against operations in flight (1, 50, 500).
 inflight_axes='set logscale xy
@@ -257,3 +260,7 @@ plot d."/cl_fixed.tsv" using 3:4 with linespoints lt 1 title "sluice, fixed wind
 unset multiplot
 EOF
 fi
+[ "$drawn" -gt 0 ] || {
+  echo "charts.sh: nothing to draw in $dir" >&2
+  exit 1
+}
