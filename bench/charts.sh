@@ -109,16 +109,51 @@ set xtics (1, 50, 500)
 set xlabel "operations in flight (one client)"
 set format y "%.0s%c"'
 
+# panels N YLABEL TITLE: the start of a chart of N panels of throughput
+# against operations in flight, side by side.
+panels() {
+  cat <<EOF
+$inflight_axes
+set ylabel "$2 per second (log)"
+set yrange [*:2e6]
+set multiplot layout 1,$1 title "$3" margins 0.06, 0.98, 0.17, 0.85 spacing 0.06
+EOF
+}
+
+# latency NAME TABLE X_COLUMN SLUICE_P50_COLUMN PEER_P50_COLUMN PEER WHAT TITLE:
+# p50 and p99 (the column after p50) of sluice and a peer against in flight.
+latency() {
+  plot "$1" 960 460 <<EOF
+$inflight_axes
+set format y "%g"
+set ylabel "$7, ms (log)"
+set title "$8"
+plot d."/$2.tsv" using $3:$4 with linespoints lt 1 title "sluice p50", \
+     "" using $3:$(($4 + 1)) with linespoints lt 1 dt 2 title "sluice p99", \
+     "" using $3:$5 with linespoints lt 3 title "$6 p50", \
+     "" using $3:$(($5 + 1)) with linespoints lt 3 dt 2 title "$6 p99"
+EOF
+}
+
+# Shared style of the bar charts; latency bars are blue for sluice, purple
+# for the peer, lighter for p50 and darker for max.
+bars='set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.85 border -1
+set grid noxtics
+set xtics nomirror'
+latency_bars="$bars
+set logscale y
+p50 = \"#9ecae1\"; p99 = \"#4292c6\"; pmax = \"#08519c\"
+peer50 = \"#dadaeb\"; peer99 = \"#9e9ac8\"; peermax = \"#6a51a3\""
+
 sem=$dir/bench_sem.tsv
 if extract sem_acq "$sem" "acquire (grant)" &&
   extract sem_rel "$sem" "release:" &&
   extract sem_pair "$sem" "try_acquire -> release pairs" &&
   extract sem_nowait "$sem" "pairs with the release not awaited"; then
   plot sem-throughput 1260 460 <<EOF
-$inflight_axes
-set ylabel "operations per second (log)"
-set yrange [*:2e6]
-set multiplot layout 1,3 title "Semaphore throughput: sluice vs redis-benchmark running the same script vs redis-semaphore" margins 0.06, 0.98, 0.17, 0.85 spacing 0.06
+$(panels 3 operations "Semaphore throughput: sluice vs redis-benchmark running the same script vs redis-semaphore")
 set title "try_acquire (every one granted)"
 plot d."/sem_acq.tsv" using 1:2 with linespoints lt 1 title "sluice", \
      "" using 1:6 with linespoints lt 2 title "redis-benchmark -c1 -P N", \
@@ -135,30 +170,17 @@ plot d."/sem_pair.tsv" using 1:2 with linespoints lt 1 title "sluice", \
      "" using 1:8 with linespoints lt 3 title "redis-semaphore 5 (ioredis)"
 unset multiplot
 EOF
-  plot sem-latency 960 460 <<EOF
-$inflight_axes
-set format y "%g"
-set ylabel "acquire latency, ms (log)"
-set title "Semaphore: latency of try_acquire in acquire -> release pairs, p50 and p99"
-plot d."/sem_pair.tsv" using 1:3 with linespoints lt 1 title "sluice p50", \
-     "" using 1:4 with linespoints lt 1 dt 2 title "sluice p99", \
-     "" using 1:9 with linespoints lt 3 title "redis-semaphore p50", \
-     "" using 1:10 with linespoints lt 3 dt 2 title "redis-semaphore p99"
-EOF
+  latency sem-latency sem_pair 1 3 9 redis-semaphore "acquire latency" \
+    "Semaphore: latency of try_acquire in acquire -> release pairs, p50 and p99"
 fi
 if extract sem_wake "$sem" "blocking wake-up"; then
   plot sem-wakeup 860 420 <<EOF
-set style data histograms
-set style histogram clustered gap 1
-set style fill solid 0.85 border -1
-set logscale y
+$latency_bars
 set yrange [0.01:*]
 set ylabel "release called -> waiter granted, ms (log)"
 set title "Semaphore: blocking wake-up of a waiter on a 1-permit semaphore"
-set xtics nomirror
-set grid noxtics
-plot d."/sem_wake.tsv" using 2:xtic(1) lc rgb "#9ecae1" title "p50", \
-     "" using 3 lc rgb "#4292c6" title "p99", "" using 4 lc rgb "#08519c" title "max"
+plot d."/sem_wake.tsv" using 2:xtic(1) lc rgb p50 title "p50", "" using 3 lc rgb p99 title "p99", \
+     "" using 4 lc rgb pmax title "max"
 EOF
 fi
 
@@ -175,9 +197,7 @@ done
 if extract rl_fixed_random "$lim" "fixed window: sluice vs rate-limiter-flexible" 1=random &&
   extract rl_fixed_hot "$lim" "fixed window: sluice vs rate-limiter-flexible" 1=hot; then
   plot limiter-throughput 1260 480 <<EOF
-$inflight_axes
-set ylabel "checks per second (log)"
-set multiplot layout 1,2 title "Rate limiter throughput, every check allowed" margins 0.07, 0.98, 0.17, 0.85 spacing 0.07
+$(panels 2 checks "Rate limiter throughput, every check allowed")
 set title "fixed window: sluice vs rate-limiter-flexible (RateLimiterRedis)"
 plot d."/rl_fixed_random.tsv" using 2:3 with linespoints lt 1 title "sluice, 10,000 random keys", \
      d."/rl_fixed_hot.tsv" using 2:3 with linespoints lt 1 dt 2 title "sluice, one hot key", \
@@ -187,24 +207,11 @@ set title "random keys: sluice (solid) vs redis-benchmark, same script (dashed)"
 ${algo_plot:+plot $algo_plot}
 unset multiplot
 EOF
-  plot limiter-latency 960 460 <<EOF
-$inflight_axes
-set format y "%g"
-set ylabel "check latency, ms (log)"
-set title "Rate limiter (fixed window, 10,000 random keys): latency of a check, p50 and p99"
-plot d."/rl_fixed_random.tsv" using 2:4 with linespoints lt 1 title "sluice p50", \
-     "" using 2:5 with linespoints lt 1 dt 2 title "sluice p99", \
-     "" using 2:8 with linespoints lt 3 title "rate-limiter-flexible p50", \
-     "" using 2:9 with linespoints lt 3 dt 2 title "rate-limiter-flexible p99"
-EOF
+  latency limiter-latency rl_fixed_random 2 4 8 rate-limiter-flexible "check latency" \
+    "Rate limiter (fixed window, 10,000 random keys): latency of a check, p50 and p99"
 fi
 
 dq=$dir/bench_dq.tsv
-bars='set style data histograms
-set style histogram clustered gap 1
-set style fill solid 0.85 border -1
-set grid noxtics
-set xtics nomirror'
 if extract dq_tput "$dq" "Delay queue: throughput"; then
   plot dq-throughput 860 440 <<EOF
 $bars
@@ -217,15 +224,14 @@ EOF
 fi
 if extract dq_late "$dq" "Delay queue: delivery lateness"; then
   plot dq-lateness 860 440 <<EOF
-$bars
-set logscale y
+$latency_bars
 set yrange [0.1:*]
 set ylabel "delivered after its due time, ms (log)"
 set title "Delay queue: lateness of delivery, delays of 20..1020 ms"
-plot d."/dq_late.tsv" using 2:xtic(1) lc rgb "#9ecae1" title "sluice p50", \
-     "" using 3 lc rgb "#4292c6" title "sluice p99", "" using 4 lc rgb "#08519c" title "sluice max", \
-     "" using 5 lc rgb "#dadaeb" title "BullMQ p50", "" using 6 lc rgb "#9e9ac8" title "BullMQ p99", \
-     "" using 7 lc rgb "#6a51a3" title "BullMQ max"
+plot d."/dq_late.tsv" using 2:xtic(1) lc rgb p50 title "sluice p50", \
+     "" using 3 lc rgb p99 title "sluice p99", "" using 4 lc rgb pmax title "sluice max", \
+     "" using 5 lc rgb peer50 title "BullMQ p50", "" using 6 lc rgb peer99 title "BullMQ p99", \
+     "" using 7 lc rgb peermax title "BullMQ max"
 EOF
 fi
 
@@ -238,10 +244,7 @@ if extract cl_acq "$sem" "cluster (" 1=try_acquire &&
   extract cl_fixed "$lim" "cluster (" 1=random 2=fixed &&
   extract cl_gcra "$lim" "cluster (" 1=random 2=gcra; then
   plot cluster 1260 480 <<EOF
-$inflight_axes
-set ylabel "operations per second (log)"
-set yrange [*:2e6]
-set multiplot layout 1,2 title "Standalone Redis (solid) vs a 3-master cluster on the same CPU (dashed), one client" margins 0.07, 0.98, 0.17, 0.85 spacing 0.07
+$(panels 2 operations "Standalone Redis (solid) vs a 3-master cluster on the same CPU (dashed), one client")
 set title "semaphore, 64 names spread over the slots"
 plot d."/cl_acq.tsv" using 2:3 with linespoints lt 1 title "try_acquire", \
      "" using 2:7 with linespoints lt 1 dt 2 notitle, \
