@@ -121,7 +121,9 @@ double bench_cpu_children_us_per_op(const bench_cpu *start, long ops);
 double bench_cpu_ops_per_sleep(const bench_cpu *start, long ops);
 double bench_cpu_children_ops_per_sleep(const bench_cpu *start, long ops);
 
-/* Tiny table printer: columns are right-aligned except the first. */
+/* Tiny table printer: columns are right-aligned except the first. With
+ * SLUICE_BENCH_TSV=FILE set, each printed table is also appended to FILE as
+ * tab-separated values under a "# title" line (bench/charts.sh reads them). */
 typedef struct bench_table bench_table;
 /* cols is a NULL-terminated list of headers (copied). NULL on ENOMEM. */
 bench_table *bench_table_new(const char *title, const char *const *cols);

@@ -577,6 +577,26 @@ void bench_table_row(bench_table *t, const char *fmt, ...) {
   t->nrows++;
 }
 
+/* SLUICE_BENCH_TSV=FILE: every printed table is also appended to FILE as
+ * "# title", a tab-separated header and rows, and a blank line, for
+ * bench/charts.sh; the printed table does not change. */
+static void table_append_tsv(const bench_table *t) {
+  const char *path = getenv("SLUICE_BENCH_TSV");
+  FILE *f = path && *path ? fopen(path, "a") : NULL;
+  if (!f) return;
+  fprintf(f, "# %s\n", t->title ? t->title : "");
+  for (int c = 0; c < t->ncols; c++)
+    fprintf(f, "%s%s", c ? "\t" : "", t->head[c] ? t->head[c] : "");
+  fputc('\n', f);
+  for (size_t r = 0; r < t->nrows; r++)
+    for (int c = 0; c < t->ncols; c++) {
+      const char *s = t->cells[r * (size_t)t->ncols + c];
+      fprintf(f, "%s%s", s ? s : "", c + 1 < t->ncols ? "\t" : "\n");
+    }
+  fputc('\n', f);
+  fclose(f);
+}
+
 void bench_table_print(const bench_table *t, FILE *out) {
   if (!t) return;
   int w[BENCH_TABLE_MAX_COLS];
@@ -604,6 +624,7 @@ void bench_table_print(const bench_table *t, FILE *out) {
     fputc('\n', out);
   }
   fflush(out);
+  table_append_tsv(t);
 }
 
 void bench_table_free(bench_table *t) {

@@ -3,7 +3,7 @@
 # other against one private redis-server, printing their tables.
 #
 #   bench/run.sh [--no-node] [--no-cluster] [--redis HOST:PORT]
-#                [bench_NAME... | gateway]
+#                [--results DIR] [bench_NAME... | gateway]
 #
 # The server is pinned to the first CPU, and each benchmark pins itself to
 # the second (see bench/README.md). A private 3-master Redis Cluster (no
@@ -18,6 +18,9 @@
 # bench_crash (minutes of failovers on topologies of their own). "gateway" runs
 # bench/gateway.sh (wrk against examples/gateway, its own private Redis)
 # after the benchmarks named with it; it is not part of the default set.
+# --results DIR keeps each benchmark's output (DIR/bench_NAME.txt), its
+# tables as tab-separated values (DIR/bench_NAME.tsv) and the machine and
+# time of the run (DIR/machine.txt), for bench/charts.sh DIR.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -25,6 +28,7 @@ cd "$(dirname "$0")/.."
 node=1
 cluster=1
 shared=
+results=
 only=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -34,7 +38,11 @@ while [ $# -gt 0 ]; do
       [ $# -ge 2 ] || { echo "run.sh: --redis needs HOST:PORT" >&2; exit 2; }
       shared=$2
       shift 2 ;;
-    -h | --help) sed -n '2,21s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    --results)
+      [ $# -ge 2 ] || { echo "run.sh: --results needs DIR" >&2; exit 2; }
+      results=$2
+      shift 2 ;;
+    -h | --help) sed -n '2,24s/^# \{0,1\}//p' "$0"; exit 0 ;;
     -*) echo "run.sh: unknown argument: $1" >&2; exit 2 ;;
     *) only+=("$1"); shift ;;
   esac
@@ -141,13 +149,33 @@ flush_cluster() {
   for a in ${seeds//,/ }; do redis-cli -h "${a%:*}" -p "${a##*:}" flushall >/dev/null; done
 }
 
+if [ -n "$results" ]; then
+  mkdir -p "$results"
+  results=$(cd "$results" && pwd)
+  {
+    echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "cpus: $(nproc)"
+    echo "cpu: $(sed -n 's/^model name[^:]*: //p;T;q' /proc/cpuinfo)"
+    echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "redis: $(redis-server --version | sed 's/.* v=\([^ ]*\).*/\1/')"
+    echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  } >"$results/machine.txt"
+fi
+
 failed=0
 for b in "${benches[@]}"; do
-  printf '\n===== %s =====\n' "$(basename "$b")"
+  name=$(basename "$b")
+  printf '\n===== %s =====\n' "$name"
   [ -n "$server_pid" ] && redis-cli -h "$host" -p "$port" flushall >/dev/null
   [ -n "$seeds" ] && flush_cluster
   t=$SECONDS
-  if "$b"; then
+  run=("$b")
+  if [ -n "$results" ]; then
+    rm -f "$results/$name.tsv"
+    export SLUICE_BENCH_TSV=$results/$name.tsv
+    run=(bash -c 'set -o pipefail; "$1" | tee "$2"' run "$b" "$results/$name.txt")
+  fi
+  if "${run[@]}"; then
     echo "($(basename "$b"): $((SECONDS - t)) s)"
   else
     echo "($(basename "$b") FAILED after $((SECONDS - t)) s)"
@@ -158,4 +186,5 @@ if [ "$gateway" = 1 ]; then
   printf '\n===== gateway =====\n'
   bench/gateway.sh || failed=$((failed + 1))
 fi
+[ -n "$results" ] && echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$results/machine.txt"
 [ "$failed" = 0 ] || { echo "run.sh: $failed benchmark(s) failed" >&2; exit 1; }

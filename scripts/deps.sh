@@ -7,8 +7,8 @@
 # "apt-get update" once first); quiet when everything is present.
 # --full also installs what scripts/test.sh --full adds: the Debian
 # packaging tools and the ABI checker.
-# --bench also installs Node.js and npm for the Node peer benchmarks, and
-# wrk for bench/gateway.sh.
+# --bench also installs Node.js and npm for the Node peer benchmarks, wrk
+# for bench/gateway.sh and gnuplot for bench/charts.sh.
 # It never starts or relies on the system redis service: tests and demos
 # start their own private redis-server.
 # Elsewhere it checks the tools and names what is missing.
@@ -54,10 +54,11 @@ packages=(meson ninja-build pkg-config gcc libc6-dev clang clang-format libclang
 if [ "$full" = 1 ]; then
   packages+=(dpkg-dev debhelper build-essential lintian abigail-tools)
 fi
+# gnuplot-nox: bench/charts.sh draws the results as SVG (no X11 libraries).
 # Node may come from elsewhere (nodesource's nodejs ships npm and conflicts
 # with Debian's npm), so for it the commands are what count.
 if [ "$bench" = 1 ]; then
-  packages+=(wrk)
+  packages+=(wrk gnuplot-nox)
   command -v node >/dev/null 2>&1 || packages+=(nodejs)
   command -v npm >/dev/null 2>&1 || packages+=(npm)
 fi
