@@ -381,6 +381,43 @@ static void test_abandoned(void) {
   dq_fx_close(&fx);
 }
 
+/* ---- the tool ------------------------------------------------------------------ */
+
+/* sluice dq schedule set, list, next, remove; --run fires until SIGTERM. */
+static void test_tool(void) {
+  char out[4096];
+  TH_ASSERT_EQ(th_tool(th_server.url, out, sizeof out,
+                       "dq schedule next '0 0 29 2 *' --after 1677628800000 --count 2"),
+               0);
+  TH_ASSERT_STR_EQ(out, "1709164800000\n1835395200000\n");
+  TH_ASSERT_EQ(th_tool(th_server.url, out, sizeof out, "dq schedule next '0 0 30 2 *'"), 64);
+  TH_ASSERT(strstr(out, "bad SPEC") != NULL);
+  TH_ASSERT_EQ(th_tool(th_server.url, out, sizeof out, "dq schedule set cq d @daily --payload p"),
+               0);
+  TH_ASSERT(strncmp(out, "next ", 5) == 0);
+  TH_ASSERT_EQ(th_tool(th_server.url, out, sizeof out, "dq schedule list cq"), 0);
+  TH_ASSERT(strncmp(out, "d\t@daily\tnext ", 14) == 0);
+  TH_ASSERT_EQ(th_tool(th_server.url, out, sizeof out, "dq schedule remove cq d"), 0);
+  TH_ASSERT_EQ(th_tool(th_server.url, out, sizeof out, "dq schedule remove cq d"), 1);
+  TH_ASSERT_EQ(th_tool(th_server.url, out, sizeof out, "dq schedule frob cq"), 64);
+  TH_ASSERT_EQ(th_tool(th_server.url, out, sizeof out, "dq schedule set cq d"), 64);
+
+  dq_fx fx = dq_fx_open();
+  seen s = {.name = "tick"};
+  sluice_dq_consumer *con = tick_consumer(fx.c, "cr", &s);
+  th_argv a = {0};
+  th_argv_add(&a, "dq", "schedule", "set", "cr", "tick", "every 500ms", "--payload", "tick",
+              "--run", "--redis", th_server.url, NULL);
+  pid_t pid = th_tool_start(&a, "/dev/null");
+  th_loop_for(fx.base, 2100);
+  kill(pid, SIGTERM);
+  TH_ASSERT_EQ(th_tool_wait(pid, 5000), 0);
+  TH_ASSERT_CMP(s.n, >=, 3);
+  assert_consecutive(&s, 500);
+  sluice_dq_consumer_free(con);
+  dq_fx_close(&fx);
+}
+
 /* ---- the acceptance run: ten processes, two killed and restarted ---------- */
 
 enum { PROCS = 10, RUN_S = 20 };
@@ -440,8 +477,8 @@ static void test_fleet_exactly_once(void) {
 }
 
 static const th_case cases[] = {
-    TH_CASE(spec_parse, 10),          TH_CASE(next_table, 60),      TH_CASE(declared_thrice, 60),
-    TH_CASE(update_remove, 60),       TH_CASE(missed_catch_up, 60), TH_CASE(abandoned, 60),
-    TH_CASE(fleet_exactly_once, 120),
+    TH_CASE(spec_parse, 10),    TH_CASE(next_table, 60),          TH_CASE(declared_thrice, 60),
+    TH_CASE(update_remove, 60), TH_CASE(missed_catch_up, 60),     TH_CASE(abandoned, 60),
+    TH_CASE(tool, 60),          TH_CASE(fleet_exactly_once, 120),
 };
 TH_MAIN(cases)

@@ -25,6 +25,7 @@ enum { RENEW_MAX_MS = 60000, RETRY_MS = 1000 };
 
 typedef struct decl {
   char *name;
+  char *text; /* the spec as given */
   char *canon;
   char *payload;
   size_t len;
@@ -54,6 +55,7 @@ typedef struct sched_op {
 
 static void decl_clear(decl *d) {
   free(d->name);
+  free(d->text);
   free(d->canon);
   free(d->payload);
   memset(d, 0, sizeof *d);
@@ -151,11 +153,13 @@ static int send_set(sluice_dq *dq, const decl *d, sluice_dq_schedule_cb *cb, voi
   o->cb.set = cb;
   o->ud = ud;
   strcpy(o->name, d->name);
-  size_t lens[6] = {
+  size_t lens[7] = {
       strlen(s->keys[0]), strlen(s->keys[1]), sluice__fmt_u64(ret, sluice__dq_retention(dq)),
-      strlen(d->name),    strlen(d->canon),   d->len};
-  const char *args[6] = {s->keys[0], s->keys[1], ret, d->name, d->canon, d->len ? d->payload : ""};
-  int rc = sluice__dq_ext_send(dq, &sluice__lua_dq_sched_set, 2, 6, args, lens, set_done, o);
+      strlen(d->name),    strlen(d->canon),   d->len,
+      strlen(d->text)};
+  const char *args[7] = {s->keys[0], s->keys[1], ret, d->name, d->canon, d->len ? d->payload : "",
+                         d->text};
+  int rc = sluice__dq_ext_send(dq, &sluice__lua_dq_sched_set, 2, 7, args, lens, set_done, o);
   if (rc != SLUICE_OK) free(o);
   return rc;
 }
@@ -176,8 +180,8 @@ int sluice_dq_schedule_set(sluice_dq *dq, const char *name, const char *spec, co
   if (!s) return SLUICE_ENOMEM;
   decl *old = decl_find(s, name);
   if (!old && s->n == SLUICE_DQ_SCHEDULE_MAX) return SLUICE_EFULL;
-  decl d = {strdup(name), strdup(canon), malloc(len ? len : 1), len};
-  if (!d.name || !d.canon || !d.payload) rc = SLUICE_ENOMEM;
+  decl d = {strdup(name), strdup(spec), strdup(canon), malloc(len ? len : 1), len};
+  if (!d.name || !d.text || !d.canon || !d.payload) rc = SLUICE_ENOMEM;
   if (rc == SLUICE_OK) {
     if (len) memcpy(d.payload, payload, len);
     rc = send_set(dq, &d, cb, ud);

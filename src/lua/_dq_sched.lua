@@ -2,7 +2,7 @@
 -- docs/delay-queue.md, "Repeating schedules"). KEYS[6] s is a hash: per
 -- schedule <name>, k<name> its canonical spec (src/dq/dq_spec.h), p<name>
 -- the payload of its messages, u<name> the time (ms) until which it counts
--- as declared; '#exp' the expiry s and n were last given. KEYS[7] n is a
+-- as declared, t<name> the spec as the user wrote it (for lists); '#exp' the expiry s and n were last given. KEYS[7] n is a
 -- sorted set: name -> the occurrence (ms) whose message is queued.
 --
 -- Exactly once: a schedule's next message is pushed ahead, as a delayed

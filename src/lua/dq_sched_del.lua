@@ -5,7 +5,7 @@
 --@include _dq_sched.lua
 local s, n = KEYS[6], KEYS[7]
 local name = ARGV[1]
-if redis.call('HDEL', s, 'k' .. name, 'p' .. name, 'u' .. name) == 0 then return 0 end
+if redis.call('HDEL', s, 'k' .. name, 'p' .. name, 'u' .. name, 't' .. name) == 0 then return 0 end
 local queued = tonumber(redis.call('ZSCORE', n, name))
 if queued then
   sched_unqueue(name, queued)

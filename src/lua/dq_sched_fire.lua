@@ -37,7 +37,7 @@ local due = redis.call('ZRANGEBYSCORE', n, '-inf', now, 'WITHSCORES', 'LIMIT', 0
 local moved, gone = {}, {}
 for i = 1, #due, 2 do
   local name, queued = due[i], tonumber(due[i + 1])
-  local v = redis.call('HMGET', s, 'k' .. name, 'p' .. name, 'u' .. name)
+  local v = redis.call('HMGET', s, 'k' .. name, 'p' .. name, 'u' .. name, 't' .. name)
   local spec = v[1] and spec_read(v[1])
   local at = spec and tonumber(v[3] or '0') >= now and sched_next(spec, queued)
   if at and at <= now then
@@ -50,7 +50,7 @@ for i = 1, #due, 2 do
     moved[#moved + 1] = name
   else
     gone[#gone + 1] = name
-    if v[1] then redis.call('HDEL', s, 'k' .. name, 'p' .. name, 'u' .. name) end
+    if v[1] then redis.call('HDEL', s, 'k' .. name, 'p' .. name, 'u' .. name, 't' .. name) end
   end
 end
 if #moved > 0 then redis.call('ZADD', n, unpack(moved)) end

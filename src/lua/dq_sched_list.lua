@@ -1,6 +1,6 @@
 -- List a queue's repeating schedules, the earliest queued occurrence first.
 -- KEYS: z f d h c s n (see _dq_sched.lua). ARGV: offset, limit (1..100).
--- Returns {now ms, count, then per schedule: name, canonical spec, queued
+-- Returns {now ms, count, then per schedule: name, spec as written, queued
 -- occurrence ms, declared until ms, payload}.
 --@include _dq_common.lua
 --@include _dq_sched.lua
@@ -13,7 +13,7 @@ local out = {time_ms(), redis.call('ZCARD', n)}
 local rows = redis.call('ZRANGE', n, off, off + lim - 1, 'WITHSCORES')
 for i = 1, #rows, 2 do
   local name = rows[i]
-  local v = redis.call('HMGET', s, 'k' .. name, 'u' .. name, 'p' .. name)
+  local v = redis.call('HMGET', s, 't' .. name, 'u' .. name, 'p' .. name)
   out[#out + 1] = name
   out[#out + 1] = v[1] or ''
   out[#out + 1] = tonumber(rows[i + 1])

@@ -1,6 +1,6 @@
 -- Create or update repeating schedule ARGV[2] (see _dq_sched.lua).
 -- KEYS: z f d h c s n. ARGV: retention ms (how long the declaration
--- holds), name, canonical spec, payload.
+-- holds), name, canonical spec, payload, the spec as the user wrote it.
 -- The same spec again only renews the declaration (and the payload of
 -- later messages); another spec takes back the queued message if not yet
 -- taken and queues the new spec's first occurrence after now.
@@ -9,8 +9,8 @@
 --@include _dq_common.lua
 --@include _dq_sched.lua
 local s, n = KEYS[6], KEYS[7]
-local ret, name, canon, payload = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
-if not ret or #name < 1 or #name > 100 or #payload > 1048576 then
+local ret, name, canon, payload, text = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+if not ret or not text or #name < 1 or #name > 100 or #payload > 1048576 or #text > 256 then
   return redis.error_reply('ERR sluice: bad schedule')
 end
 local spec = spec_read(canon)
@@ -18,7 +18,8 @@ if not spec then return redis.error_reply('ERR sluice: bad schedule spec') end
 local now = time_ms()
 local old = redis.call('HGET', s, 'k' .. name)
 local queued = tonumber(redis.call('ZSCORE', n, name))
-redis.call('HSET', s, 'k' .. name, canon, 'p' .. name, payload, 'u' .. name, now + ret)
+redis.call('HSET', s, 'k' .. name, canon, 'p' .. name, payload, 'u' .. name, now + ret, 't' .. name,
+  text)
 sched_expire(now + ret)
 if old == canon and queued then return {now, queued} end
 local at = sched_next(spec, now)
