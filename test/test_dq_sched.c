@@ -397,6 +397,11 @@ static void test_tool(void) {
   TH_ASSERT(strncmp(out, "next ", 5) == 0);
   TH_ASSERT_EQ(th_tool(th_server.url, out, sizeof out, "dq schedule list cq"), 0);
   TH_ASSERT(strncmp(out, "d\t@daily\tnext ", 14) == 0);
+  TH_ASSERT_EQ(th_tool(th_server.url, out, sizeof out, "top --once cq"), 0);
+  TH_ASSERT(strstr(out, "\n    schedule  d  @daily  next in ") != NULL);
+  TH_ASSERT_EQ(th_tool(th_server.url, out, sizeof out, "top --prometheus cq"), 0);
+  TH_ASSERT(strstr(out, "\nsluice_dq_schedules{name=\"cq\"} 1\n") != NULL);
+  TH_ASSERT(strstr(out, "\nsluice_dq_schedule_next_seconds{name=\"cq\"} ") != NULL);
   TH_ASSERT_EQ(th_tool(th_server.url, out, sizeof out, "dq schedule remove cq d"), 0);
   TH_ASSERT_EQ(th_tool(th_server.url, out, sizeof out, "dq schedule remove cq d"), 1);
   TH_ASSERT_EQ(th_tool(th_server.url, out, sizeof out, "dq schedule frob cq"), 64);

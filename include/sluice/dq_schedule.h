@@ -70,7 +70,7 @@ SLUICE_EXPORT int sluice_dq_schedule_remove(sluice_dq *dq, const char *name,
 
 typedef struct sluice_dq_schedule_entry {
   const char *name;
-  const char *spec; /* the canonical form the scripts evaluate */
+  const char *spec; /* as it was set */
   int64_t next_ms;  /* the occurrence whose message is queued */
   int64_t until_ms; /* declared until (then removed if not declared again) */
   const void *payload;
