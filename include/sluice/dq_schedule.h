@@ -92,7 +92,7 @@ SLUICE_EXPORT int sluice_dq_schedule_list(sluice_dq *dq, size_t offset, size_t l
 typedef void sluice_dq_schedule_preview_cb(sluice_dq *dq, int status, const int64_t *at, size_t n,
                                            void *userdata);
 
-/* The first count (1..100) occurrences of spec after after_ms (unix ms;
+/* The first count (1..20) occurrences of spec after after_ms (unix ms;
  * 0..SLUICE_DQ_TIME_MAX), computed by Redis as a schedule would: to check
  * a spec before setting it. SLUICE_EINVAL for a bad spec or count. */
 SLUICE_EXPORT int sluice_dq_schedule_preview(sluice_dq *dq, const char *spec, int64_t after_ms,

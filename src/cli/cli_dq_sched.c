@@ -30,7 +30,7 @@ void cli_dq_schedule_help(FILE *out) {
       "  SIGINT or SIGTERM. A schedule nobody declared for 7 days is removed.\n"
       "schedule list: the queue's schedules, the next queued occurrence first.\n"
       "schedule remove: remove NAME and its queued message; exit 1 if there is none.\n"
-      "schedule next: the next --count N (default 5, at most 100) occurrences of SPEC\n"
+      "schedule next: the next --count N (default 5, at most 20) occurrences of SPEC\n"
       "  after --after UNIX_MS (default: now on Redis's clock).\n",
       out);
 }
@@ -64,7 +64,7 @@ static int parse_args(cli_ctx *ctx, int argc, char **argv, int want, sched_args 
         a->payload = v;
       } else if (!strcmp(s, "--after")) {
         if (cli_number(s, v, 0, (uint64_t)SLUICE_DQ_TIME_MAX, "ms", &a->after)) return -1;
-      } else if (cli_number(s, v, 1, 100, "", &a->count)) {
+      } else if (cli_number(s, v, 1, 20, "", &a->count)) {
         return -1;
       }
     } else if (s[0] == '-' && s[1]) {

@@ -363,7 +363,7 @@ static void preview_done(sluice_dq *dq, int status, const redisReply *reply, voi
 int sluice_dq_schedule_preview(sluice_dq *dq, const char *spec, int64_t after_ms, size_t count,
                                sluice_dq_schedule_preview_cb *cb, void *ud) {
   char canon[SLUICE__DQ_CANON_MAX], after[24], cnt[24];
-  if (!dq || !cb || count < 1 || count > 100 || after_ms < 0 || after_ms > SLUICE_DQ_TIME_MAX)
+  if (!dq || !cb || count < 1 || count > 20 || after_ms < 0 || after_ms > SLUICE_DQ_TIME_MAX)
     return SLUICE_EINVAL;
   int rc = sluice__dq_spec_parse(spec, canon);
   if (rc != SLUICE_OK) return rc;

@@ -77,11 +77,11 @@ local function spec_read(canon)
   local s = {}
   s.min = list_read(w[2], 0, 59)
   s.hour = list_read(w[3], 0, 23)
-  s.dom = select(2, list_read(w[4], 1, 31))
+  s.doms, s.dom = list_read(w[4], 1, 31)
   s.mon = select(2, list_read(w[5], 1, 12))
   s.dow = select(2, list_read(w[6], 0, 6))
   s.both = w[7] == '1' or w[8] == '1'
-  if not (s.min and s.hour and s.dom and s.mon and s.dow) then return nil end
+  if not (s.min and s.hour and s.doms and s.mon and s.dow) then return nil end
   return s
 end
 
@@ -98,11 +98,35 @@ local function day_first(s, dn, from)
   return nil
 end
 
+-- The first day from day d (of month_days md; day number dn) that s
+-- allows, searched from minute `from` on day d: its first occurrence, or
+-- nil. When a day must match both day fields only the days of month listed
+-- are looked at (February 29th on a Sunday costs one look a year).
+local function month_first(s, d, md, dn, from)
+  if s.both then
+    for _, dd in ipairs(s.doms) do
+      if dd >= d and dd <= md and s.dow[(dn + dd - d + 4) % 7] then
+        local at = day_first(s, dn + dd - d, dd == d and from or 0)
+        if at then return at end
+      end
+    end
+    return nil
+  end
+  for dd = d, md do
+    if s.dom[dd] or s.dow[(dn + 4) % 7] then
+      local at = day_first(s, dn, from)
+      if at then return at end
+    end
+    dn, from = dn + 1, 0
+  end
+  return nil
+end
+
 -- The first occurrence of spec s strictly after t (unix ms); nil if there
 -- is none within 50 years (the longest gap of a cron expression that
 -- occurs at all is 40 years: February 29th on one weekday, across 2100).
--- Work: at most 600 months of at most 31 days, one of which searches its
--- minutes.
+-- Work: at most 600 months, of at most 31 days each, one of which searches
+-- its minutes.
 local function sched_next(s, t)
   if s.every then
     if t < s.start then return s.start end
@@ -113,18 +137,12 @@ local function sched_next(s, t)
   local from = m0 - dn * 1440
   local y, mo, d = civil_from_days(dn)
   for _ = 1, 600 do
+    local md = month_days(y, mo)
     if s.mon[mo] then
-      for dd = d, month_days(y, mo) do
-        local dm, dw = s.dom[dd], s.dow[(dn + 4) % 7]
-        if (s.both and dm and dw) or (not s.both and (dm or dw)) then
-          local at = day_first(s, dn, from)
-          if at then return at end
-        end
-        dn, from = dn + 1, 0
-      end
-    else
-      dn = dn + month_days(y, mo) - d + 1
+      local at = month_first(s, d, md, dn, from)
+      if at then return at end
     end
+    dn = dn + md - d + 1
     from, d, mo = 0, 1, mo + 1
     if mo > 12 then mo, y = 1, y + 1 end
   end
