@@ -332,6 +332,26 @@ static void test_update_remove(void) {
   dq_fx_close(&fx);
 }
 
+/* A declaring handle sets its schedule again when it is gone from Redis
+ * (keys lost to a failover or eviction). */
+static void test_lost_set_redone(void) {
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = dqt_queue(fx.c, "l");
+  set_wait(fx.base, dq, "tick", "every 500ms");
+  freeReplyObject(th_redis_command(&th_server, "DEL sluice:dq:{l}:s sluice:dq:{l}:n"));
+  TH_ASSERT_EQ(list_wait(fx.base, dq).total, 0);
+  listed l;
+  uint64_t end = th_now_ms() + 3000;
+  do {
+    th_loop_for(fx.base, 100);
+    l = list_wait(fx.base, dq);
+  } while (l.total == 0 && th_now_ms() < end);
+  TH_ASSERT_EQ(l.total, 1);
+  TH_ASSERT_STR_EQ(l.names[0], "tick");
+  sluice_dq_free(dq);
+  dq_fx_close(&fx);
+}
+
 /* Nothing runs the schedule for three occurrences: the one queued is
  * delivered, the first missed one once as a catch-up, the next two are
  * skipped, then it goes on. */
@@ -482,8 +502,14 @@ static void test_fleet_exactly_once(void) {
 }
 
 static const th_case cases[] = {
-    TH_CASE(spec_parse, 10),    TH_CASE(next_table, 60),          TH_CASE(declared_thrice, 60),
-    TH_CASE(update_remove, 60), TH_CASE(missed_catch_up, 60),     TH_CASE(abandoned, 60),
-    TH_CASE(tool, 60),          TH_CASE(fleet_exactly_once, 120),
+    TH_CASE(spec_parse, 10),
+    TH_CASE(next_table, 60),
+    TH_CASE(declared_thrice, 60),
+    TH_CASE(update_remove, 60),
+    TH_CASE(missed_catch_up, 60),
+    TH_CASE(abandoned, 60),
+    TH_CASE(lost_set_redone, 30, .standalone_only = "deletes keys on the one server"),
+    TH_CASE(tool, 60),
+    TH_CASE(fleet_exactly_once, 120),
 };
 TH_MAIN(cases)

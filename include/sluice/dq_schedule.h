@@ -43,8 +43,10 @@ extern "C" {
 #define SLUICE_DQ_SCHEDULE_MAX 64
 
 /* status: SLUICE_OK (next_ms: the occurrence whose message is queued, unix
- * ms on Redis's clock), SLUICE_EREDIS (the spec does not occur within 50
- * years), or a transport error. name is borrowed. */
+ * ms on Redis's clock), SLUICE_EREDIS (Redis refused it: the spec does not
+ * occur within 50 years; the handle does not declare it), or a transport
+ * error (the handle still declares it and sets it again on its next step).
+ * name is borrowed. */
 typedef void sluice_dq_schedule_cb(sluice_dq *dq, int status, const char *name, int64_t next_ms,
                                    void *userdata);
 

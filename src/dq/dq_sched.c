@@ -102,6 +102,14 @@ static decl *decl_find(sluice__dq_sched *s, const char *name) {
   return NULL;
 }
 
+/* Stop declaring name (if declared). */
+static void decl_drop(sluice__dq_sched *s, const char *name) {
+  decl *d = decl_find(s, name);
+  if (!d) return;
+  decl_clear(d);
+  *d = s->decls[--s->n];
+}
+
 /* Run a fire step within ms (an earlier aim stays). */
 static void arm(sluice__dq_sched *s, uint64_t ms) {
   if (!s->timer || !s->n) return;
@@ -140,7 +148,10 @@ static void set_done(sluice_dq *dq, int status, const redisReply *reply, void *u
     if (err) status = SLUICE_EPROTOCOL, next = -1;
   }
   sluice__dq_sched *s = *sluice__dq_sched_of(dq);
-  if (status == SLUICE_OK && s) arm_for(s, now, next);
+  if (status == SLUICE_OK) arm_for(s, now, next);
+  else if (status == SLUICE_EREDIS) decl_drop(s, o->name); /* refused: not declared */
+  /* Still declared: a fire step finds it missing and sets it again. */
+  else if (status != SLUICE_ECANCELED) arm(s, RETRY_MS);
   if (o->cb.set) o->cb.set(dq, status, o->name, next, o->ud);
   free(o);
 }
@@ -279,11 +290,7 @@ int sluice_dq_schedule_remove(sluice_dq *dq, const char *name, sluice_dq_status_
     free(o);
     return rc;
   }
-  decl *d = decl_find(s, name);
-  if (d) {
-    decl_clear(d);
-    *d = s->decls[--s->n];
-  }
+  decl_drop(s, name);
   return SLUICE_OK;
 }
 

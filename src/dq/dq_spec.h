@@ -7,8 +7,10 @@
 
 #include <stddef.h>
 
+#include <sluice/dq_schedule.h>
+
 /* Longest spec text accepted, and longest canonical form written. */
-#define SLUICE__DQ_SPEC_MAX 256
+#define SLUICE__DQ_SPEC_MAX SLUICE_DQ_SCHEDULE_SPEC_MAX
 #define SLUICE__DQ_CANON_MAX 512
 
 /* Read spec into canon (SLUICE__DQ_CANON_MAX bytes):
