@@ -182,24 +182,16 @@ static void test_next_table(void) {
 
 /* ---- delivery ---------------------------------------------------------------- */
 
-/* What a consumer saw: occurrences (from the ids "<name>@<ms>"). */
-typedef struct seen {
-  int n, bad;
-  int64_t at[256];
-  char name[64];
-} seen;
-
+/* Messages of schedule "tick" with payload "tick", due at their
+ * occurrence. */
 static void on_tick(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
-  seen *s = ud;
-  const char *id = sluice_dq_msg_id(m);
-  const char *at = strrchr(id, '@');
+  dqt_ticks *s = ud;
   size_t len;
   const char *payload = sluice_dq_msg_payload(m, &len);
-  if (!at || strncmp(id, s->name, (size_t)(at - id)) != 0 || (size_t)(at - id) != strlen(s->name) ||
-      strtoll(at + 1, NULL, 10) != sluice_dq_msg_due_ms(m) || len != 4 ||
-      memcmp(payload, "tick", 4))
+  if (strncmp(sluice_dq_msg_id(m), "tick@", 5) != 0 ||
+      dqt_occurrence(m) != sluice_dq_msg_due_ms(m) || len != 4 || memcmp(payload, "tick", 4))
     s->bad++;
-  else if (s->n < 256) s->at[s->n++] = sluice_dq_msg_due_ms(m);
+  else dqt_tick(s, m);
   sluice_dq_ack(m, NULL, NULL);
 }
 
@@ -224,7 +216,7 @@ static int64_t set_wait(struct event_base *base, sluice_dq *dq, const char *name
   return r.next;
 }
 
-static sluice_dq_consumer *tick_consumer(sluice_client *c, const char *queue, seen *s) {
+static sluice_dq_consumer *tick_consumer(sluice_client *c, const char *queue, dqt_ticks *s) {
   sluice_dq_consumer_options o = dqt_options(16, 256, 30000, 5);
   sluice_dq_consumer *con = NULL;
   TH_ASSERT_EQ(sluice_dq_consumer_new(c, queue, &o, on_tick, s, &con), SLUICE_OK);
@@ -232,7 +224,7 @@ static sluice_dq_consumer *tick_consumer(sluice_client *c, const char *queue, se
 }
 
 /* Occurrences s saw are every `every` ms from first to last, once each. */
-static void assert_consecutive(const seen *s, int64_t every) {
+static void assert_consecutive(const dqt_ticks *s, int64_t every) {
   TH_ASSERT_EQ(s->bad, 0);
   for (int i = 1; i < s->n; i++)
     if (s->at[i] != s->at[i - 1] + every)
@@ -246,7 +238,7 @@ static void test_declared_thrice(void) {
   dq_fx fx = dq_fx_open();
   sluice_client *c2 = dqt_client(fx.base);
   sluice_dq *a = dqt_queue(fx.c, "t"), *b = dqt_queue(c2, "t"), *b2 = dqt_queue(c2, "t");
-  seen s = {.name = "tick"};
+  dqt_ticks s = {0};
   sluice_dq_consumer *con = tick_consumer(fx.c, "t", &s);
   int64_t first = set_wait(fx.base, a, "tick", "every 500ms");
   TH_ASSERT_EQ(set_wait(fx.base, b, "tick", "every 500ms"), first);
@@ -357,7 +349,7 @@ static void test_lost_set_redone(void) {
  * skipped, then it goes on. */
 static void test_missed_catch_up(void) {
   dq_fx fx = dq_fx_open();
-  seen s = {.name = "tick"};
+  dqt_ticks s = {0};
   sluice_dq_consumer *con = tick_consumer(fx.c, "m", &s);
   sluice_dq *dq = dqt_queue(fx.c, "m");
   int64_t first = set_wait(fx.base, dq, "tick", "every 1s");
@@ -428,7 +420,7 @@ static void test_tool(void) {
   TH_ASSERT_EQ(th_tool(th_server.url, out, sizeof out, "dq schedule set cq d"), 64);
 
   dq_fx fx = dq_fx_open();
-  seen s = {.name = "tick"};
+  dqt_ticks s = {0};
   sluice_dq_consumer *con = tick_consumer(fx.c, "cr", &s);
   th_argv a = {0};
   th_argv_add(&a, "dq", "schedule", "set", "cr", "tick", "every 500ms", "--payload", "tick",
@@ -471,7 +463,7 @@ static void stop(pid_t pid) {
 
 static void test_fleet_exactly_once(void) {
   dq_fx fx = dq_fx_open();
-  static seen s = {.name = "tick"};
+  static dqt_ticks s;
   sluice_dq_consumer *con = tick_consumer(fx.c, "fleet", &s);
   pid_t kids[PROCS];
   for (int i = 0; i < PROCS; i++) kids[i] = declarer();

@@ -633,21 +633,9 @@ static void steady_writes_confirmed(int cluster) {
   finish(base, c);
 }
 
-/* What a schedule's consumer saw: each delivery's occurrence (from its id
- * "tick@<ms>") and whether the failover had happened. */
-typedef struct ticks {
-  int n, failed_over;
-  int64_t at[256];
-  int after[256];
-} ticks;
-
+/* Each delivery's occurrence; phase 1: after the failover. */
 static void on_tick(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
-  ticks *t = ud;
-  const char *at = strchr(sluice_dq_msg_id(m), '@');
-  if (at && t->n < 256) {
-    t->at[t->n] = strtoll(at + 1, NULL, 10);
-    t->after[t->n++] = t->failed_over;
-  }
+  dqt_tick(ud, m);
   sluice_dq_ack(m, NULL, NULL);
 }
 
@@ -664,7 +652,7 @@ static void schedule_lost_fires(int cluster) {
   struct event_base *base = event_base_new();
   sluice_client *c = client(base);
   sluice_dq *dq = dqt_queue(c, "t");
-  static ticks t;
+  static dqt_ticks t;
   memset(&t, 0, sizeof t);
   sluice_dq_consumer_options o = dqt_options(16, 256, 30000, 0);
   sluice_dq_consumer *con = NULL;
@@ -677,7 +665,7 @@ static void schedule_lost_fires(int cluster) {
   th_loop_for(base, 600);
   int held = t.n - before_hold;
   rig_fail_over();
-  t.failed_over = 1;
+  t.phase = 1;
   int at_failover = t.n;
   TH_LOOP_UNTIL(base, t.n >= at_failover + 20, 20000);
   /* What the replica may lack starts a moment before the hold (replication
@@ -688,7 +676,7 @@ static void schedule_lost_fires(int cluster) {
     for (int j = i + 1; j < t.n; j++)
       if (t.at[i] == t.at[j]) {
         dups++;
-        TH_ASSERT(!t.after[i] && t.after[j]); /* once on each master at most */
+        TH_ASSERT(!t.in_phase[i] && t.in_phase[j]); /* once on each master at most */
         TH_ASSERT_CMP(t.at[i], >=, lost_from);
       }
   /* Before the hold and after the failover's catch-up: consecutive. */
