@@ -2,6 +2,7 @@
 #ifndef SLUICE_TEST_DQ_UTIL_H
 #define SLUICE_TEST_DQ_UTIL_H
 
+#include <stdlib.h>
 #include <string.h>
 
 #include <event2/event.h>
@@ -46,6 +47,28 @@ static inline void dq_fx_close(dq_fx *fx) { th_fx_close(fx); }
 static inline void dqt_ack_counted(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
   (*(int *)ud)++;
   sluice_dq_ack(m, NULL, NULL);
+}
+
+/* The occurrence (unix ms) of a repeating schedule's message, from its id
+ * "<name>@<ms>"; -1 if the id is not one. */
+static inline int64_t dqt_occurrence(const sluice_dq_msg *m) {
+  const char *at = strrchr(sluice_dq_msg_id(m), '@');
+  return at ? strtoll(at + 1, NULL, 10) : -1;
+}
+
+/* What a schedule's consumer saw: each delivery's occurrence, with the
+ * phase of the test it came in (a number the test sets), and how many
+ * deliveries were not as expected. */
+typedef struct dqt_ticks {
+  int n, bad, phase;
+  int64_t at[256];
+  int in_phase[256];
+} dqt_ticks;
+
+static inline void dqt_tick(dqt_ticks *t, const sluice_dq_msg *m) {
+  if (t->n == 256) return;
+  t->in_phase[t->n] = t->phase;
+  t->at[t->n++] = dqt_occurrence(m);
 }
 
 /* A callback that reports only a status (ud: a th_status). */

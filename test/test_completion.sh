@@ -50,7 +50,9 @@ else
 fi
 offers "" sem rl dq top --help --version
 offers "sem " run status release
-offers "dq " push consume status
+offers "dq " push consume status schedule
+offers "dq schedule " set list remove next
+offers "dq schedule set q t @daily --" --payload --run
 offers "sem run lock --" --ttl --wait --no-wait --fair --permits --redis --prefix
 offers "sem run lock -" -n
 offers "dq consume jobs -" -j --concurrency --visibility --timeout --max-attempts --retry-delay --count

@@ -497,12 +497,58 @@ static void step_dq_rest(sluice_dq *dq) {
   step_check("dq: dead pages, requeue, cancel, inspect", m, 1000 * 1024, 1000, 100);
 }
 
+static void on_sched(sluice_dq *dq, int status, const char *name, int64_t next, void *ud) {
+  TH_ASSERT_EQ(status, SLUICE_OK);
+  done_count++;
+}
+
+static void on_sched_list(sluice_dq *dq, int status, int64_t now, size_t total,
+                          const sluice_dq_schedule_entry *e, size_t n, void *ud) {
+  TH_ASSERT_EQ(status, SLUICE_OK);
+  done_count++;
+}
+
+static void on_preview(sluice_dq *dq, int status, const int64_t *at, size_t n, void *ud) {
+  TH_ASSERT_EQ(status, SLUICE_OK);
+  done_count++;
+}
+
+/* Repeating schedules: a handle declaring the most (names of the longest,
+ * the rarest cron expression, one payload of 1 MiB), 16 of them due every
+ * 100 ms so its fire steps each queue 16; the longest preview (20
+ * occurrences 28-40 years apart), the longest list, a removal. */
+static void step_dq_schedules(sluice_dq *dq) {
+  static char payload[SLUICE_DQ_PAYLOAD_MAX];
+  static char names[SLUICE_DQ_SCHEDULE_MAX][SLUICE_DQ_SCHEDULE_NAME_MAX + 1];
+  long long m = used_memory();
+  window_begin();
+  for (int i = 0; i < SLUICE_DQ_SCHEDULE_MAX; i++) {
+    memset(names[i], 'n', SLUICE_DQ_SCHEDULE_NAME_MAX);
+    snprintf(names[i], 8, "%06d", i);
+    names[i][6] = 'n';
+    const char *spec = i < 16 ? "every 100ms" : "0 0 29 2 */7";
+    size_t len = i == SLUICE_DQ_SCHEDULE_MAX - 1 ? sizeof payload : 1024;
+    TH_ASSERT_EQ(sluice_dq_schedule_set(dq, names[i], spec, payload, len, on_sched, NULL),
+                 SLUICE_OK);
+  }
+  run_until(SLUICE_DQ_SCHEDULE_MAX);
+  th_loop_for(base, 500); /* the fire steps */
+  TH_ASSERT_EQ(sluice_dq_schedule_preview(dq, "0 0 29 2 */7", 3729196800000, 20, on_preview, NULL),
+               SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_schedule_list(dq, 0, 100, on_sched_list, NULL), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_schedule_remove(dq, names[SLUICE_DQ_SCHEDULE_MAX - 1], on_dq_status, NULL),
+               SLUICE_OK);
+  run_until(3);
+  step_check("dq: 64 schedules, fires of 16, preview, list", m, 4 * SLUICE_DQ_PAYLOAD_MAX, 0, 0);
+}
+
 static void step_dq(void) {
   sluice_dq *dq = NULL;
   TH_ASSERT_EQ(sluice_dq_new(client, "max", NULL, &dq), SLUICE_OK);
   step_dq_push(dq);
   step_dq_take();
   step_dq_rest(dq);
+  step_dq_schedules(dq);
   sluice_dq_free(dq);
 }
 

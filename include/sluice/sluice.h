@@ -15,5 +15,6 @@
 #include <sluice/sem.h>
 #include <sluice/limiter.h>
 #include <sluice/dq.h>
+#include <sluice/dq_schedule.h>
 
 #endif /* SLUICE_SLUICE_H */

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sluice/sluice.h>
 
 struct event_base;
@@ -158,5 +159,11 @@ int cli_dq_main(int argc, char **argv);
 int cli_top_main(int argc, char **argv);
 int cli_acl_main(int argc, char **argv);
 int cli_agent_main(int argc, char **argv); /* agent/agent_main.c */
+
+/* `sluice dq schedule` (cli_dq_sched.c): its lines of `sluice dq --help`
+ * (usage, then help) and the command itself (argv[0] is "schedule"). */
+void cli_dq_schedule_usage(FILE *out);
+void cli_dq_schedule_help(FILE *out);
+int cli_dq_schedule_main(int argc, char **argv);
 
 #endif

@@ -20,7 +20,10 @@ static void dq_usage(FILE *out) {
       "usage: sluice dq push QUEUE [--delay MS | --at UNIX_MS] [--id ID] [PAYLOAD | -]\n"
       "       sluice dq consume QUEUE [--concurrency N] [--visibility MS] [--timeout MS]\n"
       "                         [--max-attempts N] [--retry-delay MS] [--count N] -- CMD [ARGS]\n"
-      "       sluice dq status QUEUE\n"
+      "       sluice dq status QUEUE\n",
+      out);
+  cli_dq_schedule_usage(out);
+  fputs(
       "\n"
       "push: queue PAYLOAD (or stdin when it is '-' or missing; any bytes, up to\n"
       "  1 MiB) due after --delay MS (default 0) or at --at UNIX_MS on Redis's\n"
@@ -46,11 +49,14 @@ static void dq_usage(FILE *out) {
       "  settle their messages, exit 0; a second signal sends SIGTERM to the running\n"
       "  CMDs' process groups. If the tool dies, CMDs get SIGTERM.\n"
       "status: counts of delayed (and due), in-flight (and expired) and dead\n"
-      "  messages, and the next due one.\n"
+      "  messages, and the next due one.\n",
+      out);
+  cli_dq_schedule_help(out);
+  fputs(
       "\n"
       "Options of every command: --redis URL, --prefix PREFIX (see sluice --help).\n"
-      "Exit status: 0 success; 1 push: duplicate id; 64 bad arguments;\n"
-      "69 Redis unreachable or failing; 70 internal error;\n"
+      "Exit status: 0 success; 1 push: duplicate id, schedule remove: no such\n"
+      "schedule; 64 bad arguments; 69 Redis unreachable or failing; 70 internal error;\n"
       "126, 127 consume: CMD not executable / not found.\n",
       out);
 }
@@ -762,6 +768,10 @@ int cli_dq_main(int argc, char **argv) {
   if (!strcmp(argv[1], "status")) {
     cli_set_command("dq status");
     return cmd_status(argc - 1, argv + 1);
+  }
+  if (!strcmp(argv[1], "schedule")) {
+    cli_set_command("dq schedule");
+    return cli_dq_schedule_main(argc - 1, argv + 1);
   }
   cli_error("unknown dq command '%s' (try: sluice dq --help)", cli_echo(argv[1]));
   return CLI_EXIT_USAGE;

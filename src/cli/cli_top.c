@@ -29,6 +29,7 @@
 #include "cli_top_scrape.h"
 
 #define TOP_MAX_OBJECTS 200 /* per kind and frame: a view, not an export */
+#define TOP_SCHEDULES 10    /* shown under a queue */
 /* Per fetch of --scrape: the library's default op_timeout_ms, which the
  * tool's own steps run under. */
 #define TOP_SCRAPE_TIMEOUT_MS 5000
@@ -150,6 +151,29 @@ static void on_sem_info(sluice_sem *sem, int status, const sluice_sem_info *info
     fprintf(t->out, "    waiter  %zu. %s\n", i + 1, cli_clean(info->waiters[i]));
 }
 
+/* A queue's repeating schedules, under its line (at most TOP_SCHEDULES). */
+static void on_dq_schedules(sluice_dq *dq, int status, int64_t now, size_t total,
+                            const sluice_dq_schedule_entry *e, size_t n, void *ud) {
+  top *t = ud;
+  char in[24];
+  t->done = 1; /* the queue's own line stands whatever this says */
+  if (status != SLUICE_OK) {
+    if (!t->prom) fprintf(t->out, "    schedules error: %s\n", sluice_strerror(status));
+    return;
+  }
+  if (t->prom) {
+    top_prom_dq_schedules(t->prom, total, n ? e[0].next_ms - now : -1);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    int late = e[i].next_ms <= now; /* no process runs the queue's schedules */
+    top_fmt_ms(in, sizeof in, late ? now - e[i].next_ms : e[i].next_ms - now);
+    fprintf(t->out, "    schedule  %s  %s  %s %s%s\n", cli_clean(e[i].name), cli_clean(e[i].spec),
+            late ? "next due" : "next in", in, late ? " ago (not running)" : "");
+  }
+  if (total > n) fprintf(t->out, "    schedule  ... %zu more\n", total - n);
+}
+
 static void on_dq_info(sluice_dq *dq, int status, const sluice_dq_info *info, void *ud) {
   top *t = ud;
   char oldest[24];
@@ -164,13 +188,17 @@ static void on_dq_info(sluice_dq *dq, int status, const sluice_dq_info *info, vo
   if (t->named && !info->delayed && !info->in_flight && !info->dead) return;
   if (t->prom) {
     top_prom_dq(t->prom, sluice_dq_name(dq), info);
-    return;
+  } else {
+    int64_t age = info->ready && info->next_due_ms >= 0 ? info->now_ms - info->next_due_ms : -1;
+    top_fmt_ms(oldest, sizeof oldest, age);
+    fprintf(t->out, "  %-16s %8llu %10llu %10llu %6llu  %s\n", cli_clean(sluice_dq_name(dq)),
+            (unsigned long long)info->ready, (unsigned long long)(info->delayed - info->ready),
+            (unsigned long long)info->in_flight, (unsigned long long)info->dead, oldest);
   }
-  int64_t age = info->ready && info->next_due_ms >= 0 ? info->now_ms - info->next_due_ms : -1;
-  top_fmt_ms(oldest, sizeof oldest, age);
-  fprintf(t->out, "  %-16s %8llu %10llu %10llu %6llu  %s\n", cli_clean(sluice_dq_name(dq)),
-          (unsigned long long)info->ready, (unsigned long long)(info->delayed - info->ready),
-          (unsigned long long)info->in_flight, (unsigned long long)info->dead, oldest);
+  /* A schedule always has its next message queued: a queue with none
+   * delayed has no schedule. */
+  if (info->delayed && sluice_dq_schedule_list(dq, 0, TOP_SCHEDULES, on_dq_schedules, t) == 0)
+    t->done = 0;
 }
 
 /* Open a handle on name (set *handle once it exists) and start its inspect. */

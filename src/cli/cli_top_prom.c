@@ -17,7 +17,7 @@ enum { KIND_SEM, KIND_DQ, KINDS };
 
 typedef struct row {
   char *labels; /* name="..." */
-  uint64_t v[5];
+  uint64_t v[7];
 } row;
 
 struct top_prom {
@@ -47,6 +47,9 @@ static const struct family {
     {KIND_DQ, "sluice_dq_messages", NULL, "dead", 3, 0},
     {KIND_DQ, "sluice_dq_oldest_due_seconds",
      "How long the oldest due message has waited to be taken (0: none due).", NULL, 4, 1},
+    {KIND_DQ, "sluice_dq_schedules", "Repeating schedules of the queue.", NULL, 5, 0},
+    {KIND_DQ, "sluice_dq_schedule_next_seconds",
+     "Time until the queue's earliest scheduled occurrence (0: none, or due).", NULL, 6, 1},
 };
 
 top_prom *top_prom_new(void) { return calloc(1, sizeof(top_prom)); }
@@ -97,6 +100,13 @@ void top_prom_dq(top_prom *p, const char *name, const sluice_dq_info *info) {
   /* The earliest delayed message is the oldest due one when any is due. */
   if (info->ready && info->next_due_ms >= 0 && info->now_ms > info->next_due_ms)
     r->v[4] = (uint64_t)(info->now_ms - info->next_due_ms);
+}
+
+void top_prom_dq_schedules(top_prom *p, size_t count, int64_t next_in_ms) {
+  if (!p->n[KIND_DQ]) return;
+  row *r = &p->rows[KIND_DQ][p->n[KIND_DQ] - 1];
+  r->v[5] = count;
+  r->v[6] = next_in_ms > 0 ? (uint64_t)next_in_ms : 0;
 }
 
 static void write_family(const top_prom *p, const struct family *f, FILE *out) {

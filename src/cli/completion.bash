@@ -7,13 +7,15 @@
 # ("--ttl MS", "--redis URL"), a list joined by "|" names its choices
 # ("--algo fixed|sliding-log|...").
 
-# _sluice_words TOOL [GROUP]: the commands of the tool, or of GROUP.
+# _sluice_words TOOL [GROUP [COMMAND]]: the commands of the tool, of GROUP,
+# or of GROUP's COMMAND ("sluice dq schedule set ...").
 _sluice_words() {
-  "$1" ${2:+"$2"} --help 2>/dev/null | awk -v group="${2-}" '{
+  "$1" ${2:+"$2"} --help 2>/dev/null | awk -v group="${2-}" -v cmd="${3-}" '{
     for (i = 1; i < NF; i++) {
       if ($i != "sluice") continue
       w = $(i + 1)
       if (group != "") { if (w != group || i + 2 > NF) continue; w = $(i + 2) }
+      if (cmd != "") { if (w != cmd || i + 3 > NF) continue; w = $(i + 3) }
       if (w ~ /^[a-z]+$/) print w
     }
   }' | sort -u
@@ -68,6 +70,14 @@ _sluice() {
   if ((COMP_CWORD == 2)) && [[ -n $subs && $cur != -* ]]; then
     mapfile -t COMPREPLY < <(compgen -W "$subs" -- "$cur")
     return 0
+  fi
+
+  if ((COMP_CWORD == 3)) && [[ $cur != -* ]]; then
+    subs=$(_sluice_words "$tool" "$group" "${COMP_WORDS[2]}")
+    if [[ -n $subs ]]; then
+      mapfile -t COMPREPLY < <(compgen -W "$subs" -- "$cur")
+      return 0
+    fi
   fi
 
   local options value

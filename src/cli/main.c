@@ -38,7 +38,7 @@ static void usage(FILE *out) {
       "Exit status (the same for every command):\n"
       "  0    success (sem run: CMD's own status)\n"
       "  1    a negative answer: rate-limited (rl check), duplicate --id (dq push),\n"
-      "       permit not held (sem release)\n"
+      "       no such schedule (dq schedule remove), permit not held (sem release)\n"
       "  64   bad arguments\n"
       "  69   Redis unreachable or failing (its own error is printed); a push whose\n"
       "       answer was lost says it may have been queued\n"

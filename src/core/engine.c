@@ -333,7 +333,8 @@ no_wait:
 /* Scripts that only read need no WAIT. */
 static int script_writes(const sluice__script *s) {
   return s != &sluice__lua_sem_status && s != &sluice__lua_dq_status && s != &sluice__lua_dq_dead &&
-         s != &sluice__lua_top_scan && s != &sluice__lua_ping && s != &sluice__lua_blk_interrupt;
+         s != &sluice__lua_top_scan && s != &sluice__lua_ping && s != &sluice__lua_blk_interrupt &&
+         s != &sluice__lua_dq_sched_list && s != &sluice__lua_dq_sched_next;
 }
 
 /* Where op goes: its route's node, or the node an ASK named. NULL:

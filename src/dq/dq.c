@@ -14,8 +14,9 @@
 #include <event2/event.h>
 
 #include "dq/dq.h"
+#include "dq/dq_sched.h"
 
-enum req_kind { REQ_PUSH, REQ_BATCH, REQ_CANCEL, REQ_INSPECT, REQ_DEAD, REQ_REQUEUE };
+enum req_kind { REQ_PUSH, REQ_BATCH, REQ_CANCEL, REQ_INSPECT, REQ_DEAD, REQ_REQUEUE, REQ_EXT };
 
 /* The user's callback; the request's kind says which member is set. */
 typedef union dq_cb {
@@ -25,6 +26,7 @@ typedef union dq_cb {
   sluice_dq_info_cb *inspect;
   sluice_dq_dead_cb *dead;
   sluice_dq_count_cb *requeue;
+  sluice__dq_ext_fn *ext; /* another file's step (dq_sched.c) */
 } dq_cb;
 
 typedef struct dq_req dq_req;
@@ -47,6 +49,7 @@ struct sluice_dq {
   uint64_t retention_ms;
   sluice__list reqs; /* pending */
   sluice_dq_metrics m;
+  sluice__dq_sched *sched; /* the schedules it runs; NULL: none yet */
 };
 
 /* ---- shared with dq_consumer.c -------------------------------------------- */
@@ -92,6 +95,7 @@ static dq_req *req_new(sluice_dq *dq, enum req_kind kind, dq_cb cb, void *ud, si
 
 static void dq_destroy(sluice__guard *g) {
   sluice_dq *dq = sluice__container_of(g, sluice_dq, guard);
+  sluice__dq_sched_free(dq->sched);
   sluice__dq_keys_free(dq->keys);
   free(dq->name);
   sluice__free(dq);
@@ -229,6 +233,7 @@ static void req_finish(dq_req *r, int status, const redisReply *reply) {
     case REQ_INSPECT: finish_inspect(r, status, reply); break;
     case REQ_DEAD: finish_dead(r, status, reply); break;
     case REQ_REQUEUE: finish_requeue(r, status, reply); break;
+    case REQ_EXT: r->cb.ext(dq, status, reply, r->ud); break;
   }
   sluice__free(r);
   sluice__guard_leave(&dq->guard);
@@ -283,10 +288,11 @@ static void on_reply(void *ud, int status, const redisReply *reply) {
   req_finish(r, status, reply);
 }
 
-/* Send script s for r with the queue's keys followed by args; on error r is
- * freed and the error returned (its callback never runs). */
-static int req_send(dq_req *r, const sluice__script *s, int nargs, const char *const *args,
-                    const size_t *lens) {
+/* Send script s for r with the queue's keys followed by args, of which the
+ * first `extra` are keys too; on error r is freed and the error returned
+ * (its callback never runs). */
+static int req_send_keys(dq_req *r, const sluice__script *s, int extra, int nargs,
+                         const char *const *args, const size_t *lens) {
   sluice_dq *dq = r->dq;
   const char **argv = malloc((size_t)(DQ_NKEYS + nargs) * sizeof *argv);
   size_t *alens = malloc((size_t)(DQ_NKEYS + nargs) * sizeof *alens);
@@ -295,7 +301,7 @@ static int req_send(dq_req *r, const sluice__script *s, int nargs, const char *c
     for (int i = 0; i < DQ_NKEYS; i++) argv[i] = dq->keys[i], alens[i] = strlen(dq->keys[i]);
     for (int i = 0; i < nargs; i++)
       argv[DQ_NKEYS + i] = args[i], alens[DQ_NKEYS + i] = lens ? lens[i] : strlen(args[i]);
-    rc = sluice__eval(dq->c, s, DQ_NKEYS, DQ_NKEYS + nargs, argv, alens, dq->op_timeout_ms,
+    rc = sluice__eval(dq->c, s, DQ_NKEYS + extra, DQ_NKEYS + nargs, argv, alens, dq->op_timeout_ms,
                       on_reply, r, &r->pending.op);
   }
   free(argv);
@@ -307,6 +313,29 @@ static int req_send(dq_req *r, const sluice__script *s, int nargs, const char *c
   sluice__list_append(&dq->reqs, &r->pending.link);
   return SLUICE_OK;
 }
+
+static int req_send(dq_req *r, const sluice__script *s, int nargs, const char *const *args,
+                    const size_t *lens) {
+  return req_send_keys(r, s, 0, nargs, args, lens);
+}
+
+/* ---- steps of other files (dq_sched.c) ------------------------------------ */
+
+static int usable(const sluice_dq *dq);
+
+int sluice__dq_ext_send(sluice_dq *dq, const sluice__script *s, int extra, int nargs,
+                        const char *const *args, const size_t *lens, sluice__dq_ext_fn *fn,
+                        void *ud) {
+  int rc = usable(dq);
+  if (rc != SLUICE_OK) return rc;
+  dq_req *r = req_new(dq, REQ_EXT, (dq_cb){.ext = fn}, ud, 0);
+  if (!r) return SLUICE_ENOMEM;
+  return req_send_keys(r, s, extra, nargs, args, lens);
+}
+
+sluice_client *sluice__dq_client(const sluice_dq *dq) { return dq->c; }
+uint64_t sluice__dq_retention(const sluice_dq *dq) { return dq->retention_ms; }
+sluice__dq_sched **sluice__dq_sched_of(sluice_dq *dq) { return &dq->sched; }
 
 /* ---- lifetime -------------------------------------------------------------- */
 
@@ -321,10 +350,12 @@ void sluice_dq_options_init(sluice_dq_options *o) {
 static void dq_quiesce(sluice__guard *g) {
   sluice_dq *dq = sluice__container_of(g, sluice_dq, guard);
   sluice__pending_detach_all(&dq->reqs);
+  sluice__dq_sched_stop(dq->sched);
 }
 
 static void dq_cancel(sluice__guard *g) {
   sluice_dq *dq = sluice__container_of(g, sluice_dq, guard);
+  sluice__dq_sched_stop(dq->sched);
   while (dq->reqs.head) {
     dq_req *r = sluice__container_of(dq->reqs.head, dq_req, pending.link);
     sluice__op_detach(r->pending.op);
@@ -336,8 +367,17 @@ static int dq_idle(const sluice__guard *g) {
   return !sluice__container_of(g, sluice_dq, guard)->reqs.head;
 }
 
-static const sluice__guard_ops dq_guard_ops = {
-    .quiesce = dq_quiesce, .cancel = dq_cancel, .idle = dq_idle, .destroy = dq_destroy};
+/* A failover may have undone the schedules' last steps: run them again. */
+static void dq_node_changed(sluice__guard *g, int lo, int hi) {
+  (void)lo, (void)hi;
+  sluice__dq_sched_poke(sluice__container_of(g, sluice_dq, guard)->sched);
+}
+
+static const sluice__guard_ops dq_guard_ops = {.quiesce = dq_quiesce,
+                                               .cancel = dq_cancel,
+                                               .idle = dq_idle,
+                                               .destroy = dq_destroy,
+                                               .node_changed = dq_node_changed};
 
 int sluice_dq_new(sluice_client *c, const char *name, const sluice_dq_options *opts,
                   sluice_dq **out) {

@@ -16,4 +16,19 @@ void sluice__dq_keys_free(char *keys[DQ_NKEYS]);
 /* 1 if id is a valid caller-given message id. */
 int sluice__dq_valid_id(const char *id);
 
+/* A step of another file on the queue (dq_sched.c): script s with the
+ * queue's keys, then args, of which the first `extra` are keys too. fn
+ * runs once, from the loop, inside the handle's guard (SLUICE_ECANCELED
+ * when the handle is freed or the client closes); on an error return it
+ * never runs. reply is NULL unless status is SLUICE_OK. */
+typedef void sluice__dq_ext_fn(sluice_dq *dq, int status, const redisReply *reply, void *ud);
+int sluice__dq_ext_send(sluice_dq *dq, const sluice__script *s, int extra, int nargs,
+                        const char *const *args, const size_t *lens, sluice__dq_ext_fn *fn,
+                        void *ud);
+sluice_client *sluice__dq_client(const sluice_dq *dq);
+uint64_t sluice__dq_retention(const sluice_dq *dq);
+/* Where the handle keeps its schedules (dq_sched.h). */
+typedef struct sluice__dq_sched sluice__dq_sched;
+sluice__dq_sched **sluice__dq_sched_of(sluice_dq *dq);
+
 #endif
