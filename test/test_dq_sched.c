@@ -437,7 +437,15 @@ static void test_tool(void) {
 
 /* ---- the acceptance run: ten processes, two killed and restarted ---------- */
 
-enum { PROCS = 10, RUN_S = 20 };
+enum { PROCS = 10 };
+
+/* 20 s in the suites; the issue's full minute with SLUICE_SCHED_FLEET_S=60
+ * (6..100: the case's timeout is 120 s). */
+static int fleet_seconds(void) {
+  const char *e = getenv("SLUICE_SCHED_FLEET_S");
+  int v = e ? atoi(e) : 0;
+  return v >= 6 && v <= 100 ? v : 20;
+}
 
 static int run_declarer(void *arg) {
   (void)arg;
@@ -465,16 +473,17 @@ static void test_fleet_exactly_once(void) {
   dq_fx fx = dq_fx_open();
   static dqt_ticks s;
   sluice_dq_consumer *con = tick_consumer(fx.c, "fleet", &s);
+  const int RUN_S = fleet_seconds();
   pid_t kids[PROCS];
   for (int i = 0; i < PROCS; i++) kids[i] = declarer();
   uint64_t t0 = th_now_ms();
-  th_loop_for(fx.base, RUN_S * 1000 / 3);
+  th_loop_for(fx.base, (unsigned)RUN_S * 1000 / 3);
   stop(kids[0]);
   stop(kids[1]);
-  th_loop_for(fx.base, RUN_S * 1000 / 3);
+  th_loop_for(fx.base, (unsigned)RUN_S * 1000 / 3);
   kids[0] = declarer();
   kids[1] = declarer();
-  th_loop_for(fx.base, (unsigned)(t0 + RUN_S * 1000 - th_now_ms()));
+  th_loop_for(fx.base, (unsigned)(t0 + (uint64_t)RUN_S * 1000 - th_now_ms()));
   int64_t killed = th_redis_time_us() / 1000;
   for (int i = 0; i < PROCS; i++) stop(kids[i]);
   th_loop_for(fx.base, 1500); /* the occurrence queued ahead */
