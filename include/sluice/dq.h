@@ -106,6 +106,36 @@ typedef void sluice_dq_push_cb(sluice_dq *dq, int status, const char *id, int64_
 SLUICE_EXPORT int sluice_dq_push(sluice_dq *dq, const sluice_dq_item *item, sluice_dq_push_cb *cb,
                                  void *userdata);
 
+/* Highest message priority (sluice_dq_push_ex); the default is 0. */
+#define SLUICE_DQ_PRIORITY_MAX 9
+
+/* What sluice_dq_push_ex does when a message with the item's id is
+ * already in the queue. */
+typedef enum sluice_dq_if_exists {
+  /* Refuse the push: SLUICE_EEXIST, nothing changes (sluice_dq_push). */
+  SLUICE_DQ_REFUSE = 0,
+  /* Replace the waiting message, atomically: its payload, due time and
+   * priority become this push's, and it counts as pushed now (for the
+   * order among equal due times). Debounce: push with a delay and this. */
+  SLUICE_DQ_REPLACE = 1,
+  /* Move the waiting message's due time to this push's if that is later;
+   * its payload and priority stay. */
+  SLUICE_DQ_POSTPONE = 2
+} sluice_dq_if_exists;
+
+/* sluice_dq_push with a priority (0..SLUICE_DQ_PRIORITY_MAX): among due
+ * messages a higher priority is taken first, then the earlier due time,
+ * then the earlier push; retries, redeliveries and dead-letter requeues
+ * keep it. if_exists says what happens to a queued message of the same id
+ * (SLUICE_DQ_REFUSE is sluice_dq_push's behaviour); with SLUICE_DQ_REPLACE
+ * or SLUICE_DQ_POSTPONE a message that is in flight (taken) or dead is
+ * left as it is and cb gets SLUICE_EBUSY; a missing one is pushed. cb's
+ * due_ms is the message's due time afterwards (a postponed message keeps a
+ * later one it had). SLUICE_EINVAL also for a priority or if_exists out of
+ * range. */
+SLUICE_EXPORT int sluice_dq_push_ex(sluice_dq *dq, const sluice_dq_item *item, unsigned priority,
+                                    int if_exists, sluice_dq_push_cb *cb, void *userdata);
+
 typedef struct sluice_dq_push_result {
   const char *id;
   int status;     /* SLUICE_OK or SLUICE_EEXIST */

@@ -105,6 +105,9 @@ static int64_t int_at(const redisReply *r, size_t i, int *err) {
   return v;
 }
 
+/* dq_push.lua's answer for a message it did not push. */
+static int push_refused(int64_t code) { return code == -2 ? SLUICE_EBUSY : SLUICE_EEXIST; }
+
 static void finish_push(dq_req *r, int status, const redisReply *reply) {
   sluice_dq_push_cb *cb = r->cb.push;
   int64_t due = -1;
@@ -112,7 +115,7 @@ static void finish_push(dq_req *r, int status, const redisReply *reply) {
   if (status == SLUICE_OK) {
     due = int_at(reply, 0, &err);
     if (err) status = SLUICE_EPROTOCOL, due = -1;
-    else if (due < 0) status = SLUICE_EEXIST;
+    else if (due < 0) status = push_refused(due), due = -1;
   }
   if (status == SLUICE_OK) r->dq->m.pushed++;
   else if (status == SLUICE_EEXIST) r->dq->m.duplicates++;
@@ -128,10 +131,11 @@ static void finish_batch(dq_req *r, int status, const redisReply *reply) {
   for (size_t i = 0; res && i < r->n; i++) {
     res[i].id = r->ids[i];
     res[i].due_ms = int_at(reply, i, &err);
-    res[i].status = res[i].due_ms < 0 ? SLUICE_EEXIST : SLUICE_OK;
+    res[i].status = res[i].due_ms < 0 ? push_refused(res[i].due_ms) : SLUICE_OK;
     if (res[i].due_ms < 0) res[i].due_ms = -1;
     if (res[i].status == SLUICE_OK) r->dq->m.pushed++;
-    else r->dq->m.duplicates++;
+    else if (res[i].status == SLUICE_EEXIST) r->dq->m.duplicates++;
+    else r->dq->m.errors++;
   }
   if (!res) r->dq->m.errors += r->n;
   if (res && err) {
@@ -239,7 +243,9 @@ static void req_finish(dq_req *r, int status, const redisReply *reply) {
 /* A push Redis answered, kept as the messages it queued (not those it
  * refused as duplicates), each due at the time Redis gave it: sent again
  * as a delay it would count again from the replay. ARGV as dq_push.lua's:
- * retention, then per message id, mode, ms, payload. */
+ * retention, then per message id, mode, ms, payload. A replacing push is
+ * kept with the version Redis gave the message (the reply's second half),
+ * so its replay changes only a message no newer write replaced since. */
 static void record_push(sluice_client *c, const redisReply *reply) {
   int argc;
   const char *const *argv;
@@ -247,7 +253,7 @@ static void record_push(sluice_client *c, const redisReply *reply) {
   if (!sluice__record_on(c) || sluice__answered_args(c, &argc, &argv, &lens) != SLUICE_OK) return;
   size_t n = (size_t)(argc - DQ_NKEYS - 1) / 4, kept = 0;
   sluice__args a;
-  if (reply->type != REDIS_REPLY_ARRAY || reply->elements != n ||
+  if (reply->type != REDIS_REPLY_ARRAY || (reply->elements != n && reply->elements != 2 * n) ||
       sluice__args_init(&a, argc, (int)n) != SLUICE_OK)
     return;
   for (int i = 0; i < DQ_NKEYS; i++) sluice__args_key(&a, argv[i]);
@@ -257,7 +263,18 @@ static void record_push(sluice_client *c, const redisReply *reply) {
     int at = DQ_NKEYS + 1 + 4 * (int)i;
     if (due->type != REDIS_REPLY_INTEGER || due->integer < 0) continue;
     sluice__args_bin(&a, argv[at], lens[at]);
-    sluice__args_str(&a, "a");
+    char mode[48];
+    size_t ml = lens[at + 1] < 8 ? lens[at + 1] : 0, vl = 0;
+    if (ml) memcpy(mode, argv[at + 1], ml);
+    mode[0] = 'a';
+    if (ml && reply->elements == 2 * n && mode[ml - 1] == 'r') {
+      const redisReply *ver = reply->element[n + i];
+      if (ver->type == REDIS_REPLY_INTEGER && ver->integer > 0) {
+        mode[ml] = '@';
+        vl = 1 + sluice__fmt_i64(mode + ml + 1, ver->integer);
+      }
+    }
+    sluice__args_bin(&a, ml ? mode : "a", ml ? ml + vl : 1);
     sluice__args_i64(&a, due->integer);
     sluice__args_bin(&a, argv[at + 3], lens[at + 3]);
     kept++;
@@ -388,13 +405,26 @@ static int usable(const sluice_dq *dq) {
                                                                           : SLUICE_ECLOSED;
 }
 
+/* dq_push.lua's mode of a message: 'a' (at) or 'd' (delay), then the
+ * priority if not 0, then 'r' or 'l' for what to do with an existing id;
+ * its length. */
+static size_t push_mode(char *mode, const sluice_dq_item *it, unsigned priority, int if_exists) {
+  size_t n = 0;
+  mode[n++] = it->at_ms ? 'a' : 'd';
+  if (priority) mode[n++] = (char)('0' + priority);
+  if (if_exists == SLUICE_DQ_REPLACE) mode[n++] = 'r';
+  else if (if_exists == SLUICE_DQ_POSTPONE) mode[n++] = 'l';
+  return n;
+}
+
 /* Validate items, then send them as one dq_push call for r. */
-static int push_items(dq_req *r, const sluice_dq_item *items, size_t n) {
+static int push_items(dq_req *r, const sluice_dq_item *items, size_t n, unsigned priority,
+                      int if_exists) {
   int nargs = 1 + 4 * (int)n, rc = SLUICE_ENOMEM;
   const char **args = malloc((size_t)nargs * sizeof *args);
   size_t *lens = malloc((size_t)nargs * sizeof *lens);
-  char *nums = malloc(n * 24 + 24);
-  if (args && lens && nums) {
+  char *nums = malloc(n * 24 + 24), *modes = malloc(n * 4);
+  if (args && lens && nums && modes) {
     lens[0] = sluice__fmt_u64(nums, r->dq->retention_ms);
     args[0] = nums;
     for (size_t i = 0; i < n; i++) {
@@ -403,7 +433,8 @@ static int push_items(dq_req *r, const sluice_dq_item *items, size_t n) {
       if (it->id) strcpy(r->ids[i], it->id);
       else sluice__random_hex(r->ids[i]);
       args[1 + 4 * i] = r->ids[i], lens[1 + 4 * i] = strlen(r->ids[i]);
-      args[2 + 4 * i] = it->at_ms ? "a" : "d", lens[2 + 4 * i] = 1;
+      lens[2 + 4 * i] = push_mode(modes + 4 * i, it, priority, if_exists);
+      args[2 + 4 * i] = modes + 4 * i;
       lens[3 + 4 * i] = sluice__fmt_i64(num, it->at_ms ? it->at_ms : it->delay_ms);
       args[3 + 4 * i] = num;
       args[4 + 4 * i] = it->len ? (const char *)it->payload : "", lens[4 + 4 * i] = it->len;
@@ -415,13 +446,14 @@ static int push_items(dq_req *r, const sluice_dq_item *items, size_t n) {
   free(args);
   free(lens);
   free(nums);
+  free(modes);
   return rc;
 }
 
 /* Send n valid items as one request, within the client's cap on messages
  * in flight. */
 static int push_request(sluice_dq *dq, enum req_kind kind, dq_cb cb, void *ud,
-                        const sluice_dq_item *items, size_t n) {
+                        const sluice_dq_item *items, size_t n, unsigned priority, int if_exists) {
   int rc = sluice__record_room(dq->c, n);
   if (rc == SLUICE_OK) rc = sluice__client_reserve(dq->c, SLUICE__CAP_PUSHES, n);
   if (rc != SLUICE_OK) {
@@ -429,7 +461,7 @@ static int push_request(sluice_dq *dq, enum req_kind kind, dq_cb cb, void *ud,
     return rc;
   }
   dq_req *r = req_new(dq, kind, cb, ud, n);
-  rc = r ? push_items(r, items, n) : SLUICE_ENOMEM;
+  rc = r ? push_items(r, items, n, priority, if_exists) : SLUICE_ENOMEM;
   if (rc != SLUICE_OK) sluice__client_release(dq->c, SLUICE__CAP_PUSHES, n);
   else dq->m.in_flight += n;
   return rc;
@@ -439,7 +471,18 @@ int sluice_dq_push(sluice_dq *dq, const sluice_dq_item *item, sluice_dq_push_cb 
   int rc = usable(dq);
   if (rc == SLUICE_OK) rc = check_item(item);
   if (rc != SLUICE_OK) return rc;
-  return push_request(dq, REQ_PUSH, (dq_cb){.push = cb}, ud, item, 1);
+  return push_request(dq, REQ_PUSH, (dq_cb){.push = cb}, ud, item, 1, 0, SLUICE_DQ_REFUSE);
+}
+
+int sluice_dq_push_ex(sluice_dq *dq, const sluice_dq_item *item, unsigned priority, int if_exists,
+                      sluice_dq_push_cb *cb, void *ud) {
+  int rc = usable(dq);
+  if (rc == SLUICE_OK) rc = check_item(item);
+  if (rc != SLUICE_OK) return rc;
+  if (priority > SLUICE_DQ_PRIORITY_MAX || if_exists < SLUICE_DQ_REFUSE ||
+      if_exists > SLUICE_DQ_POSTPONE)
+    return SLUICE_EINVAL;
+  return push_request(dq, REQ_PUSH, (dq_cb){.push = cb}, ud, item, 1, priority, if_exists);
 }
 
 int sluice_dq_push_batch(sluice_dq *dq, const sluice_dq_item *items, size_t n,
@@ -449,7 +492,7 @@ int sluice_dq_push_batch(sluice_dq *dq, const sluice_dq_item *items, size_t n,
   if (!items || n < 1 || n > SLUICE_DQ_BATCH_MAX) return SLUICE_EINVAL;
   for (size_t i = 0; i < n; i++)
     if ((rc = check_item(&items[i])) != SLUICE_OK) return rc;
-  return push_request(dq, REQ_BATCH, (dq_cb){.batch = cb}, ud, items, n);
+  return push_request(dq, REQ_BATCH, (dq_cb){.batch = cb}, ud, items, n, 0, SLUICE_DQ_REFUSE);
 }
 
 /* ---- cancel, inspection, dead letters -------------------------------------- */

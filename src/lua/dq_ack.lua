@@ -18,7 +18,8 @@ local ret, maxa = tonumber(ARGV[1]), tonumber(ARGV[2])
 local out, mindue, maxdue, wrote = {}, nil, now, {}
 
 local function requeue(id, av, due)
-  redis.call('ZADD', z, due, member_of(h, id, av))
+  local m = member_of(h, id, av)
+  redis.call('ZADD', z, zscore(m, due), m)
   wrote[z] = true
   if not mindue or due < mindue then mindue = due end
   if due > maxdue then maxdue = due end
@@ -49,6 +50,7 @@ for k = 1, #dls do
     if op == 'a' then
       hdel[#hdel + 1] = 'p' .. id
       hdel[#hdel + 1] = 'a' .. id
+      hdel[#hdel + 1] = 'v' .. id -- a replacing push's version (dq_push.lua)
       if not seq_len(av) then hdel[#hdel + 1] = 's' .. id end
     elseif op == 'x' then
       set_attempts(h, id, av, a - 1)
