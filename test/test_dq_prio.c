@@ -62,6 +62,15 @@ static int push_ex(struct event_base *base, sluice_dq *dq, const char *id, const
   return p->status;
 }
 
+/* A case's loop on libevent's precise clock (EVENT_BASE_FLAG_PRECISE_TIMER)
+ * and its client: for cases that measure milliseconds. */
+static dq_fx precise_fx(void) {
+  dq_fx fx = {th_precise_base(), NULL};
+  TH_ASSERT(fx.base != NULL);
+  fx.c = th_client(fx.base, th_server.url, 5000);
+  return fx;
+}
+
 /* ---- priorities --------------------------------------------------------------- */
 
 /* Due messages go by priority, then due time, then push order; inspect's
@@ -119,7 +128,7 @@ static void test_priority_kept(void) {
   dqt_push p;
   TH_ASSERT_EQ(push_ex(fx.base, dq, "lo1", "lo1", 0, 1, 0, SLUICE_DQ_REFUSE, &p), SLUICE_OK);
   TH_ASSERT_EQ(push_ex(fx.base, dq, "lo2", "lo2", 0, 1, 0, SLUICE_DQ_REFUSE, &p), SLUICE_OK);
-  TH_ASSERT_EQ(push_ex(fx.base, dq, "hi", "hi", 0, 0, 7, SLUICE_DQ_REFUSE, &p), SLUICE_OK);
+  TH_ASSERT_EQ(push_ex(fx.base, dq, "hi", "hi", 0, 1, 7, SLUICE_DQ_REFUSE, &p), SLUICE_OK);
   got g = {.hold = 1};
   sluice_dq_consumer *con = start(fx.c, "pk", 1, 1, 2, &g);
   TH_LOOP_UNTIL(fx.base, g.n >= 1, 5000);
@@ -187,8 +196,9 @@ static void on_backlog_msg(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) 
  * priority 9 pushed after them reaches the handler within 10 ms of its push
  * being answered, while the consumer works through the backlog. */
 static void test_urgent_through_backlog(void) {
-  struct event_base *base = th_precise_base();
-  sluice_client *c = th_client(base, th_server.url, 5000);
+  dq_fx fx = precise_fx();
+  struct event_base *base = fx.base;
+  sluice_client *c = fx.c;
   sluice_dq *dq = dqt_queue(c, "bl");
   static sluice_dq_item items[BACKLOG_BATCH];
   for (int i = 0; i < BACKLOG_BATCH; i++) items[i] = (sluice_dq_item){"b", 1, 0, 1, NULL};
@@ -213,7 +223,7 @@ static void test_urgent_through_backlog(void) {
   TH_ASSERT_CMP(u.backlog_left, >, BACKLOG / 2);
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
-  th_free_client_and_loop(base, c, 10000);
+  dq_fx_close(&fx);
 }
 
 /* ---- replacing and postponing ------------------------------------------------- */
@@ -306,8 +316,9 @@ static void on_debounced(sluice_dq *dq, int status, const char *id, int64_t due,
  * 2 s after the last push (not before; after, within what a loaded
  * machine or valgrind adds), and nothing more. */
 static void test_debounce(void) {
-  struct event_base *base = th_precise_base();
-  sluice_client *c = th_client(base, th_server.url, 5000);
+  dq_fx fx = precise_fx();
+  struct event_base *base = fx.base;
+  sluice_client *c = fx.c;
   sluice_dq *dq = dqt_queue(c, "db");
   got g = {0};
   sluice_dq_consumer *con = start(c, "db", 16, 256, 5, &g);
@@ -334,7 +345,7 @@ static void test_debounce(void) {
   TH_ASSERT_EQ(g.n, 1);
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
-  th_free_client_and_loop(base, c, 10000);
+  dq_fx_close(&fx);
 }
 
 /* A replacing push the client's record sends again after a failover
