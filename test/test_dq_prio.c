@@ -25,7 +25,7 @@ typedef struct got {
   int n, hold;
   char ids[GOT_MAX][SLUICE_DQ_ID_MAX + 1];
   char payloads[GOT_MAX][16];
-  unsigned attempts[GOT_MAX];
+  unsigned attempts[GOT_MAX], priorities[GOT_MAX];
   uint64_t at_us[GOT_MAX];
   sluice_dq_msg *held[GOT_MAX];
 } got;
@@ -39,6 +39,7 @@ static void on_msg(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
   snprintf(g->ids[i], sizeof g->ids[i], "%s", sluice_dq_msg_id(m));
   snprintf(g->payloads[i], sizeof g->payloads[i], "%.*s", (int)len, p);
   g->attempts[i] = sluice_dq_msg_attempt(m);
+  g->priorities[i] = sluice_dq_msg_priority(m);
   g->at_us[i] = mono_us();
   if (g->hold) g->held[i] = m;
   else TH_ASSERT_EQ(sluice_dq_ack(m, NULL, NULL), SLUICE_OK);
@@ -73,6 +74,12 @@ static dq_fx precise_fx(void) {
 
 /* ---- priorities --------------------------------------------------------------- */
 
+static void on_info_ex(sluice_dq *dq, int status, const sluice_dq_info *info, unsigned pri,
+                       void *ud) {
+  TH_ASSERT_EQ(status, SLUICE_OK);
+  *(unsigned *)ud = pri;
+}
+
 /* Due messages go by priority, then due time, then push order; inspect's
  * next message is the earliest due whatever its priority. */
 static void test_priority_order(void) {
@@ -94,11 +101,20 @@ static void test_priority_order(void) {
   TH_ASSERT_EQ(dqt_inspect(fx.base, dq, &in).ready, 6);
   TH_ASSERT_STR_EQ(in.info.next_id, "f0");
   TH_ASSERT_EQ(in.info.next_due_ms, base - 200);
+  unsigned next_priority = 99;
+  TH_ASSERT_EQ(sluice_dq_inspect_ex(dq, on_info_ex, &next_priority), SLUICE_OK);
+  TH_LOOP_UNTIL(fx.base, next_priority != 99, 5000);
+  TH_ASSERT_EQ(next_priority, 5);
   got g = {0};
   sluice_dq_consumer *con = start(fx.c, "po", 16, 256, 5, &g);
   TH_LOOP_UNTIL(fx.base, g.n >= 6, 5000);
   static const char *const want[] = {"n", "f0", "f1", "f2", "z0", "z1"};
-  for (int i = 0; i < 6; i++) TH_ASSERT_STR_EQ(g.ids[i], want[i]);
+  static const unsigned want_pri[] = {9, 5, 5, 5, 0, 0};
+  for (int i = 0; i < 6; i++) {
+    TH_ASSERT_STR_EQ(g.ids[i], want[i]);
+    TH_ASSERT_EQ(g.priorities[i], want_pri[i]);
+  }
+  TH_ASSERT_EQ(sluice_dq_msg_priority(NULL), 0);
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
   dq_fx_close(&fx);

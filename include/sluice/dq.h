@@ -182,6 +182,11 @@ typedef void sluice_dq_info_cb(sluice_dq *dq, int status, const sluice_dq_info *
 /* Count messages by state and peek at the next due one. */
 SLUICE_EXPORT int sluice_dq_inspect(sluice_dq *dq, sluice_dq_info_cb *cb, void *userdata);
 
+/* sluice_dq_inspect, with the priority of info->next_id (0 if none). */
+typedef void sluice_dq_info_ex_cb(sluice_dq *dq, int status, const sluice_dq_info *info,
+                                  unsigned next_priority, void *userdata);
+SLUICE_EXPORT int sluice_dq_inspect_ex(sluice_dq *dq, sluice_dq_info_ex_cb *cb, void *userdata);
+
 typedef struct sluice_dq_dead_entry {
   const char *id;
   int64_t died_ms;   /* when it was dead-lettered, Redis's clock */
@@ -266,6 +271,8 @@ SLUICE_EXPORT const void *sluice_dq_msg_payload(const sluice_dq_msg *msg, size_t
 SLUICE_EXPORT unsigned sluice_dq_msg_attempt(const sluice_dq_msg *msg);
 /* The due time it was delivered for (unix ms, Redis's clock). */
 SLUICE_EXPORT int64_t sluice_dq_msg_due_ms(const sluice_dq_msg *msg);
+/* Its priority (sluice_dq_push_ex; 0 for NULL). */
+SLUICE_EXPORT unsigned sluice_dq_msg_priority(const sluice_dq_msg *msg);
 /* Local estimate of the visibility time left (0 once passed). */
 SLUICE_EXPORT int64_t sluice_dq_msg_remaining_ms(const sluice_dq_msg *msg);
 

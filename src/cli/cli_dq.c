@@ -33,7 +33,8 @@ static void dq_usage(FILE *out) {
       "  --postpone (with --id): its due time moves to this one if later. Either\n"
       "    exits 1 if the message is in flight or dead, and pushes a missing one.\n"
       "consume: run CMD once per due message with the payload on its stdin and\n"
-      "  SLUICE_DQ_QUEUE, SLUICE_DQ_ID, SLUICE_DQ_ATTEMPT in its environment.\n"
+      "  SLUICE_DQ_QUEUE, SLUICE_DQ_ID, SLUICE_DQ_ATTEMPT, SLUICE_DQ_PRIORITY in its\n"
+      "  environment.\n"
       "  Exit 0 acknowledges the message; any other status, or death by a signal,\n"
       "  retries it after --retry-delay MS (default 1000); after --max-attempts N\n"
       "  deliveries (default 5, 0 = no limit) it goes to the dead letters.\n"
@@ -227,7 +228,8 @@ static int cmd_push(int argc, char **argv) {
 
 /* ---- status ----------------------------------------------------------------- */
 
-static void on_info(sluice_dq *dq, int status, const sluice_dq_info *in, void *ud) {
+static void on_info(sluice_dq *dq, int status, const sluice_dq_info *in, unsigned priority,
+                    void *ud) {
   cli_call_done(ud, status);
   if (status != SLUICE_OK) return;
   printf("queue      %s\n", cli_clean(sluice_dq_name(dq)));
@@ -237,8 +239,8 @@ static void on_info(sluice_dq *dq, int status, const sluice_dq_info *in, void *u
          (unsigned long long)in->expired);
   printf("dead       %llu\n", (unsigned long long)in->dead);
   if (in->next_id)
-    printf("next       %s due at %lld (in %lld ms)\n", cli_clean(in->next_id),
-           (long long)in->next_due_ms, (long long)(in->next_due_ms - in->now_ms));
+    printf("next       %s due at %lld (in %lld ms), priority %u\n", cli_clean(in->next_id),
+           (long long)in->next_due_ms, (long long)(in->next_due_ms - in->now_ms), priority);
   else printf("next       -\n");
 }
 
@@ -252,7 +254,7 @@ static int cmd_status(int argc, char **argv) {
   sluice_dq *dq = NULL;
   cli_call call = {&ctx, 0, 0};
   rc = sluice_dq_new(ctx.client, queue, NULL, &dq);
-  if (rc == SLUICE_OK) rc = sluice_dq_inspect(dq, on_info, &call);
+  if (rc == SLUICE_OK) rc = sluice_dq_inspect_ex(dq, on_info, &call);
   if (rc == SLUICE_OK) rc = cli_call_wait(&call);
   if (rc != SLUICE_OK) rc = cli_fail(&ctx, rc, 0, "cannot read queue '%s'", cli_echo(queue));
   sluice_dq_free(dq);
@@ -350,8 +352,9 @@ static const int stop_signals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
 
 /* Runs in the forked child; never returns. */
 static void exec_cmd(consume_state *st, sluice_dq_msg *msg, int in_fd, int err_fd) {
-  char attempt[16];
+  char attempt[16], priority[16];
   snprintf(attempt, sizeof attempt, "%u", sluice_dq_msg_attempt(msg));
+  snprintf(priority, sizeof priority, "%u", sluice_dq_msg_priority(msg));
   /* Our own process group: a Ctrl-C at the terminal reaches only the tool
    * (which then drains), and the watchdog can kill CMD's children too. */
   setpgid(0, 0);
@@ -367,6 +370,7 @@ static void exec_cmd(consume_state *st, sluice_dq_msg *msg, int in_fd, int err_f
   setenv("SLUICE_DQ_QUEUE", st->queue, 1);
   setenv("SLUICE_DQ_ID", sluice_dq_msg_id(msg), 1);
   setenv("SLUICE_DQ_ATTEMPT", attempt, 1);
+  setenv("SLUICE_DQ_PRIORITY", priority, 1);
   /* libevent's handlers must not run here: back to defaults, then unblock. */
   for (size_t i = 0; i < sizeof stop_signals / sizeof stop_signals[0]; i++)
     signal(stop_signals[i], SIG_DFL);

@@ -15,7 +15,15 @@
 
 #include "dq/dq.h"
 
-enum req_kind { REQ_PUSH, REQ_BATCH, REQ_CANCEL, REQ_INSPECT, REQ_DEAD, REQ_REQUEUE };
+enum req_kind {
+  REQ_PUSH,
+  REQ_BATCH,
+  REQ_CANCEL,
+  REQ_INSPECT,
+  REQ_INSPECT_EX,
+  REQ_DEAD,
+  REQ_REQUEUE
+};
 
 /* The user's callback; the request's kind says which member is set. */
 typedef union dq_cb {
@@ -23,6 +31,7 @@ typedef union dq_cb {
   sluice_dq_batch_cb *batch;
   sluice_dq_status_cb *cancel;
   sluice_dq_info_cb *inspect;
+  sluice_dq_info_ex_cb *inspect_ex;
   sluice_dq_dead_cb *dead;
   sluice_dq_count_cb *requeue;
 } dq_cb;
@@ -156,8 +165,8 @@ static void finish_cancel(dq_req *r, int status, const redisReply *reply) {
 }
 
 static void finish_inspect(dq_req *r, int status, const redisReply *reply) {
-  sluice_dq_info_cb *cb = r->cb.inspect;
   sluice_dq_info info = {0};
+  int64_t next_priority = 0;
   char next_id[SLUICE_DQ_ID_MAX + 1];
   int err = 0;
   if (status == SLUICE_OK) {
@@ -168,6 +177,7 @@ static void finish_inspect(dq_req *r, int status, const redisReply *reply) {
     info.expired = (uint64_t)int_at(reply, 4, &err);
     info.dead = (uint64_t)int_at(reply, 5, &err);
     info.next_due_ms = int_at(reply, 7, &err);
+    next_priority = int_at(reply, 8, &err);
     const redisReply *id = sluice__reply_at(reply, 6);
     if (id && id->type == REDIS_REPLY_STRING && id->len <= SLUICE_DQ_ID_MAX) {
       memcpy(next_id, id->str, id->len);
@@ -176,7 +186,10 @@ static void finish_inspect(dq_req *r, int status, const redisReply *reply) {
     }
     if (err) status = SLUICE_EPROTOCOL;
   }
-  cb(r->dq, status, status == SLUICE_OK ? &info : NULL, r->ud);
+  const sluice_dq_info *in = status == SLUICE_OK ? &info : NULL;
+  if (r->kind == REQ_INSPECT_EX)
+    r->cb.inspect_ex(r->dq, status, in, (unsigned)next_priority, r->ud);
+  else r->cb.inspect(r->dq, status, in, r->ud);
 }
 
 /* Dead-letter reply: {total, then id, died, attempts, payload per entry}. */
@@ -230,7 +243,8 @@ static void req_finish(dq_req *r, int status, const redisReply *reply) {
     case REQ_PUSH: finish_push(r, status, reply); break;
     case REQ_BATCH: finish_batch(r, status, reply); break;
     case REQ_CANCEL: finish_cancel(r, status, reply); break;
-    case REQ_INSPECT: finish_inspect(r, status, reply); break;
+    case REQ_INSPECT:
+    case REQ_INSPECT_EX: finish_inspect(r, status, reply); break;
     case REQ_DEAD: finish_dead(r, status, reply); break;
     case REQ_REQUEUE: finish_requeue(r, status, reply); break;
   }
@@ -506,13 +520,21 @@ int sluice_dq_cancel(sluice_dq *dq, const char *id, sluice_dq_status_cb *cb, voi
   return req_send(r, &sluice__lua_dq_cancel, 1, &id, NULL);
 }
 
-int sluice_dq_inspect(sluice_dq *dq, sluice_dq_info_cb *cb, void *ud) {
+static int inspect(sluice_dq *dq, enum req_kind kind, dq_cb cb, void *ud) {
   int rc = usable(dq);
   if (rc != SLUICE_OK) return rc;
-  if (!cb) return SLUICE_EINVAL;
-  dq_req *r = req_new(dq, REQ_INSPECT, (dq_cb){.inspect = cb}, ud, 0);
+  if (!cb.inspect && !cb.inspect_ex) return SLUICE_EINVAL;
+  dq_req *r = req_new(dq, kind, cb, ud, 0);
   if (!r) return SLUICE_ENOMEM;
   return req_send(r, &sluice__lua_dq_status, 0, NULL, NULL);
+}
+
+int sluice_dq_inspect(sluice_dq *dq, sluice_dq_info_cb *cb, void *ud) {
+  return inspect(dq, REQ_INSPECT, (dq_cb){.inspect = cb}, ud);
+}
+
+int sluice_dq_inspect_ex(sluice_dq *dq, sluice_dq_info_ex_cb *cb, void *ud) {
+  return inspect(dq, REQ_INSPECT_EX, (dq_cb){.inspect_ex = cb}, ud);
 }
 
 int sluice_dq_dead_list(sluice_dq *dq, size_t offset, size_t limit, sluice_dq_dead_cb *cb,

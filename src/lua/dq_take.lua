@@ -5,7 +5,7 @@
 -- ARGV: retention ms, batch (1..1000), visibility ms, max attempts (0 = no
 -- limit), consumer id, its longest sleep (max_poll_ms).
 -- Returns {now us, next wake-up ms or -1, count, first delivery token,
--- then per message: id, attempt, due ms, payload}. The k-th message's
+-- then per message: id, attempt, priority * 2^43 + due ms, payload}. The k-th message's
 -- delivery token is the first + k - 1: tokens come from the queue's counter
 -- h['#dlv'] (gaps allowed) and are kept in a<id> until the ack, so a later
 -- delivery of any message of the queue, hence of this one, always has a
@@ -60,8 +60,9 @@ if #late > 0 then
 end
 
 local out = {now_us, -1, 0, 0}
--- The first n due members (cand: member, due time), highest priority
--- first, and the earliest due time after them (nextdue).
+-- The first n due members (cand: member, score: priority * DQ_BAND + due
+-- time), highest priority first, and the earliest due time after them
+-- (nextdue).
 local pmax = tonumber(redis.call('HGET', h, '#pmax') or '0')
 local cand, n, nextdue
 if pmax == 0 then
@@ -76,7 +77,7 @@ else
                          batch - n + 1)
     local k = 0
     while n < batch and r[2 * k + 2] and tonumber(r[2 * k + 2]) - lo <= now do
-      cand[2 * n + 1], cand[2 * n + 2] = r[2 * k + 1], tonumber(r[2 * k + 2]) - lo
+      cand[2 * n + 1], cand[2 * n + 2] = r[2 * k + 1], r[2 * k + 2]
       n, k = n + 1, k + 1
     end
     local due = r[2 * k + 2] and tonumber(r[2 * k + 2]) - lo
