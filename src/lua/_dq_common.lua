@@ -91,6 +91,27 @@ end
 -- z's score for member m due at `due`.
 local function zscore(m, due) return seq_pri(m) * DQ_BAND + due end
 
+-- A message a push replaced (dq_push.lua) has a version in front of its
+-- p<id>: byte 255, then 16 decimal digits (Redis's clock in us), then the
+-- sequence prefix and payload as usual; in p<id>, so an ack or cancel has
+-- no field more to delete. pv: a p<id> value of the new layout.
+local function pv_version(pv)
+  if string.byte(pv, 1) ~= 255 then return 0, pv end
+  return tonumber(string.sub(pv, 2, 17)), string.sub(pv, 18)
+end
+
+local function pv_payload(pv)
+  if string.byte(pv, 1) == 255 then pv = string.sub(pv, 18) end
+  return string.sub(pv, (seq_len(pv) or 0) + 1)
+end
+
+local function pv_seq(pv)
+  local _, rest = pv_version(pv)
+  return string.sub(rest, 1, seq_len(rest) or 0)
+end
+
+local function ver_enc(v) return '\255' .. string.format('%016d', v) end
+
 -- Integer x in decimal: Lua prints numbers with %.14g, exact below 1e14.
 local function dec(x)
   if x < 1e14 then return x end

@@ -50,7 +50,6 @@ for k = 1, #dls do
     if op == 'a' then
       hdel[#hdel + 1] = 'p' .. id
       hdel[#hdel + 1] = 'a' .. id
-      hdel[#hdel + 1] = 'v' .. id -- a replacing push's version (dq_push.lua)
       if not seq_len(av) then hdel[#hdel + 1] = 's' .. id end
     elseif op == 'x' then
       set_attempts(h, id, av, a - 1)

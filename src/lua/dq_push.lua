@@ -6,7 +6,8 @@
 --   'r' replace it: payload, due time and priority become this push's, and
 --       it counts as pushed now (a new sequence number); '@' .. version may
 --       follow (a replay from the client's record: applied only if the
---       message's version, v<id>, is older);
+--       message's version, in front of its p<id> (_dq_common.lua), is
+--       older);
 --   'l' push its due time later: to this push's due time if that is later;
 --       payload and priority stay.
 -- Without 'r' or 'l' an existing id is refused, as is, with 'r' or 'l', a
@@ -42,15 +43,13 @@ local function parse_mode(m)
   return tonumber(p) or 0, op ~= '' and op or nil, tonumber(ver)
 end
 
--- Message id, already in h (pv = p<id>, av = a<id>, vv = v<id>): replace
--- it or move its due time later, as op says (s: this push's sequence
--- prefix). Returns its due time (-2: in flight or dead), its version, and
--- whether z changed.
-local function change(id, op, due, s, payload, ver, pv, av, vv)
+-- Message id, already in h (pv = p<id>, av = a<id>, sv = s<id>: only in
+-- the old layout): replace it or move its due time later, as op says (s:
+-- this push's sequence prefix). Returns its due time (-2: in flight or
+-- dead), its version, and whether z changed.
+local function change(id, op, due, s, payload, ver, pv, av, sv)
   if redis.call('ZSCORE', f, id) or redis.call('ZSCORE', d, id) then return -2, 0, false end
-  local pre = attempts_split(av) or string.sub(pv, 1, seq_len(pv) or 0)
-  if pre == '' then pre = redis.call('HGET', h, 's' .. id) or '' end
-  local old = pre .. id
+  local old = (sv or attempts_split(av) or pv_seq(pv)) .. id
   local sc = redis.call('ZSCORE', z, old)
   if not sc then return -2, 0, false end
   local cur = tonumber(sc) - seq_pri(old) * DQ_BAND
@@ -59,16 +58,16 @@ local function change(id, op, due, s, payload, ver, pv, av, vv)
     redis.call('ZADD', z, zscore(old, due), old)
     return due, 0, true
   end
-  local have = tonumber(vv or '0')
+  local have = sv and 0 or pv_version(pv)
   if ver and ver <= have then return cur, have, false end -- a newer write is there
   ver = ver or math.max(now_us, have + 1)
   local _, a = attempts_split(av)
-  local hargs = {'p' .. id, s .. payload, 'v' .. id, dec(ver)}
-  if av then hargs[5], hargs[6] = 'a' .. id, s .. a end
+  local hargs = {'p' .. id, ver_enc(ver) .. s .. payload}
+  if av then hargs[3], hargs[4] = 'a' .. id, s .. a end
   redis.call('HSET', h, unpack(hargs))
   redis.call('ZADD', z, zscore(s, due), s .. id)
   redis.call('ZREM', z, old) -- after the ZADD: z is never emptied here
-  if not seq_len(pv) then redis.call('HDEL', h, 's' .. id) end
+  if sv then redis.call('HDEL', h, 's' .. id) end
   return due, ver, true
 end
 
@@ -92,19 +91,19 @@ for i = 0, n - 1 do
     add = redis.call('HSETNX', h, 'p' .. id, s .. payload) == 1
   else
     anyr = anyr or (op == 'r' and not ver)
-    local cur = redis.call('HMGET', h, 'p' .. id, 'a' .. id, 'v' .. id)
+    local cur = redis.call('HMGET', h, 'p' .. id, 'a' .. id, 's' .. id)
     if cur[1] then
       res, version, changed = change(id, op, due, s, payload, ver, cur[1], cur[2], cur[3])
       if op == 'l' then pri = 0 end -- kept: no higher than #pmax already
     else
       version = ver or now_us
-      redis.call('HSET', h, 'p' .. id, s .. payload, 'v' .. id, dec(version))
+      redis.call('HSET', h, 'p' .. id, ver_enc(version) .. s .. payload)
       add = true
     end
   end
   if add then
     res, changed = due, true
-    zargs[zn + 1], zargs[zn + 2], zn = zscore(s, due), s .. id, zn + 2
+    zargs[zn + 1], zargs[zn + 2], zn = pri > 0 and zscore(s, due) or due, s .. id, zn + 2
     if zn == 2000 then
       redis.call('ZADD', z, unpack(zargs, 1, zn))
       zn = 0
@@ -115,10 +114,11 @@ for i = 0, n - 1 do
     if due > maxdue then maxdue = due end
     if not mindue or due < mindue then mindue = due end
   end
-  out[i + 1], vers[i + 1] = res, version
+  out[i + 1] = res
+  if op == 'r' then vers[i + 1] = version end
 end
 if anyr then
-  for i = 1, n do out[n + i] = vers[i] end
+  for i = 1, n do out[n + i] = vers[i] or 0 end
 end
 if not mindue then return out end
 if zn > 0 then redis.call('ZADD', z, unpack(zargs, 1, zn)) end

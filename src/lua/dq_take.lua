@@ -5,7 +5,8 @@
 -- ARGV: retention ms, batch (1..1000), visibility ms, max attempts (0 = no
 -- limit), consumer id, its longest sleep (max_poll_ms).
 -- Returns {now us, next wake-up ms or -1, count, first delivery token,
--- then per message: id, attempt, priority * 2^43 + due ms, payload}. The k-th message's
+-- then per message: id, attempt, priority * 2^43 + due ms (its score in z),
+-- payload}. The k-th message's
 -- delivery token is the first + k - 1: tokens come from the queue's counter
 -- h['#dlv'] (gaps allowed) and are kept in a<id> until the ack, so a later
 -- delivery of any message of the queue, hence of this one, always has a
@@ -104,7 +105,7 @@ if n > 0 then
       local id = string.sub(fields[i], 2)
       local _, a = attempts_split(v[n + i])
       local payload = v[i]
-      if seqs[i] ~= '' then payload = string.sub(payload, (seq_len(payload) or 0) + 1) end
+      if seqs[i] ~= '' then payload = pv_payload(payload) end
       zargs[#zargs + 1] = deadline
       zargs[#zargs + 1] = id
       hargs[#hargs + 1] = fields[n + i]
