@@ -185,8 +185,9 @@ end
 -- horizon only grows: when `need` passes it, all five keys move to the new
 -- horizon; otherwise only the keys this script wrote (the set `wrote`: one
 -- it re-created has no expiry yet) get the current one again.
-local function dq_expire(h, need, ret, wrote)
-  local exp = tonumber(redis.call('HGET', h, '#exp') or '0')
+-- `exp`: '#exp' as the caller read it already (nil: read it here).
+local function dq_expire(h, need, ret, wrote, exp)
+  exp = tonumber(exp or redis.call('HGET', h, '#exp') or '0')
   if need > exp then
     exp = need + math.floor(ret / 8)
     redis.call('HSET', h, '#exp', exp)

@@ -64,7 +64,10 @@ local out = {now_us, -1, 0, 0}
 -- The first n due members (cand: member, score: priority * DQ_BAND + due
 -- time), highest priority first, and the earliest due time after them
 -- (nextdue).
-local pmax = tonumber(redis.call('HGET', h, '#pmax') or '0')
+-- '#exp' with it: dq_expire then reads nothing more (an idle consumer's
+-- take costs Redis the same commands as before priorities).
+local hv = redis.call('HMGET', h, '#pmax', '#exp')
+local pmax = tonumber(hv[1] or '0')
 local cand, n, nextdue
 if pmax == 0 then
   cand, n = redis.call('ZRANGE', z, 0, batch, 'WITHSCORES'), 0
@@ -163,7 +166,7 @@ if n < batch then
   end
   wrote[c] = true
 end
-if next(wrote) then dq_expire(h, now + vis + ret, ret, wrote) end
+if next(wrote) then dq_expire(h, now + vis + ret, ret, wrote, hv[2] or '0') end
 if n > 0 and pmax == 0 then redis.call('ZREMRANGEBYRANK', z, 0, n - 1) end
 if n > 0 and pmax > 0 then
   local ms = {}
