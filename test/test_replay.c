@@ -773,6 +773,41 @@ static void test_restart_aof_everysec(void) {
 
 static void test_restart_empty(void) { restart(NULL, 0); }
 
+/* Replacing pushes of one message, with a priority, survive a restart
+ * without persistence: the record sends them again in order, each with the
+ * version Redis gave it, so the message ends as the last one left it. */
+static void test_restart_replace_replayed(void) {
+  th_redis r;
+  sluice_client *c;
+  struct event_base *base = one_start(&r, NULL, &c);
+  sluice_dq *dq = dqt_queue(c, "t");
+  static const char *const payloads[] = {"one", "two", "three"};
+  for (int i = 0; i < 3; i++) {
+    dqt_push p = {0};
+    sluice_dq_item it = {payloads[i], strlen(payloads[i]), 60000, 0, "m"};
+    TH_ASSERT_EQ(sluice_dq_push_ex(dq, &it, 4, SLUICE_DQ_REPLACE, dqt_on_push, &p), SLUICE_OK);
+    TH_ASSERT(th_loop_until(base, &p.done, 5000));
+    TH_ASSERT_EQ(p.status, SLUICE_OK);
+  }
+  redisReply *before = th_redis_command(&r, "HGET sluice:dq:{t}:h pm");
+  th_redis_respawn(&r, NULL);
+  TH_LOOP_UNTIL(base, metrics(c).replay_pushes >= 3, 10000);
+  TH_ASSERT_EQ(metrics(c).replay_pushes, 3);
+  TH_ASSERT_EQ(th_redis_int(&r, "HGET sluice:dq:{t}:h #pmax"), 4);
+  TH_ASSERT_EQ(th_redis_int(&r, "ZCARD sluice:dq:{t}:z"), 1);
+  /* The same value: version (byte 255 and 16 digits), sequence, payload. */
+  redisReply *after = th_redis_command(&r, "HGET sluice:dq:{t}:h pm");
+  TH_ASSERT(before && before->type == REDIS_REPLY_STRING && before->len > 22);
+  TH_ASSERT(after && after->type == REDIS_REPLY_STRING && after->len == before->len);
+  TH_ASSERT_EQ((unsigned char)after->str[0], 255);
+  TH_ASSERT(memcmp(after->str, before->str, 17) == 0); /* the version */
+  TH_ASSERT(memcmp(after->str + after->len - 5, "three", 5) == 0);
+  freeReplyObject(before);
+  freeReplyObject(after);
+  sluice_dq_free(dq);
+  one_finish(&r, base, c);
+}
+
 static void redis_ok(const th_redis *r, const char *command) {
   redisReply *reply = th_redis_command(r, command);
   TH_ASSERT(reply && reply->type == REDIS_REPLY_STATUS);
@@ -1101,6 +1136,7 @@ int main(int argc, char **argv) {
       {"cluster_restarted_empty_master", test_cluster_restarted_empty_master, 120},
       {"restart_aof_everysec", test_restart_aof_everysec, 60},
       {"restart_empty", test_restart_empty, 60},
+      {"restart_replace_replayed", test_restart_replace_replayed, 60},
       {"restart_late_answer", test_restart_late_answer, 60},
       {"restart_unrenewed", test_restart_unrenewed, 60},
       {"restart_slow_node", test_restart_slow_node, 60},

@@ -106,6 +106,36 @@ typedef void sluice_dq_push_cb(sluice_dq *dq, int status, const char *id, int64_
 SLUICE_EXPORT int sluice_dq_push(sluice_dq *dq, const sluice_dq_item *item, sluice_dq_push_cb *cb,
                                  void *userdata);
 
+/* Highest message priority (sluice_dq_push_ex); the default is 0. */
+#define SLUICE_DQ_PRIORITY_MAX 9
+
+/* What sluice_dq_push_ex does when a message with the item's id is
+ * already in the queue. */
+typedef enum sluice_dq_if_exists {
+  /* Refuse the push: SLUICE_EEXIST, nothing changes (sluice_dq_push). */
+  SLUICE_DQ_REFUSE = 0,
+  /* Replace the waiting message, atomically: its payload, due time and
+   * priority become this push's, and it counts as pushed now (for the
+   * order among equal due times). Debounce: push with a delay and this. */
+  SLUICE_DQ_REPLACE = 1,
+  /* Move the waiting message's due time to this push's if that is later;
+   * its payload and priority stay. */
+  SLUICE_DQ_POSTPONE = 2
+} sluice_dq_if_exists;
+
+/* sluice_dq_push with a priority (0..SLUICE_DQ_PRIORITY_MAX): among due
+ * messages a higher priority is taken first, then the earlier due time,
+ * then the earlier push; retries, redeliveries and dead-letter requeues
+ * keep it. if_exists says what happens to a queued message of the same id
+ * (SLUICE_DQ_REFUSE is sluice_dq_push's behaviour); with SLUICE_DQ_REPLACE
+ * or SLUICE_DQ_POSTPONE a message that is in flight (taken) or dead is
+ * left as it is and cb gets SLUICE_EBUSY; a missing one is pushed. cb's
+ * due_ms is the message's due time afterwards (a postponed message keeps a
+ * later one it had). SLUICE_EINVAL also for a priority or if_exists out of
+ * range. */
+SLUICE_EXPORT int sluice_dq_push_ex(sluice_dq *dq, const sluice_dq_item *item, unsigned priority,
+                                    int if_exists, sluice_dq_push_cb *cb, void *userdata);
+
 typedef struct sluice_dq_push_result {
   const char *id;
   int status;     /* SLUICE_OK or SLUICE_EEXIST */
@@ -151,6 +181,11 @@ typedef void sluice_dq_info_cb(sluice_dq *dq, int status, const sluice_dq_info *
 
 /* Count messages by state and peek at the next due one. */
 SLUICE_EXPORT int sluice_dq_inspect(sluice_dq *dq, sluice_dq_info_cb *cb, void *userdata);
+
+/* sluice_dq_inspect, with the priority of info->next_id (0 if none). */
+typedef void sluice_dq_info_ex_cb(sluice_dq *dq, int status, const sluice_dq_info *info,
+                                  unsigned next_priority, void *userdata);
+SLUICE_EXPORT int sluice_dq_inspect_ex(sluice_dq *dq, sluice_dq_info_ex_cb *cb, void *userdata);
 
 typedef struct sluice_dq_dead_entry {
   const char *id;
@@ -236,6 +271,8 @@ SLUICE_EXPORT const void *sluice_dq_msg_payload(const sluice_dq_msg *msg, size_t
 SLUICE_EXPORT unsigned sluice_dq_msg_attempt(const sluice_dq_msg *msg);
 /* The due time it was delivered for (unix ms, Redis's clock). */
 SLUICE_EXPORT int64_t sluice_dq_msg_due_ms(const sluice_dq_msg *msg);
+/* Its priority (sluice_dq_push_ex; 0 for NULL). */
+SLUICE_EXPORT unsigned sluice_dq_msg_priority(const sluice_dq_msg *msg);
 /* Local estimate of the visibility time left (0 once passed). */
 SLUICE_EXPORT int64_t sluice_dq_msg_remaining_ms(const sluice_dq_msg *msg);
 

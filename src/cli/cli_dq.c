@@ -17,7 +17,8 @@
 
 static void dq_usage(FILE *out) {
   fputs(
-      "usage: sluice dq push QUEUE [--delay MS | --at UNIX_MS] [--id ID] [PAYLOAD | -]\n"
+      "usage: sluice dq push QUEUE [--delay MS | --at UNIX_MS] [--id ID] [--priority N]\n"
+      "                      [--replace | --postpone] [PAYLOAD | -]\n"
       "       sluice dq consume QUEUE [--concurrency N] [--visibility MS] [--timeout MS]\n"
       "                         [--max-attempts N] [--retry-delay MS] [--count N] -- CMD [ARGS]\n"
       "       sluice dq status QUEUE\n",
@@ -29,8 +30,14 @@ static void dq_usage(FILE *out) {
       "  1 MiB) due after --delay MS (default 0) or at --at UNIX_MS on Redis's\n"
       "  clock; prints the message id. --id sets the id; if a message with that\n"
       "  id is still queued nothing is pushed and the exit status is 1.\n"
+      "  --priority N (0..9, default 0): due messages of a higher priority go first.\n"
+      "  --replace (with --id): a queued message with that id gets this payload, due\n"
+      "    time and priority (debounce: push each change with a --delay);\n"
+      "  --postpone (with --id): its due time moves to this one if later. Either\n"
+      "    exits 1 if the message is in flight or dead, and pushes a missing one.\n"
       "consume: run CMD once per due message with the payload on its stdin and\n"
-      "  SLUICE_DQ_QUEUE, SLUICE_DQ_ID, SLUICE_DQ_ATTEMPT in its environment.\n"
+      "  SLUICE_DQ_QUEUE, SLUICE_DQ_ID, SLUICE_DQ_ATTEMPT, SLUICE_DQ_PRIORITY in its\n"
+      "  environment.\n"
       "  Exit 0 acknowledges the message; any other status, or death by a signal,\n"
       "  retries it after --retry-delay MS (default 1000); after --max-attempts N\n"
       "  deliveries (default 5, 0 = no limit) it goes to the dead letters.\n"
@@ -81,6 +88,10 @@ static int push_failed(const cli_ctx *ctx, const push_state *p, int explicit_id)
     cli_error("a message with id '%s' is already queued", cli_echo(p->id));
     return cli_exit_status(p->call.status, 0);
   }
+  if (p->call.status == SLUICE_EBUSY) { /* --replace, --postpone: taken or dead */
+    cli_error("the message with id '%s' is in flight or dead: left as it is", cli_echo(p->id));
+    return CLI_EXIT_NO;
+  }
   /* Sent, then no answer: Redis may have run it. Pushing again under the
    * same id is safe while the message is queued (exit 1 then says it is). */
   if ((p->call.status == SLUICE_EINDOUBT || p->call.status == SLUICE_ETIMEDOUT) && p->id[0]) {
@@ -122,8 +133,8 @@ static char *read_stdin(size_t max, size_t *len) {
 
 typedef struct push_args {
   const char *queue, *id, *payload;
-  uint64_t delay, at;
-  int have_delay, have_at;
+  uint64_t delay, at, priority;
+  int have_delay, have_at, if_exists;
 } push_args;
 
 static int push_positional(push_args *a, const char *s) {
@@ -153,6 +164,16 @@ static int parse_push(cli_ctx *ctx, int argc, char **argv, push_args *a) {
       if (cli_number(s, value, 1, (uint64_t)SLUICE_DQ_TIME_MAX, "ms since 1970", &a->at)) return -1;
       a->have_at = 1;
       i++;
+    } else if (!strcmp(s, "--priority")) {
+      if (cli_number(s, value, 0, SLUICE_DQ_PRIORITY_MAX, "", &a->priority)) return -1;
+      i++;
+    } else if (!strcmp(s, "--replace") || !strcmp(s, "--postpone")) {
+      int want = s[2] == 'r' ? SLUICE_DQ_REPLACE : SLUICE_DQ_POSTPONE;
+      if (a->if_exists && a->if_exists != want) {
+        cli_error("--replace and --postpone exclude each other");
+        return -1;
+      }
+      a->if_exists = want;
     } else if (!strcmp(s, "--id")) {
       if (!value) {
         cli_error("--id needs a value");
@@ -172,6 +193,7 @@ static int parse_push(cli_ctx *ctx, int argc, char **argv, push_args *a) {
   if (!a->queue) cli_error("missing QUEUE");
   else if (cli_check_len("QUEUE", a->queue, SLUICE_NAME_MAX)) return -1;
   else if (a->have_delay && a->have_at) cli_error("--delay and --at exclude each other");
+  else if (a->if_exists && !a->id) cli_error("--replace and --postpone need --id");
   else return 0;
   return -1;
 }
@@ -196,7 +218,8 @@ static int cmd_push(int argc, char **argv) {
   push_state p = {{&ctx, 0, 0}, ""};
   if (rc == CLI_EXIT_OK) {
     rc = sluice_dq_new(ctx.client, a.queue, NULL, &dq);
-    if (rc == SLUICE_OK) rc = sluice_dq_push(dq, &it, on_pushed, &p);
+    if (rc == SLUICE_OK)
+      rc = sluice_dq_push_ex(dq, &it, (unsigned)a.priority, a.if_exists, on_pushed, &p);
     if (rc != SLUICE_OK) {
       rc = cli_fail(&ctx, rc, 0, "cannot push");
     } else {
@@ -211,7 +234,8 @@ static int cmd_push(int argc, char **argv) {
 
 /* ---- status ----------------------------------------------------------------- */
 
-static void on_info(sluice_dq *dq, int status, const sluice_dq_info *in, void *ud) {
+static void on_info(sluice_dq *dq, int status, const sluice_dq_info *in, unsigned priority,
+                    void *ud) {
   cli_call_done(ud, status);
   if (status != SLUICE_OK) return;
   printf("queue      %s\n", cli_clean(sluice_dq_name(dq)));
@@ -221,8 +245,8 @@ static void on_info(sluice_dq *dq, int status, const sluice_dq_info *in, void *u
          (unsigned long long)in->expired);
   printf("dead       %llu\n", (unsigned long long)in->dead);
   if (in->next_id)
-    printf("next       %s due at %lld (in %lld ms)\n", cli_clean(in->next_id),
-           (long long)in->next_due_ms, (long long)(in->next_due_ms - in->now_ms));
+    printf("next       %s due at %lld (in %lld ms), priority %u\n", cli_clean(in->next_id),
+           (long long)in->next_due_ms, (long long)(in->next_due_ms - in->now_ms), priority);
   else printf("next       -\n");
 }
 
@@ -236,7 +260,7 @@ static int cmd_status(int argc, char **argv) {
   sluice_dq *dq = NULL;
   cli_call call = {&ctx, 0, 0};
   rc = sluice_dq_new(ctx.client, queue, NULL, &dq);
-  if (rc == SLUICE_OK) rc = sluice_dq_inspect(dq, on_info, &call);
+  if (rc == SLUICE_OK) rc = sluice_dq_inspect_ex(dq, on_info, &call);
   if (rc == SLUICE_OK) rc = cli_call_wait(&call);
   if (rc != SLUICE_OK) rc = cli_fail(&ctx, rc, 0, "cannot read queue '%s'", cli_echo(queue));
   sluice_dq_free(dq);
@@ -334,8 +358,9 @@ static const int stop_signals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
 
 /* Runs in the forked child; never returns. */
 static void exec_cmd(consume_state *st, sluice_dq_msg *msg, int in_fd, int err_fd) {
-  char attempt[16];
+  char attempt[16], priority[16];
   snprintf(attempt, sizeof attempt, "%u", sluice_dq_msg_attempt(msg));
+  snprintf(priority, sizeof priority, "%u", sluice_dq_msg_priority(msg));
   /* Our own process group: a Ctrl-C at the terminal reaches only the tool
    * (which then drains), and the watchdog can kill CMD's children too. */
   setpgid(0, 0);
@@ -351,6 +376,7 @@ static void exec_cmd(consume_state *st, sluice_dq_msg *msg, int in_fd, int err_f
   setenv("SLUICE_DQ_QUEUE", st->queue, 1);
   setenv("SLUICE_DQ_ID", sluice_dq_msg_id(msg), 1);
   setenv("SLUICE_DQ_ATTEMPT", attempt, 1);
+  setenv("SLUICE_DQ_PRIORITY", priority, 1);
   /* libevent's handlers must not run here: back to defaults, then unblock. */
   for (size_t i = 0; i < sizeof stop_signals / sizeof stop_signals[0]; i++)
     signal(stop_signals[i], SIG_DFL);

@@ -116,7 +116,9 @@ enum { DQ_KEY_DELAYED, DQ_KEY_FLIGHT, DQ_KEY_DEAD, DQ_KEY_HASH, DQ_KEY_CONSUMERS
  * ARGV: 1 retention_ms, 2 batch, 3 visibility_ms, 4 max_attempts (0: none),
  *       5 consumer id, 6 max_poll_ms.
  * Reply: {now us, next wake-up ms or -1, count, first delivery token, then
- * id, attempt, due ms, payload per message (the k-th's token: first + k)}. */
+ * id, attempt, priority * DQ_PRIORITY_BAND + due ms, payload per message
+ * (the k-th's token: first + k)}. */
+#define DQ_PRIORITY_BAND (INT64_C(1) << 43) /* _dq_common.lua's DQ_BAND */
 #define DQ_TAKE_ARGS (DQ_NKEYS + 6)
 #define DQ_TAKE_NUMS 5
 #define DQ_TAKE_HEAD 4 /* reply elements before the messages */

@@ -16,7 +16,16 @@
 #include "dq/dq.h"
 #include "dq/dq_sched.h"
 
-enum req_kind { REQ_PUSH, REQ_BATCH, REQ_CANCEL, REQ_INSPECT, REQ_DEAD, REQ_REQUEUE, REQ_EXT };
+enum req_kind {
+  REQ_PUSH,
+  REQ_BATCH,
+  REQ_CANCEL,
+  REQ_INSPECT,
+  REQ_INSPECT_EX,
+  REQ_DEAD,
+  REQ_REQUEUE,
+  REQ_EXT
+};
 
 /* The user's callback; the request's kind says which member is set. */
 typedef union dq_cb {
@@ -24,6 +33,7 @@ typedef union dq_cb {
   sluice_dq_batch_cb *batch;
   sluice_dq_status_cb *cancel;
   sluice_dq_info_cb *inspect;
+  sluice_dq_info_ex_cb *inspect_ex;
   sluice_dq_dead_cb *dead;
   sluice_dq_count_cb *requeue;
   sluice__dq_ext_fn *ext; /* another file's step (dq_sched.c) */
@@ -109,6 +119,9 @@ static int64_t int_at(const redisReply *r, size_t i, int *err) {
   return v;
 }
 
+/* dq_push.lua's answer for a message it did not push. */
+static int push_refused(int64_t code) { return code == -2 ? SLUICE_EBUSY : SLUICE_EEXIST; }
+
 static void finish_push(dq_req *r, int status, const redisReply *reply) {
   sluice_dq_push_cb *cb = r->cb.push;
   int64_t due = -1;
@@ -116,7 +129,7 @@ static void finish_push(dq_req *r, int status, const redisReply *reply) {
   if (status == SLUICE_OK) {
     due = int_at(reply, 0, &err);
     if (err) status = SLUICE_EPROTOCOL, due = -1;
-    else if (due < 0) status = SLUICE_EEXIST;
+    else if (due < 0) status = push_refused(due), due = -1;
   }
   if (status == SLUICE_OK) r->dq->m.pushed++;
   else if (status == SLUICE_EEXIST) r->dq->m.duplicates++;
@@ -132,10 +145,11 @@ static void finish_batch(dq_req *r, int status, const redisReply *reply) {
   for (size_t i = 0; res && i < r->n; i++) {
     res[i].id = r->ids[i];
     res[i].due_ms = int_at(reply, i, &err);
-    res[i].status = res[i].due_ms < 0 ? SLUICE_EEXIST : SLUICE_OK;
+    res[i].status = res[i].due_ms < 0 ? push_refused(res[i].due_ms) : SLUICE_OK;
     if (res[i].due_ms < 0) res[i].due_ms = -1;
     if (res[i].status == SLUICE_OK) r->dq->m.pushed++;
-    else r->dq->m.duplicates++;
+    else if (res[i].status == SLUICE_EEXIST) r->dq->m.duplicates++;
+    else r->dq->m.errors++;
   }
   if (!res) r->dq->m.errors += r->n;
   if (res && err) {
@@ -156,8 +170,8 @@ static void finish_cancel(dq_req *r, int status, const redisReply *reply) {
 }
 
 static void finish_inspect(dq_req *r, int status, const redisReply *reply) {
-  sluice_dq_info_cb *cb = r->cb.inspect;
   sluice_dq_info info = {0};
+  int64_t next_priority = 0;
   char next_id[SLUICE_DQ_ID_MAX + 1];
   int err = 0;
   if (status == SLUICE_OK) {
@@ -168,6 +182,7 @@ static void finish_inspect(dq_req *r, int status, const redisReply *reply) {
     info.expired = (uint64_t)int_at(reply, 4, &err);
     info.dead = (uint64_t)int_at(reply, 5, &err);
     info.next_due_ms = int_at(reply, 7, &err);
+    next_priority = int_at(reply, 8, &err);
     const redisReply *id = sluice__reply_at(reply, 6);
     if (id && id->type == REDIS_REPLY_STRING && id->len <= SLUICE_DQ_ID_MAX) {
       memcpy(next_id, id->str, id->len);
@@ -176,7 +191,10 @@ static void finish_inspect(dq_req *r, int status, const redisReply *reply) {
     }
     if (err) status = SLUICE_EPROTOCOL;
   }
-  cb(r->dq, status, status == SLUICE_OK ? &info : NULL, r->ud);
+  const sluice_dq_info *in = status == SLUICE_OK ? &info : NULL;
+  if (r->kind == REQ_INSPECT_EX)
+    r->cb.inspect_ex(r->dq, status, in, (unsigned)next_priority, r->ud);
+  else r->cb.inspect(r->dq, status, in, r->ud);
 }
 
 /* Dead-letter reply: {total, then id, died, attempts, payload per entry}. */
@@ -230,7 +248,8 @@ static void req_finish(dq_req *r, int status, const redisReply *reply) {
     case REQ_PUSH: finish_push(r, status, reply); break;
     case REQ_BATCH: finish_batch(r, status, reply); break;
     case REQ_CANCEL: finish_cancel(r, status, reply); break;
-    case REQ_INSPECT: finish_inspect(r, status, reply); break;
+    case REQ_INSPECT:
+    case REQ_INSPECT_EX: finish_inspect(r, status, reply); break;
     case REQ_DEAD: finish_dead(r, status, reply); break;
     case REQ_REQUEUE: finish_requeue(r, status, reply); break;
     case REQ_EXT: r->cb.ext(dq, status, reply, r->ud); break;
@@ -244,7 +263,9 @@ static void req_finish(dq_req *r, int status, const redisReply *reply) {
 /* A push Redis answered, kept as the messages it queued (not those it
  * refused as duplicates), each due at the time Redis gave it: sent again
  * as a delay it would count again from the replay. ARGV as dq_push.lua's:
- * retention, then per message id, mode, ms, payload. */
+ * retention, then per message id, mode, ms, payload. A replacing push is
+ * kept with the version Redis gave the message (the reply's second half),
+ * so its replay changes only a message no newer write replaced since. */
 static void record_push(sluice_client *c, const redisReply *reply) {
   int argc;
   const char *const *argv;
@@ -252,7 +273,7 @@ static void record_push(sluice_client *c, const redisReply *reply) {
   if (!sluice__record_on(c) || sluice__answered_args(c, &argc, &argv, &lens) != SLUICE_OK) return;
   size_t n = (size_t)(argc - DQ_NKEYS - 1) / 4, kept = 0;
   sluice__args a;
-  if (reply->type != REDIS_REPLY_ARRAY || reply->elements != n ||
+  if (reply->type != REDIS_REPLY_ARRAY || (reply->elements != n && reply->elements != 2 * n) ||
       sluice__args_init(&a, argc, (int)n) != SLUICE_OK)
     return;
   for (int i = 0; i < DQ_NKEYS; i++) sluice__args_key(&a, argv[i]);
@@ -262,7 +283,18 @@ static void record_push(sluice_client *c, const redisReply *reply) {
     int at = DQ_NKEYS + 1 + 4 * (int)i;
     if (due->type != REDIS_REPLY_INTEGER || due->integer < 0) continue;
     sluice__args_bin(&a, argv[at], lens[at]);
-    sluice__args_str(&a, "a");
+    char mode[48];
+    size_t ml = lens[at + 1] < 8 ? lens[at + 1] : 0, vl = 0;
+    if (ml) memcpy(mode, argv[at + 1], ml);
+    mode[0] = 'a';
+    if (ml && reply->elements == 2 * n && mode[ml - 1] == 'r') {
+      const redisReply *ver = reply->element[n + i];
+      if (ver->type == REDIS_REPLY_INTEGER && ver->integer > 0) {
+        mode[ml] = '@';
+        vl = 1 + sluice__fmt_i64(mode + ml + 1, ver->integer);
+      }
+    }
+    sluice__args_bin(&a, ml ? mode : "a", ml ? ml + vl : 1);
     sluice__args_i64(&a, due->integer);
     sluice__args_bin(&a, argv[at + 3], lens[at + 3]);
     kept++;
@@ -428,13 +460,26 @@ static int usable(const sluice_dq *dq) {
                                                                           : SLUICE_ECLOSED;
 }
 
+/* dq_push.lua's mode of a message: 'a' (at) or 'd' (delay), then the
+ * priority if not 0, then 'r' or 'l' for what to do with an existing id;
+ * its length. */
+static size_t push_mode(char *mode, const sluice_dq_item *it, unsigned priority, int if_exists) {
+  size_t n = 0;
+  mode[n++] = it->at_ms ? 'a' : 'd';
+  if (priority) mode[n++] = (char)('0' + priority);
+  if (if_exists == SLUICE_DQ_REPLACE) mode[n++] = 'r';
+  else if (if_exists == SLUICE_DQ_POSTPONE) mode[n++] = 'l';
+  return n;
+}
+
 /* Validate items, then send them as one dq_push call for r. */
-static int push_items(dq_req *r, const sluice_dq_item *items, size_t n) {
+static int push_items(dq_req *r, const sluice_dq_item *items, size_t n, unsigned priority,
+                      int if_exists) {
   int nargs = 1 + 4 * (int)n, rc = SLUICE_ENOMEM;
   const char **args = malloc((size_t)nargs * sizeof *args);
   size_t *lens = malloc((size_t)nargs * sizeof *lens);
-  char *nums = malloc(n * 24 + 24);
-  if (args && lens && nums) {
+  char *nums = malloc(n * 24 + 24), *modes = malloc(n * 4);
+  if (args && lens && nums && modes) {
     lens[0] = sluice__fmt_u64(nums, r->dq->retention_ms);
     args[0] = nums;
     for (size_t i = 0; i < n; i++) {
@@ -443,7 +488,8 @@ static int push_items(dq_req *r, const sluice_dq_item *items, size_t n) {
       if (it->id) strcpy(r->ids[i], it->id);
       else sluice__random_hex(r->ids[i]);
       args[1 + 4 * i] = r->ids[i], lens[1 + 4 * i] = strlen(r->ids[i]);
-      args[2 + 4 * i] = it->at_ms ? "a" : "d", lens[2 + 4 * i] = 1;
+      lens[2 + 4 * i] = push_mode(modes + 4 * i, it, priority, if_exists);
+      args[2 + 4 * i] = modes + 4 * i;
       lens[3 + 4 * i] = sluice__fmt_i64(num, it->at_ms ? it->at_ms : it->delay_ms);
       args[3 + 4 * i] = num;
       args[4 + 4 * i] = it->len ? (const char *)it->payload : "", lens[4 + 4 * i] = it->len;
@@ -455,13 +501,14 @@ static int push_items(dq_req *r, const sluice_dq_item *items, size_t n) {
   free(args);
   free(lens);
   free(nums);
+  free(modes);
   return rc;
 }
 
 /* Send n valid items as one request, within the client's cap on messages
  * in flight. */
 static int push_request(sluice_dq *dq, enum req_kind kind, dq_cb cb, void *ud,
-                        const sluice_dq_item *items, size_t n) {
+                        const sluice_dq_item *items, size_t n, unsigned priority, int if_exists) {
   int rc = sluice__record_room(dq->c, n);
   if (rc == SLUICE_OK) rc = sluice__client_reserve(dq->c, SLUICE__CAP_PUSHES, n);
   if (rc != SLUICE_OK) {
@@ -469,7 +516,7 @@ static int push_request(sluice_dq *dq, enum req_kind kind, dq_cb cb, void *ud,
     return rc;
   }
   dq_req *r = req_new(dq, kind, cb, ud, n);
-  rc = r ? push_items(r, items, n) : SLUICE_ENOMEM;
+  rc = r ? push_items(r, items, n, priority, if_exists) : SLUICE_ENOMEM;
   if (rc != SLUICE_OK) sluice__client_release(dq->c, SLUICE__CAP_PUSHES, n);
   else dq->m.in_flight += n;
   return rc;
@@ -479,7 +526,18 @@ int sluice_dq_push(sluice_dq *dq, const sluice_dq_item *item, sluice_dq_push_cb 
   int rc = usable(dq);
   if (rc == SLUICE_OK) rc = check_item(item);
   if (rc != SLUICE_OK) return rc;
-  return push_request(dq, REQ_PUSH, (dq_cb){.push = cb}, ud, item, 1);
+  return push_request(dq, REQ_PUSH, (dq_cb){.push = cb}, ud, item, 1, 0, SLUICE_DQ_REFUSE);
+}
+
+int sluice_dq_push_ex(sluice_dq *dq, const sluice_dq_item *item, unsigned priority, int if_exists,
+                      sluice_dq_push_cb *cb, void *ud) {
+  int rc = usable(dq);
+  if (rc == SLUICE_OK) rc = check_item(item);
+  if (rc != SLUICE_OK) return rc;
+  if (priority > SLUICE_DQ_PRIORITY_MAX || if_exists < SLUICE_DQ_REFUSE ||
+      if_exists > SLUICE_DQ_POSTPONE)
+    return SLUICE_EINVAL;
+  return push_request(dq, REQ_PUSH, (dq_cb){.push = cb}, ud, item, 1, priority, if_exists);
 }
 
 int sluice_dq_push_batch(sluice_dq *dq, const sluice_dq_item *items, size_t n,
@@ -489,7 +547,7 @@ int sluice_dq_push_batch(sluice_dq *dq, const sluice_dq_item *items, size_t n,
   if (!items || n < 1 || n > SLUICE_DQ_BATCH_MAX) return SLUICE_EINVAL;
   for (size_t i = 0; i < n; i++)
     if ((rc = check_item(&items[i])) != SLUICE_OK) return rc;
-  return push_request(dq, REQ_BATCH, (dq_cb){.batch = cb}, ud, items, n);
+  return push_request(dq, REQ_BATCH, (dq_cb){.batch = cb}, ud, items, n, 0, SLUICE_DQ_REFUSE);
 }
 
 /* ---- cancel, inspection, dead letters -------------------------------------- */
@@ -503,13 +561,21 @@ int sluice_dq_cancel(sluice_dq *dq, const char *id, sluice_dq_status_cb *cb, voi
   return req_send(r, &sluice__lua_dq_cancel, 1, &id, NULL);
 }
 
-int sluice_dq_inspect(sluice_dq *dq, sluice_dq_info_cb *cb, void *ud) {
+static int inspect(sluice_dq *dq, enum req_kind kind, dq_cb cb, void *ud) {
   int rc = usable(dq);
   if (rc != SLUICE_OK) return rc;
-  if (!cb) return SLUICE_EINVAL;
-  dq_req *r = req_new(dq, REQ_INSPECT, (dq_cb){.inspect = cb}, ud, 0);
+  if (!cb.inspect && !cb.inspect_ex) return SLUICE_EINVAL;
+  dq_req *r = req_new(dq, kind, cb, ud, 0);
   if (!r) return SLUICE_ENOMEM;
   return req_send(r, &sluice__lua_dq_status, 0, NULL, NULL);
+}
+
+int sluice_dq_inspect(sluice_dq *dq, sluice_dq_info_cb *cb, void *ud) {
+  return inspect(dq, REQ_INSPECT, (dq_cb){.inspect = cb}, ud);
+}
+
+int sluice_dq_inspect_ex(sluice_dq *dq, sluice_dq_info_ex_cb *cb, void *ud) {
+  return inspect(dq, REQ_INSPECT_EX, (dq_cb){.inspect_ex = cb}, ud);
 }
 
 int sluice_dq_dead_list(sluice_dq *dq, size_t offset, size_t limit, sluice_dq_dead_cb *cb,

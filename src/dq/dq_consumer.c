@@ -235,7 +235,8 @@ static sluice_dq_msg *msg_from_reply(sluice_dq_consumer *con, const redisReply *
   m->con = con;
   m->attempt = (unsigned)attempt;
   m->token = token;
-  m->due_ms = due;
+  m->priority = (unsigned)(due / DQ_PRIORITY_BAND);
+  m->due_ms = due % DQ_PRIORITY_BAND;
   m->deadline_ms = con->take_sent_ms + con->o.visibility_ms;
   m->len = p->len;
   memcpy(m->payload, p->str, p->len);
@@ -522,6 +523,8 @@ const void *sluice_dq_msg_payload(const sluice_dq_msg *m, size_t *len) {
 unsigned sluice_dq_msg_attempt(const sluice_dq_msg *m) { return m ? m->attempt : 0; }
 uint64_t sluice_dq_msg_delivery(const sluice_dq_msg *m) { return m ? m->token : 0; }
 int64_t sluice_dq_msg_due_ms(const sluice_dq_msg *m) { return m ? m->due_ms : -1; }
+
+unsigned sluice_dq_msg_priority(const sluice_dq_msg *m) { return m ? m->priority : 0; }
 
 int64_t sluice_dq_msg_remaining_ms(const sluice_dq_msg *m) {
   uint64_t now = sluice__mono_ms();

@@ -15,6 +15,7 @@ struct sluice_dq_msg {
   unsigned attempt;
   uint64_t token; /* delivery token (dq_take.lua) */
   int64_t due_ms;
+  unsigned priority;
   uint64_t deadline_ms; /* monotonic, conservative */
   /* lease (dq_lease.c) */
   sluice__list exts;     /* extensions sent for it, not answered */

@@ -22,6 +22,16 @@
 -- release adds the token there too) and s<id> = the 12 digits;
 -- such a message keeps that layout until it is acknowledged (a hex digit is
 -- never below '0', a length byte always is).
+--
+-- Priorities (0..9). A message's priority is in its sequence prefix's first
+-- byte: k (the length, 1..8) for priority 0, as before, and
+-- 128 + 8 (p - 1) + k - 1 for priority p >= 1 (above every hex digit, and
+-- still numeric order within one priority). In z a message is scored
+-- p * DQ_BAND + its due time: each priority is a band of the one sorted set,
+-- so a requeue (late, retry, release, dead letter), which keeps the prefix,
+-- keeps the priority. h['#pmax'] is the highest priority ever pushed (it
+-- only grows): a take reads the bands from it down to 0, one range read
+-- each, and a queue that never had one reads z as before.
 
 -- Why no consumer's fate stalls another (liveness). Let E be the earliest
 -- time anything becomes takeable: the head of z, or the first deadline of
@@ -44,8 +54,9 @@ local DQ_STALE_MS = 10000 -- an entry of c this far in the past is a gone consum
 -- The encoded sequence number n. A push encodes one per message, so the
 -- bytes go through one table kept for the script's run, not a new one each:
 -- garbage Redis 8 counts as used memory until Lua collects it.
+-- With priority p (0..9, default 0) in the first byte (above).
 local seq_bytes = {}
-local function seq_enc(n)
+local function seq_enc(n, p)
   local k, m = 0, n
   repeat
     k, m = k + 1, math.floor(m / 256)
@@ -54,16 +65,52 @@ local function seq_enc(n)
     seq_bytes[i] = n % 256
     n = math.floor(n / 256)
   end
-  return string.char(k, unpack(seq_bytes, 1, k))
+  local b = k
+  if p and p > 0 then b = 127 + 8 * (p - 1) + k end
+  return string.char(b, unpack(seq_bytes, 1, k))
 end
+
+local DQ_BAND = 8796093022208 -- 2^43: one priority's band of scores in z
 
 -- Length of the encoded sequence number that starts s; nil for the old
 -- layout (or an empty s).
 local function seq_len(s)
   local b = string.byte(s, 1)
   if b and b <= 8 then return b + 1 end
+  if b and b >= 128 and b < 200 then return (b - 128) % 8 + 2 end
   return nil
 end
+
+-- The priority in a sequence prefix (or a member or value it starts).
+local function seq_pri(s)
+  local b = string.byte(s, 1)
+  if b and b >= 128 and b < 200 then return math.floor((b - 128) / 8) + 1 end
+  return 0
+end
+
+-- z's score for member m due at `due`.
+local function zscore(m, due) return seq_pri(m) * DQ_BAND + due end
+
+-- A message a push replaced (dq_push.lua) has a version in front of its
+-- p<id>: byte 255, then 16 decimal digits (Redis's clock in us), then the
+-- sequence prefix and payload as usual; in p<id>, so an ack or cancel has
+-- no field more to delete. pv: a p<id> value of the new layout.
+local function pv_version(pv)
+  if string.byte(pv, 1) ~= 255 then return 0, pv end
+  return tonumber(string.sub(pv, 2, 17)), string.sub(pv, 18)
+end
+
+local function pv_payload(pv)
+  if string.byte(pv, 1) == 255 then pv = string.sub(pv, 18) end
+  return string.sub(pv, (seq_len(pv) or 0) + 1)
+end
+
+local function pv_seq(pv)
+  local _, rest = pv_version(pv)
+  return string.sub(rest, 1, seq_len(rest) or 0)
+end
+
+local function ver_enc(v) return '\255' .. string.format('%016d', v) end
 
 -- Integer x in decimal: Lua prints numbers with %.14g, exact below 1e14.
 local function dec(x)
@@ -138,8 +185,9 @@ end
 -- horizon only grows: when `need` passes it, all five keys move to the new
 -- horizon; otherwise only the keys this script wrote (the set `wrote`: one
 -- it re-created has no expiry yet) get the current one again.
-local function dq_expire(h, need, ret, wrote)
-  local exp = tonumber(redis.call('HGET', h, '#exp') or '0')
+-- `exp`: '#exp' as the caller read it already (nil: read it here).
+local function dq_expire(h, need, ret, wrote, exp)
+  exp = tonumber(exp or redis.call('HGET', h, '#exp') or '0')
   if need > exp then
     exp = need + math.floor(ret / 8)
     redis.call('HSET', h, '#exp', exp)

@@ -18,7 +18,8 @@ local ret, maxa = tonumber(ARGV[1]), tonumber(ARGV[2])
 local out, mindue, maxdue, wrote = {}, nil, now, {}
 
 local function requeue(id, av, due)
-  redis.call('ZADD', z, due, member_of(h, id, av))
+  local m = member_of(h, id, av)
+  redis.call('ZADD', z, zscore(m, due), m)
   wrote[z] = true
   if not mindue or due < mindue then mindue = due end
   if due > maxdue then maxdue = due end

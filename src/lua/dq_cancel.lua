@@ -7,7 +7,7 @@ local v = redis.call('HMGET', h, 'p' .. id, 'a' .. id, 's' .. id)
 if not v[1] then return 0 end
 -- Its member in z: from a<id> once delivered, else from its payload's
 -- sequence prefix; an old-layout message's is s<id> .. id.
-local seq = v[3] or attempts_split(v[2]) or string.sub(v[1], 1, seq_len(v[1]) or 0)
+local seq = v[3] or attempts_split(v[2]) or pv_seq(v[1])
 redis.call('HDEL', h, 'p' .. id, 'a' .. id, 's' .. id)
 redis.call('ZREM', z, seq .. id)
 redis.call('ZREM', f, id)

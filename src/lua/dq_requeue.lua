@@ -21,7 +21,8 @@ for i, id in ipairs(ids) do fields[i] = 'a' .. id end
 local avs = redis.call('HMGET', h, unpack(fields))
 for i, id in ipairs(ids) do
   set_attempts(h, id, avs[i], 0)
-  redis.call('ZADD', z, now, member_of(h, id, avs[i]))
+  local m = member_of(h, id, avs[i])
+  redis.call('ZADD', z, zscore(m, now), m)
 end
 dq_wake(c, now)
 dq_expire(h, now + ret, ret, {[z] = true})

@@ -5,7 +5,8 @@
 -- ARGV: retention ms, batch (1..1000), visibility ms, max attempts (0 = no
 -- limit), consumer id, its longest sleep (max_poll_ms).
 -- Returns {now us, next wake-up ms or -1, count, first delivery token,
--- then per message: id, attempt, due ms, payload}. The k-th message's
+-- then per message: id, attempt, priority * 2^43 + due ms (its score in z),
+-- payload}. The k-th message's
 -- delivery token is the first + k - 1: tokens come from the queue's counter
 -- h['#dlv'] (gaps allowed) and are kept in a<id> until the ack, so a later
 -- delivery of any message of the queue, hence of this one, always has a
@@ -18,8 +19,11 @@
 -- once, or it is full and takes again when it has room. The new deadlines
 -- wake the idle consumers that would look later, so whoever holds a message
 -- its deadline is watched by every idle consumer.
--- Work: at most 100 late messages, 1000 taken, 16 stale entries of c
--- removed, plus dq_wake's bound.
+-- Priorities (see _dq_common.lua): the due messages of the highest
+-- priority go first, then by due time, then in push order; one range read
+-- per priority up to h['#pmax'] (at most 10).
+-- Work: at most 100 late messages, 1000 taken, 10 range reads of z, 16
+-- stale entries of c removed, plus dq_wake's bound.
 --@include _dq_common.lua
 local z, f, d, h, c = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local t = redis.call('TIME')
@@ -49,17 +53,41 @@ if #late > 0 then
       redis.call('ZADD', d, now, id)
       wrote[d] = true
     else
-      redis.call('ZADD', z, now, member_of(h, id, avs[i]))
+      local m = member_of(h, id, avs[i])
+      redis.call('ZADD', z, zscore(m, now), m)
       wrote[z] = true
     end
   end
 end
 
 local out = {now_us, -1, 0, 0}
-local cand = redis.call('ZRANGE', z, 0, batch, 'WITHSCORES')
-local n = 0
-while n < batch and cand[2 * n + 2] and tonumber(cand[2 * n + 2]) <= now do n = n + 1 end
-local nextdue = tonumber(cand[2 * n + 2])
+-- The first n due members (cand: member, score: priority * DQ_BAND + due
+-- time), highest priority first, and the earliest due time after them
+-- (nextdue).
+-- '#exp' with it: dq_expire then reads nothing more (an idle consumer's
+-- take costs Redis the same commands as before priorities).
+local hv = redis.call('HMGET', h, '#pmax', '#exp')
+local pmax = tonumber(hv[1] or '0')
+local cand, n, nextdue
+if pmax == 0 then
+  cand, n = redis.call('ZRANGE', z, 0, batch, 'WITHSCORES'), 0
+  while n < batch and cand[2 * n + 2] and tonumber(cand[2 * n + 2]) <= now do n = n + 1 end
+  nextdue = tonumber(cand[2 * n + 2])
+else
+  cand, n = {}, 0
+  for p = pmax, 0, -1 do
+    local lo = p * DQ_BAND
+    local r = redis.call('ZRANGEBYSCORE', z, lo, '(' .. (lo + DQ_BAND), 'WITHSCORES', 'LIMIT', 0,
+                         batch - n + 1)
+    local k = 0
+    while n < batch and r[2 * k + 2] and tonumber(r[2 * k + 2]) - lo <= now do
+      cand[2 * n + 1], cand[2 * n + 2] = r[2 * k + 1], r[2 * k + 2]
+      n, k = n + 1, k + 1
+    end
+    local due = r[2 * k + 2] and tonumber(r[2 * k + 2]) - lo
+    if due and (not nextdue or due < nextdue) then nextdue = due end
+  end
+end
 local taken, deadline, count = {}, now + vis, 0
 if n > 0 then
   -- Payloads, attempt counts and the token counter in one HMGET; new
@@ -80,7 +108,7 @@ if n > 0 then
       local id = string.sub(fields[i], 2)
       local _, a = attempts_split(v[n + i])
       local payload = v[i]
-      if seqs[i] ~= '' then payload = string.sub(payload, (seq_len(payload) or 0) + 1) end
+      if seqs[i] ~= '' then payload = pv_payload(payload) end
       zargs[#zargs + 1] = deadline
       zargs[#zargs + 1] = id
       hargs[#hargs + 1] = fields[n + i]
@@ -138,8 +166,13 @@ if n < batch then
   end
   wrote[c] = true
 end
-if next(wrote) then dq_expire(h, now + vis + ret, ret, wrote) end
-if n > 0 then redis.call('ZREMRANGEBYRANK', z, 0, n - 1) end
+if next(wrote) then dq_expire(h, now + vis + ret, ret, wrote, hv[2] or '0') end
+if n > 0 and pmax == 0 then redis.call('ZREMRANGEBYRANK', z, 0, n - 1) end
+if n > 0 and pmax > 0 then
+  local ms = {}
+  for i = 1, n do ms[i] = cand[2 * i - 1] end
+  redis.call('ZREM', z, unpack(ms))
+end
 if #drop > 0 then redis.call('ZREM', f, unpack(drop)) end
 -- c last: this consumer's own entry is in it, or leaving it may empty it.
 if #stale > 0 then redis.call('ZREM', c, unpack(stale)) end
