@@ -130,7 +130,7 @@ static void test_once(void) {
   c.flag = c.reached = 0;
   c.want = 3;
   TH_ASSERT_EQ(sluice_dq_push(dq, &now, on_push, &c), SLUICE_OK);
-  TH_ASSERT_EQ(sluice_dq_push(dq, &now, on_push, &c), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_push_ex(dq, &now, 7, SLUICE_DQ_REFUSE, on_push, &c), SLUICE_OK);
   TH_ASSERT_EQ(sluice_dq_push(dq, &later, on_push, &c), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &c.reached, 5000));
 
@@ -161,6 +161,7 @@ static void test_once(void) {
   TH_ASSERT(strstr(c.out, holder));
   TH_ASSERT(strstr(c.out, "waiter  1. "));
   TH_ASSERT(strstr(c.out, "  jobs                    2          1          0      0  "));
+  TH_ASSERT(strstr(c.out, "    next message: priority 7\n"));
   TH_ASSERT(strstr(c.out, "  api              user:1               gcra             tat +"));
   TH_ASSERT(
       strstr(c.out, "  login            10.0.0.1             fixed            n=3 in window"));
@@ -181,6 +182,7 @@ static void test_once(void) {
   TH_ASSERT_EQ(prom_value(c.out, "sluice_dq_messages{name=\"jobs\",state=\"due\"}"), 2);
   TH_ASSERT_EQ(prom_value(c.out, "sluice_dq_messages{name=\"jobs\",state=\"later\"}"), 1);
   TH_ASSERT_EQ(prom_value(c.out, "sluice_dq_messages{name=\"jobs\",state=\"in_flight\"}"), 0);
+  TH_ASSERT_EQ(prom_value(c.out, "sluice_dq_next_priority{name=\"jobs\"}"), 7);
   TH_ASSERT_EQ(prom_value(c.out, "sluice_client_connection_up{connection=\"command\"}"), 1);
   TH_ASSERT_CMP(prom_value(c.out, "sluice_step_completed_total{step=\"sem_status\"}"), >=, 1);
   TH_ASSERT(!strstr(c.out, "user:1")); /* no limiter keys */

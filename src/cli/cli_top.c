@@ -174,7 +174,8 @@ static void on_dq_schedules(sluice_dq *dq, int status, int64_t now, size_t total
   if (total > n) fprintf(t->out, "    schedule  ... %zu more\n", total - n);
 }
 
-static void on_dq_info(sluice_dq *dq, int status, const sluice_dq_info *info, void *ud) {
+static void on_dq_info(sluice_dq *dq, int status, const sluice_dq_info *info,
+                       unsigned next_priority, void *ud) {
   top *t = ud;
   char oldest[24];
   t->status = status;
@@ -187,13 +188,16 @@ static void on_dq_info(sluice_dq *dq, int status, const sluice_dq_info *info, vo
    * any is due: how long the queue has kept work waiting. */
   if (t->named && !info->delayed && !info->in_flight && !info->dead) return;
   if (t->prom) {
-    top_prom_dq(t->prom, sluice_dq_name(dq), info);
+    top_prom_dq(t->prom, sluice_dq_name(dq), info, next_priority);
   } else {
     int64_t age = info->ready && info->next_due_ms >= 0 ? info->now_ms - info->next_due_ms : -1;
     top_fmt_ms(oldest, sizeof oldest, age);
     fprintf(t->out, "  %-16s %8llu %10llu %10llu %6llu  %s\n", cli_clean(sluice_dq_name(dq)),
             (unsigned long long)info->ready, (unsigned long long)(info->delayed - info->ready),
             (unsigned long long)info->in_flight, (unsigned long long)info->dead, oldest);
+    /* Only when priorities reorder the queue: the default needs no line. */
+    if (info->delayed && next_priority)
+      fprintf(t->out, "    next message: priority %u\n", next_priority);
   }
   /* A schedule always has its next message queued: a queue with none
    * delayed has no schedule. */
@@ -217,7 +221,7 @@ static int inspect_dq(top *t, const char *name, void **handle) {
   int rc = sluice_dq_new(t->ctx.client, name, NULL, &dq);
   if (rc != SLUICE_OK) return rc;
   *handle = dq;
-  return sluice_dq_inspect(dq, on_dq_info, t);
+  return sluice_dq_inspect_ex(dq, on_dq_info, t);
 }
 
 static void free_sem(void *handle) { sluice_sem_free(handle); }

@@ -17,7 +17,7 @@ top_prom *top_prom_new(void);
 void top_prom_free(top_prom *p);
 /* One object read by the frame (name is copied, escaped). */
 void top_prom_sem(top_prom *p, const char *name, const sluice_sem_info *info);
-void top_prom_dq(top_prom *p, const char *name, const sluice_dq_info *info);
+void top_prom_dq(top_prom *p, const char *name, const sluice_dq_info *info, unsigned next_priority);
 /* The repeating schedules of the queue top_prom_dq added last: how many,
  * and how long until the earliest occurrence queued (ms; -1: none). */
 void top_prom_dq_schedules(top_prom *p, size_t count, int64_t next_in_ms);

@@ -17,7 +17,7 @@ enum { KIND_SEM, KIND_DQ, KINDS };
 
 typedef struct row {
   char *labels; /* name="..." */
-  uint64_t v[7];
+  uint64_t v[8];
 } row;
 
 struct top_prom {
@@ -50,6 +50,8 @@ static const struct family {
     {KIND_DQ, "sluice_dq_schedules", "Repeating schedules of the queue.", NULL, 5, 0},
     {KIND_DQ, "sluice_dq_schedule_next_seconds",
      "Time until the queue's earliest scheduled occurrence (0: none, or due).", NULL, 6, 1},
+    {KIND_DQ, "sluice_dq_next_priority",
+     "Priority (0..9) of the message a take gets next (0 too when none is queued).", NULL, 7, 0},
 };
 
 top_prom *top_prom_new(void) { return calloc(1, sizeof(top_prom)); }
@@ -90,9 +92,11 @@ void top_prom_sem(top_prom *p, const char *name, const sluice_sem_info *info) {
   r->v[2] = info->nwaiters;
 }
 
-void top_prom_dq(top_prom *p, const char *name, const sluice_dq_info *info) {
+void top_prom_dq(top_prom *p, const char *name, const sluice_dq_info *info,
+                 unsigned next_priority) {
   row *r = add_row(p, KIND_DQ, name);
   if (!r) return;
+  r->v[7] = next_priority;
   r->v[0] = info->ready;
   r->v[1] = info->delayed - info->ready;
   r->v[2] = info->in_flight;
