@@ -510,7 +510,7 @@ static void test_pending_pushes_capped(void) {
   TH_ASSERT_EQ(mb.in_flight, 3);
   TH_ASSERT_EQ(mb.full, 4);
   wait_n(base, &answered, 7);
-  th_loop_for(base, 50); /* b's batch */
+  TH_LOOP_UNTIL(base, (sluice_dq_get_metrics(b, &mb), mb.in_flight == 0), 5000); /* b's batch */
   sluice_dq_get_metrics(a, &ma);
   sluice_dq_get_metrics(b, &mb);
   TH_ASSERT_EQ(ma.in_flight + mb.in_flight, 0);
@@ -520,6 +520,33 @@ static void test_pending_pushes_capped(void) {
                SLUICE_OK);
   sluice_dq_free(a);
   sluice_dq_free(b);
+  dqt_finish(base, c);
+}
+
+/* The record of unreplicated writes keeps a push request as one entry,
+ * however many messages it carries: with room for two entries, two
+ * batches of 100 go (each once the other is answered), a third is refused
+ * while the first two are kept (a standalone Redis keeps them 3 s). */
+static void test_record_counts_requests(void) {
+  struct event_base *base = event_base_new();
+  sluice_client_options co;
+  th_client_options(&co, th_server.url);
+  co.replay_max_entries = 2;
+  sluice_client *c = th_client_with(base, &co);
+  sluice_dq *dq = dqt_queue(c, "rec");
+  sluice_dq_item it = {"x", 1, 60000, 0, NULL}, items[100];
+  for (int i = 0; i < 100; i++) items[i] = it;
+  for (int i = 0; i < 2; i++) {
+    batch_res b = {0};
+    TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, 100, on_batch, &b), SLUICE_OK);
+    TH_ASSERT(th_loop_until(base, &b.done, 5000));
+    TH_ASSERT_EQ(b.status, SLUICE_OK);
+  }
+  TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, 100, NULL, NULL), SLUICE_EFULL);
+  sluice_client_metrics m;
+  sluice_client_get_metrics(c, &m);
+  TH_ASSERT_EQ(m.record_entries, 2);
+  sluice_dq_free(dq);
   dqt_finish(base, c);
 }
 
@@ -1143,6 +1170,7 @@ static const th_case cases[] = {
     TH_CASE(old_layout_drains, 30),
     TH_CASE(memory_per_message, 60),
     TH_CASE(pending_pushes_capped, 30),
+    TH_CASE(record_counts_requests, 30),
     TH_CASE(scripts_refuse_oversize, 30,
             .standalone_only = "raw EVALs on one connection to the first master"),
 };

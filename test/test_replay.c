@@ -497,7 +497,7 @@ static void test_cluster_late_answer(void) {
 }
 
 /* The record keeps at most replay_max_entries steps (and bytes), counting
- * the pushes in flight: past a bound new pushes fail at once with
+ * the push requests in flight: past a bound new pushes fail at once with
  * SLUICE_EFULL, nothing it kept falls out, and all of it is sent again. */
 static int push_or_full(struct event_base *base, sluice_dq *dq, const char *id,
                         const char *payload) {

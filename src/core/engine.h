@@ -196,9 +196,13 @@ int sluice__answered_args(const sluice_client *c, int *argc, const char *const *
                           const size_t **lens);
 /* 1 unless replay_off. */
 int sluice__record_on(const sluice_client *c);
-/* Room for n more pushes in the record (counting those in flight):
- * SLUICE_OK, or SLUICE_EFULL (logged) while it is full. */
-int sluice__record_room(sluice_client *c, size_t n);
+/* Room in the record for one more push request (kept as one entry,
+ * however many messages it carries; requests in flight count): SLUICE_OK,
+ * the room now taken until sluice__record_room_free, or SLUICE_EFULL
+ * (logged) while it is full. */
+int sluice__record_room(sluice_client *c);
+/* A request sluice__record_room let through finished (answered or not). */
+void sluice__record_room_free(sluice_client *c);
 /* Held permits re-asserted on a new node: put back, or found taken. */
 void sluice__record_permits(sluice_client *c, unsigned restored, unsigned lost);
 

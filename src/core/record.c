@@ -156,13 +156,20 @@ static int may_keep(sluice_client *c, const rec_entry *e) {
   return 0;
 }
 
-int sluice__record_room(sluice_client *c, size_t n) {
+int sluice__record_room(sluice_client *c) {
   sluice__record *r = &c->rec;
   if (!r->on) return SLUICE_OK;
-  size_t in_flight = c->used[SLUICE__CAP_PUSHES];
-  if (r->n + in_flight + n <= r->max_entries && r->bytes < r->max_bytes) return SLUICE_OK;
+  if (r->n + r->pushes_sent < r->max_entries && r->bytes < r->max_bytes) {
+    r->pushes_sent++;
+    return SLUICE_OK;
+  }
   log_full(c, "pushes are refused (SLUICE_EFULL) until a replica has the writes");
   return SLUICE_EFULL;
+}
+
+void sluice__record_room_free(sluice_client *c) {
+  sluice__record *r = &c->rec;
+  if (r->on && r->pushes_sent) r->pushes_sent--;
 }
 
 /* ---- replication ---------------------------------------------------------- */

@@ -63,6 +63,7 @@ typedef struct sluice__record {
   sluice__list all;     /* entries, oldest first */
   sluice__list pending; /* entries to send again once their route's node is up */
   size_t n, bytes;      /* in all */
+  size_t pushes_sent;   /* push requests sent, not finished: an entry each, to come */
   uint64_t seq;         /* of the newest entry */
   rec_node *nodes;      /* per node with entries */
   size_t nnodes, capnodes;

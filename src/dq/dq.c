@@ -241,6 +241,7 @@ static void req_finish(dq_req *r, int status, const redisReply *reply) {
   sluice__list_remove(&dq->reqs, &r->pending.link);
   if (r->kind == REQ_PUSH || r->kind == REQ_BATCH) {
     sluice__client_release(dq->c, SLUICE__CAP_PUSHES, r->n);
+    sluice__record_room_free(dq->c); /* answered: its entry, if any, is kept now */
     dq->m.in_flight -= r->n;
   }
   sluice__guard_enter(&dq->guard);
@@ -509,16 +510,23 @@ static int push_items(dq_req *r, const sluice_dq_item *items, size_t n, unsigned
  * in flight. */
 static int push_request(sluice_dq *dq, enum req_kind kind, dq_cb cb, void *ud,
                         const sluice_dq_item *items, size_t n, unsigned priority, int if_exists) {
-  int rc = sluice__record_room(dq->c, n);
-  if (rc == SLUICE_OK) rc = sluice__client_reserve(dq->c, SLUICE__CAP_PUSHES, n);
+  int rc = sluice__record_room(dq->c);
+  if (rc == SLUICE_OK) {
+    rc = sluice__client_reserve(dq->c, SLUICE__CAP_PUSHES, n);
+    if (rc != SLUICE_OK) sluice__record_room_free(dq->c);
+  }
   if (rc != SLUICE_OK) {
     dq->m.full += n;
     return rc;
   }
   dq_req *r = req_new(dq, kind, cb, ud, n);
   rc = r ? push_items(r, items, n, priority, if_exists) : SLUICE_ENOMEM;
-  if (rc != SLUICE_OK) sluice__client_release(dq->c, SLUICE__CAP_PUSHES, n);
-  else dq->m.in_flight += n;
+  if (rc != SLUICE_OK) {
+    sluice__client_release(dq->c, SLUICE__CAP_PUSHES, n);
+    sluice__record_room_free(dq->c);
+  } else {
+    dq->m.in_flight += n;
+  }
   return rc;
 }
 
