@@ -185,10 +185,13 @@ static void disconnect_cb(const redisAsyncContext *ac, int status) {
     event_active(conn->drop_ev, 0, 0); /* report from outside hiredis */
     return;
   }
-  set_err(conn, "connection lost",
-          conn->refusal.refused ? conn->refusal.why
-          : ac->errstr[0]       ? ac->errstr
-                                : NULL);
+  /* A refused handshake step said why already: the server closing after
+   * it (a broken pipe) is not the news. */
+  if (!conn->handshake_failed)
+    set_err(conn, "connection lost",
+            conn->refusal.refused ? conn->refusal.why
+            : ac->errstr[0]       ? ac->errstr
+                                  : NULL);
   tls_reason(conn);
   conn->ac = NULL; /* hiredis frees it after we return */
   conn->failed = 1;
