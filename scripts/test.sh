@@ -41,10 +41,10 @@
 #                                (default 60), failovers among the faults,
 #                                a second case
 #   servers   build-ci           the suite redis on Debian 13's Valkey 8.1
-#                                and Redis 8.0 (scripts/server_debs.sh
-#                                unpacks their binaries in seconds, where
-#                                scripts/servers.sh builds them in about 12
-#                                minutes of both cores)
+#                                and Redis 8.0 (scripts/servers.sh --debs
+#                                unpacks their binaries in under a minute,
+#                                where building them from source takes
+#                                about 12 minutes of both cores)
 #   asan      build-ci-asan      every suite, the topology variants
 #                                (cluster-suites, sentinel-suites) included,
 #                                under ASan + UBSan; then a 15 s soak
@@ -403,7 +403,7 @@ pass_servers() {
   banner "servers: build-ci, the suite redis on ${server_matrix[*]}"
   need_gcc servers || return
   local dirs=() i
-  if ! mapfile -t dirs < <(scripts/server_debs.sh "${server_matrix[@]}" 2>"$logs/servers-fetch.log") ||
+  if ! mapfile -t dirs < <(scripts/servers.sh --debs "${server_matrix[@]}" 2>"$logs/servers-fetch.log") ||
     [ ${#dirs[@]} -ne ${#server_matrix[@]} ]; then
     sed 's/^/    /' "$logs/servers-fetch.log"
     count --label servers --step "unpack ${server_matrix[*]}" --failed
