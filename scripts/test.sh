@@ -68,16 +68,23 @@
 # Wall time, not coverage, is what --full saves. What waits on timers runs
 # beside what keeps the cores busy, each in a lane of its own (a background
 # subshell with its own log, printed when the lane ends, and its own
-# tally): lane "wait" (partition, soak, servers) from the start; lane "asan"
-# (the ASan run) once its build is done; lane "h1" (the hiredis 1.x ASan
-# run, then its valgrind run) once its builds are done. The foreground
-# meanwhile builds (deb, ASan, hiredis 1.x, clang) and fuzzes under nice,
-# so the lanes' timing-bound tests get the cores first, then runs valgrind.
-# Lanes share no build directory that is built meanwhile (build-ci is
-# built before any lane starts), name their meson logs after their pass
-# (--logbase), and every test server, cluster and network namespace takes
-# its own free ports and names, as the suites do when meson runs them in
-# parallel. The results table gives each pass's time and each lane's.
+# tally): lane "wait" (servers, partition, soak) from the start; lane
+# "asan" (the ASan run) once its build is done; lane "h1" (the hiredis 1.x
+# ASan run, then its valgrind run) once its builds are done. The
+# foreground meanwhile builds (ASan, hiredis 1.x, deb, clang), fuzzes and
+# runs valgrind's memcheck suite, all under nice, so the lanes' tests get
+# the cores first. The suites that mostly wait on failovers (the topology
+# variants, cluster, sentinel, topology, acl, replay, proxies: each test
+# alone) run first in each ASan lane; the rest, whose liveness tests race
+# against timers with two tests at a time, take a lock (run_alone) so that
+# no two such runs (the two ASan runs' and the two servers') share the
+# cores: measured under load, the plain dq_liveness busy-kill cases missed
+# their p99 bound when one ran beside the ASan run's parallel tests.
+# Lanes share no build directory that is built meanwhile, name their
+# meson logs after their pass (--logbase), and every test server, cluster
+# and network namespace takes its own free ports and names, as the suites
+# do when meson runs them in parallel. The results table gives each
+# pass's time and each lane's.
 # --valgrind adds the valgrind pass to the default run, --no-valgrind drops
 # it from --full.
 #
@@ -126,6 +133,8 @@ declare -A took
 # --full: what keeps the cores busy runs under nice beside the lanes.
 nice=()
 [ $full = 1 ] && nice=(nice -n 10)
+run_nice=() # run_tests's; a pass may set it local
+
 
 banner() { printf '\n==== %s ====\n' "$*"; }
 
@@ -153,6 +162,17 @@ build() {
   return $rc
 }
 
+# run_alone LABEL DIR [meson test options...]: run_tests holding
+# build-ci-logs/timing.lock. The runs whose tests race against timers (the
+# redis suite's liveness tests) in parallel take it, so that two of them
+# never share the cores (--full's lanes).
+run_alone() {
+  (
+    flock 9
+    run_tests "$@"
+  ) 9>"$logs/timing.lock"
+}
+
 # run_tests LABEL DIR [meson test options...]: meson's logs are
 # DIR/meson-logs/LABEL[-SETUP].{txt,json}, so runs in one build directory
 # at once keep theirs apart.
@@ -162,7 +182,7 @@ run_tests() {
   local json=$dir/meson-logs/$label.json
   if [ "${1:-}" = --setup ]; then json=$dir/meson-logs/$label-$2.json; fi
   rm -f "$json"
-  meson test -C "$dir" --no-rebuild --print-errorlogs --logbase "$label" "$@" 2>&1 |
+  "${run_nice[@]}" meson test -C "$dir" --no-rebuild --print-errorlogs --logbase "$label" "$@" 2>&1 |
     tee "$logs/$label-test.log"
   count --label "$label" --log "$json"
 }
@@ -172,6 +192,15 @@ pass_done() { took[$1]=$((SECONDS - $2)); timings+=("$1"); }
 # The behavioural tests on a cluster and a sentinel set (test/meson.build):
 # the gcc and asan passes run them, hiredis1 and valgrind do not (time).
 no_topo_variants=(--no-suite cluster-suites --no-suite sentinel-suites)
+# The suites whose tests run alone (is_parallel: false in test/meson.build)
+# and wait on failovers and timers: --full runs them apart from the rest,
+# without the timing lock (run_alone).
+serial_suites=(cluster-suites sentinel-suites topology cluster acl replay sentinel proxies)
+only_serial=() no_serial=()
+for s in "${serial_suites[@]}"; do
+  only_serial+=(--suite "$s")
+  no_serial+=(--no-suite "$s")
+done
 # What differs between hiredis 0.14 and 1.x (reply limits, TLS, the async
 # connection's callbacks): the plain and valgrind runs of the hiredis 1.x
 # build take these; its ASan run takes every suite.
@@ -313,7 +342,8 @@ pass_asan_build() {
 pass_asan() {
   banner "asan: build-ci-asan (every suite, then a 15 s soak)"
   [ $asan_ok = 1 ] || { echo "  (not built)"; return; }
-  run_tests asan build-ci-asan --timeout-multiplier 3
+  run_tests asan-serial build-ci-asan --timeout-multiplier 3 "${only_serial[@]}"
+  run_alone asan build-ci-asan --timeout-multiplier 3 "${no_serial[@]}"
   run_soak asan-soak build-ci-asan 15
 }
 
@@ -376,11 +406,16 @@ pass_hiredis1() {
 pass_h1asan() {
   banner "h1asan: build-ci-hiredis1-asan (every suite but the topology variants)"
   [ $h1asan_ok = 1 ] || { echo "  (not built)"; return; }
-  run_tests hiredis1-asan build-ci-hiredis1-asan --timeout-multiplier 3 "${no_topo_variants[@]}"
+  run_tests hiredis1-asan-serial build-ci-hiredis1-asan --timeout-multiplier 3 \
+    "${only_serial[@]}" "${no_topo_variants[@]}"
+  run_alone hiredis1-asan build-ci-hiredis1-asan --timeout-multiplier 3 "${no_serial[@]}"
 }
 
 pass_valgrind() {
   banner "valgrind: build-ci (meson test --setup valgrind --suite memcheck)"
+  # --full: under nice beside the lanes (the memcheck suite has no
+  # timing-bound tests).
+  local run_nice=("${nice[@]}")
   need_gcc valgrind && run_tests valgrind build-ci --setup valgrind --suite memcheck
   # --full: lane h1 runs the hiredis 1.x build's part.
   [ $full = 1 ] || pass_valgrind_h1
@@ -411,7 +446,7 @@ pass_servers() {
   fi
   sed 's/^/  /' "$logs/servers-fetch.log"
   for i in "${!server_matrix[@]}"; do
-    SLUICE_SERVER_DIR=${dirs[$i]} run_tests "${server_matrix[$i]}" build-ci --suite redis
+    SLUICE_SERVER_DIR=${dirs[$i]} run_alone "${server_matrix[$i]}" build-ci --suite redis
   done
 }
 
@@ -467,14 +502,14 @@ run_passes() {
 
 if [ $full = 1 ]; then
   run_passes gcc abi format subproject
-  lane wait partition soak servers
-  run_passes deb asan_build
+  lane wait servers partition soak
+  run_passes asan_build
   lane asan asan
   run_passes hiredis1
   h1_passes=(h1asan)
   [ "$valgrind" = yes ] && h1_passes+=(valgrind_h1)
   lane h1 "${h1_passes[@]}"
-  run_passes clang
+  run_passes deb clang
   [ "$valgrind" = yes ] && run_passes valgrind
   join_lanes
 else
