@@ -75,11 +75,12 @@
 # runs valgrind's memcheck suite, all under nice, so the lanes' tests get
 # the cores first. The suites that mostly wait on failovers (the topology
 # variants, cluster, sentinel, topology, acl, replay, proxies: each test
-# alone) run first in each ASan lane; the rest, whose liveness tests race
-# against timers with two tests at a time, take a lock (run_alone) so that
-# no two such runs (the two ASan runs' and the two servers') share the
-# cores: measured under load, the plain dq_liveness busy-kill cases missed
-# their p99 bound when one ran beside the ASan run's parallel tests.
+# alone) run first in each ASan lane. The suite liveness (tests that bound
+# how late work is taken while processes die or crowd) runs one test at a
+# time under a lock (run_alone), so that no two lanes run it at once: in
+# the first rehearsal (load average 10) the plain dq_liveness busy-kill
+# cases missed their p99 bound while the ASan run's parallel tests ran
+# beside them.
 # Lanes share no build directory that is built meanwhile, name their
 # meson logs after their pass (--logbase), and every test server, cluster
 # and network namespace takes its own free ports and names, as the suites
@@ -162,14 +163,13 @@ build() {
   return $rc
 }
 
-# run_alone LABEL DIR [meson test options...]: run_tests holding
-# build-ci-logs/timing.lock. The runs whose tests race against timers (the
-# redis suite's liveness tests) in parallel take it, so that two of them
-# never share the cores (--full's lanes).
+# run_alone LABEL DIR [meson test options...]: run_tests one test at a
+# time, holding build-ci-logs/timing.lock, so that no two of --full's
+# lanes run the suite liveness (test/meson.build) at once.
 run_alone() {
   (
     flock 9
-    run_tests "$@"
+    run_tests "$@" --num-processes 1
   ) 9>"$logs/timing.lock"
 }
 
@@ -342,8 +342,9 @@ pass_asan_build() {
 pass_asan() {
   banner "asan: build-ci-asan (every suite, then a 15 s soak)"
   [ $asan_ok = 1 ] || { echo "  (not built)"; return; }
-  run_tests asan-serial build-ci-asan --timeout-multiplier 3 "${only_serial[@]}"
-  run_alone asan build-ci-asan --timeout-multiplier 3 "${no_serial[@]}"
+  run_tests asan-serial build-ci-asan --timeout-multiplier 3 "${only_serial[@]}" --no-suite liveness
+  run_alone asan-liveness build-ci-asan --timeout-multiplier 3 --suite liveness
+  run_tests asan build-ci-asan --timeout-multiplier 3 "${no_serial[@]}" --no-suite liveness
   run_soak asan-soak build-ci-asan 15
 }
 
@@ -406,9 +407,10 @@ pass_hiredis1() {
 pass_h1asan() {
   banner "h1asan: build-ci-hiredis1-asan (every suite but the topology variants)"
   [ $h1asan_ok = 1 ] || { echo "  (not built)"; return; }
-  run_tests hiredis1-asan-serial build-ci-hiredis1-asan --timeout-multiplier 3 \
-    "${only_serial[@]}" "${no_topo_variants[@]}"
-  run_alone hiredis1-asan build-ci-hiredis1-asan --timeout-multiplier 3 "${no_serial[@]}"
+  local h1=(hiredis1-asan build-ci-hiredis1-asan --timeout-multiplier 3)
+  run_tests "${h1[0]}-serial" "${h1[@]:1}" "${only_serial[@]}" "${no_topo_variants[@]}"
+  run_alone "${h1[0]}-liveness" "${h1[@]:1}" --suite liveness "${no_topo_variants[@]}"
+  run_tests "${h1[@]}" "${no_serial[@]}" --no-suite liveness
 }
 
 pass_valgrind() {
@@ -446,8 +448,11 @@ pass_servers() {
   fi
   sed 's/^/  /' "$logs/servers-fetch.log"
   for i in "${!server_matrix[@]}"; do
-    SLUICE_SERVER_DIR=${dirs[$i]} run_alone "${server_matrix[$i]}" build-ci --suite redis
+    export SLUICE_SERVER_DIR=${dirs[$i]}
+    run_alone "${server_matrix[$i]}-liveness" build-ci --suite liveness "${no_topo_variants[@]}"
+    run_tests "${server_matrix[$i]}" build-ci --suite redis --no-suite liveness
   done
+  unset SLUICE_SERVER_DIR
 }
 
 # lane NAME PASS...: the passes in a background subshell; its output goes
