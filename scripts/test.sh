@@ -77,10 +77,10 @@
 # variants, cluster, sentinel, topology, acl, replay, proxies: each test
 # alone) run first in each ASan lane. The suite liveness (tests that bound
 # how late work is taken while processes die or crowd) runs one test at a
-# time under a lock (run_alone), so that no two lanes run it at once: in
-# the first rehearsal (load average 10) the plain dq_liveness busy-kill
-# cases missed their p99 bound while the ASan run's parallel tests ran
-# beside them.
+# time under a lock (run_alone), which the soaks (three busy workers) take
+# too, so that no two lanes run them at once: in rehearsals under load
+# (average 3 to 10) dq_liveness's tool cases missed their lateness bounds
+# while the other ASan run's parallel tests, or the soak, ran beside them.
 # Lanes share no build directory that is built meanwhile, name their
 # meson logs after their pass (--logbase), and every test server, cluster
 # and network namespace takes its own free ports and names, as the suites
@@ -163,15 +163,19 @@ build() {
   return $rc
 }
 
-# run_alone LABEL DIR [meson test options...]: run_tests one test at a
-# time, holding build-ci-logs/timing.lock, so that no two of --full's
-# lanes run the suite liveness (test/meson.build) at once.
-run_alone() {
+# timing_lock COMMAND...: COMMAND holding build-ci-logs/timing.lock. In
+# --full's lanes the suite liveness (test/meson.build) and the soaks (three
+# busy workers) take it, so that neither runs beside the other.
+timing_lock() {
   (
     flock 9
-    run_tests "$@" --num-processes 1
+    "$@"
   ) 9>"$logs/timing.lock"
 }
+
+# run_alone LABEL DIR [meson test options...]: run_tests one test at a
+# time, holding the timing lock.
+run_alone() { timing_lock run_tests "$@" --num-processes 1; }
 
 # run_tests LABEL DIR [meson test options...]: meson's logs are
 # DIR/meson-logs/LABEL[-SETUP].{txt,json}, so runs in one build directory
@@ -313,10 +317,10 @@ run_fuzz() {
 pass_soak() {
   banner "soak: build-ci/test/soak (faults injected into redis-server)"
   need_gcc soak || return
-  run_soak soak build-ci "${SLUICE_SOAK_S:-60}"
+  timing_lock run_soak soak build-ci "${SLUICE_SOAK_S:-60}"
   # Master + replica + 3 sentinels, failovers among the faults (about 75 s
   # with the sentinels' start and the last failover's end).
-  run_soak soak-failover build-ci "${SLUICE_SOAK_FO_S:-60}" --topology sentinel
+  timing_lock run_soak soak-failover build-ci "${SLUICE_SOAK_FO_S:-60}" --topology sentinel
 }
 
 # Sentinel and Cluster under network partitions in network namespaces
@@ -345,7 +349,7 @@ pass_asan() {
   run_tests asan-serial build-ci-asan --timeout-multiplier 3 "${only_serial[@]}" --no-suite liveness
   run_alone asan-liveness build-ci-asan --timeout-multiplier 3 --suite liveness
   run_tests asan build-ci-asan --timeout-multiplier 3 "${no_serial[@]}" --no-suite liveness
-  run_soak asan-soak build-ci-asan 15
+  timing_lock run_soak asan-soak build-ci-asan 15
 }
 
 pass_clang() {
