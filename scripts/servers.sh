@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the Redis and Valkey servers Debian ships into private prefixes.
 #
-#   scripts/servers.sh [--force] [--dir DIR] [SERVER...]
+#   scripts/servers.sh [--force] [--debs] [--dir DIR] [SERVER...]
 #
 # SERVER is redis-8.0 or valkey-8.1 (Debian 13, "trixie"; the default is
 # both) or valkey-9 (Debian unstable, "sid"). For each, the upstream tarball
@@ -15,6 +15,10 @@
 # build-servers), with redis-server, redis-cli and redis-sentinel (Valkey's
 # build names them valkey-* and links the redis-* names to them).
 #
+# --debs unpacks Debian's binary packages instead, in under a minute
+# (scripts/server_debs.sh says how): DIR/debs/NAME-VERSION/bin holds
+# redis-server and redis-cli. CI takes these.
+#
 # Prints one bin directory per SERVER, in order, for the tests' hook
 #   SLUICE_SERVER_DIR=<that directory> meson test -C BUILD --suite redis
 # A server whose bin directory is complete is not built again (--force
@@ -22,13 +26,15 @@
 set -euo pipefail
 
 force=0
+debs=0
 dir=
 servers=()
 while [ $# -gt 0 ]; do
   case $1 in
     --force) force=1 ;;
+    --debs) debs=1 ;;
     --dir) dir=${2:?--dir needs a directory}; shift ;;
-    -h | --help) sed -n '2,21s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,25s/^# \{0,1\}//p' "$0"; exit 0 ;;
     redis-8.0 | valkey-8.1 | valkey-9) servers+=("$1") ;;
     *) echo "servers.sh: unknown argument: $1 (servers: redis-8.0 valkey-8.1 valkey-9)" >&2; exit 2 ;;
   esac
@@ -37,6 +43,7 @@ done
 [ ${#servers[@]} -gt 0 ] || servers=(redis-8.0 valkey-8.1)
 cd "$(dirname "$0")/.."
 dir=${dir:-build-servers}
+[ $debs = 0 ] || dir=$dir/debs
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 
@@ -62,6 +69,14 @@ todo=()
 for s in "${servers[@]}"; do
   if [ $force = 1 ] || ! built "$s" >/dev/null; then todo+=("$s"); fi
 done
+
+if [ ${#todo[@]} -gt 0 ] && [ $debs = 1 ]; then
+  . scripts/debian_archive.sh
+  . scripts/server_debs.sh
+  da_init servers.sh
+  for s in "${todo[@]}"; do unpack "$s"; done
+  todo=()
+fi
 
 if [ ${#todo[@]} -gt 0 ]; then
   for c in make gcc; do

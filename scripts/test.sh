@@ -11,50 +11,82 @@
 #   topo      build-ci           a look at the topology variants: the
 #                                semaphore suite on a Redis Cluster and behind
 #                                Sentinel (sem@cluster, sem@sentinel)
-# --full runs the whole matrix, what CI runs (.ci/run):
-#   gcc       as above
-#   topo      build-ci           every behavioural test again on a local
-#                                Redis Cluster and a sentinel-managed master
-#                                (suites cluster-suites, sentinel-suites)
+# --full runs the whole matrix, what CI runs (.ci/run), in about 21 minutes
+# on 2 cores (1258 s in a rehearsal at load average 3-4) instead of the
+# hour (3718 s) that running every pass in turn took:
+#   gcc       build-ci           the plain build (--werror) and the quick
+#                                suite; the other suites' plain run on Redis
+#                                7.0 is left out: ASan runs all of them on
+#                                7.0, and the servers pass runs the plain
+#                                build's redis suite (liveness tests and
+#                                all) on two other servers
 #   abi       build-ci           scripts/abi.sh check: the library's ABI
 #                                against the baseline (src/sluice.abi, the
 #                                symbols file)
+#   format    (no build)         scripts/format.sh: the sources' layout
+#                                against .clang-format; one case
 #   subproject (own temp dir)    scripts/subproject.sh: a meson project takes
 #                                sluice as a subproject, runs a program
 #   deb       (own temp dir)     scripts/deb.sh: the Debian packages built,
 #                                lintian, installed, a program built with
 #                                pkg-config and run, the tool run, removed
+#                                (before the lanes below run tests)
+#   partition build-ci           scripts/partition.sh: a Sentinel set and a
+#                                cluster, and client processes, in network
+#                                namespaces under cuts and a slow lossy link;
+#                                one case per scenario and property
 #   soak      build-ci           test/soak for SLUICE_SOAK_S seconds (default
 #                                60): every primitive under injected Redis
 #                                faults (scripts/soak.sh); one case; then
 #                                --topology sentinel for SLUICE_SOAK_FO_S
 #                                (default 60), failovers among the faults,
-#                                a second case; a 15 s run under ASan
-#                                follows the asan pass's tests
-#   partition build-ci           scripts/partition.sh: a Sentinel set and a
-#                                cluster, and client processes, in network
-#                                namespaces under cuts and a slow lossy link;
-#                                one case per scenario and property
-#   clang     build-ci-clang     compile only, to stay warning-free on clang;
-#                                then the URL, SPOP and HTTP fuzzers (libFuzzer,
-#                                test/fuzz/)
-#                                for SLUICE_FUZZ_S seconds (default 60) each,
-#                                one case each
-#   format    (no build)         scripts/format.sh: the sources' layout
-#                                against .clang-format; one case
-#   hiredis1  build-ci-hiredis1  against Debian 13's hiredis 1.x with TLS
+#                                a second case
+#   servers   build-ci           the suite redis on Debian 13's Valkey 8.1
+#                                and Redis 8.0 (scripts/servers.sh --debs
+#                                unpacks their binaries in under a minute,
+#                                where building them from source takes
+#                                about 12 minutes of both cores)
+#   asan      build-ci-asan      every suite, the topology variants
+#                                (cluster-suites, sentinel-suites) included,
+#                                under ASan + UBSan; then a 15 s soak
+#   hiredis1  build-ci-hiredis1* against Debian 13's hiredis 1.x with TLS
 #                                (-Dtls=enabled), which scripts/hiredis1.sh
 #                                unpacks into build-hiredis1/ (not installed;
-#                                the binaries load it by their rpath): the
-#                                tests of what differs between the versions
-#                                (reply limits, TLS, connection callbacks);
-#                                the same configuration built with clang
-#                                (compile only); then every suite but the
-#                                topology variants under ASan + UBSan
-#                                (build-ci-hiredis1-clang, -asan)
-#   valgrind  build-ci           meson test --setup valgrind (which leaves
-#                                the topology variants out); then the
-#                                hiredis 1.x build's version tests
+#                                the binaries load it by their rpath): built
+#                                with gcc and clang (compile only), and
+#                                under ASan + UBSan, which runs every suite
+#                                but the topology variants
+#   clang     build-ci-clang     compile only, to stay warning-free on clang;
+#                                then the URL, SPOP and HTTP fuzzers (libFuzzer,
+#                                test/fuzz/) for SLUICE_FUZZ_S seconds
+#                                (default 60) each, one case each
+#   valgrind  build-ci           meson test --setup valgrind --suite
+#                                memcheck: the tests where memory changes
+#                                hands (test/meson.build says which and why;
+#                                ASan watches every suite); then, on the
+#                                hiredis 1.x build, the tests of what differs
+#                                between the versions (h1_sensitive below)
+# Wall time, not coverage, is what --full saves. What waits on timers runs
+# beside what keeps the cores busy, each in a lane of its own (a background
+# subshell with its own log, printed when the lane ends, and its own
+# tally): lane "wait" (servers, partition, soak) from the start; lane
+# "asan" (the ASan run) once its build is done; lane "h1" (the hiredis 1.x
+# ASan run, then its valgrind run) once its builds are done. The
+# foreground meanwhile builds (ASan, hiredis 1.x, deb, clang), fuzzes and
+# runs valgrind's memcheck suite, all under nice, so the lanes' tests get
+# the cores first. The suites that mostly wait on failovers (the topology
+# variants, cluster, sentinel, topology, acl, replay, proxies: each test
+# alone) run first in each ASan lane. The suite liveness (tests that bound
+# how late work is taken while processes die or crowd) runs one test at a
+# time under a lock (run_alone), which the soaks (three busy workers) take
+# too, so that no two lanes run them at once: in rehearsals under load
+# (average 3 to 10) dq_liveness's tool cases missed their lateness bounds
+# while the other ASan run's parallel tests, or the soak, ran beside them.
+# Lanes share no build directory that is built meanwhile, name their
+# meson logs after their pass (--logbase), and every test server, cluster
+# and network namespace takes its own free ports and names, as the suites
+# do when meson runs them in parallel. The results table gives each
+# pass's time and each lane's.
 # --valgrind adds the valgrind pass to the default run, --no-valgrind drops
 # it from --full.
 #
@@ -63,7 +95,7 @@
 # failed). A build that fails counts as one failed case; the clang build and
 # the format check count as one case each.
 # The summary names every failed test (binary and cases) under its pass,
-# with the log that holds its output (meson's testlog*.txt); the last line
+# with the log that holds its output (meson's LABEL*.txt); the last line
 # is "N passed, N failed"; the exit status is 1 if any failed.
 set -uo pipefail
 
@@ -77,7 +109,7 @@ for arg in "$@"; do
     --full) full=1 ;;
     --valgrind) valgrind=yes ;;
     --no-valgrind) valgrind=no ;;
-    -h | --help) sed -n '2,60s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
@@ -100,6 +132,11 @@ count() { python3 "$root/scripts/count_tap.py" --state "$state" "$@"; }
 start=$SECONDS
 timings=()
 declare -A took
+# --full: what keeps the cores busy runs under nice beside the lanes.
+nice=()
+[ $full = 1 ] && nice=(nice -n 10)
+run_nice=() # run_tests's; a pass may set it local
+
 
 banner() { printf '\n==== %s ====\n' "$*"; }
 
@@ -115,7 +152,7 @@ build() {
     else
       rm -rf "$dir"
       meson setup "$dir" --werror "$@"
-    fi && ninja -C "$dir"
+    fi && "${nice[@]}" ninja -C "$dir"
   } >"$log" 2>&1
   local rc=$?
   if [ $rc -ne 0 ]; then
@@ -127,14 +164,31 @@ build() {
   return $rc
 }
 
-# run_tests LABEL DIR [meson test options...]
+# timing_lock COMMAND...: COMMAND holding build-ci-logs/timing.lock. In
+# --full's lanes the suite liveness (test/meson.build) and the soaks (three
+# busy workers) take it, so that neither runs beside the other.
+timing_lock() {
+  (
+    flock 9
+    "$@"
+  ) 9>"$logs/timing.lock"
+}
+
+# run_alone LABEL DIR [meson test options...]: run_tests one test at a
+# time, holding the timing lock.
+run_alone() { timing_lock run_tests "$@" --num-processes 1; }
+
+# run_tests LABEL DIR [meson test options...]: meson's logs are
+# DIR/meson-logs/LABEL[-SETUP].{txt,json}, so runs in one build directory
+# at once keep theirs apart.
 run_tests() {
   local label=$1 dir=$2
   shift 2
-  local json=$dir/meson-logs/testlog.json
-  if [ "${1:-}" = --setup ]; then json=$dir/meson-logs/testlog-$2.json; fi
+  local json=$dir/meson-logs/$label.json
+  if [ "${1:-}" = --setup ]; then json=$dir/meson-logs/$label-$2.json; fi
   rm -f "$json"
-  meson test -C "$dir" --no-rebuild --print-errorlogs "$@" 2>&1 | tee "$logs/$label-test.log"
+  "${run_nice[@]}" meson test -C "$dir" --no-rebuild --print-errorlogs --logbase "$label" "$@" 2>&1 |
+    tee "$logs/$label-test.log"
   count --label "$label" --log "$json"
 }
 
@@ -143,6 +197,15 @@ pass_done() { took[$1]=$((SECONDS - $2)); timings+=("$1"); }
 # The behavioural tests on a cluster and a sentinel set (test/meson.build):
 # the gcc and asan passes run them, hiredis1 and valgrind do not (time).
 no_topo_variants=(--no-suite cluster-suites --no-suite sentinel-suites)
+# The suites whose tests run alone (is_parallel: false in test/meson.build)
+# and wait on failovers and timers: --full runs them apart from the rest,
+# without the timing lock (run_alone).
+serial_suites=(cluster-suites sentinel-suites topology cluster acl replay sentinel proxies)
+only_serial=() no_serial=()
+for s in "${serial_suites[@]}"; do
+  only_serial+=(--suite "$s")
+  no_serial+=(--no-suite "$s")
+done
 # What differs between hiredis 0.14 and 1.x (reply limits, TLS, the async
 # connection's callbacks): the plain and valgrind runs of the hiredis 1.x
 # build take these; its ASan run takes every suite.
@@ -162,7 +225,9 @@ pass_gcc() {
     gcc_ok=1
     # Seconds, no Redis: a broken basic shows before the slow suites run.
     run_tests quick build-ci --suite quick
-    run_tests gcc build-ci --no-suite quick "${no_topo_variants[@]}"
+    # --full: the asan pass runs these (and the servers pass the redis
+    # suite on this build).
+    [ $full = 1 ] || run_tests gcc build-ci --no-suite quick "${no_topo_variants[@]}"
   else
     count --label gcc --step "configure + build" --failed
   fi
@@ -200,7 +265,7 @@ pass_subproject() {
 
 pass_deb() {
   banner "deb: scripts/deb.sh (dpkg-buildpackage, lintian, install, use, purge)"
-  run_script deb scripts/deb.sh
+  run_script deb "${nice[@]}" scripts/deb.sh
 }
 
 # count_run LABEL STEP RC LOG: a program run as one case, passed when it
@@ -242,7 +307,7 @@ run_fuzz() {
   fi
   local work
   work=$(mktemp -d)
-  timeout --kill-after=10 $((secs + 60)) "$fuzzer" -max_total_time="$secs" \
+  "${nice[@]}" timeout --kill-after=10 $((secs + 60)) "$fuzzer" -max_total_time="$secs" \
     -dict="${seeds}.dict" -artifact_prefix="$logs/$label-" "$work" "$seeds" >"$log" 2>&1
   local rc=$?
   rm -rf "$work"
@@ -253,10 +318,10 @@ run_fuzz() {
 pass_soak() {
   banner "soak: build-ci/test/soak (faults injected into redis-server)"
   need_gcc soak || return
-  run_soak soak build-ci "${SLUICE_SOAK_S:-60}"
+  timing_lock run_soak soak build-ci "${SLUICE_SOAK_S:-60}"
   # Master + replica + 3 sentinels, failovers among the faults (about 75 s
   # with the sentinels' start and the last failover's end).
-  run_soak soak-failover build-ci "${SLUICE_SOAK_FO_S:-60}" --topology sentinel
+  timing_lock run_soak soak-failover build-ci "${SLUICE_SOAK_FO_S:-60}" --topology sentinel
 }
 
 # Sentinel and Cluster under network partitions in network namespaces
@@ -267,14 +332,25 @@ pass_partition() {
     run_script partition timeout --kill-after=10 900 scripts/partition.sh --build build-ci
 }
 
-pass_asan() {
-  banner "asan: build-ci-asan (-Db_sanitize=address,undefined, --werror)"
+asan_ok=0 h1asan_ok=0 h1_pcdir=
+
+pass_asan_build() {
+  banner "asan-build: build-ci-asan (-Db_sanitize=address,undefined, --werror)"
   if build asan build-ci-asan -Dbuildtype=debugoptimized -Db_sanitize=address,undefined; then
-    run_tests asan build-ci-asan --timeout-multiplier 3
-    run_soak asan-soak build-ci-asan 15
+    asan_ok=1
   else
     count --label asan --step "configure + build" --failed
   fi
+}
+
+# Every suite, the topology variants included, then a 15 s soak.
+pass_asan() {
+  banner "asan: build-ci-asan (every suite, then a 15 s soak)"
+  [ $asan_ok = 1 ] || { echo "  (not built)"; return; }
+  run_tests asan-serial build-ci-asan --timeout-multiplier 3 "${only_serial[@]}" --no-suite liveness
+  run_alone asan-liveness build-ci-asan --timeout-multiplier 3 --suite liveness
+  run_tests asan build-ci-asan --timeout-multiplier 3 "${no_serial[@]}" --no-suite liveness
+  timing_lock run_soak asan-soak build-ci-asan 15
 }
 
 pass_clang() {
@@ -300,14 +376,15 @@ pass_format() {
 
 pass_hiredis1() {
   banner "hiredis1: build-ci-hiredis1* (hiredis 1.x with TLS, --werror)"
-  if pcdir=$(scripts/hiredis1.sh 2>"$logs/hiredis1-fetch.log" | tail -n 1) && [ -n "$pcdir" ]; then
+  if h1_pcdir=$(scripts/hiredis1.sh 2>"$logs/hiredis1-fetch.log" | tail -n 1) && [ -n "$h1_pcdir" ]; then
     cat "$logs/hiredis1-fetch.log"
-    h1=(-Dbuildtype=debugoptimized -Dpkg_config_path="$pcdir" -Dtls=enabled)
+    local h1=(-Dbuildtype=debugoptimized -Dpkg_config_path="$h1_pcdir" -Dtls=enabled)
     if build hiredis1 build-ci-hiredis1 "${h1[@]}"; then
       h1_ok=1
       # Which hiredis the tests load, for the log (test_tls checks it too).
       ldd build-ci-hiredis1/src/libsluice.so | grep hiredis | sed 's/^[[:space:]]*/  /'
-      run_tests hiredis1 build-ci-hiredis1 "${h1_sensitive[@]}"
+      # --full: the ASan run of every suite (pass h1asan) covers these.
+      [ $full = 1 ] || run_tests hiredis1 build-ci-hiredis1 "${h1_sensitive[@]}"
     else
       count --label hiredis1 --step "configure + build" --failed
     fi
@@ -319,7 +396,7 @@ pass_hiredis1() {
       count --label hiredis1-clang --step "clang --werror build" --failed
     fi
     if build hiredis1-asan build-ci-hiredis1-asan "${h1[@]}" -Db_sanitize=address,undefined; then
-      run_tests hiredis1-asan build-ci-hiredis1-asan --timeout-multiplier 3 "${no_topo_variants[@]}"
+      h1asan_ok=1
     else
       count --label hiredis1-asan --step "configure + build" --failed
     fi
@@ -330,31 +407,129 @@ pass_hiredis1() {
   fi
 }
 
+# The hiredis 1.x build under ASan + UBSan: every suite but the topology
+# variants (the asan pass runs those on hiredis 0.14).
+pass_h1asan() {
+  banner "h1asan: build-ci-hiredis1-asan (every suite but the topology variants)"
+  [ $h1asan_ok = 1 ] || { echo "  (not built)"; return; }
+  local h1=(hiredis1-asan build-ci-hiredis1-asan --timeout-multiplier 3)
+  run_tests "${h1[0]}-serial" "${h1[@]:1}" "${only_serial[@]}" "${no_topo_variants[@]}"
+  run_alone "${h1[0]}-liveness" "${h1[@]:1}" --suite liveness "${no_topo_variants[@]}"
+  run_tests "${h1[@]}" "${no_serial[@]}" --no-suite liveness
+}
+
 pass_valgrind() {
-  banner "valgrind: build-ci (meson test --setup valgrind)"
-  need_gcc valgrind && run_tests valgrind build-ci --setup valgrind
-  # Against hiredis 1.x, where TLS lives too (when this run built it): the
-  # tests of what differs between the versions (h1_sensitive).
+  banner "valgrind: build-ci (meson test --setup valgrind --suite memcheck)"
+  # --full: under nice beside the lanes (the memcheck suite has no
+  # timing-bound tests).
+  local run_nice=("${nice[@]}")
+  need_gcc valgrind && run_tests valgrind build-ci --setup valgrind --suite memcheck
+  # --full: lane h1 runs the hiredis 1.x build's part.
+  [ $full = 1 ] || pass_valgrind_h1
+}
+
+# Against hiredis 1.x, where TLS lives too (when this run built it): the
+# tests of what differs between the versions (h1_sensitive).
+pass_valgrind_h1() {
   if [ $h1_ok = 1 ]; then
+    banner "valgrind-h1: build-ci-hiredis1 (meson test --setup valgrind, ${h1_sensitive[*]})"
     run_tests valgrind-h1 build-ci-hiredis1 --setup valgrind "${h1_sensitive[@]}"
   fi
 }
 
+# The suite redis on the plain build against the servers Debian 13 ships
+# (Valkey 9: scripts/servers.sh valkey-9, docs/testing.md). Under CI=true
+# a server that cannot be had fails here and in the tests.
+server_matrix=(valkey-8.1 redis-8.0)
+pass_servers() {
+  banner "servers: build-ci, the suite redis on ${server_matrix[*]}"
+  need_gcc servers || return
+  local dirs=() i
+  if ! mapfile -t dirs < <(scripts/servers.sh --debs "${server_matrix[@]}" 2>"$logs/servers-fetch.log") ||
+    [ ${#dirs[@]} -ne ${#server_matrix[@]} ]; then
+    sed 's/^/    /' "$logs/servers-fetch.log"
+    count --label servers --step "unpack ${server_matrix[*]}" --failed
+    return
+  fi
+  sed 's/^/  /' "$logs/servers-fetch.log"
+  for i in "${!server_matrix[@]}"; do
+    export SLUICE_SERVER_DIR=${dirs[$i]}
+    run_alone "${server_matrix[$i]}-liveness" build-ci --suite liveness "${no_topo_variants[@]}"
+    run_tests "${server_matrix[$i]}" build-ci --suite redis --no-suite liveness
+  done
+  unset SLUICE_SERVER_DIR
+}
+
+# lane NAME PASS...: the passes in a background subshell; its output goes
+# to build-ci-logs/lane-NAME.log, its tally to lane-NAME.jsonl and the
+# passes' times to lane-NAME.times, all taken in by join_lanes.
+declare -A lane_pid lane_start
+lanes=()
+lane() {
+  local name=$1
+  shift
+  # shellcheck disable=SC2030 # count() reads the lane's own tally
+  (
+    state=$logs/lane-$name.jsonl
+    for p in "$@"; do
+      t=$SECONDS
+      "pass_$p"
+      echo "$p $((SECONDS - t))" >>"$logs/lane-$name.times"
+    done
+  ) </dev/null >"$logs/lane-$name.log" 2>&1 &
+  lane_pid[$name]=$!
+  lane_start[$name]=$SECONDS
+  lanes+=("$name")
+  echo "  [lane $name] started: $* (log: $logs/lane-$name.log)"
+}
+
+# Wait for every lane; print its log, add its tally and times.
+join_lanes() {
+  local name p secs
+  for name in "${lanes[@]}"; do
+    wait "${lane_pid[$name]}"
+    took[lane-$name]=$((SECONDS - ${lane_start[$name]}))
+    banner "lane $name: its log"
+    cat "$logs/lane-$name.log"
+    # shellcheck disable=SC2031 # the main tally, which no lane changed
+    [ -f "$logs/lane-$name.jsonl" ] && cat "$logs/lane-$name.jsonl" >>"$state"
+    while read -r p secs; do
+      took[$p]=$secs
+      timings+=("$p")
+    done < <(cat "$logs/lane-$name.times" 2>/dev/null)
+    timings+=("lane-$name")
+  done
+}
+
+run_passes() {
+  local p t
+  for p in "$@"; do
+    t=$SECONDS
+    "pass_$p"
+    pass_done "$p" $t
+  done
+}
+
 if [ $full = 1 ]; then
-  passes=(gcc topo abi subproject deb soak partition asan clang format hiredis1)
+  run_passes gcc abi format subproject
+  lane wait servers partition soak
+  run_passes asan_build
+  lane asan asan
+  run_passes hiredis1
+  h1_passes=(h1asan)
+  [ "$valgrind" = yes ] && h1_passes+=(valgrind_h1)
+  lane h1 "${h1_passes[@]}"
+  run_passes deb clang
+  [ "$valgrind" = yes ] && run_passes valgrind
+  join_lanes
 else
-  passes=(gcc topo)
+  run_passes gcc topo
+  [ "$valgrind" = yes ] && run_passes valgrind
 fi
-[ "$valgrind" = yes ] && passes+=(valgrind)
-for p in "${passes[@]}"; do
-  t=$SECONDS
-  "pass_$p"
-  pass_done "$p" $t
-done
 
 banner "results"
 for p in "${timings[@]}"; do
-  printf '  %-10s %5ds\n' "$p" "${took[$p]}"
+  printf '  %-12s %5ds\n' "$p" "${took[$p]}"
 done
-printf '  %-10s %5ds\n' total $((SECONDS - start))
+printf '  %-12s %5ds\n' total $((SECONDS - start))
 count --final
