@@ -71,10 +71,12 @@
 # subshell with its own log, printed when the lane ends, and its own
 # tally): lane "wait" (servers, partition, soak) from the start; lane
 # "asan" (the ASan run) once its build is done; lane "h1" (the hiredis 1.x
-# ASan run, then its valgrind run) once its builds are done. The
-# foreground meanwhile builds (ASan, hiredis 1.x, deb, clang), fuzzes and
-# runs valgrind's memcheck suite, all under nice, so the lanes' tests get
-# the cores first. The suites that mostly wait on failovers (the topology
+# ASan run) once its builds are done. The foreground meanwhile builds
+# (ASan, hiredis 1.x, deb, clang) and fuzzes, under nice, so the lanes'
+# tests get the cores first; once the ASan lanes end it runs valgrind
+# (memcheck suite, then the hiredis 1.x build's part), not niced, with
+# only the wait lane's tail beside it: valgrind beside the ASan lanes made
+# its cases' own timeouts run out in a rehearsal. The suites that mostly wait on failovers (the topology
 # variants, cluster, sentinel, topology, acl, replay, proxies: each test
 # alone) run first in each ASan lane. The suite liveness (tests that bound
 # how late work is taken while processes die or crowd) runs one test at a
@@ -420,11 +422,8 @@ pass_h1asan() {
 
 pass_valgrind() {
   banner "valgrind: build-ci (meson test --setup valgrind --suite memcheck)"
-  # --full: under nice beside the lanes (the memcheck suite has no
-  # timing-bound tests).
-  local run_nice=("${nice[@]}")
   need_gcc valgrind && run_tests valgrind build-ci --setup valgrind --suite memcheck
-  # --full: lane h1 runs the hiredis 1.x build's part.
+  # --full runs the hiredis 1.x build's part as a pass of its own.
   [ $full = 1 ] || pass_valgrind_h1
 }
 
@@ -483,12 +482,20 @@ lane() {
   echo "  [lane $name] started: $* (log: $logs/lane-$name.log)"
 }
 
+# Wait for lane NAME to end (join_lanes takes in what it did).
+declare -A lane_end
+wait_lane() {
+  [ -n "${lane_end[$1]:-}" ] && return
+  wait "${lane_pid[$1]}"
+  lane_end[$1]=$SECONDS
+}
+
 # Wait for every lane; print its log, add its tally and times.
 join_lanes() {
   local name p secs
   for name in "${lanes[@]}"; do
-    wait "${lane_pid[$name]}"
-    took[lane-$name]=$((SECONDS - ${lane_start[$name]}))
+    wait_lane "$name"
+    took[lane-$name]=$((${lane_end[$name]} - ${lane_start[$name]}))
     banner "lane $name: its log"
     cat "$logs/lane-$name.log"
     # shellcheck disable=SC2031 # the main tally, which no lane changed
@@ -516,11 +523,17 @@ if [ $full = 1 ]; then
   run_passes asan_build
   lane asan asan
   run_passes hiredis1
-  h1_passes=(h1asan)
-  [ "$valgrind" = yes ] && h1_passes+=(valgrind_h1)
-  lane h1 "${h1_passes[@]}"
+  lane h1 h1asan
   run_passes deb clang
-  [ "$valgrind" = yes ] && run_passes valgrind
+  # valgrind slows what it runs 5-10 times: with the ASan lanes beside it,
+  # its cases' own timeouts ran out (rehearsals). It runs once they end,
+  # with only the wait lane's tail beside it, and not under nice.
+  wait_lane asan
+  wait_lane h1
+  if [ "$valgrind" = yes ]; then
+    nice=()
+    run_passes valgrind valgrind_h1
+  fi
   join_lanes
 else
   run_passes gcc topo
