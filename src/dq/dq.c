@@ -274,9 +274,14 @@ static void record_push(sluice_client *c, const redisReply *reply) {
   if (!sluice__record_on(c) || sluice__answered_args(c, &argc, &argv, &lens) != SLUICE_OK) return;
   size_t n = (size_t)(argc - DQ_NKEYS - 1) / 4, kept = 0;
   sluice__args a;
-  if (reply->type != REDIS_REPLY_ARRAY || (reply->elements != n && reply->elements != 2 * n) ||
-      sluice__args_init(&a, argc, (int)n) != SLUICE_OK)
+  if (reply->type != REDIS_REPLY_ARRAY || (reply->elements != n && reply->elements != 2 * n))
     return;
+  /* The modes, rewritten: the arguments borrow them until they are kept. */
+  char(*modes)[48] = malloc(n * sizeof *modes);
+  if (!modes || sluice__args_init(&a, argc, (int)n) != SLUICE_OK) {
+    free(modes);
+    return;
+  }
   for (int i = 0; i < DQ_NKEYS; i++) sluice__args_key(&a, argv[i]);
   sluice__args_bin(&a, argv[DQ_NKEYS], lens[DQ_NKEYS]);
   for (size_t i = 0; i < n; i++) {
@@ -284,7 +289,7 @@ static void record_push(sluice_client *c, const redisReply *reply) {
     int at = DQ_NKEYS + 1 + 4 * (int)i;
     if (due->type != REDIS_REPLY_INTEGER || due->integer < 0) continue;
     sluice__args_bin(&a, argv[at], lens[at]);
-    char mode[48];
+    char *mode = modes[i];
     size_t ml = lens[at + 1] < 8 ? lens[at + 1] : 0, vl = 0;
     if (ml) memcpy(mode, argv[at + 1], ml);
     mode[0] = 'a';
@@ -302,6 +307,7 @@ static void record_push(sluice_client *c, const redisReply *reply) {
   }
   if (kept) sluice__record_answered_as(c, SLUICE__WRITE_PUSH, (unsigned)kept, &a);
   sluice__args_clear(&a);
+  free(modes);
 }
 
 /* Writes a failover could undo are kept for replay: pushes, and cancels
