@@ -69,14 +69,15 @@
 # Wall time, not coverage, is what --full saves. What waits on timers runs
 # beside what keeps the cores busy, each in a lane of its own (a background
 # subshell with its own log, printed when the lane ends, and its own
-# tally): lane "wait" (servers, partition, soak) from the start; lane
+# tally): lane "wait" (partition, soak) from the start; lane
 # "asan" (the ASan run) once its build is done; lane "h1" (the hiredis 1.x
 # ASan run) once its builds are done. The foreground meanwhile builds
 # (ASan, hiredis 1.x, deb, clang) and fuzzes, under nice, so the lanes'
-# tests get the cores first; once the ASan lanes end it runs valgrind
-# (memcheck suite, then the hiredis 1.x build's part), not niced, with
-# only the wait lane's tail beside it: valgrind beside the ASan lanes made
-# its cases' own timeouts run out in a rehearsal. The suites that mostly wait on failovers (the topology
+# tests get the cores first; once the ASan lanes end it runs, not niced,
+# the servers pass and then valgrind (memcheck suite, then the hiredis 1.x
+# build's part), with only the wait lane's tail beside them: beside the
+# ASan lanes, the servers' timing cases missed their bounds and valgrind's
+# cases their own timeouts in rehearsals. The suites that mostly wait on failovers (the topology
 # variants, cluster, sentinel, topology, acl, replay, proxies: each test
 # alone) run first in each ASan lane. The suite liveness (tests that bound
 # how late work is taken while processes die or crowd) runs one test at a
@@ -519,21 +520,21 @@ run_passes() {
 
 if [ $full = 1 ]; then
   run_passes gcc abi format subproject
-  lane wait servers partition soak
+  lane wait partition soak
   run_passes asan_build
   lane asan asan
   run_passes hiredis1
   lane h1 h1asan
   run_passes deb clang
-  # valgrind slows what it runs 5-10 times: with the ASan lanes beside it,
-  # its cases' own timeouts ran out (rehearsals). It runs once they end,
-  # with only the wait lane's tail beside it, and not under nice.
+  # Once the ASan lanes end, not under nice, one after the other: the
+  # other servers' plain run (beside both ASan lanes, timing cases missed
+  # their bounds in a rehearsal), then valgrind (which slows what it runs
+  # 5-10 times: beside the ASan lanes its cases' own timeouts ran out).
   wait_lane asan
   wait_lane h1
-  if [ "$valgrind" = yes ]; then
-    nice=()
-    run_passes valgrind valgrind_h1
-  fi
+  nice=()
+  run_passes servers
+  [ "$valgrind" = yes ] && run_passes valgrind valgrind_h1
   join_lanes
 else
   run_passes gcc topo
