@@ -118,8 +118,12 @@ static void op_complete(sluice__op *op, int status, const redisReply *reply) {
  * fast instead of timing out one by one, and reconnect with backoff. */
 static void check_connection_alive(sluice__op *op) {
   sluice__conn *conn = op->in_hiredis ? op->conn : NULL; /* else it may be gone */
+  unsigned whole = op->c->opts.op_timeout_ms;
   if (!conn || conn->state != SLUICE_CONN_UP) return;
-  if (sluice__mono_ms() - conn->last_reply_ms < op->c->opts.op_timeout_ms) return;
+  /* A tenth of slack: libevent dates a timer from its cached time, which
+   * can be behind the clock read here, so a timer may fire a little before
+   * a whole timeout has passed since the last reply. */
+  if (sluice__mono_ms() - conn->last_reply_ms + whole / 10 < whole) return;
   conn->link_trouble = 1; /* its blocking siblings restart once it is back (client.c) */
   sluice__conn_fail(conn, "no reply within the operation timeout: connection presumed dead");
 }
