@@ -120,7 +120,9 @@ void sluice__link_watch_free(sluice__link_watch *w) {
 }
 
 void sluice__link_watch_sent(sluice__link_watch *w) {
-  if (evtimer_pending(w->tick, NULL)) return;
+  /* A unix socket loses no packets: nothing to watch, no timer to run. */
+  redisAsyncContext *ac = w->conn->ac;
+  if (!ac || ac->c.connection_type != REDIS_CONN_TCP || evtimer_pending(w->tick, NULL)) return;
   w->head_seen = first_due(w->conn);
   w->reply_seen_ms = w->conn->last_reply_ms;
   w->heard_ms = sluice__mono_ms();
