@@ -2,7 +2,9 @@
  * Delay queue benchmark (not a pass/fail test):
  *  - push throughput (batches of 100, and single pushes pipelined);
  *  - consume throughput (take + ack of due messages), beside redis-benchmark
- *    running the same take script (EVALSHA, same KEYS/ARGV) with the ratio;
+ *    running the same take script (EVALSHA, same KEYS/ARGV but take
+ *    number 0: one repeated number would make every run after the first a
+ *    stale one) with the ratio;
  *  - delivery lateness p50/p99/max at 1,000 and 10,000 messages/s, producer
  *    in another process, delays 20..1020 ms;
  *  - Redis commands per second of an idle consumer;
@@ -185,7 +187,7 @@ static int take_rb(double *msgs_per_s, bench_rb_result *res) {
   sluice__args a;
   if (sluice__args_init(&a, DQ_TAKE_ARGS, DQ_TAKE_NUMS) != 0) return -1;
   sluice__dq_take_args(&a, keys, co.retention_ms, TAKE_BATCH, co.visibility_ms, co.max_attempts,
-                       "redis-benchmark", co.max_poll_ms);
+                       "redis-benchmark", co.max_poll_ms, 0, 0);
   bench_rb_opts o = {.clients = 4, .requests = N_CONSUME / TAKE_BATCH, .pipeline = 4};
   int rc = a.failed ? -1 : bench_evalsha(&rs, &o, sha, a.nkeys, a.argc, a.argv, res);
   sluice__args_clear(&a);

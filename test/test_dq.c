@@ -1122,6 +1122,121 @@ static void on_consumer_error(sluice_dq_consumer *con, int status, void *ud) {
   *last = status;
 }
 
+/* ---- a take whose answer was lost ----------------------------------------- */
+
+/* dq_take of queue "tk" by consumer "c1", numbered seq, sent again or not. */
+static redisReply *take_numbered(redisContext *rc, const char *seq, int retry) {
+  const char *argv[] = {"EVAL",  sluice__lua_dq_take.body,
+                        "5",     "sluice:dq:{tk}:z",
+                        "sluice:dq:{tk}:f", "sluice:dq:{tk}:d",
+                        "sluice:dq:{tk}:h", "sluice:dq:{tk}:c",
+                        "60000", "10",
+                        "60000", "0",
+                        "c1",    "1000",
+                        seq,     retry ? "1" : "0"};
+  redisReply *r = redisCommandArgv(rc, (int)(sizeof argv / sizeof argv[0]), argv, NULL);
+  TH_ASSERT(r && r->type == REDIS_REPLY_ARRAY && r->elements >= DQ_TAKE_HEAD);
+  return r;
+}
+
+static long long reply_count(const redisReply *r) { return r->element[2]->integer; }
+
+/* The take record: a take sent again with its number hands back what its
+ * first run took (same ids and attempts, new tokens); a first run that
+ * arrives after its retry, or after a later take, does nothing. */
+static void test_take_sent_again(void) {
+  dq_fx fx = dq_fx_open();
+  sluice_dq *dq = dqt_queue(fx.c, "tk");
+  dqt_push p;
+  const char *ids[] = {"m1", "m2", "m3"};
+  for (int i = 0; i < 3; i++)
+    TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, ids[i], "x", 0, &p), SLUICE_OK);
+  redisContext *rc = th_redis_connect(&th_server);
+  TH_ASSERT(rc && !rc->err);
+
+  /* Until all three are due on Redis's clock (a push's due time may be a
+   * ms or two ahead of it). */
+  uint64_t end = th_now_ms() + 5000;
+  for (;;) {
+    redisReply *t = redisCommand(rc, "TIME");
+    TH_ASSERT(t && t->type == REDIS_REPLY_ARRAY && t->elements == 2);
+    long long now_ms = atoll(t->element[0]->str) * 1000 + atoll(t->element[1]->str) / 1000;
+    freeReplyObject(t);
+    if (th_redis_int(&th_server, "ZCOUNT sluice:dq:{tk}:z -inf %lld", now_ms) == 3) break;
+    TH_ASSERT(th_now_ms() < end);
+    th_loop_for(fx.base, 1);
+  }
+  redisReply *first = take_numbered(rc, "5", 0);
+  long long n = reply_count(first);
+  TH_ASSERT_EQ(n, 3);
+  long long tok = first->element[3]->integer;
+  redisReply *r = take_numbered(rc, "5", 0); /* the first run, late: nothing */
+  TH_ASSERT_EQ(reply_count(r), 0);
+  freeReplyObject(r);
+  r = take_numbered(rc, "4", 1); /* an older one: nothing */
+  TH_ASSERT_EQ(reply_count(r), 0);
+  freeReplyObject(r);
+  r = take_numbered(rc, "5", 1); /* sent again: the same messages */
+  TH_ASSERT_EQ(reply_count(r), n);
+  TH_ASSERT_CMP(r->element[3]->integer, >=, tok + n);
+  for (size_t k = 0; k < (size_t)n; k++) {
+    size_t i = DQ_TAKE_HEAD + DQ_TAKE_PER * k;
+    TH_ASSERT_STR_EQ(r->element[i]->str, first->element[i]->str);
+    TH_ASSERT_EQ(r->element[i + 1]->integer, 1);
+    TH_ASSERT_STR_EQ(r->element[i + 3]->str, "x");
+  }
+  freeReplyObject(r);
+  r = take_numbered(rc, "6", 1); /* a retry of a take that never ran */
+  TH_ASSERT_EQ(reply_count(r), 0);
+  freeReplyObject(r);
+  r = take_numbered(rc, "6", 1); /* whose record holds nothing */
+  TH_ASSERT_EQ(reply_count(r), 0);
+  freeReplyObject(r);
+  freeReplyObject(first);
+  TH_ASSERT(th_redis_int(&th_server, "PTTL sluice:dq:{tk}:c:c1:t") > 0);
+  redisFree(rc);
+  sluice_dq_free(dq);
+  dq_fx_close(&fx);
+}
+
+/* A consumer whose takes time out while the server is stopped gets the
+ * messages its first take took once the server is back, not after their
+ * visibility deadline (60 s here). */
+static void test_lost_take_handed_back(void) {
+  struct event_base *base = event_base_new();
+  sluice_client_options co;
+  th_client_options(&co, th_server.url);
+  co.op_timeout_ms = 200;
+  sluice_client *c = th_client_with(base, &co);
+  sluice_dq *dq = dqt_queue(c, "lostq");
+  dqt_push p;
+  for (int i = 0; i < 5; i++) TH_ASSERT_EQ(dqt_push_wait(base, dq, NULL, "x", 0, &p), SLUICE_OK);
+  th_redis_pause(&th_server);
+  int last_error = 0;
+  rec r = {.target = 5, .auto_ack = 1};
+  sluice_dq_consumer_options o = opts(10, 60000, 0);
+  sluice_dq_consumer *con = consumer(c, "lostq", &o, &r);
+  sluice_dq_consumer_set_error_cb(con, on_consumer_error, &last_error);
+  int reported = th_loop_until(base, &last_error, 3000);
+  th_redis_resume(&th_server);
+  TH_ASSERT(reported);
+  TH_ASSERT_EQ(last_error, SLUICE_ETIMEDOUT);
+  uint64_t t0 = th_now_ms();
+  wait_n(base, &r.n, 5);
+  th_note("delivered %d, %llu ms after the server came back\n", r.n,
+          (unsigned long long)(th_now_ms() - t0));
+  TH_ASSERT_CMP(th_now_ms() - t0, <, 10000);
+  for (int i = 0; i < 5; i++) {
+    TH_ASSERT_EQ(r.attempts[i], 1);
+    for (int j = 0; j < i; j++) TH_ASSERT(strcmp(r.ids[i], r.ids[j]) != 0);
+  }
+  wait_n(base, &r.settled, 5);
+  for (int i = 0; i < 5; i++) TH_ASSERT_EQ(r.settle_status[i], SLUICE_OK);
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  dqt_finish(base, c);
+}
+
 static void test_error_callback_and_names(void) {
   struct event_base *base = event_base_new();
   sluice_client_options co;
@@ -1150,6 +1265,8 @@ static void test_error_callback_and_names(void) {
 static const th_case cases[] = {
     TH_CASE(error_callback_and_names, 30, .standalone_only = "pauses the server"),
     TH_CASE(order_by_due_then_push, 30),
+    TH_CASE(take_sent_again, 30, .standalone_only = "calls the script on one node"),
+    TH_CASE(lost_take_handed_back, 30, .standalone_only = "pauses the server"),
     TH_CASE(batch_and_max_in_flight, 30),
     TH_CASE(binary_payload, 30),
     TH_CASE(cancel, 30),

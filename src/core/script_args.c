@@ -73,7 +73,8 @@ void sluice__sem_leave_args(sluice__args *a, const sluice__sem_call *s, const ch
 
 void sluice__dq_take_args(sluice__args *a, char *const keys[DQ_NKEYS], uint64_t retention_ms,
                           unsigned batch, uint64_t visibility_ms, unsigned max_attempts,
-                          const char *consumer_id, unsigned max_poll_ms) {
+                          const char *consumer_id, unsigned max_poll_ms, uint64_t take_seq,
+                          int retry) {
   for (int i = 0; i < DQ_NKEYS; i++) sluice__args_key(a, keys[i]);
   sluice__args_u64(a, retention_ms);
   sluice__args_u64(a, batch);
@@ -81,6 +82,8 @@ void sluice__dq_take_args(sluice__args *a, char *const keys[DQ_NKEYS], uint64_t 
   sluice__args_u64(a, max_attempts);
   sluice__args_str(a, consumer_id);
   sluice__args_u64(a, max_poll_ms);
+  sluice__args_u64(a, take_seq);
+  sluice__args_str(a, retry ? "1" : "0");
 }
 
 void sluice__dq_ack_head(sluice__args *a, char *const keys[DQ_NKEYS], uint64_t retention_ms,

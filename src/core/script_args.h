@@ -114,18 +114,20 @@ enum { DQ_KEY_DELAYED, DQ_KEY_FLIGHT, DQ_KEY_DEAD, DQ_KEY_HASH, DQ_KEY_CONSUMERS
 /* dq_take.lua
  * KEYS: the queue's five keys
  * ARGV: 1 retention_ms, 2 batch, 3 visibility_ms, 4 max_attempts (0: none),
- *       5 consumer id, 6 max_poll_ms.
+ *       5 consumer id, 6 max_poll_ms, 7 the consumer's take number (0:
+ *       none kept), 8 "1" to send again a take whose answer was lost.
  * Reply: {now us, next wake-up ms or -1, count, first delivery token, then
  * id, attempt, priority * DQ_PRIORITY_BAND + due ms, payload per message
  * (the k-th's token: first + k)}. */
 #define DQ_PRIORITY_BAND (INT64_C(1) << 43) /* _dq_common.lua's DQ_BAND */
-#define DQ_TAKE_ARGS (DQ_NKEYS + 6)
-#define DQ_TAKE_NUMS 5
+#define DQ_TAKE_ARGS (DQ_NKEYS + 8)
+#define DQ_TAKE_NUMS 6
 #define DQ_TAKE_HEAD 4 /* reply elements before the messages */
 #define DQ_TAKE_PER 4  /* and per message */
 void sluice__dq_take_args(sluice__args *a, char *const keys[DQ_NKEYS], uint64_t retention_ms,
                           unsigned batch, uint64_t visibility_ms, unsigned max_attempts,
-                          const char *consumer_id, unsigned max_poll_ms);
+                          const char *consumer_id, unsigned max_poll_ms, uint64_t take_seq,
+                          int retry);
 
 /* dq_ack.lua
  * KEYS: the queue's five keys

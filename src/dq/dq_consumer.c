@@ -288,6 +288,11 @@ static void take_done(void *ud, int status, const redisReply *reply) {
   sluice_dq_consumer *con = ud;
   int64_t now_us = 0, next_ms = -1, count = 0, first_token = 0;
   con->taking = 0;
+  /* Sent, but no answer came: it may have taken messages, which the same
+   * take sent again hands back (dq_take.lua). ECONNECTION (not sent)
+   * leaves the doubt as it was. */
+  if (status == SLUICE_EINDOUBT || status == SLUICE_ETIMEDOUT) con->take_lost = 1;
+  else if (status == SLUICE_OK) con->take_lost = 0;
   if (status == SLUICE_OK &&
       (sluice__reply_i64(sluice__reply_at(reply, 0), &now_us) ||
        sluice__reply_i64(sluice__reply_at(reply, 1), &next_ms) ||
@@ -329,10 +334,12 @@ static void take(sluice_dq_consumer *con) {
   con->timer_at_us = 0;
   con->woken_us = 0; /* this take sees every wake-up heard so far */
   con->take_sent_ms = sluice__mono_ms();
+  if (!con->take_lost) con->take_seq++;
   int rc = sluice__args_init(&args, DQ_TAKE_ARGS, DQ_TAKE_NUMS);
   if (rc == SLUICE_OK) {
     sluice__dq_take_args(&args, con->keys, con->o.retention_ms, con->asked, con->o.visibility_ms,
-                         con->o.max_attempts, con->cid, con->o.max_poll_ms);
+                         con->o.max_attempts, con->cid, con->o.max_poll_ms, con->take_seq,
+                         con->take_lost);
     rc = sluice__eval(con->c, &sluice__lua_dq_take, args.nkeys, args.argc, args.argv, args.lens,
                       con->o.op_timeout_ms, take_done, con, NULL);
     sluice__args_clear(&args);

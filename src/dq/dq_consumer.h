@@ -59,6 +59,8 @@ struct sluice_dq_consumer {
   unsigned asked;     /* batch size of the take in flight */
   unsigned backoff_ms;
   uint64_t take_sent_ms;
+  uint64_t take_seq; /* the number of the last take sent (dq_take.lua) */
+  int take_lost;     /* its answer was lost: the next take sends it again */
   int taking, again, starved;
   sluice_dq_consumer_metrics m; /* counters; m.lateness from lateness */
   sluice__hist lateness;        /* in µs, from ms on Redis's clock */

@@ -2,8 +2,9 @@
 -- KEYS[1..5] are a queue's z (delayed), f (in flight), d (dead), h
 -- (per-message data, counters and the key horizon '#exp') and c (idle
 -- consumers: consumer id -> the time, ms on Redis's clock, at which it will
--- look at the queue next). Consumer <cid>'s wake list is c .. ':' .. cid: it
--- carries c's hash tag, hence its slot.
+-- look at the queue next). Consumer <cid>'s wake list is c .. ':' .. cid, its
+-- take record (dq_take.lua) c .. ':' .. cid .. ':t': they carry c's hash
+-- tag, hence its slot.
 -- Redis Cluster rule: while the slot migrates, its source node runs a script
 -- only when all declared keys exist there, then refuses any later access to
 -- a key the script emptied, keeping the writes before it. So a removal that

@@ -22,8 +22,21 @@
 -- Priorities (see _dq_common.lua): the due messages of the highest
 -- priority go first, then by due time, then in push order; one range read
 -- per priority up to h['#pmax'] (at most 10).
+-- A take whose answer was lost (the connection broke first, or the answer
+-- came too late) is sent again with the same number (ARGV[7], per
+-- consumer, growing) and ARGV[8] = '1'. If the first run happened, the
+-- retry hands its messages back, still in flight, with new tokens and
+-- deadlines (their due time reads as the first run's take time): without
+-- this they would sit unseen until their visibility deadline. The
+-- consumer's take record c:<cid>:t (alive for the visibility time) holds
+-- the last run's number, deadline, first token and count, so they are the
+-- members of f at that deadline whose token is in that range. A first run
+-- that arrives after its retry, or after a later take, does nothing: its
+-- answer reaches nobody. Number 0: no record (a caller that never
+-- retries).
 -- Work: at most 100 late messages, 1000 taken, 10 range reads of z, 16
--- stale entries of c removed, plus dq_wake's bound.
+-- stale entries of c removed, plus dq_wake's bound; a retry reads at most
+-- 1064 members of f more.
 --@include _dq_common.lua
 local z, f, d, h, c = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local t = redis.call('TIME')
@@ -32,8 +45,56 @@ local now = math.floor(now_us / 1000)
 local ret, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
 local vis, maxa = tonumber(ARGV[3]), tonumber(ARGV[4])
 local cid, poll = ARGV[5], tonumber(ARGV[6])
+local tseq, retry = tonumber(ARGV[7] or '0'), ARGV[8] == '1'
 if not (batch >= 1 and batch <= 1000) then return redis.error_reply('ERR sluice: bad batch') end
+if not (tseq and tseq >= 0) then return redis.error_reply('ERR sluice: bad take number') end
 local wrote = {}
+local tkey = c .. ':' .. cid .. ':t'
+local out = {now_us, -1, 0, 0}
+local deadline = now + vis
+
+-- The take record; a retry's messages handed back (out, from out[5]).
+local handed = 0
+if tseq > 0 then
+  -- pcall: while the slot migrates, a key the node lacks is refused.
+  local rv = redis.pcall('HGET', tkey, 'r')
+  local rs, rdl, rtok, rn = string.match(type(rv) == 'string' and rv or '',
+                                         '^(%d+) (%d+) (%d+) (%d+)$')
+  rs, rdl, rtok, rn = tonumber(rs), tonumber(rdl), tonumber(rtok), tonumber(rn)
+  if rs and (rs > tseq or (rs == tseq and not retry)) then return out end
+  if rs == tseq and rn > 0 and rdl >= now then
+    local ids = redis.call('ZRANGEBYSCORE', f, rdl, rdl, 'LIMIT', 0, rn + 64)
+    local fields = {}
+    for i, id in ipairs(ids) do fields[i], fields[#ids + i] = 'a' .. id, 'p' .. id end
+    fields[2 * #ids + 1] = '#dlv'
+    local v = #ids > 0 and redis.call('HMGET', h, unpack(fields)) or {}
+    local base = tonumber(v[2 * #ids + 1]) or 0
+    local zargs, hargs = {}, {}
+    for i, id in ipairs(ids) do
+      local av, pv = v[i], v[#ids + i]
+      local slash = av and string.find(av, '/', 1, true)
+      local tok = slash and tonumber(string.sub(av, slash + 1))
+      if pv and tok and tok >= rtok and tok < rtok + rn and handed < batch then
+        handed = handed + 1
+        local seq, a = attempts_split(av)
+        zargs[2 * handed - 1], zargs[2 * handed] = deadline, id
+        hargs[2 * handed - 1] = 'a' .. id
+        hargs[2 * handed] = (seq or '') .. a .. '/' .. dec(base + handed)
+        local o = 4 * handed
+        out[o + 1], out[o + 2] = id, a
+        out[o + 3] = seq_pri(av) * DQ_BAND + rdl - vis
+        out[o + 4] = seq and pv_payload(pv) or pv
+      end
+    end
+    if handed > 0 then
+      out[4] = base + 1
+      hargs[2 * handed + 1], hargs[2 * handed + 2] = '#dlv', dec(base + handed)
+      redis.call('ZADD', f, unpack(zargs))
+      redis.call('HSET', h, unpack(hargs))
+      wrote[f] = true
+    end
+  end
+end
 
 -- Removals come last, after every read, addition and dq_expire (a removal
 -- may empty z, f or c: see _dq_common.lua): the late ones leave f at the
@@ -60,7 +121,7 @@ if #late > 0 then
   end
 end
 
-local out = {now_us, -1, 0, 0}
+batch = batch - handed
 -- The first n due members (cand: member, score: priority * DQ_BAND + due
 -- time), highest priority first, and the earliest due time after them
 -- (nextdue).
@@ -88,7 +149,7 @@ else
     if due and (not nextdue or due < nextdue) then nextdue = due end
   end
 end
-local taken, deadline, count = {}, now + vis, 0
+local taken, count = {}, 0
 if n > 0 then
   -- Payloads, attempt counts and the token counter in one HMGET; new
   -- counts (with their tokens) and the counter in one HSET.
@@ -101,7 +162,7 @@ if n > 0 then
   fields[2 * n + 1] = '#dlv'
   local v = redis.call('HMGET', h, unpack(fields))
   local base = tonumber(v[2 * n + 1]) or 0
-  out[4] = base + 1
+  if handed == 0 then out[4] = base + 1 end
   local zargs, hargs = {}, {}
   for i = 1, n do
     if v[i] then
@@ -128,8 +189,8 @@ if n > 0 then
     redis.call('HSET', h, unpack(hargs))
     wrote[f] = true
   end
-  out[3] = count
 end
+out[3] = handed + count
 local drop = {}
 for _, id in ipairs(late) do
   if not taken[id] then drop[#drop + 1] = id end
@@ -156,7 +217,12 @@ end
 if first and (not nextdue or first + 1 < nextdue) then nextdue = first + 1 end
 if nextdue then out[2] = nextdue end
 
-if count > 0 then dq_wake(c, deadline + 1) end
+if handed + count > 0 then dq_wake(c, deadline + 1) end
+if tseq > 0 then
+  local r = redis.pcall('HSET', tkey, 'r', dec(tseq) .. ' ' .. dec(deadline) .. ' ' ..
+                        dec(out[4]) .. ' ' .. (handed + count))
+  if type(r) == 'number' then redis.pcall('PEXPIRE', tkey, vis) end
+end
 local stale = {}
 if n < batch then
   local at = now + poll
