@@ -396,13 +396,13 @@ static void test_replayed_replace_keeps_newer(void) {
   snprintf(cmd, sizeof cmd, "EVALSHA %s 5 %s 1000 m ar@%lld 1 stale", sluice__lua_dq_push.sha, keys,
            v1);
   redisReply *r = th_redis_command(&th_server, cmd);
-  TH_ASSERT(r && r->type == REDIS_REPLY_ARRAY && r->elements == 1);
+  TH_ASSERT(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2); /* due, sequence */
   TH_ASSERT_EQ(r->element[0]->integer, p.due); /* the newer one's, untouched */
   freeReplyObject(r);
   snprintf(cmd, sizeof cmd, "EVALSHA %s 5 %s 1000 m ar@%lld 1 newer", sluice__lua_dq_push.sha, keys,
            v2 + 1);
   r = th_redis_command(&th_server, cmd);
-  TH_ASSERT(r && r->type == REDIS_REPLY_ARRAY && r->elements == 1);
+  TH_ASSERT(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2); /* due, sequence */
   TH_ASSERT_EQ(r->element[0]->integer, 1);
   freeReplyObject(r);
   TH_ASSERT_EQ(version_of(&th_server, "sluice:dq:{rv}:h", "m"), v2 + 1);

@@ -773,6 +773,44 @@ static void test_restart_aof_everysec(void) {
 
 static void test_restart_empty(void) { restart(NULL, 0); }
 
+/* A Redis that kept everything (appendfsync always) is restarted after the
+ * pushed messages were delivered and acknowledged: the record sends the
+ * pushes again, and the tombstones their acks left keep every one from
+ * being queued a second time (no duplicate delivery). */
+static void test_restart_aof_acked_not_again(void) {
+  static const char *const aof[] = {"--appendonly", "yes", "--appendfsync", "always", NULL};
+  th_redis r;
+  sluice_client *c;
+  struct event_base *base = one_start(&r, aof, &c);
+  sluice_dq *dq = dqt_queue(c, "t");
+  int delivered = 0;
+  sluice_dq_consumer *con = NULL;
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "t", NULL, dqt_ack_counted, &delivered, &con), SLUICE_OK);
+  enum { N = 50 };
+  dqt_push p;
+  for (int i = 0; i < N; i++) {
+    char id[16];
+    snprintf(id, sizeof id, "m%d", i);
+    TH_ASSERT_EQ(dqt_push_wait(base, dq, id, "x", 0, &p), SLUICE_OK);
+  }
+  sluice_dq_consumer_metrics cm = {0};
+  for (uint64_t end = th_now_ms() + 10000; cm.acked < N && th_now_ms() < end;) {
+    th_loop_for(base, 5);
+    sluice_dq_consumer_get_metrics(con, &cm);
+  }
+  TH_ASSERT_EQ(cm.acked, N);
+  TH_ASSERT_EQ(metrics(c).replay_pushes, 0); /* all still in the record */
+  th_redis_respawn(&r, aof);
+  TH_LOOP_UNTIL(base, metrics(c).replay_pushes >= N, 10000);
+  TH_ASSERT_EQ(metrics(c).replay_restored, 0);
+  TH_ASSERT_EQ(th_redis_int(&r, "ZCARD sluice:dq:{t}:z"), 0);
+  TH_ASSERT_EQ(th_redis_int(&r, "ZCARD sluice:dq:{t}:f"), 0);
+  TH_ASSERT_EQ(delivered, N);
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  one_finish(&r, base, c);
+}
+
 /* Replacing pushes of one message, with a priority, survive a restart
  * without persistence: the record sends them again in order, each with the
  * version Redis gave it, so the message ends as the last one left it. */
@@ -1136,6 +1174,7 @@ int main(int argc, char **argv) {
       {"cluster_restarted_empty_master", test_cluster_restarted_empty_master, 120},
       {"restart_aof_everysec", test_restart_aof_everysec, 60},
       {"restart_empty", test_restart_empty, 60},
+      {"restart_aof_acked_not_again", test_restart_aof_acked_not_again, 60},
       {"restart_replace_replayed", test_restart_replace_replayed, 60},
       {"restart_late_answer", test_restart_late_answer, 60},
       {"restart_unrenewed", test_restart_unrenewed, 60},

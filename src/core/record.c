@@ -335,13 +335,14 @@ static int retryable(int status, const redisReply *reply) {
 }
 
 /* Of a replay's answer, the writes that changed something: every script
- * kept here answers an integer per item, > 0 when it acted (a release that
+ * kept here answers an integer per item first (a push more after them),
+ * > 0 when it acted (a release that
  * found its permit, a push queued rather than refused as a duplicate, a
  * settlement or cancel that found its message). */
-static unsigned acted(const redisReply *reply) {
+static unsigned acted(const redisReply *reply, unsigned items) {
   if (reply->type == REDIS_REPLY_INTEGER) return reply->integer > 0;
   unsigned n = 0;
-  for (size_t i = 0; reply->type == REDIS_REPLY_ARRAY && i < reply->elements; i++)
+  for (size_t i = 0; reply->type == REDIS_REPLY_ARRAY && i < reply->elements && i < items; i++)
     n += reply->element[i]->type == REDIS_REPLY_INTEGER && reply->element[i]->integer > 0;
   return n;
 }
@@ -381,7 +382,7 @@ static void replayed(void *ud, int status, const redisReply *reply) {
   if (c->closing) status = SLUICE_ECANCELED;
   if (status == SLUICE_OK && c->answered) {
     r->replayed[e->kind] += e->items;
-    r->restored += acted(reply);
+    r->restored += acted(reply, e->items);
     e->tries = 0;
     keep(c, e, c->answered); /* the new node's replicas may not have it yet */
     return;

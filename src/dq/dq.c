@@ -266,7 +266,10 @@ static void req_finish(dq_req *r, int status, const redisReply *reply) {
  * as a delay it would count again from the replay. ARGV as dq_push.lua's:
  * retention, then per message id, mode, ms, payload. A replacing push is
  * kept with the version Redis gave the message (the reply's second half),
- * so its replay changes only a message no newer write replaced since. */
+ * so its replay changes only a message no newer write replaced since.
+ * Each mode ends in '~' and the sequence number the message got (from the
+ * reply's last element), so a node that kept the push and has since seen
+ * the message settled does not queue it again. */
 static void record_push(sluice_client *c, const redisReply *reply) {
   int argc;
   const char *const *argv;
@@ -274,10 +277,14 @@ static void record_push(sluice_client *c, const redisReply *reply) {
   if (!sluice__record_on(c) || sluice__answered_args(c, &argc, &argv, &lens) != SLUICE_OK) return;
   size_t n = (size_t)(argc - DQ_NKEYS - 1) / 4, kept = 0;
   sluice__args a;
-  if (reply->type != REDIS_REPLY_ARRAY || (reply->elements != n && reply->elements != 2 * n))
+  if (reply->type != REDIS_REPLY_ARRAY ||
+      (reply->elements != n + 1 && reply->elements != 2 * n + 1))
     return;
+  const redisReply *seq0 = reply->element[reply->elements - 1];
+  if (seq0->type != REDIS_REPLY_INTEGER || seq0->integer < 0) return;
+  int versions = reply->elements == 2 * n + 1;
   /* The modes, rewritten: the arguments borrow them until they are kept. */
-  char(*modes)[48] = malloc(n * sizeof *modes);
+  char(*modes)[64] = malloc(n * sizeof *modes);
   if (!modes || sluice__args_init(&a, argc, (int)n) != SLUICE_OK) {
     free(modes);
     return;
@@ -292,15 +299,18 @@ static void record_push(sluice_client *c, const redisReply *reply) {
     char *mode = modes[i];
     size_t ml = lens[at + 1] < 8 ? lens[at + 1] : 0, vl = 0;
     if (ml) memcpy(mode, argv[at + 1], ml);
+    if (!ml) ml = 1;
     mode[0] = 'a';
-    if (ml && reply->elements == 2 * n && mode[ml - 1] == 'r') {
+    if (versions && mode[ml - 1] == 'r') {
       const redisReply *ver = reply->element[n + i];
       if (ver->type == REDIS_REPLY_INTEGER && ver->integer > 0) {
         mode[ml] = '@';
         vl = 1 + sluice__fmt_i64(mode + ml + 1, ver->integer);
       }
     }
-    sluice__args_bin(&a, ml ? mode : "a", ml ? ml + vl : 1);
+    mode[ml + vl] = '~';
+    vl += 1 + sluice__fmt_i64(mode + ml + vl + 1, seq0->integer + (int64_t)i + 1);
+    sluice__args_bin(&a, mode, ml + vl);
     sluice__args_i64(&a, due->integer);
     sluice__args_bin(&a, argv[at + 3], lens[at + 3]);
     kept++;

@@ -162,6 +162,43 @@ local function is_delivery(av, attempt, token)
   return a == tonumber(attempt)
 end
 
+-- The number a sequence prefix encodes (nil for the old layout).
+local function seq_num(s)
+  local k = seq_len(s)
+  if not k then return nil end
+  local n = 0
+  for i = 2, k do n = n * 256 + string.byte(s, i) end
+  return n
+end
+
+-- Tombstones: a message acknowledged or cancelled leaves `id~seq` (seq: its
+-- push's sequence number, decimal) in the sorted set h .. ':x', scored by
+-- the time, for DQ_TOMB_MS. A push the client's record sends again after
+-- the node changed carries the number the first node gave it
+-- (dq_push.lua): if the node kept that push and it has been settled since,
+-- the tombstone says so and the replay does nothing, where it would queue
+-- the message a second time. An id pushed again after its ack has another
+-- number, so a lost later push of it is still restored. Not a declared key
+-- (like a wake list): while the slot migrates a write may be refused
+-- (pcall), which costs a duplicate at worst.
+local DQ_TOMB_MS = 10000
+
+-- Leave tombstones (members, decimal) at `now`, and drop at most #members +
+-- 16 older than DQ_TOMB_MS. The set lives DQ_TOMB_MS, or `ttl` if shorter
+-- (the queue's retention, or what is left of its keys' life: an idle
+-- queue's keys all go by then).
+local function dq_tomb(h, members, now, ttl)
+  if #members == 0 then return end
+  local x = h .. ':x'
+  local args = {}
+  for i, m in ipairs(members) do args[2 * i - 1], args[2 * i] = now, m end
+  if type(redis.pcall('ZADD', x, unpack(args))) ~= 'number' then return end
+  local old = redis.pcall('ZRANGEBYSCORE', x, '-inf', '(' .. (now - DQ_TOMB_MS), 'LIMIT', 0,
+                          #members + 16)
+  if type(old) == 'table' and #old > 0 then redis.pcall('ZREM', x, unpack(old)) end
+  redis.pcall('PEXPIRE', x, math.max(1, math.min(DQ_TOMB_MS, ttl)))
+end
+
 -- Something became takeable at `at` (ms): every idle consumer that would
 -- look later gets `at` on its wake list and its entry moves to `at`, at
 -- most DQ_WAKE_MAX of them (the earliest first). The push may be refused

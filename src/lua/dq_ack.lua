@@ -5,8 +5,9 @@
 -- delivery token (dq_take.lua; 0: none known, the attempt alone decides).
 -- Returns per message: 1 done, 2 dead-lettered (retry past max attempts),
 -- -1 late (deadline passed or delivered again since), -2 not found.
+-- An acknowledged message leaves a tombstone (dq_tomb, _dq_common.lua).
 -- Work: at most 1000 messages (the client's batch, checked here too), plus
--- dq_wake's bound.
+-- dq_wake's and dq_tomb's bounds.
 --@include _dq_common.lua
 local z, f, d, h, c = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local n = (#ARGV - 2) / 5
@@ -33,7 +34,7 @@ for i = 3, #ARGV, 5 do
   dls[#dls + 1] = redis.call('ZSCORE', f, ARGV[i])
 end
 local atts = #afields > 0 and redis.call('HMGET', h, unpack(afields)) or {}
-local gone, hdel = {}, {}
+local gone, hdel, tombs = {}, {}, {}
 for k = 1, #dls do
   local i = 5 * k - 2
   local id, op, dl, av = ARGV[i], ARGV[i + 2], dls[k], atts[k]
@@ -50,7 +51,9 @@ for k = 1, #dls do
     if op == 'a' then
       hdel[#hdel + 1] = 'p' .. id
       hdel[#hdel + 1] = 'a' .. id
-      if not seq_len(av) then hdel[#hdel + 1] = 's' .. id end
+      local sn = seq_num(av)
+      if sn then tombs[#tombs + 1] = id .. '~' .. dec(sn)
+      else hdel[#hdel + 1] = 's' .. id end
     elseif op == 'x' then
       set_attempts(h, id, av, a - 1)
       requeue(id, av, now)
@@ -65,6 +68,7 @@ for k = 1, #dls do
   out[k] = code
 end
 if #hdel > 0 then redis.call('HDEL', h, unpack(hdel)) end
+dq_tomb(h, tombs, now, ret)
 
 if mindue then dq_wake(c, mindue) end
 if next(wrote) then dq_expire(h, maxdue + ret, ret, wrote) end

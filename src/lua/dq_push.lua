@@ -11,11 +11,16 @@
 --   'l' push its due time later: to this push's due time if that is later;
 --       payload and priority stay.
 -- Without 'r' or 'l' an existing id is refused, as is, with 'r' or 'l', a
--- message in flight or dead.
+-- message in flight or dead. Last, '~' .. the sequence number a first
+-- push of it got (a replay from the client's record): if its tombstone
+-- with that number is here (dq_tomb, _dq_common.lua), this node kept that
+-- push and the message was settled since: refused.
 -- Returns per message its due ms, -1 if the id is already queued (refused),
 -- -2 if it is in flight or dead ('r', 'l'); when any message has 'r'
 -- without a version, then per message the version it now has (0 for
--- others), which the client's record replays it with (core/record.c).
+-- others), which the client's record replays it with (core/record.c);
+-- then the sequence number before the first message's (the k-th got this
+-- + k), which the record replays with '~'.
 -- Work: at most 10,000 messages of at most 1 MiB each (the client's limits,
 -- checked here too), plus dq_wake's bound.
 --@include _dq_common.lua
@@ -33,14 +38,16 @@ local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = tonumber(t[1]) * 1000 + math.ceil(tonumber(t[2]) / 1000)
 local ret = tonumber(ARGV[1])
 local seq = redis.call('HINCRBY', h, '#seq', n) - n
+local seq0 = seq
 local out, maxdue, mindue, pmax = {}, 0, nil, 0
 
--- A mode beyond 'd' / 'a' -> priority, 'r' | 'l' | nil, version | nil.
+-- A mode beyond 'd' / 'a' -> priority, 'r' | 'l' | nil, version | nil,
+-- first sequence number | nil.
 local function parse_mode(m)
-  local p, op, ver = string.match(m, '^[ad](%d?)([rl]?)@?(%d*)$')
+  local p, op, at, ver, first = string.match(m, '^[ad](%d?)([rl]?)(@?)(%d*)~?(%d*)$')
   if not p then return nil end
-  if ver ~= '' and op ~= 'r' then return nil end
-  return tonumber(p) or 0, op ~= '' and op or nil, tonumber(ver)
+  if (ver ~= '') ~= (at == '@') or (ver ~= '' and op ~= 'r') then return nil end
+  return tonumber(p) or 0, op ~= '' and op or nil, tonumber(ver), tonumber(first)
 end
 
 -- Message id, already in h (pv = p<id>, av = a<id>, sv = s<id>: only in
@@ -77,9 +84,9 @@ end
 local zargs, zn, vers, anyr = {}, 0, {}, false
 for i = 0, n - 1 do
   local id, mode, v = ARGV[2 + 4 * i], ARGV[3 + 4 * i], tonumber(ARGV[4 + 4 * i])
-  local pri, op, ver = 0, nil, nil
+  local pri, op, ver, first = 0, nil, nil, nil
   if #mode > 1 then
-    pri, op, ver = parse_mode(mode)
+    pri, op, ver, first = parse_mode(mode)
     if not pri then return redis.error_reply('ERR sluice: bad push') end
   end
   local due = string.byte(mode, 1) == 97 and v or now + v -- 97: 'a'
@@ -87,7 +94,12 @@ for i = 0, n - 1 do
   local s = seq_enc(seq, pri)
   local payload = ARGV[5 + 4 * i]
   local res, version, add, changed = -1, 0, false, false
-  if not op then
+  -- (A later push of the id that is here now is newer than this replay:
+  -- refused or left alone either way.)
+  local settled = first and
+                    type(redis.pcall('ZSCORE', h .. ':x', id .. '~' .. first)) == 'string'
+  if settled then -- nothing to do: refused as if queued (-1)
+  elseif not op then
     add = redis.call('HSETNX', h, 'p' .. id, s .. payload) == 1
   else
     anyr = anyr or (op == 'r' and not ver)
@@ -120,6 +132,7 @@ end
 if anyr then
   for i = 1, n do out[n + i] = vers[i] or 0 end
 end
+out[#out + 1] = seq0
 if not mindue then return out end
 if zn > 0 then redis.call('ZADD', z, unpack(zargs, 1, zn)) end
 if pmax > 0 and pmax > tonumber(redis.call('HGET', h, '#pmax') or '0') then
