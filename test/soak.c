@@ -162,6 +162,7 @@ enum violation {
   V_DQ_WAITED,     /* a takeable message waited > LV_BOUND_MS with a live consumer */
   V_DQ_NEVER,      /* a message of the liveness queue never delivered */
   V_TOPO,          /* a failover did not complete (the harness gave up) */
+  V_DQ_AGAIN,      /* single Redis (AOF always): a message queued again (a replay) */
   NVIOL
 };
 static const char *const viol_name[NVIOL] = {"holders > permits (critical sections)",
@@ -179,7 +180,8 @@ static const char *const viol_name[NVIOL] = {"holders > permits (critical sectio
                                              "renewal off, lease outlived its TTL",
                                              "due message waited > 1 s (live consumer)",
                                              "liveness queue: message never delivered",
-                                             "failover did not complete"};
+                                             "failover did not complete",
+                                             "message queued again by a replay"};
 /* Violations that are library bugs already reported: shown, but left out of
  * the exit status unless --strict, so CI stays green on everything else
  * while a fix is under way. None at present. */
@@ -198,6 +200,7 @@ typedef struct fault_rec {
 typedef struct id_rec {
   _Atomic uint32_t push; /* push class, below */
   _Atomic uint32_t delivered;
+  _Atomic uint32_t first; /* deliveries at attempt 1: more than one, queued twice */
   _Atomic uint32_t acked_ok;
   _Atomic uint32_t acked_doubt; /* ack sent, answer lost: it may have counted */
 } id_rec;
@@ -796,6 +799,7 @@ static void handler(sluice_dq_consumer *con, sluice_dq_msg *msg, void *ud) {
     violation(V_DQ_PHANTOM, "worker %d: delivered id \"%s\" that no worker pushes", w->idx, id);
   } else {
     atomic_fetch_add(&r->delivered, 1);
+    if (sluice_dq_msg_attempt(msg) == 1) atomic_fetch_add(&r->first, 1);
     aux = (uint32_t)((r - &S->ids[0][0]));
   }
   if (!r) {
@@ -1794,7 +1798,7 @@ static int report(uint64_t elapsed_ns) {
          reconnects, reloads, P.inspections, P.inspect_fail);
 
   /* The delay queue, per id. */
-  uint64_t pushed[P_OTHER + 1] = {0}, acked = 0, dupes = 0, doubt_seen = 0;
+  uint64_t pushed[P_OTHER + 1] = {0}, acked = 0, dupes = 0, doubt_seen = 0, again = 0;
   for (int i = 0; i < nworkers; i++) {
     for (uint32_t n = 0; n < S->w[i].pushes; n++) {
       id_rec *r = &S->ids[i][n];
@@ -1803,6 +1807,16 @@ static int report(uint64_t elapsed_ns) {
       pushed[cls]++;
       if (ok || dbt) acked++;
       if (del > 1) dupes++;
+      /* Each id is pushed once: a second first delivery is a replay that
+       * queued it again. A Redis that keeps every write refuses those
+       * (tombstones, src/lua/_dq_common.lua); a promoted replica may lack
+       * the acks, so under Sentinel they are counted, not violations. */
+      if (atomic_load(&r->first) > 1) {
+        again++;
+        if (!topo_sentinel)
+          violation(V_DQ_AGAIN, "w%d-%u delivered %u times at attempt 1", i, n,
+                    atomic_load(&r->first));
+      }
       if (cls == P_DOUBT && del) doubt_seen++;
       if (cls == P_OK && !ok && !dbt)
         violation(V_DQ_LOST, "w%d-%u: push answered OK, delivered %u times, never acked", i, n,
@@ -1817,9 +1831,9 @@ static int report(uint64_t elapsed_ns) {
   printf("  dq: pushed OK %" PRIu64 ", in doubt %" PRIu64 " (%" PRIu64
          " of them delivered), not sent %" PRIu64 ", failed %" PRIu64 "; %" PRIu64
          " deliveries, ids acked %" PRIu64 ", delivered more than once %" PRIu64 " (%" PRIu64
-         " redeliveries)\n",
+         " redeliveries; %" PRIu64 " queued again by a replay)\n",
          pushed[P_OK], pushed[P_DOUBT], doubt_seen, pushed[P_NOTSENT], pushed[P_OTHER], deliveries,
-         acked, dupes, redeliveries);
+         acked, dupes, redeliveries, again);
   if (P.dq_done == 1 && P.dq_status == SLUICE_OK) {
     printf("  dq at the end: delayed %" PRIu64 ", in flight %" PRIu64 ", dead %" PRIu64 "\n",
            P.dq_info.delayed, P.dq_info.in_flight, P.dq_info.dead);
