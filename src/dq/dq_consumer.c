@@ -24,6 +24,7 @@
  * valid and are settled as usual, so the memory goes once every delivered
  * message is settled and nothing is in flight.
  */
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -293,6 +294,14 @@ static void take_done(void *ud, int status, const redisReply *reply) {
    * leaves the doubt as it was. */
   if (status == SLUICE_EINDOUBT || status == SLUICE_ETIMEDOUT) con->take_lost = 1;
   else if (status == SLUICE_OK) con->take_lost = 0;
+  if (status == SLUICE_OK && reply && reply->elements == DQ_TAKE_HEAD &&
+      sluice__reply_i64(sluice__reply_at(reply, 2), &count) == SLUICE_OK && count == -1) {
+    /* Redis had run a take of this number already: send it again. */
+    sluice__log(con->c, SLUICE_LOG_DEBUG, "queue '%s': take %" PRIu64 " ran before; sent again",
+                con->name, con->take_seq);
+    con->take_lost = 1;
+    status = SLUICE_EINDOUBT;
+  }
   if (status == SLUICE_OK &&
       (sluice__reply_i64(sluice__reply_at(reply, 0), &now_us) ||
        sluice__reply_i64(sluice__reply_at(reply, 1), &next_ms) ||

@@ -31,8 +31,9 @@
 -- consumer's take record c:<cid>:t (alive for the visibility time) holds
 -- the last run's number, deadline, first token and count, so they are the
 -- members of f at that deadline whose token is in that range. A first run
--- that arrives after its retry, or after a later take, does nothing: its
--- answer reaches nobody. Number 0: no record (a caller that never
+-- that arrives after its retry, or after a later take, does nothing and
+-- answers count -1 (it should reach nobody; a consumer that hears it
+-- anyway sends its take again). Number 0: no record (a caller that never
 -- retries).
 -- Work: at most 100 late messages, 1000 taken, 10 range reads of z, 16
 -- stale entries of c removed, plus dq_wake's bound; a retry reads at most
@@ -61,7 +62,10 @@ if tseq > 0 then
   local rs, rdl, rtok, rn = string.match(type(rv) == 'string' and rv or '',
                                          '^(%d+) (%d+) (%d+) (%d+)$')
   rs, rdl, rtok, rn = tonumber(rs), tonumber(rdl), tonumber(rtok), tonumber(rn)
-  if rs and (rs > tseq or (rs == tseq and not retry)) then return out end
+  if rs and (rs > tseq or (rs == tseq and not retry)) then
+    out[3] = -1 -- stale: nothing done
+    return out
+  end
   if rs == tseq and rn > 0 and rdl >= now then
     local ids = redis.call('ZRANGEBYSCORE', f, rdl, rdl, 'LIMIT', 0, rn + 64)
     local fields = {}

@@ -144,6 +144,10 @@ static void on_message(sluice_dq_consumer *c, sluice_dq_msg *msg, void *userdata
   sluice_dq_ack(msg, on_acked, userdata);
 }
 
+static void on_consumer_error(sluice_dq_consumer *c, int status, void *userdata) {
+  event_log("take_fail %s", sluice_strerror(status));
+}
+
 static int start_queue(driver *d, int push, int consume) {
   sluice_dq_options o;
   sluice_dq_options_init(&o);
@@ -157,6 +161,7 @@ static int start_queue(driver *d, int push, int consume) {
     if (sluice_dq_consumer_new(d->client, QUEUE_NAME, &co, on_message, d, &d->consumer) !=
         SLUICE_OK)
       return -1;
+    sluice_dq_consumer_set_error_cb(d->consumer, on_consumer_error, d);
   }
   return 0;
 }
@@ -177,6 +182,13 @@ static void stop(evutil_socket_t fd, short what, void *arg) {
   sluice_client_get_metrics(d->client, &m);
   event_log("stop record_dropped=%" PRIu64 " record_entries=%zu", m.record_dropped,
             m.record_entries);
+  if (d->consumer) {
+    sluice_dq_consumer_metrics cm;
+    sluice_dq_consumer_get_metrics(d->consumer, &cm);
+    event_log("consumer delivered=%" PRIu64 " acked=%" PRIu64 " take_errors=%" PRIu64
+              " in_flight=%u",
+              cm.delivered, cm.acked, cm.take_errors, sluice_dq_consumer_in_flight(d->consumer));
+  }
   event_del(d->hold_timer);
   event_del(d->retry_timer);
   event_del(d->push_timer);
