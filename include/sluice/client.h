@@ -162,8 +162,8 @@ typedef struct sluice_client_options {
   /* Bounds, counting pushes in flight: past either, a push fails at once
    * with SLUICE_EFULL until a replica has caught up (nothing kept is
    * dropped for a new write; see docs/failures.md). */
-  size_t replay_max_entries; /* steps kept at most; default 100000 */
-  size_t replay_max_bytes;   /* bytes kept at most; default 32 MiB */
+  size_t replay_max_entries; /* steps kept at most; default 400000 */
+  size_t replay_max_bytes;   /* bytes kept at most; default 128 MiB */
 } sluice_client_options;
 
 /* Fill *opts with the defaults. */

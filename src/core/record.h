@@ -49,8 +49,8 @@
 
 /* The documented defaults (sluice_client_options). */
 #define SLUICE_REPLAY_WINDOW_MS 3000
-#define SLUICE_REPLAY_MAX_ENTRIES 100000
-#define SLUICE_REPLAY_MAX_BYTES ((size_t)32 << 20)
+#define SLUICE_REPLAY_MAX_ENTRIES 400000
+#define SLUICE_REPLAY_MAX_BYTES ((size_t)128 << 20)
 
 struct event;
 struct sluice__conn;

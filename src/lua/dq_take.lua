@@ -222,7 +222,10 @@ if first and (not nextdue or first + 1 < nextdue) then nextdue = first + 1 end
 if nextdue then out[2] = nextdue end
 
 if handed + count > 0 then dq_wake(c, deadline + 1) end
-if tseq > 0 then
+-- An empty first run needs no record (nothing to hand back; an idle
+-- consumer's take costs no more commands); a retry always leaves one, so a
+-- first run arriving after it does nothing.
+if tseq > 0 and (handed + count > 0 or retry) then
   local r = redis.pcall('HSET', tkey, 'r', dec(tseq) .. ' ' .. dec(deadline) .. ' ' ..
                         dec(out[4]) .. ' ' .. (handed + count))
   if type(r) == 'number' then redis.pcall('PEXPIRE', tkey, vis) end
