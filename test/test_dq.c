@@ -1126,14 +1126,22 @@ static void on_consumer_error(sluice_dq_consumer *con, int status, void *ud) {
 
 /* dq_take of queue "tk" by consumer "c1", numbered seq, sent again or not. */
 static redisReply *take_numbered(redisContext *rc, const char *seq, int retry) {
-  const char *argv[] = {"EVAL",  sluice__lua_dq_take.body,
-                        "5",     "sluice:dq:{tk}:z",
-                        "sluice:dq:{tk}:f", "sluice:dq:{tk}:d",
-                        "sluice:dq:{tk}:h", "sluice:dq:{tk}:c",
-                        "60000", "10",
-                        "60000", "0",
-                        "c1",    "1000",
-                        seq,     retry ? "1" : "0"};
+  const char *argv[] = {"EVAL",
+                        sluice__lua_dq_take.body,
+                        "5",
+                        "sluice:dq:{tk}:z",
+                        "sluice:dq:{tk}:f",
+                        "sluice:dq:{tk}:d",
+                        "sluice:dq:{tk}:h",
+                        "sluice:dq:{tk}:c",
+                        "60000",
+                        "10",
+                        "60000",
+                        "0",
+                        "c1",
+                        "1000",
+                        seq,
+                        retry ? "1" : "0"};
   redisReply *r = redisCommandArgv(rc, (int)(sizeof argv / sizeof argv[0]), argv, NULL);
   TH_ASSERT(r && r->type == REDIS_REPLY_ARRAY && r->elements >= DQ_TAKE_HEAD);
   return r;

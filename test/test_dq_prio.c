@@ -397,7 +397,7 @@ static void test_replayed_replace_keeps_newer(void) {
            v1);
   redisReply *r = th_redis_command(&th_server, cmd);
   TH_ASSERT(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2); /* due, sequence */
-  TH_ASSERT_EQ(r->element[0]->integer, p.due); /* the newer one's, untouched */
+  TH_ASSERT_EQ(r->element[0]->integer, p.due);                      /* the newer one's, untouched */
   freeReplyObject(r);
   snprintf(cmd, sizeof cmd, "EVALSHA %s 5 %s 1000 m ar@%lld 1 newer", sluice__lua_dq_push.sha, keys,
            v2 + 1);
