@@ -33,6 +33,10 @@
  * per item of the call. */
 #define SCRIPT_US_MAX 25000
 #define PING_MS_MAX 25.0
+/* A PING that waited for a script near SCRIPT_US_MAX also waits for the
+ * pinger to be scheduled: the 2 cores are shared with the test and, in CI,
+ * other lanes (a 23 ms script gave a 26.4 ms PING on Valkey there). */
+#define PING_SLACK_MS 5.0
 
 static struct event_base *base;
 static sluice_client *client;
@@ -174,7 +178,7 @@ static void step_check(const char *what, long long before, long long stored, lon
   th_note("%-44s slowest %-18s %6lld us; PING %6.2f ms; memory %+lld KB; Lua garbage %lld KB\n",
           what, worst ? worst->name : "-", worst_us, ping_ms, grew / 1024, lua_garbage / 1024);
   TH_ASSERT_CMP(worst_us, <=, SCRIPT_US_MAX + items * us_per_item);
-  TH_ASSERT_CMP(ping_ms, <=, PING_MS_MAX + items * us_per_item / 1000);
+  TH_ASSERT_CMP(ping_ms, <=, PING_MS_MAX + PING_SLACK_MS + items * us_per_item / 1000);
   TH_ASSERT_CMP(grew, <=, stored + (1 << 20));
 }
 
