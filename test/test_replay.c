@@ -554,6 +554,17 @@ static void record_bounded(int cluster) {
   finish(base, c);
 }
 
+/* Push "x" as m<first> .. m<first + n - 1>, each due after delay_ms,
+ * one at a time (each answered OK before the next). */
+static void push_ids(struct event_base *base, sluice_dq *dq, int first, int n, int64_t delay_ms) {
+  dqt_push p;
+  for (int i = first; i < first + n; i++) {
+    char id[16];
+    snprintf(id, sizeof id, "m%d", i);
+    TH_ASSERT_EQ(dqt_push_wait(base, dq, id, "x", delay_ms, &p), SLUICE_OK);
+  }
+}
+
 /* A master whose replicas are gone (cut off, as a partition does) keeps
  * every write it acknowledged since, past the time window a master that
  * never had replicas is given, until the node that replaced it has them. */
@@ -566,11 +577,7 @@ static void replicas_gone_kept(int cluster) {
   TH_ASSERT_EQ(dqt_push_wait(base, dq, "m0", "zero", 0, &p), SLUICE_OK);
   TH_LOOP_UNTIL(base, metrics(c).record_entries == 0, 5000);
   rig_hold();
-  char id[16];
-  for (int i = 1; i <= 20; i++) {
-    snprintf(id, sizeof id, "m%d", i);
-    TH_ASSERT_EQ(dqt_push_wait(base, dq, id, "x", 0, &p), SLUICE_OK);
-  }
+  push_ids(base, dq, 1, 20, 0);
   th_loop_for(base, SLUICE_REPLAY_WINDOW_MS + 2000); /* INFO says: no replica online */
   sluice_client_metrics m = metrics(c);
   TH_ASSERT_EQ(m.record_entries, 20);
@@ -735,12 +742,7 @@ static void restart(const char *const *extra, int persistent) {
   lost_result l = {0};
   sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
   enum { N = 50 };
-  dqt_push p;
-  for (int i = 0; i < N; i++) {
-    char id[16];
-    snprintf(id, sizeof id, "m%d", i);
-    TH_ASSERT_EQ(dqt_push_wait(base, dq, id, "x", 60000, &p), SLUICE_OK);
-  }
+  push_ids(base, dq, 0, N, 60000);
   th_redis_respawn(&r, extra);
   TH_LOOP_UNTIL(base, metrics(c).replay_pushes >= N, 10000);
   sluice_client_metrics m = metrics(c);
@@ -787,12 +789,7 @@ static void test_restart_aof_acked_not_again(void) {
   sluice_dq_consumer *con = NULL;
   TH_ASSERT_EQ(sluice_dq_consumer_new(c, "t", NULL, dqt_ack_counted, &delivered, &con), SLUICE_OK);
   enum { N = 50 };
-  dqt_push p;
-  for (int i = 0; i < N; i++) {
-    char id[16];
-    snprintf(id, sizeof id, "m%d", i);
-    TH_ASSERT_EQ(dqt_push_wait(base, dq, id, "x", 0, &p), SLUICE_OK);
-  }
+  push_ids(base, dq, 0, N, 0);
   sluice_dq_consumer_metrics cm = {0};
   for (uint64_t end = th_now_ms() + 10000; cm.acked < N && th_now_ms() < end;) {
     th_loop_for(base, 5);
@@ -986,12 +983,7 @@ static void test_restart_replay_refused_for_now(void) {
   sluice_client *c;
   struct event_base *base = one_start(&r, NULL, &c);
   sluice_dq *dq = dqt_queue(c, "t");
-  dqt_push p;
-  for (int i = 0; i < N; i++) {
-    char id[16];
-    snprintf(id, sizeof id, "m%d", i);
-    TH_ASSERT_EQ(dqt_push_wait(base, dq, id, "x", 60000, &p), SLUICE_OK);
-  }
+  push_ids(base, dq, 0, N, 60000);
   uint64_t reconnects = metrics(c).reconnects;
   th_redis_respawn(&r, NULL);
   refuse_writes(&r, 1);
@@ -1018,12 +1010,7 @@ static void test_restart_replay_refused_for_good(void) {
   sluice_client *c;
   struct event_base *base = one_start(&r, NULL, &c);
   sluice_dq *dq = dqt_queue(c, "t");
-  dqt_push p;
-  for (int i = 0; i < N; i++) {
-    char id[16];
-    snprintf(id, sizeof id, "m%d", i);
-    TH_ASSERT_EQ(dqt_push_wait(base, dq, id, "x", 60000, &p), SLUICE_OK);
-  }
+  push_ids(base, dq, 0, N, 60000);
   th_redis_respawn(&r, NULL);
   redis_ok(&r, "ACL SETUSER default -evalsha -eval");
   TH_LOOP_UNTIL(base, metrics(c).record_dropped >= N, 10000);
