@@ -421,14 +421,15 @@ int sluice__conn_same_node(const sluice__conn *a, const sluice__conn *b) {
   return x->port == y->port && same_text(x->host, y->host);
 }
 
-int sluice__conn_retransmits(const sluice__conn *conn, uint32_t *n) {
+int sluice__conn_tcp_loss(const sluice__conn *conn, uint32_t *resent, int *timed_out) {
   struct tcp_info ti;
   socklen_t len = sizeof ti;
   if (!conn->ac || conn->ac->c.connection_type != REDIS_CONN_TCP) return -1;
   if (getsockopt(conn->ac->c.fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
       len < offsetof(struct tcp_info, tcpi_total_retrans) + sizeof ti.tcpi_total_retrans)
     return -1;
-  *n = ti.tcpi_total_retrans;
+  *resent = ti.tcpi_total_retrans;
+  *timed_out = ti.tcpi_backoff > 0;
   return 0;
 }
 

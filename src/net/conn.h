@@ -149,10 +149,13 @@ void sluice__conn_retry_slowly(sluice__conn *conn);
 /* 1 when a and b connect to the same address now (socket path, or host
  * and port). */
 int sluice__conn_same_node(const sluice__conn *a, const sluice__conn *b);
-/* The socket's segments sent again since it connected (the network lost
- * them or their acknowledgements; a slow node loses none): 0 and *n, or
- * -1 (a unix socket, no context, or the kernel does not say). */
-int sluice__conn_retransmits(const sluice__conn *conn, uint32_t *n);
+/* Signs that the socket's segments are lost (a slow node loses none):
+ * *resent, the segments sent again since it connected; *timed_out, 1 while
+ * its retransmission or probe timer has fired with nothing acknowledged
+ * since (this also counts sends a firewall on this host refused, which
+ * are never counted as resent). 0, or -1 (a unix socket, no context, or
+ * the kernel does not say). */
+int sluice__conn_tcp_loss(const sluice__conn *conn, uint32_t *resent, int *timed_out);
 /* Drop the connection from the loop (safe inside hiredis callbacks) and
  * reconnect after backoff; reason goes to errstr. */
 void sluice__conn_fail(sluice__conn *conn, const char *reason);

@@ -33,19 +33,20 @@ static const void *first_due(const sluice__conn *conn) {
 }
 
 /* How long the connection has been silent with answers due, if that is
- * LINK_SILENCE_MS or more and the socket sent segments again meanwhile;
- * else 0. */
+ * LINK_SILENCE_MS or more and the socket lost segments meanwhile (sent
+ * again, or its timer is backing off); else 0. */
 static uint64_t stuck(sluice__link_watch *w, uint64_t now) {
   sluice__conn *conn = w->conn;
   uint32_t n;
+  int timed_out;
   if (conn->state != SLUICE_CONN_UP || !first_due(conn)) return 0;
   if (first_due(conn) != w->head_seen || conn->last_reply_ms != w->reply_seen_ms) {
     w->head_seen = first_due(conn);
     w->reply_seen_ms = conn->last_reply_ms;
     w->heard_ms = now;
   }
-  if (now - w->heard_ms < LINK_SILENCE_MS || sluice__conn_retransmits(conn, &n) != 0 ||
-      n == w->retrans_base)
+  if (now - w->heard_ms < LINK_SILENCE_MS || sluice__conn_tcp_loss(conn, &n, &timed_out) != 0 ||
+      (n == w->retrans_base && !timed_out))
     return 0;
   return now - w->heard_ms;
 }
@@ -126,6 +127,7 @@ void sluice__link_watch_sent(sluice__link_watch *w) {
   w->head_seen = first_due(w->conn);
   w->reply_seen_ms = w->conn->last_reply_ms;
   w->heard_ms = sluice__mono_ms();
-  if (sluice__conn_retransmits(w->conn, &w->retrans_base) != 0) w->retrans_base = 0;
+  int timed_out;
+  if (sluice__conn_tcp_loss(w->conn, &w->retrans_base, &timed_out) != 0) w->retrans_base = 0;
   sluice__timer_in(w->tick, LINK_TICK_MS);
 }
