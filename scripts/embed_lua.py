@@ -7,7 +7,9 @@ A line `--@include _NAME.lua` is replaced by that file (same folder), so
 scripts share helpers without Redis-side state. Files whose name starts with
 `_` are such helpers and are not emitted as scripts themselves. A line
 `--@confirm` in a script itself marks a step whose answer must wait until a
-replica has its write (grants and renewals; see core/engine.c).
+replica has its write (grants and renewals; see core/engine.c); a line
+`--@no-wait` one that writes nothing a replica must have (reads, a throwaway
+wake-up): no WAIT follows it, even under wait_replicas.
 
 Each script `src/lua/NAME.lua` becomes `const sluice__script sluice__lua_NAME`
 holding the body (NUL-terminated, as decimal bytes so no quoting can break the C),
@@ -49,7 +51,10 @@ def main():
             sys.exit('%s: NUL byte in script' % path)
         sha = hashlib.sha1(data).hexdigest()
         with open(path, 'rb') as f:
-            confirm = int(b'--@confirm' in f.read().split(b'\n'))
+            marks = f.read().split(b'\n')
+        confirm, no_wait = int(b'--@confirm' in marks), int(b'--@no-wait' in marks)
+        if confirm and no_wait:
+            sys.exit('%s: --@confirm and --@no-wait' % path)
         names.append(name)
         rows = []
         for i in range(0, len(data), 20):
@@ -57,8 +62,8 @@ def main():
         body_c.append('static const char body_%s[] = {' % name)
         body_c.extend(rows)
         body_c.append('  0};')
-        body_c.append('const sluice__script sluice__lua_%s = {"%s", body_%s, %d, "%s", %d, %d};'
-                      % (name, name, name, len(data), sha, len(names) - 1, confirm))
+        body_c.append('const sluice__script sluice__lua_%s = {"%s", body_%s, %d, "%s", %d, %d, %d};'
+                      % (name, name, name, len(data), sha, len(names) - 1, confirm, no_wait))
         body_c.append('')
     body_c.append('const sluice__script *const sluice__lua_all[] = {')
     body_c.extend('  &sluice__lua_%s,' % n for n in names)
@@ -73,6 +78,7 @@ def main():
          '  char sha[41];       /* hex SHA1 of body, for EVALSHA */',
          '  unsigned index;     /* position in sluice__lua_all (per-script metrics) */',
          '  int confirm;        /* --@confirm: answered once a replica has it */',
+         '  int no_wait;        /* --@no-wait: no WAIT follows it */',
          '} sluice__script;', '',
          '#define SLUICE__LUA_COUNT %d' % len(names), '']
     h.extend('extern const sluice__script sluice__lua_%s;' % n for n in names)

@@ -334,13 +334,6 @@ no_wait:
   op->waits = 0; /* out of memory: answered without the count */
 }
 
-/* Scripts that only read need no WAIT. */
-static int script_writes(const sluice__script *s) {
-  return s != &sluice__lua_sem_status && s != &sluice__lua_dq_status && s != &sluice__lua_dq_dead &&
-         s != &sluice__lua_top_scan && s != &sluice__lua_ping && s != &sluice__lua_blk_interrupt &&
-         s != &sluice__lua_dq_sched_list && s != &sluice__lua_dq_sched_next;
-}
-
 /* Where op goes: its route's node, or the node an ASK named. NULL:
  * nowhere now. */
 static sluice__conn *op_route(sluice__op *op) {
@@ -513,7 +506,7 @@ static int eval_start(sluice_client *c, int slot, int spread, const sluice__scri
   if (!op) return SLUICE_ENOMEM;
   op->script = s;
   op->nkeys = spread ? 0 : nkeys;
-  op->reports = c->opts.wait_replicas > 0 && script_writes(s);
+  op->reports = c->opts.wait_replicas > 0 && !s->no_wait;
   op->confirms = s->confirm && !c->replica_ack_off;
   op->slot = slot;
   if (slot < 0 && nkeys > 0)

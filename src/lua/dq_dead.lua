@@ -1,6 +1,7 @@
 -- List dead letters, oldest first. KEYS: z f d h c (see _dq_common.lua).
 -- ARGV: offset, limit (1..1000). Returns {total, then per message: id, died
 -- ms, attempts, payload}.
+--@no-wait
 --@include _dq_common.lua
 local d, h = KEYS[3], KEYS[4]
 local off, lim = tonumber(ARGV[1]), tonumber(ARGV[2])

@@ -2,6 +2,7 @@
 -- KEYS: z f d h c s n (see _dq_sched.lua). ARGV: offset, limit (1..100).
 -- Returns {now ms, count, then per schedule: name, spec as written, queued
 -- occurrence ms, declared until ms, payload}.
+--@no-wait
 --@include _dq_common.lua
 --@include _dq_sched.lua
 local s, n = KEYS[6], KEYS[7]

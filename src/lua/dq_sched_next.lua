@@ -4,6 +4,7 @@
 -- Work: count searches of sched_next (20 of the rarest, February 29th on a
 -- Sunday: about 4 ms).
 -- Returns the occurrences (ms), fewer when the spec stops occurring.
+--@no-wait
 --@include _dq_common.lua
 --@include _dq_sched.lua
 local spec, t, count = spec_read(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])

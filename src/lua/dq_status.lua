@@ -4,6 +4,7 @@
 -- next due ms | -1, next priority}. The earliest delayed one: the lowest
 -- due time, of the highest priority among equal ones.
 -- Work: two reads of z per priority up to h['#pmax'] (at most 20).
+--@no-wait
 --@include _dq_common.lua
 local z, f, d, h = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local t = redis.call('TIME')

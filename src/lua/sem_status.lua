@@ -6,6 +6,7 @@
 -- KEYS: 1 holders, 2 queue, 3 beats, 4 meta
 -- Returns {permits, last fence, {id, ms left, ...}, {waiter, ...}, holders,
 -- queued}
+--@no-wait
 local H, Q, B, M = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local LIST = 1000
 --@include _sem_common.lua

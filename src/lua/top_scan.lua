@@ -6,6 +6,7 @@
 -- Returns {next cursor, then per key: name, limited key, algo, state, ttl ms}
 -- ('' where a field does not apply; ttl -1 for none). For 'rl' the tag is
 -- "<name length>:<name>:<key>" and the suffix names the algorithm.
+--@no-wait
 local page = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', tonumber(ARGV[3]))
 local kind, head = ARGV[4], ARGV[5]
 local out = {page[1]}
