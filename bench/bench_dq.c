@@ -25,7 +25,7 @@
 #include <hiredis/hiredis.h>
 #include <sluice/sluice.h>
 
-#include "core/script_args.h"
+#include "dq/dq_args.h"
 
 #define N_PUSH 100000
 #define N_CONSUME 100000

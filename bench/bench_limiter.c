@@ -35,7 +35,7 @@
 #include <sluice/sluice.h>
 
 #include "limiter/limiter.h"
-#include "core/script_args.h"
+#include "limiter/rl_args.h"
 
 #define KEYSPACE 10000
 #define LIMIT 1000

@@ -7,6 +7,7 @@
 
 #include "harness.h"
 #include "core/engine.h"
+#include "limiter/rl_args.h"
 #include "net/url.h"
 
 typedef struct result {

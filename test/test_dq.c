@@ -5,7 +5,7 @@
 #include <event2/event.h>
 #include <sluice/sluice.h>
 
-#include "core/script_args.h" /* DQ_NKEYS */
+#include "dq/dq_args.h" /* DQ_NKEYS */
 #include "dq_util.h"
 #include "harness.h"
 #include "lua_scripts.h"

@@ -1,7 +1,7 @@
 /* The Prometheus exposition without Redis: label values escaped and made
  * valid UTF-8 (src/base/promtext.c), and sluice_client_prometheus on a
  * client that cannot connect, with handles of every kind, odd names and
- * two handles on one name (src/core/prometheus.c). */
+ * two handles on one name (src/inspect/prometheus.c). */
 #include <string.h>
 
 #include <event2/event.h>

@@ -6,7 +6,7 @@
  * A primitive embeds a sluice__breq in each request and describes each
  * script once (a sluice__batch_kind): how many requests a call may carry,
  * how to build KEYS/ARGV from the requests (one function per script, in
- * script_args.h, next to a comment that matches the Lua file) and what to
+ * the primitive's *_args.h, next to a comment that matches the Lua file) and what to
  * do with each request's part of the reply. The batcher does the rest:
  *  - queue: requests wait for the owner's flush event (one per object and
  *    loop turn; batchers of one owner flush in the order they were set up);

@@ -2,7 +2,7 @@
  * The client: options, new and close, accessors, and what it does when the
  * topology (net/topo.h) reports a connection up or down or its routes
  * changed. Steps are the engine's (engine.c), blocking waits the
- * blocker's (blocker.c), the log hook log.c's, key names and SCAN keys.c's.
+ * blocker's (blocker.c), the log hook log.c's, key names keys.c's.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * The client's layout, private to core/: the client (client.c: options,
  * new/close, accessors, connection events), the op engine (engine.c), the
  * blocker (blocker.c), the log hook (log.c), metrics (metrics.c) and key
- * names and SCAN (keys.c). Where steps go is the topology's business
+ * names (keys.c). Where steps go is the topology's business
  * (net/topo.h): one Redis, a Sentinel-managed master or a cluster's slots,
  * each with its own connections.
  */

@@ -19,6 +19,7 @@
 #include <event2/event_struct.h>
 
 #include "core/client.h"
+#include "core/args.h"
 #include "core/redis_error.h"
 
 struct sluice__op {

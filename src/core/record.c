@@ -5,6 +5,7 @@
 #include <event2/event.h>
 
 #include "core/client.h"
+#include "core/args.h"
 #include "core/redis_error.h"
 
 /* INFO replication per node with entries, at most this often... */

@@ -5,7 +5,7 @@
 #include <sluice/dq.h>
 
 #include "core/guard.h"
-#include "core/script_args.h" /* the queue's five keys (every dq script takes them) */
+#include "dq/dq_args.h" /* the queue's five keys (every dq script takes them) */
 #include "core/engine.h"
 
 #define DQ_DEFAULT_RETENTION_MS (7ull * 24 * 3600 * 1000)

@@ -35,7 +35,7 @@
 #include "core/rclock.h"
 #include "base/histogram.h"
 #include "limiter/limiter.h"
-#include "core/script_args.h"
+#include "limiter/rl_args.h"
 #include "core/engine.h"
 
 #define WAIT_QUEUE_DEFAULT 128

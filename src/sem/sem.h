@@ -28,7 +28,7 @@
 #include "core/guard.h"
 #include "base/histogram.h"
 #include "base/list.h"
-#include "core/script_args.h"
+#include "sem/sem_args.h"
 #include "core/engine.h"
 
 /* Most requests sent in one script call. */
