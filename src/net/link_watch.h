@@ -3,8 +3,9 @@
  * partition from both ends: the socket stays open, and once it heals the
  * bytes held back come only when the doubling retransmission timer fires
  * again, seconds later. So while a connection waits for answers that do
- * not come, and its socket has had to send segments again (the network
- * lost them: a slow script or a WAIT loses none), a probe connection to
+ * not come, and its socket has had to send segments again or its timer backs
+ * off (the network lost them, or a firewall on this host refused them: a
+ * slow script or a WAIT loses none), a probe connection to
  * the same address tries every LINK_PROBE_EVERY_MS; when one completes a
  * handshake while the watched connection is still silent, the path works
  * again and the watched connection is replaced at once, instead of after
