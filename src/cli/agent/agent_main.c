@@ -18,6 +18,7 @@ typedef struct agent {
   agent_spop *spop;
   agent_stats stats;
   agent_permits *permits; /* held for HAProxy's requests (concurrency rules) */
+  agent_keys *keys;       /* keyed concurrency rules' semaphores */
 } agent;
 
 static void usage(FILE *out) {
@@ -50,6 +51,7 @@ static void on_reload(evutil_socket_t sig, short what, void *ud) {
   a->stats.reloads_ok++;
   next->stats = &a->stats;
   next->permits = a->permits;
+  next->keys = a->keys;
   agent_rules_keep_counts(next, a->rules);
   if (strcmp(next->settings.http, a->rules->settings.http) != 0 ||
       strcmp(next->settings.spop, a->rules->settings.spop) != 0)
@@ -87,6 +89,11 @@ static int run(agent *a, const cli_ctx *ctx) {
     return CLI_EXIT_FAILURE;
   }
   const agent_settings *s = &a->rules->settings;
+  if (!(a->keys = agent_keys_new(a->base, a->client, s->max_keys, s->key_idle_s))) {
+    cli_error("out of memory");
+    return CLI_EXIT_FAILURE;
+  }
+  a->rules->keys = a->keys;
   if ((s->http[0] &&
        !(a->http = agent_http_new(a->base, s, &a->rules, a->client, why, sizeof why))) ||
       (s->spop[0] && !(a->spop = agent_spop_new(a->base, s, &a->rules, why, sizeof why)))) {
@@ -156,6 +163,7 @@ int cli_agent_main(int argc, char **argv) {
   int closed = !a.client;
   sluice_client_close(a.client, on_closed, &closed);
   while (!closed && event_base_loop(a.base, EVLOOP_ONCE) == 0) {}
+  agent_keys_free(a.keys); /* unused now: permits dropped, acquires cancelled */
   agent_http_free(a.http);
   agent_spop_free(a.spop);
   agent_rules_unref(a.rules);
