@@ -91,16 +91,65 @@ static void agent_lines(text *t, const agent_stats *st, int nrules) {
       st->latency_sum_s, (unsigned long long)st->latency_count);
 }
 
+static void keys_lines(text *t, const agent_rules *rules) {
+  agent_keys_stats k;
+  agent_keys_get_stats(rules->keys, &k);
+  add(t,
+      "# HELP sluice_agent_permits_held Permits of concurrency rules held for requests.\n"
+      "# TYPE sluice_agent_permits_held gauge\nsluice_agent_permits_held %u\n"
+      "# HELP sluice_agent_key_semaphores Semaphore handles of keyed concurrency rules.\n"
+      "# TYPE sluice_agent_key_semaphores gauge\nsluice_agent_key_semaphores %u\n"
+      "# HELP sluice_agent_key_semaphores_max Their cap (max_keys).\n"
+      "# TYPE sluice_agent_key_semaphores_max gauge\nsluice_agent_key_semaphores_max %u\n"
+      "# HELP sluice_agent_key_semaphores_freed_total Handles freed: idle for key_idle_s, "
+      "or evicted (the longest idle) to make room at the cap.\n"
+      "# TYPE sluice_agent_key_semaphores_freed_total counter\n"
+      "sluice_agent_key_semaphores_freed_total{reason=\"idle\"} %llu\n"
+      "sluice_agent_key_semaphores_freed_total{reason=\"evicted\"} %llu\n"
+      "# HELP sluice_agent_key_refused_total Requests a keyed rule refused to check: every "
+      "handle in use at the cap (the rule's failure policy answered).\n"
+      "# TYPE sluice_agent_key_refused_total counter\nsluice_agent_key_refused_total %llu\n",
+      agent_permits_count(rules->permits), k.live, k.max, (unsigned long long)k.freed_idle,
+      (unsigned long long)k.evicted, (unsigned long long)k.refused);
+}
+
+/* Whether a line of the client's text is a series of a keyed semaphore: its
+ * name label holds ']', which no rule's name (no other handle's) does. */
+static int keyed_series(const char *line, size_t len) {
+  static const char head[] = "sluice_sem_";
+  const char *label = memchr(line, '{', len);
+  if (len < sizeof head || memcmp(line, head, sizeof head - 1) != 0 || !label ||
+      (size_t)(line + len - label) < 8 || memcmp(label, "{name=\"", 7) != 0)
+    return 0;
+  for (const char *p = label + 7; p < line + len && *p != '"'; p++) {
+    if (*p == '\\') p++; /* an escaped byte */
+    else if (*p == ']') return 1;
+  }
+  return 0;
+}
+
+/* The client's text less the series of keyed semaphores: their names carry
+ * client addresses and API keys, and there may be thousands (the
+ * sluice_agent_key_* families count them). */
+static void add_client_text(text *t, const char *lib) {
+  while (*lib) {
+    size_t len = strcspn(lib, "\n");
+    if (!keyed_series(lib, len)) add(t, "%.*s\n", (int)len, lib);
+    lib += len + (lib[len] == '\n');
+  }
+}
+
 char *agent_metrics_text(const agent_rules *rules, const sluice_client *client, size_t *len) {
   text t = {malloc(4096), 0, 4096, 0};
   if (!t.buf) return NULL;
   t.buf[0] = 0;
   rule_lines(&t, rules);
   if (rules->stats) agent_lines(&t, rules->stats, rules->n);
+  keys_lines(&t, rules);
   char *lib = NULL;
   size_t lib_len = 0;
   if (client && sluice_client_prometheus(client, &lib, &lib_len) == 0) {
-    add(&t, "%s", lib);
+    add_client_text(&t, lib);
     sluice_prometheus_free(lib);
   }
   if (t.failed) {
