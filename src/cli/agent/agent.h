@@ -108,8 +108,6 @@ typedef struct agent_rules {
 agent_rules *agent_rules_load(const char *path, char *why, size_t why_size);
 /* Create each rule's limiter on client; 0, or -1 with why filled. */
 int agent_rules_start(agent_rules *rules, sluice_client *client, char *why, size_t why_size);
-/* The options of a concurrency rule's semaphore(s). */
-void agent_rule_sem_options(const agent_rule *r, sluice_sem_options *o);
 /* Carry each rule's counts over from old to next (rules of the same name). */
 void agent_rules_keep_counts(agent_rules *next, const agent_rules *old);
 void agent_rules_ref(agent_rules *rules);
@@ -157,6 +155,8 @@ int agent_key_build(const agent_rule *rule, const agent_request *req, char *buf,
 typedef struct agent_key_sem agent_key_sem;
 agent_keys *agent_keys_new(struct event_base *base, sluice_client *client, unsigned max,
                            unsigned idle_s);
+/* The options of a concurrency rule's semaphore(s), keyed or not. */
+void agent_rule_sem_options(const agent_rule *r, sluice_sem_options *o);
 /* 1 when the semaphore name of rule and key fits SLUICE_NAME_MAX (else the
  * rule does not apply, as for a key too long). */
 int agent_keys_fit(const agent_rule *rule, const char *key);

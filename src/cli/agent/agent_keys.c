@@ -112,6 +112,15 @@ agent_keys *agent_keys_new(struct event_base *base, sluice_client *client, unsig
   return t;
 }
 
+void agent_rule_sem_options(const agent_rule *r, sluice_sem_options *o) {
+  sluice_sem_options_init(o);
+  o->permits = r->permits;
+  o->ttl_ms = r->lease_ms;
+  o->auto_renew = 0; /* the lease is the longest a request may hold it */
+  o->op_timeout_ms = r->timeout_ms;
+  o->fail_fast = 1;
+}
+
 int agent_keys_fit(const agent_rule *rule, const char *key) {
   return strlen(rule->name) + strlen(key) + 2 <= SLUICE_NAME_MAX;
 }

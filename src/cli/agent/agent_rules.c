@@ -268,15 +268,6 @@ agent_rules *agent_rules_load(const char *path, char *why, size_t why_size) {
   return st.rules;
 }
 
-void agent_rule_sem_options(const agent_rule *r, sluice_sem_options *o) {
-  sluice_sem_options_init(o);
-  o->permits = r->permits;
-  o->ttl_ms = r->lease_ms;
-  o->auto_renew = 0; /* the lease is the longest a request may hold it */
-  o->op_timeout_ms = r->timeout_ms;
-  o->fail_fast = 1;
-}
-
 int agent_rules_start(agent_rules *rules, sluice_client *client, char *why, size_t why_size) {
   for (int i = 0; i < rules->n; i++) {
     agent_rule *r = &rules->rule[i];
