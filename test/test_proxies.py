@@ -803,6 +803,7 @@ class Suite:
             text = c.getresponse().read().decode()
             c.close()
             assert 'name="[per-key]' not in text, text  # no series per key
+            assert metric(agent.port, 'sluice_agent_key_connection_up') == 1
             if shutil.which('promtool'):
                 r = subprocess.run(['promtool', 'check', 'metrics'], input=text, text=True,
                                    capture_output=True)

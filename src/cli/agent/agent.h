@@ -169,6 +169,7 @@ void agent_key_sem_put(agent_key_sem *ks);
 typedef struct agent_keys_stats {
   unsigned live, max;
   uint64_t freed_idle, evicted, refused;
+  int connected; /* the handles' client's command connection is up */
 } agent_keys_stats;
 void agent_keys_get_stats(const agent_keys *t, agent_keys_stats *out);
 /* Free every handle: call once nothing uses them (permits dropped,

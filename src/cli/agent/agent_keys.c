@@ -191,8 +191,12 @@ void agent_key_sem_put(agent_key_sem *ks) {
 }
 
 void agent_keys_get_stats(const agent_keys *t, agent_keys_stats *out) {
-  if (t) *out = t->stats;
-  else memset(out, 0, sizeof *out);
+  memset(out, 0, sizeof *out);
+  if (!t) return;
+  *out = t->stats;
+  sluice_client_health health;
+  sluice_client_get_health(t->client, &health);
+  out->connected = health.command_up == 1;
 }
 
 void agent_keys_free(agent_keys *t) {

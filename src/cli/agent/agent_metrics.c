@@ -108,35 +108,12 @@ static void keys_lines(text *t, const agent_rules *rules) {
       "sluice_agent_key_semaphores_freed_total{reason=\"evicted\"} %llu\n"
       "# HELP sluice_agent_key_refused_total Requests a keyed rule refused to check: every "
       "handle in use at the cap (the rule's failure policy answered).\n"
-      "# TYPE sluice_agent_key_refused_total counter\nsluice_agent_key_refused_total %llu\n",
+      "# TYPE sluice_agent_key_refused_total counter\nsluice_agent_key_refused_total %llu\n"
+      "# HELP sluice_agent_key_connection_up Whether the connection of the keyed rules' own "
+      "client is up.\n"
+      "# TYPE sluice_agent_key_connection_up gauge\nsluice_agent_key_connection_up %d\n",
       agent_permits_count(rules->permits), k.live, k.max, (unsigned long long)k.freed_idle,
-      (unsigned long long)k.evicted, (unsigned long long)k.refused);
-}
-
-/* Whether a line of the client's text is a series of a keyed semaphore: its
- * name label holds ']', which no rule's name (no other handle's) does. */
-static int keyed_series(const char *line, size_t len) {
-  static const char head[] = "sluice_sem_";
-  const char *label = memchr(line, '{', len);
-  if (len < sizeof head || memcmp(line, head, sizeof head - 1) != 0 || !label ||
-      (size_t)(line + len - label) < 8 || memcmp(label, "{name=\"", 7) != 0)
-    return 0;
-  for (const char *p = label + 7; p < line + len && *p != '"'; p++) {
-    if (*p == '\\') p++; /* an escaped byte */
-    else if (*p == ']') return 1;
-  }
-  return 0;
-}
-
-/* The client's text less the series of keyed semaphores: their names carry
- * client addresses and API keys, and there may be thousands (the
- * sluice_agent_key_* families count them). */
-static void add_client_text(text *t, const char *lib) {
-  while (*lib) {
-    size_t len = strcspn(lib, "\n");
-    if (!keyed_series(lib, len)) add(t, "%.*s\n", (int)len, lib);
-    lib += len + (lib[len] == '\n');
-  }
+      (unsigned long long)k.evicted, (unsigned long long)k.refused, k.connected);
 }
 
 char *agent_metrics_text(const agent_rules *rules, const sluice_client *client, size_t *len) {
@@ -149,7 +126,7 @@ char *agent_metrics_text(const agent_rules *rules, const sluice_client *client, 
   char *lib = NULL;
   size_t lib_len = 0;
   if (client && sluice_client_prometheus(client, &lib, &lib_len) == 0) {
-    add_client_text(&t, lib);
+    add(&t, "%s", lib);
     sluice_prometheus_free(lib);
   }
   if (t.failed) {
