@@ -172,8 +172,8 @@ typedef struct agent_keys_stats {
   int connected; /* the handles' client's command connection is up */
 } agent_keys_stats;
 void agent_keys_get_stats(const agent_keys *t, agent_keys_stats *out);
-/* Free every handle: call once nothing uses them (permits dropped,
- * acquires answered). */
+/* Free every handle, used or not: at the agent's end, once nothing can be
+ * pending on them (their client closed, its acquires answered). */
 void agent_keys_free(agent_keys *t);
 
 /* Held permits of concurrency rules (agent_permits.c), at most max. */
