@@ -7,6 +7,7 @@ Starts a private redis-server (unix socket), the agent with the rule file of
 docs/proxies.md, two nginx and two HAProxy (Debian's packages) with its
 blocks, each block as the page shows it with only its ports and paths
 changed; then checks the limits through both instances of each proxy, the
+concurrency rules (one semaphore, and one per client with its cap), the
 failure policies, malformed SPOP frames, a bad file, a reload and the
 agent's death. Prints TAP. Without nginx, haproxy or redis-server it exits
 77 (skip), except under CI=true, where that is a failure.
@@ -200,15 +201,21 @@ class Haproxy:
 
 class SlowApp:
     """HAProxy's application: /reports/ takes `delay` seconds, the rest none;
-    it counts the /reports/ requests in flight at once."""
+    it counts the /reports/ requests in flight at once. /exports/ waits until
+    `gate` is set, counting its requests in flight per X-Client header."""
 
     def __init__(self):
         app = self
         self.delay, self.inflight, self.most, self.lock = 1.0, 0, 0, threading.Lock()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.by_client, self.most_by_client = {}, {}
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
                 slow = self.path.startswith('/reports/')
+                if self.path.startswith('/exports/'):
+                    app.export(self.headers.get('X-Client', ''))
                 if slow:
                     with app.lock:
                         app.inflight += 1
@@ -231,7 +238,21 @@ class SlowApp:
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    def export(self, client):
+        with self.lock:
+            self.by_client[client] = self.by_client.get(client, 0) + 1
+            self.most_by_client[client] = max(self.most_by_client.get(client, 0),
+                                              self.by_client[client])
+        self.gate.wait(10)
+        with self.lock:
+            self.by_client[client] -= 1
+
+    def in_flight(self, client):
+        with self.lock:
+            return self.by_client.get(client, 0)
+
     def stop(self):
+        self.gate.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -296,6 +317,79 @@ def spop_read(s):
         return got
     body = exactly(struct.unpack('>I', exactly(4))[0])
     return body[0], body[1:]
+
+
+def spop_value(data, at):
+    """(value, next offset) of the typed data at data[at]."""
+    def varint(at):
+        v, shift = data[at], 4
+        at += 1
+        if v >= 240:
+            while True:
+                b = data[at]
+                at += 1
+                v += b << shift
+                shift += 7
+                if b < 128:
+                    break
+        return v, at
+    kind = data[at] & 15
+    if kind in (2, 3, 4, 5):  # integers
+        v, at = varint(at + 1)
+        return (v - (1 << 64) if kind in (2, 4) and v >= 1 << 63 else v), at
+    if kind in (8, 9):  # string, binary
+        n, at = varint(at + 1)
+        return data[at:at + n].decode(), at + n
+    raise AssertionError('type %d in an ACK' % kind)
+
+
+class SpopPeer:
+    """A HAProxy as the agent sees it, on one connection: NOTIFYs of
+    sluice-check (with a `client` argument) and sluice-release, each
+    answered by an ACK whose variables it returns."""
+
+    def __init__(self, port):
+        self.s = socket.create_connection(('127.0.0.1', port), timeout=5)
+        self.s.sendall(spop_frame(1, spop_kv_str('supported-versions', '2.0') +
+                                  spop_kv_u32('max-frame-size', 4096) +
+                                  spop_kv_str('capabilities', '')))
+        assert spop_read(self.s)[0] == 101
+        self.sid = 0
+
+    def notify(self, message, args):
+        self.sid += 1
+        payload = spop_str(message) + bytes([len(args)]) + \
+            b''.join(spop_kv_str(k, v) for k, v in args)
+        self.s.sendall(spop_frame(3, payload, sid=self.sid, fid=1))
+        ftype, body = spop_read(self.s)
+        assert ftype == 103 and body[4] == self.sid, (ftype, body)
+        got, at = {}, 6  # after the flags and the two ids (a byte each)
+        while at < len(body):
+            assert body[at:at + 3] == b'\x01\x03\x02', body  # set-var, 3 args, txn
+            n = body[at + 3]
+            name = body[at + 4:at + 4 + n].decode()
+            got[name], at = spop_value(body, at + 4 + n)
+        return got
+
+    def check(self, client):
+        return self.notify('sluice-check', [('path', '/'), ('client', client)])
+
+    def release(self, permit):
+        assert self.notify('sluice-release', [('permit', permit)]) == {}
+
+    def close(self):
+        self.s.close()
+
+
+def metric(port, name):
+    """The value of one series of an agent's /metrics."""
+    c = http.client.HTTPConnection('127.0.0.1', port, timeout=10)
+    c.request('GET', '/metrics')
+    text = c.getresponse().read().decode()
+    c.close()
+    m = re.search('^' + re.escape(name) + r' (\d+)$', text, re.M)
+    assert m, (name, text)
+    return int(m.group(1))
 
 
 class Tap:
@@ -373,6 +467,28 @@ class Suite:
         line = self.rules_text.split('\n').index('[rule per-client]') + 1
         assert r.returncode == 64 and "%s:%d: rule 'per-client'" % (path, line) in r.stderr, \
             r.stderr
+        # Keyed concurrency (the page's exports rule): its key is checked as
+        # a rate rule's is; a limit, or a bad max_keys, is refused. Each case:
+        # the section, the text it changes there, the reason, the line's text.
+        cases = [
+            ('[rule exports]', 'key = addr\n', 'key = addr/129\n',
+             "addr's prefix must be a number 0..128, got '129'", 'key = addr/129'),
+            ('[rule exports]', 'permits = 2\n', 'permits = 2\nlimit = 5\n',
+             "rule 'exports': algo = concurrency takes permits, lease_ms and key, not limit or "
+             "period_ms", '[rule exports]'),
+            ('[agent]', 'spop =', 'max_keys = 0\nspop =',
+             "max_keys must be a number 1..100000, got '0'", 'max_keys = 0'),
+        ]
+        for section, old, new, reason, at in cases:
+            split = self.rules_text.index(section)
+            text = self.rules_text[:split] + replace_once(self.rules_text[split:], old, new)
+            with open(path, 'w') as f:
+                f.write(text)
+            r = subprocess.run([self.binary, 'agent', '--config', path], capture_output=True,
+                               text=True, timeout=10)
+            line = text.split('\n').index(at) + 1
+            assert r.returncode == 64 and "%s:%d: %s" % (path, line, reason) in r.stderr, \
+                (reason, r.stderr)
 
     def away_from_window_end(self, period_ms):
         """Start a fixed-window count well inside one window of Redis's clock."""
@@ -605,6 +721,101 @@ class Suite:
                  == 200, lease + 3, 'a permit back')
         print('# permits back %.2f s after the clients hung up' % (time.monotonic() - start))
 
+    def keyed_concurrency(self):
+        """A rule keyed by address (exports): each client has its permits
+        over both HAProxy, and another client's requests pass while the
+        first one holds all of its own; the permits come back."""
+        permits = rule_value(self.rules_text, 'exports', 'permits')
+        ports = [h.port for h in self.haproxy]
+        a, b = '127.0.0.30', '127.0.0.31'
+
+        def send(source, i):
+            return request(ports[i % 2], 'GET', '/exports/x', source,
+                           headers={'X-Client': source})[0]
+        pool = concurrent.futures.ThreadPoolExecutor(6 * permits)
+        self.app.gate.clear()
+        try:
+            first = [pool.submit(send, a, i) for i in range(4 * permits)]
+            wait_for(lambda: self.app.in_flight(a) == permits and
+                     sum(f.done() for f in first) == 3 * permits, 10,
+                     "a's permits held and the rest refused")
+            assert all(f.result() == 429 for f in first if f.done())
+            # b is not held back by a's load: all of its permits, then 429.
+            second = [pool.submit(send, b, i) for i in range(permits)]
+            wait_for(lambda: self.app.in_flight(b) == permits, 10, "b's permits held")
+            assert send(b, 0) == 429 and send(a, 1) == 429
+        finally:
+            self.app.gate.set()
+        codes = sorted(f.result() for f in first + second)
+        assert codes == [200] * (2 * permits) + [429] * (3 * permits), codes
+        assert self.app.most_by_client == {a: permits, b: permits}, self.app.most_by_client
+        # Back with the responses: both clients get all of them again.
+        again = list(pool.map(lambda i: send(a if i % 2 else b, i), range(2 * permits)))
+        pool.shutdown()
+        assert again == [200] * (2 * permits), again
+        assert metric(self.agent.port, 'sluice_agent_key_semaphores') == 2
+
+    def keyed_cap(self):
+        """A second agent with max_keys = 2: a third key is refused by the
+        rule's policy while both handles are in use, takes the place of an
+        idle one, and idle handles are freed; a reload keeps held permits."""
+        tmp = os.path.join(self.tmp, 'agent3')
+        os.makedirs(tmp)
+        rules = ('[agent]\nhttp = 127.0.0.1:9181\nspop = 127.0.0.1:9182\nmax_keys = 2\n'
+                 'key_idle_s = 1\n\n[rule per-key]\nkey = header:client\nalgo = concurrency\n'
+                 'permits = 1\non_redis_down = deny\ntimeout_ms = 150\n')
+        agent = Agent(tmp, self.binary, 'unix://' + self.redis.sock, rules)
+        agent.start()
+        peer = SpopPeer(agent.spop_port)
+        try:
+            got = peer.check('a')
+            assert got['allowed'] == 1 and len(got['permit']) == 32, got
+            pa = got['permit']
+            assert peer.check('a')['allowed'] == 0  # a's one permit is held
+            pb = peer.check('b')['permit']
+            got = peer.check('c')  # two handles, both in use: the policy (deny)
+            assert got['allowed'] == 0 and got['retry_after_ms'] == 1000, got
+            assert metric(agent.port, 'sluice_agent_key_refused_total') == 1
+            peer.release(pa)  # a's handle is idle now: c takes its place
+            got = peer.check('c')
+            assert got['allowed'] == 1, got
+            pc = got['permit']
+            assert metric(agent.port,
+                          'sluice_agent_key_semaphores_freed_total{reason="evicted"}') == 1
+            assert metric(agent.port, 'sluice_agent_key_semaphores') == 2
+            # A reload to 2 permits: the held permits keep their handles.
+            agent.write(rules.replace('permits = 1', 'permits = 2'))
+            agent.proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: 'reloaded' in agent.log_text(), 5, 'the reload')
+            peer.release(pb)
+            peer.release(pc)
+            assert metric(agent.port, 'sluice_agent_permits_held') == 0
+            two = [peer.check('d') for _ in range(3)]
+            assert [g['allowed'] for g in two] == [1, 1, 0], two
+            for g in two[:2]:
+                peer.release(g['permit'])
+            wait_for(lambda: metric(agent.port, 'sluice_agent_key_semaphores') == 0, 5,
+                     'the idle handles freed')
+            assert metric(agent.port, 'sluice_agent_key_semaphores_freed_total{reason="idle"}') \
+                >= 1
+            c = http.client.HTTPConnection('127.0.0.1', agent.port, timeout=10)
+            c.request('GET', '/metrics')
+            text = c.getresponse().read().decode()
+            c.close()
+            assert 'name="[per-key]' not in text, text  # no series per key
+            assert metric(agent.port, 'sluice_agent_key_connection_up') == 1
+            if shutil.which('promtool'):
+                r = subprocess.run(['promtool', 'check', 'metrics'], input=text, text=True,
+                                   capture_output=True)
+                assert r.returncode == 0, r.stdout + r.stderr
+            # Stopped with a permit held: released, and its handle freed
+            # (ASan's leak check, in a sanitized build, sees the exit).
+            assert peer.check('e')['allowed'] == 1
+        finally:
+            peer.close()
+            status = agent.stop()
+        assert status == 0, agent.log_text()
+
     def metrics(self):
         """/metrics: the decisions so far, per rule and outcome, and the
         answers per front; promtool accepts the text."""
@@ -709,7 +920,7 @@ def main():
         print('1..0 # SKIP missing %s' % ' '.join(missing))
         return 77
     tap = Tap()
-    print('1..15', flush=True)
+    print('1..17', flush=True)
     with tempfile.TemporaryDirectory(prefix='sluice-proxies-') as tmp:
         if os.environ.get('SLUICE_KEEP_TMP'):
             tmp = tempfile.mkdtemp(prefix='sluice-proxies-kept-')
@@ -729,6 +940,10 @@ def main():
                     suite.spop_malformed)
             tap.run('concurrency: two HAProxy never pass the permits; they come back',
                     suite.concurrency)
+            tap.run('keyed concurrency: per client over two HAProxy, one not held by another',
+                    suite.keyed_concurrency)
+            tap.run('keyed concurrency: max_keys refuses by policy, evicts idle, frees them',
+                    suite.keyed_cap)
             tap.run('clients gone before their answer: the agent serves on',
                     suite.clients_leave)
             tap.run('HTTP: malformed, too large or with a body: refused and closed; pipelining',

@@ -71,10 +71,11 @@ typedef struct agent_rule {
   unsigned timeout_ms; /* the local deadline: well inside the proxy's own */
   sluice_limiter *lim;
   /* algo = concurrency: at most permits requests in flight (SPOP only),
-   * each holding a permit of semaphore NAME until its response or lease_ms. */
+   * each holding a permit of semaphore NAME until its response or lease_ms;
+   * with a key, of semaphore "[NAME]KEY" per key value (agent_keys.c). */
   int concurrency;
   unsigned permits, lease_ms;
-  sluice_sem *sem;
+  sluice_sem *sem; /* without a key */
 } agent_rule;
 
 /* The [agent] section: read at start only (a reload keeps them). */
@@ -84,16 +85,20 @@ typedef struct agent_settings {
   unsigned max_connections;  /* SPOP connections at once */
   unsigned max_header_bytes;
   unsigned idle_timeout_s;
+  unsigned max_keys;   /* keyed concurrency rules: semaphore handles live at once */
+  unsigned key_idle_s; /* a keyed handle unused this long is freed */
 } agent_settings;
 
 /* A parsed file. Decisions in flight hold a reference, so a reload frees
  * the old rules (and their limiters) only once nothing uses them. */
 typedef struct agent_permits agent_permits;
+typedef struct agent_keys agent_keys;
 
 typedef struct agent_rules {
   int refs;
   agent_stats *stats;     /* the agent's, set by whoever loads the rules */
   agent_permits *permits; /* the agent's held permits, likewise */
+  agent_keys *keys;       /* the agent's keyed semaphores, likewise */
   agent_settings settings;
   agent_rule rule[AGENT_RULES_MAX];
   int n;
@@ -144,13 +149,41 @@ void agent_count_answer(agent_rules *rules, int front, int allowed);
  * the key is too long (the rule then does not apply). */
 int agent_key_build(const agent_rule *rule, const agent_request *req, char *buf, size_t size);
 
+/* The semaphore handles of keyed concurrency rules (agent_keys.c): one
+ * per rule and key value, made on demand, at most max live; one that no
+ * permit or acquire uses is freed after idle_s, or sooner to make room. */
+typedef struct agent_key_sem agent_key_sem;
+agent_keys *agent_keys_new(struct event_base *base, sluice_client *client, unsigned max,
+                           unsigned idle_s);
+/* The options of a concurrency rule's semaphore(s), keyed or not. */
+void agent_rule_sem_options(const agent_rule *r, sluice_sem_options *o);
+/* 1 when the semaphore name of rule and key fits SLUICE_NAME_MAX (else the
+ * rule does not apply, as for a key too long). */
+int agent_keys_fit(const agent_rule *rule, const char *key);
+/* The handle of rule's semaphore for key, with one use taken: NULL when
+ * every handle is in use at the cap (counted in refused) or on an error. */
+agent_key_sem *agent_keys_get(agent_keys *t, const agent_rule *rule, const char *key);
+sluice_sem *agent_key_sem_handle(const agent_key_sem *ks);
+/* Give back one use (a permit released, an acquire answered); NULL: no-op. */
+void agent_key_sem_put(agent_key_sem *ks);
+typedef struct agent_keys_stats {
+  unsigned live, max;
+  uint64_t freed_idle, evicted, refused;
+  int connected; /* the handles' client's command connection is up */
+} agent_keys_stats;
+void agent_keys_get_stats(const agent_keys *t, agent_keys_stats *out);
+/* Free every handle, used or not: at the agent's end, once nothing can be
+ * pending on them (their client closed, its acquires answered). */
+void agent_keys_free(agent_keys *t);
+
 /* Held permits of concurrency rules (agent_permits.c), at most max. */
 agent_permits *agent_permits_new(struct event_base *base, unsigned max);
 /* Keep permit (a grant of rules' rule) until agent_permits_release names
- * its id or lease_ms passes; then it is released. -1 (released at once)
- * when the table is full or out of memory. */
+ * its id or lease_ms passes; then it is released, and the use of keyed
+ * (the keyed semaphore it came from, or NULL) given back. -1 (released and
+ * given back at once) when the table is full or out of memory. */
 int agent_permits_hold(agent_permits *t, agent_rules *rules, sluice_permit *permit,
-                       unsigned lease_ms);
+                       unsigned lease_ms, agent_key_sem *keyed);
 /* Release the permit of id: 0, or -1 when none is held (already released
  * or its lease ended). */
 int agent_permits_release(agent_permits *t, const char *id);

@@ -21,6 +21,7 @@ struct agent_decision;
 typedef struct agent_slot {
   struct agent_decision *d;
   int answered;
+  agent_key_sem *keyed; /* a keyed rule's semaphore, used until its acquire ends */
 } agent_slot;
 
 struct agent_decision {
@@ -177,9 +178,12 @@ static void on_acquire(sluice_sem *sem, int status, sluice_permit *permit, void 
   agent_slot *s = ud;
   agent_decision *d = s->d;
   agent_verdict *v = &d->v[s - d->slot];
+  agent_key_sem *keyed = s->keyed; /* its use goes to the held permit, or back */
+  s->keyed = NULL;
   d->pending--;
   if (d->replied) { /* answered on its deadline without it */
     if (status == SLUICE_OK) sluice_permit_release(permit, NULL, NULL);
+    agent_key_sem_put(keyed);
   } else {
     s->answered = 1;
     v->res.limit = v->rule->permits;
@@ -187,19 +191,25 @@ static void on_acquire(sluice_sem *sem, int status, sluice_permit *permit, void 
     if (status == SLUICE_OK) {
       char id[AGENT_PERMIT_ID_MAX];
       snprintf(id, sizeof id, "%s", sluice_permit_id(permit));
-      v->allowed = d->rules->permits &&
-                   agent_permits_hold(d->rules->permits, d->rules, permit, v->rule->lease_ms) == 0;
+      v->allowed = d->rules->permits && agent_permits_hold(d->rules->permits, d->rules, permit,
+                                                           v->rule->lease_ms, keyed) == 0;
       v->checked = v->allowed;
       if (v->allowed) memcpy(v->permit, id, sizeof id);
-      else if (!d->rules->permits) sluice_permit_release(permit, NULL, NULL);
-    } else if (status == SLUICE_EBUSY) { /* every permit is held */
-      v->allowed = 0;
-      v->checked = 1;
-      v->res.remaining = 0;
-      v->res.retry_after_ms = 1000; /* unknown: when a request ends */
+      else if (!d->rules->permits) {
+        sluice_permit_release(permit, NULL, NULL);
+        agent_key_sem_put(keyed);
+      }
     } else {
-      v->allowed = v->rule->down == AGENT_DOWN_ALLOW;
-      v->checked = 0;
+      agent_key_sem_put(keyed);
+      if (status == SLUICE_EBUSY) { /* every permit is held */
+        v->allowed = 0;
+        v->checked = 1;
+        v->res.remaining = 0;
+        v->res.retry_after_ms = 1000; /* unknown: when a request ends */
+      } else {
+        v->allowed = v->rule->down == AGENT_DOWN_ALLOW;
+        v->checked = 0;
+      }
     }
     if (d->pending == 0) reply(d);
   }
@@ -211,6 +221,28 @@ static void on_deadline(evutil_socket_t fd, short what, void *ud) {
   agent_decision *d = ud;
   reply(d);
   decision_free_if_done(d);
+}
+
+/* Whether rule covers req; its key (a rate rule's, a keyed concurrency
+ * rule's) into key. */
+static int applies(const agent_rule *r, const agent_request *req, char *key, size_t size) {
+  if (!matches(r, req) || (r->concurrency && !req->can_hold)) return 0;
+  if (r->concurrency && !r->nkey) return 1;
+  return agent_key_build(r, req, key, size) == 0 && (!r->concurrency || agent_keys_fit(r, key));
+}
+
+/* Start rule r's check for slot s: 0, or the error that refused it. */
+static int start_check(agent_decision *d, agent_slot *s, agent_rule *r, const char *key) {
+  if (!r->concurrency) return sluice_limiter_check(r->lim, key, r->cost, on_check, s);
+  if (!r->nkey) return sluice_sem_try_acquire(r->sem, on_acquire, s);
+  /* At the cap with every handle in use: refused, like an unreachable Redis. */
+  if (!d->rules->keys || !(s->keyed = agent_keys_get(d->rules->keys, r, key))) return -1;
+  int rc = sluice_sem_try_acquire(agent_key_sem_handle(s->keyed), on_acquire, s);
+  if (rc) {
+    agent_key_sem_put(s->keyed);
+    s->keyed = NULL;
+  }
+  return rc;
 }
 
 int agent_decide(struct event_base *base, agent_rules *rules, const agent_request *req,
@@ -226,14 +258,11 @@ int agent_decide(struct event_base *base, agent_rules *rules, const agent_reques
   char key[SLUICE_NAME_MAX + 1];
   for (int i = 0; i < rules->n; i++) {
     agent_rule *r = &rules->rule[i];
-    if (!matches(r, req)) continue;
-    if (r->concurrency ? !req->can_hold : agent_key_build(r, req, key, sizeof key) != 0) continue;
+    if (!applies(r, req, key, sizeof key)) continue;
     int k = d->n++;
     d->v[k].rule = r;
     d->slot[k].d = d;
-    int rc = r->concurrency ? sluice_sem_try_acquire(r->sem, on_acquire, &d->slot[k])
-                            : sluice_limiter_check(r->lim, key, r->cost, on_check, &d->slot[k]);
-    if (rc != 0) {
+    if (start_check(d, &d->slot[k], r, key) != 0) {
       d->slot[k].answered = 1; /* refused at once: the policy decides */
       d->v[k].allowed = r->down == AGENT_DOWN_ALLOW;
       continue;

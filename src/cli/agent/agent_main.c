@@ -18,6 +18,10 @@ typedef struct agent {
   agent_spop *spop;
   agent_stats stats;
   agent_permits *permits; /* held for HAProxy's requests (concurrency rules) */
+  agent_keys *keys;       /* keyed concurrency rules' semaphores */
+  /* Theirs alone: a client lists every handle in its Prometheus text, and
+   * thousands of them would stall the loop at each scrape of /metrics. */
+  sluice_client *keys_client;
 } agent;
 
 static void usage(FILE *out) {
@@ -50,6 +54,7 @@ static void on_reload(evutil_socket_t sig, short what, void *ud) {
   a->stats.reloads_ok++;
   next->stats = &a->stats;
   next->permits = a->permits;
+  next->keys = a->keys;
   agent_rules_keep_counts(next, a->rules);
   if (strcmp(next->settings.http, a->rules->settings.http) != 0 ||
       strcmp(next->settings.spop, a->rules->settings.spop) != 0)
@@ -60,7 +65,7 @@ static void on_reload(evutil_socket_t sig, short what, void *ud) {
   fprintf(stderr, "sluice: agent: reloaded %s: %d rules\n", a->config, next->n);
 }
 
-static void on_closed(void *ud) { *(int *)ud = 1; }
+static void on_closed(void *ud) { --*(int *)ud; }
 
 static void on_stop(evutil_socket_t sig, short what, void *ud) {
   (void)sig, (void)what;
@@ -78,6 +83,7 @@ static int run(agent *a, const cli_ctx *ctx) {
   o.connect_timeout_ms = 500;
   o.reconnect_max_ms = 1000;
   int rc = sluice_client_new(a->base, &o, &a->client);
+  if (!rc) rc = sluice_client_new(a->base, &o, &a->keys_client);
   if (rc) {
     cli_error("cannot use the Redis URL: %s", sluice_strerror(rc));
     return CLI_EXIT_USAGE;
@@ -87,6 +93,11 @@ static int run(agent *a, const cli_ctx *ctx) {
     return CLI_EXIT_FAILURE;
   }
   const agent_settings *s = &a->rules->settings;
+  if (!(a->keys = agent_keys_new(a->base, a->keys_client, s->max_keys, s->key_idle_s))) {
+    cli_error("out of memory");
+    return CLI_EXIT_FAILURE;
+  }
+  a->rules->keys = a->keys;
   if ((s->http[0] &&
        !(a->http = agent_http_new(a->base, s, &a->rules, a->client, why, sizeof why))) ||
       (s->spop[0] && !(a->spop = agent_spop_new(a->base, s, &a->rules, why, sizeof why)))) {
@@ -153,9 +164,11 @@ int cli_agent_main(int argc, char **argv) {
   /* Checks in flight end (cancelled) and their requests are answered while
    * the fronts still exist; only then do the fronts go. */
   agent_permits_free(a.permits); /* their releases go out first */
-  int closed = !a.client;
-  sluice_client_close(a.client, on_closed, &closed);
-  while (!closed && event_base_loop(a.base, EVLOOP_ONCE) == 0) {}
+  int open = (a.client != NULL) + (a.keys_client != NULL);
+  sluice_client_close(a.client, on_closed, &open);
+  sluice_client_close(a.keys_client, on_closed, &open);
+  while (open > 0 && event_base_loop(a.base, EVLOOP_ONCE) == 0) {}
+  agent_keys_free(a.keys); /* unused now: permits dropped, acquires cancelled */
   agent_http_free(a.http);
   agent_spop_free(a.spop);
   agent_rules_unref(a.rules);

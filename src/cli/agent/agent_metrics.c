@@ -91,12 +91,38 @@ static void agent_lines(text *t, const agent_stats *st, int nrules) {
       st->latency_sum_s, (unsigned long long)st->latency_count);
 }
 
+static void keys_lines(text *t, const agent_rules *rules) {
+  agent_keys_stats k;
+  agent_keys_get_stats(rules->keys, &k);
+  add(t,
+      "# HELP sluice_agent_permits_held Permits of concurrency rules held for requests.\n"
+      "# TYPE sluice_agent_permits_held gauge\nsluice_agent_permits_held %u\n"
+      "# HELP sluice_agent_key_semaphores Semaphore handles of keyed concurrency rules.\n"
+      "# TYPE sluice_agent_key_semaphores gauge\nsluice_agent_key_semaphores %u\n"
+      "# HELP sluice_agent_key_semaphores_max Their cap (max_keys).\n"
+      "# TYPE sluice_agent_key_semaphores_max gauge\nsluice_agent_key_semaphores_max %u\n"
+      "# HELP sluice_agent_key_semaphores_freed_total Handles freed: idle for key_idle_s, "
+      "or evicted (the longest idle) to make room at the cap.\n"
+      "# TYPE sluice_agent_key_semaphores_freed_total counter\n"
+      "sluice_agent_key_semaphores_freed_total{reason=\"idle\"} %llu\n"
+      "sluice_agent_key_semaphores_freed_total{reason=\"evicted\"} %llu\n"
+      "# HELP sluice_agent_key_refused_total Requests a keyed rule refused to check: every "
+      "handle in use at the cap (the rule's failure policy answered).\n"
+      "# TYPE sluice_agent_key_refused_total counter\nsluice_agent_key_refused_total %llu\n"
+      "# HELP sluice_agent_key_connection_up Whether the connection of the keyed rules' own "
+      "client is up.\n"
+      "# TYPE sluice_agent_key_connection_up gauge\nsluice_agent_key_connection_up %d\n",
+      agent_permits_count(rules->permits), k.live, k.max, (unsigned long long)k.freed_idle,
+      (unsigned long long)k.evicted, (unsigned long long)k.refused, k.connected);
+}
+
 char *agent_metrics_text(const agent_rules *rules, const sluice_client *client, size_t *len) {
   text t = {malloc(4096), 0, 4096, 0};
   if (!t.buf) return NULL;
   t.buf[0] = 0;
   rule_lines(&t, rules);
   if (rules->stats) agent_lines(&t, rules->stats, rules->n);
+  keys_lines(&t, rules);
   char *lib = NULL;
   size_t lib_len = 0;
   if (client && sluice_client_prometheus(client, &lib, &lib_len) == 0) {

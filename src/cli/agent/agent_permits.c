@@ -16,7 +16,8 @@ typedef struct held {
   struct held *next; /* in its bucket */
   agent_permits *t;
   sluice_permit *permit;
-  agent_rules *rules; /* a reference: the semaphore lives as long */
+  agent_rules *rules;   /* a reference: the semaphore lives as long */
+  agent_key_sem *keyed; /* a use of the keyed semaphore it came from, or NULL */
   struct event *lease_end;
   char id[AGENT_PERMIT_ID_MAX];
 } held;
@@ -49,6 +50,7 @@ static void drop(held *h) {
   *pp = h->next;
   h->t->count--;
   sluice_permit_release(h->permit, NULL, NULL);
+  agent_key_sem_put(h->keyed); /* after the release: it goes out even if freed */
   event_free(h->lease_end);
   agent_rules_unref(h->rules);
   free(h);
@@ -60,17 +62,19 @@ static void on_lease_end(evutil_socket_t fd, short what, void *ud) {
 }
 
 int agent_permits_hold(agent_permits *t, agent_rules *rules, sluice_permit *permit,
-                       unsigned lease_ms) {
+                       unsigned lease_ms, agent_key_sem *keyed) {
   const char *id = sluice_permit_id(permit);
   held *h = NULL;
   if (t->count >= t->max || strlen(id) >= AGENT_PERMIT_ID_MAX || !(h = calloc(1, sizeof *h)) ||
       !(h->lease_end = evtimer_new(t->base, on_lease_end, h))) {
     free(h);
     sluice_permit_release(permit, NULL, NULL);
+    agent_key_sem_put(keyed);
     return -1;
   }
   h->t = t;
   h->permit = permit;
+  h->keyed = keyed;
   h->rules = rules;
   agent_rules_ref(rules);
   strcpy(h->id, id);

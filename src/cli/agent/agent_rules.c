@@ -141,6 +141,8 @@ static int agent_field(parse_state *st, agent_settings *s, const char *name, con
     return number(st, name, value, 512, 1 << 20, &s->max_header_bytes);
   if (strcmp(name, "idle_timeout_s") == 0)
     return number(st, name, value, 1, 3600, &s->idle_timeout_s);
+  if (strcmp(name, "max_keys") == 0) return number(st, name, value, 1, 100000, &s->max_keys);
+  if (strcmp(name, "key_idle_s") == 0) return number(st, name, value, 1, 3600, &s->key_idle_s);
   return fail(st, "unknown setting '%s' in [agent]", cli_echo(name));
 }
 
@@ -207,8 +209,8 @@ static const char *check_rule(const agent_rule *r) {
   if (!r->opts.algo) return "algo is required";
   if (r->concurrency) {
     if (!r->permits) return "permits is required with algo = concurrency";
-    if (r->opts.limit || r->opts.period_ms || r->nkey)
-      return "algo = concurrency takes permits and lease_ms, not limit, period_ms or key";
+    if (r->opts.limit || r->opts.period_ms)
+      return "algo = concurrency takes permits, lease_ms and key, not limit or period_ms";
     return NULL;
   }
   if (r->permits || r->lease_ms) return "permits and lease_ms are for algo = concurrency";
@@ -233,6 +235,8 @@ agent_rules *agent_rules_load(const char *path, char *why, size_t why_size) {
   st.rules->settings.max_header_bytes = 8192;
   st.rules->settings.idle_timeout_s = 60;
   st.rules->settings.max_connections = 1024;
+  st.rules->settings.max_keys = 10000;
+  st.rules->settings.key_idle_s = 60;
   int line = ini_parse(path, on_value, &st);
   if (line < 0) {
     snprintf(why, why_size, "%s: cannot read the file", path);
@@ -267,19 +271,14 @@ agent_rules *agent_rules_load(const char *path, char *why, size_t why_size) {
 int agent_rules_start(agent_rules *rules, sluice_client *client, char *why, size_t why_size) {
   for (int i = 0; i < rules->n; i++) {
     agent_rule *r = &rules->rule[i];
-    int rc;
-    if (r->concurrency) {
-      sluice_sem_options o;
-      sluice_sem_options_init(&o);
-      o.permits = r->permits;
-      o.ttl_ms = r->lease_ms;
-      o.auto_renew = 0; /* the lease is the longest a request may hold it */
-      o.op_timeout_ms = r->timeout_ms;
-      o.fail_fast = 1;
-      rc = sluice_sem_new(client, r->name, &o, &r->sem);
-    } else {
+    sluice_sem_options o;
+    int rc = 0;
+    if (!r->concurrency) {
       rc = sluice_limiter_new(client, r->name, &r->opts, &r->lim);
-    }
+    } else if (!r->nkey) {
+      agent_rule_sem_options(r, &o);
+      rc = sluice_sem_new(client, r->name, &o, &r->sem);
+    } /* else one semaphore per key value, made on demand (agent_keys.c) */
     if (rc) {
       snprintf(why, why_size, "rule '%s': %s", cli_echo(r->name), sluice_strerror(rc));
       return -1;
