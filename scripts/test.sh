@@ -197,10 +197,10 @@ run_tests() {
 
 pass_done() { took[$1]=$((SECONDS - $2)); timings+=("$1"); }
 
-# The behavioural tests on a cluster and a sentinel set (test/meson.build):
+# The behavioural tests on a cluster and a sentinel set (test/redis/meson.build):
 # the gcc and asan passes run them, hiredis1 and valgrind do not (time).
 no_topo_variants=(--no-suite cluster-suites --no-suite sentinel-suites)
-# The suites whose tests run alone (is_parallel: false in test/meson.build)
+# The suites whose tests run alone (is_parallel: false in test/*/meson.build)
 # and wait on failovers and timers: --full runs them apart from the rest,
 # without the timing lock (run_alone).
 serial_suites=(cluster-suites sentinel-suites topology cluster acl replay sentinel proxies)

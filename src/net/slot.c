@@ -5,7 +5,7 @@
 
 /* CRC16 of each byte value shifted into the top of the register: one
  * lookup per byte instead of eight shifts. The bit-by-bit definition is
- * kept in test/topology.c (th_crc16), which test_wire checks this against.
+ * kept in test/support/topology.c (th_crc16), which test_wire checks this against.
  * A cluster client hashes the key of every step, so this is on its hot
  * path. */
 static const uint16_t crc16_table[256] = {

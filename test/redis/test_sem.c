@@ -7,6 +7,13 @@
 #include "lua_scripts.h"
 #include "sem_util.h"
 
+/* sem_try, with the permit's loss reported in *l. */
+static acq_result sem_try_watched(struct event_base *base, sluice_sem *s, lost_result *l) {
+  acq_result a = sem_try(base, s);
+  sluice_permit_set_lost_cb(a.permit, lost_cb, l);
+  return a;
+}
+
 static void test_try_acquire_counts_permits(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_test_new(fx.c, "t", 2, 5000, 0);
@@ -24,8 +31,7 @@ static void test_try_acquire_counts_permits(void) {
   acq_result e = sem_hold(fx.base, s);
   sluice_permit_release(b.permit, NULL, NULL);
   sluice_permit_release(e.permit, NULL, NULL);
-  sluice_sem_free(s);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, s);
 }
 
 static void test_release_only_own_and_idempotent(void) {
@@ -49,8 +55,7 @@ static void test_release_only_own_and_idempotent(void) {
   acq_result d = sem_try(fx.base, s);
   TH_ASSERT_EQ(d.status, SLUICE_EBUSY);
   sluice_permit_release(b.permit, NULL, NULL);
-  sluice_sem_free(s);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, s);
 }
 
 static void test_blocking_acquire_woken_by_release(void) {
@@ -66,8 +71,7 @@ static void test_blocking_acquire_woken_by_release(void) {
   /* Woken by the release, not by a poll: well under the heartbeat (1 s). */
   TH_ASSERT_CMP(sem_handoff_ms(fx.base, a.permit, &w, 3000), <, 100);
   sluice_permit_release(w.permit, NULL, NULL);
-  sluice_sem_free(s);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, s);
 }
 
 static void test_blocking_acquire_times_out(void) {
@@ -85,8 +89,7 @@ static void test_blocking_acquire_times_out(void) {
   TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{t}:queue"), 0);
   TH_ASSERT_EQ(w.done, 1);
   sluice_permit_release(a.permit, NULL, NULL);
-  sluice_sem_free(s);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, s);
 }
 
 static void test_cancel(void) {
@@ -106,8 +109,7 @@ static void test_cancel(void) {
   TH_ASSERT_EQ(w.done, 1);
   TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{t}:queue"), 0);
   sluice_permit_release(a.permit, NULL, NULL);
-  sluice_sem_free(s);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, s);
 }
 
 /* A holder whose process is gone (client closed without releasing) still
@@ -146,8 +148,7 @@ static void test_renewal_keeps_permit(void) {
   TH_ASSERT_EQ(b.status, SLUICE_EBUSY);
   TH_ASSERT_CMP(th_redis_int(&th_server, "PTTL sluice:sem:{t}:holders"), >, 0);
   sluice_permit_release(a.permit, NULL, NULL);
-  sluice_sem_free(s);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, s);
 }
 
 static long long evalsha_calls(void) {
@@ -182,16 +183,14 @@ static void test_renewals_batched(void) {
     TH_ASSERT_EQ(sluice_permit_lost(r[i].permit), 0);
     sluice_permit_release(r[i].permit, NULL, NULL);
   }
-  sluice_sem_free(s);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, s);
 }
 
 static void test_lost_definite(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_test_new(fx.c, "t", 1, 300, 0);
-  acq_result a = sem_try(fx.base, s);
   lost_result l = {0};
-  sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
+  acq_result a = sem_try_watched(fx.base, s, &l);
   th_redis_int(&th_server, "DEL sluice:sem:{t}:holders");
   TH_ASSERT(th_loop_until(fx.base, &l.done, 2000));
   TH_ASSERT_EQ(l.reason, SLUICE_LOST_DEFINITE);
@@ -202,8 +201,7 @@ static void test_lost_definite(void) {
   th_loop_for(fx.base, 300);
   TH_ASSERT_EQ(l.done, 1);
   sluice_permit_release(a.permit, NULL, NULL);
-  sluice_sem_free(s);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, s);
 }
 
 typedef struct lease_check {
@@ -225,9 +223,8 @@ static void lease_over_cb(evutil_socket_t fd, short what, void *arg) {
 static void test_lost_uncertain(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_test_new(fx.c, "t", 1, 400, 0);
-  acq_result a = sem_try(fx.base, s);
   lost_result l = {0};
-  sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
+  acq_result a = sem_try_watched(fx.base, s, &l);
   lease_check k = {&l, 0, 0};
   struct event *lease_end = evtimer_new(fx.base, lease_over_cb, &k);
   struct timeval ttl = {0, 400 * 1000};
@@ -241,8 +238,7 @@ static void test_lost_uncertain(void) {
   th_loop_for(fx.base, 200);
   TH_ASSERT_EQ(l.done, 1); /* once */
   sluice_permit_release(a.permit, NULL, NULL);
-  sluice_sem_free(s);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, s);
 }
 
 /* A handle freed while Redis is unreachable, holding a permit whose lease
@@ -251,9 +247,8 @@ static void test_lost_uncertain(void) {
 static void free_lapsed(int release) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_test_new(fx.c, "t", 1, 400, 0);
-  acq_result a = sem_try(fx.base, s);
   lost_result l = {0};
-  sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
+  acq_result a = sem_try_watched(fx.base, s, &l);
   th_redis_pause(&th_server);
   TH_ASSERT(th_loop_until(fx.base, &l.done, 3000));
   if (release) sluice_permit_release(a.permit, NULL, NULL);
@@ -282,9 +277,8 @@ static uint64_t permits_restored(const sluice_client *c) {
 static void test_restart_restores_permits(void) {
   sem_fx fx = sem_fx_open();
   sluice_sem *s = sem_test_new(fx.c, "t", 1, 1500, 0);
-  acq_result a = sem_try(fx.base, s);
   lost_result l = {0};
-  sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
+  acq_result a = sem_try_watched(fx.base, s, &l);
   th_redis_restart(&th_server);
   uint64_t end = th_now_ms() + 3000;
   while (permits_restored(fx.c) == 0 && th_now_ms() < end) th_loop_for(fx.base, 10);
@@ -298,8 +292,7 @@ static void test_restart_restores_permits(void) {
   acq_result b = sem_hold(fx.base, s);
   TH_ASSERT_CMP(sluice_permit_fence(b.permit), >, fence);
   sluice_permit_release(b.permit, NULL, NULL);
-  sluice_sem_free(s);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, s);
 }
 
 /* Without the record (replay_off), a restart without persistence loses
@@ -312,9 +305,8 @@ static void test_restart_loses_permits_without_replay(void) {
   o.replay_off = 1;
   fx.c = th_client_with(fx.base, &o);
   sluice_sem *s = sem_test_new(fx.c, "t", 1, 1500, 0);
-  acq_result a = sem_try(fx.base, s);
   lost_result l = {0};
-  sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
+  acq_result a = sem_try_watched(fx.base, s, &l);
   th_redis_restart(&th_server); /* no persistence: the holders are gone */
   TH_ASSERT(th_loop_until(fx.base, &l.done, 3000));
   TH_ASSERT_EQ(l.reason, SLUICE_LOST_DEFINITE);
@@ -326,8 +318,7 @@ static void test_restart_loses_permits_without_replay(void) {
   TH_ASSERT_CMP(sluice_permit_fence(b.permit), >, sluice_permit_fence(a.permit));
   sluice_permit_release(a.permit, NULL, NULL);
   sluice_permit_release(b.permit, NULL, NULL);
-  sluice_sem_free(s);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, s);
 }
 
 static void test_fencing_increases(void) {
@@ -345,8 +336,7 @@ static void test_fencing_increases(void) {
   acq_result a = sem_try(fx.base, s);
   TH_ASSERT_CMP(sluice_permit_fence(a.permit), >, last);
   sluice_permit_release(a.permit, NULL, NULL);
-  sluice_sem_free(s);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, s);
 }
 
 static int order_log[8], order_n;
@@ -375,8 +365,7 @@ static void test_fair_fifo_and_try_refused(void) {
   while (order_n < 4 && th_now_ms() < end) event_base_loop(fx.base, EVLOOP_ONCE);
   TH_ASSERT_EQ(order_n, 4);
   for (int i = 0; i < 4; i++) TH_ASSERT_EQ(order_log[i], i);
-  sluice_sem_free(s);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, s);
 }
 
 /* A blocking acquirer in a child process that dies (no close, so no leave)
@@ -498,8 +487,7 @@ static void test_inspect(void) {
   TH_ASSERT(th_loop_until(fx.base, &w.done, 2000));
   sluice_permit_release(b.permit, NULL, NULL);
   sluice_permit_release(w.permit, NULL, NULL);
-  sluice_sem_free(s);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, s);
 }
 
 static sluice_sem *freed_in_cb;
@@ -618,8 +606,7 @@ static void test_wait_survives_restart(void) {
   TH_ASSERT(th_loop_until(fx.base, &w.done, 4000));
   TH_ASSERT_EQ(w.status, SLUICE_OK);
   sluice_permit_release(w.permit, NULL, NULL);
-  sluice_sem_free(s);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, s);
 }
 
 /* Many local waiters share the client's one blocking connection: a client
@@ -838,8 +825,7 @@ static void test_local_handoff_passes_lease(void) {
   TH_ASSERT_CMP(sluice_permit_fence(r.permit), >, fence);
   sluice_permit_release(r.permit, NULL, NULL);
   TH_ASSERT_EQ(sem_metrics(s).local_handoffs, 1);
-  sluice_sem_free(s);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, s);
 }
 
 /* A chain of waiters, each releasing as soon as it is granted: a lease is
@@ -891,8 +877,7 @@ static void test_local_handoff_bounded(void) {
   TH_ASSERT_EQ(sem_metrics(s).local_handoffs, SLUICE_LOCAL_HANDOFFS_MAX + new_chain);
   loop_until_zcard(fx.base, "sluice:sem:{lhb}:holders", 0);
   loop_until_zcard(fx.base, "sluice:sem:{lhb}:queue", 0);
-  sluice_sem_free(s);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, s);
 }
 
 /* Two releases in one loop turn go to two different waiters. */
@@ -924,8 +909,7 @@ static void test_local_handoff_two_in_one_turn(void) {
   TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{lh2}:holders"), 2);
   for (int i = 0; i < 2; i++) sluice_permit_release(w[i].permit, NULL, NULL);
   loop_until_zcard(fx.base, "sluice:sem:{lh2}:holders", 0);
-  sluice_sem_free(s);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, s);
 }
 
 /* Fair order belongs to Redis's queue: no local hand-off. */
@@ -944,8 +928,7 @@ static void test_local_handoff_not_fair(void) {
   TH_ASSERT(strcmp(sluice_permit_id(w.permit), id) != 0);
   TH_ASSERT_EQ(sem_metrics(s).local_handoffs, 0);
   sluice_permit_release(w.permit, NULL, NULL);
-  sluice_sem_free(s);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, s);
 }
 
 /* The releaser frees the handle in its callback, before the waiter is told:

@@ -81,8 +81,7 @@ static void test_releases_survive_kill(void) {
   TH_ASSERT_CMP(th_now_ms() - t0, <, 1500);
   acq_result n = sem_hold(fx.base, s);
   sluice_permit_release(n.permit, NULL, NULL);
-  sluice_sem_free(s);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, s);
 }
 
 /* 2. A waiter gives up while Redis is stopped; when Redis resumes it runs
@@ -307,8 +306,7 @@ static void test_fail_fast_and_health(void) {
   TH_ASSERT(hl.blocking_up != 1);
   th_redis_restart(&th_server);
   sluice_permit_release(h.permit, NULL, NULL);
-  sluice_sem_free(s);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, s);
 }
 
 /* 7. Hand-off: a release gives the freed permit to the queued waiter in

@@ -72,6 +72,16 @@ static sluice_dq_consumer_options opts(unsigned batch, unsigned vis, unsigned ma
   return dqt_options(batch, o.max_in_flight, vis, maxa);
 }
 
+/* The settling cases' start: message ID (PAYLOAD, due in DELAY ms) pushed
+ * and answered, then a consumer of the queue NAME with options o. */
+static sluice_dq_consumer *push_then_consume(dq_fx *fx, sluice_dq *dq, const char *name,
+                                             const char *id, const char *payload, int64_t delay,
+                                             sluice_dq_consumer_options o, rec *r) {
+  dqt_push p;
+  TH_ASSERT_EQ(dqt_push_wait(fx->base, dq, id, payload, delay, &p), SLUICE_OK);
+  return consumer(fx->c, name, &o, r);
+}
+
 /* ---- ordering, batches, payloads ------------------------------------------- */
 
 static void test_order_by_due_then_push(void) {
@@ -103,9 +113,7 @@ static void test_order_by_due_then_push(void) {
   wait_n(fx.base, &r.settled, 22);
   for (int i = 0; i < 22; i++) TH_ASSERT_EQ(r.settle_status[i], SLUICE_OK);
   TH_ASSERT_EQ(dqt_inspect(fx.base, dq, &in).in_flight, 0);
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  dq_case_close(&fx, con, dq);
 }
 
 static void test_batch_and_max_in_flight(void) {
@@ -137,9 +145,7 @@ static void test_batch_and_max_in_flight(void) {
   wait_n(fx.base, &r.settled, 50);
   TH_ASSERT_EQ(dqt_inspect(fx.base, dq, &in).in_flight, 0);
   TH_ASSERT_EQ(in.info.delayed, 0);
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  dq_case_close(&fx, con, dq);
 }
 
 static void test_binary_payload(void) {
@@ -156,9 +162,7 @@ static void test_binary_payload(void) {
   TH_ASSERT_EQ(r.lens[0], sizeof bin);
   TH_ASSERT(memcmp(r.payloads[0], bin, sizeof bin) == 0);
   TH_ASSERT_EQ(r.lens[1], 0);
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  dq_case_close(&fx, con, dq);
 }
 
 /* ---- cancel, de-duplication ------------------------------------------------ */
@@ -197,9 +201,7 @@ static void test_cancel(void) {
   dqt_info in;
   sluice_dq_info info = dqt_inspect(fx.base, dq, &in);
   TH_ASSERT_EQ(info.delayed + info.in_flight + info.dead, 0);
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  dq_case_close(&fx, con, dq);
 }
 
 typedef struct batch_res {
@@ -254,9 +256,7 @@ static void test_dedup(void) {
   r.reached = 0;
   TH_ASSERT(th_loop_until(fx.base, &r.reached, 15000));
   TH_ASSERT_STR_EQ(r.payloads[2], "again");
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  dq_case_close(&fx, con, dq);
 }
 
 /* The largest batch goes in one call (the script slices its writes). */
@@ -286,11 +286,8 @@ static void test_largest_batch(void) {
 static void test_late_ack_reported(void) {
   dq_fx fx = dq_fx_open();
   sluice_dq *dq = dqt_queue(fx.c, "late");
-  dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "m", "m", 0, &p), SLUICE_OK);
   rec r = {.target = 2};
-  sluice_dq_consumer_options o = opts(16, 100, 5);
-  sluice_dq_consumer *con = consumer(fx.c, "late", &o, &r);
+  sluice_dq_consumer *con = push_then_consume(&fx, dq, "late", "m", "m", 0, opts(16, 100, 5), &r);
   /* Held past its 100 ms deadline, it comes back as attempt 2. */
   TH_ASSERT(th_loop_until(fx.base, &r.reached, 3000));
   TH_ASSERT_STR_EQ(r.ids[1], "m");
@@ -307,9 +304,7 @@ static void test_late_ack_reported(void) {
   TH_ASSERT_EQ(r.settle_status[1], SLUICE_OK);
   dqt_info in;
   TH_ASSERT_EQ(dqt_inspect(fx.base, dq, &in).in_flight + in.info.delayed, 0);
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  dq_case_close(&fx, con, dq);
 }
 
 static void retrying(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
@@ -367,20 +362,16 @@ static void test_retry_dead_letter_requeue(void) {
   wait_n(fx.base, &r.settled, 4);
   sluice_dq_info info = dqt_inspect(fx.base, dq, &in);
   TH_ASSERT_EQ(info.dead + info.delayed + info.in_flight, 0);
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  dq_case_close(&fx, con, dq);
 }
 
 /* Messages held past their deadline with max_attempts reached go dead. */
 static void test_expired_dead_letter(void) {
   dq_fx fx = dq_fx_open();
   sluice_dq *dq = dqt_queue(fx.c, "expdead");
-  dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "slow", "s", 0, &p), SLUICE_OK);
   rec r = {.target = 2};
-  sluice_dq_consumer_options o = opts(16, 60, 2);
-  sluice_dq_consumer *con = consumer(fx.c, "expdead", &o, &r);
+  sluice_dq_consumer *con = push_then_consume(&fx, dq, "expdead", "slow", "s", 0, opts(16, 60, 2),
+                                              &r);
   TH_ASSERT(th_loop_until(fx.base, &r.reached, 3000));
   dqt_info in;
   uint64_t end = th_now_ms() + 2000;
@@ -391,9 +382,7 @@ static void test_expired_dead_letter(void) {
   wait_n(fx.base, &r.settled, 2);
   TH_ASSERT_EQ(r.settle_status[0], SLUICE_ELATE);
   TH_ASSERT_EQ(r.settle_status[1], SLUICE_ELATE);
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  dq_case_close(&fx, con, dq);
 }
 
 /* ---- the layout before sequence-prefixed payloads ----------------------------- */
@@ -473,9 +462,7 @@ static void test_old_layout_drains(void) {
   info = dqt_inspect(fx.base, dq, &in);
   TH_ASSERT_EQ(info.delayed + info.in_flight + info.dead, 0);
   TH_ASSERT_EQ(th_redis_int(&th_server, "HLEN %s", h), 3); /* #seq, #dlv, #exp: nothing left */
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  dq_case_close(&fx, con, dq);
 }
 
 /* ---- the cap on pushes in flight ------------------------------------------------ */
@@ -789,9 +776,7 @@ static void test_bad_input(void) {
   TH_ASSERT_EQ(sluice_dq_consumer_in_flight(con), 0);
   th_loop_for(fx.base, 50);
   TH_ASSERT_EQ(r.settled, 0);
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  dq_case_close(&fx, con, dq);
 }
 
 /* ---- lifetime ---------------------------------------------------------------- */
@@ -857,15 +842,14 @@ static void test_free_inside_callbacks(void) {
 static void test_close_cancels_pending(void) {
   dq_fx fx = dq_fx_open();
   sluice_dq *dq = dqt_queue(fx.c, "close");
-  dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "m", "m", 0, &p), SLUICE_OK);
   rec r = {.target = 1};
-  sluice_dq_consumer_options o = opts(16, 30000, 5);
-  sluice_dq_consumer *con = consumer(fx.c, "close", &o, &r);
+  sluice_dq_consumer *con = push_then_consume(&fx, dq, "close", "m", "m", 0, opts(16, 30000, 5),
+                                              &r);
   TH_ASSERT(th_loop_until(fx.base, &r.reached, 3000));
   /* An ack queued, a push and an inspect in flight, then close. */
   TH_ASSERT_EQ(sluice_dq_ack(r.held[0], on_settled, &r), SLUICE_OK);
   sluice_dq_item it = {"y", 1, 0, 0, NULL};
+  dqt_push p;
   memset(&p, 0, sizeof p);
   TH_ASSERT_EQ(sluice_dq_push(dq, &it, dqt_on_push, &p), SLUICE_OK);
   sluice_client_close(fx.c, NULL, NULL);
@@ -972,9 +956,7 @@ static void test_early_push_wakes_consumer(void) {
   TH_ASSERT(th_loop_until(fx.base, &r.reached, 1500));
   TH_ASSERT_STR_EQ(r.ids[1], "now");
   TH_ASSERT_CMP(r.late_ms[1], <, 50);
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  dq_case_close(&fx, con, dq);
 }
 
 /* A producer on its own client pushes a due-now message every 20 ms, then
@@ -1068,11 +1050,9 @@ static long long total_commands(void) {
 static void test_idle_cost(void) {
   dq_fx fx = dq_fx_open();
   sluice_dq *dq = dqt_queue(fx.c, "idle");
-  dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "far", "f", 600000, &p), SLUICE_OK);
   rec r = {.target = 1, .auto_ack = 1};
-  sluice_dq_consumer_options o = opts(16, 30000, 5);
-  sluice_dq_consumer *con = consumer(fx.c, "idle", &o, &r);
+  sluice_dq_consumer *con = push_then_consume(&fx, dq, "idle", "far", "f", 600000,
+                                              opts(16, 30000, 5), &r);
   th_loop_for(fx.base, 300);
   long long before = total_commands();
   th_loop_for(fx.base, 4000);
@@ -1084,9 +1064,7 @@ static void test_idle_cost(void) {
   /* Default max_poll 60 s, BRPOP blocks 30 s: at most one of each. */
   TH_ASSERT_CMP(used, <=, 4);
   TH_ASSERT_EQ(r.n, 0);
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  dq_case_close(&fx, con, dq);
 }
 
 static void test_inspect_counts(void) {

@@ -5,7 +5,7 @@
  *   soak [--seconds N] [--workers N] [--seed S] [--verbose] [--sabotage] [--strict]
  *        [--topology single|sentinel]
  *
- * Only the public API is used for the work (test/harness.c just starts,
+ * Only the public API is used for the work (test/support/harness.c just starts,
  * stops and restarts the server). The parent starts redis-server on a unix
  * socket (no TCP) with AOF fsync always, so a kill -9 keeps every write
  * Redis answered; forks the workers; then injects faults at random
@@ -33,7 +33,7 @@
  * violations". Exit status 0 only with no violation.
  *
  * --topology sentinel: the workers use a Sentinel-managed master (master,
- * replica, three sentinels; test/topology.c) and the faults include
+ * replica, three sentinels; test/support/topology.c) and the faults include
  * failovers: SENTINEL FAILOVER, SIGSTOP of the master until the switch
  * (resumed then), SIGKILL of the master (restarted as a replica). With the
  * default options (the record of unreplicated writes), the same invariants

@@ -170,8 +170,7 @@ static void waiter_killed(int fair) {
   th_note("granted %llu ms after the kill\n", (unsigned long long)(rep[2].at_ms - t0));
   TH_ASSERT_CMP(rep[2].at_ms - t0, <, 600 + 600);
   TH_ASSERT_EQ(child_exit(w2), 0);
-  sluice_sem_free(s);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, s);
   reports_close();
 }
 

@@ -123,5 +123,10 @@ static inline void client_close_drain(struct event_base *base, sluice_client *c)
 typedef th_fx sem_fx;
 static inline sem_fx sem_fx_open(void) { return th_fx_open(2000); }
 static inline void sem_fx_close(sem_fx *fx) { th_fx_close(fx); }
+/* How most semaphore cases end: the semaphore, then the fixture. */
+static inline void sem_case_close(sem_fx *fx, sluice_sem *s) {
+  sluice_sem_free(s);
+  sem_fx_close(fx);
+}
 
 #endif

@@ -138,7 +138,29 @@ static void finish(struct event_base *base, sluice_client *c) {
   rig_stop();
 }
 
+/* A queue case's start: the rig, a loop, a client and the queue "t". */
+static sluice_dq *queue_start(int cluster, struct event_base **base, sluice_client **c) {
+  rig_start(cluster);
+  *base = event_base_new();
+  *c = client(*base);
+  return dqt_queue(*c, "t");
+}
+
+/* A queue case's end. */
+static void queue_finish(struct event_base *base, sluice_client *c, sluice_dq *dq) {
+  sluice_dq_free(dq);
+  finish(base, c);
+}
+
 static void on_released(sluice_sem *s, int status, void *ud) { *(int *)ud = status ? -1 : 1; }
+
+/* s's permit taken at once (it must be free), its loss reported in *l. */
+static acq_result take_watched(struct event_base *base, sluice_sem *s, lost_result *l) {
+  acq_result a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  sluice_permit_set_lost_cb(a.permit, lost_cb, l);
+  return a;
+}
 
 /* ---- the cases ------------------------------------------------------------- */
 
@@ -227,10 +249,8 @@ static void permit_lost(int cluster) {
   sluice_client *c = client_ack_off(base);
   sluice_sem *s = sem_test_new(c, "t", 1, 30000, 0);
   rig_hold();
-  acq_result a = sem_try(base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
   lost_result l = {0};
-  sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
+  acq_result a = take_watched(base, s, &l);
   rig_fail_over();
   char cmd[160];
   long long now_s = master_int("TIME");
@@ -253,10 +273,9 @@ static void permit_lost(int cluster) {
  * delivered once. m1 is in the record too: it reached the replica, but no
  * WAIT has run since (the loop ran only for the few ms of the pushes). */
 static void push_replayed(int cluster) {
-  rig_start(cluster);
-  struct event_base *base = event_base_new();
-  sluice_client *c = client(base);
-  sluice_dq *dq = dqt_queue(c, "t");
+  struct event_base *base;
+  sluice_client *c;
+  sluice_dq *dq = queue_start(cluster, &base, &c);
   dqt_push p;
   TH_ASSERT_EQ(dqt_push_wait(base, dq, "m1", "one", 0, &p), SLUICE_OK);
   replica_has("HEXISTS sluice:dq:{t}:h pm1", 1);
@@ -274,8 +293,7 @@ static void push_replayed(int cluster) {
   TH_ASSERT_EQ(master_int("HEXISTS sluice:dq:{t}:h pm2"), 1);
   dqt_info in;
   TH_ASSERT_EQ(dqt_inspect(base, dq, &in).ready, 2);
-  sluice_dq_free(dq);
-  finish(base, c);
+  queue_finish(base, c, dq);
 }
 
 /* A string command's answer from node n (NULL: an error). */
@@ -297,10 +315,9 @@ static char *node_string(const th_node *n, const char *cmd) {
  * again after a backoff, not at a reconnect that never comes, and lands
  * once the slot is stable. */
 static void test_cluster_replay_bounced(void) {
-  rig_start(1);
-  struct event_base *base = event_base_new();
-  sluice_client *c = client(base);
-  sluice_dq *dq = dqt_queue(c, "t");
+  struct event_base *base;
+  sluice_client *c;
+  sluice_dq *dq = queue_start(1, &base, &c);
   rig_hold();
   dqt_push p;
   TH_ASSERT_EQ(dqt_push_wait(base, dq, "m2", "two", 0, &p), SLUICE_OK);
@@ -328,8 +345,7 @@ static void test_cluster_replay_bounced(void) {
   TH_LOOP_UNTIL(base, metrics(c).replay_pushes >= kept, 10000);
   TH_ASSERT_EQ(metrics(c).replay_pushes, kept);
   TH_ASSERT_EQ(master_int("HEXISTS sluice:dq:{t}:h pm2"), 1);
-  sluice_dq_free(dq);
-  finish(base, c);
+  queue_finish(base, c, dq);
 }
 
 /* A consumer registered (in the queue's set c) only on the old master: the
@@ -492,8 +508,7 @@ static void test_cluster_late_answer(void) {
   TH_LOOP_UNTIL(base, master_int("HEXISTS sluice:dq:{t}:h pm2") == 1, 10000);
   TH_ASSERT_EQ(master_int("HEXISTS sluice:dq:{t}:h pm2"), 1);
   TH_ASSERT_EQ(master_int("ZCARD sluice:dq:{t}:z"), 2);
-  sluice_dq_free(dq);
-  finish(base, c);
+  queue_finish(base, c, dq);
 }
 
 /* The record keeps at most replay_max_entries steps (and bytes), counting
@@ -569,10 +584,9 @@ static void push_ids(struct event_base *base, sluice_dq *dq, int first, int n, i
  * every write it acknowledged since, past the time window a master that
  * never had replicas is given, until the node that replaced it has them. */
 static void replicas_gone_kept(int cluster) {
-  rig_start(cluster);
-  struct event_base *base = event_base_new();
-  sluice_client *c = client(base);
-  sluice_dq *dq = dqt_queue(c, "t");
+  struct event_base *base;
+  sluice_client *c;
+  sluice_dq *dq = queue_start(cluster, &base, &c);
   dqt_push p;
   TH_ASSERT_EQ(dqt_push_wait(base, dq, "m0", "zero", 0, &p), SLUICE_OK);
   TH_LOOP_UNTIL(base, metrics(c).record_entries == 0, 5000);
@@ -586,17 +600,15 @@ static void replicas_gone_kept(int cluster) {
   TH_LOOP_UNTIL(base, metrics(c).replay_pushes >= 20, 15000);
   TH_ASSERT_EQ(metrics(c).replay_pushes, 20);
   TH_ASSERT_EQ(master_int("ZCARD sluice:dq:{t}:z"), 21);
-  sluice_dq_free(dq);
-  finish(base, c);
+  queue_finish(base, c, dq);
 }
 
 /* Once a replica has the writes (INFO replication says so), the record is empty
  * again, and a failover then sends nothing. */
 static void replicated_not_replayed(int cluster) {
-  rig_start(cluster);
-  struct event_base *base = event_base_new();
-  sluice_client *c = client(base);
-  sluice_dq *dq = dqt_queue(c, "t");
+  struct event_base *base;
+  sluice_client *c;
+  sluice_dq *dq = queue_start(cluster, &base, &c);
   dqt_push p;
   TH_ASSERT_EQ(dqt_push_wait(base, dq, "m1", "one", 0, &p), SLUICE_OK);
   TH_ASSERT_EQ(metrics(c).record_entries, 1);
@@ -610,8 +622,7 @@ static void replicated_not_replayed(int cluster) {
   TH_ASSERT_EQ(p.status, SLUICE_OK);
   TH_ASSERT_EQ(metrics(c).replay_pushes, 0);
   TH_ASSERT_EQ(master_int("ZCARD sluice:dq:{t}:z"), 2);
-  sluice_dq_free(dq);
-  finish(base, c);
+  queue_finish(base, c, dq);
 }
 
 /* A producer that never pauses still has its writes confirmed: replicas
@@ -619,10 +630,9 @@ static void replicated_not_replayed(int cluster) {
  * written before an earlier mark, so the record holds a second or two of
  * writes, not all of them since the last pause. */
 static void steady_writes_confirmed(int cluster) {
-  rig_start(cluster);
-  struct event_base *base = event_base_new();
-  sluice_client *c = client(base);
-  sluice_dq *dq = dqt_queue(c, "t");
+  struct event_base *base;
+  sluice_client *c;
+  sluice_dq *dq = queue_start(cluster, &base, &c);
   uint64_t end = th_now_ms() + 5000;
   int pushed = 0;
   dqt_push p;
@@ -636,8 +646,7 @@ static void steady_writes_confirmed(int cluster) {
           (unsigned long long)m.record_oldest_ms);
   TH_ASSERT_CMP(m.record_oldest_ms, <, 3500);
   TH_ASSERT_CMP(m.record_entries, <, (size_t)pushed * 7 / 10);
-  sluice_dq_free(dq);
-  finish(base, c);
+  queue_finish(base, c, dq);
 }
 
 /* Each delivery's occurrence; phase 1: after the failover. */
@@ -655,10 +664,9 @@ static void on_tick(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
  * occurrences of the failover itself are missed, but for one catch-up:
  * nothing could fire them). */
 static void schedule_lost_fires(int cluster) {
-  rig_start(cluster);
-  struct event_base *base = event_base_new();
-  sluice_client *c = client(base);
-  sluice_dq *dq = dqt_queue(c, "t");
+  struct event_base *base;
+  sluice_client *c;
+  sluice_dq *dq = queue_start(cluster, &base, &c);
   static dqt_ticks t;
   memset(&t, 0, sizeof t);
   sluice_dq_consumer_options o = dqt_options(16, 256, 30000, 0);
@@ -693,8 +701,7 @@ static void schedule_lost_fires(int cluster) {
           before_hold, held, t.n - at_failover, dups);
   TH_ASSERT_CMP(dups, <=, held + 1);
   sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  finish(base, c);
+  queue_finish(base, c, dq);
 }
 
 #define ON_BOTH(name)                                 \
@@ -727,6 +734,14 @@ static void one_finish(th_redis *r, struct event_base *base, sluice_client *c) {
   th_redis_stop(r);
 }
 
+/* A semaphore case's end: its permit p released, s freed, then the rest. */
+static void one_sem_finish(th_redis *r, struct event_base *base, sluice_client *c, sluice_sem *s,
+                           sluice_permit *p) {
+  sluice_permit_release(p, NULL, NULL);
+  sluice_sem_free(s);
+  one_finish(r, base, c);
+}
+
 /* Held permits and acknowledged pushes survive a kill -9: with appendfsync
  * everysec from the file (what the record sends again is refused as
  * duplicates), without persistence from the record (what it holds: the
@@ -737,10 +752,8 @@ static void restart(const char *const *extra, int persistent) {
   struct event_base *base = one_start(&r, extra, &c);
   sluice_sem *s = sem_test_new(c, "t", 1, 30000, 0);
   sluice_dq *dq = dqt_queue(c, "t");
-  acq_result a = sem_try(base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
   lost_result l = {0};
-  sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
+  acq_result a = take_watched(base, s, &l);
   enum { N = 50 };
   push_ids(base, dq, 0, N, 60000);
   th_redis_respawn(&r, extra);
@@ -893,9 +906,7 @@ static void test_restart_late_answer(void) {
   TH_ASSERT_EQ(metrics(c).permits_restored, 1);
   TH_ASSERT_EQ(metrics(c).permits_lost, 0);
   TH_ASSERT_EQ(sluice_permit_lost(a.permit), 0);
-  sluice_permit_release(a.permit, NULL, NULL);
-  sluice_sem_free(s);
-  one_finish(&r, base, c);
+  one_sem_finish(&r, base, c, s, a.permit);
 }
 
 /* A permit that is not renewed, restored on a restarted Redis, keeps the
@@ -908,10 +919,8 @@ static void test_restart_unrenewed(void) {
   struct event_base *base = one_start(&r, NULL, &c);
   sluice_sem *s = one_permit(c, TTL, 0, 0);
   uint64_t asked = th_now_ms();
-  acq_result a = sem_try(base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
   lost_result l = {0};
-  sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
+  acq_result a = take_watched(base, s, &l);
   th_loop_for(base, 1000); /* a third of the lease gone */
   th_redis_respawn(&r, NULL);
   TH_LOOP_UNTIL(base, metrics(c).permits_restored == 1, 5000);
@@ -947,10 +956,8 @@ static void test_restart_slow_node(void) {
   o.ttl_ms = TTL;
   o.auto_renew = 0;
   sluice_sem *s = sem_test_new_opts(c, "t", &o);
-  acq_result a = sem_try(base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
   lost_result l = {0};
-  sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
+  acq_result a = take_watched(base, s, &l);
   th_redis_respawn(&r, NULL);
   /* Before this loop runs again: the client has not reconnected yet. */
   redisReply *pause = th_redis_command(&r, "CLIENT PAUSE %d WRITE", PAUSE_MS);
@@ -960,9 +967,7 @@ static void test_restart_slow_node(void) {
   TH_ASSERT_EQ(metrics(c).permits_restored, 1);
   TH_ASSERT_EQ(th_redis_int(&r, "ZCARD sluice:sem:{t}:holders"), 1);
   TH_ASSERT_EQ(l.done, 0);
-  sluice_permit_release(a.permit, NULL, NULL);
-  sluice_sem_free(s);
-  one_finish(&r, base, c);
+  one_sem_finish(&r, base, c, s, a.permit);
 }
 
 /* ---- a node that refuses writes for now ----------------------------------- */
@@ -1030,10 +1035,8 @@ static void test_restart_reassert_refused_for_now(void) {
   sluice_client *c;
   struct event_base *base = one_start(&r, NULL, &c);
   sluice_sem *s = one_permit(c, 10000, 0, 0);
-  acq_result a = sem_try(base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
   lost_result l = {0};
-  sluice_permit_set_lost_cb(a.permit, lost_cb, &l);
+  acq_result a = take_watched(base, s, &l);
   uint64_t reconnects = metrics(c).reconnects;
   th_redis_respawn(&r, NULL);
   refuse_writes(&r, 1);
@@ -1046,9 +1049,7 @@ static void test_restart_reassert_refused_for_now(void) {
   TH_ASSERT_EQ(metrics(c).reconnects, reconnects + 1);
   TH_ASSERT_EQ(th_redis_int(&r, "ZCARD sluice:sem:{t}:holders"), 1);
   TH_ASSERT_EQ(l.done, 0);
-  sluice_permit_release(a.permit, NULL, NULL);
-  sluice_sem_free(s);
-  one_finish(&r, base, c);
+  one_sem_finish(&r, base, c, s, a.permit);
 }
 
 /* local_handoff: a permit whose re-assertion is still due (it failed: the
@@ -1129,9 +1130,7 @@ static void test_restart_reassert_while_in_flight(void) {
   TH_ASSERT_EQ(answered(c, "sem_reassert"), 2);
   TH_ASSERT_EQ(metrics(c).permits_restored, 1); /* the second finds it held */
   TH_ASSERT_EQ(sluice_permit_lost(a.permit), 0);
-  sluice_permit_release(a.permit, NULL, NULL);
-  sluice_sem_free(s);
-  one_finish(&r, base, c);
+  one_sem_finish(&r, base, c, s, a.permit);
 }
 
 int main(int argc, char **argv) {

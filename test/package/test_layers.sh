@@ -3,7 +3,7 @@
 # from its own folder and the folders above it in this order, so core/
 # never reaches up into a primitive; and core/ calls no primitive's public
 # functions or scripts either. TAP: one case per folder, and that one.
-src=${1:-$(dirname "$0")/../src}
+src=${1:-$(dirname "$0")/../../src}
 order="base net core sem limiter dq inspect cli"
 n=0 failed=0
 echo "1..$(($(echo $order | wc -w) + 1))"

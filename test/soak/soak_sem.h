@@ -1,5 +1,5 @@
 /*
- * The soak's semaphore client processes (test/soak.c runs them beside its
+ * The soak's semaphore client processes (test/soak/soak.c runs them beside its
  * workers): a few processes that only wait for and hold a fair semaphore,
  * which the soak kills (SIGKILL, then starts again) and stops (SIGSTOP,
  * SIGCONT) at random while Redis is hurt too. The monitor, in the soak's

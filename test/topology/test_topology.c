@@ -1,4 +1,4 @@
-/* The topology harness itself (test/topology.h): a 3+3 Redis Cluster with
+/* The topology harness itself (test/support/topology.h): a 3+3 Redis Cluster with
  * slots, a slot migration and failovers, and a Sentinel-managed master with
  * forced and automatic failovers, and no process left behind. Suite
  * "topology", not "redis": it takes a minute or more. Each case prints how

@@ -116,9 +116,7 @@ static void test_priority_order(void) {
     TH_ASSERT_EQ(g.priorities[i], want_pri[i]);
   }
   TH_ASSERT_EQ(sluice_dq_msg_priority(NULL), 0);
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  dq_case_close(&fx, con, dq);
 }
 
 static void on_settled(sluice_dq_consumer *con, int status, const char *id, void *ud) {
@@ -171,9 +169,7 @@ static void test_priority_kept(void) {
   TH_LOOP_UNTIL(fx.base, g.n >= 5, 5000);
   TH_ASSERT_STR_EQ(g.ids[4], "lo2");
   TH_ASSERT_EQ(sluice_dq_ack(g.held[4], NULL, NULL), SLUICE_OK);
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  dq_case_close(&fx, con, dq);
 }
 
 enum { BACKLOG = 100000, BACKLOG_BATCH = 10000 };
@@ -238,9 +234,7 @@ static void test_urgent_through_backlog(void) {
           (double)waited / 1000, u.backlog_left);
   TH_ASSERT_CMP(waited, <=, 10000);
   TH_ASSERT_CMP(u.backlog_left, >, BACKLOG / 2);
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  dq_case_close(&fx, con, dq);
 }
 
 /* ---- replacing and postponing ------------------------------------------------- */
@@ -277,9 +271,7 @@ static void test_replace_only_while_waiting(void) {
                SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_dq_push_ex(dq, &(sluice_dq_item){"x", 1, 0, 0, "u"}, 0, 3, NULL, NULL),
                SLUICE_EINVAL);
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  dq_case_close(&fx, con, dq);
 }
 
 /* Postpone moves only later and keeps the payload; replace sets payload,
@@ -310,9 +302,7 @@ static void test_postpone_and_replace(void) {
   TH_ASSERT_STR_EQ(g.ids[1], "other");
   th_loop_for(fx.base, 100);
   TH_ASSERT_EQ(g.n, 2);
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  dq_case_close(&fx, con, dq);
 }
 
 enum { DEBOUNCE_N = 1000, DEBOUNCE_MS = 2000 };
@@ -360,9 +350,7 @@ static void test_debounce(void) {
   TH_ASSERT_CMP(after, <=, (DEBOUNCE_MS + 750) * 1000);
   th_loop_for(base, 1000);
   TH_ASSERT_EQ(g.n, 1);
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  dq_case_close(&fx, con, dq);
 }
 
 /* The version in front of a replaced message's p<id> (_dq_common.lua). */
@@ -410,9 +398,7 @@ static void test_replayed_replace_keeps_newer(void) {
   sluice_dq_consumer *con = start(fx.c, "rv", 16, 256, 5, &g);
   TH_LOOP_UNTIL(fx.base, g.n >= 1, 5000);
   TH_ASSERT_STR_EQ(g.payloads[0], "newer");
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  dq_case_close(&fx, con, dq);
 }
 
 static const th_case cases[] = {

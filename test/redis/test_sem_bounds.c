@@ -88,8 +88,7 @@ static void test_renewals_in_rounds(void) {
   TH_ASSERT_EQ(m.lost_definite + m.lost_uncertain, 0);
   for (int i = 0; i < N; i++) TH_ASSERT_EQ(sluice_permit_lost(held[i]), 0);
   for (int i = 0; i < N; i++) sluice_permit_release(held[i], NULL, NULL);
-  sluice_sem_free(s);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, s);
 }
 
 /* Pending acquires are capped per handle and per client: past the cap a
@@ -172,8 +171,7 @@ static void test_legacy_waiters_served(void) {
   TH_ASSERT_EQ(w.status, SLUICE_OK);
   TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{lg}:queue"), 0);
   sluice_permit_release(w.permit, NULL, NULL);
-  sluice_sem_free(s);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, s);
 }
 
 static const th_case cases[] = {

@@ -253,9 +253,7 @@ static void test_delivery_tokens_increase(void) {
     TH_ASSERT_CMP(k.tokens[i], >, 0);
     if (i) TH_ASSERT_CMP(k.tokens[i], >, k.tokens[i - 1]);
   }
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  dq_case_close(&fx, con, dq);
 }
 
 /* Bad input gets a clear status, never a crash. */
@@ -277,9 +275,7 @@ static void test_bad_input(void) {
   sluice_dq_consumer_set_lost_cb(NULL, on_lost, &k);
   TH_ASSERT_EQ(sluice_dq_msg_delivery(NULL), 0);
   TH_ASSERT_EQ(ack_wait(fx.base, m), SLUICE_OK);
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  dq_case_close(&fx, con, dq);
 }
 
 /* An extension still out when the message is settled or the consumer
@@ -349,9 +345,7 @@ static void test_lost_when_renewals_stall(void) {
     TH_ASSERT_EQ(k.attempts[1], 2);
     TH_ASSERT_EQ(ack_wait(fx.base, k.held[1]), SLUICE_OK);
   }
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  dq_case_close(&fx, con, dq);
 }
 
 /* ---- a consumer in another process, killed ---------------------------------- */
@@ -410,9 +404,7 @@ static void test_killed_consumer_message_returns(void) {
   TH_ASSERT_EQ(ack_wait(fx.base, k.held[0]), SLUICE_OK);
   close(token_pipe[0]);
   close(token_pipe[1]);
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  dq_case_close(&fx, con, dq);
 }
 
 static const th_case cases[] = {

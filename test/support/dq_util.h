@@ -42,6 +42,13 @@ static inline void dqt_finish(struct event_base *base, sluice_client *c) {
 typedef th_fx dq_fx;
 static inline dq_fx dq_fx_open(void) { return th_fx_open(3000); }
 static inline void dq_fx_close(dq_fx *fx) { th_fx_close(fx); }
+/* How most queue cases end, in this order: the consumer, the queue, the
+ * fixture. */
+static inline void dq_case_close(dq_fx *fx, sluice_dq_consumer *con, sluice_dq *dq) {
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  dq_fx_close(fx);
+}
 
 /* A handler that acks every message and counts it in *(int *)ud. */
 static inline void dqt_ack_counted(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
