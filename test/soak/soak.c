@@ -35,7 +35,10 @@
  * --topology sentinel: the workers use a Sentinel-managed master (master,
  * replica, three sentinels; test/support/topology.c) and the faults include
  * failovers: SENTINEL FAILOVER, SIGSTOP of the master until the switch
- * (resumed then), SIGKILL of the master (restarted as a replica). With the
+ * (resumed then), SIGKILL of the master (restarted as a replica), and with
+ * --partition (root) a partition: the master, alive, cut off from the
+ * replica, the sentinels and every client by iptables until the switch,
+ * then healed (the soak then runs in a network namespace of its own). With the
  * default options (the record of unreplicated writes), the same invariants
  * hold, with two allowances measured from the switch the parent knows
  * (FO_DETECT_MS below): holders may outnumber the permits from the new
@@ -60,6 +63,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -116,23 +120,29 @@ enum fault_kind {
   F_FAILOVER, /* --topology sentinel: SENTINEL FAILOVER */
   F_MSTOP,    /* SIGSTOP of the master until the switch, then resumed */
   F_MKILL,    /* SIGKILL of the master, restarted (empty) as a replica */
+  F_MCUT,     /* --partition: the master cut off from everyone until the switch */
   NFAULTS
 };
 static const char *const fault_name[NFAULTS] = {
-    "client-kill", "sigstop",           "restart",        "script-flush",
-    "debug-sleep", "sentinel-failover", "master-sigstop", "master-sigkill"};
+    "client-kill",       "sigstop",        "restart",        "script-flush",    "debug-sleep",
+    "sentinel-failover", "master-sigstop", "master-sigkill", "master-partition"};
 /* The faults of each topology. Under Sentinel the data nodes refuse DEBUG
  * and a restart without a switch is not a failover: the master's SIGKILL
  * covers it; a stall stays under the sentinels' down-after (1000 ms). */
 static const int single_faults[] = {F_KILL, F_STALL, F_RESTART, F_FLUSH, F_SLEEP};
-static const int sentinel_faults[] = {F_KILL, F_STALL, F_FLUSH, F_FAILOVER, F_MSTOP, F_MKILL};
+static const int sentinel_faults[] = {F_KILL,  F_STALL, F_FLUSH, F_FAILOVER,
+                                      F_MSTOP, F_MKILL, F_MCUT};
 static int is_failover(int kind) { return kind >= F_FAILOVER; }
 static int topo_sentinel;
+/* --partition: the soak runs in a network namespace of its own, where
+ * iptables may cut the master off (F_MCUT); without it, no such fault. */
+static int partition;
 /* The kinds this run injects: *kinds, and how many. */
 static int fault_kinds(const int **kinds) {
   *kinds = topo_sentinel ? sentinel_faults : single_faults;
-  return topo_sentinel ? (int)(sizeof sentinel_faults / sizeof *sentinel_faults)
-                       : (int)(sizeof single_faults / sizeof *single_faults);
+  int n = topo_sentinel ? (int)(sizeof sentinel_faults / sizeof *sentinel_faults)
+                        : (int)(sizeof single_faults / sizeof *single_faults);
+  return topo_sentinel && !partition ? n - 1 : n; /* F_MCUT is last */
 }
 
 /* Two holders of one permit may overlap after a failover, from the new
@@ -1390,6 +1400,7 @@ static int failover(fault_rec *fr) {
   if (!old) return -1;
   if (fr->kind == F_FAILOVER) neu = th_sentinel_failover(&sent);
   else if (fr->kind == F_MSTOP) neu = th_sentinel_pause_master(&sent);
+  else if (fr->kind == F_MCUT) neu = th_sentinel_cut_master(&sent);
   else neu = th_sentinel_kill_master(&sent);
   if (!neu) return -1;
   atomic_store(&fr->switch_ns, now_ns());
@@ -1398,6 +1409,7 @@ static int failover(fault_rec *fr) {
             (double)(fr->switch_ns - fr->start_ns) / 1e6);
   int rc = 0;
   if (fr->kind == F_MSTOP) rc = th_sentinel_resume_node(&sent, old);
+  if (fr->kind == F_MCUT) rc = th_sentinel_heal_node(&sent, old);
   if (fr->kind == F_MKILL) rc = th_sentinel_replica_restart(&sent);
   return rc == 0 ? th_sentinel_wait_replica(&sent, 30000) : rc;
 }
@@ -1931,10 +1943,26 @@ static void servers_stop(void) {
   rm_rf(dir);
 }
 
+/* --partition: from here on this process and all it starts (servers,
+ * sentinels, workers) live in a network namespace of their own, with its
+ * own loopback, so the iptables rules of F_MCUT touch nothing else on the
+ * machine; it ends with the last of them. Needs root. */
+static int own_netns(void) {
+  if (unshare(CLONE_NEWNET) != 0) {
+    perror("soak: --partition: unshare(CLONE_NEWNET) (needs root)");
+    return -1;
+  }
+  if (system("ip link set lo up") != 0) {
+    fprintf(stderr, "soak: --partition: could not bring the namespace's loopback up\n");
+    return -1;
+  }
+  return 0;
+}
+
 static void usage(void) {
   fprintf(stderr,
           "usage: soak [--seconds N] [--workers 1..%d] [--seed S] [--verbose] [--sabotage] "
-          "[--strict] [--topology single|sentinel]\n",
+          "[--strict] [--topology single|sentinel [--partition]]\n",
           MAX_WORKERS);
   exit(64);
 }
@@ -1975,9 +2003,12 @@ int main(int argc, char **argv) {
       topo_sentinel = ++i > 0;
     else if (!strcmp(argv[i], "--topology") && i + 1 < argc && !strcmp(argv[i + 1], "single"))
       topo_sentinel = ++i < 0;
+    else if (!strcmp(argv[i], "--partition")) partition = 1;
     else usage();
   }
   if (nworkers < 1 || nworkers > MAX_WORKERS || seconds < 1 || seconds > 86400) usage();
+  if (partition && !topo_sentinel) usage();
+  if (partition && own_netns() != 0) return 2;
   setvbuf(stdout, NULL, _IOLBF, 0);
   signal(SIGPIPE, SIG_IGN);
   rng_state = seed | 1;
@@ -1993,7 +2024,9 @@ int main(int argc, char **argv) {
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
   printf("soak: %u s, %d workers, seed %" PRIu64 ", %s on %s%s\n", seconds, nworkers, seed,
-         topo_sentinel ? "master + replica + 3 sentinels (no persistence; failovers)"
+         topo_sentinel ? (partition ? "master + replica + 3 sentinels (no persistence; failovers, "
+                                      "partitions; in its own network namespace)"
+                                    : "master + replica + 3 sentinels (no persistence; failovers)")
                        : "redis-server (AOF, appendfsync always)",
          url, sabotage ? "; SABOTAGE: violations expected" : "");
   printf(

@@ -314,7 +314,21 @@ static void node_resume(th_node *n) {
   n->paused = 0;
 }
 
-static int node_live(const th_node *n) { return n->pid > 0 && !n->paused; }
+static int node_live(const th_node *n) { return n->pid > 0 && !n->paused && !n->cut; }
+
+/* Drop (on) or pass again (off) every TCP packet to or from n's port: the
+ * INPUT hook sees both directions of a loopback connection. 0 or -1. */
+static int node_cut(th_node *n, int on) {
+  char cmd[256];
+  int rc = 0;
+  for (int dir = 0; dir < 2; dir++) {
+    snprintf(cmd, sizeof cmd, "iptables -w -%c INPUT -p tcp --%s %d -j DROP", on ? 'I' : 'D',
+             dir ? "sport" : "dport", n->port);
+    if (system(cmd) != 0) rc = -1;
+  }
+  n->cut = on && rc == 0;
+  return rc;
+}
 
 redisContext *th_node_connect(const th_node *n) {
   struct timeval tv = {2, 0};
@@ -1390,6 +1404,33 @@ static th_node *sentinel_lose_master(th_sentinel *s, int sig) {
 }
 
 th_node *th_sentinel_pause_master(th_sentinel *s) { return sentinel_lose_master(s, SIGSTOP); }
+
+th_node *th_sentinel_cut_master(th_sentinel *s) {
+  th_node *old = th_sentinel_master(s);
+  if (!old || !node_live(old)) {
+    say("no live master to cut off");
+    return NULL;
+  }
+  th_node *neu = old == &s->data[0] ? &s->data[1] : &s->data[0];
+  if (node_cut(old, 1) != 0) {
+    say("iptables could not cut %s off", old->addr);
+    node_cut(old, 0);
+    return NULL;
+  }
+  if (sentinel_wait(s, neu, NULL, 60000, "failover of a cut-off master") != 0) return NULL;
+  old->is_master = 0;
+  return neu;
+}
+
+int th_sentinel_heal_node(th_sentinel *s, th_node *n) {
+  if (!n->cut) {
+    say("%s is not cut off", n->addr);
+    return -1;
+  }
+  if (node_cut(n, 0) != 0) return -1;
+  th_node *m = n == &s->data[0] ? &s->data[1] : &s->data[0];
+  return sentinel_wait(s, m, n, 60000, "healed node becoming a replica");
+}
 th_node *th_sentinel_kill_master(th_sentinel *s) { return sentinel_lose_master(s, SIGKILL); }
 th_node *th_sentinel_kill_held(th_sentinel *s) { return sentinel_lose_master(s, SIGKILL); }
 

@@ -60,6 +60,7 @@ typedef struct th_node {
   pid_t pid; /* 0: not running (never started, stopped, or killed) */
   int port;
   int paused;     /* SIGSTOPped by a helper: skipped by the waits */
+  int cut;        /* its port's packets dropped (th_sentinel_cut_master): skipped too */
   char dir[200];  /* its own directory (config, log, pid file) */
   char conf[224]; /* sentinels: their writable config file */
   char addr[24];  /* "127.0.0.1:<port>" */
@@ -199,6 +200,14 @@ th_node *th_sentinel_kill_master(th_sentinel *s);
 /* SIGCONT a paused data node; waits until the sentinels have made it a
  * linked replica of the current master. 0 or -1. */
 int th_sentinel_resume_node(th_sentinel *s, th_node *n);
+/* A partition of the master: every TCP packet to or from its port dropped
+ * (iptables, so only inside a network namespace of the caller's own: the
+ * rules hold for the whole namespace), the master alive behind it; waits
+ * for the failover. New master or NULL. th_sentinel_heal_node drops the
+ * rules and waits until the sentinels have made the node a linked replica
+ * of the current master: 0 or -1. */
+th_node *th_sentinel_cut_master(th_sentinel *s);
+int th_sentinel_heal_node(th_sentinel *s, th_node *n);
 /* The same loss of writes: th_sentinel_hold_replica pauses the replica
  * and cuts its link;
  * th_sentinel_kill_held kills the master, resumes the replica and waits for
