@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'test'))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'test', 'cli'))
 import test_proxies as tp  # noqa: E402 (the proxies' and servers' starters)
 
 RULES = '''[agent]
