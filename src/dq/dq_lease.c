@@ -137,13 +137,17 @@ static void build(sluice__args *a, void *owner, sluice__breq *const *reqs, size_
   }
 }
 
-/* Waiting for an answer past a held message's deadline is pointless. */
+/* Waiting for an answer past a held message's deadline is pointless,
+ * unless that deadline has passed already: then Redis's answer (refused,
+ * most likely, or still its) is all the caller can learn, and a timeout of
+ * a few ms would answer SLUICE_ETIMEDOUT on any link slower than that. */
 static unsigned timeout(void *owner, sluice__breq *const *reqs, size_t n) {
   sluice_dq_consumer *con = owner;
   uint64_t t = con->o.op_timeout_ms ? con->o.op_timeout_ms : sluice__client_op_timeout(con->c);
   for (size_t i = 0; i < n; i++) {
     const ext *e = sluice__container_of(reqs[i], ext, req);
-    if (e->msg && !e->msg->lost && ms_left(e->msg) < t) t = ms_left(e->msg);
+    uint64_t left = e->msg && !e->msg->lost ? ms_left(e->msg) : 0;
+    if (left > 0 && left < t) t = left;
   }
   return t < LEASE_TIMEOUT_MIN_MS ? LEASE_TIMEOUT_MIN_MS : (unsigned)t;
 }
