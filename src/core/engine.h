@@ -102,17 +102,23 @@ unsigned sluice__client_op_timeout(const sluice_client *c);
 struct sluice__rclock;
 struct sluice__rclock *sluice__client_rclock(sluice_client *c);
 /* What a client caps, so that no caller can grow it without bound: each
- * with its option (0: the default) in sluice_client_options. */
-typedef enum sluice__cap {
-  SLUICE__CAP_SEM_PENDING, /* semaphore acquires pending (sem_pending_max) */
-  SLUICE__CAP_RL_WAITS,    /* limiter waits pending (limiter_waits_max) */
-  SLUICE__CAP_PUSHES,      /* messages pushed, not answered (max_pending_pushes) */
-  SLUICE__NCAPS
-} sluice__cap;
+ * primitive defines its own (sem/sem.h...), and core/ keeps the counts
+ * without knowing what they count. */
+typedef struct sluice__cap_def {
+  size_t option; /* offsetof an unsigned in sluice_client_options; 0 there: dflt */
+  unsigned dflt;
+  int preset;    /* 1: sluice_client_options_init writes dflt there (else 0) */
+  size_t metric; /* offsetof an unsigned in sluice_client_metrics reporting the
+                    count now; 0: none (offset 0, evals, is never one) */
+} sluice__cap_def;
+/* Every cap, NULL-terminated: the one list of them, outside core/
+ * (src/primitives.c), so a new primitive's cap changes nothing here. */
+#define SLUICE__CAPS_MAX 8
+extern const sluice__cap_def *const sluice__caps[];
 /* Reserve n under a cap before starting them (SLUICE_EFULL if that would
  * pass it: nothing reserved); release them when they end. */
-int sluice__client_reserve(sluice_client *c, sluice__cap cap, size_t n);
-void sluice__client_release(sluice_client *c, sluice__cap cap, size_t n);
+int sluice__client_reserve(sluice_client *c, const sluice__cap_def *cap, size_t n);
+void sluice__client_release(sluice_client *c, const sluice__cap_def *cap, size_t n);
 /* Monotonic ms when the command connection last completed its handshake
  * (0: never). */
 uint64_t sluice__client_up_since(const sluice_client *c);

@@ -8,6 +8,7 @@
  * inside a double's 53 bits) and equal scores sort by member, i.e. by push
  * order, so no tie-breaker has to be squeezed into the score.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,13 @@
 
 #include "dq/dq.h"
 #include "dq/dq_sched.h"
+
+/* Messages pushed, not answered, over all the client's queues
+ * (sluice_client_options documents the option and its default). */
+const sluice__cap_def sluice__dq_pushes_cap = {
+    .option = offsetof(sluice_client_options, max_pending_pushes),
+    .dflt = 100000,
+};
 
 enum req_kind {
   REQ_PUSH,
@@ -240,7 +248,7 @@ static void req_finish(dq_req *r, int status, const redisReply *reply) {
   sluice_dq *dq = r->dq;
   sluice__list_remove(&dq->reqs, &r->pending.link);
   if (r->kind == REQ_PUSH || r->kind == REQ_BATCH) {
-    sluice__client_release(dq->c, SLUICE__CAP_PUSHES, r->n);
+    sluice__client_release(dq->c, &sluice__dq_pushes_cap, r->n);
     sluice__record_room_free(dq->c); /* answered: its entry, if any, is kept now */
     dq->m.in_flight -= r->n;
   }
@@ -528,7 +536,7 @@ static int push_request(sluice_dq *dq, enum req_kind kind, dq_cb cb, void *ud,
                         const sluice_dq_item *items, size_t n, unsigned priority, int if_exists) {
   int rc = sluice__record_room(dq->c);
   if (rc == SLUICE_OK) {
-    rc = sluice__client_reserve(dq->c, SLUICE__CAP_PUSHES, n);
+    rc = sluice__client_reserve(dq->c, &sluice__dq_pushes_cap, n);
     if (rc != SLUICE_OK) sluice__record_room_free(dq->c);
   }
   if (rc != SLUICE_OK) {
@@ -538,7 +546,7 @@ static int push_request(sluice_dq *dq, enum req_kind kind, dq_cb cb, void *ud,
   dq_req *r = req_new(dq, kind, cb, ud, n);
   rc = r ? push_items(r, items, n, priority, if_exists) : SLUICE_ENOMEM;
   if (rc != SLUICE_OK) {
-    sluice__client_release(dq->c, SLUICE__CAP_PUSHES, n);
+    sluice__client_release(dq->c, &sluice__dq_pushes_cap, n);
     sluice__record_room_free(dq->c);
   } else {
     dq->m.in_flight += n;
