@@ -183,19 +183,28 @@ int sluice__client_unconfirmed(sluice_client *c, int route, int replicated);
 
 /* ---- the record of unreplicated writes (core/record.h) -------------------- */
 
-/* What a kept write is, for the metrics (replay_releases, ...). */
-enum { SLUICE__WRITE_RELEASE = 1, SLUICE__WRITE_PUSH, SLUICE__WRITE_SETTLE, SLUICE__WRITE_CANCEL };
+/* What a kept write is: each primitive defines its own kinds
+ * (sem/sem_release.c...), and the record keeps them without knowing them. */
+typedef struct sluice__write_kind {
+  /* 1: room was made for each before it was sent (sluice__record_room), so
+   * it is kept past the record's bounds; the others stop at twice them. */
+  int has_room;
+  /* offsetof the uint64_t in sluice_client_metrics counting the writes of
+   * this kind sent again and answered; 0: none (offset 0, evals, is never
+   * one). */
+  size_t replay_metric;
+} sluice__write_kind;
 
 /* In the completion callback of a script answered SLUICE_OK: keep the step
  * as it was sent (it carries `items` writes of `kind`) until a replica has
  * it, to send again if the node behind its route changes before. Steps
  * that must be idempotent by id: sending one twice changes nothing. */
-void sluice__record_answered(sluice_client *c, int kind, unsigned items);
+void sluice__record_answered(sluice_client *c, const sluice__write_kind *kind, unsigned items);
 /* The same for another form of the step, built by the caller from its
  * arguments (sluice__answered_args): a push with its due times made
  * absolute. Same script, same route. */
 struct sluice__args;
-void sluice__record_answered_as(sluice_client *c, int kind, unsigned items,
+void sluice__record_answered_as(sluice_client *c, const sluice__write_kind *kind, unsigned items,
                                 const struct sluice__args *a);
 /* The answered step's KEYS then ARGV; SLUICE_EINVAL outside a completion. */
 int sluice__answered_args(const sluice_client *c, int *argc, const char *const **argv,

@@ -24,6 +24,16 @@ const sluice__cap_def sluice__dq_pushes_cap = {
     .dflt = 100000,
 };
 
+/* The writes kept in the record of unreplicated writes. A push made room
+ * for itself there before it was sent (sluice__record_room). */
+static const sluice__write_kind push_write = {
+    .has_room = 1,
+    .replay_metric = offsetof(sluice_client_metrics, replay_pushes),
+};
+static const sluice__write_kind cancel_write = {
+    .replay_metric = offsetof(sluice_client_metrics, replay_cancels),
+};
+
 enum req_kind {
   REQ_PUSH,
   REQ_BATCH,
@@ -323,7 +333,7 @@ static void record_push(sluice_client *c, const redisReply *reply) {
     sluice__args_bin(&a, argv[at + 3], lens[at + 3]);
     kept++;
   }
-  if (kept) sluice__record_answered_as(c, SLUICE__WRITE_PUSH, (unsigned)kept, &a);
+  if (kept) sluice__record_answered_as(c, &push_write, (unsigned)kept, &a);
   sluice__args_clear(&a);
   free(modes);
 }
@@ -334,7 +344,7 @@ static void record_write(const dq_req *r, const redisReply *reply) {
   sluice_client *c = r->dq->c;
   if (r->kind == REQ_PUSH || r->kind == REQ_BATCH) record_push(c, reply);
   else if (r->kind == REQ_CANCEL && reply->type == REDIS_REPLY_INTEGER && reply->integer == 1)
-    sluice__record_answered(c, SLUICE__WRITE_CANCEL, 1);
+    sluice__record_answered(c, &cancel_write, 1);
 }
 
 static void on_reply(void *ud, int status, const redisReply *reply) {
