@@ -175,22 +175,27 @@ int sluice__listen(sluice_client *c, const char *key, sluice__wake_fn *fn, void 
 
 /* ---- public API ---------------------------------------------------------- */
 
-/* A cap's index in sluice__caps: a few pointers to compare. */
+/* A cap's index in sluice__caps: a few pointers to compare. One missing
+ * from the list (a library bug) has none: every reserve fails, and no test
+ * of its primitive passes. */
+#define NO_CAP ((size_t)-1)
 static size_t cap_index(const sluice__cap_def *cap) {
-  size_t i = 0;
-  while (sluice__caps[i] != cap) i++;
-  return i;
+  for (size_t i = 0; sluice__caps[i]; i++)
+    if (sluice__caps[i] == cap) return i;
+  return NO_CAP;
 }
 
 int sluice__client_reserve(sluice_client *c, const sluice__cap_def *cap, size_t n) {
   size_t i = cap_index(cap);
+  if (i == NO_CAP) return SLUICE_EINVAL;
   if (n > c->cap[i] - c->used[i]) return SLUICE_EFULL;
   c->used[i] += (unsigned)n;
   return SLUICE_OK;
 }
 
 void sluice__client_release(sluice_client *c, const sluice__cap_def *cap, size_t n) {
-  c->used[cap_index(cap)] -= (unsigned)n;
+  size_t i = cap_index(cap);
+  if (i != NO_CAP) c->used[i] -= (unsigned)n;
 }
 
 /* A confirmation WAIT's timeout without wait_timeout_ms: a replica on a
