@@ -78,8 +78,8 @@ typedef struct sluice__batch_kind {
   /* Deadline of a call in ms (NULL or 0: the batcher's timeout_ms). */
   unsigned (*timeout)(void *owner, sluice__breq *const *reqs, size_t n);
   /* A call Redis answered is kept in the client's record of unreplicated
-   * writes as this kind (SLUICE__WRITE_*, engine.h); 0: not kept. */
-  int record;
+   * writes as this kind (engine.h); NULL: not kept. */
+  const sluice__write_kind *record;
   /* 1: the script begins with _spread.lua, so on a cluster a call may
    * carry requests of several routes of one node (never with record). */
   int spread;

@@ -50,8 +50,8 @@ struct sluice_client {
   int sealed;           /* objects cancelled: no new operations */
   int reaped;           /* close sequence done */
   sluice_client_stats stats;
-  unsigned used[SLUICE__NCAPS];     /* under each cap now (engine.h) */
-  unsigned cap[SLUICE__NCAPS];      /* the caps, from the options */
+  unsigned used[SLUICE__CAPS_MAX];  /* under each of sluice__caps now (engine.h) */
+  unsigned cap[SLUICE__CAPS_MAX];   /* the caps, from the options */
   int replicas;                     /* see sluice__client_replicated */
   unsigned confirm_wait_ms;         /* a confirmation WAIT's timeout */
   int replica_ack_off;              /* sluice_client_set_replica_ack(c, 0) */

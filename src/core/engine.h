@@ -102,17 +102,23 @@ unsigned sluice__client_op_timeout(const sluice_client *c);
 struct sluice__rclock;
 struct sluice__rclock *sluice__client_rclock(sluice_client *c);
 /* What a client caps, so that no caller can grow it without bound: each
- * with its option (0: the default) in sluice_client_options. */
-typedef enum sluice__cap {
-  SLUICE__CAP_SEM_PENDING, /* semaphore acquires pending (sem_pending_max) */
-  SLUICE__CAP_RL_WAITS,    /* limiter waits pending (limiter_waits_max) */
-  SLUICE__CAP_PUSHES,      /* messages pushed, not answered (max_pending_pushes) */
-  SLUICE__NCAPS
-} sluice__cap;
+ * primitive defines its own (sem/sem.h...), and core/ keeps the counts
+ * without knowing what they count. */
+typedef struct sluice__cap_def {
+  size_t option; /* offsetof an unsigned in sluice_client_options; 0 there: dflt */
+  unsigned dflt;
+  int preset;    /* 1: sluice_client_options_init writes dflt there (else 0) */
+  size_t metric; /* offsetof an unsigned in sluice_client_metrics reporting the
+                    count now; 0: none (offset 0, evals, is never one) */
+} sluice__cap_def;
+/* Every cap, NULL-terminated: the one list of them, outside core/
+ * (src/primitives.c), so a new primitive's cap changes nothing here. */
+#define SLUICE__CAPS_MAX 8
+extern const sluice__cap_def *const sluice__caps[];
 /* Reserve n under a cap before starting them (SLUICE_EFULL if that would
  * pass it: nothing reserved); release them when they end. */
-int sluice__client_reserve(sluice_client *c, sluice__cap cap, size_t n);
-void sluice__client_release(sluice_client *c, sluice__cap cap, size_t n);
+int sluice__client_reserve(sluice_client *c, const sluice__cap_def *cap, size_t n);
+void sluice__client_release(sluice_client *c, const sluice__cap_def *cap, size_t n);
 /* Monotonic ms when the command connection last completed its handshake
  * (0: never). */
 uint64_t sluice__client_up_since(const sluice_client *c);
@@ -177,19 +183,28 @@ int sluice__client_unconfirmed(sluice_client *c, int route, int replicated);
 
 /* ---- the record of unreplicated writes (core/record.h) -------------------- */
 
-/* What a kept write is, for the metrics (replay_releases, ...). */
-enum { SLUICE__WRITE_RELEASE = 1, SLUICE__WRITE_PUSH, SLUICE__WRITE_SETTLE, SLUICE__WRITE_CANCEL };
+/* What a kept write is: each primitive defines its own kinds
+ * (sem/sem_release.c...), and the record keeps them without knowing them. */
+typedef struct sluice__write_kind {
+  /* 1: room was made for each before it was sent (sluice__record_room), so
+   * it is kept past the record's bounds; the others stop at twice them. */
+  int has_room;
+  /* offsetof the uint64_t in sluice_client_metrics counting the writes of
+   * this kind sent again and answered; 0: none (offset 0, evals, is never
+   * one). */
+  size_t replay_metric;
+} sluice__write_kind;
 
 /* In the completion callback of a script answered SLUICE_OK: keep the step
  * as it was sent (it carries `items` writes of `kind`) until a replica has
  * it, to send again if the node behind its route changes before. Steps
  * that must be idempotent by id: sending one twice changes nothing. */
-void sluice__record_answered(sluice_client *c, int kind, unsigned items);
+void sluice__record_answered(sluice_client *c, const sluice__write_kind *kind, unsigned items);
 /* The same for another form of the step, built by the caller from its
  * arguments (sluice__answered_args): a push with its due times made
  * absolute. Same script, same route. */
 struct sluice__args;
-void sluice__record_answered_as(sluice_client *c, int kind, unsigned items,
+void sluice__record_answered_as(sluice_client *c, const sluice__write_kind *kind, unsigned items,
                                 const struct sluice__args *a);
 /* The answered step's KEYS then ARGV; SLUICE_EINVAL outside a completion. */
 int sluice__answered_args(const sluice_client *c, int *argc, const char *const **argv,

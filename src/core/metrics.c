@@ -39,7 +39,9 @@ void sluice_client_get_metrics(const sluice_client *c, sluice_client_metrics *ou
   out->queued_connecting = c->m.queued_connecting;
   out->in_flight = c->stats.ops_in_flight;
   out->releases_abandoned = c->stats.releases_abandoned;
-  out->limiter_waits = c->used[SLUICE__CAP_RL_WAITS];
+  for (size_t i = 0; sluice__caps[i]; i++) /* the caps that report their count */
+    if (sluice__caps[i]->metric)
+      *(unsigned *)(void *)((char *)out + sluice__caps[i]->metric) = c->used[i];
   sluice__record_metrics(c, out);
   if (!sluice__topo_up(c->topo)) out->waiting_connect = sluice__engine_waiting_connect(c);
   for (unsigned k = 0; k <= SLUICE__LUA_COUNT && out->nkinds < SLUICE_METRICS_MAX_KINDS; k++) {

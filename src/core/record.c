@@ -36,7 +36,8 @@ typedef struct rec_entry {
   unsigned tries;    /* replays in a row that failed */
   unsigned long ups; /* its node's handshake that answered it */
   int route;
-  unsigned kind, items;
+  const sluice__write_kind *kind;
+  unsigned items;
   const sluice__script *script;
   int nkeys;
   sluice__packed_argv cmd; /* the script's KEYS and ARGV */
@@ -72,7 +73,7 @@ static void keep(sluice_client *c, rec_entry *e, const sluice__answered *a);
 
 /* ---- entries -------------------------------------------------------------- */
 
-static rec_entry *entry_new(sluice_client *c, unsigned kind, unsigned items,
+static rec_entry *entry_new(sluice_client *c, const sluice__write_kind *kind, unsigned items,
                             const sluice__script *s, int nkeys, int argc, const char *const *argv,
                             const size_t *lens) {
   sluice__packed_argv cmd;
@@ -141,15 +142,16 @@ static void log_full(sluice_client *c, const char *what) {
               r->n, r->bytes, r->max_entries, r->max_bytes, what, (unsigned long long)r->dropped);
 }
 
-/* Whether e may be kept. Nothing kept ever falls out: pushes are refused
- * before they are sent once the record is full (sluice__record_room), so
- * past the bounds only what was in flight then, and releases, settlements
- * and cancels, which are never refused (refusing them would hold permits
- * and messages longer), come in. Those stop at twice the bounds: a drop a
- * failover could undo, counted and logged. */
+/* Whether e may be kept. Nothing kept ever falls out: the kinds that make
+ * room first (has_room: pushes) are refused before they are sent once the
+ * record is full (sluice__record_room), so past the bounds only what was
+ * in flight then, and the kinds never refused (releases, settlements,
+ * cancels: refusing them would hold permits and messages longer), come
+ * in. Those stop at twice the bounds: a drop a failover could undo,
+ * counted and logged. */
 static int may_keep(sluice_client *c, const rec_entry *e) {
   sluice__record *r = &c->rec;
-  if (e->kind == SLUICE__WRITE_PUSH ||
+  if (e->kind->has_room ||
       (r->n < 2 * r->max_entries && r->bytes + e->cmd.bytes <= 2 * r->max_bytes))
     return 1;
   r->dropped++;
@@ -375,6 +377,17 @@ static void park(sluice_client *c, rec_entry *e) {
   arm_retry(r, delay);
 }
 
+/* A kind's replay counter, taken on its first replay: the library's kinds
+ * are fewer than SLUICE__RECORD_KINDS_MAX, so one is always free. */
+static void count_replayed(sluice__record *r, const sluice__write_kind *kind, unsigned items) {
+  for (size_t i = 0; i < SLUICE__RECORD_KINDS_MAX; i++) {
+    if (r->replayed[i].kind && r->replayed[i].kind != kind) continue;
+    r->replayed[i].kind = kind;
+    r->replayed[i].n += items;
+    return;
+  }
+}
+
 static void replayed(void *ud, int status, const redisReply *reply) {
   rec_entry *e = ud;
   sluice_client *c = e->c;
@@ -382,7 +395,7 @@ static void replayed(void *ud, int status, const redisReply *reply) {
   r->replaying--;
   if (c->closing) status = SLUICE_ECANCELED;
   if (status == SLUICE_OK && c->answered) {
-    r->replayed[e->kind] += e->items;
+    count_replayed(r, e->kind, e->items);
     r->restored += acted(reply, e->items);
     e->tries = 0;
     keep(c, e, c->answered); /* the new node's replicas may not have it yet */
@@ -516,20 +529,19 @@ static int recording(const sluice_client *c) {
   return c->rec.on && a && a->replicated != 1 && !c->closing;
 }
 
-void sluice__record_answered(sluice_client *c, int kind, unsigned items) {
+void sluice__record_answered(sluice_client *c, const sluice__write_kind *kind, unsigned items) {
   if (!recording(c)) return;
   const sluice__answered *a = c->answered;
-  rec_entry *e = entry_new(c, (unsigned)kind, items, a->script, a->nkeys, a->argc, a->argv,
-                           a->lens);
+  rec_entry *e = entry_new(c, kind, items, a->script, a->nkeys, a->argc, a->argv, a->lens);
   if (e) keep(c, e, a);
   else c->rec.dropped++;
 }
 
-void sluice__record_answered_as(sluice_client *c, int kind, unsigned items,
+void sluice__record_answered_as(sluice_client *c, const sluice__write_kind *kind, unsigned items,
                                 const sluice__args *args) {
   if (!recording(c) || args->failed) return;
-  rec_entry *e = entry_new(c, (unsigned)kind, items, c->answered->script, args->nkeys, args->argc,
-                           args->argv, args->lens);
+  rec_entry *e = entry_new(c, kind, items, c->answered->script, args->nkeys, args->argc, args->argv,
+                           args->lens);
   if (e) keep(c, e, c->answered);
   else c->rec.dropped++;
 }
@@ -587,10 +599,9 @@ void sluice__record_clear(sluice_client *c) {
 
 void sluice__record_metrics(const sluice_client *c, sluice_client_metrics *out) {
   const sluice__record *r = &c->rec;
-  out->replay_releases = r->replayed[SLUICE__WRITE_RELEASE];
-  out->replay_pushes = r->replayed[SLUICE__WRITE_PUSH];
-  out->replay_settlements = r->replayed[SLUICE__WRITE_SETTLE];
-  out->replay_cancels = r->replayed[SLUICE__WRITE_CANCEL];
+  for (size_t i = 0; i < SLUICE__RECORD_KINDS_MAX && r->replayed[i].kind; i++)
+    if (r->replayed[i].kind->replay_metric) /* its field: a uint64_t (engine.h) */
+      *(uint64_t *)(void *)((char *)out + r->replayed[i].kind->replay_metric) = r->replayed[i].n;
   out->replay_restored = r->restored;
   out->permits_restored = r->permits_restored;
   out->permits_lost = r->permits_lost;

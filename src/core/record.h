@@ -51,6 +51,8 @@
 #define SLUICE_REPLAY_WINDOW_MS 3000
 #define SLUICE_REPLAY_MAX_ENTRIES 400000
 #define SLUICE_REPLAY_MAX_BYTES ((size_t)128 << 20)
+/* Write kinds (engine.h) whose replays the record counts, at most. */
+#define SLUICE__RECORD_KINDS_MAX 8
 
 struct event;
 struct sluice__conn;
@@ -73,9 +75,12 @@ typedef struct sluice__record {
   int info_refused_logged;
   uint64_t full_logged_ms; /* when a full record was last logged */
   /* counters (metrics) */
-  uint64_t replayed[5]; /* items sent again and answered, by kind */
-  uint64_t restored;    /* of them, writes the new node was missing */
-  uint64_t dropped;     /* entries that fell out past the bounds */
+  struct {
+    const struct sluice__write_kind *kind;
+    uint64_t n;
+  } replayed[SLUICE__RECORD_KINDS_MAX]; /* items sent again and answered, by kind */
+  uint64_t restored;                    /* of them, writes the new node was missing */
+  uint64_t dropped;                     /* entries that fell out past the bounds */
   uint64_t permits_restored, permits_lost;
 } sluice__record;
 

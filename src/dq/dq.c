@@ -8,6 +8,7 @@
  * inside a double's 53 bits) and equal scores sort by member, i.e. by push
  * order, so no tie-breaker has to be squeezed into the score.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,23 @@
 
 #include "dq/dq.h"
 #include "dq/dq_sched.h"
+
+/* Messages pushed, not answered, over all the client's queues
+ * (sluice_client_options documents the option and its default). */
+const sluice__cap_def sluice__dq_pushes_cap = {
+    .option = offsetof(sluice_client_options, max_pending_pushes),
+    .dflt = 100000,
+};
+
+/* The writes kept in the record of unreplicated writes. A push made room
+ * for itself there before it was sent (sluice__record_room). */
+static const sluice__write_kind push_write = {
+    .has_room = 1,
+    .replay_metric = offsetof(sluice_client_metrics, replay_pushes),
+};
+static const sluice__write_kind cancel_write = {
+    .replay_metric = offsetof(sluice_client_metrics, replay_cancels),
+};
 
 enum req_kind {
   REQ_PUSH,
@@ -240,7 +258,7 @@ static void req_finish(dq_req *r, int status, const redisReply *reply) {
   sluice_dq *dq = r->dq;
   sluice__list_remove(&dq->reqs, &r->pending.link);
   if (r->kind == REQ_PUSH || r->kind == REQ_BATCH) {
-    sluice__client_release(dq->c, SLUICE__CAP_PUSHES, r->n);
+    sluice__client_release(dq->c, &sluice__dq_pushes_cap, r->n);
     sluice__record_room_free(dq->c); /* answered: its entry, if any, is kept now */
     dq->m.in_flight -= r->n;
   }
@@ -315,7 +333,7 @@ static void record_push(sluice_client *c, const redisReply *reply) {
     sluice__args_bin(&a, argv[at + 3], lens[at + 3]);
     kept++;
   }
-  if (kept) sluice__record_answered_as(c, SLUICE__WRITE_PUSH, (unsigned)kept, &a);
+  if (kept) sluice__record_answered_as(c, &push_write, (unsigned)kept, &a);
   sluice__args_clear(&a);
   free(modes);
 }
@@ -326,7 +344,7 @@ static void record_write(const dq_req *r, const redisReply *reply) {
   sluice_client *c = r->dq->c;
   if (r->kind == REQ_PUSH || r->kind == REQ_BATCH) record_push(c, reply);
   else if (r->kind == REQ_CANCEL && reply->type == REDIS_REPLY_INTEGER && reply->integer == 1)
-    sluice__record_answered(c, SLUICE__WRITE_CANCEL, 1);
+    sluice__record_answered(c, &cancel_write, 1);
 }
 
 static void on_reply(void *ud, int status, const redisReply *reply) {
@@ -528,7 +546,7 @@ static int push_request(sluice_dq *dq, enum req_kind kind, dq_cb cb, void *ud,
                         const sluice_dq_item *items, size_t n, unsigned priority, int if_exists) {
   int rc = sluice__record_room(dq->c);
   if (rc == SLUICE_OK) {
-    rc = sluice__client_reserve(dq->c, SLUICE__CAP_PUSHES, n);
+    rc = sluice__client_reserve(dq->c, &sluice__dq_pushes_cap, n);
     if (rc != SLUICE_OK) sluice__record_room_free(dq->c);
   }
   if (rc != SLUICE_OK) {
@@ -538,7 +556,7 @@ static int push_request(sluice_dq *dq, enum req_kind kind, dq_cb cb, void *ud,
   dq_req *r = req_new(dq, kind, cb, ud, n);
   rc = r ? push_items(r, items, n, priority, if_exists) : SLUICE_ENOMEM;
   if (rc != SLUICE_OK) {
-    sluice__client_release(dq->c, SLUICE__CAP_PUSHES, n);
+    sluice__client_release(dq->c, &sluice__dq_pushes_cap, n);
     sluice__record_room_free(dq->c);
   } else {
     dq->m.in_flight += n;

@@ -31,4 +31,8 @@ uint64_t sluice__dq_retention(const sluice_dq *dq);
 typedef struct sluice__dq_sched sluice__dq_sched;
 sluice__dq_sched **sluice__dq_sched_of(sluice_dq *dq);
 
+/* The client-wide cap on messages pushed, not answered
+ * (max_pending_pushes). */
+extern const sluice__cap_def sluice__dq_pushes_cap;
+
 #endif

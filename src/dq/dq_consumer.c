@@ -25,6 +25,7 @@
  * message is settled and nothing is in flight.
  */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -149,9 +150,15 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
   sluice__guard_poke(&con->guard);
 }
 
+/* Kept in the record of unreplicated writes; its replays are the client's
+ * replay_settlements. */
+static const sluice__write_kind settle_write = {
+    .replay_metric = offsetof(sluice_client_metrics, replay_settlements),
+};
+
 static const sluice__batch_kind settle_kind = {
     SLUICE__BATCH_SCRIPT(sluice__lua_dq_ack, DQ_SETTLE_MAX, DQ_ACK), .build = build,
-    .answer = answer, .record = SLUICE__WRITE_SETTLE};
+    .answer = answer, .record = &settle_write};
 
 static int enqueue(sluice_dq_consumer *con, const sluice_dq_msg *m, char op, int64_t delay,
                    sluice_dq_settle_cb *cb, void *ud) {

@@ -23,6 +23,7 @@
  * connection) takes no units for it, so units are never taken for a caller
  * that already got a timeout.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,16 @@
 #include "core/engine.h"
 
 #define WAIT_QUEUE_DEFAULT 128
+
+/* Waits pending over all the client's limiters, reported as the client's
+ * limiter_waits; sluice_client_options_init writes its default. */
+const sluice__cap_def sluice__rl_waits_cap = {
+    .option = offsetof(sluice_client_options, limiter_waits_max),
+    .dflt = 100000,
+    .preset = 1,
+    .metric = offsetof(sluice_client_metrics, limiter_waits),
+};
+
 /* Most requests in one script call: one KEY each, and sluice__eval takes at
  * most 255 KEYS. */
 #define RL_BATCH_MAX 255
@@ -199,7 +210,7 @@ static int queue_add(sluice_limiter *lim, rl_req *rq, rl_queue **out) {
 
 static void rq_free(rl_req *rq) {
   if (rq->kind == RQ_WAIT) { /* its slot of the client's limiter_waits_max */
-    sluice__client_release(rq->lim->c, SLUICE__CAP_RL_WAITS, 1);
+    sluice__client_release(rq->lim->c, &sluice__rl_waits_cap, 1);
     rq->lim->m.waiting--;
   }
   evtimer_del(&rq->timer);
@@ -211,13 +222,13 @@ static void rq_timer_cb(evutil_socket_t fd, short what, void *arg);
 static int rq_new(sluice_limiter *lim, rq_kind kind, const char *key, unsigned cost,
                   sluice_limiter_cb *cb, void *ud, rl_req **out) {
   size_t klen = strlen(key);
-  if (kind == RQ_WAIT && sluice__client_reserve(lim->c, SLUICE__CAP_RL_WAITS, 1) != SLUICE_OK) {
+  if (kind == RQ_WAIT && sluice__client_reserve(lim->c, &sluice__rl_waits_cap, 1) != SLUICE_OK) {
     lim->m.waits_refused++;
     return SLUICE_EFULL;
   }
   rl_req *rq = sluice__calloc(1, sizeof *rq + klen + 1 + sluice__rl_frame_size(&lim->frame, klen));
   if (!rq) {
-    if (kind == RQ_WAIT) sluice__client_release(lim->c, SLUICE__CAP_RL_WAITS, 1);
+    if (kind == RQ_WAIT) sluice__client_release(lim->c, &sluice__rl_waits_cap, 1);
     return SLUICE_ENOMEM;
   }
   memcpy(rq->key, key, klen + 1);

@@ -11,6 +11,11 @@
 
 #include <sluice/limiter.h>
 
+/* The client-wide cap on sluice_limiter_wait calls pending
+ * (limiter_waits_max; core/engine.h). */
+struct sluice__cap_def;
+extern const struct sluice__cap_def sluice__rl_waits_cap;
+
 /* ---- map ----------------------------------------------------------------- */
 
 /* Embed as the first member of a struct stored in a map. key is borrowed

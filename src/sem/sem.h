@@ -181,4 +181,7 @@ void sluice__permits_resume(sluice_sem *sem);
 /* Client closed: stop renewing. Handle freed: release and drop permits. */
 void sluice__permits_cancel_all(sluice_sem *sem);
 
+/* The client-wide cap on acquires pending (sem_pending_max). */
+extern const sluice__cap_def sluice__sem_pending_cap;
+
 #endif

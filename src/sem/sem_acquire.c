@@ -36,6 +36,7 @@
  * released right behind it on the same connection, so it never lingers for
  * a whole lease.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +46,13 @@
 #define RETRY_MIN_MS 25
 #define RETRY_MAX_MS 1000
 #define PENDING_MAX_DEFAULT 100000
+
+/* Acquires pending across all the client's handles (sluice_client_options
+ * documents the option and its default). */
+const sluice__cap_def sluice__sem_pending_cap = {
+    .option = offsetof(sluice_client_options, sem_pending_max),
+    .dflt = 250000,
+};
 
 struct sluice_acquire {
   sluice_sem *sem;
@@ -114,7 +122,7 @@ static void send_leave(sluice_acquire *a) {
 static void acquire_free(sluice_acquire *a) {
   sluice__list_remove(&a->sem->acquires, &a->link);
   a->sem->npending--;
-  sluice__client_release(a->sem->c, SLUICE__CAP_SEM_PENDING, 1);
+  sluice__client_release(a->sem->c, &sluice__sem_pending_cap, 1);
   if (a->timer) event_free(a->timer); /* missing when start_acquire failed */
   if (a->deadline) event_free(a->deadline);
   sluice__free(a);
@@ -714,12 +722,12 @@ static int start_acquire(sluice_sem *sem, int blocking, unsigned timeout_ms, slu
   if (!sluice__guard_live(&sem->guard)) return SLUICE_ECLOSED;
   unsigned cap = sem->o.max_pending ? sem->o.max_pending : PENDING_MAX_DEFAULT;
   if (sem->npending >= cap ||
-      sluice__client_reserve(sem->c, SLUICE__CAP_SEM_PENDING, 1) != SLUICE_OK)
+      sluice__client_reserve(sem->c, &sluice__sem_pending_cap, 1) != SLUICE_OK)
     return SLUICE_EFULL;
   struct event_base *base = sluice__client_base(sem->c);
   sluice_acquire *a = sluice__calloc(1, sizeof *a);
   if (!a) {
-    sluice__client_release(sem->c, SLUICE__CAP_SEM_PENDING, 1);
+    sluice__client_release(sem->c, &sluice__sem_pending_cap, 1);
     return SLUICE_ENOMEM;
   }
   a->sem = sem;

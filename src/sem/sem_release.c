@@ -19,6 +19,7 @@
  * record of unreplicated writes keeps each answered call and sends it
  * again to a new node (core/record.h; release_kind.record).
  */
+#include <stddef.h>
 #include <string.h>
 
 #include "sem/sem.h"
@@ -99,9 +100,15 @@ static void answer(void *owner, sluice__breq *r, int status, const sluice__batch
   sluice__guard_poke(&sem->guard);
 }
 
+/* Kept in the record of unreplicated writes; its replays are the client's
+ * replay_releases. */
+static const sluice__write_kind release_write = {
+    .replay_metric = offsetof(sluice_client_metrics, replay_releases),
+};
+
 static const sluice__batch_kind release_kind = {
     SLUICE__BATCH_SCRIPT(sluice__lua_sem_release, SEM_BATCH_MAX, SEM_RELEASE), .build = build,
-    .answer = answer, .record = SLUICE__WRITE_RELEASE};
+    .answer = answer, .record = &release_write};
 
 /* Send every parked release again, in the order they were parked. */
 static void unpark_all(sluice_sem *sem) {

@@ -1,12 +1,15 @@
 #!/bin/sh
 # The layers of src/ (src/README.md): a file includes private headers only
 # from its own folder and the folders above it in this order, so core/
-# never reaches up into a primitive; and core/ calls no primitive's public
-# functions or scripts either. TAP: one case per folder, and that one.
+# never reaches up into a primitive; core/ calls no primitive's public
+# functions or scripts either, nor names a primitive's client-wide cap or
+# write kind (each primitive defines its own descriptors: core/engine.h).
+# TAP: one case per folder, and those two.
 src=${1:-$(dirname "$0")/../../src}
 order="base net core sem limiter dq inspect cli"
+primitives="sem limiter dq"
 n=0 failed=0
-echo "1..$(($(echo $order | wc -w) + 1))"
+echo "1..$(($(echo $order | wc -w) + 2))"
 allowed=""
 for layer in $order; do
   n=$((n + 1))
@@ -31,6 +34,24 @@ if [ -z "$calls" ]; then
 else
   echo "not ok $n - core/ calls into a primitive"
   echo "$calls" | sed 's/^/# /'
+  failed=1
+fi
+n=$((n + 1))
+# The option and metrics fields the primitives' descriptors name (an
+# offsetof may be split over lines), and enumerators naming a cap or write
+# kind, as core/ had them before the descriptors.
+fields=$(for p in $primitives; do find "$src/$p" -name '*.[ch]' -exec cat {} +; done |
+  tr '\n' ' ' |
+  grep -oE 'offsetof\( *sluice_client_(options|metrics) *, *[a-z_0-9]+ *\)' |
+  sed 's/.*, *\([a-z_0-9]*\) *)$/\1/' | sort -u)
+pattern='SLUICE__(CAP|WRITE)_[A-Z_]+|SLUICE__NCAPS'
+for f in $fields; do pattern="$pattern|$f"; done
+names=$(grep -rnwE "$pattern" "$src/core")
+if [ -z "$names" ]; then
+  echo "ok $n - core/ names no primitive's cap or write kind ($(echo "$fields" | wc -w) fields)"
+else
+  echo "not ok $n - core/ names a primitive's cap or write kind"
+  echo "$names" | sed 's/^/# /'
   failed=1
 fi
 exit $failed
