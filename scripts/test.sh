@@ -19,7 +19,7 @@
 #                                7.0 is left out: ASan runs all of them on
 #                                7.0, and the servers pass runs the plain
 #                                build's redis suite (liveness tests and
-#                                all) on two other servers
+#                                all) on Valkey 8.1
 #   abi       build-ci           scripts/abi.sh check: the library's ABI
 #                                against the baseline (src/sluice.abi, the
 #                                symbols file)
@@ -42,10 +42,12 @@
 #                                (default 60), failovers among the faults,
 #                                a second case
 #   servers   build-ci           the suite redis on Debian 13's Valkey 8.1
-#                                and Redis 8.0 (scripts/servers.sh --debs
-#                                unpacks their binaries in under a minute,
+#                                (scripts/servers.sh --debs unpacks Valkey
+#                                8.1 and Redis 8.0 first, in under a minute,
 #                                where building them from source takes
-#                                about 12 minutes of both cores)
+#                                about 12 minutes of both cores); Redis 8.0
+#                                runs under the hiredis 1.x ASan build
+#                                (h1asan below), as Debian 13 pairs them
 #   asan      build-ci-asan      every suite, the topology variants
 #                                (cluster-suites, sentinel-suites) included,
 #                                under ASan + UBSan; then a 15 s soak
@@ -55,7 +57,9 @@
 #                                the binaries load it by their rpath): built
 #                                with gcc and clang (compile only), and
 #                                under ASan + UBSan, which runs every suite
-#                                but the topology variants
+#                                but the topology variants, the suite redis
+#                                on Redis 8.0 (the suites that start
+#                                sentinels on the PATH's Redis 7.0)
 #   clang     build-ci-clang     compile only, to stay warning-free on clang;
 #                                then the URL, SPOP and HTTP fuzzers (libFuzzer,
 #                                test/fuzz/) for SLUICE_FUZZ_S seconds
@@ -69,27 +73,31 @@
 # Wall time, not coverage, is what --full saves. What waits on timers runs
 # beside what keeps the cores busy, each in a lane of its own (a background
 # subshell with its own log, printed when the lane ends, and its own
-# tally): lane "wait" (partition, soak) from the start; lane
-# "asan" (the ASan run) once its build is done; lane "h1" (the hiredis 1.x
-# ASan run) once its builds are done. The foreground meanwhile builds
-# (ASan, hiredis 1.x, deb, clang) and fuzzes, under nice, so the lanes'
-# tests get the cores first; once the ASan lanes end it runs, not niced,
-# the servers pass and then valgrind (memcheck suite, then the hiredis 1.x
-# build's part), with only the wait lane's tail beside them: beside the
-# ASan lanes, the servers' timing cases missed their bounds and valgrind's
-# cases their own timeouts in rehearsals. The suites that mostly wait on failovers (the topology
-# variants, cluster, sentinel, topology, acl, replay, proxies: each test
-# alone) run first in each ASan lane. The suite liveness (tests that bound
-# how late work is taken while processes die or crowd) runs one test at a
-# time under a lock (run_alone), which the soaks (three busy workers) take
-# too, so that no two lanes run them at once: in rehearsals under load
-# (average 3 to 10) dq_liveness's tool cases missed their lateness bounds
-# while the other ASan run's parallel tests, or the soak, ran beside them.
-# Lanes share no build directory that is built meanwhile, name their
-# meson logs after their pass (--logbase), and every test server, cluster
-# and network namespace takes its own free ports and names, as the suites
-# do when meson runs them in parallel. The results table gives each
-# pass's time and each lane's.
+# tally): lanes "wait" (partition, soak) and "servers" (Valkey 8.1) from
+# the start; lane "asan" (the ASan run) once its build is done; lane "h1"
+# (the hiredis 1.x ASan run) once its builds are done. The foreground
+# meanwhile builds (ASan, hiredis 1.x, deb, clang) and fuzzers, under nice,
+# so the lanes' tests get the cores first; once the ASan lanes end it runs,
+# not niced, valgrind (memcheck suite, then the hiredis 1.x build's part),
+# with only the wait lane's tail beside it: beside the ASan lanes,
+# valgrind's cases ran out of their own timeouts in rehearsals. The
+# servers lane runs its tests while the ASan lanes still run their
+# serial suites, one test at a time and mostly waiting on failovers (the
+# cores were 60-95 % idle then in a rehearsal); beside the ASan lanes'
+# parallel runs its timing cases had missed their bounds. The suites that
+# mostly wait on failovers (the topology variants, cluster, sentinel,
+# topology, acl, replay, proxies: each test alone) run first in each ASan
+# lane. The suite liveness (tests that bound how late work is taken while
+# processes die or crowd) runs one test at a time under a lock
+# (run_alone), which the soaks (three busy workers) take too, so that no
+# two lanes run them at once: in rehearsals under load (average 3 to 10)
+# dq_liveness's tool cases missed their lateness bounds while the other
+# ASan run's parallel tests, or the soak, ran beside them. Lanes share no
+# build directory that is built meanwhile, name their meson logs after
+# their pass (--logbase), and every test server, cluster and network
+# namespace takes its own free ports and names, as the suites do when
+# meson runs them in parallel. The results table gives each pass's time
+# and each lane's.
 # --valgrind adds the valgrind pass to the default run, --no-valgrind drops
 # it from --full.
 #
@@ -415,14 +423,18 @@ pass_hiredis1() {
 }
 
 # The hiredis 1.x build under ASan + UBSan: every suite but the topology
-# variants (the asan pass runs those on hiredis 0.14).
+# variants (the asan pass runs those on hiredis 0.14), on Redis 8.0 where
+# the servers were unpacked (--full), as Debian 13 pairs them: the suites
+# that start sentinels stay on the PATH's Redis 7.0 (the unpacked packages
+# hold no redis-sentinel).
 pass_h1asan() {
   banner "h1asan: build-ci-hiredis1-asan (every suite but the topology variants)"
   [ $h1asan_ok = 1 ] || { echo "  (not built)"; return; }
   local h1=(hiredis1-asan build-ci-hiredis1-asan --timeout-multiplier 3)
+  local on=${server_dir[redis-8.0]:-}
   run_tests "${h1[0]}-serial" "${h1[@]:1}" "${only_serial[@]}" "${no_topo_variants[@]}"
-  run_alone "${h1[0]}-liveness" "${h1[@]:1}" --suite liveness "${no_topo_variants[@]}"
-  run_tests "${h1[@]}" "${no_serial[@]}" --no-suite liveness
+  SLUICE_SERVER_DIR=$on run_alone "${h1[0]}-liveness" "${h1[@]:1}" --suite liveness "${no_topo_variants[@]}"
+  SLUICE_SERVER_DIR=$on run_tests "${h1[@]}" "${no_serial[@]}" --no-suite liveness
 }
 
 pass_valgrind() {
@@ -441,13 +453,15 @@ pass_valgrind_h1() {
   fi
 }
 
-# The suite redis on the plain build against the servers Debian 13 ships
-# (Valkey 9: scripts/servers.sh valkey-9, docs/testing.md). Under CI=true
-# a server that cannot be had fails here and in the tests.
+# The servers Debian 13 ships (Valkey 9: scripts/servers.sh valkey-9,
+# docs/testing.md), unpacked once (--full) before the lanes that take them:
+# the suite redis runs on Valkey 8.1 with the plain build (pass servers)
+# and on Redis 8.0 with the hiredis 1.x ASan build (pass h1asan). Under
+# CI=true a server that cannot be had fails here and in the tests.
 server_matrix=(valkey-8.1 redis-8.0)
-pass_servers() {
-  banner "servers: build-ci, the suite redis on ${server_matrix[*]}"
-  need_gcc servers || return
+declare -A server_dir
+pass_servers_fetch() {
+  banner "servers-fetch: scripts/servers.sh --debs ${server_matrix[*]}"
   local dirs=() i
   if ! mapfile -t dirs < <(scripts/servers.sh --debs "${server_matrix[@]}" 2>"$logs/servers-fetch.log") ||
     [ ${#dirs[@]} -ne ${#server_matrix[@]} ]; then
@@ -456,12 +470,18 @@ pass_servers() {
     return
   fi
   sed 's/^/  /' "$logs/servers-fetch.log"
-  for i in "${!server_matrix[@]}"; do
-    export SLUICE_SERVER_DIR=${dirs[$i]}
-    run_alone "${server_matrix[$i]}-liveness" build-ci --suite liveness "${no_topo_variants[@]}"
-    run_tests "${server_matrix[$i]}" build-ci --suite redis --no-suite liveness
-  done
-  unset SLUICE_SERVER_DIR
+  for i in "${!server_matrix[@]}"; do server_dir[${server_matrix[$i]}]=${dirs[$i]}; done
+}
+
+# The suite redis on the plain build against Valkey 8.1 (the liveness
+# tests alone, under the timing lock, then the rest).
+pass_servers() {
+  local s=valkey-8.1
+  banner "servers: build-ci, the suite redis on $s"
+  need_gcc servers || return
+  [ -n "${server_dir[$s]:-}" ] || { echo "  ($s not unpacked)"; return; }
+  SLUICE_SERVER_DIR=${server_dir[$s]} run_alone "$s-liveness" build-ci --suite liveness "${no_topo_variants[@]}"
+  SLUICE_SERVER_DIR=${server_dir[$s]} run_tests "$s" build-ci --suite redis --no-suite liveness
 }
 
 # lane NAME PASS...: the passes in a background subshell; its output goes
@@ -523,21 +543,19 @@ run_passes() {
 }
 
 if [ $full = 1 ]; then
-  run_passes gcc abi format subproject
+  run_passes gcc abi format subproject servers_fetch
   lane wait partition soak
+  lane servers servers
   run_passes asan_build
   lane asan asan
   run_passes hiredis1
   lane h1 h1asan
   run_passes deb clang
-  # Once the ASan lanes end, not under nice, one after the other: the
-  # other servers' plain run (beside both ASan lanes, timing cases missed
-  # their bounds in a rehearsal), then valgrind (which slows what it runs
-  # 5-10 times: beside the ASan lanes its cases' own timeouts ran out).
+  # Once the ASan lanes end, not under nice: valgrind (which slows what it
+  # runs 5-10 times: beside the ASan lanes its cases' own timeouts ran out).
   wait_lane asan
   wait_lane h1
   nice=()
-  run_passes servers
   [ "$valgrind" = yes ] && run_passes valgrind valgrind_h1
   join_lanes
 else
