@@ -54,6 +54,16 @@ static sluice_dq_consumer *start(sluice_client *c, const char *q, unsigned batch
   return con;
 }
 
+/* start on fx's client, then the loop run until g has n messages (5 s at
+ * most; the case checks what came). */
+static sluice_dq_consumer *start_until(dq_fx *fx, const char *q, unsigned batch,
+                                       unsigned max_in_flight, unsigned max_attempts, got *g,
+                                       int n) {
+  sluice_dq_consumer *con = start(fx->c, q, batch, max_in_flight, max_attempts, g);
+  TH_LOOP_UNTIL(fx->base, g->n >= n, 5000);
+  return con;
+}
+
 /* sluice_dq_push_ex, run until answered; the status, due time into p. */
 static int push_ex(struct event_base *base, sluice_dq *dq, const char *id, const char *payload,
                    int64_t delay, int64_t at, unsigned pri, int if_exists, dqt_push *p) {
@@ -107,8 +117,7 @@ static void test_priority_order(void) {
   TH_LOOP_UNTIL(fx.base, next_priority != 99, 5000);
   TH_ASSERT_EQ(next_priority, 5);
   got g = {0};
-  sluice_dq_consumer *con = start(fx.c, "po", 16, 256, 5, &g);
-  TH_LOOP_UNTIL(fx.base, g.n >= 6, 5000);
+  sluice_dq_consumer *con = start_until(&fx, "po", 16, 256, 5, &g, 6);
   static const char *const want[] = {"n", "f0", "f1", "f2", "z0", "z1"};
   static const unsigned want_pri[] = {9, 5, 5, 5, 0, 0};
   for (int i = 0; i < 6; i++) {
@@ -145,8 +154,7 @@ static void test_priority_kept(void) {
   TH_ASSERT_EQ(push_ex(fx.base, dq, "lo2", "lo2", 0, 1, 0, SLUICE_DQ_REFUSE, &p), SLUICE_OK);
   TH_ASSERT_EQ(push_ex(fx.base, dq, "hi", "hi", 0, 1, 7, SLUICE_DQ_REFUSE, &p), SLUICE_OK);
   got g = {.hold = 1};
-  sluice_dq_consumer *con = start(fx.c, "pk", 1, 1, 2, &g);
-  TH_LOOP_UNTIL(fx.base, g.n >= 1, 5000);
+  sluice_dq_consumer *con = start_until(&fx, "pk", 1, 1, 2, &g, 1);
   TH_ASSERT_STR_EQ(g.ids[0], "hi");
   retry_alone(fx.base, con, g.held[0]);
   con = start(fx.c, "pk", 1, 1, 2, &g);
@@ -249,8 +257,7 @@ static void test_replace_only_while_waiting(void) {
   TH_ASSERT_EQ(push_ex(fx.base, dq, "t", "one", 0, 0, 0, SLUICE_DQ_REPLACE, &p), SLUICE_OK);
   TH_ASSERT_EQ(push_ex(fx.base, dq, "t", "two", 0, 0, 0, SLUICE_DQ_REFUSE, &p), SLUICE_EEXIST);
   got g = {.hold = 1};
-  sluice_dq_consumer *con = start(fx.c, "rw", 1, 1, 1, &g);
-  TH_LOOP_UNTIL(fx.base, g.n >= 1, 5000);
+  sluice_dq_consumer *con = start_until(&fx, "rw", 1, 1, 1, &g, 1);
   TH_ASSERT_STR_EQ(g.payloads[0], "one");
   TH_ASSERT_EQ(push_ex(fx.base, dq, "t", "two", 0, 0, 0, SLUICE_DQ_REPLACE, &p), SLUICE_EBUSY);
   TH_ASSERT_EQ(p.due, -1);
@@ -295,8 +302,7 @@ static void test_postpone_and_replace(void) {
   TH_ASSERT_EQ(p.due, 1);
   TH_ASSERT_EQ(dqt_inspect(fx.base, dq, &in).delayed, 2);
   got g = {0};
-  sluice_dq_consumer *con = start(fx.c, "pr", 16, 256, 5, &g);
-  TH_LOOP_UNTIL(fx.base, g.n >= 2, 5000);
+  sluice_dq_consumer *con = start_until(&fx, "pr", 16, 256, 5, &g, 2);
   TH_ASSERT_STR_EQ(g.ids[0], "m"); /* priority 9 now, pushed after "other" */
   TH_ASSERT_STR_EQ(g.payloads[0], "four");
   TH_ASSERT_STR_EQ(g.ids[1], "other");
@@ -395,8 +401,7 @@ static void test_replayed_replace_keeps_newer(void) {
   freeReplyObject(r);
   TH_ASSERT_EQ(version_of(&th_server, "sluice:dq:{rv}:h", "m"), v2 + 1);
   got g = {0};
-  sluice_dq_consumer *con = start(fx.c, "rv", 16, 256, 5, &g);
-  TH_LOOP_UNTIL(fx.base, g.n >= 1, 5000);
+  sluice_dq_consumer *con = start_until(&fx, "rv", 16, 256, 5, &g, 1);
   TH_ASSERT_STR_EQ(g.payloads[0], "newer");
   dq_case_close(&fx, con, dq);
 }
