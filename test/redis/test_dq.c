@@ -472,6 +472,12 @@ static void count_push(sluice_dq *dq, int status, const char *id, int64_t due, v
   (*(int *)ud)++;
 }
 
+static sluice_dq_metrics metrics_of(const sluice_dq *dq) {
+  sluice_dq_metrics m;
+  sluice_dq_get_metrics(dq, &m);
+  return m;
+}
+
 /* max_pending_pushes counts messages in flight over every queue of the
  * client: beyond it a push or batch fails at once with SLUICE_EFULL, and
  * room comes back as answers arrive. The metrics show both. */
@@ -489,17 +495,15 @@ static void test_pending_pushes_capped(void) {
   TH_ASSERT_EQ(sluice_dq_push_batch(b, items, 4, NULL, NULL), SLUICE_EFULL); /* 7 + 4 > 10 */
   TH_ASSERT_EQ(sluice_dq_push_batch(b, items, 3, NULL, NULL), SLUICE_OK);
   TH_ASSERT_EQ(sluice_dq_push(a, &it, count_push, &answered), SLUICE_EFULL);
-  sluice_dq_metrics ma, mb;
-  sluice_dq_get_metrics(a, &ma);
-  sluice_dq_get_metrics(b, &mb);
+  sluice_dq_metrics ma = metrics_of(a), mb = metrics_of(b);
   TH_ASSERT_EQ(ma.in_flight, 7);
   TH_ASSERT_EQ(ma.full, 1);
   TH_ASSERT_EQ(mb.in_flight, 3);
   TH_ASSERT_EQ(mb.full, 4);
   wait_n(base, &answered, 7);
-  TH_LOOP_UNTIL(base, (sluice_dq_get_metrics(b, &mb), mb.in_flight == 0), 5000); /* b's batch */
-  sluice_dq_get_metrics(a, &ma);
-  sluice_dq_get_metrics(b, &mb);
+  TH_LOOP_UNTIL(base, metrics_of(b).in_flight == 0, 5000); /* b's batch */
+  ma = metrics_of(a);
+  mb = metrics_of(b);
   TH_ASSERT_EQ(ma.in_flight + mb.in_flight, 0);
   TH_ASSERT_EQ(ma.pushed + mb.pushed, 10);
   TH_ASSERT_EQ(sluice_dq_push_batch(b, (sluice_dq_item[10]){it, it, it, it, it, it, it, it, it, it},
@@ -781,24 +785,20 @@ static void test_bad_input(void) {
 
 /* ---- lifetime ---------------------------------------------------------------- */
 
+/* A case's object freed from its own callback: the consumer (its handle),
+ * callbacks run, the ack's answer. */
 typedef struct free_ctx {
   sluice_dq_consumer *con;
-  sluice_dq *dq;
-  int n, acked, ack_status;
+  int n;
+  th_status ack;
 } free_ctx;
-
-static void on_free_ack(sluice_dq_consumer *con, int status, const char *id, void *ud) {
-  free_ctx *f = ud;
-  f->acked++;
-  f->ack_status = status;
-}
 
 /* Frees its own consumer on the first message of a batch of 5, then acks. */
 static void freeing_handler(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
   free_ctx *f = ud;
   f->n++;
   sluice_dq_consumer_free(con);
-  TH_ASSERT_EQ(sluice_dq_ack(m, on_free_ack, f), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_ack(m, dqt_settled_cb, &f->ack), SLUICE_OK);
 }
 
 static void free_dq_in_cb(sluice_dq *dq, int status, const char *id, int64_t due, void *ud) {
@@ -817,9 +817,9 @@ static void test_free_inside_callbacks(void) {
   sluice_dq_consumer_options o = opts(16, 30000, 5);
   TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, "selffree", &o, freeing_handler, &f, &f.con),
                SLUICE_OK);
-  TH_ASSERT(th_loop_until(fx.base, &f.acked, 3000));
+  TH_ASSERT(th_loop_until(fx.base, &f.ack.done, 3000));
   TH_ASSERT_EQ(f.n, 1);
-  TH_ASSERT_EQ(f.ack_status, SLUICE_OK);
+  TH_ASSERT_EQ(f.ack.status, SLUICE_OK);
   /* The other four went straight back to the queue, uncounted. */
   dqt_info in;
   uint64_t end = th_now_ms() + 2000;

@@ -81,6 +81,11 @@ static inline void dqt_tick(dqt_ticks *t, const sluice_dq_msg *m) {
 /* A callback that reports only a status (ud: a th_status). */
 static inline void dqt_status_cb(sluice_dq *dq, int status, void *ud) { th_status_set(ud, status); }
 
+/* A settle (ack, retry, extend) callback whose ud is a th_status. */
+static inline void dqt_settled_cb(sluice_dq_consumer *con, int status, const char *id, void *ud) {
+  th_status_set(ud, status);
+}
+
 typedef struct dqt_push {
   int done;
   int status;
