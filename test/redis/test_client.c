@@ -26,29 +26,29 @@ static void on_reply(void *ud, int status, const redisReply *reply) {
   if (status == SLUICE_EREDIS) snprintf(r->err, sizeof r->err, "%s", reply->str);
 }
 
-static sluice_client *new_client(struct event_base *base, unsigned op_timeout) {
-  return th_client(base, th_server.url, op_timeout);
-}
-
-static void close_and_drain(struct event_base *base, sluice_client *c) {
-  th_free_client_and_loop(base, c, 5000);
-}
-
 /* One case's loop and client, set up once and torn down once. */
 typedef struct client_fx {
   struct event_base *base;
   sluice_client *c;
 } client_fx;
 
-static client_fx client_fx_open(unsigned op_timeout) {
+/* A new loop and a client of options o. */
+static client_fx client_fx_open_with(const sluice_client_options *o) {
   client_fx fx;
   fx.base = event_base_new();
   TH_ASSERT(fx.base != NULL);
-  fx.c = new_client(fx.base, op_timeout);
+  fx.c = th_client_with(fx.base, o);
   return fx;
 }
 
-static void client_fx_close(client_fx *fx) { close_and_drain(fx->base, fx->c); }
+/* The same with th_client's options. */
+static client_fx client_fx_open(unsigned op_timeout) {
+  sluice_client_options o;
+  th_client_quick_options(&o, th_server.url, op_timeout);
+  return client_fx_open_with(&o);
+}
+
+static void client_fx_close(client_fx *fx) { th_free_client_and_loop(fx->base, fx->c, 5000); }
 
 static void ping(sluice_client *c, result *r, unsigned timeout) {
   memset(r, 0, sizeof *r);
@@ -259,17 +259,16 @@ static void test_close_cancels_pending(void) {
 }
 
 static void test_connect_refused_fails_within_deadline(void) {
-  struct event_base *base = event_base_new();
   sluice_client_options o;
   th_client_options(&o, "unix:///nonexistent/sluice.sock");
   o.reconnect_min_ms = 20;
-  sluice_client *c = th_client_with(base, &o);
+  client_fx fx = client_fx_open_with(&o);
   result r;
-  ping(c, &r, 300);
-  TH_ASSERT(th_loop_until(base, &r.done, 2000));
+  ping(fx.c, &r, 300);
+  TH_ASSERT(th_loop_until(fx.base, &r.done, 2000));
   TH_ASSERT_EQ(r.status, SLUICE_ECONNECTION);
-  TH_ASSERT(strlen(sluice_client_last_error(c)) > 0);
-  close_and_drain(base, c);
+  TH_ASSERT(strlen(sluice_client_last_error(fx.c)) > 0);
+  client_fx_close(&fx);
 }
 
 static void test_url_parsing(void) {
@@ -410,11 +409,11 @@ static void test_tcp_connect(void) {
 
 /* The key prefix option names every key. */
 static void test_key_prefix(void) {
-  struct event_base *base = event_base_new();
   sluice_client_options o;
   th_client_options(&o, th_server.url);
   o.key_prefix = "myapp:";
-  sluice_client *c = th_client_with(base, &o);
+  client_fx fx = client_fx_open_with(&o);
+  sluice_client *c = fx.c;
   char *k = sluice__key(c, "sem", "a", "holders");
   TH_ASSERT_STR_EQ(k, "myapp:sem:{a}:holders");
   free(k);
@@ -437,7 +436,7 @@ static void test_key_prefix(void) {
     free(k);
     sluice__rl_frame_clear(&f);
   }
-  close_and_drain(base, c);
+  client_fx_close(&fx);
 }
 
 static void test_script_embedding(void) {
