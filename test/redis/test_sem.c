@@ -586,10 +586,9 @@ static void test_bad_input(void) {
   TH_ASSERT_EQ(sluice_sem_inspect(s, NULL, NULL), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_permit_release(NULL, NULL, NULL), SLUICE_EINVAL);
   TH_ASSERT(sluice_permit_id(NULL) == NULL);
-  sluice_permit_release(a.permit, NULL, NULL);
-  sluice_sem_free(s);
   sluice_sem_free(NULL);
-  sem_fx_close(&fx);
+  sluice_permit_release(a.permit, NULL, NULL);
+  sem_case_close(&fx, s);
 }
 
 /* A waiter keeps waiting through a Redis outage shorter than its timeout,
