@@ -42,6 +42,12 @@ static inline void dqt_finish(struct event_base *base, sluice_client *c) {
 typedef th_fx dq_fx;
 static inline dq_fx dq_fx_open(void) { return th_fx_open(3000); }
 static inline void dq_fx_close(dq_fx *fx) { th_fx_close(fx); }
+/* The same with a client of options co (th_client_with). */
+static inline dq_fx dq_fx_open_with(const sluice_client_options *co) {
+  struct event_base *base = event_base_new();
+  TH_ASSERT(base != NULL);
+  return (dq_fx){base, th_client_with(base, co)};
+}
 /* How most queue cases end, in this order: the consumer, the queue, the
  * fixture. */
 static inline void dq_case_close(dq_fx *fx, sluice_dq_consumer *con, sluice_dq *dq) {

@@ -214,16 +214,35 @@ static void expect_call(int k, const int *ids, int n) {
   for (int i = 0; i < n; i++) TH_ASSERT_EQ(atoll(calls[k].argv[1 + i]), ids[i]);
 }
 
+/* A case's plain owner and its requests (ids 1..n), one case at a time. */
+static struct {
+  owner o;
+  treq r[16];
+} bc;
+
+enum { INIT, QUEUED, SENT }; /* how far case_open takes the requests */
+
+/* A case's start: open_owner(max), then n requests made (INIT), queued on
+ * route 0 (QUEUED), or queued and sent by the loop's turn (SENT). */
+static treq *case_open(unsigned max, int n, int how) {
+  TH_ASSERT(n <= 16);
+  open_owner(&bc.o, max);
+  if (how == INIT) init_reqs(bc.r, n);
+  else if (how == QUEUED) queue_new(&bc.o, bc.r, n);
+  else queue_sent(&bc.o, bc.r, n);
+  return bc.r;
+}
+
+/* A case's end: nothing pending, nothing in flight, the loop drained. */
+static void case_close(void) { teardown(&bc.o); }
+
 /* ---- cases ------------------------------------------------------------------ */
 
 static void test_one_turn_one_call(void) {
-  owner o;
-  open_owner(&o, 8);
-  treq r[5];
-  queue_new(&o, r, 5);
-  sluice__batcher_queue(&o.b, &r[2].br, 0); /* queued twice: still once */
-  TH_ASSERT_EQ(ncalls, 0);                  /* nothing goes out inside queue */
-  TH_ASSERT_EQ(sluice__batcher_pending(&o.b), 5);
+  treq *r = case_open(8, 5, QUEUED);
+  sluice__batcher_queue(&bc.o.b, &r[2].br, 0); /* queued twice: still once */
+  TH_ASSERT_EQ(ncalls, 0);                     /* nothing goes out inside queue */
+  TH_ASSERT_EQ(sluice__batcher_pending(&bc.o.b), 5);
   TH_ASSERT(th_loop_drain(base, 1000));
   TH_ASSERT_EQ(ncalls, 1);
   expect_call(0, (const int[]){1, 2, 3, 4, 5}, 5);
@@ -234,14 +253,11 @@ static void test_one_turn_one_call(void) {
   for (int i = 0; i < 5; i++) TH_ASSERT_EQ(order[i], i + 1);
   expect_each(r, 5, SLUICE_OK, -1);
   expect_own_parts(r, 5);
-  teardown(&o);
+  case_close();
 }
 
 static void test_cap_per_call(void) {
-  owner o;
-  open_owner(&o, 4);
-  treq r[10];
-  queue_sent(&o, r, 10);
+  treq *r = case_open(4, 10, SENT);
   TH_ASSERT_EQ(ncalls, 3);
   expect_call(0, (const int[]){1, 2, 3, 4}, 4);
   expect_call(1, (const int[]){5, 6, 7, 8}, 4);
@@ -251,16 +267,13 @@ static void test_cap_per_call(void) {
   answer_call(0, SLUICE_OK);
   for (int i = 0; i < 10; i++) TH_ASSERT_EQ(r[i].answers, 1);
   expect_own_parts(r, 10);
-  teardown(&o);
+  case_close();
 }
 
 static void test_routes_never_mixed(void) {
-  owner o;
-  open_owner(&o, 4);
-  treq r[7];
-  init_reqs(r, 7);
+  treq *r = case_open(4, 7, INIT);
   static const unsigned route[7] = {1, 2, 1, 2, 3, 1, 1};
-  for (int i = 0; i < 7; i++) sluice__batcher_queue(&o.b, &r[i].br, route[i]);
+  for (int i = 0; i < 7; i++) sluice__batcher_queue(&bc.o.b, &r[i].br, route[i]);
   TH_ASSERT(th_loop_drain(base, 1000));
   TH_ASSERT_EQ(ncalls, 3);
   expect_call(0, (const int[]){1, 3, 6, 7}, 4);
@@ -268,26 +281,23 @@ static void test_routes_never_mixed(void) {
   expect_call(2, (const int[]){5}, 1);
   for (int k = 0; k < 3; k++) answer_call(k, SLUICE_OK);
   expect_own_parts(r, 7);
-  teardown(&o);
+  case_close();
 }
 
 static void test_leave_queue_and_slot(void) {
-  owner o;
-  open_owner(&o, 8);
-  treq r[4];
-  queue_new(&o, r, 4);
-  sluice__batcher_leave(&o.b, &r[3].br); /* leaves the queue */
+  treq *r = case_open(8, 4, QUEUED);
+  sluice__batcher_leave(&bc.o.b, &r[3].br); /* leaves the queue */
   TH_ASSERT(!sluice__breq_busy(&r[3].br));
   TH_ASSERT(th_loop_drain(base, 1000));
   expect_call(0, (const int[]){1, 2, 3}, 3);
-  sluice__batcher_leave(&o.b, &r[1].br); /* leaves its slot in flight */
+  sluice__batcher_leave(&bc.o.b, &r[1].br); /* leaves its slot in flight */
   TH_ASSERT(!sluice__breq_busy(&r[1].br));
-  TH_ASSERT_EQ(sluice__batcher_pending(&o.b), 2);
+  TH_ASSERT_EQ(sluice__batcher_pending(&bc.o.b), 2);
   answer_call(0, SLUICE_OK);
   expect_second_skipped(r); /* r[1]'s part is dropped */
   TH_ASSERT_EQ(r[0].val, 10);
   TH_ASSERT_EQ(r[3].answers, 0);
-  teardown(&o);
+  case_close();
 }
 
 /* An answer makes a later request of the same call leave: it is skipped. */
@@ -298,31 +308,25 @@ static void leave_other(owner *o, treq *r) {
 }
 
 static void test_leave_during_fan_out(void) {
-  owner o;
-  open_owner(&o, 8);
-  treq r[3];
-  queue_sent(&o, r, 3);
+  treq *r = case_open(8, 3, SENT);
   to_leave = &r[1];
   on_answer = leave_other;
   answer_call(0, SLUICE_OK);
   expect_second_skipped(r);
-  teardown(&o);
+  case_close();
 }
 
 static void test_wrong_reply_shape(void) {
-  owner o;
-  open_owner(&o, 8);
-  treq r[3];
-  queue_sent(&o, r, 3);
-  for (int i = 0; i < 2; i++) sluice__batcher_queue(&o.b, &r[i].br, 0); /* busy: ignored */
-  TH_ASSERT_EQ(sluice__batcher_pending(&o.b), 3);
+  treq *r = case_open(8, 3, SENT);
+  for (int i = 0; i < 2; i++) sluice__batcher_queue(&bc.o.b, &r[i].br, 0); /* busy: ignored */
+  TH_ASSERT_EQ(sluice__batcher_pending(&bc.o.b), 3);
   /* One element short. */
   fake_reply fr;
   const long long vals[3] = {-1, 10, 20};
   calls[0].fn(calls[0].ud, SLUICE_OK, array_reply(&fr, vals, 3));
   expect_each(r, 3, SLUICE_EPROTOCOL, 0);
   /* Not an array at all. */
-  queue_sent(&o, r, 2);
+  queue_sent(&bc.o, r, 2);
   TH_ASSERT_EQ(ncalls, 2);
   redisReply scalar;
   memset(&scalar, 0, sizeof scalar);
@@ -330,7 +334,7 @@ static void test_wrong_reply_shape(void) {
   calls[1].fn(calls[1].ud, SLUICE_OK, &scalar);
   for (int i = 0; i < 2; i++) TH_ASSERT_EQ(r[i].status, SLUICE_EPROTOCOL);
   /* An error status reaches every request, without the reply. */
-  queue_sent(&o, r, 2);
+  queue_sent(&bc.o, r, 2);
   redisReply err;
   memset(&err, 0, sizeof err);
   err.type = REDIS_REPLY_ERROR;
@@ -338,42 +342,36 @@ static void test_wrong_reply_shape(void) {
   err.len = 8;
   calls[2].fn(calls[2].ud, SLUICE_EREDIS, &err);
   expect_each(r, 2, SLUICE_EREDIS, 0);
-  teardown(&o);
+  case_close();
 }
 
 static void test_send_failure(void) {
-  owner o;
-  open_owner(&o, 2);
-  treq r[3];
-  queue_new(&o, r, 3);
+  treq *r = case_open(2, 3, QUEUED);
   send_rc = SLUICE_ECLOSED;
   TH_ASSERT(th_loop_drain(base, 1000));
   TH_ASSERT_EQ(ncalls, 0);
   expect_each(r, 3, SLUICE_ECLOSED, -1);
   for (int i = 0; i < 3; i++) TH_ASSERT_EQ(order[i], i + 1);
-  TH_ASSERT_EQ(sluice__batcher_pending(&o.b), 0);
-  teardown(&o);
+  TH_ASSERT_EQ(sluice__batcher_pending(&bc.o.b), 0);
+  case_close();
 }
 
 static void test_cancel_answers_once(void) {
-  owner o;
-  open_owner(&o, 8);
-  treq r[4];
-  init_reqs(r, 4);
-  for (int i = 0; i < 2; i++) sluice__batcher_queue(&o.b, &r[i].br, 0);
+  treq *r = case_open(8, 4, INIT);
+  for (int i = 0; i < 2; i++) sluice__batcher_queue(&bc.o.b, &r[i].br, 0);
   TH_ASSERT(th_loop_drain(base, 1000));
   TH_ASSERT_EQ(ncalls, 1);
-  for (int i = 2; i < 4; i++) sluice__batcher_queue(&o.b, &r[i].br, 0);
-  TH_ASSERT_EQ(sluice__batcher_pending(&o.b), 4);
-  sluice__batcher_cancel(&o.b, SLUICE_ECANCELED);
-  TH_ASSERT_EQ(sluice__batcher_pending(&o.b), 0);
+  for (int i = 2; i < 4; i++) sluice__batcher_queue(&bc.o.b, &r[i].br, 0);
+  TH_ASSERT_EQ(sluice__batcher_pending(&bc.o.b), 4);
+  sluice__batcher_cancel(&bc.o.b, SLUICE_ECANCELED);
+  TH_ASSERT_EQ(sluice__batcher_pending(&bc.o.b), 0);
   expect_each(r, 4, SLUICE_ECANCELED, -1);
   for (int i = 0; i < 4; i++) TH_ASSERT_EQ(order[i], i + 1); /* in flight first, then queued */
-  sluice__batcher_cancel(&o.b, SLUICE_ECANCELED);            /* nothing left: no answer */
+  sluice__batcher_cancel(&bc.o.b, SLUICE_ECANCELED);         /* nothing left: no answer */
   TH_ASSERT(th_loop_drain(base, 1000));
   TH_ASSERT_EQ(ncalls, 1); /* the queued ones never went out */
   for (int i = 0; i < 4; i++) TH_ASSERT_EQ(r[i].answers, 1);
-  teardown(&o);
+  case_close();
 }
 
 /* ---- an owner with a lifetime guard ------------------------------------------ */
