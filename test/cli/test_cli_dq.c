@@ -55,6 +55,11 @@ static long long delayed(const char *q) {
 static long long in_flight(const char *q) {
   return th_redis_int(&th_server, "ZCARD sluice:dq:{%s}:f", q);
 }
+/* Nothing of q in flight any more, and n of its messages delayed. */
+static void expect_settled(const char *q, long long n) {
+  TH_ASSERT_EQ(in_flight(q), 0);
+  TH_ASSERT_EQ(delayed(q), n);
+}
 static long long dead(const char *q) {
   return th_redis_int(&th_server, "ZCARD sluice:dq:{%s}:d", q);
 }
@@ -193,6 +198,14 @@ static void test_crash_retried(void) {
   cleanup();
 }
 
+/* The tool's log says each of has and none of lacks (lists ending in NULL). */
+static void expect_log(const char *const *has, const char *const *lacks) {
+  for (; has && *has; has++)
+    if (!log_has(*has)) th_fail(__FILE__, __LINE__, "the log lacks \"%s\"", *has);
+  for (; lacks && *lacks; lacks++)
+    if (log_has(*lacks)) th_fail(__FILE__, __LINE__, "the log says \"%s\"", *lacks);
+}
+
 /* Handlers that finish only when told: wait for the "go" file (at most 30 s). */
 #define WAIT_GO                                           \
   "touch \"$d/started.$SLUICE_DQ_ID\"\n"                  \
@@ -218,8 +231,7 @@ static void test_sigterm_drains(void) {
   TH_ASSERT_EQ(wait_exit(pid, 20000), 0);
   TH_ASSERT_EQ(count_files("done."), 3);
   TH_ASSERT_EQ(count_files("started."), 3);
-  TH_ASSERT_EQ(in_flight("s"), 0);
-  TH_ASSERT_EQ(delayed("s"), 1);
+  expect_settled("s", 1);
   TH_ASSERT_EQ(dead("s"), 0);
   cleanup();
 }
@@ -239,8 +251,7 @@ static void test_second_signal_forwards(void) {
   TH_ASSERT_EQ(wait_exit(pid, 20000), 0);
   TH_ASSERT(log_has("sending SIGTERM to 2 running CMDs"));
   TH_ASSERT_EQ(count_files("term."), 2);
-  TH_ASSERT_EQ(in_flight("t"), 0);
-  TH_ASSERT_EQ(delayed("t"), 2);
+  expect_settled("t", 2);
   cleanup();
 }
 
@@ -258,11 +269,8 @@ static void test_long_run_renewed(void) {
   TH_ASSERT_EQ(wait_exit(pid, 20000), 0);
   TH_ASSERT_CMP(th_now_ms() - t0, >=, 1500);
   TH_ASSERT_EQ(count_files("started."), 1);
-  TH_ASSERT(!log_has("SIGTERM"));
-  TH_ASSERT(!log_has("after its visibility deadline"));
-  TH_ASSERT(!log_has("lost"));
-  TH_ASSERT_EQ(in_flight("r"), 0);
-  TH_ASSERT_EQ(delayed("r"), 0);
+  expect_log(NULL, (const char *const[]){"SIGTERM", "after its visibility deadline", "lost", NULL});
+  expect_settled("r", 0);
   cleanup();
 }
 
@@ -286,13 +294,11 @@ static void test_timeout_watchdog(void) {
   TH_ASSERT_CMP(took, >=, 1000);
   TH_ASSERT_CMP(took, <, 4000);
   TH_ASSERT_EQ(count_files("term"), 1);
-  TH_ASSERT(log_has("ran past --timeout 1000 ms: SIGTERM"));
-  TH_ASSERT(log_has("still runs after SIGTERM: SIGKILL"));
-  TH_ASSERT(log_has("attempt 1: CMD stopped (--timeout)"));
-  TH_ASSERT(!log_has("after its visibility deadline"));
-  TH_ASSERT(!log_has("settle failed"));
-  TH_ASSERT_EQ(in_flight("v"), 0);
-  TH_ASSERT_EQ(delayed("v"), 1);
+  expect_log((const char *const[]){"ran past --timeout 1000 ms: SIGTERM",
+                                   "still runs after SIGTERM: SIGKILL",
+                                   "attempt 1: CMD stopped (--timeout)", NULL},
+             (const char *const[]){"after its visibility deadline", "settle failed", NULL});
+  expect_settled("v", 1);
   cleanup();
 }
 
@@ -320,8 +326,7 @@ static void test_cmd_not_found_and_usage(void) {
   push("n", "y");
   TH_ASSERT_EQ(wait_exit(start("consume", "n", "--", h, NULL), 10000), 127);
   TH_ASSERT(log_has("No such file or directory"));
-  TH_ASSERT_EQ(in_flight("n"), 0);
-  TH_ASSERT_EQ(delayed("n"), 1);
+  expect_settled("n", 1);
   cleanup();
 }
 

@@ -258,34 +258,34 @@ static void test_tmux(void) {
 
 /* ---- --scrape: a process's own counters over HTTP ------------------------ */
 
+/* A 200 answer of the len bytes at text. */
+static void send_text(struct evhttp_request *req, const char *text, size_t len) {
+  struct evbuffer *body = evbuffer_new();
+  evbuffer_add(body, text, len);
+  evhttp_send_reply(req, 200, "OK", body);
+  evbuffer_free(body);
+}
+
 /* /metrics serves the client's own exposition, as an application would;
  * /big a reply over top's 1 MiB cap; /bad text that is not Prometheus's. */
 static void serve_metrics(struct evhttp_request *req, void *ud) {
   char *text;
   size_t len;
   TH_ASSERT_EQ(sluice_client_prometheus(ud, &text, &len), SLUICE_OK);
-  struct evbuffer *body = evbuffer_new();
-  evbuffer_add(body, text, len);
+  send_text(req, text, len);
   sluice_prometheus_free(text);
-  evhttp_send_reply(req, 200, "OK", body);
-  evbuffer_free(body);
 }
 static void serve_big(struct evhttp_request *req, void *ud) {
   size_t size = (1 << 20) + 64;
   char *junk = malloc(size);
   memset(junk, '#', size);
   junk[size - 1] = '\n';
-  struct evbuffer *body = evbuffer_new();
-  evbuffer_add(body, junk, size);
+  send_text(req, junk, size);
   free(junk);
-  evhttp_send_reply(req, 200, "OK", body);
-  evbuffer_free(body);
 }
 static void serve_bad(struct evhttp_request *req, void *ud) {
-  struct evbuffer *body = evbuffer_new();
-  evbuffer_add_printf(body, "sluice_client_record_entries{a=\"b 12\n");
-  evhttp_send_reply(req, 200, "OK", body);
-  evbuffer_free(body);
+  static const char bad[] = "sluice_client_record_entries{a=\"b 12\n";
+  send_text(req, bad, sizeof bad - 1);
 }
 
 static int bound_port(int fd) {

@@ -439,6 +439,15 @@ class Suite:
         self.agent.stop()
         self.redis.stop()
 
+    def second_agent(self, name, rules):
+        """Another agent of rules and the suite's Redis, in a folder of its
+        own, started; the case stops it."""
+        tmp = os.path.join(self.tmp, name)
+        os.makedirs(tmp)
+        agent = Agent(tmp, self.binary, 'unix://' + self.redis.sock, rules)
+        agent.start()
+        return agent
+
     def through_both(self, count, method, path, source, proxy='nginx', parallel=1):
         """count requests, alternating the two instances of proxy, parallel at
         once (HAProxy then pipelines them on its agent connections)."""
@@ -574,13 +583,10 @@ class Suite:
         """A second agent of its own rule file: on_redis_down = local decides
         by an in-process limiter while Redis is paused (exactly its limit
         passes), and max_connections closes one connection too many."""
-        tmp = os.path.join(self.tmp, 'agent2')
-        os.makedirs(tmp)
         rules = ('[agent]\nhttp = 127.0.0.1:9181\nspop = 127.0.0.1:9182\n'
                  'max_connections = 3\n\n[rule local]\nkey = addr\nalgo = fixed\n'
                  'limit = 4\nperiod_ms = 3600000\non_redis_down = local\ntimeout_ms = 100\n')
-        agent = Agent(tmp, self.binary, 'unix://' + self.redis.sock, rules)
-        agent.start()
+        agent = self.second_agent('agent2', rules)
         try:
             ask = {'X-Original-URI': '/', 'X-Real-IP': '10.3.3.3'}
 
@@ -759,13 +765,10 @@ class Suite:
         """A second agent with max_keys = 2: a third key is refused by the
         rule's policy while both handles are in use, takes the place of an
         idle one, and idle handles are freed; a reload keeps held permits."""
-        tmp = os.path.join(self.tmp, 'agent3')
-        os.makedirs(tmp)
         rules = ('[agent]\nhttp = 127.0.0.1:9181\nspop = 127.0.0.1:9182\nmax_keys = 2\n'
                  'key_idle_s = 1\n\n[rule per-key]\nkey = header:client\nalgo = concurrency\n'
                  'permits = 1\non_redis_down = deny\ntimeout_ms = 150\n')
-        agent = Agent(tmp, self.binary, 'unix://' + self.redis.sock, rules)
-        agent.start()
+        agent = self.second_agent('agent3', rules)
         peer = SpopPeer(agent.spop_port)
         try:
             got = peer.check('a')

@@ -203,16 +203,11 @@ static void note_up(sluice_client *c, int connected, int status, void *ud) {
   if (connected) up_at = th_now_ms();
 }
 
-typedef struct got {
-  int n;
-  uint64_t at;
-} got;
-
+/* When the last message came, beside up_at (ud: dqt_ack_counted's count). */
+static uint64_t msg_at;
 static void on_msg(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
-  got *g = ud;
-  g->n++;
-  g->at = th_now_ms();
-  sluice_dq_ack(m, NULL, NULL);
+  msg_at = th_now_ms();
+  dqt_ack_counted(con, m, ud);
 }
 
 static void test_consumer_resumes_at_once(void) {
@@ -222,19 +217,19 @@ static void test_consumer_resumes_at_once(void) {
   sluice_dq *dq = dqt_queue(c, "resume");
   dqt_push p;
   TH_ASSERT_EQ(dqt_push_wait(base, dq, "m", "m", 600, &p), SLUICE_OK);
-  got g = {0};
+  int n = 0;
   sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "resume", NULL, on_msg, &g, &con), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "resume", NULL, on_msg, &n, &con), SLUICE_OK);
   th_loop_for(base, 100);
   th_redis_int(&th_server, "SAVE"); /* the restart below brings the message back */
   redis_kill();                     /* the message falls due while Redis is away; takes fail */
   th_loop_for(base, 2500);
-  TH_ASSERT_EQ(g.n, 0);
+  TH_ASSERT_EQ(n, 0);
   up_at = 0;
   th_redis_restart(&th_server);
-  TH_ASSERT(th_loop_until(base, &g.n, 5000));
+  TH_ASSERT(th_loop_until(base, &n, 5000));
   TH_ASSERT(up_at != 0);
-  TH_ASSERT_CMP(g.at - up_at, <, 150);
+  TH_ASSERT_CMP(msg_at - up_at, <, 150);
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
   dqt_finish(base, c);
@@ -266,12 +261,12 @@ static void test_sibling_up_ends_backoff(void) {
   /* The command connection waits out at least 30 s: steps fail fast. */
   TH_ASSERT_EQ(dqt_push_wait(base, dq, NULL, "refused", 0, &p), SLUICE_ECONNECTION);
   /* A consumer's blocking connection is new: it connects at once. */
-  got g = {0};
+  int n = 0;
   sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "sibling", NULL, on_msg, &g, &con), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "sibling", NULL, dqt_ack_counted, &n, &con), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &client_up, 10000));
   TH_ASSERT_EQ(dqt_push_wait(base, dq, NULL, "after", 0, &p), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &g.n, 10000));
+  TH_ASSERT(th_loop_until(base, &n, 10000));
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
   dqt_finish(base, c);
@@ -346,10 +341,9 @@ static void test_release_hands_off(void) {
   acq_result again = sem_try(fx.base, hs);
   TH_ASSERT_EQ(again.status, SLUICE_EBUSY);
   sluice_permit_release(w.permit, NULL, NULL);
-  sluice_sem_free(hs);
   sluice_sem_free(ws);
   sluice_client_free(wc);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, hs);
 }
 
 /* A handed permit's first lease is a heartbeat; with a lease much longer
@@ -369,9 +363,8 @@ static void test_hand_off_long_lease(void) {
   TH_ASSERT_EQ(sluice_permit_lost(w.permit), 0);
   TH_ASSERT_CMP(sluice_permit_remaining_ms(w.permit), >, 50000);
   sluice_permit_release(w.permit, NULL, NULL);
-  sluice_sem_free(hs);
   sluice_sem_free(ws);
-  sem_fx_close(&fx);
+  sem_case_close(&fx, hs);
 }
 
 /* A release by id, for a holder that lost its handle. */

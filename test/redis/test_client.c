@@ -26,33 +26,40 @@ static void on_reply(void *ud, int status, const redisReply *reply) {
   if (status == SLUICE_EREDIS) snprintf(r->err, sizeof r->err, "%s", reply->str);
 }
 
-static sluice_client *new_client(struct event_base *base, unsigned op_timeout) {
-  return th_client(base, th_server.url, op_timeout);
-}
-
-static void close_and_drain(struct event_base *base, sluice_client *c) {
-  th_free_client_and_loop(base, c, 5000);
-}
-
 /* One case's loop and client, set up once and torn down once. */
 typedef struct client_fx {
   struct event_base *base;
   sluice_client *c;
 } client_fx;
 
-static client_fx client_fx_open(unsigned op_timeout) {
+/* A new loop and a client of options o. */
+static client_fx client_fx_open_with(const sluice_client_options *o) {
   client_fx fx;
   fx.base = event_base_new();
   TH_ASSERT(fx.base != NULL);
-  fx.c = new_client(fx.base, op_timeout);
+  fx.c = th_client_with(fx.base, o);
   return fx;
 }
 
-static void client_fx_close(client_fx *fx) { close_and_drain(fx->base, fx->c); }
+/* The same with th_client's options. */
+static client_fx client_fx_open(unsigned op_timeout) {
+  sluice_client_options o;
+  th_client_quick_options(&o, th_server.url, op_timeout);
+  return client_fx_open_with(&o);
+}
+
+static void client_fx_close(client_fx *fx) { th_free_client_and_loop(fx->base, fx->c, 5000); }
 
 static void ping(sluice_client *c, result *r, unsigned timeout) {
   memset(r, 0, sizeof *r);
   TH_ASSERT_EQ(sluice__eval(c, &sluice__lua_ping, 0, 0, NULL, NULL, timeout, on_reply, r, NULL), 0);
+}
+
+/* A ping run to its answer (3 s at most): its status. */
+static int ping_wait(client_fx *fx, result *r, unsigned timeout) {
+  ping(fx->c, r, timeout);
+  TH_ASSERT(th_loop_until(fx->base, &r->done, 3000));
+  return r->status;
 }
 
 static void test_script_runs(void) {
@@ -88,12 +95,9 @@ static void test_pipelined(void) {
 static void test_noscript_recovery(void) {
   client_fx fx = client_fx_open(2000);
   result r;
-  ping(fx.c, &r, 0);
-  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
+  ping_wait(&fx, &r, 0);
   th_redis_int_all("SCRIPT FLUSH"); /* wherever the ping goes */
-  ping(fx.c, &r, 0);
-  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
-  TH_ASSERT_EQ(r.status, SLUICE_OK);
+  TH_ASSERT_EQ(ping_wait(&fx, &r, 0), SLUICE_OK);
   sluice_client_stats st;
   sluice_client_get_stats(fx.c, &st);
   TH_ASSERT_CMP(st.noscript_reloads, >=, 1);
@@ -114,21 +118,16 @@ static void test_redis_error(void) {
 static void test_deadline(void) {
   client_fx fx = client_fx_open(2000);
   result r;
-  ping(fx.c, &r, 0);
-  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
+  ping_wait(&fx, &r, 0);
   th_redis_pause(&th_server);
   uint64_t t0 = th_now_ms();
-  ping(fx.c, &r, 150);
-  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
-  TH_ASSERT_EQ(r.status, SLUICE_ETIMEDOUT);
+  TH_ASSERT_EQ(ping_wait(&fx, &r, 150), SLUICE_ETIMEDOUT);
   TH_ASSERT_CMP(th_now_ms() - t0, <, 1000);
   th_redis_resume(&th_server);
   /* The late reply is dropped; the connection keeps working. */
   th_loop_for(fx.base, 100);
   TH_ASSERT_EQ(r.done, 1);
-  ping(fx.c, &r, 0);
-  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
-  TH_ASSERT_EQ(r.status, SLUICE_OK);
+  TH_ASSERT_EQ(ping_wait(&fx, &r, 0), SLUICE_OK);
   client_fx_close(&fx);
 }
 
@@ -144,8 +143,7 @@ static void test_full_socket(void) {
   memset(arg, 'x', ARG);
   const char *argv[1] = {arg};
   size_t lens[1] = {ARG};
-  ping(fx.c, &rs[0], 0);
-  TH_ASSERT(th_loop_until(fx.base, &rs[0].done, 3000));
+  ping_wait(&fx, &rs[0], 0);
   th_redis_pause(&th_server);
   memset(rs, 0, sizeof rs);
   for (int i = 0; i < N; i++)
@@ -169,28 +167,28 @@ static void on_state(sluice_client *c, int connected, int status, void *ud) {
   else state_downs++;
 }
 
+/* The client back by itself within ms: connected, and a ping answered. */
+static void expect_back(client_fx *fx, result *r, unsigned ms) {
+  TH_LOOP_UNTIL(fx->base, sluice_client_is_connected(fx->c), ms);
+  TH_ASSERT(sluice_client_is_connected(fx->c));
+  TH_ASSERT_EQ(ping_wait(fx, r, 0), SLUICE_OK);
+}
+
 static void test_reconnect_after_client_kill(void) {
   client_fx fx = client_fx_open(2000);
   sluice_client_set_state_cb(fx.c, on_state, NULL);
   result r;
-  ping(fx.c, &r, 0);
-  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
+  ping_wait(&fx, &r, 0);
   th_redis_kill_clients();
   int one = 0;
   while (!state_downs && th_loop_until(fx.base, &one, 50) == 0 && !state_downs) {}
   TH_ASSERT_CMP(state_downs, >=, 1);
   /* While down, operations fail at once rather than wait. */
   if (!sluice_client_is_connected(fx.c)) {
-    ping(fx.c, &r, 0);
-    TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
-    TH_ASSERT_EQ(r.status, SLUICE_ECONNECTION);
+    TH_ASSERT_EQ(ping_wait(&fx, &r, 0), SLUICE_ECONNECTION);
   }
   /* ...and the client comes back by itself. */
-  TH_LOOP_UNTIL(fx.base, sluice_client_is_connected(fx.c), 3000);
-  TH_ASSERT(sluice_client_is_connected(fx.c));
-  ping(fx.c, &r, 0);
-  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
-  TH_ASSERT_EQ(r.status, SLUICE_OK);
+  expect_back(&fx, &r, 3000);
   client_fx_close(&fx);
 }
 
@@ -202,12 +200,9 @@ static void test_dead_connection_replaced(void) {
   client_fx fx = client_fx_open(300);
   sluice_client_set_state_cb(fx.c, on_state, NULL);
   result r;
-  ping(fx.c, &r, 0);
-  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
+  ping_wait(&fx, &r, 0);
   th_redis_pause(&th_server);
-  ping(fx.c, &r, 0);
-  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
-  TH_ASSERT_EQ(r.status, SLUICE_ETIMEDOUT);
+  TH_ASSERT_EQ(ping_wait(&fx, &r, 0), SLUICE_ETIMEDOUT);
   TH_LOOP_UNTIL(fx.base, state_downs >= 1, 3000); /* reported from the loop */
   TH_ASSERT_CMP(state_downs, >=, 1);
   TH_ASSERT(!sluice_client_is_connected(fx.c));
@@ -215,31 +210,22 @@ static void test_dead_connection_replaced(void) {
   TH_ASSERT_STR_EQ(sluice_client_last_error(fx.c),
                    "no reply within the operation timeout: connection presumed dead");
   uint64_t t0 = th_now_ms();
-  ping(fx.c, &r, 0);
-  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
-  TH_ASSERT_EQ(r.status, SLUICE_ECONNECTION); /* at once, not after 300 ms */
+  TH_ASSERT_EQ(ping_wait(&fx, &r, 0), SLUICE_ECONNECTION); /* at once, not after 300 ms */
   TH_ASSERT_CMP(th_now_ms() - t0, <, 100);
   th_redis_resume(&th_server);
-  TH_LOOP_UNTIL(fx.base, sluice_client_is_connected(fx.c), 5000);
-  TH_ASSERT(sluice_client_is_connected(fx.c));
-  ping(fx.c, &r, 0);
-  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
-  TH_ASSERT_EQ(r.status, SLUICE_OK);
+  expect_back(&fx, &r, 5000);
   client_fx_close(&fx);
 }
 
 static void test_reconnect_after_restart(void) {
   client_fx fx = client_fx_open(2000);
   result r;
-  ping(fx.c, &r, 0);
-  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
+  ping_wait(&fx, &r, 0);
   th_redis_restart(&th_server); /* scripts are gone too: NOSCRIPT path */
   uint64_t end = th_now_ms() + 5000;
   int ok = 0;
   while (!ok && th_now_ms() < end) {
-    ping(fx.c, &r, 500);
-    TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
-    ok = r.status == SLUICE_OK;
+    ok = ping_wait(&fx, &r, 500) == SLUICE_OK;
     if (!ok) th_loop_for(fx.base, 20);
   }
   TH_ASSERT(ok);
@@ -259,17 +245,16 @@ static void test_close_cancels_pending(void) {
 }
 
 static void test_connect_refused_fails_within_deadline(void) {
-  struct event_base *base = event_base_new();
   sluice_client_options o;
   th_client_options(&o, "unix:///nonexistent/sluice.sock");
   o.reconnect_min_ms = 20;
-  sluice_client *c = th_client_with(base, &o);
+  client_fx fx = client_fx_open_with(&o);
   result r;
-  ping(c, &r, 300);
-  TH_ASSERT(th_loop_until(base, &r.done, 2000));
+  ping(fx.c, &r, 300);
+  TH_ASSERT(th_loop_until(fx.base, &r.done, 2000));
   TH_ASSERT_EQ(r.status, SLUICE_ECONNECTION);
-  TH_ASSERT(strlen(sluice_client_last_error(c)) > 0);
-  close_and_drain(base, c);
+  TH_ASSERT(strlen(sluice_client_last_error(fx.c)) > 0);
+  client_fx_close(&fx);
 }
 
 static void test_url_parsing(void) {
@@ -410,11 +395,11 @@ static void test_tcp_connect(void) {
 
 /* The key prefix option names every key. */
 static void test_key_prefix(void) {
-  struct event_base *base = event_base_new();
   sluice_client_options o;
   th_client_options(&o, th_server.url);
   o.key_prefix = "myapp:";
-  sluice_client *c = th_client_with(base, &o);
+  client_fx fx = client_fx_open_with(&o);
+  sluice_client *c = fx.c;
   char *k = sluice__key(c, "sem", "a", "holders");
   TH_ASSERT_STR_EQ(k, "myapp:sem:{a}:holders");
   free(k);
@@ -437,7 +422,7 @@ static void test_key_prefix(void) {
     free(k);
     sluice__rl_frame_clear(&f);
   }
-  close_and_drain(base, c);
+  client_fx_close(&fx);
 }
 
 static void test_script_embedding(void) {

@@ -84,6 +84,16 @@ static sluice_dq_consumer *push_then_consume(dq_fx *fx, sluice_dq *dq, const cha
 
 /* ---- ordering, batches, payloads ------------------------------------------- */
 
+/* A consumer of name (opts(batch, vis, maxa)) into r, once r has reached
+ * its target (15 s at most). */
+static sluice_dq_consumer *consumed(dq_fx *fx, const char *name, unsigned batch, unsigned vis,
+                                    unsigned maxa, rec *r) {
+  sluice_dq_consumer_options o = opts(batch, vis, maxa);
+  sluice_dq_consumer *con = consumer(fx->c, name, &o, r);
+  TH_ASSERT(th_loop_until(fx->base, &r->reached, 15000));
+  return con;
+}
+
 static void test_order_by_due_then_push(void) {
   dq_fx fx = dq_fx_open();
   sluice_dq *dq = dqt_queue(fx.c, "order");
@@ -100,9 +110,7 @@ static void test_order_by_due_then_push(void) {
   items[21] = (sluice_dq_item){"early", 5, 0, at - 100, "a"};
   TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, 22, NULL, NULL), SLUICE_OK);
   rec r = {.target = 22, .auto_ack = 1};
-  sluice_dq_consumer_options o = opts(4, 30000, 5);
-  sluice_dq_consumer *con = consumer(fx.c, "order", &o, &r);
-  TH_ASSERT(th_loop_until(fx.base, &r.reached, 15000));
+  sluice_dq_consumer *con = consumed(&fx, "order", 4, 30000, 5, &r);
   TH_ASSERT_STR_EQ(r.ids[0], "a");
   for (int i = 0; i < 20; i++) TH_ASSERT_STR_EQ(r.ids[1 + i], ids[i]);
   TH_ASSERT_STR_EQ(r.ids[21], "b");
@@ -155,9 +163,7 @@ static void test_binary_payload(void) {
   sluice_dq_item items[2] = {{bin, sizeof bin, 0, 0, "bin"}, {NULL, 0, 0, 0, "empty"}};
   TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, 2, NULL, NULL), SLUICE_OK);
   rec r = {.target = 2, .auto_ack = 1};
-  sluice_dq_consumer_options o = opts(16, 30000, 5);
-  sluice_dq_consumer *con = consumer(fx.c, "bin", &o, &r);
-  TH_ASSERT(th_loop_until(fx.base, &r.reached, 15000));
+  sluice_dq_consumer *con = consumed(&fx, "bin", 16, 30000, 5, &r);
   TH_ASSERT_STR_EQ(r.ids[0], "bin");
   TH_ASSERT_EQ(r.lens[0], sizeof bin);
   TH_ASSERT(memcmp(r.payloads[0], bin, sizeof bin) == 0);
@@ -186,9 +192,7 @@ static void test_cancel(void) {
   TH_ASSERT_EQ(cancel_wait(fx.base, dq, id1), SLUICE_OK);
   TH_ASSERT_EQ(cancel_wait(fx.base, dq, id1), SLUICE_ENOTFOUND);
   rec r = {.target = 1};
-  sluice_dq_consumer_options o = opts(16, 30000, 5);
-  sluice_dq_consumer *con = consumer(fx.c, "cancel", &o, &r);
-  TH_ASSERT(th_loop_until(fx.base, &r.reached, 15000));
+  sluice_dq_consumer *con = consumed(&fx, "cancel", 16, 30000, 5, &r);
   th_loop_for(fx.base, 200);
   TH_ASSERT_EQ(r.n, 1);
   TH_ASSERT_STR_EQ(r.ids[0], "two");
@@ -244,9 +248,7 @@ static void test_dedup(void) {
   TH_ASSERT_EQ(b.st[1], SLUICE_EEXIST);
   TH_ASSERT_EQ(b.st[2], SLUICE_EEXIST);
   rec r = {.target = 2, .auto_ack = 1};
-  sluice_dq_consumer_options o = opts(16, 30000, 5);
-  sluice_dq_consumer *con = consumer(fx.c, "dedup", &o, &r);
-  TH_ASSERT(th_loop_until(fx.base, &r.reached, 15000));
+  sluice_dq_consumer *con = consumed(&fx, "dedup", 16, 30000, 5, &r);
   TH_ASSERT_STR_EQ(r.payloads[0], "first");
   TH_ASSERT_STR_EQ(r.payloads[1], "a");
   wait_n(fx.base, &r.settled, 2);
@@ -472,16 +474,21 @@ static void count_push(sluice_dq *dq, int status, const char *id, int64_t due, v
   (*(int *)ud)++;
 }
 
+static sluice_dq_metrics metrics_of(const sluice_dq *dq) {
+  sluice_dq_metrics m;
+  sluice_dq_get_metrics(dq, &m);
+  return m;
+}
+
 /* max_pending_pushes counts messages in flight over every queue of the
  * client: beyond it a push or batch fails at once with SLUICE_EFULL, and
  * room comes back as answers arrive. The metrics show both. */
 static void test_pending_pushes_capped(void) {
-  struct event_base *base = event_base_new();
   sluice_client_options co;
   th_client_options(&co, th_server.url);
   co.max_pending_pushes = 10;
-  sluice_client *c = th_client_with(base, &co);
-  sluice_dq *a = dqt_queue(c, "cap-a"), *b = dqt_queue(c, "cap-b");
+  dq_fx fx = dq_fx_open_with(&co);
+  sluice_dq *a = dqt_queue(fx.c, "cap-a"), *b = dqt_queue(fx.c, "cap-b");
   sluice_dq_item it = {"x", 1, 60000, 0, NULL}, items[4] = {it, it, it, it};
   int answered = 0;
   for (int i = 0; i < 7; i++)
@@ -489,17 +496,15 @@ static void test_pending_pushes_capped(void) {
   TH_ASSERT_EQ(sluice_dq_push_batch(b, items, 4, NULL, NULL), SLUICE_EFULL); /* 7 + 4 > 10 */
   TH_ASSERT_EQ(sluice_dq_push_batch(b, items, 3, NULL, NULL), SLUICE_OK);
   TH_ASSERT_EQ(sluice_dq_push(a, &it, count_push, &answered), SLUICE_EFULL);
-  sluice_dq_metrics ma, mb;
-  sluice_dq_get_metrics(a, &ma);
-  sluice_dq_get_metrics(b, &mb);
+  sluice_dq_metrics ma = metrics_of(a), mb = metrics_of(b);
   TH_ASSERT_EQ(ma.in_flight, 7);
   TH_ASSERT_EQ(ma.full, 1);
   TH_ASSERT_EQ(mb.in_flight, 3);
   TH_ASSERT_EQ(mb.full, 4);
-  wait_n(base, &answered, 7);
-  TH_LOOP_UNTIL(base, (sluice_dq_get_metrics(b, &mb), mb.in_flight == 0), 5000); /* b's batch */
-  sluice_dq_get_metrics(a, &ma);
-  sluice_dq_get_metrics(b, &mb);
+  wait_n(fx.base, &answered, 7);
+  TH_LOOP_UNTIL(fx.base, metrics_of(b).in_flight == 0, 5000); /* b's batch */
+  ma = metrics_of(a);
+  mb = metrics_of(b);
   TH_ASSERT_EQ(ma.in_flight + mb.in_flight, 0);
   TH_ASSERT_EQ(ma.pushed + mb.pushed, 10);
   TH_ASSERT_EQ(sluice_dq_push_batch(b, (sluice_dq_item[10]){it, it, it, it, it, it, it, it, it, it},
@@ -507,7 +512,7 @@ static void test_pending_pushes_capped(void) {
                SLUICE_OK);
   sluice_dq_free(a);
   sluice_dq_free(b);
-  dqt_finish(base, c);
+  dq_fx_close(&fx);
 }
 
 /* The record of unreplicated writes keeps a push request as one entry,
@@ -515,26 +520,25 @@ static void test_pending_pushes_capped(void) {
  * batches of 100 go (each once the other is answered), a third is refused
  * while the first two are kept (a standalone Redis keeps them 3 s). */
 static void test_record_counts_requests(void) {
-  struct event_base *base = event_base_new();
   sluice_client_options co;
   th_client_options(&co, th_server.url);
   co.replay_max_entries = 2;
-  sluice_client *c = th_client_with(base, &co);
-  sluice_dq *dq = dqt_queue(c, "rec");
+  dq_fx fx = dq_fx_open_with(&co);
+  sluice_dq *dq = dqt_queue(fx.c, "rec");
   sluice_dq_item it = {"x", 1, 60000, 0, NULL}, items[100];
   for (int i = 0; i < 100; i++) items[i] = it;
   for (int i = 0; i < 2; i++) {
     batch_res b = {0};
     TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, 100, on_batch, &b), SLUICE_OK);
-    TH_ASSERT(th_loop_until(base, &b.done, 5000));
+    TH_ASSERT(th_loop_until(fx.base, &b.done, 5000));
     TH_ASSERT_EQ(b.status, SLUICE_OK);
   }
   TH_ASSERT_EQ(sluice_dq_push_batch(dq, items, 100, NULL, NULL), SLUICE_EFULL);
   sluice_client_metrics m;
-  sluice_client_get_metrics(c, &m);
+  sluice_client_get_metrics(fx.c, &m);
   TH_ASSERT_EQ(m.record_entries, 2);
   sluice_dq_free(dq);
-  dqt_finish(base, c);
+  dq_fx_close(&fx);
 }
 
 /* ---- scripts called directly --------------------------------------------------- */
@@ -781,24 +785,20 @@ static void test_bad_input(void) {
 
 /* ---- lifetime ---------------------------------------------------------------- */
 
+/* A case's object freed from its own callback: the consumer (its handle),
+ * callbacks run, the ack's answer. */
 typedef struct free_ctx {
   sluice_dq_consumer *con;
-  sluice_dq *dq;
-  int n, acked, ack_status;
+  int n;
+  th_status ack;
 } free_ctx;
-
-static void on_free_ack(sluice_dq_consumer *con, int status, const char *id, void *ud) {
-  free_ctx *f = ud;
-  f->acked++;
-  f->ack_status = status;
-}
 
 /* Frees its own consumer on the first message of a batch of 5, then acks. */
 static void freeing_handler(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
   free_ctx *f = ud;
   f->n++;
   sluice_dq_consumer_free(con);
-  TH_ASSERT_EQ(sluice_dq_ack(m, on_free_ack, f), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_ack(m, dqt_settled_cb, &f->ack), SLUICE_OK);
 }
 
 static void free_dq_in_cb(sluice_dq *dq, int status, const char *id, int64_t due, void *ud) {
@@ -817,9 +817,9 @@ static void test_free_inside_callbacks(void) {
   sluice_dq_consumer_options o = opts(16, 30000, 5);
   TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, "selffree", &o, freeing_handler, &f, &f.con),
                SLUICE_OK);
-  TH_ASSERT(th_loop_until(fx.base, &f.acked, 3000));
+  TH_ASSERT(th_loop_until(fx.base, &f.ack.done, 3000));
   TH_ASSERT_EQ(f.n, 1);
-  TH_ASSERT_EQ(f.ack_status, SLUICE_OK);
+  TH_ASSERT_EQ(f.ack.status, SLUICE_OK);
   /* The other four went straight back to the queue, uncounted. */
   dqt_info in;
   uint64_t end = th_now_ms() + 2000;
@@ -1189,26 +1189,25 @@ static void test_take_sent_again(void) {
  * messages its first take took once the server is back, not after their
  * visibility deadline (60 s here). */
 static void test_lost_take_handed_back(void) {
-  struct event_base *base = event_base_new();
   sluice_client_options co;
   th_client_options(&co, th_server.url);
   co.op_timeout_ms = 200;
-  sluice_client *c = th_client_with(base, &co);
-  sluice_dq *dq = dqt_queue(c, "lostq");
+  dq_fx fx = dq_fx_open_with(&co);
+  sluice_dq *dq = dqt_queue(fx.c, "lostq");
   dqt_push p;
-  for (int i = 0; i < 5; i++) TH_ASSERT_EQ(dqt_push_wait(base, dq, NULL, "x", 0, &p), SLUICE_OK);
+  for (int i = 0; i < 5; i++) TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, NULL, "x", 0, &p), SLUICE_OK);
   th_redis_pause(&th_server);
   int last_error = 0;
   rec r = {.target = 5, .auto_ack = 1};
   sluice_dq_consumer_options o = opts(10, 60000, 0);
-  sluice_dq_consumer *con = consumer(c, "lostq", &o, &r);
+  sluice_dq_consumer *con = consumer(fx.c, "lostq", &o, &r);
   sluice_dq_consumer_set_error_cb(con, on_consumer_error, &last_error);
-  int reported = th_loop_until(base, &last_error, 3000);
+  int reported = th_loop_until(fx.base, &last_error, 3000);
   th_redis_resume(&th_server);
   TH_ASSERT(reported);
   TH_ASSERT_EQ(last_error, SLUICE_ETIMEDOUT);
   uint64_t t0 = th_now_ms();
-  wait_n(base, &r.n, 5);
+  wait_n(fx.base, &r.n, 5);
   th_note("delivered %d, %llu ms after the server came back\n", r.n,
           (unsigned long long)(th_now_ms() - t0));
   TH_ASSERT_CMP(th_now_ms() - t0, <, 10000);
@@ -1216,36 +1215,31 @@ static void test_lost_take_handed_back(void) {
     TH_ASSERT_EQ(r.attempts[i], 1);
     for (int j = 0; j < i; j++) TH_ASSERT(strcmp(r.ids[i], r.ids[j]) != 0);
   }
-  wait_n(base, &r.settled, 5);
+  wait_n(fx.base, &r.settled, 5);
   for (int i = 0; i < 5; i++) TH_ASSERT_EQ(r.settle_status[i], SLUICE_OK);
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dqt_finish(base, c);
+  dq_case_close(&fx, con, dq);
 }
 
 static void test_error_callback_and_names(void) {
-  struct event_base *base = event_base_new();
   sluice_client_options co;
   th_client_options(&co, th_server.url);
   co.op_timeout_ms = 200;
-  sluice_client *c = th_client_with(base, &co);
-  sluice_dq *dq = dqt_queue(c, "errq");
+  dq_fx fx = dq_fx_open_with(&co);
+  sluice_dq *dq = dqt_queue(fx.c, "errq");
   TH_ASSERT_STR_EQ(sluice_dq_name(dq), "errq");
   TH_ASSERT(strlen(sluice_version()) > 0);
   dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(base, dq, NULL, "x", 0, &p), SLUICE_OK); /* connected */
+  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, NULL, "x", 0, &p), SLUICE_OK); /* connected */
   th_redis_pause(&th_server);
   int last_error = 0;
   sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "errq", NULL, noop_handler, NULL, &con), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(fx.c, "errq", NULL, noop_handler, NULL, &con), SLUICE_OK);
   sluice_dq_consumer_set_error_cb(con, on_consumer_error, &last_error);
-  int reported = th_loop_until(base, &last_error, 3000);
+  int reported = th_loop_until(fx.base, &last_error, 3000);
   th_redis_resume(&th_server);
   TH_ASSERT(reported);
   TH_ASSERT_EQ(last_error, SLUICE_ETIMEDOUT);
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  dqt_finish(base, c);
+  dq_case_close(&fx, con, dq);
 }
 
 static const th_case cases[] = {

@@ -91,58 +91,80 @@ static sluice_dq_consumer *first_taker(dq_fx *fx, unsigned vis, int renew, keepe
   return con;
 }
 
+/* A case's scene: queue "lease" holding "job", taken by consumer ca
+ * (keeper a); a case may start a second one, cb (keeper b), which never
+ * renews. */
+typedef struct lease_case {
+  dq_fx fx;
+  sluice_dq *dq;
+  keeper a, b;
+  sluice_dq_consumer *ca, *cb;
+} lease_case;
+
+/* The scene with a first taker of visibility vis, renewing or not. */
+static void lease_open(lease_case *lc, unsigned vis, int renew) {
+  memset(lc, 0, sizeof *lc);
+  lc->fx = dq_fx_open();
+  lc->dq = queue_with_job(&lc->fx);
+  lc->ca = first_taker(&lc->fx, vis, renew, &lc->a);
+}
+
+/* Start cb, of visibility vis (it takes nothing yet). */
+static void lease_second(lease_case *lc, unsigned vis) {
+  lc->cb = keeper_consumer(lc->fx.c, vis, 0, &lc->b);
+}
+
+/* The consumers still open (a case frees its own and sets them NULL), the
+ * queue, the fixture. */
+static void lease_close(lease_case *lc) {
+  sluice_dq_consumer_free(lc->ca);
+  sluice_dq_consumer_free(lc->cb);
+  sluice_dq_free(lc->dq);
+  dq_fx_close(&lc->fx);
+}
+
 /* A handler running 10x its 300 ms visibility timeout (3 s) with
  * auto-renewal is never redelivered: a second consumer, idle all along,
  * gets nothing; the lease never lapses; the ack then counts. */
 static void test_long_handler_not_redelivered(void) {
-  dq_fx fx = dq_fx_open();
-  sluice_dq *dq = queue_with_job(&fx);
-  keeper a = {0}, b = {0};
-  sluice_dq_consumer *ca = first_taker(&fx, 300, 1, &a);
-  sluice_dq_consumer *cb = keeper_consumer(fx.c, 300, 0, &b);
+  lease_case lc;
+  lease_open(&lc, 300, 1);
+  lease_second(&lc, 300);
   uint64_t end = th_now_ms() + 3000;
   int64_t least = INT64_MAX;
-  while (th_now_ms() < end && !b.n && !a.lost) {
-    th_loop_for(fx.base, 20);
-    int64_t left = sluice_dq_msg_remaining_ms(a.held[0]);
+  while (th_now_ms() < end && !lc.b.n && !lc.a.lost) {
+    th_loop_for(lc.fx.base, 20);
+    int64_t left = sluice_dq_msg_remaining_ms(lc.a.held[0]);
     if (left < least) least = left;
   }
   th_note("least visibility left seen over 3 s: %lld ms\n", (long long)least);
-  TH_ASSERT_EQ(b.n, 0);
-  TH_ASSERT_EQ(a.n, 1);
-  TH_ASSERT_EQ(a.lost, 0);
+  TH_ASSERT_EQ(lc.b.n, 0);
+  TH_ASSERT_EQ(lc.a.n, 1);
+  TH_ASSERT_EQ(lc.a.lost, 0);
   TH_ASSERT_CMP(least, >, 0);
-  TH_ASSERT_EQ(ack_wait(fx.base, a.held[0]), SLUICE_OK);
+  TH_ASSERT_EQ(ack_wait(lc.fx.base, lc.a.held[0]), SLUICE_OK);
   dqt_info in;
-  TH_ASSERT_EQ(dqt_inspect(fx.base, dq, &in).in_flight + in.info.delayed, 0);
-  sluice_dq_consumer_free(ca);
-  sluice_dq_consumer_free(cb);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  TH_ASSERT_EQ(dqt_inspect(lc.fx.base, lc.dq, &in).in_flight + in.info.delayed, 0);
+  lease_close(&lc);
 }
 
 /* An extension by hand: held far past its 100 ms visibility, the message
  * is not redelivered; remaining_ms counts from the new deadline. */
 static void test_extend_by_hand(void) {
-  dq_fx fx = dq_fx_open();
-  sluice_dq *dq = queue_with_job(&fx);
-  keeper a = {0}, b = {0};
-  sluice_dq_consumer *ca = first_taker(&fx, 100, 0, &a);
-  TH_ASSERT_EQ(extend_wait(fx.base, a.held[0], 2000), SLUICE_OK);
-  TH_ASSERT_CMP(sluice_dq_msg_remaining_ms(a.held[0]), >, 1000);
-  sluice_dq_consumer *cb = keeper_consumer(fx.c, 100, 0, &b);
-  th_loop_for(fx.base, 600);
-  TH_ASSERT_EQ(b.n, 0);
-  TH_ASSERT_EQ(a.lost, 0);
+  lease_case lc;
+  lease_open(&lc, 100, 0);
+  TH_ASSERT_EQ(extend_wait(lc.fx.base, lc.a.held[0], 2000), SLUICE_OK);
+  TH_ASSERT_CMP(sluice_dq_msg_remaining_ms(lc.a.held[0]), >, 1000);
+  lease_second(&lc, 100);
+  th_loop_for(lc.fx.base, 600);
+  TH_ASSERT_EQ(lc.b.n, 0);
+  TH_ASSERT_EQ(lc.a.lost, 0);
   /* A shorter extension keeps the later deadline. */
-  TH_ASSERT_EQ(extend_wait(fx.base, a.held[0], 1), SLUICE_OK);
-  th_loop_for(fx.base, 200);
-  TH_ASSERT_EQ(b.n, 0);
-  TH_ASSERT_EQ(ack_wait(fx.base, a.held[0]), SLUICE_OK);
-  sluice_dq_consumer_free(ca);
-  sluice_dq_consumer_free(cb);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  TH_ASSERT_EQ(extend_wait(lc.fx.base, lc.a.held[0], 1), SLUICE_OK);
+  th_loop_for(lc.fx.base, 200);
+  TH_ASSERT_EQ(lc.b.n, 0);
+  TH_ASSERT_EQ(ack_wait(lc.fx.base, lc.a.held[0]), SLUICE_OK);
+  lease_close(&lc);
 }
 
 /* Held past its deadline and taken by another consumer, the first
@@ -150,79 +172,75 @@ static void test_extend_by_hand(void) {
  * SLUICE_ELATE, the lost callback fires once, and the new delivery's token
  * is larger; it extends and acks. */
 static void test_extend_after_redelivery_refused(void) {
-  dq_fx fx = dq_fx_open();
-  sluice_dq *dq = queue_with_job(&fx);
-  keeper a = {0}, b = {0};
-  sluice_dq_consumer *ca = first_taker(&fx, 100, 0, &a);
-  sluice_dq_consumer_free(ca); /* takes nothing more; its message stays valid */
-  sluice_dq_consumer *cb = keeper_consumer(fx.c, 100, 0, &b);
-  TH_ASSERT(th_loop_until(fx.base, &b.n, 5000));
-  TH_ASSERT_EQ(b.attempts[0], 2);
-  TH_ASSERT_CMP(b.tokens[0], >, a.tokens[0]);
+  lease_case lc;
+  lease_open(&lc, 100, 0);
+  sluice_dq_consumer_free(lc.ca); /* takes nothing more; its message stays valid */
+  lc.ca = NULL;
+  lease_second(&lc, 100);
+  TH_ASSERT(th_loop_until(lc.fx.base, &lc.b.n, 5000));
+  TH_ASSERT_EQ(lc.b.attempts[0], 2);
+  TH_ASSERT_CMP(lc.b.tokens[0], >, lc.a.tokens[0]);
   /* a's consumer is freed, but its delivered message is still its own:
    * refusals come back, and the loss is reported. */
-  TH_ASSERT_EQ(extend_wait(fx.base, a.held[0], 5000), SLUICE_ELATE);
-  TH_ASSERT_EQ(a.lost, 1);
-  TH_ASSERT_EQ(a.lost_reason, SLUICE_ELATE);
-  TH_ASSERT_EQ(ack_wait(fx.base, a.held[0]), SLUICE_ELATE);
-  TH_ASSERT_EQ(extend_wait(fx.base, b.held[0], 5000), SLUICE_OK);
-  TH_ASSERT_CMP(sluice_dq_msg_remaining_ms(b.held[0]), >, 1000);
-  TH_ASSERT_EQ(ack_wait(fx.base, b.held[0]), SLUICE_OK);
-  sluice_dq_consumer_free(cb);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  TH_ASSERT_EQ(extend_wait(lc.fx.base, lc.a.held[0], 5000), SLUICE_ELATE);
+  TH_ASSERT_EQ(lc.a.lost, 1);
+  TH_ASSERT_EQ(lc.a.lost_reason, SLUICE_ELATE);
+  TH_ASSERT_EQ(ack_wait(lc.fx.base, lc.a.held[0]), SLUICE_ELATE);
+  TH_ASSERT_EQ(extend_wait(lc.fx.base, lc.b.held[0], 5000), SLUICE_OK);
+  TH_ASSERT_CMP(sluice_dq_msg_remaining_ms(lc.b.held[0]), >, 1000);
+  TH_ASSERT_EQ(ack_wait(lc.fx.base, lc.b.held[0]), SLUICE_OK);
+  lease_close(&lc);
 }
 
 /* The same with both consumers alive: the stale one's lost callback fires
  * once, with the message and SLUICE_ELATE, however often it extends. */
 static void test_lost_callback_once(void) {
-  dq_fx fx = dq_fx_open();
-  sluice_dq *dq = queue_with_job(&fx);
-  keeper a = {0}, b = {0};
-  sluice_dq_consumer *ca = first_taker(&fx, 100, 0, &a);
+  lease_case lc;
+  lease_open(&lc, 100, 0);
   /* Redelivered every 100 ms, to a or to b, until b has it: b keeps it
    * (5 s), however slow the client is (valgrind). */
-  sluice_dq_consumer *cb = keeper_consumer(fx.c, 5000, 0, &b);
+  lease_second(&lc, 5000);
   uint64_t end = th_now_ms() + 5000;
-  while (b.n < 1 && th_now_ms() < end) th_loop_for(fx.base, 5);
-  TH_ASSERT_EQ(b.n, 1);
-  sluice_dq_msg *stale = a.held[0];
-  TH_ASSERT_EQ(extend_wait(fx.base, stale, 1000), SLUICE_ELATE);
-  TH_ASSERT_EQ(a.lost, 1);
-  TH_ASSERT_EQ(a.lost_reason, SLUICE_ELATE);
-  TH_ASSERT(a.lost_msg == stale);
+  while (lc.b.n < 1 && th_now_ms() < end) th_loop_for(lc.fx.base, 5);
+  TH_ASSERT_EQ(lc.b.n, 1);
+  sluice_dq_msg *stale = lc.a.held[0];
+  TH_ASSERT_EQ(extend_wait(lc.fx.base, stale, 1000), SLUICE_ELATE);
+  TH_ASSERT_EQ(lc.a.lost, 1);
+  TH_ASSERT_EQ(lc.a.lost_reason, SLUICE_ELATE);
+  TH_ASSERT(lc.a.lost_msg == stale);
   TH_ASSERT_EQ(sluice_dq_msg_remaining_ms(stale), 0);
-  TH_ASSERT_EQ(extend_wait(fx.base, stale, 1000), SLUICE_ELATE);
-  th_loop_for(fx.base, 50);
-  TH_ASSERT_EQ(a.lost, 1);
-  TH_ASSERT_EQ(ack_wait(fx.base, stale), SLUICE_ELATE);
-  sluice_dq_msg *fresh = b.held[0];
-  TH_ASSERT_CMP(sluice_dq_msg_delivery(fresh), >, a.tokens[a.n - 1]);
-  TH_ASSERT_EQ(ack_wait(fx.base, fresh), SLUICE_OK);
+  TH_ASSERT_EQ(extend_wait(lc.fx.base, stale, 1000), SLUICE_ELATE);
+  th_loop_for(lc.fx.base, 50);
+  TH_ASSERT_EQ(lc.a.lost, 1);
+  TH_ASSERT_EQ(ack_wait(lc.fx.base, stale), SLUICE_ELATE);
+  sluice_dq_msg *fresh = lc.b.held[0];
+  TH_ASSERT_CMP(sluice_dq_msg_delivery(fresh), >, lc.a.tokens[lc.a.n - 1]);
+  TH_ASSERT_EQ(ack_wait(lc.fx.base, fresh), SLUICE_OK);
   /* a may have had "job" again before b kept it: those deliveries end
    * when settled, and find it acked (gone). */
-  for (int i = 1; i < a.n; i++) TH_ASSERT_EQ(ack_wait(fx.base, a.held[i]), SLUICE_ENOTFOUND);
+  for (int i = 1; i < lc.a.n; i++)
+    TH_ASSERT_EQ(ack_wait(lc.fx.base, lc.a.held[i]), SLUICE_ENOTFOUND);
   /* A cancelled message's extension finds it gone (a alone takes now). */
-  sluice_dq_consumer_free(cb);
+  sluice_dq_consumer_free(lc.cb);
+  lc.cb = NULL;
   dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "gone", "x", 0, &p), SLUICE_OK);
-  int had = a.n;
+  TH_ASSERT_EQ(dqt_push_wait(lc.fx.base, lc.dq, "gone", "x", 0, &p), SLUICE_OK);
+  int had = lc.a.n;
   end = th_now_ms() + 5000;
-  while (a.n == had && th_now_ms() < end) th_loop_for(fx.base, 5);
-  TH_ASSERT_EQ(a.n, had + 1);
-  keeper *who = &a;
+  while (lc.a.n == had && th_now_ms() < end) th_loop_for(lc.fx.base, 5);
+  TH_ASSERT_EQ(lc.a.n, had + 1);
+  keeper *who = &lc.a;
   sluice_dq_msg *gone = who->held[who->n - 1];
   TH_ASSERT_STR_EQ(sluice_dq_msg_id(gone), "gone");
   th_status st = {0, 0};
-  TH_ASSERT_EQ(answered(fx.base, sluice_dq_cancel(dq, "gone", dqt_status_cb, &st), &st), SLUICE_OK);
+  TH_ASSERT_EQ(answered(lc.fx.base, sluice_dq_cancel(lc.dq, "gone", dqt_status_cb, &st), &st),
+               SLUICE_OK);
   int lost_before = who->lost;
-  TH_ASSERT_EQ(extend_wait(fx.base, gone, 1000), SLUICE_ENOTFOUND);
+  TH_ASSERT_EQ(extend_wait(lc.fx.base, gone, 1000), SLUICE_ENOTFOUND);
   TH_ASSERT_EQ(who->lost, lost_before + 1);
   TH_ASSERT_EQ(who->lost_reason, SLUICE_ENOTFOUND);
-  TH_ASSERT_EQ(ack_wait(fx.base, gone), SLUICE_ENOTFOUND);
-  sluice_dq_consumer_free(ca);
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  TH_ASSERT_EQ(ack_wait(lc.fx.base, gone), SLUICE_ENOTFOUND);
+  lease_close(&lc);
 }
 
 /* Delivery tokens grow: across messages of one take, across takes, and
@@ -258,11 +276,9 @@ static void test_delivery_tokens_increase(void) {
 
 /* Bad input gets a clear status, never a crash. */
 static void test_bad_input(void) {
-  dq_fx fx = dq_fx_open();
-  sluice_dq *dq = queue_with_job(&fx);
-  keeper k = {0};
-  sluice_dq_consumer *con = first_taker(&fx, 1000, 0, &k);
-  sluice_dq_msg *m = k.held[0];
+  lease_case lc;
+  lease_open(&lc, 1000, 0);
+  sluice_dq_msg *m = lc.a.held[0];
   TH_ASSERT_EQ(sluice_dq_msg_extend(NULL, 1000, NULL, NULL), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_dq_msg_extend(m, 0, NULL, NULL), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_dq_msg_extend(m, -1, NULL, NULL), SLUICE_EINVAL);
@@ -270,12 +286,12 @@ static void test_bad_input(void) {
   TH_ASSERT_EQ(sluice_dq_msg_extend(m, INT64_MAX, NULL, NULL), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_dq_msg_extend(m, SLUICE_DQ_TIME_MAX, NULL, NULL), SLUICE_OK);
   TH_ASSERT_EQ(sluice_dq_consumer_set_auto_renew(NULL, 1), SLUICE_EINVAL);
-  TH_ASSERT_EQ(sluice_dq_consumer_set_auto_renew(con, 2), SLUICE_EINVAL);
-  TH_ASSERT_EQ(sluice_dq_consumer_set_auto_renew(con, -1), SLUICE_EINVAL);
-  sluice_dq_consumer_set_lost_cb(NULL, on_lost, &k);
+  TH_ASSERT_EQ(sluice_dq_consumer_set_auto_renew(lc.ca, 2), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_dq_consumer_set_auto_renew(lc.ca, -1), SLUICE_EINVAL);
+  sluice_dq_consumer_set_lost_cb(NULL, on_lost, &lc.a);
   TH_ASSERT_EQ(sluice_dq_msg_delivery(NULL), 0);
-  TH_ASSERT_EQ(ack_wait(fx.base, m), SLUICE_OK);
-  dq_case_close(&fx, con, dq);
+  TH_ASSERT_EQ(ack_wait(lc.fx.base, m), SLUICE_OK);
+  lease_close(&lc);
 }
 
 /* An extension still out when the message is settled or the consumer
@@ -289,31 +305,30 @@ static void settle_on_lost(sluice_dq_consumer *con, sluice_dq_msg *m, int reason
 }
 
 static void test_settle_with_extension_out(void) {
-  dq_fx fx = dq_fx_open();
-  sluice_dq *dq = queue_with_job(&fx);
-  keeper k = {0};
-  sluice_dq_consumer *con = first_taker(&fx, 1000, 1, &k);
+  lease_case lc;
+  lease_open(&lc, 1000, 1);
   th_status ext = {0, 0};
-  TH_ASSERT_EQ(sluice_dq_msg_extend(k.held[0], 5000, on_settle, &ext), SLUICE_OK);
-  TH_ASSERT_EQ(ack_wait(fx.base, k.held[0]), SLUICE_OK);
-  TH_ASSERT(th_loop_until(fx.base, &ext.done, 5000));
+  TH_ASSERT_EQ(sluice_dq_msg_extend(lc.a.held[0], 5000, on_settle, &ext), SLUICE_OK);
+  TH_ASSERT_EQ(ack_wait(lc.fx.base, lc.a.held[0]), SLUICE_OK);
+  TH_ASSERT(th_loop_until(lc.fx.base, &ext.done, 5000));
   /* Settlements of a turn go first: the extension finds it acknowledged,
    * and a message already settled is lost to nobody. */
   TH_ASSERT_EQ(ext.status, SLUICE_ENOTFOUND);
-  TH_ASSERT_EQ(k.lost, 0);
+  TH_ASSERT_EQ(lc.a.lost, 0);
   /* Lost inside: settled and the consumer freed from its own callback. */
   dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(fx.base, dq, "two", "x", 0, &p), SLUICE_OK);
+  TH_ASSERT_EQ(dqt_push_wait(lc.fx.base, lc.dq, "two", "x", 0, &p), SLUICE_OK);
   uint64_t end = th_now_ms() + 5000;
-  while (k.n < 2 && th_now_ms() < end) th_loop_for(fx.base, 5);
-  TH_ASSERT_EQ(k.n, 2);
-  sluice_dq_consumer_set_lost_cb(con, settle_on_lost, &k);
+  while (lc.a.n < 2 && th_now_ms() < end) th_loop_for(lc.fx.base, 5);
+  TH_ASSERT_EQ(lc.a.n, 2);
+  sluice_dq_consumer_set_lost_cb(lc.ca, settle_on_lost, &lc.a);
   th_status st = {0, 0};
-  TH_ASSERT_EQ(answered(fx.base, sluice_dq_cancel(dq, "two", dqt_status_cb, &st), &st), SLUICE_OK);
-  TH_ASSERT_EQ(sluice_dq_msg_extend(k.held[1], 1000, NULL, NULL), SLUICE_OK);
-  TH_ASSERT(th_loop_until(fx.base, &k.lost, 5000));
-  sluice_dq_free(dq);
-  dq_fx_close(&fx);
+  TH_ASSERT_EQ(answered(lc.fx.base, sluice_dq_cancel(lc.dq, "two", dqt_status_cb, &st), &st),
+               SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_msg_extend(lc.a.held[1], 1000, NULL, NULL), SLUICE_OK);
+  TH_ASSERT(th_loop_until(lc.fx.base, &lc.a.lost, 5000));
+  lc.ca = NULL; /* freed in its lost callback */
+  lease_close(&lc);
 }
 
 /* With Redis paused past the deadline no renewal is confirmed: the
@@ -322,30 +337,28 @@ static void test_settle_with_extension_out(void) {
  * ack is late (or, if Redis ran the renewal sent before the pause late
  * enough, the ack counts). */
 static void test_lost_when_renewals_stall(void) {
-  dq_fx fx = dq_fx_open();
-  sluice_dq *dq = queue_with_job(&fx);
-  keeper k = {0};
-  sluice_dq_consumer *con = first_taker(&fx, 300, 1, &k);
-  th_loop_for(fx.base, 400); /* renewed at least once */
-  TH_ASSERT_EQ(k.lost, 0);
+  lease_case lc;
+  lease_open(&lc, 300, 1);
+  th_loop_for(lc.fx.base, 400); /* renewed at least once */
+  TH_ASSERT_EQ(lc.a.lost, 0);
   th_redis_pause(&th_server);
-  int lost = th_loop_until(fx.base, &k.lost, 2000);
+  int lost = th_loop_until(lc.fx.base, &lc.a.lost, 2000);
   th_redis_resume(&th_server);
   TH_ASSERT(lost);
-  TH_ASSERT_EQ(k.lost_reason, SLUICE_ETIMEDOUT);
-  TH_ASSERT_EQ(sluice_dq_msg_remaining_ms(k.held[0]), 0);
-  th_loop_for(fx.base, 500);
-  TH_ASSERT_EQ(k.lost, 1);
-  int st = ack_wait(fx.base, k.held[0]);
+  TH_ASSERT_EQ(lc.a.lost_reason, SLUICE_ETIMEDOUT);
+  TH_ASSERT_EQ(sluice_dq_msg_remaining_ms(lc.a.held[0]), 0);
+  th_loop_for(lc.fx.base, 500);
+  TH_ASSERT_EQ(lc.a.lost, 1);
+  int st = ack_wait(lc.fx.base, lc.a.held[0]);
   th_note("ack after the loss: %s\n", sluice_err_name(st));
   TH_ASSERT(st == SLUICE_ELATE || st == SLUICE_OK); /* Redis may have taken the renewal */
   if (st == SLUICE_ELATE) { /* it came back: to this consumer, the only one */
-    TH_LOOP_UNTIL(fx.base, k.n >= 2, 3000);
-    TH_ASSERT_CMP(k.n, >=, 2);
-    TH_ASSERT_EQ(k.attempts[1], 2);
-    TH_ASSERT_EQ(ack_wait(fx.base, k.held[1]), SLUICE_OK);
+    TH_LOOP_UNTIL(lc.fx.base, lc.a.n >= 2, 3000);
+    TH_ASSERT_CMP(lc.a.n, >=, 2);
+    TH_ASSERT_EQ(lc.a.attempts[1], 2);
+    TH_ASSERT_EQ(ack_wait(lc.fx.base, lc.a.held[1]), SLUICE_OK);
   }
-  dq_case_close(&fx, con, dq);
+  lease_close(&lc);
 }
 
 /* ---- a consumer in another process, killed ---------------------------------- */

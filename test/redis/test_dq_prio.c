@@ -54,6 +54,16 @@ static sluice_dq_consumer *start(sluice_client *c, const char *q, unsigned batch
   return con;
 }
 
+/* start on fx's client, then the loop run until g has n messages (5 s at
+ * most; the case checks what came). */
+static sluice_dq_consumer *start_until(dq_fx *fx, const char *q, unsigned batch,
+                                       unsigned max_in_flight, unsigned max_attempts, got *g,
+                                       int n) {
+  sluice_dq_consumer *con = start(fx->c, q, batch, max_in_flight, max_attempts, g);
+  TH_LOOP_UNTIL(fx->base, g->n >= n, 5000);
+  return con;
+}
+
 /* sluice_dq_push_ex, run until answered; the status, due time into p. */
 static int push_ex(struct event_base *base, sluice_dq *dq, const char *id, const char *payload,
                    int64_t delay, int64_t at, unsigned pri, int if_exists, dqt_push *p) {
@@ -62,6 +72,26 @@ static int push_ex(struct event_base *base, sluice_dq *dq, const char *id, const
   TH_ASSERT_EQ(sluice_dq_push_ex(dq, &it, pri, if_exists, dqt_on_push, p), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &p->done, 5000));
   return p->status;
+}
+
+/* A case of pushes to one queue: its fixture, the queue and the last
+ * push's answer. */
+typedef struct push_case {
+  dq_fx fx;
+  sluice_dq *dq;
+  dqt_push p;
+} push_case;
+
+static push_case push_case_open(const char *q) {
+  push_case k = {dq_fx_open(), NULL, {0}};
+  k.dq = dqt_queue(k.fx.c, q);
+  return k;
+}
+
+/* push_ex to k's queue, the answer into k->p. */
+static int push(push_case *k, const char *id, const char *payload, int64_t delay, int64_t at,
+                unsigned pri, int if_exists) {
+  return push_ex(k->fx.base, k->dq, id, payload, delay, at, pri, if_exists, &k->p);
 }
 
 /* A case's loop on libevent's precise clock (EVENT_BASE_FLAG_PRECISE_TIMER)
@@ -107,8 +137,7 @@ static void test_priority_order(void) {
   TH_LOOP_UNTIL(fx.base, next_priority != 99, 5000);
   TH_ASSERT_EQ(next_priority, 5);
   got g = {0};
-  sluice_dq_consumer *con = start(fx.c, "po", 16, 256, 5, &g);
-  TH_LOOP_UNTIL(fx.base, g.n >= 6, 5000);
+  sluice_dq_consumer *con = start_until(&fx, "po", 16, 256, 5, &g, 6);
   static const char *const want[] = {"n", "f0", "f1", "f2", "z0", "z1"};
   static const unsigned want_pri[] = {9, 5, 5, 5, 0, 0};
   for (int i = 0; i < 6; i++) {
@@ -145,8 +174,7 @@ static void test_priority_kept(void) {
   TH_ASSERT_EQ(push_ex(fx.base, dq, "lo2", "lo2", 0, 1, 0, SLUICE_DQ_REFUSE, &p), SLUICE_OK);
   TH_ASSERT_EQ(push_ex(fx.base, dq, "hi", "hi", 0, 1, 7, SLUICE_DQ_REFUSE, &p), SLUICE_OK);
   got g = {.hold = 1};
-  sluice_dq_consumer *con = start(fx.c, "pk", 1, 1, 2, &g);
-  TH_LOOP_UNTIL(fx.base, g.n >= 1, 5000);
+  sluice_dq_consumer *con = start_until(&fx, "pk", 1, 1, 2, &g, 1);
   TH_ASSERT_STR_EQ(g.ids[0], "hi");
   retry_alone(fx.base, con, g.held[0]);
   con = start(fx.c, "pk", 1, 1, 2, &g);
@@ -243,66 +271,60 @@ static void test_urgent_through_backlog(void) {
  * flight or dead answers SLUICE_EBUSY and stays as it was; a missing one
  * is pushed; without either option a push of an existing id is refused. */
 static void test_replace_only_while_waiting(void) {
-  dq_fx fx = dq_fx_open();
-  sluice_dq *dq = dqt_queue(fx.c, "rw");
-  dqt_push p;
-  TH_ASSERT_EQ(push_ex(fx.base, dq, "t", "one", 0, 0, 0, SLUICE_DQ_REPLACE, &p), SLUICE_OK);
-  TH_ASSERT_EQ(push_ex(fx.base, dq, "t", "two", 0, 0, 0, SLUICE_DQ_REFUSE, &p), SLUICE_EEXIST);
+  push_case k = push_case_open("rw");
+  TH_ASSERT_EQ(push(&k, "t", "one", 0, 0, 0, SLUICE_DQ_REPLACE), SLUICE_OK);
+  TH_ASSERT_EQ(push(&k, "t", "two", 0, 0, 0, SLUICE_DQ_REFUSE), SLUICE_EEXIST);
   got g = {.hold = 1};
-  sluice_dq_consumer *con = start(fx.c, "rw", 1, 1, 1, &g);
-  TH_LOOP_UNTIL(fx.base, g.n >= 1, 5000);
+  sluice_dq_consumer *con = start_until(&k.fx, "rw", 1, 1, 1, &g, 1);
   TH_ASSERT_STR_EQ(g.payloads[0], "one");
-  TH_ASSERT_EQ(push_ex(fx.base, dq, "t", "two", 0, 0, 0, SLUICE_DQ_REPLACE, &p), SLUICE_EBUSY);
-  TH_ASSERT_EQ(p.due, -1);
-  TH_ASSERT_EQ(push_ex(fx.base, dq, "t", "two", 5000, 0, 0, SLUICE_DQ_POSTPONE, &p), SLUICE_EBUSY);
+  TH_ASSERT_EQ(push(&k, "t", "two", 0, 0, 0, SLUICE_DQ_REPLACE), SLUICE_EBUSY);
+  TH_ASSERT_EQ(k.p.due, -1);
+  TH_ASSERT_EQ(push(&k, "t", "two", 5000, 0, 0, SLUICE_DQ_POSTPONE), SLUICE_EBUSY);
   TH_ASSERT_EQ(sluice_dq_retry(g.held[0], 0, NULL, NULL), SLUICE_OK); /* max 1: dead */
   dqt_info in;
-  TH_LOOP_UNTIL(fx.base, dqt_inspect(fx.base, dq, &in).dead == 1, 5000);
-  TH_ASSERT_EQ(push_ex(fx.base, dq, "t", "two", 0, 0, 0, SLUICE_DQ_REPLACE, &p), SLUICE_EBUSY);
+  TH_LOOP_UNTIL(k.fx.base, dqt_inspect(k.fx.base, k.dq, &in).dead == 1, 5000);
+  TH_ASSERT_EQ(push(&k, "t", "two", 0, 0, 0, SLUICE_DQ_REPLACE), SLUICE_EBUSY);
   dqt_dead d = {0};
-  TH_ASSERT_EQ(sluice_dq_dead_list(dq, 0, 10, dqt_on_dead, &d), SLUICE_OK);
-  TH_ASSERT(th_loop_until(fx.base, &d.done, 5000));
+  TH_ASSERT_EQ(sluice_dq_dead_list(k.dq, 0, 10, dqt_on_dead, &d), SLUICE_OK);
+  TH_ASSERT(th_loop_until(k.fx.base, &d.done, 5000));
   TH_ASSERT_STR_EQ(d.payload, "one");
   sluice_dq_metrics m;
-  sluice_dq_get_metrics(dq, &m);
+  sluice_dq_get_metrics(k.dq, &m);
   TH_ASSERT_EQ(m.duplicates, 1);
   TH_ASSERT_EQ(m.errors, 3);
-  TH_ASSERT_EQ(sluice_dq_push_ex(dq, &(sluice_dq_item){"x", 1, 0, 0, "u"}, 10, 0, NULL, NULL),
+  TH_ASSERT_EQ(sluice_dq_push_ex(k.dq, &(sluice_dq_item){"x", 1, 0, 0, "u"}, 10, 0, NULL, NULL),
                SLUICE_EINVAL);
-  TH_ASSERT_EQ(sluice_dq_push_ex(dq, &(sluice_dq_item){"x", 1, 0, 0, "u"}, 0, 3, NULL, NULL),
+  TH_ASSERT_EQ(sluice_dq_push_ex(k.dq, &(sluice_dq_item){"x", 1, 0, 0, "u"}, 0, 3, NULL, NULL),
                SLUICE_EINVAL);
-  dq_case_close(&fx, con, dq);
+  dq_case_close(&k.fx, con, k.dq);
 }
 
 /* Postpone moves only later and keeps the payload; replace sets payload,
  * due time and priority, earlier too. */
 static void test_postpone_and_replace(void) {
-  dq_fx fx = dq_fx_open();
-  sluice_dq *dq = dqt_queue(fx.c, "pr");
-  dqt_push p;
-  TH_ASSERT_EQ(push_ex(fx.base, dq, "m", "one", 60000, 0, 0, SLUICE_DQ_POSTPONE, &p), SLUICE_OK);
-  int64_t due = p.due;
-  TH_ASSERT_EQ(push_ex(fx.base, dq, "m", "two", 120000, 0, 0, SLUICE_DQ_POSTPONE, &p), SLUICE_OK);
-  TH_ASSERT_CMP(p.due, >=, due + 60000);
-  due = p.due;
-  TH_ASSERT_EQ(push_ex(fx.base, dq, "m", "three", 1000, 0, 0, SLUICE_DQ_POSTPONE, &p), SLUICE_OK);
-  TH_ASSERT_EQ(p.due, due); /* not earlier */
+  push_case k = push_case_open("pr");
+  TH_ASSERT_EQ(push(&k, "m", "one", 60000, 0, 0, SLUICE_DQ_POSTPONE), SLUICE_OK);
+  int64_t due = k.p.due;
+  TH_ASSERT_EQ(push(&k, "m", "two", 120000, 0, 0, SLUICE_DQ_POSTPONE), SLUICE_OK);
+  TH_ASSERT_CMP(k.p.due, >=, due + 60000);
+  due = k.p.due;
+  TH_ASSERT_EQ(push(&k, "m", "three", 1000, 0, 0, SLUICE_DQ_POSTPONE), SLUICE_OK);
+  TH_ASSERT_EQ(k.p.due, due); /* not earlier */
   dqt_info in;
-  TH_ASSERT_EQ(dqt_inspect(fx.base, dq, &in).next_due_ms, due);
+  TH_ASSERT_EQ(dqt_inspect(k.fx.base, k.dq, &in).next_due_ms, due);
   TH_ASSERT_EQ(in.info.delayed, 1);
-  TH_ASSERT_EQ(push_ex(fx.base, dq, "other", "o", 0, 1, 0, SLUICE_DQ_REFUSE, &p), SLUICE_OK);
-  TH_ASSERT_EQ(push_ex(fx.base, dq, "m", "four", 0, 1, 9, SLUICE_DQ_REPLACE, &p), SLUICE_OK);
-  TH_ASSERT_EQ(p.due, 1);
-  TH_ASSERT_EQ(dqt_inspect(fx.base, dq, &in).delayed, 2);
+  TH_ASSERT_EQ(push(&k, "other", "o", 0, 1, 0, SLUICE_DQ_REFUSE), SLUICE_OK);
+  TH_ASSERT_EQ(push(&k, "m", "four", 0, 1, 9, SLUICE_DQ_REPLACE), SLUICE_OK);
+  TH_ASSERT_EQ(k.p.due, 1);
+  TH_ASSERT_EQ(dqt_inspect(k.fx.base, k.dq, &in).delayed, 2);
   got g = {0};
-  sluice_dq_consumer *con = start(fx.c, "pr", 16, 256, 5, &g);
-  TH_LOOP_UNTIL(fx.base, g.n >= 2, 5000);
+  sluice_dq_consumer *con = start_until(&k.fx, "pr", 16, 256, 5, &g, 2);
   TH_ASSERT_STR_EQ(g.ids[0], "m"); /* priority 9 now, pushed after "other" */
   TH_ASSERT_STR_EQ(g.payloads[0], "four");
   TH_ASSERT_STR_EQ(g.ids[1], "other");
-  th_loop_for(fx.base, 100);
+  th_loop_for(k.fx.base, 100);
   TH_ASSERT_EQ(g.n, 2);
-  dq_case_close(&fx, con, dq);
+  dq_case_close(&k.fx, con, k.dq);
 }
 
 enum { DEBOUNCE_N = 1000, DEBOUNCE_MS = 2000 };
@@ -369,12 +391,10 @@ static long long version_of(const th_redis *r, const char *hash, const char *id)
  * carries the version Redis gave it: applied over an older version, never
  * over a newer one (raw calls, as the record sends them). */
 static void test_replayed_replace_keeps_newer(void) {
-  dq_fx fx = dq_fx_open();
-  sluice_dq *dq = dqt_queue(fx.c, "rv");
-  dqt_push p;
-  TH_ASSERT_EQ(push_ex(fx.base, dq, "m", "one", 60000, 0, 0, SLUICE_DQ_REPLACE, &p), SLUICE_OK);
+  push_case k = push_case_open("rv");
+  TH_ASSERT_EQ(push(&k, "m", "one", 60000, 0, 0, SLUICE_DQ_REPLACE), SLUICE_OK);
   long long v1 = version_of(&th_server, "sluice:dq:{rv}:h", "m");
-  TH_ASSERT_EQ(push_ex(fx.base, dq, "m", "two", 60000, 0, 0, SLUICE_DQ_REPLACE, &p), SLUICE_OK);
+  TH_ASSERT_EQ(push(&k, "m", "two", 60000, 0, 0, SLUICE_DQ_REPLACE), SLUICE_OK);
   long long v2 = version_of(&th_server, "sluice:dq:{rv}:h", "m");
   TH_ASSERT_CMP(v2, >, v1);
   static const char *const keys =
@@ -385,7 +405,7 @@ static void test_replayed_replace_keeps_newer(void) {
            v1);
   redisReply *r = th_redis_command(&th_server, cmd);
   TH_ASSERT(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2); /* due, sequence */
-  TH_ASSERT_EQ(r->element[0]->integer, p.due);                      /* the newer one's, untouched */
+  TH_ASSERT_EQ(r->element[0]->integer, k.p.due);                    /* the newer one's, untouched */
   freeReplyObject(r);
   snprintf(cmd, sizeof cmd, "EVALSHA %s 5 %s 1000 m ar@%lld 1 newer", sluice__lua_dq_push.sha, keys,
            v2 + 1);
@@ -395,10 +415,9 @@ static void test_replayed_replace_keeps_newer(void) {
   freeReplyObject(r);
   TH_ASSERT_EQ(version_of(&th_server, "sluice:dq:{rv}:h", "m"), v2 + 1);
   got g = {0};
-  sluice_dq_consumer *con = start(fx.c, "rv", 16, 256, 5, &g);
-  TH_LOOP_UNTIL(fx.base, g.n >= 1, 5000);
+  sluice_dq_consumer *con = start_until(&k.fx, "rv", 16, 256, 5, &g, 1);
   TH_ASSERT_STR_EQ(g.payloads[0], "newer");
-  dq_case_close(&fx, con, dq);
+  dq_case_close(&k.fx, con, k.dq);
 }
 
 static const th_case cases[] = {

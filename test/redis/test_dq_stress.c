@@ -251,9 +251,9 @@ static void test_crash_redelivery(void) {
   struct event_base *base = event_base_new();
   sluice_client *c = dqt_client(base);
   /* A consumer takes a batch of 10 and dies holding them. */
-  child_cfg cfg = {"crash", 10, 10, 400, 5, 0, -1};
   report held[10];
-  sluice_dq *dq = queue_after_crash(base, c, &cfg, 20, held, 10);
+  sluice_dq *dq = queue_after_crash(base, c, &(child_cfg){"crash", 10, 10, 400, 5, 0, -1}, 20, held,
+                                    10);
   uint64_t killed = th_now_ms();
   /* Another consumer gets the other ten at once, then the dead one's ten
    * after their visibility deadline, as attempt 2. */
@@ -291,9 +291,9 @@ static void test_crash_redelivery(void) {
 static void test_crash_dead_letters(void) {
   struct event_base *base = event_base_new();
   sluice_client *c = dqt_client(base);
-  child_cfg cfg = {"crashdead", 10, 10, 200, 1, 0, -1};
   report held[5];
-  sluice_dq *dq = queue_after_crash(base, c, &cfg, 5, held, 5);
+  sluice_dq *dq = queue_after_crash(base, c, &(child_cfg){"crashdead", 10, 10, 200, 1, 0, -1}, 5,
+                                    held, 5);
   /* With max_attempts 1, the expired messages go to the dead letters. */
   collect k = {.target = 5};
   sluice_dq_consumer_options o;

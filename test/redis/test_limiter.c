@@ -140,11 +140,37 @@ static void window_room(struct event_base *base, sluice_rl_algo algo, unsigned p
   }
 }
 
+/* ---- a case's loop and client ---------------------------------------------- */
+
+/* A case's loop and its client (new_client); its limiters are its own. */
+typedef struct rl_case {
+  struct event_base *base;
+  sluice_client *c;
+} rl_case;
+
+static rl_case case_open(unsigned op_timeout) {
+  rl_case fx;
+  fx.base = event_base_new();
+  TH_ASSERT(fx.base != NULL);
+  fx.c = new_client(fx.base, op_timeout);
+  return fx;
+}
+
+/* A limiter of one algorithm (new_lim), with room_ms left in its window. */
+static sluice_limiter *case_algo(rl_case *fx, const char *name, sluice_rl_algo algo, unsigned limit,
+                                 unsigned period, unsigned burst, unsigned room_ms) {
+  sluice_limiter *lim = new_lim(fx->c, name, algo, limit, period, burst);
+  window_room(fx->base, algo, period, room_ms, 0);
+  return lim;
+}
+
+/* Free lim (NULL: none), then the client and the loop (finish). */
+static void case_close(rl_case *fx, sluice_limiter *lim) { finish(fx->base, fx->c, lim); }
+
 /* ---- bad input ------------------------------------------------------------ */
 
 static void test_bad_input(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
+  rl_case fx = case_open(2000);
   sluice_limiter_options o;
   sluice_limiter *lim = (sluice_limiter *)&o;
   char big[SLUICE_NAME_MAX + 2];
@@ -156,35 +182,35 @@ static void test_bad_input(void) {
   o.period_ms = 1000;
   TH_ASSERT_EQ(sluice_limiter_new(NULL, "n", &o, &lim), SLUICE_EINVAL);
   TH_ASSERT(lim == NULL); /* *out cleared on error */
-  TH_ASSERT_EQ(sluice_limiter_new(c, NULL, &o, &lim), SLUICE_EINVAL);
-  TH_ASSERT_EQ(sluice_limiter_new(c, "", &o, &lim), SLUICE_EINVAL);
-  TH_ASSERT_EQ(sluice_limiter_new(c, big, &o, &lim), SLUICE_EINVAL);
-  TH_ASSERT_EQ(sluice_limiter_new(c, "n", NULL, &lim), SLUICE_EINVAL);
-  TH_ASSERT_EQ(sluice_limiter_new(c, "n", &o, NULL), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_limiter_new(fx.c, NULL, &o, &lim), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_limiter_new(fx.c, "", &o, &lim), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_limiter_new(fx.c, big, &o, &lim), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_limiter_new(fx.c, "n", NULL, &lim), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_limiter_new(fx.c, "n", &o, NULL), SLUICE_EINVAL);
   o.limit = 0;
-  TH_ASSERT_EQ(sluice_limiter_new(c, "n", &o, &lim), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_limiter_new(fx.c, "n", &o, &lim), SLUICE_EINVAL);
   o.limit = SLUICE_RL_LIMIT_MAX + 1u;
-  TH_ASSERT_EQ(sluice_limiter_new(c, "n", &o, &lim), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_limiter_new(fx.c, "n", &o, &lim), SLUICE_EINVAL);
   o.limit = 5;
   o.period_ms = 0;
-  TH_ASSERT_EQ(sluice_limiter_new(c, "n", &o, &lim), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_limiter_new(fx.c, "n", &o, &lim), SLUICE_EINVAL);
   o.period_ms = 1000;
   o.algo = (sluice_rl_algo)0;
-  TH_ASSERT_EQ(sluice_limiter_new(c, "n", &o, &lim), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_limiter_new(fx.c, "n", &o, &lim), SLUICE_EINVAL);
   o.algo = (sluice_rl_algo)99;
-  TH_ASSERT_EQ(sluice_limiter_new(c, "n", &o, &lim), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_limiter_new(fx.c, "n", &o, &lim), SLUICE_EINVAL);
   o.algo = SLUICE_RL_FIXED;
   o.on_redis_down = (sluice_rl_down_policy)7;
-  TH_ASSERT_EQ(sluice_limiter_new(c, "n", &o, &lim), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_limiter_new(fx.c, "n", &o, &lim), SLUICE_EINVAL);
   o.on_redis_down = SLUICE_RL_FAIL_CLOSED;
   /* GCRA whose bucket would span more than 2^52 us. */
   o.algo = SLUICE_RL_GCRA;
   o.limit = 1;
   o.period_ms = SLUICE_RL_PERIOD_MAX;
   o.burst = 100000000;
-  TH_ASSERT_EQ(sluice_limiter_new(c, "n", &o, &lim), SLUICE_EINVAL);
+  TH_ASSERT_EQ(sluice_limiter_new(fx.c, "n", &o, &lim), SLUICE_EINVAL);
 
-  lim = new_lim(c, "n", SLUICE_RL_FIXED, 5, 1000, 0);
+  lim = new_lim(fx.c, "n", SLUICE_RL_FIXED, 5, 1000, 0);
   rcv r = {0};
   TH_ASSERT_EQ(sluice_limiter_check(NULL, "k", 1, on_res, &r), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_limiter_check(lim, NULL, 1, on_res, &r), SLUICE_EINVAL);
@@ -198,12 +224,12 @@ static void test_bad_input(void) {
   TH_ASSERT_EQ(sluice_limiter_wait(lim, "k", 6, 100, on_res, &r, NULL), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_limiter_wait(lim, "", 1, 100, on_res, &r, NULL), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_limiter_wait_cancel(NULL), SLUICE_EINVAL);
-  th_loop_for(base, 20);
+  th_loop_for(fx.base, 20);
   TH_ASSERT_EQ(r.done, 0); /* refused calls never call back */
   TH_ASSERT_STR_EQ(sluice_limiter_name(lim), "n");
   /* The largest key still works. */
   big[SLUICE_NAME_MAX] = '\0';
-  TH_ASSERT_EQ(check_ok(base, lim, big, 1).res.allowed, 1);
+  TH_ASSERT_EQ(check_ok(fx.base, lim, big, 1).res.allowed, 1);
 
   sluice_rl_algo a;
   for (size_t i = 0; i < 4; i++) {
@@ -215,19 +241,17 @@ static void test_bad_input(void) {
   TH_ASSERT(sluice_rl_algo_name((sluice_rl_algo)9) == NULL);
   TH_ASSERT_STR_EQ(sluice_rl_source_name(SLUICE_RL_UNCHECKED), "unchecked");
   sluice_limiter_free(NULL);
-  finish(base, c, lim);
+  case_close(&fx, lim);
 }
 
 /* ---- decisions ------------------------------------------------------------ */
 
 static void test_basic_decisions(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
+  rl_case fx = case_open(2000);
   for (size_t i = 0; i < 4; i++) {
-    sluice_limiter *lim = new_lim(c, "basic", all_algos[i], 3, 10000, 0);
-    window_room(base, all_algos[i], 10000, 5000, 0);
+    sluice_limiter *lim = case_algo(&fx, "basic", all_algos[i], 3, 10000, 0, 5000);
     for (int n = 0; n < 3; n++) {
-      rcv r = check_ok(base, lim, "user", 1);
+      rcv r = check_ok(fx.base, lim, "user", 1);
       TH_ASSERT_EQ(r.res.allowed, 1);
       TH_ASSERT_EQ(r.res.source, SLUICE_RL_REDIS);
       TH_ASSERT_EQ(r.res.limit, 3);
@@ -236,87 +260,82 @@ static void test_basic_decisions(void) {
       TH_ASSERT_CMP(r.res.reset_after_ms, >, 0);
       TH_ASSERT_CMP(r.res.reset_after_ms, <=, 20000);
     }
-    rcv r = check_ok(base, lim, "user", 1);
+    rcv r = check_ok(fx.base, lim, "user", 1);
     TH_ASSERT_EQ(r.res.allowed, 0);
     TH_ASSERT_EQ(r.res.remaining, 0);
     TH_ASSERT_CMP(r.res.retry_after_ms, >, 0);
     TH_ASSERT_CMP(r.res.retry_after_ms, <=, 20000);
     /* Keys are separate. */
-    TH_ASSERT_EQ(check_ok(base, lim, "other", 1).res.allowed, 1);
+    TH_ASSERT_EQ(check_ok(fx.base, lim, "other", 1).res.allowed, 1);
     sluice_limiter_free(lim);
   }
-  finish(base, c, NULL);
+  case_close(&fx, NULL);
 }
 
 static void test_peek_consumes_nothing(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
+  rl_case fx = case_open(2000);
   for (size_t i = 0; i < 4; i++) {
-    sluice_limiter *lim = new_lim(c, "peek", all_algos[i], 4, 10000, 0);
-    window_room(base, all_algos[i], 10000, 5000, 0);
+    sluice_limiter *lim = case_algo(&fx, "peek", all_algos[i], 4, 10000, 0, 5000);
     for (int n = 0; n < 6; n++) {
-      rcv r = run(base, lim, "k", 1, 1);
+      rcv r = run(fx.base, lim, "k", 1, 1);
       TH_ASSERT_EQ(r.status, SLUICE_OK);
       TH_ASSERT_EQ(r.res.allowed, 1);
       TH_ASSERT_EQ(r.res.remaining, 3);
     }
     char *k = rkey(lim, "k");
     TH_ASSERT_EQ(th_redis_int(&th_server, "EXISTS %s", k), 0); /* peek wrote nothing */
-    TH_ASSERT_EQ(check_ok(base, lim, "k", 1).res.remaining, 3);
-    TH_ASSERT_EQ(check_ok(base, lim, "k", 3).res.remaining, 0);
-    rcv p = run(base, lim, "k", 1, 1);
-    rcv d = check_ok(base, lim, "k", 1);
+    TH_ASSERT_EQ(check_ok(fx.base, lim, "k", 1).res.remaining, 3);
+    TH_ASSERT_EQ(check_ok(fx.base, lim, "k", 3).res.remaining, 0);
+    rcv p = run(fx.base, lim, "k", 1, 1);
+    rcv d = check_ok(fx.base, lim, "k", 1);
     TH_ASSERT_EQ(p.res.allowed, 0);
     TH_ASSERT_EQ(d.res.allowed, 0);
     TH_ASSERT_CMP(p.res.retry_after_ms, >=, d.res.retry_after_ms);
     free(k);
     sluice_limiter_free(lim);
   }
-  finish(base, c, NULL);
+  case_close(&fx, NULL);
 }
 
 /* Denied requests leave the stored state byte for byte unchanged. */
 static void test_rejected_consume_nothing(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
+  rl_case fx = case_open(2000);
   for (size_t i = 0; i < 4; i++) {
-    sluice_limiter *lim = new_lim(c, "rej", all_algos[i], 5, 2000, 0); /* slow under valgrind */
-    window_room(base, all_algos[i], 2000, 1500, 0);
+    sluice_limiter *lim = case_algo(&fx, "rej", all_algos[i], 5, 2000, 0,
+                                    1500); /* slow under valgrind */
     char *k = rkey(lim, "k");
-    for (int n = 0; n < 5; n++) TH_ASSERT_EQ(check_ok(base, lim, "k", 1).res.allowed, 1);
+    for (int n = 0; n < 5; n++) TH_ASSERT_EQ(check_ok(fx.base, lim, "k", 1).res.allowed, 1);
     long len1, len2;
     char *before = dump_key(k, &len1);
-    rcv first = check_ok(base, lim, "k", 1);
+    rcv first = check_ok(fx.base, lim, "k", 1);
     TH_ASSERT_EQ(first.res.allowed, 0);
-    for (int n = 0; n < 20; n++) TH_ASSERT_EQ(check_ok(base, lim, "k", 1).res.allowed, 0);
+    for (int n = 0; n < 20; n++) TH_ASSERT_EQ(check_ok(fx.base, lim, "k", 1).res.allowed, 0);
     char *after = dump_key(k, &len2);
     TH_ASSERT_EQ(len1, len2);
     TH_ASSERT(len1 > 0 && memcmp(before, after, (size_t)len1) == 0);
     if (all_algos[i] == SLUICE_RL_SLIDING_LOG) TH_ASSERT_EQ(log_entries(k), 5);
     /* The first denial's retry_after still holds despite the retries since. */
-    th_loop_for(base, (unsigned)first.res.retry_after_ms);
-    TH_ASSERT_EQ(check_ok(base, lim, "k", 1).res.allowed, 1);
+    th_loop_for(fx.base, (unsigned)first.res.retry_after_ms);
+    TH_ASSERT_EQ(check_ok(fx.base, lim, "k", 1).res.allowed, 1);
     free(before);
     free(after);
     free(k);
     sluice_limiter_free(lim);
   }
-  finish(base, c, NULL);
+  case_close(&fx, NULL);
 }
 
 static void test_cost(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
+  rl_case fx = case_open(2000);
   for (size_t i = 0; i < 3; i++) { /* window algorithms: capacity = limit */
-    sluice_limiter *lim = new_lim(c, "cost", all_algos[i], 10, 60000, 0);
-    window_room(base, all_algos[i], 60000, 5000, 0);
-    rcv r = check_ok(base, lim, "k", 4);
+    sluice_limiter *lim = case_algo(&fx, "cost", all_algos[i], 10, 60000, 0, 5000);
+    rcv r = check_ok(fx.base, lim, "k", 4);
     TH_ASSERT_EQ(r.res.remaining, 6);
-    TH_ASSERT_EQ(check_ok(base, lim, "k", 4).res.remaining, 2);
-    r = check_ok(base, lim, "k", 4);
+    TH_ASSERT_EQ(check_ok(fx.base, lim, "k", 4).res.remaining, 2);
+    r = check_ok(fx.base, lim, "k", 4);
     TH_ASSERT_EQ(r.res.allowed, 0);
     TH_ASSERT_EQ(r.res.remaining, 2);
-    r = check_ok(base, lim, "k", 2);
+    r = check_ok(fx.base, lim, "k", 2);
     TH_ASSERT_EQ(r.res.allowed, 1);
     TH_ASSERT_EQ(r.res.remaining, 0);
     if (all_algos[i] == SLUICE_RL_SLIDING_LOG) { /* one entry per request, with its sum */
@@ -325,39 +344,38 @@ static void test_cost(void) {
       TH_ASSERT_EQ(th_redis_int(&th_server, "LINDEX %s -1", k), 10);
       free(k);
     }
-    TH_ASSERT_EQ(check_ok(base, lim, "k2", 10).res.allowed, 1); /* cost == limit */
+    TH_ASSERT_EQ(check_ok(fx.base, lim, "k2", 10).res.allowed, 1); /* cost == limit */
     sluice_limiter_free(lim);
   }
   /* GCRA: capacity is the burst, which may exceed the limit. */
-  sluice_limiter *lim = new_lim(c, "cost", SLUICE_RL_GCRA, 4, 60000, 8);
+  sluice_limiter *lim = new_lim(fx.c, "cost", SLUICE_RL_GCRA, 4, 60000, 8);
   rcv r = {0};
   TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 9, on_res, &r), SLUICE_EINVAL);
-  r = check_ok(base, lim, "k", 8);
+  r = check_ok(fx.base, lim, "k", 8);
   TH_ASSERT_EQ(r.res.allowed, 1);
   TH_ASSERT_EQ(r.res.limit, 8);
   TH_ASSERT_EQ(r.res.remaining, 0);
-  r = check_ok(base, lim, "k", 2);
+  r = check_ok(fx.base, lim, "k", 2);
   TH_ASSERT_EQ(r.res.allowed, 0);
   /* Two units come back after 2 emission intervals of 15 s. */
   TH_ASSERT_CMP(r.res.retry_after_ms, >, 29000);
   TH_ASSERT_CMP(r.res.retry_after_ms, <=, 30000);
-  finish(base, c, lim);
+  case_close(&fx, lim);
 }
 
 /* A request sent retry_after_ms after a denial is admitted. */
 static void test_retry_after_honest(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
+  rl_case fx = case_open(2000);
   for (size_t i = 0; i < 4; i++) {
-    sluice_limiter *lim = new_lim(c, "honest", all_algos[i], 3, 300, 2);
+    sluice_limiter *lim = new_lim(fx.c, "honest", all_algos[i], 3, 300, 2);
     for (int round = 0; round < 3; round++) {
       rcv r;
-      do r = check_ok(base, lim, "k", 1 + (unsigned)round % 2);
+      do r = check_ok(fx.base, lim, "k", 1 + (unsigned)round % 2);
       while (r.res.allowed);
       TH_ASSERT_CMP(r.res.retry_after_ms, >, 0);
       TH_ASSERT_CMP(r.res.retry_after_ms, <=, 600);
-      th_loop_for(base, (unsigned)r.res.retry_after_ms);
-      rcv again = check_ok(base, lim, "k", 1 + (unsigned)round % 2);
+      th_loop_for(fx.base, (unsigned)r.res.retry_after_ms);
+      rcv again = check_ok(fx.base, lim, "k", 1 + (unsigned)round % 2);
       if (!again.res.allowed)
         th_fail(__FILE__, __LINE__, "%s: denied %lld ms after retry_after %lld",
                 sluice_rl_algo_name(all_algos[i]), (long long)again.res.retry_after_ms,
@@ -365,32 +383,31 @@ static void test_retry_after_honest(void) {
     }
     sluice_limiter_free(lim);
   }
-  finish(base, c, NULL);
+  case_close(&fx, NULL);
 }
 
 /* ---- expiry and memory ---------------------------------------------------- */
 
 static void test_expiry(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
+  rl_case fx = case_open(2000);
   sluice_limiter *lims[4];
   char *keys[4];
   for (size_t i = 0; i < 4; i++) {
-    lims[i] = new_lim(c, "exp", all_algos[i], 10, 250, 0);
-    check_ok(base, lims[i], "idle", 3);
+    lims[i] = new_lim(fx.c, "exp", all_algos[i], 10, 250, 0);
+    check_ok(fx.base, lims[i], "idle", 3);
     keys[i] = rkey(lims[i], "idle");
     long long pttl = th_redis_int(&th_server, "PTTL %s", keys[i]);
     long long bound = all_algos[i] == SLUICE_RL_SLIDING_COUNTER ? 2 * 250 + 100 : 250 + 100;
     TH_ASSERT_CMP(pttl, >, 0);
     TH_ASSERT_CMP(pttl, <=, bound);
   }
-  th_loop_for(base, 2 * 250 + 150);
+  th_loop_for(fx.base, 2 * 250 + 150);
   for (size_t i = 0; i < 4; i++) {
     TH_ASSERT_EQ(th_redis_int(&th_server, "EXISTS %s", keys[i]), 0);
     free(keys[i]);
     sluice_limiter_free(lims[i]);
   }
-  finish(base, c, NULL);
+  case_close(&fx, NULL);
 }
 
 static void report_memory(struct event_base *base, sluice_client *c, sluice_rl_algo algo,
@@ -417,12 +434,11 @@ static void report_memory(struct event_base *base, sluice_client *c, sluice_rl_a
 }
 
 static void test_memory_per_key(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
-  for (size_t i = 0; i < 4; i++) report_memory(base, c, all_algos[i], 100);
-  report_memory(base, c, SLUICE_RL_SLIDING_LOG, 1000);
-  report_memory(base, c, SLUICE_RL_SLIDING_LOG, 10000);
-  finish(base, c, NULL);
+  rl_case fx = case_open(2000);
+  for (size_t i = 0; i < 4; i++) report_memory(fx.base, fx.c, all_algos[i], 100);
+  report_memory(fx.base, fx.c, SLUICE_RL_SLIDING_LOG, 1000);
+  report_memory(fx.base, fx.c, SLUICE_RL_SLIDING_LOG, 10000);
+  case_close(&fx, NULL);
 }
 
 /* ---- concurrency: several processes against one key ----------------------- */
@@ -484,18 +500,17 @@ static void w_fill(worker *w) {
 }
 
 static void worker_main(const worker_cfg *cfg, int ready_fd, int go_fd, int out_fd) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 10000);
+  rl_case fx = case_open(10000);
   worker w = {0};
   w.cfg = cfg;
-  w.lim = new_lim(c, "conc", cfg->algo, cfg->limit, cfg->period, cfg->burst);
+  w.lim = new_lim(fx.c, "conc", cfg->algo, cfg->limit, cfg->period, cfg->burst);
   char b = 'r';
   if (write(ready_fd, &b, 1) != 1 || read(go_fd, &b, 1) != 1) _exit(1);
   w.stop_at = th_now_ms() + cfg->run_ms;
   w_fill(&w);
-  if (!th_loop_until(base, &w.finished, 60000)) _exit(2);
+  if (!th_loop_until(fx.base, &w.finished, 60000)) _exit(2);
   if (write(out_fd, &w.out, sizeof w.out) != (ssize_t)sizeof w.out) _exit(3);
-  finish(base, c, w.lim);
+  case_close(&fx, w.lim);
   _exit(sluice__live_objects == 0 ? 0 : 4);
 }
 
@@ -691,13 +706,12 @@ static long long cmd_calls(const char *cmd) {
  * at most 255 requests each) and are decided exactly as one call each would
  * be: in issue order, each seeing the units the ones before it took. */
 static void test_batch_one_call(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
+  rl_case fx = case_open(2000);
   enum { N = 100, LIMIT = 50 };
   for (size_t a = 0; a < 4; a++) {
-    sluice_limiter *lim = new_lim(c, "batch", all_algos[a], LIMIT, 60000, 0);
-    check_ok(base, lim, "warm", 1); /* the script is cached: EVALSHA from now on */
-    window_room(base, all_algos[a], 60000, 5000, 0);
+    sluice_limiter *lim = new_lim(fx.c, "batch", all_algos[a], LIMIT, 60000, 0);
+    check_ok(fx.base, lim, "warm", 1); /* the script is cached: EVALSHA from now on */
+    window_room(fx.base, all_algos[a], 60000, 5000, 0);
     static rcv r[N];
     static int order[N];
     int norder = 0;
@@ -707,7 +721,7 @@ static void test_batch_one_call(void) {
       r[i].order = order, r[i].norder = &norder, r[i].id = i;
       TH_ASSERT_EQ(sluice_limiter_check(lim, "hot", 1, on_res, &r[i]), SLUICE_OK);
     }
-    TH_ASSERT(th_loop_until(base, &r[N - 1].done, 5000));
+    TH_ASSERT(th_loop_until(fx.base, &r[N - 1].done, 5000));
     long long calls = cmd_calls("evalsha") + cmd_calls("eval") - calls0;
     th_note("%s: %d checks in one turn took %lld script calls\n", sluice_rl_algo_name(all_algos[a]),
             N, calls);
@@ -724,7 +738,7 @@ static void test_batch_one_call(void) {
     TH_ASSERT_EQ(sluice_limiter_peek(lim, "pk", 1, on_res, &p0), SLUICE_OK);
     TH_ASSERT_EQ(sluice_limiter_check(lim, "pk", 3, on_res, &ck), SLUICE_OK);
     TH_ASSERT_EQ(sluice_limiter_peek(lim, "pk", 1, on_res, &p1), SLUICE_OK);
-    TH_ASSERT(th_loop_until(base, &p1.done, 5000));
+    TH_ASSERT(th_loop_until(fx.base, &p1.done, 5000));
     TH_ASSERT_EQ(p0.res.remaining, LIMIT - 1);
     TH_ASSERT_EQ(ck.res.remaining, LIMIT - 3);
     TH_ASSERT_EQ(p1.res.remaining, LIMIT - 4);
@@ -733,8 +747,8 @@ static void test_batch_one_call(void) {
   /* Many keys in one turn: one call too (one Redis, one route); on a
    * cluster one call per master, whatever the keys' slots (a call carries
    * a node's requests of every slot: _spread.lua). */
-  sluice_limiter *lim = new_lim(c, "batchkeys", SLUICE_RL_GCRA, 1, 60000, 0);
-  check_ok(base, lim, "warm", 1);
+  sluice_limiter *lim = new_lim(fx.c, "batchkeys", SLUICE_RL_GCRA, 1, 60000, 0);
+  check_ok(fx.base, lim, "warm", 1);
   static rcv r[300];
   memset(r, 0, sizeof r);
   long long calls0 = cmd_calls("evalsha") + cmd_calls("eval");
@@ -747,7 +761,7 @@ static void test_batch_one_call(void) {
    * answer in any order. */
   uint64_t end = th_now_ms() + 5000;
   for (int i = 0; i < 300 && th_now_ms() < end; i += r[i].done)
-    if (!r[i].done) event_base_loop(base, EVLOOP_ONCE);
+    if (!r[i].done) event_base_loop(fx.base, EVLOOP_ONCE);
   long long calls = cmd_calls("evalsha") + cmd_calls("eval") - calls0;
   th_note("300 checks on 150 keys in one turn took %lld script calls\n", calls);
   /* 150 keys' slots leave no master without any (odds 3 x (2/3)^150). */
@@ -758,22 +772,21 @@ static void test_batch_one_call(void) {
     TH_ASSERT_EQ(r[i].status, SLUICE_OK);
     TH_ASSERT_EQ(r[i].res.allowed, i < 150); /* limit 1: the second of each key is denied */
   }
-  finish(base, c, lim);
+  case_close(&fx, lim);
 }
 
 /* ---- waits ------------------------------------------------------------------ */
 
 static void test_wait_fifo(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
-  sluice_limiter *lim = new_lim(c, "fifo", SLUICE_RL_GCRA, 1, 100, 1);
+  rl_case fx = case_open(2000);
+  sluice_limiter *lim = new_lim(fx.c, "fifo", SLUICE_RL_GCRA, 1, 100, 1);
   int order[8], norder = 0;
   rcv r[6];
   memset(r, 0, sizeof r);
   uint64_t t0 = th_now_ms(); /* before the bucket is emptied */
-  TH_ASSERT_EQ(check_ok(base, lim, "k", 1).res.allowed, 1);
+  TH_ASSERT_EQ(check_ok(fx.base, lim, "k", 1).res.allowed, 1);
   sluice_client_stats st0, st1;
-  sluice_client_get_stats(c, &st0);
+  sluice_client_get_stats(fx.c, &st0);
   for (int i = 0; i < 5; i++) {
     r[i].order = order, r[i].norder = &norder, r[i].id = i;
     TH_ASSERT_EQ(sluice_limiter_wait(lim, "k", 1, 5000, on_res, &r[i], NULL), SLUICE_OK);
@@ -782,7 +795,7 @@ static void test_wait_fifo(void) {
   r[5].order = order, r[5].norder = &norder, r[5].id = 5;
   TH_ASSERT_EQ(sluice_limiter_wait(lim, "other", 1, 5000, on_res, &r[5], NULL), SLUICE_OK);
   TH_ASSERT_EQ(norder, 0);
-  TH_ASSERT(th_loop_until(base, &r[4].done, 5000));
+  TH_ASSERT(th_loop_until(fx.base, &r[4].done, 5000));
   TH_ASSERT_EQ(norder, 6);
   TH_ASSERT_EQ(order[0], 5);
   for (int i = 0; i < 5; i++) {
@@ -793,23 +806,22 @@ static void test_wait_fifo(void) {
     TH_ASSERT_CMP(r[i].at_ms - t0, >=, 100 * (uint64_t)i + 99);
   }
   /* No busy loop: about one script per waiter and retry. */
-  sluice_client_get_stats(c, &st1);
+  sluice_client_get_stats(fx.c, &st1);
   th_note("6 waits took %llu scripts\n", (unsigned long long)(st1.ops_started - st0.ops_started));
   TH_ASSERT_CMP(st1.ops_started - st0.ops_started, <=, 6 * 3);
-  finish(base, c, lim);
+  case_close(&fx, lim);
 }
 
 static void test_wait_timeout(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
+  rl_case fx = case_open(2000);
   /* Cannot pass in time: ends at once (Redis's retry_after says so). */
-  sluice_limiter *lim = new_lim(c, "wt", SLUICE_RL_FIXED, 1, 60000, 0);
-  window_room(base, SLUICE_RL_FIXED, 60000, 5000, 0);
-  check_ok(base, lim, "k", 1);
+  sluice_limiter *lim = new_lim(fx.c, "wt", SLUICE_RL_FIXED, 1, 60000, 0);
+  window_room(fx.base, SLUICE_RL_FIXED, 60000, 5000, 0);
+  check_ok(fx.base, lim, "k", 1);
   rcv r = {0};
   uint64_t t0 = th_now_ms();
   TH_ASSERT_EQ(sluice_limiter_wait(lim, "k", 1, 300, on_res, &r, NULL), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &r.done, 3000));
+  TH_ASSERT(th_loop_until(fx.base, &r.done, 3000));
   TH_ASSERT_EQ(r.status, SLUICE_ETIMEDOUT);
   TH_ASSERT(r.has_res);
   TH_ASSERT_EQ(r.res.allowed, 0);
@@ -818,58 +830,57 @@ static void test_wait_timeout(void) {
   sluice_limiter_free(lim);
 
   /* Passes within its timeout: waits retry_after, then gets it. */
-  lim = new_lim(c, "wt2", SLUICE_RL_GCRA, 1, 300, 1);
-  check_ok(base, lim, "k", 1);
+  lim = new_lim(fx.c, "wt2", SLUICE_RL_GCRA, 1, 300, 1);
+  check_ok(fx.base, lim, "k", 1);
   rcv a = {0}, b = {0};
   t0 = th_now_ms();
   TH_ASSERT_EQ(sluice_limiter_wait(lim, "k", 1, 2000, on_res, &a, NULL), SLUICE_OK);
   /* Behind it, a waiter with a short timeout expires in the queue. */
   TH_ASSERT_EQ(sluice_limiter_wait(lim, "k", 1, 100, on_res, &b, NULL), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &b.done, 3000));
+  TH_ASSERT(th_loop_until(fx.base, &b.done, 3000));
   TH_ASSERT_EQ(b.status, SLUICE_ETIMEDOUT);
   TH_ASSERT_EQ(a.done, 0);
   TH_ASSERT_CMP(b.at_ms - t0, >=, 95);
-  TH_ASSERT(th_loop_until(base, &a.done, 3000));
+  TH_ASSERT(th_loop_until(fx.base, &a.done, 3000));
   TH_ASSERT_EQ(a.status, SLUICE_OK);
   TH_ASSERT_EQ(a.res.allowed, 1);
   TH_ASSERT_CMP(a.at_ms - t0, >=, 200);
-  finish(base, c, lim);
+  case_close(&fx, lim);
 }
 
 static void test_wait_queue_full(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
+  rl_case fx = case_open(2000);
   sluice_limiter_options o;
   sluice_limiter_options_init(&o);
   o.limit = 1;
   o.period_ms = 60000;
   o.wait_queue_max = 3;
   sluice_limiter *lim;
-  TH_ASSERT_EQ(sluice_limiter_new(c, "full", &o, &lim), SLUICE_OK);
-  window_room(base, SLUICE_RL_FIXED, 60000, 5000, 0);
-  check_ok(base, lim, "k", 1);
+  TH_ASSERT_EQ(sluice_limiter_new(fx.c, "full", &o, &lim), SLUICE_OK);
+  window_room(fx.base, SLUICE_RL_FIXED, 60000, 5000, 0);
+  check_ok(fx.base, lim, "k", 1);
   rcv r[5];
   memset(r, 0, sizeof r);
   for (int i = 0; i < 4; i++)
     TH_ASSERT_EQ(sluice_limiter_wait(lim, "k", 1, 0, on_res, &r[i], NULL), SLUICE_OK);
   TH_ASSERT_EQ(r[3].done, 0); /* answered from the loop, not inside the call */
-  TH_ASSERT(th_loop_until(base, &r[3].done, 1000));
+  TH_ASSERT(th_loop_until(fx.base, &r[3].done, 1000));
   TH_ASSERT_EQ(r[3].status, SLUICE_EFULL);
   TH_ASSERT(!r[3].has_res);
   /* The queue is per key. */
   TH_ASSERT_EQ(sluice_limiter_wait(lim, "k2", 1, 0, on_res, &r[4], NULL), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &r[4].done, 3000));
+  TH_ASSERT(th_loop_until(fx.base, &r[4].done, 3000));
   TH_ASSERT_EQ(r[4].status, SLUICE_OK);
-  th_loop_for(base, 50);
+  th_loop_for(fx.base, 50);
   for (int i = 0; i < 3; i++) TH_ASSERT_EQ(r[i].done, 0);
   sluice_limiter_free(lim);
   for (int i = 0; i < 3; i++) TH_ASSERT_EQ(r[i].done, 0); /* not inside free */
-  th_loop_for(base, 50);
+  th_loop_for(fx.base, 50);
   for (int i = 0; i < 3; i++) {
     TH_ASSERT_EQ(r[i].done, 1);
     TH_ASSERT_EQ(r[i].status, SLUICE_ECANCELED);
   }
-  finish(base, c, NULL);
+  case_close(&fx, NULL);
 }
 
 /* The client's limiter_waits_max bounds the waits of all its limiters
@@ -920,10 +931,9 @@ static void test_wait_client_cap(void) {
 }
 
 static void test_wait_cancel(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
-  sluice_limiter *lim = new_lim(c, "cancel", SLUICE_RL_GCRA, 1, 200, 1);
-  check_ok(base, lim, "k", 1);
+  rl_case fx = case_open(2000);
+  sluice_limiter *lim = new_lim(fx.c, "cancel", SLUICE_RL_GCRA, 1, 200, 1);
+  check_ok(fx.base, lim, "k", 1);
   rcv r[3];
   sluice_rl_waiter *h[3];
   memset(r, 0, sizeof r);
@@ -931,17 +941,17 @@ static void test_wait_cancel(void) {
     TH_ASSERT_EQ(sluice_limiter_wait(lim, "k", 1, 5000, on_res, &r[i], &h[i]), SLUICE_OK);
   TH_ASSERT_EQ(sluice_limiter_wait_cancel(h[1]), SLUICE_OK);
   TH_ASSERT_EQ(r[1].done, 0);
-  th_loop_for(base, 30); /* let the head send its first script */
+  th_loop_for(fx.base, 30); /* let the head send its first script */
   TH_ASSERT_EQ(sluice_limiter_wait_cancel(h[0]), SLUICE_OK);
   TH_ASSERT_EQ(sluice_limiter_wait_cancel(h[0]), SLUICE_OK); /* until cb runs: no-op */
-  TH_ASSERT(th_loop_until(base, &r[2].done, 3000));
+  TH_ASSERT(th_loop_until(fx.base, &r[2].done, 3000));
   TH_ASSERT_EQ(r[0].status, SLUICE_ECANCELED);
   TH_ASSERT_EQ(r[1].status, SLUICE_ECANCELED);
   TH_ASSERT_EQ(r[0].done, 1);
   TH_ASSERT_EQ(r[1].done, 1);
   TH_ASSERT_EQ(r[2].status, SLUICE_OK); /* the next in line took over */
   TH_ASSERT_EQ(r[2].res.allowed, 1);
-  finish(base, c, lim);
+  case_close(&fx, lim);
 }
 
 /* ---- teardown --------------------------------------------------------------- */
@@ -985,30 +995,28 @@ static void key_beside(sluice_limiter *lim, const char *k, char *out, size_t siz
 }
 
 static void test_free_in_callback(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
+  rl_case fx = case_open(2000);
   for (int kind = 0; kind < 2; kind++) {
     freeing f = {0};
-    f.lim = new_lim(c, "fic", SLUICE_RL_SLIDING_LOG, 5, 1000, 0);
+    f.lim = new_lim(fx.c, "fic", SLUICE_RL_SLIDING_LOG, 5, 1000, 0);
     char j[16];
     key_beside(f.lim, "k", j, sizeof j);
     if (kind == 0) TH_ASSERT_EQ(sluice_limiter_check(f.lim, "k", 1, on_free_me, &f), SLUICE_OK);
     else TH_ASSERT_EQ(sluice_limiter_wait(f.lim, "k", 1, 1000, on_free_me, &f, NULL), SLUICE_OK);
     sluice_limiter_wait(f.lim, "k", 5, 1000, on_other, &f, NULL); /* queued behind */
     sluice_limiter_wait(f.lim, j, 5, 1000, on_other, &f, NULL);
-    TH_ASSERT(th_loop_until(base, &f.done, 3000));
+    TH_ASSERT(th_loop_until(fx.base, &f.done, 3000));
     TH_ASSERT_EQ(f.status, SLUICE_OK);
-    th_loop_for(base, 50);
+    th_loop_for(fx.base, 50);
     TH_ASSERT_EQ(f.done, 1);
     TH_ASSERT_EQ(f.others_bad, 0);
   }
-  finish(base, c, NULL);
+  case_close(&fx, NULL);
 }
 
 static void test_free_cancels_pending(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
-  sluice_limiter *lim = new_lim(c, "fcp", SLUICE_RL_FIXED, 1, 60000, 0);
+  rl_case fx = case_open(2000);
+  sluice_limiter *lim = new_lim(fx.c, "fcp", SLUICE_RL_FIXED, 1, 60000, 0);
   freeing f = {0};
   for (int i = 0; i < 10; i++)
     TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 1, on_other, &f), SLUICE_OK);
@@ -1020,26 +1028,25 @@ static void test_free_cancels_pending(void) {
     TH_ASSERT_EQ(sluice_limiter_wait(lim, "k", 1, 0, on_other, &f, NULL), SLUICE_OK);
   sluice_limiter_free(lim);
   TH_ASSERT_EQ(f.others_done, 0);
-  th_loop_for(base, 100);
+  th_loop_for(fx.base, 100);
   TH_ASSERT_EQ(f.others_done, 13 + 127);
   TH_ASSERT_EQ(f.others_bad, 0);
-  finish(base, c, NULL);
+  case_close(&fx, NULL);
 }
 
 static void test_client_close_cancels(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
-  sluice_limiter *lim = new_lim(c, "ccc", SLUICE_RL_GCRA, 1, 60000, 1);
-  check_ok(base, lim, "k", 1);
+  rl_case fx = case_open(2000);
+  sluice_limiter *lim = new_lim(fx.c, "ccc", SLUICE_RL_GCRA, 1, 60000, 1);
+  check_ok(fx.base, lim, "k", 1);
   freeing f = {0};
   TH_ASSERT_EQ(sluice_limiter_wait(lim, "k", 1, 0, on_other, &f, NULL), SLUICE_OK);
   TH_ASSERT_EQ(sluice_limiter_wait(lim, "k", 1, 0, on_other, &f, NULL), SLUICE_OK);
-  th_loop_for(base, 20); /* the head waiter now sleeps on its retry timer */
+  th_loop_for(fx.base, 20); /* the head waiter now sleeps on its retry timer */
   for (int i = 0; i < 5; i++)
     TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 1, on_other, &f), SLUICE_OK);
-  sluice_client_free(c);
+  sluice_client_free(fx.c);
   TH_ASSERT_EQ(f.others_done, 0);
-  th_loop_for(base, 100);
+  th_loop_for(fx.base, 100);
   TH_ASSERT_EQ(f.others_done, 7);
   TH_ASSERT_EQ(f.others_bad, 0);
   rcv r = {0};
@@ -1049,10 +1056,10 @@ static void test_client_close_cancels(void) {
   sluice_limiter_options o;
   sluice_limiter_options_init(&o);
   o.limit = 1, o.period_ms = 1;
-  TH_ASSERT_EQ(sluice_limiter_new(c, "late", &o, &lim2), SLUICE_ECLOSED);
+  TH_ASSERT_EQ(sluice_limiter_new(fx.c, "late", &o, &lim2), SLUICE_ECLOSED);
   sluice_limiter_free(lim); /* the client's memory goes with its last child */
-  TH_ASSERT(th_loop_drain(base, 3000));
-  event_base_free(base);
+  TH_ASSERT(th_loop_drain(fx.base, 3000));
+  event_base_free(fx.base);
 }
 
 /* ---- Redis down ------------------------------------------------------------- */
@@ -1101,31 +1108,30 @@ static void paused_fail_closed(struct event_base *base, sluice_client *c) {
 }
 
 static void test_down_fail_closed(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
-  paused_fail_closed(base, c);
-  sluice_limiter *lim = new_lim_p(c, "dc", SLUICE_RL_FIXED, 3, 60000, 0, SLUICE_RL_FAIL_CLOSED);
-  check_ok(base, lim, "k", 1);
+  rl_case fx = case_open(2000);
+  paused_fail_closed(fx.base, fx.c);
+  sluice_limiter *lim = new_lim_p(fx.c, "dc", SLUICE_RL_FIXED, 3, 60000, 0, SLUICE_RL_FAIL_CLOSED);
+  check_ok(fx.base, lim, "k", 1);
   /* A check in flight when the server dies. */
   rcv inflight = {0};
   TH_ASSERT_EQ(sluice_limiter_check(lim, "k", 1, on_res, &inflight), SLUICE_OK);
-  redis_kill(c, base);
-  TH_ASSERT(th_loop_until(base, &inflight.done, 3000));
+  redis_kill(fx.c, fx.base);
+  TH_ASSERT(th_loop_until(fx.base, &inflight.done, 3000));
   TH_ASSERT(inflight.status == SLUICE_OK || inflight.status == SLUICE_EINDOUBT);
   uint64_t ms;
-  rcv r = timed(base, lim, "k", &ms);
+  rcv r = timed(fx.base, lim, "k", &ms);
   TH_ASSERT_EQ(r.status, SLUICE_ECONNECTION);
   TH_ASSERT(!r.has_res);
   TH_ASSERT_CMP(ms, <, 100); /* at once, not after a reconnect or deadline */
   rcv w = {0};
   TH_ASSERT_EQ(sluice_limiter_wait(lim, "k", 1, 2000, on_res, &w, NULL), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &w.done, 3000));
+  TH_ASSERT(th_loop_until(fx.base, &w.done, 3000));
   TH_ASSERT_EQ(w.status, SLUICE_ECONNECTION);
-  redis_back(c, base);
-  r = check_ok(base, lim, "k", 1);
+  redis_back(fx.c, fx.base);
+  r = check_ok(fx.base, lim, "k", 1);
   TH_ASSERT_EQ(r.res.source, SLUICE_RL_REDIS);
   TH_ASSERT_EQ(r.res.remaining, 2); /* a fresh server */
-  finish(base, c, lim);
+  case_close(&fx, lim);
 }
 
 static int gave_up(int status) {
@@ -1170,47 +1176,46 @@ static void test_stall_takes_nothing(void) {
 }
 
 static void test_down_fail_open(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 150);
-  sluice_limiter *lim = new_lim_p(c, "do", SLUICE_RL_SLIDING_LOG, 1, 60000, 0, SLUICE_RL_FAIL_OPEN);
-  check_ok(base, lim, "k", 1);
-  TH_ASSERT_EQ(check_ok(base, lim, "k", 1).res.allowed, 0);
+  rl_case fx = case_open(150);
+  sluice_limiter *lim = new_lim_p(fx.c, "do", SLUICE_RL_SLIDING_LOG, 1, 60000, 0,
+                                  SLUICE_RL_FAIL_OPEN);
+  check_ok(fx.base, lim, "k", 1);
+  TH_ASSERT_EQ(check_ok(fx.base, lim, "k", 1).res.allowed, 0);
   /* A paused server: the step times out, then fail-open. */
   th_redis_pause(&th_server);
-  rcv r = check_ok(base, lim, "k", 1);
+  rcv r = check_ok(fx.base, lim, "k", 1);
   th_redis_resume(&th_server);
   TH_ASSERT_EQ(r.res.allowed, 1);
   TH_ASSERT_EQ(r.res.source, SLUICE_RL_UNCHECKED);
   TH_ASSERT_EQ(r.res.remaining, -1);
   /* A dead server: at once. */
-  redis_kill(c, base);
+  redis_kill(fx.c, fx.base);
   uint64_t ms;
   for (int i = 0; i < 5; i++) {
-    r = timed(base, lim, "k", &ms);
+    r = timed(fx.base, lim, "k", &ms);
     TH_ASSERT_EQ(r.status, SLUICE_OK);
     TH_ASSERT_EQ(r.res.allowed, 1);
     TH_ASSERT_EQ(r.res.source, SLUICE_RL_UNCHECKED);
     TH_ASSERT_CMP(ms, <, 100);
   }
-  rcv p = run(base, lim, "k", 1, 1);
+  rcv p = run(fx.base, lim, "k", 1, 1);
   TH_ASSERT_EQ(p.res.source, SLUICE_RL_UNCHECKED);
-  redis_back(c, base);
-  r = check_ok(base, lim, "k", 1);
+  redis_back(fx.c, fx.base);
+  r = check_ok(fx.base, lim, "k", 1);
   TH_ASSERT_EQ(r.res.source, SLUICE_RL_REDIS);
-  finish(base, c, lim);
+  case_close(&fx, lim);
 }
 
 static void test_down_local(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c = new_client(base, 2000);
+  rl_case fx = case_open(2000);
   for (size_t i = 0; i < 4; i++) {
-    sluice_limiter *lim = new_lim_p(c, "dl", all_algos[i], 3, 1500, 0, SLUICE_RL_FAIL_LOCAL);
-    check_ok(base, lim, "k", 1);
-    redis_kill(c, base);
-    window_room(base, all_algos[i], 1500, 1000, 1);
+    sluice_limiter *lim = new_lim_p(fx.c, "dl", all_algos[i], 3, 1500, 0, SLUICE_RL_FAIL_LOCAL);
+    check_ok(fx.base, lim, "k", 1);
+    redis_kill(fx.c, fx.base);
+    window_room(fx.base, all_algos[i], 1500, 1000, 1);
     uint64_t ms;
     for (int n = 0; n < 3; n++) {
-      rcv r = timed(base, lim, "k", &ms);
+      rcv r = timed(fx.base, lim, "k", &ms);
       TH_ASSERT_EQ(r.status, SLUICE_OK);
       TH_ASSERT_EQ(r.res.source, SLUICE_RL_LOCAL);
       TH_ASSERT_EQ(r.res.allowed, 1);
@@ -1221,7 +1226,7 @@ static void test_down_local(void) {
      * before it, or the time check_ok takes to return (ms under valgrind)
      * would count against the wait. */
     uint64_t t0 = th_now_ms();
-    rcv d = check_ok(base, lim, "k", 1);
+    rcv d = check_ok(fx.base, lim, "k", 1);
     TH_ASSERT_EQ(d.res.allowed, 0);
     TH_ASSERT_EQ(d.res.source, SLUICE_RL_LOCAL);
     TH_ASSERT_CMP(d.res.retry_after_ms, >, 0);
@@ -1229,17 +1234,17 @@ static void test_down_local(void) {
     /* Waits work on the local limiter too, and its retry_after is honest. */
     rcv w = {0};
     TH_ASSERT_EQ(sluice_limiter_wait(lim, "k", 1, 5000, on_res, &w, NULL), SLUICE_OK);
-    TH_ASSERT(th_loop_until(base, &w.done, 6000));
+    TH_ASSERT(th_loop_until(fx.base, &w.done, 6000));
     TH_ASSERT_EQ(w.status, SLUICE_OK);
     TH_ASSERT_EQ(w.res.allowed, 1);
     TH_ASSERT_EQ(w.res.source, SLUICE_RL_LOCAL);
     TH_ASSERT_CMP(w.at_ms - t0, >=, (uint64_t)d.res.retry_after_ms - 5);
-    redis_back(c, base);
-    rcv r = check_ok(base, lim, "k", 1);
+    redis_back(fx.c, fx.base);
+    rcv r = check_ok(fx.base, lim, "k", 1);
     TH_ASSERT_EQ(r.res.source, SLUICE_RL_REDIS);
     sluice_limiter_free(lim);
   }
-  finish(base, c, NULL);
+  case_close(&fx, NULL);
 }
 
 /* The local limiter alone: many keys, idle ones dropped. */

@@ -388,60 +388,64 @@ static void dead_waiter(const char *name, const sluice_sem_options *o) {
   TH_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
+/* The dead-waiter cases' scene on "t" with options o: two clients' handles,
+ * s2 holding the permit, a waiter whose process died queued first, and a
+ * live waiter of s2 queued behind it. */
+typedef struct dead_scene {
+  struct event_base *base;
+  sluice_client *c1, *c2;
+  sluice_sem *s1, *s2;
+  acq_result holder, live;
+} dead_scene;
+
+static void dead_scene_open(dead_scene *d, const sluice_sem_options *o, unsigned live_timeout_ms) {
+  memset(d, 0, sizeof *d);
+  d->base = event_base_new();
+  d->c1 = sem_test_client(d->base);
+  d->c2 = sem_test_client(d->base);
+  TH_ASSERT_EQ(sluice_sem_new(d->c1, "t", o, &d->s1), 0);
+  TH_ASSERT_EQ(sluice_sem_new(d->c2, "t", o, &d->s2), 0);
+  d->holder = sem_try(d->base, d->s2);
+  dead_waiter("t", o);
+  TH_ASSERT_EQ(sluice_sem_acquire(d->s2, live_timeout_ms, acq_cb, &d->live, NULL), 0);
+}
+
+static void dead_scene_close(dead_scene *d) {
+  sluice_permit_release(d->live.permit, NULL, NULL);
+  sluice_sem_free(d->s1);
+  sluice_sem_free(d->s2);
+  sluice_client_free(d->c1);
+  th_free_client_and_loop(d->base, d->c2, 5000);
+}
+
 /* A queued waiter that dies (its process vanishes without leaving) is
  * evicted after the heartbeat timeout, so it cannot block a fair queue. */
 static void test_fair_dead_waiter_evicted(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c1 = sem_test_client(base), *c2 = sem_test_client(base);
-  sluice_sem_options o;
-  sluice_sem_options_init(&o);
+  sluice_sem_options o = sem_test_options(1, 5000);
   o.fair = 1;
-  o.ttl_ms = 5000;
   o.heartbeat_ms = 300;
-  sluice_sem *s1, *s2;
-  TH_ASSERT_EQ(sluice_sem_new(c1, "t", &o, &s1), 0);
-  TH_ASSERT_EQ(sluice_sem_new(c2, "t", &o, &s2), 0);
-  acq_result holder = sem_try(base, s2);
-  acq_result live = {0};
-  dead_waiter("t", &o); /* the first waiter's process dies */
-  TH_ASSERT_EQ(sluice_sem_acquire(s2, 5000, acq_cb, &live, NULL), 0);
-  th_loop_for(base, 50);
-  sluice_permit_release(holder.permit, NULL, NULL);
+  dead_scene d;
+  dead_scene_open(&d, &o, 5000);
+  th_loop_for(d.base, 50);
+  sluice_permit_release(d.holder.permit, NULL, NULL);
   uint64_t t0 = th_now_ms();
-  TH_ASSERT(th_loop_until(base, &live.done, 3000));
-  TH_ASSERT_EQ(live.status, SLUICE_OK);
+  TH_ASSERT(th_loop_until(d.base, &d.live.done, 3000));
+  TH_ASSERT_EQ(d.live.status, SLUICE_OK);
   TH_ASSERT_CMP(th_now_ms() - t0, <, 1500);
-  sluice_permit_release(live.permit, NULL, NULL);
-  sluice_sem_free(s1);
-  sluice_sem_free(s2);
-  sluice_client_free(c1);
-  th_free_client_and_loop(base, c2, 5000);
+  dead_scene_close(&d);
 }
 
 /* Non-fair: a queued waiter whose process died is skipped by wake-ups once
  * it missed a heartbeat, so the live waiter behind it is woken at once. */
 static void test_dead_waiter_skipped_by_wakeups(void) {
-  struct event_base *base = event_base_new();
-  sluice_client *c1 = sem_test_client(base), *c2 = sem_test_client(base);
-  sluice_sem_options o;
-  sluice_sem_options_init(&o);
-  o.ttl_ms = 10000;
+  sluice_sem_options o = sem_test_options(1, 10000);
   o.heartbeat_ms = 3000; /* live waiters re-check only once a second */
-  sluice_sem *s1, *s2;
-  TH_ASSERT_EQ(sluice_sem_new(c1, "t", &o, &s1), 0);
-  TH_ASSERT_EQ(sluice_sem_new(c2, "t", &o, &s2), 0);
-  acq_result holder = sem_try(base, s2);
-  acq_result live = {0};
-  dead_waiter("t", &o); /* the head waiter's process dies */
-  TH_ASSERT_EQ(sluice_sem_acquire(s2, 10000, acq_cb, &live, NULL), 0);
-  th_loop_for(base, 1700); /* the dead one misses its heartbeats */
+  dead_scene d;
+  dead_scene_open(&d, &o, 10000);
+  th_loop_for(d.base, 1700); /* the dead one misses its heartbeats */
   TH_ASSERT_EQ(th_redis_int(&th_server, "ZCARD sluice:sem:{t}:queue"), 2);
-  TH_ASSERT_CMP(sem_handoff_ms(base, holder.permit, &live, 3000), <, 150);
-  sluice_permit_release(live.permit, NULL, NULL);
-  sluice_sem_free(s1);
-  sluice_sem_free(s2);
-  sluice_client_free(c1);
-  th_free_client_and_loop(base, c2, 5000);
+  TH_ASSERT_CMP(sem_handoff_ms(d.base, d.holder.permit, &d.live, 3000), <, 150);
+  dead_scene_close(&d);
 }
 
 typedef struct info_result {
@@ -582,10 +586,9 @@ static void test_bad_input(void) {
   TH_ASSERT_EQ(sluice_sem_inspect(s, NULL, NULL), SLUICE_EINVAL);
   TH_ASSERT_EQ(sluice_permit_release(NULL, NULL, NULL), SLUICE_EINVAL);
   TH_ASSERT(sluice_permit_id(NULL) == NULL);
-  sluice_permit_release(a.permit, NULL, NULL);
-  sluice_sem_free(s);
   sluice_sem_free(NULL);
-  sem_fx_close(&fx);
+  sluice_permit_release(a.permit, NULL, NULL);
+  sem_case_close(&fx, s);
 }
 
 /* A waiter keeps waiting through a Redis outage shorter than its timeout,

@@ -42,6 +42,12 @@ static inline void dqt_finish(struct event_base *base, sluice_client *c) {
 typedef th_fx dq_fx;
 static inline dq_fx dq_fx_open(void) { return th_fx_open(3000); }
 static inline void dq_fx_close(dq_fx *fx) { th_fx_close(fx); }
+/* The same with a client of options co (th_client_with). */
+static inline dq_fx dq_fx_open_with(const sluice_client_options *co) {
+  struct event_base *base = event_base_new();
+  TH_ASSERT(base != NULL);
+  return (dq_fx){base, th_client_with(base, co)};
+}
 /* How most queue cases end, in this order: the consumer, the queue, the
  * fixture. */
 static inline void dq_case_close(dq_fx *fx, sluice_dq_consumer *con, sluice_dq *dq) {
@@ -80,6 +86,11 @@ static inline void dqt_tick(dqt_ticks *t, const sluice_dq_msg *m) {
 
 /* A callback that reports only a status (ud: a th_status). */
 static inline void dqt_status_cb(sluice_dq *dq, int status, void *ud) { th_status_set(ud, status); }
+
+/* A settle (ack, retry, extend) callback whose ud is a th_status. */
+static inline void dqt_settled_cb(sluice_dq_consumer *con, int status, const char *id, void *ud) {
+  th_status_set(ud, status);
+}
 
 typedef struct dqt_push {
   int done;

@@ -393,21 +393,21 @@ redisContext *th_redis_connect(const th_redis *r) {
   return redisConnectUnixWithTimeout(r->sock, tv);
 }
 
+redisReply *th_vcommand_once(redisContext *c, const char *fmt, va_list ap) {
+  redisReply *rep = c && !c->err ? redisvCommand(c, fmt, ap) : NULL;
+  if (c) redisFree(c);
+  return rep;
+}
+
+/* fmt's command to r: through server_topo.c for th_server under a
+ * topology, else on a fresh connection. NULL if no reply came. */
 static redisReply *vcommand(const th_redis *r, const char *fmt, va_list ap) {
+  if (!topo_server(r)) return th_vcommand_once(th_redis_connect(r), fmt, ap);
   char *cmd = NULL;
   int len = redisvFormatCommand(&cmd, fmt, ap);
   if (len < 0) th_fail(__FILE__, __LINE__, "bad command format: %s", fmt);
-  redisReply *rep = NULL;
-  if (topo_server(r)) {
-    rep = th__server_topo_command(cmd, (size_t)len);
-  } else {
-    redisContext *c = th_redis_connect(r);
-    if (c && !c->err && redisAppendFormattedCommand(c, cmd, (size_t)len) == REDIS_OK)
-      redisGetReply(c, (void **)&rep);
-    if (c) redisFree(c);
-  }
+  redisReply *rep = th__server_topo_command(cmd, (size_t)len);
   redisFreeCommand(cmd);
-  if (!rep) th_fail(__FILE__, __LINE__, "no reply from the test redis to: %s", fmt);
   return rep;
 }
 
@@ -416,13 +416,15 @@ redisReply *th_redis_command(const th_redis *r, const char *fmt, ...) {
   va_start(ap, fmt);
   redisReply *rep = vcommand(r, fmt, ap);
   va_end(ap);
+  if (!rep) th_fail(__FILE__, __LINE__, "no reply from the test redis to: %s", fmt);
   return rep;
 }
 
-/* The reply's number (freeing it); an error reply fails the case. */
-static long long reply_int(redisReply *rep) {
+/* The reply to fmt's command as a number (freeing it); no reply or an
+ * error reply fails the case. */
+static long long reply_int(redisReply *rep, const char *fmt) {
   long long v = 0;
-  if (!rep) th_fail(__FILE__, __LINE__, "no reply from the test redis");
+  if (!rep) th_fail(__FILE__, __LINE__, "no reply from the test redis to: %s", fmt);
   if (rep->type == REDIS_REPLY_INTEGER) v = rep->integer;
   else if (rep->type == REDIS_REPLY_STRING) v = strtoll(rep->str, NULL, 10);
   else if (rep->type == REDIS_REPLY_NIL) v = 0;
@@ -439,7 +441,7 @@ long long th_redis_int(const th_redis *r, const char *fmt, ...) {
   va_start(ap, fmt);
   redisReply *rep = vcommand(r, fmt, ap);
   va_end(ap);
-  return reply_int(rep);
+  return reply_int(rep, fmt);
 }
 
 int th_redis_masters(void) { return topo == TH_TOPO_STANDALONE ? 1 : th__server_topo_masters(); }
@@ -461,7 +463,7 @@ long long th_redis_int_all(const char *fmt, ...) {
     va_end(ap);
     if (!rep) th_fail(__FILE__, __LINE__, "%s on master %d: %s", fmt, i, c->errstr);
     redisFree(c);
-    sum += reply_int(rep);
+    sum += reply_int(rep, fmt);
   }
   return sum;
 }
@@ -503,7 +505,7 @@ static client_line parse_client(const char *line) {
  * that the sentinels' links stay: killing them every few hundred ms could
  * get the master flagged down). Returns how many. */
 static long long clients_on(redisContext *c, int blocked_only, int kill) {
-  long long n = 0, self = reply_int(redisCommand(c, "CLIENT ID"));
+  long long n = 0, self = reply_int(redisCommand(c, "CLIENT ID"), "CLIENT ID");
   redisReply *list = redisCommand(c, kill ? "CLIENT LIST TYPE normal" : "CLIENT LIST");
   if (!list || list->type != REDIS_REPLY_STRING) th_fail(__FILE__, __LINE__, "CLIENT LIST failed");
   for (const char *line = list->str; line && strncmp(line, "id=", 3) == 0;) {

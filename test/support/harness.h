@@ -98,6 +98,9 @@ redisReply *th_redis_command(const th_redis *r, const char *fmt, ...);
 /* The same, returning its integer reply (or, for a string reply, its
  * numeric value); aborts the case on an error reply. */
 long long th_redis_int(const th_redis *r, const char *fmt, ...);
+/* One command on c, then c freed; NULL if c is NULL or failed, or no reply
+ * came. The reply may be an error reply. */
+redisReply *th_vcommand_once(redisContext *c, const char *fmt, va_list ap);
 /* The masters of th_server: 3 on the cluster, else 1; a connection to the
  * i-th (0 <= i < th_redis_masters()). */
 int th_redis_masters(void);

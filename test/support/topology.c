@@ -362,11 +362,7 @@ void th_node_acl_user(const th_node *n, const char *user, const char *pass, cons
 }
 
 redisReply *th_node_vcommand(const th_node *n, const char *fmt, va_list ap) {
-  redisContext *c = th_node_connect(n);
-  if (!c) return NULL;
-  redisReply *r = redisvCommand(c, fmt, ap);
-  redisFree(c);
-  return r;
+  return th_vcommand_once(th_node_connect(n), fmt, ap);
 }
 
 redisReply *th_node_command(const th_node *n, const char *fmt, ...) {

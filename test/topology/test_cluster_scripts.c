@@ -7,7 +7,6 @@
  * present, and each step that empties a key is driven through the public
  * API: no step may fail with a Redis error, nothing may be lost or
  * over-issued. Suite "cluster". */
-#include <stdarg.h>
 #include <string.h>
 
 #include "dq_util.h"
@@ -20,24 +19,20 @@ static char url[TH_CLUSTER_MAX * 24 + 32];
 static th_node *src, *dst;
 static unsigned cur_slot;
 
-static redisReply *node_cmd(const th_node *n, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  redisReply *r = th_node_vcommand(n, fmt, ap);
-  va_end(ap);
+/* A node's reply, which must come. */
+static redisReply *replied(redisReply *r) {
   TH_ASSERT(r != NULL);
   return r;
 }
+#define node_cmd(n, ...) replied(th_node_command(n, __VA_ARGS__))
 
-static void node_ok(const th_node *n, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  redisReply *r = th_node_vcommand(n, fmt, ap);
-  va_end(ap);
+/* A command n must run without an error. */
+static void ok_from(const th_node *n, redisReply *r) {
   if (!r || r->type == REDIS_REPLY_ERROR)
     th_fail(__FILE__, __LINE__, "%s: %s", n->addr, r ? r->str : "no reply");
   freeReplyObject(r);
 }
+#define node_ok(n, ...) ok_from(n, th_node_command(n, __VA_ARGS__))
 
 static long long node_int(const th_node *n, const char *fmt, const char *arg) {
   redisReply *r = node_cmd(n, fmt, arg);
@@ -184,6 +179,19 @@ static void release_last(struct event_base *base, sluice_client *c, int fair) {
   sluice_sem_free(w);
 }
 
+/* An acquire queued on s, its slot {exp} made migrating meanwhile: its
+ * answer within 5 s, noted as what. */
+static acq_result queued_over_migration(struct event_base *base, sluice_sem *s, unsigned timeout_ms,
+                                        unsigned settle_ms, const char *const *keys,
+                                        const char *what) {
+  acq_result r;
+  acquire_queued(base, s, timeout_ms, settle_ms, &r);
+  migrating("{exp}", keys);
+  TH_ASSERT(th_loop_until(base, &r.done, 5000));
+  th_note("%s: %s\n", what, sluice_err_name(r.status));
+  return r;
+}
+
 /* Acquire when every lease has expired (the sweep empties the holders),
  * renewals, and a waiter giving up as the only one queued (its leave
  * empties the queue and the beats). */
@@ -196,22 +204,15 @@ static void expired_renew_leave(struct event_base *base, sluice_client *c) {
   sluice_sem *w = sem_with(c, name, 900, 0, 1); /* renewed every 300 ms */
   sluice_sem *l = sem_with(c, name, 900, 0, 1);
   acq_result held = sem_hold(base, a);
-  acq_result waited;
-  acquire_queued(base, w, 15000, 100, &waited);
-  migrating("{exp}", ptrs);
   /* The waiter's next attempt comes when the lease ends; all keys are there. */
-  TH_ASSERT(th_loop_until(base, &waited.done, 5000));
-  th_note("acquire after every lease expired: %s\n", sluice_err_name(waited.status));
+  acq_result waited = queued_over_migration(base, w, 15000, 100, ptrs,
+                                            "acquire after every lease expired");
   TH_ASSERT_EQ(waited.status, SLUICE_OK);
   TH_ASSERT_EQ(src_zcard(keys[0]), 1);
   no_redis_errors(c, "acquire after expiry");
   stable();
 
-  acq_result left;
-  acquire_queued(base, l, 1500, 300, &left);
-  migrating("{exp}", ptrs);
-  TH_ASSERT(th_loop_until(base, &left.done, 5000));
-  th_note("waiter giving up: %s\n", sluice_err_name(left.status));
+  acq_result left = queued_over_migration(base, l, 1500, 300, ptrs, "waiter giving up");
   TH_ASSERT_EQ(left.status, SLUICE_ETIMEDOUT);
   th_loop_for(base, 1000); /* renewals of the holder meanwhile */
   TH_ASSERT_EQ(sluice_permit_lost(waited.permit), 0);

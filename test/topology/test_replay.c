@@ -32,8 +32,12 @@ typedef struct rig {
   int cluster;
   th_cluster cl;
   th_sentinel sn;
+  th_redis redis; /* a restart case's single Redis instead (one_start) */
   char url[512];
-  th_node *master; /* serves every key of the cases (hash tag {t}) */
+  th_node *master;         /* serves every key of the cases (hash tag {t}) */
+  struct event_base *base; /* the case's loop */
+  sluice_client *c;        /* the queue and restart cases' client */
+  sluice_dq *dq;           /* the queue cases' queue "t" on c */
 } rig;
 
 static rig R;
@@ -51,6 +55,7 @@ static void rig_start(int cluster) {
     R.master = th_sentinel_master(&R.sn);
   }
   TH_ASSERT(R.master != NULL);
+  R.base = event_base_new();
 }
 
 static void rig_stop(void) {
@@ -126,30 +131,40 @@ static uint64_t failed(const sluice_client *c, const char *kind) {
   return 0;
 }
 
-static sluice_client *client(struct event_base *base) {
-  sluice_client *c = th_client(base, R.url, 3000);
-  TH_LOOP_UNTIL(base, sluice_client_is_connected(c), 10000);
+/* A client of the rig on its loop, connected. */
+static sluice_client *client(void) {
+  sluice_client *c = th_client(R.base, R.url, 3000);
+  TH_LOOP_UNTIL(R.base, sluice_client_is_connected(c), 10000);
   TH_ASSERT(sluice_client_is_connected(c));
   return c;
 }
 
-static void finish(struct event_base *base, sluice_client *c) {
-  th_free_client_and_loop(base, c, 5000);
+/* A rig case's end: its last client closed (the loop drained), the loop
+ * freed, the topology stopped. */
+static void finish(sluice_client *c) {
+  th_free_client_and_loop(R.base, c, 5000);
   rig_stop();
 }
 
-/* A queue case's start: the rig, a loop, a client and the queue "t". */
-static sluice_dq *queue_start(int cluster, struct event_base **base, sluice_client **c) {
+/* A semaphore case's end: its permit p released, s freed, then finish(c). */
+static void sem_finish(sluice_client *c, sluice_sem *s, sluice_permit *p) {
+  sluice_permit_release(p, NULL, NULL);
+  sluice_sem_free(s);
+  finish(c);
+}
+
+/* A queue case's start: the rig, its loop, a client R.c and the queue
+ * R.dq ("t"). */
+static void queue_start(int cluster) {
   rig_start(cluster);
-  *base = event_base_new();
-  *c = client(*base);
-  return dqt_queue(*c, "t");
+  R.c = client();
+  R.dq = dqt_queue(R.c, "t");
 }
 
 /* A queue case's end. */
-static void queue_finish(struct event_base *base, sluice_client *c, sluice_dq *dq) {
-  sluice_dq_free(dq);
-  finish(base, c);
+static void queue_finish(void) {
+  sluice_dq_free(R.dq);
+  finish(R.c);
 }
 
 static void on_released(sluice_sem *s, int status, void *ud) { *(int *)ud = status ? -1 : 1; }
@@ -168,37 +183,34 @@ static acq_result take_watched(struct event_base *base, sluice_sem *s, lost_resu
  * again, it frees the permit there at once (not at the end of its lease). */
 static void release_replayed(int cluster) {
   rig_start(cluster);
-  struct event_base *base = event_base_new();
-  sluice_client *c = client(base);
+  sluice_client *c = client();
   sluice_sem *s = sem_test_new(c, "t", 1, 30000, 0);
-  acq_result a = sem_try(base, s);
+  acq_result a = sem_try(R.base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
   replica_has("ZCARD sluice:sem:{t}:holders", 1);
   rig_hold();
   int released = 0;
   TH_ASSERT_EQ(sluice_permit_release(a.permit, on_released, &released), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &released, 3000));
+  TH_ASSERT(th_loop_until(R.base, &released, 3000));
   TH_ASSERT_EQ(released, 1);
   TH_ASSERT_CMP(metrics(c).record_entries, >=, 1);
   rig_fail_over();
   TH_ASSERT_EQ(master_int("ZCARD sluice:sem:{t}:holders"), 1); /* the release is gone */
-  TH_LOOP_UNTIL(base, metrics(c).replay_releases >= 1, 15000);
+  TH_LOOP_UNTIL(R.base, metrics(c).replay_releases >= 1, 15000);
   sluice_client_metrics m = metrics(c);
   TH_ASSERT_EQ(m.replay_releases, 1);
   TH_ASSERT_EQ(m.replay_restored, 1);
   TH_ASSERT_EQ(master_int("ZCARD sluice:sem:{t}:holders"), 0);
-  acq_result b = sem_try(base, s);
+  acq_result b = sem_try(R.base, s);
   TH_ASSERT_EQ(b.status, SLUICE_OK);
-  sluice_permit_release(b.permit, NULL, NULL);
-  sluice_sem_free(s);
-  finish(base, c);
+  sem_finish(c, s, b.permit);
 }
 
 /* A client whose grants are answered without a replica: with the replica
  * ack on (the default) the held replica would make them fail, and the
  * re-assertion is what stands behind grants answered that way. */
-static sluice_client *client_ack_off(struct event_base *base) {
-  sluice_client *c = client(base);
+static sluice_client *client_ack_off(void) {
+  sluice_client *c = client();
   TH_ASSERT_EQ(sluice_client_set_replica_ack(c, 0), SLUICE_OK);
   return c;
 }
@@ -208,36 +220,35 @@ static sluice_client *client_ack_off(struct event_base *base) {
  * semaphore stays full and the next grant's token is higher. */
 static void permit_restored(int cluster) {
   rig_start(cluster);
-  struct event_base *base = event_base_new();
-  sluice_client *c = client_ack_off(base);
-  sluice_client *other = client(base);
+  sluice_client *c = client_ack_off();
+  sluice_client *other = client();
   sluice_sem *s = sem_test_new(c, "t", 1, 30000, 0);
   sluice_sem *o = sem_test_new(other, "t", 1, 30000, 0);
   rig_hold();
-  acq_result a = sem_try(base, s);
+  acq_result a = sem_try(R.base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
   rig_fail_over();
   TH_ASSERT_EQ(master_int("ZCARD sluice:sem:{t}:holders"), 0);
-  TH_LOOP_UNTIL(base, metrics(c).permits_restored >= 1, 15000);
+  TH_LOOP_UNTIL(R.base, metrics(c).permits_restored >= 1, 15000);
   TH_ASSERT_EQ(metrics(c).permits_restored, 1);
   TH_ASSERT_EQ(master_int("ZCARD sluice:sem:{t}:holders"), 1);
   TH_ASSERT_CMP(master_int("HGET sluice:sem:{t}:meta fence"), >=, sluice_permit_fence(a.permit));
   TH_ASSERT_EQ(sluice_permit_lost(a.permit), 0);
   /* The other client may still be finding the new master. */
-  TH_LOOP_UNTIL(base, sluice_client_is_connected(other), 10000);
-  TH_ASSERT_EQ(sem_try(base, o).status, SLUICE_EBUSY);
+  TH_LOOP_UNTIL(R.base, sluice_client_is_connected(other), 10000);
+  TH_ASSERT_EQ(sem_try(R.base, o).status, SLUICE_EBUSY);
   uint64_t fence = sluice_permit_fence(a.permit); /* the release frees the permit */
   sluice_permit_release(a.permit, NULL, NULL);
   acq_result b = {0};
   TH_ASSERT_EQ(sluice_sem_acquire(o, 5000, acq_cb, &b, NULL), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &b.done, 5000));
+  TH_ASSERT(th_loop_until(R.base, &b.done, 5000));
   TH_ASSERT_EQ(b.status, SLUICE_OK);
   TH_ASSERT_CMP(sluice_permit_fence(b.permit), >, fence);
   sluice_permit_release(b.permit, NULL, NULL);
   sluice_sem_free(o);
   sluice_sem_free(s);
   sluice_client_free(other);
-  finish(base, c);
+  finish(c);
 }
 
 /* The new master granted the permit to someone else before this client
@@ -245,12 +256,11 @@ static void permit_restored(int cluster) {
  * next renewal (a third of the 30 s lease away). */
 static void permit_lost(int cluster) {
   rig_start(cluster);
-  struct event_base *base = event_base_new();
-  sluice_client *c = client_ack_off(base);
+  sluice_client *c = client_ack_off();
   sluice_sem *s = sem_test_new(c, "t", 1, 30000, 0);
   rig_hold();
   lost_result l = {0};
-  acq_result a = take_watched(base, s, &l);
+  acq_result a = take_watched(R.base, s, &l);
   rig_fail_over();
   char cmd[160];
   long long now_s = master_int("TIME");
@@ -258,14 +268,12 @@ static void permit_lost(int cluster) {
            (now_s + 60) * 1000);
   TH_ASSERT_EQ(master_int(cmd), 1);
   uint64_t from = th_now_ms();
-  TH_ASSERT(th_loop_until(base, &l.done, 8000));
+  TH_ASSERT(th_loop_until(R.base, &l.done, 8000));
   TH_ASSERT_EQ(l.reason, SLUICE_LOST_DEFINITE);
   th_note("lost %llu ms after the loop ran again\n", (unsigned long long)(l.at_ms - from));
   TH_ASSERT_EQ(metrics(c).permits_lost, 1);
   TH_ASSERT_EQ(master_int("ZCARD sluice:sem:{t}:holders"), 1); /* the other's only */
-  sluice_permit_release(a.permit, NULL, NULL);
-  sluice_sem_free(s);
-  finish(base, c);
+  sem_finish(c, s, a.permit);
 }
 
 /* Pushes sent again under their ids: m2, which the new master never saw,
@@ -273,27 +281,25 @@ static void permit_lost(int cluster) {
  * delivered once. m1 is in the record too: it reached the replica, but no
  * WAIT has run since (the loop ran only for the few ms of the pushes). */
 static void push_replayed(int cluster) {
-  struct event_base *base;
-  sluice_client *c;
-  sluice_dq *dq = queue_start(cluster, &base, &c);
+  queue_start(cluster);
   dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(base, dq, "m1", "one", 0, &p), SLUICE_OK);
+  TH_ASSERT_EQ(dqt_push_wait(R.base, R.dq, "m1", "one", 0, &p), SLUICE_OK);
   replica_has("HEXISTS sluice:dq:{t}:h pm1", 1);
   rig_hold();
-  TH_ASSERT_EQ(dqt_push_wait(base, dq, "m2", "two", 0, &p), SLUICE_OK);
-  size_t kept = metrics(c).record_entries;
+  TH_ASSERT_EQ(dqt_push_wait(R.base, R.dq, "m2", "two", 0, &p), SLUICE_OK);
+  size_t kept = metrics(R.c).record_entries;
   TH_ASSERT_CMP(kept, >=, 1);
   rig_fail_over();
   TH_ASSERT_EQ(master_int("HEXISTS sluice:dq:{t}:h pm2"), 0);
-  TH_LOOP_UNTIL(base, metrics(c).replay_pushes >= kept, 15000);
-  sluice_client_metrics m = metrics(c);
+  TH_LOOP_UNTIL(R.base, metrics(R.c).replay_pushes >= kept, 15000);
+  sluice_client_metrics m = metrics(R.c);
   TH_ASSERT_EQ(m.replay_pushes, kept);
   TH_ASSERT_EQ(m.replay_restored, 1); /* m2 only */
   TH_ASSERT_EQ(master_int("ZCARD sluice:dq:{t}:z"), 2);
   TH_ASSERT_EQ(master_int("HEXISTS sluice:dq:{t}:h pm2"), 1);
   dqt_info in;
-  TH_ASSERT_EQ(dqt_inspect(base, dq, &in).ready, 2);
-  queue_finish(base, c, dq);
+  TH_ASSERT_EQ(dqt_inspect(R.base, R.dq, &in).ready, 2);
+  queue_finish();
 }
 
 /* A string command's answer from node n (NULL: an error). */
@@ -315,13 +321,11 @@ static char *node_string(const th_node *n, const char *cmd) {
  * again after a backoff, not at a reconnect that never comes, and lands
  * once the slot is stable. */
 static void test_cluster_replay_bounced(void) {
-  struct event_base *base;
-  sluice_client *c;
-  sluice_dq *dq = queue_start(1, &base, &c);
+  queue_start(1);
   rig_hold();
   dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(base, dq, "m2", "two", 0, &p), SLUICE_OK);
-  size_t kept = metrics(c).record_entries;
+  TH_ASSERT_EQ(dqt_push_wait(R.base, R.dq, "m2", "two", 0, &p), SLUICE_OK);
+  size_t kept = metrics(R.c).record_entries;
   TH_ASSERT_CMP(kept, >=, 1);
   rig_fail_over();
   long long slot = master_int("CLUSTER KEYSLOT {t}");
@@ -335,17 +339,17 @@ static void test_cluster_replay_bounced(void) {
   char *ok = node_string(R.master, cmd);
   TH_ASSERT(ok != NULL);
   free(ok);
-  TH_LOOP_UNTIL(base, failed(c, "dq_push") >= 2, 15000); /* bounced, then again */
-  TH_ASSERT_CMP(failed(c, "dq_push"), >=, 2);
-  TH_ASSERT_EQ(metrics(c).replay_pushes, 0);
+  TH_LOOP_UNTIL(R.base, failed(R.c, "dq_push") >= 2, 15000); /* bounced, then again */
+  TH_ASSERT_CMP(failed(R.c, "dq_push"), >=, 2);
+  TH_ASSERT_EQ(metrics(R.c).replay_pushes, 0);
   snprintf(cmd, sizeof cmd, "CLUSTER SETSLOT %lld STABLE", slot);
   ok = node_string(R.master, cmd);
   TH_ASSERT(ok != NULL);
   free(ok);
-  TH_LOOP_UNTIL(base, metrics(c).replay_pushes >= kept, 10000);
-  TH_ASSERT_EQ(metrics(c).replay_pushes, kept);
+  TH_LOOP_UNTIL(R.base, metrics(R.c).replay_pushes >= kept, 10000);
+  TH_ASSERT_EQ(metrics(R.c).replay_pushes, kept);
   TH_ASSERT_EQ(master_int("HEXISTS sluice:dq:{t}:h pm2"), 1);
-  queue_finish(base, c, dq);
+  queue_finish();
 }
 
 /* A consumer registered (in the queue's set c) only on the old master: the
@@ -364,58 +368,60 @@ static void take_one(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
   TH_ASSERT_EQ(sluice_dq_ack(m, NULL, NULL), SLUICE_OK);
 }
 
-/* Push id and wait for its delivery. Others may come first: a push the
- * failover lost is sent again (at least once), its ack perhaps before it. */
-static void push_delivered(struct event_base *base, sluice_dq *dq, const char *id, taker *t) {
+/* Push id and wait for its delivery. A push that may fail while the
+ * client finds its node is tried again every 50 ms for retry_ms (0: its
+ * first answer must be OK). Others may come first: a push the failover
+ * lost is sent again (at least once), its ack perhaps before it. */
+static void push_delivered(sluice_dq *dq, const char *id, unsigned retry_ms, taker *t) {
   dqt_push p;
+  uint64_t end = th_now_ms() + retry_ms;
   t->want = id;
   t->got = 0;
-  TH_ASSERT_EQ(dqt_push_wait(base, dq, id, "x", 0, &p), SLUICE_OK);
-  if (!th_loop_until(base, &t->got, 1000))
+  while (dqt_push_wait(R.base, dq, id, "x", 0, &p) != SLUICE_OK && th_now_ms() < end)
+    th_loop_for(R.base, 50);
+  TH_ASSERT_EQ(p.status, SLUICE_OK);
+  if (!th_loop_until(R.base, &t->got, 1000))
     th_fail(__FILE__, __LINE__, "%s not delivered within 1 s of its push's answer", id);
+}
+
+/* push_delivered of <prefix>0 .. <prefix><n - 1>, one after the other. */
+static void pushes_delivered(sluice_dq *dq, const char *prefix, int n, unsigned retry_ms,
+                             taker *t) {
+  char id[16];
+  for (int i = 0; i < n; i++) {
+    snprintf(id, sizeof id, "%s%d", prefix, i);
+    push_delivered(dq, id, retry_ms, t);
+  }
+}
+
+/* A consumer case's end: con, the queue dq, the producer pc, then the
+ * consumer's client cc with the rest (finish). */
+static void consumer_finish(sluice_dq_consumer *con, sluice_dq *dq, sluice_client *pc,
+                            sluice_client *cc) {
+  sluice_dq_consumer_free(con);
+  sluice_dq_free(dq);
+  sluice_client_free(pc);
+  finish(cc);
 }
 
 static void consumer_registered_again(int cluster) {
   rig_start(cluster);
-  struct event_base *base = event_base_new();
-  sluice_client *pc = client(base), *cc = client(base);
+  sluice_client *pc = client(), *cc = client();
   sluice_dq *dq = dqt_queue(pc, "t");
   rig_hold();
   taker t = {NULL, 0};
   sluice_dq_consumer *con = NULL;
   TH_ASSERT_EQ(sluice_dq_consumer_new(cc, "t", NULL, take_one, &t, &con), SLUICE_OK);
-  push_delivered(base, dq, "before", &t);
+  push_delivered(dq, "before", 0, &t);
   rig_fail_over();
   TH_ASSERT_EQ(master_int("EXISTS sluice:dq:{t}:c"), 0);
-  TH_LOOP_UNTIL(base,
+  TH_LOOP_UNTIL(R.base,
                 sluice_client_is_connected(pc) && sluice_client_is_connected(cc) &&
                     master_int("EXISTS sluice:dq:{t}:c") == 1,
                 15000);
   TH_ASSERT_EQ(master_int("EXISTS sluice:dq:{t}:c"), 1);
-  char id[16];
-  for (int i = 0; i < 20; i++) {
-    snprintf(id, sizeof id, "after%d", i);
-    push_delivered(base, dq, id, &t);
-  }
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  sluice_client_free(pc);
-  finish(base, cc);
-}
-
-/* push_delivered for a push that may fail while the client finds its node
- * (tried again every 50 ms, for 10 s at most). */
-static void push_retried_delivered(struct event_base *base, sluice_dq *dq, const char *id,
-                                   taker *t) {
-  dqt_push p;
-  uint64_t end = th_now_ms() + 10000;
-  t->want = id;
-  t->got = 0;
-  while (dqt_push_wait(base, dq, id, "x", 0, &p) != SLUICE_OK && th_now_ms() < end)
-    th_loop_for(base, 50);
-  TH_ASSERT_EQ(p.status, SLUICE_OK);
-  if (!th_loop_until(base, &t->got, 1000))
-    th_fail(__FILE__, __LINE__, "%s not delivered within 1 s of its push's answer", id);
+  pushes_delivered(dq, "after", 20, 0, &t);
+  consumer_finish(con, dq, pc, cc);
 }
 
 /* Every other node of the cluster stopped (sig SIGSTOP) or resumed. */
@@ -433,37 +439,26 @@ static void others_signal(const th_node *keep, int sig) {
  * delivered within a second of its answer: no wake-up was lost to it. */
 static void test_cluster_restarted_empty_master(void) {
   rig_start(1);
-  struct event_base *base = event_base_new();
-  sluice_client *pc = client(base), *cc = client(base);
+  sluice_client *pc = client(), *cc = client();
   sluice_dq *dq = dqt_queue(pc, "t");
   taker t = {NULL, 0};
   sluice_dq_consumer *con = NULL;
   TH_ASSERT_EQ(sluice_dq_consumer_new(cc, "t", NULL, take_one, &t, &con), SLUICE_OK);
-  push_delivered(base, dq, "before", &t);
+  push_delivered(dq, "before", 0, &t);
   th_node *old = R.master;
   R.master = th_cluster_kill_master(&R.cl, old);
   TH_ASSERT(R.master != NULL);
   others_signal(old, SIGSTOP);
   TH_ASSERT_EQ(th_cluster_restart_node(&R.cl, old), 0);
   dqt_push p;
-  TH_ASSERT_CMP(dqt_push_wait(base, dq, "on_old", "x", 0, &p), !=, SLUICE_OK);
-  th_loop_for(base, 1000); /* the consumer's and the producer's retries go there too */
+  TH_ASSERT_CMP(dqt_push_wait(R.base, dq, "on_old", "x", 0, &p), !=, SLUICE_OK);
+  th_loop_for(R.base, 1000); /* the consumer's and the producer's retries go there too */
   TH_ASSERT_EQ(node_read(old, "DBSIZE", 0), 0);
   others_signal(old, SIGCONT);
-  char id[16];
-  for (int i = 0; i < 40; i++) {
-    snprintf(id, sizeof id, "after%d", i);
-    push_retried_delivered(base, dq, id, &t);
-  }
+  pushes_delivered(dq, "after", 40, 10000, &t);
   TH_ASSERT_EQ(th_cluster_wait_ok(&R.cl, 60000), 0);
-  for (int i = 0; i < 20; i++) {
-    snprintf(id, sizeof id, "agreed%d", i);
-    push_delivered(base, dq, id, &t);
-  }
-  sluice_dq_consumer_free(con);
-  sluice_dq_free(dq);
-  sluice_client_free(pc);
-  finish(base, cc);
+  pushes_delivered(dq, "agreed", 20, 0, &t);
+  consumer_finish(con, dq, pc, cc);
 }
 
 static void test_sentinel_consumer_registered_again(void) { consumer_registered_again(0); }
@@ -484,31 +479,30 @@ static int routes_to(sluice_client *c, int slot, const th_node *n) {
  * goes there directly, and the case checks the same). */
 static void test_cluster_late_answer(void) {
   rig_start(1);
-  struct event_base *base = event_base_new();
-  sluice_client *c = th_client(base, R.url, 60000); /* the stopped master is not given up */
-  TH_LOOP_UNTIL(base, sluice_client_is_connected(c), 10000);
-  sluice_dq *dq = dqt_queue(c, "t");
+  R.c = th_client(R.base, R.url, 60000); /* the stopped master is not given up */
+  TH_LOOP_UNTIL(R.base, sluice_client_is_connected(R.c), 10000);
+  R.dq = dqt_queue(R.c, "t");
   dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(base, dq, "m1", "one", 0, &p), SLUICE_OK);
+  TH_ASSERT_EQ(dqt_push_wait(R.base, R.dq, "m1", "one", 0, &p), SLUICE_OK);
   th_node *old = R.master;
   TH_ASSERT_EQ(kill(old->pid, SIGSTOP), 0);
   sluice_dq_item it = {"two", 3, 0, 0, "m2"};
   memset(&p, 0, sizeof p);
-  TH_ASSERT_EQ(sluice_dq_push(dq, &it, dqt_on_push, &p), SLUICE_OK);
-  th_loop_for(base, 100); /* written into the stopped master's socket */
+  TH_ASSERT_EQ(sluice_dq_push(R.dq, &it, dqt_on_push, &p), SLUICE_OK);
+  th_loop_for(R.base, 100); /* written into the stopped master's socket */
   R.master = th_cluster_pause_master(&R.cl, old);
   TH_ASSERT(R.master != NULL);
-  int slot = sluice__topo_route_of(c->topo, "{t}", 3);
-  sluice__topo_stale(c->topo);
-  TH_LOOP_UNTIL(base, routes_to(c, slot, R.master), 15000);
+  int slot = sluice__topo_route_of(R.c->topo, "{t}", 3);
+  sluice__topo_stale(R.c->topo);
+  TH_LOOP_UNTIL(R.base, routes_to(R.c, slot, R.master), 15000);
   TH_ASSERT_EQ(p.done, 0);
   TH_ASSERT_EQ(th_cluster_resume_node(&R.cl, old), 0);
-  TH_LOOP_UNTIL(base, p.done, 15000);
+  TH_LOOP_UNTIL(R.base, p.done, 15000);
   TH_ASSERT_EQ(p.status, SLUICE_OK);
-  TH_LOOP_UNTIL(base, master_int("HEXISTS sluice:dq:{t}:h pm2") == 1, 10000);
+  TH_LOOP_UNTIL(R.base, master_int("HEXISTS sluice:dq:{t}:h pm2") == 1, 10000);
   TH_ASSERT_EQ(master_int("HEXISTS sluice:dq:{t}:h pm2"), 1);
   TH_ASSERT_EQ(master_int("ZCARD sluice:dq:{t}:z"), 2);
-  queue_finish(base, c, dq);
+  queue_finish();
 }
 
 /* The record keeps at most replay_max_entries steps (and bytes), counting
@@ -528,14 +522,13 @@ static int push_or_full(struct event_base *base, sluice_dq *dq, const char *id,
 
 static void record_bounded(int cluster) {
   rig_start(cluster);
-  struct event_base *base = event_base_new();
   sluice_client_options o;
   th_client_options(&o, R.url);
   o.replay_max_entries = 4;
-  sluice_client *c = th_client_with(base, &o);
+  sluice_client *c = th_client_with(R.base, &o);
   o.replay_max_entries = 0;
   o.replay_max_bytes = 3000;
-  sluice_client *small = th_client_with(base, &o);
+  sluice_client *small = th_client_with(R.base, &o);
   sluice_dq *dq = dqt_queue(c, "t"), *dq2 = dqt_queue(small, "t");
   rig_hold();
   char id[16], big[1000];
@@ -544,9 +537,9 @@ static void record_bounded(int cluster) {
   int refused = 0, refused_small = 0;
   for (int i = 0; i < 10; i++) {
     snprintf(id, sizeof id, "a%d", i);
-    refused += push_or_full(base, dq, id, "x");
+    refused += push_or_full(R.base, dq, id, "x");
     snprintf(id, sizeof id, "b%d", i);
-    refused_small += push_or_full(base, dq2, id, big);
+    refused_small += push_or_full(R.base, dq2, id, big);
   }
   sluice_client_metrics m = metrics(c), ms = metrics(small);
   TH_ASSERT_EQ(m.record_entries, 4);
@@ -557,7 +550,7 @@ static void record_bounded(int cluster) {
   TH_ASSERT_EQ(ms.record_entries + (size_t)refused_small, 10);
   TH_ASSERT_EQ(ms.record_dropped, 0);
   rig_fail_over();
-  TH_LOOP_UNTIL(base,
+  TH_LOOP_UNTIL(R.base,
                 metrics(c).replay_pushes >= 4 && metrics(small).replay_pushes >= ms.record_entries,
                 15000);
   TH_ASSERT_EQ(metrics(c).replay_pushes, 4);
@@ -566,7 +559,7 @@ static void record_bounded(int cluster) {
   sluice_dq_free(dq);
   sluice_dq_free(dq2);
   sluice_client_free(small);
-  finish(base, c);
+  finish(c);
 }
 
 /* Push "x" as m<first> .. m<first + n - 1>, each due after delay_ms,
@@ -584,45 +577,41 @@ static void push_ids(struct event_base *base, sluice_dq *dq, int first, int n, i
  * every write it acknowledged since, past the time window a master that
  * never had replicas is given, until the node that replaced it has them. */
 static void replicas_gone_kept(int cluster) {
-  struct event_base *base;
-  sluice_client *c;
-  sluice_dq *dq = queue_start(cluster, &base, &c);
+  queue_start(cluster);
   dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(base, dq, "m0", "zero", 0, &p), SLUICE_OK);
-  TH_LOOP_UNTIL(base, metrics(c).record_entries == 0, 5000);
+  TH_ASSERT_EQ(dqt_push_wait(R.base, R.dq, "m0", "zero", 0, &p), SLUICE_OK);
+  TH_LOOP_UNTIL(R.base, metrics(R.c).record_entries == 0, 5000);
   rig_hold();
-  push_ids(base, dq, 1, 20, 0);
-  th_loop_for(base, SLUICE_REPLAY_WINDOW_MS + 2000); /* INFO says: no replica online */
-  sluice_client_metrics m = metrics(c);
+  push_ids(R.base, R.dq, 1, 20, 0);
+  th_loop_for(R.base, SLUICE_REPLAY_WINDOW_MS + 2000); /* INFO says: no replica online */
+  sluice_client_metrics m = metrics(R.c);
   TH_ASSERT_EQ(m.record_entries, 20);
   TH_ASSERT_EQ(m.record_dropped, 0);
   rig_fail_over();
-  TH_LOOP_UNTIL(base, metrics(c).replay_pushes >= 20, 15000);
-  TH_ASSERT_EQ(metrics(c).replay_pushes, 20);
+  TH_LOOP_UNTIL(R.base, metrics(R.c).replay_pushes >= 20, 15000);
+  TH_ASSERT_EQ(metrics(R.c).replay_pushes, 20);
   TH_ASSERT_EQ(master_int("ZCARD sluice:dq:{t}:z"), 21);
-  queue_finish(base, c, dq);
+  queue_finish();
 }
 
 /* Once a replica has the writes (INFO replication says so), the record is empty
  * again, and a failover then sends nothing. */
 static void replicated_not_replayed(int cluster) {
-  struct event_base *base;
-  sluice_client *c;
-  sluice_dq *dq = queue_start(cluster, &base, &c);
+  queue_start(cluster);
   dqt_push p;
-  TH_ASSERT_EQ(dqt_push_wait(base, dq, "m1", "one", 0, &p), SLUICE_OK);
-  TH_ASSERT_EQ(metrics(c).record_entries, 1);
-  TH_LOOP_UNTIL(base, metrics(c).record_entries == 0, 5000);
-  TH_ASSERT_EQ(metrics(c).record_entries, 0);
+  TH_ASSERT_EQ(dqt_push_wait(R.base, R.dq, "m1", "one", 0, &p), SLUICE_OK);
+  TH_ASSERT_EQ(metrics(R.c).record_entries, 1);
+  TH_LOOP_UNTIL(R.base, metrics(R.c).record_entries == 0, 5000);
+  TH_ASSERT_EQ(metrics(R.c).record_entries, 0);
   rig_hold();
   rig_fail_over();
   uint64_t end = th_now_ms() + 15000; /* a push fails fast until the new master is found */
-  while (dqt_push_wait(base, dq, "m2", "two", 0, &p) != SLUICE_OK && th_now_ms() < end)
-    th_loop_for(base, 50);
+  while (dqt_push_wait(R.base, R.dq, "m2", "two", 0, &p) != SLUICE_OK && th_now_ms() < end)
+    th_loop_for(R.base, 50);
   TH_ASSERT_EQ(p.status, SLUICE_OK);
-  TH_ASSERT_EQ(metrics(c).replay_pushes, 0);
+  TH_ASSERT_EQ(metrics(R.c).replay_pushes, 0);
   TH_ASSERT_EQ(master_int("ZCARD sluice:dq:{t}:z"), 2);
-  queue_finish(base, c, dq);
+  queue_finish();
 }
 
 /* A producer that never pauses still has its writes confirmed: replicas
@@ -630,23 +619,21 @@ static void replicated_not_replayed(int cluster) {
  * written before an earlier mark, so the record holds a second or two of
  * writes, not all of them since the last pause. */
 static void steady_writes_confirmed(int cluster) {
-  struct event_base *base;
-  sluice_client *c;
-  sluice_dq *dq = queue_start(cluster, &base, &c);
+  queue_start(cluster);
   uint64_t end = th_now_ms() + 5000;
   int pushed = 0;
   dqt_push p;
   while (th_now_ms() < end) {
-    TH_ASSERT_EQ(dqt_push_wait(base, dq, NULL, "x", 60000, &p), SLUICE_OK);
+    TH_ASSERT_EQ(dqt_push_wait(R.base, R.dq, NULL, "x", 60000, &p), SLUICE_OK);
     pushed++;
-    th_loop_for(base, 20);
+    th_loop_for(R.base, 20);
   }
-  sluice_client_metrics m = metrics(c);
+  sluice_client_metrics m = metrics(R.c);
   th_note("%d pushes over 5 s: %zu kept, the oldest %llu ms old", pushed, m.record_entries,
           (unsigned long long)m.record_oldest_ms);
   TH_ASSERT_CMP(m.record_oldest_ms, <, 3500);
   TH_ASSERT_CMP(m.record_entries, <, (size_t)pushed * 7 / 10);
-  queue_finish(base, c, dq);
+  queue_finish();
 }
 
 /* Each delivery's occurrence; phase 1: after the failover. */
@@ -664,25 +651,23 @@ static void on_tick(sluice_dq_consumer *con, sluice_dq_msg *m, void *ud) {
  * occurrences of the failover itself are missed, but for one catch-up:
  * nothing could fire them). */
 static void schedule_lost_fires(int cluster) {
-  struct event_base *base;
-  sluice_client *c;
-  sluice_dq *dq = queue_start(cluster, &base, &c);
+  queue_start(cluster);
   static dqt_ticks t;
   memset(&t, 0, sizeof t);
   sluice_dq_consumer_options o = dqt_options(16, 256, 30000, 0);
   sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "t", &o, on_tick, &t, &con), SLUICE_OK);
-  TH_ASSERT_EQ(sluice_dq_schedule_set(dq, "tick", "every 200ms", "x", 1, NULL, NULL), SLUICE_OK);
-  th_loop_for(base, 1500);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(R.c, "t", &o, on_tick, &t, &con), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_schedule_set(R.dq, "tick", "every 200ms", "x", 1, NULL, NULL), SLUICE_OK);
+  th_loop_for(R.base, 1500);
   int before_hold = t.n;
   TH_ASSERT_CMP(before_hold, >=, 5);
   rig_hold();
-  th_loop_for(base, 600);
+  th_loop_for(R.base, 600);
   int held = t.n - before_hold;
   rig_fail_over();
   t.phase = 1;
   int at_failover = t.n;
-  TH_LOOP_UNTIL(base, t.n >= at_failover + 20, 20000);
+  TH_LOOP_UNTIL(R.base, t.n >= at_failover + 20, 20000);
   /* What the replica may lack starts a moment before the hold (replication
    * runs behind): from the last but one delivery before it. */
   int64_t lost_from = t.at[before_hold - 2];
@@ -701,7 +686,7 @@ static void schedule_lost_fires(int cluster) {
           before_hold, held, t.n - at_failover, dups);
   TH_ASSERT_CMP(dups, <=, held + 1);
   sluice_dq_consumer_free(con);
-  queue_finish(base, c, dq);
+  queue_finish();
 }
 
 #define ON_BOTH(name)                                 \
@@ -720,26 +705,25 @@ ON_BOTH(schedule_lost_fires)
 
 /* ---- a single Redis killed -9 and restarted ------------------------------- */
 
-/* A standalone case's private Redis (started with extra, as th_redis_start)
- * and its client (op timeout 3 s). */
-static struct event_base *one_start(th_redis *r, const char *const *extra, sluice_client **c) {
-  TH_ASSERT_EQ(th_redis_start(r, 0, extra), 0);
-  struct event_base *base = event_base_new();
-  *c = th_client(base, r->url, 3000);
-  return base;
+/* A standalone case's private Redis R.redis (started with extra, as
+ * th_redis_start), its loop R.base and its client R.c (op timeout 3 s). */
+static void one_start(const char *const *extra) {
+  memset(&R, 0, sizeof R);
+  TH_ASSERT_EQ(th_redis_start(&R.redis, 0, extra), 0);
+  R.base = event_base_new();
+  R.c = th_client(R.base, R.redis.url, 3000);
 }
 
-static void one_finish(th_redis *r, struct event_base *base, sluice_client *c) {
-  th_free_client_and_loop(base, c, 5000);
-  th_redis_stop(r);
+static void one_finish(void) {
+  th_free_client_and_loop(R.base, R.c, 5000);
+  th_redis_stop(&R.redis);
 }
 
 /* A semaphore case's end: its permit p released, s freed, then the rest. */
-static void one_sem_finish(th_redis *r, struct event_base *base, sluice_client *c, sluice_sem *s,
-                           sluice_permit *p) {
+static void one_sem_finish(sluice_sem *s, sluice_permit *p) {
   sluice_permit_release(p, NULL, NULL);
   sluice_sem_free(s);
-  one_finish(r, base, c);
+  one_finish();
 }
 
 /* Held permits and acknowledged pushes survive a kill -9: with appendfsync
@@ -747,38 +731,36 @@ static void one_sem_finish(th_redis *r, struct event_base *base, sluice_client *
  * duplicates), without persistence from the record (what it holds: the
  * writes of the last replay_window_ms). */
 static void restart(const char *const *extra, int persistent) {
-  th_redis r;
-  sluice_client *c;
-  struct event_base *base = one_start(&r, extra, &c);
-  sluice_sem *s = sem_test_new(c, "t", 1, 30000, 0);
-  sluice_dq *dq = dqt_queue(c, "t");
+  one_start(extra);
+  sluice_sem *s = sem_test_new(R.c, "t", 1, 30000, 0);
+  sluice_dq *dq = dqt_queue(R.c, "t");
   lost_result l = {0};
-  acq_result a = take_watched(base, s, &l);
+  acq_result a = take_watched(R.base, s, &l);
   enum { N = 50 };
-  push_ids(base, dq, 0, N, 60000);
-  th_redis_respawn(&r, extra);
-  TH_LOOP_UNTIL(base, metrics(c).replay_pushes >= N, 10000);
-  sluice_client_metrics m = metrics(c);
+  push_ids(R.base, dq, 0, N, 60000);
+  th_redis_respawn(&R.redis, extra);
+  TH_LOOP_UNTIL(R.base, metrics(R.c).replay_pushes >= N, 10000);
+  sluice_client_metrics m = metrics(R.c);
   TH_ASSERT_EQ(m.replay_pushes, N);
   TH_ASSERT_EQ(m.replay_restored, persistent ? 0 : N);
-  TH_ASSERT_EQ(th_redis_int(&r, "ZCARD sluice:dq:{t}:z"), N);
+  TH_ASSERT_EQ(th_redis_int(&R.redis, "ZCARD sluice:dq:{t}:z"), N);
   /* The permit is back under its id, counted once the re-assertion's
    * answer came: from the file, still held (renewed); without it, restored. */
-  TH_LOOP_UNTIL(base, answered(c, "sem_reassert") >= 1, 10000);
+  TH_LOOP_UNTIL(R.base, answered(R.c, "sem_reassert") >= 1, 10000);
   char held[160];
   snprintf(held, sizeof held, "ZSCORE sluice:sem:{t}:holders %s", sluice_permit_id(a.permit));
-  TH_ASSERT_EQ(th_redis_int(&r, "ZCARD sluice:sem:{t}:holders"), 1);
-  redisReply *score = th_redis_command(&r, held);
+  TH_ASSERT_EQ(th_redis_int(&R.redis, "ZCARD sluice:sem:{t}:holders"), 1);
+  redisReply *score = th_redis_command(&R.redis, held);
   TH_ASSERT(score && score->type == REDIS_REPLY_STRING);
   freeReplyObject(score);
-  TH_ASSERT_EQ(answered(c, "sem_reassert"), 1);
-  TH_ASSERT_EQ(metrics(c).permits_restored, persistent ? 0 : 1);
-  TH_ASSERT_EQ(metrics(c).permits_lost, 0);
+  TH_ASSERT_EQ(answered(R.c, "sem_reassert"), 1);
+  TH_ASSERT_EQ(metrics(R.c).permits_restored, persistent ? 0 : 1);
+  TH_ASSERT_EQ(metrics(R.c).permits_lost, 0);
   TH_ASSERT_EQ(l.done, 0);
   sluice_permit_release(a.permit, NULL, NULL);
   sluice_dq_free(dq);
   sluice_sem_free(s);
-  one_finish(&r, base, c);
+  one_finish();
 }
 
 static void test_restart_aof_everysec(void) {
@@ -794,57 +776,54 @@ static void test_restart_empty(void) { restart(NULL, 0); }
  * being queued a second time (no duplicate delivery). */
 static void test_restart_aof_acked_not_again(void) {
   static const char *const aof[] = {"--appendonly", "yes", "--appendfsync", "always", NULL};
-  th_redis r;
-  sluice_client *c;
-  struct event_base *base = one_start(&r, aof, &c);
-  sluice_dq *dq = dqt_queue(c, "t");
+  one_start(aof);
+  sluice_dq *dq = dqt_queue(R.c, "t");
   int delivered = 0;
   sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "t", NULL, dqt_ack_counted, &delivered, &con), SLUICE_OK);
+  TH_ASSERT_EQ(sluice_dq_consumer_new(R.c, "t", NULL, dqt_ack_counted, &delivered, &con),
+               SLUICE_OK);
   enum { N = 50 };
-  push_ids(base, dq, 0, N, 0);
+  push_ids(R.base, dq, 0, N, 0);
   sluice_dq_consumer_metrics cm = {0};
   for (uint64_t end = th_now_ms() + 10000; cm.acked < N && th_now_ms() < end;) {
-    th_loop_for(base, 5);
+    th_loop_for(R.base, 5);
     sluice_dq_consumer_get_metrics(con, &cm);
   }
   TH_ASSERT_EQ(cm.acked, N);
-  TH_ASSERT_EQ(metrics(c).replay_pushes, 0); /* all still in the record */
-  th_redis_respawn(&r, aof);
-  TH_LOOP_UNTIL(base, metrics(c).replay_pushes >= N, 10000);
-  TH_ASSERT_EQ(metrics(c).replay_restored, 0);
-  TH_ASSERT_EQ(th_redis_int(&r, "ZCARD sluice:dq:{t}:z"), 0);
-  TH_ASSERT_EQ(th_redis_int(&r, "ZCARD sluice:dq:{t}:f"), 0);
+  TH_ASSERT_EQ(metrics(R.c).replay_pushes, 0); /* all still in the record */
+  th_redis_respawn(&R.redis, aof);
+  TH_LOOP_UNTIL(R.base, metrics(R.c).replay_pushes >= N, 10000);
+  TH_ASSERT_EQ(metrics(R.c).replay_restored, 0);
+  TH_ASSERT_EQ(th_redis_int(&R.redis, "ZCARD sluice:dq:{t}:z"), 0);
+  TH_ASSERT_EQ(th_redis_int(&R.redis, "ZCARD sluice:dq:{t}:f"), 0);
   TH_ASSERT_EQ(delivered, N);
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
-  one_finish(&r, base, c);
+  one_finish();
 }
 
 /* Replacing pushes of one message, with a priority, survive a restart
  * without persistence: the record sends them again in order, each with the
  * version Redis gave it, so the message ends as the last one left it. */
 static void test_restart_replace_replayed(void) {
-  th_redis r;
-  sluice_client *c;
-  struct event_base *base = one_start(&r, NULL, &c);
-  sluice_dq *dq = dqt_queue(c, "t");
+  one_start(NULL);
+  sluice_dq *dq = dqt_queue(R.c, "t");
   static const char *const payloads[] = {"one", "two", "three"};
   for (int i = 0; i < 3; i++) {
     dqt_push p = {0};
     sluice_dq_item it = {payloads[i], strlen(payloads[i]), 60000, 0, "m"};
     TH_ASSERT_EQ(sluice_dq_push_ex(dq, &it, 4, SLUICE_DQ_REPLACE, dqt_on_push, &p), SLUICE_OK);
-    TH_ASSERT(th_loop_until(base, &p.done, 5000));
+    TH_ASSERT(th_loop_until(R.base, &p.done, 5000));
     TH_ASSERT_EQ(p.status, SLUICE_OK);
   }
-  redisReply *before = th_redis_command(&r, "HGET sluice:dq:{t}:h pm");
-  th_redis_respawn(&r, NULL);
-  TH_LOOP_UNTIL(base, metrics(c).replay_pushes >= 3, 10000);
-  TH_ASSERT_EQ(metrics(c).replay_pushes, 3);
-  TH_ASSERT_EQ(th_redis_int(&r, "HGET sluice:dq:{t}:h #pmax"), 4);
-  TH_ASSERT_EQ(th_redis_int(&r, "ZCARD sluice:dq:{t}:z"), 1);
+  redisReply *before = th_redis_command(&R.redis, "HGET sluice:dq:{t}:h pm");
+  th_redis_respawn(&R.redis, NULL);
+  TH_LOOP_UNTIL(R.base, metrics(R.c).replay_pushes >= 3, 10000);
+  TH_ASSERT_EQ(metrics(R.c).replay_pushes, 3);
+  TH_ASSERT_EQ(th_redis_int(&R.redis, "HGET sluice:dq:{t}:h #pmax"), 4);
+  TH_ASSERT_EQ(th_redis_int(&R.redis, "ZCARD sluice:dq:{t}:z"), 1);
   /* The same value: version (byte 255 and 16 digits), sequence, payload. */
-  redisReply *after = th_redis_command(&r, "HGET sluice:dq:{t}:h pm");
+  redisReply *after = th_redis_command(&R.redis, "HGET sluice:dq:{t}:h pm");
   TH_ASSERT(before && before->type == REDIS_REPLY_STRING && before->len > 22);
   TH_ASSERT(after && after->type == REDIS_REPLY_STRING && after->len == before->len);
   TH_ASSERT_EQ((unsigned char)after->str[0], 255);
@@ -853,7 +832,7 @@ static void test_restart_replace_replayed(void) {
   freeReplyObject(before);
   freeReplyObject(after);
   sluice_dq_free(dq);
-  one_finish(&r, base, c);
+  one_finish();
 }
 
 static void redis_ok(const th_redis *r, const char *command) {
@@ -874,6 +853,26 @@ static sluice_sem *one_permit(sluice_client *c, unsigned ttl_ms, int auto_renew,
   return sem_test_new_opts(c, "t", &o);
 }
 
+/* one_start, then a permit of one_permit(ttl_ms, auto_renew,
+ * op_timeout_ms) taken (*a), the Redis restarted and its writes paused for
+ * pause_ms before the client's loop runs again. The script is loaded first
+ * (a grant of "w", freed), so a short op_timeout_ms is plenty for it. */
+static sluice_sem *one_held_paused(unsigned ttl_ms, int auto_renew, unsigned op_timeout_ms,
+                                   int pause_ms, acq_result *a) {
+  one_start(NULL);
+  sluice_sem *w = sem_test_new(R.c, "w", 1, 30000, 0);
+  TH_ASSERT_EQ(sem_try(R.base, w).status, SLUICE_OK);
+  sluice_sem_free(w);
+  sluice_sem *s = one_permit(R.c, ttl_ms, auto_renew, op_timeout_ms);
+  *a = sem_try(R.base, s);
+  TH_ASSERT_EQ(a->status, SLUICE_OK);
+  th_redis_respawn(&R.redis, NULL);
+  redisReply *pause = th_redis_command(&R.redis, "CLIENT PAUSE %d WRITE", pause_ms);
+  TH_ASSERT(pause && pause->type == REDIS_REPLY_STATUS);
+  freeReplyObject(pause);
+  return s;
+}
+
 /* A re-assertion that restored the permit but whose answer came after its
  * deadline: the next one, after the connection is back, finds the permit
  * held and still reports the restore, counted once. Writes are paused on
@@ -881,32 +880,23 @@ static sluice_sem *one_permit(sluice_client *c, unsigned ttl_ms, int auto_renew,
  * once the first re-assertion timed out (its 1 s, shorter than the
  * client's 3 s after which a silent connection is replaced). */
 static void test_restart_late_answer(void) {
-  th_redis r;
-  sluice_client *c;
-  struct event_base *base = one_start(&r, NULL, &c);
-  sluice_sem *w = sem_test_new(c, "w", 1, 30000, 0); /* loads the script: 1 s is plenty then */
-  TH_ASSERT_EQ(sem_try(base, w).status, SLUICE_OK);
-  sluice_sem_free(w);
-  sluice_sem *s = one_permit(c, 30000, 1, 1000);
-  acq_result a = sem_try(base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
-  th_redis_respawn(&r, NULL);
-  redis_ok(&r, "CLIENT PAUSE 60000 WRITE");
-  TH_LOOP_UNTIL(base, failed(c, "sem_reassert") >= 1, 10000);
-  TH_ASSERT_EQ(answered(c, "sem_reassert"), 0);
-  redis_ok(&r, "CLIENT UNPAUSE");
+  acq_result a;
+  sluice_sem *s = one_held_paused(30000, 1, 1000, 60000, &a);
+  TH_LOOP_UNTIL(R.base, failed(R.c, "sem_reassert") >= 1, 10000);
+  TH_ASSERT_EQ(answered(R.c, "sem_reassert"), 0);
+  redis_ok(&R.redis, "CLIENT UNPAUSE");
   /* The late step runs now: the permit is back, unknown to the client. */
-  TH_LOOP_UNTIL(base, th_redis_int(&r, "ZCARD sluice:sem:{t}:holders") == 1, 5000);
-  TH_ASSERT_EQ(metrics(c).permits_restored, 0);
-  uint64_t reconnects = metrics(c).reconnects;
-  TH_ASSERT_CMP(th_redis_int(&r, "CLIENT KILL TYPE normal SKIPME yes"), >=, 1);
-  TH_LOOP_UNTIL(base, metrics(c).reconnects > reconnects && answered(c, "sem_reassert") >= 1,
+  TH_LOOP_UNTIL(R.base, th_redis_int(&R.redis, "ZCARD sluice:sem:{t}:holders") == 1, 5000);
+  TH_ASSERT_EQ(metrics(R.c).permits_restored, 0);
+  uint64_t reconnects = metrics(R.c).reconnects;
+  TH_ASSERT_CMP(th_redis_int(&R.redis, "CLIENT KILL TYPE normal SKIPME yes"), >=, 1);
+  TH_LOOP_UNTIL(R.base, metrics(R.c).reconnects > reconnects && answered(R.c, "sem_reassert") >= 1,
                 10000);
-  TH_ASSERT_EQ(answered(c, "sem_reassert"), 1);
-  TH_ASSERT_EQ(metrics(c).permits_restored, 1);
-  TH_ASSERT_EQ(metrics(c).permits_lost, 0);
+  TH_ASSERT_EQ(answered(R.c, "sem_reassert"), 1);
+  TH_ASSERT_EQ(metrics(R.c).permits_restored, 1);
+  TH_ASSERT_EQ(metrics(R.c).permits_lost, 0);
   TH_ASSERT_EQ(sluice_permit_lost(a.permit), 0);
-  one_sem_finish(&r, base, c, s, a.permit);
+  one_sem_finish(s, a.permit);
 }
 
 /* A permit that is not renewed, restored on a restarted Redis, keeps the
@@ -914,29 +904,27 @@ static void test_restart_late_answer(void) {
  * lease, and the lost callback comes when that lease ends. */
 static void test_restart_unrenewed(void) {
   enum { TTL = 3000 };
-  th_redis r;
-  sluice_client *c;
-  struct event_base *base = one_start(&r, NULL, &c);
-  sluice_sem *s = one_permit(c, TTL, 0, 0);
+  one_start(NULL);
+  sluice_sem *s = one_permit(R.c, TTL, 0, 0);
   uint64_t asked = th_now_ms();
   lost_result l = {0};
-  acq_result a = take_watched(base, s, &l);
-  th_loop_for(base, 1000); /* a third of the lease gone */
-  th_redis_respawn(&r, NULL);
-  TH_LOOP_UNTIL(base, metrics(c).permits_restored == 1, 5000);
-  TH_ASSERT_EQ(metrics(c).permits_restored, 1);
+  acq_result a = take_watched(R.base, s, &l);
+  th_loop_for(R.base, 1000); /* a third of the lease gone */
+  th_redis_respawn(&R.redis, NULL);
+  TH_LOOP_UNTIL(R.base, metrics(R.c).permits_restored == 1, 5000);
+  TH_ASSERT_EQ(metrics(R.c).permits_restored, 1);
   /* Redis's lease ends within the holder's (its clock is this machine's). */
   char cmd[160];
   snprintf(cmd, sizeof cmd, "ZSCORE sluice:sem:{t}:holders %s", sluice_permit_id(a.permit));
-  redisReply *score = th_redis_command(&r, cmd);
+  redisReply *score = th_redis_command(&R.redis, cmd);
   TH_ASSERT(score && score->type == REDIS_REPLY_STRING);
   uint64_t ends = strtoull(score->str, NULL, 10);
   freeReplyObject(score);
   TH_ASSERT_CMP(ends, <=, (uint64_t)dqt_unix_ms() + TTL - 1000 + 100);
-  TH_ASSERT(th_loop_until(base, &l.done, TTL + 1000));
+  TH_ASSERT(th_loop_until(R.base, &l.done, TTL + 1000));
   TH_ASSERT_CMP(l.at_ms - asked, <=, TTL + 200);
   sluice_sem_free(s);
-  one_finish(&r, base, c);
+  one_finish();
 }
 
 /* The restarted node is slow to answer writes (CLIENT PAUSE WRITE: a busy
@@ -947,27 +935,25 @@ static void test_restart_unrenewed(void) {
  * counted on for the rest of its lease while Redis lets another take it. */
 static void test_restart_slow_node(void) {
   enum { TTL = 5000, PAUSE_MS = 300 };
-  th_redis r;
-  sluice_client *c;
-  struct event_base *base = one_start(&r, NULL, &c);
+  one_start(NULL);
   sluice_sem_options o;
   sluice_sem_options_init(&o);
   o.permits = 1;
   o.ttl_ms = TTL;
   o.auto_renew = 0;
-  sluice_sem *s = sem_test_new_opts(c, "t", &o);
+  sluice_sem *s = sem_test_new_opts(R.c, "t", &o);
   lost_result l = {0};
-  acq_result a = take_watched(base, s, &l);
-  th_redis_respawn(&r, NULL);
+  acq_result a = take_watched(R.base, s, &l);
+  th_redis_respawn(&R.redis, NULL);
   /* Before this loop runs again: the client has not reconnected yet. */
-  redisReply *pause = th_redis_command(&r, "CLIENT PAUSE %d WRITE", PAUSE_MS);
+  redisReply *pause = th_redis_command(&R.redis, "CLIENT PAUSE %d WRITE", PAUSE_MS);
   TH_ASSERT(pause && pause->type == REDIS_REPLY_STATUS);
   freeReplyObject(pause);
-  TH_LOOP_UNTIL(base, metrics(c).permits_restored == 1, TTL / 2);
-  TH_ASSERT_EQ(metrics(c).permits_restored, 1);
-  TH_ASSERT_EQ(th_redis_int(&r, "ZCARD sluice:sem:{t}:holders"), 1);
+  TH_LOOP_UNTIL(R.base, metrics(R.c).permits_restored == 1, TTL / 2);
+  TH_ASSERT_EQ(metrics(R.c).permits_restored, 1);
+  TH_ASSERT_EQ(th_redis_int(&R.redis, "ZCARD sluice:sem:{t}:holders"), 1);
   TH_ASSERT_EQ(l.done, 0);
-  one_sem_finish(&r, base, c, s, a.permit);
+  one_sem_finish(s, a.permit);
 }
 
 /* ---- a node that refuses writes for now ----------------------------------- */
@@ -980,76 +966,74 @@ static void refuse_writes(const th_redis *r, int on) {
   redis_ok(r, on ? "CONFIG SET min-replicas-to-write 1" : "CONFIG SET min-replicas-to-write 0");
 }
 
+/* The Redis restarted refusing writes (refuse_writes), until the client's
+ * steps of `kind` were refused, then sent again and refused again (within
+ * wait_ms). Returns the client's reconnects before the restart. */
+static uint64_t restart_refusing(const char *kind, unsigned wait_ms) {
+  uint64_t reconnects = metrics(R.c).reconnects;
+  th_redis_respawn(&R.redis, NULL);
+  refuse_writes(&R.redis, 1);
+  TH_LOOP_UNTIL(R.base, failed(R.c, kind) >= 2, wait_ms);
+  TH_ASSERT_CMP(failed(R.c, kind), >=, 2);
+  return reconnects;
+}
+
 /* Pushes whose replay the new node refused for now go again while the
  * connection stays up, and land once it takes writes; none is dropped. */
 static void test_restart_replay_refused_for_now(void) {
   enum { N = 5 };
-  th_redis r;
-  sluice_client *c;
-  struct event_base *base = one_start(&r, NULL, &c);
-  sluice_dq *dq = dqt_queue(c, "t");
-  push_ids(base, dq, 0, N, 60000);
-  uint64_t reconnects = metrics(c).reconnects;
-  th_redis_respawn(&r, NULL);
-  refuse_writes(&r, 1);
-  TH_LOOP_UNTIL(base, failed(c, "dq_push") >= 2, 10000); /* refused, then again */
-  TH_ASSERT_CMP(failed(c, "dq_push"), >=, 2);
-  TH_ASSERT_EQ(metrics(c).replay_pushes, 0);
-  refuse_writes(&r, 0);
-  TH_LOOP_UNTIL(base, metrics(c).replay_pushes >= N, 5000);
-  sluice_client_metrics m = metrics(c);
+  one_start(NULL);
+  sluice_dq *dq = dqt_queue(R.c, "t");
+  push_ids(R.base, dq, 0, N, 60000);
+  uint64_t reconnects = restart_refusing("dq_push", 10000);
+  TH_ASSERT_EQ(metrics(R.c).replay_pushes, 0);
+  refuse_writes(&R.redis, 0);
+  TH_LOOP_UNTIL(R.base, metrics(R.c).replay_pushes >= N, 5000);
+  sluice_client_metrics m = metrics(R.c);
   TH_ASSERT_EQ(m.replay_pushes, N);
   TH_ASSERT_EQ(m.replay_restored, N);
   TH_ASSERT_EQ(m.record_dropped, 0);
   TH_ASSERT_EQ(m.reconnects, reconnects + 1); /* the restart's: none since */
-  TH_ASSERT_EQ(th_redis_int(&r, "ZCARD sluice:dq:{t}:z"), N);
+  TH_ASSERT_EQ(th_redis_int(&R.redis, "ZCARD sluice:dq:{t}:z"), N);
   sluice_dq_free(dq);
-  one_finish(&r, base, c);
+  one_finish();
 }
 
 /* A replay the new node refuses for good (here its ACL: no scripts) is
  * dropped at once and counted. */
 static void test_restart_replay_refused_for_good(void) {
   enum { N = 3 };
-  th_redis r;
-  sluice_client *c;
-  struct event_base *base = one_start(&r, NULL, &c);
-  sluice_dq *dq = dqt_queue(c, "t");
-  push_ids(base, dq, 0, N, 60000);
-  th_redis_respawn(&r, NULL);
-  redis_ok(&r, "ACL SETUSER default -evalsha -eval");
-  TH_LOOP_UNTIL(base, metrics(c).record_dropped >= N, 10000);
-  sluice_client_metrics m = metrics(c);
+  one_start(NULL);
+  sluice_dq *dq = dqt_queue(R.c, "t");
+  push_ids(R.base, dq, 0, N, 60000);
+  th_redis_respawn(&R.redis, NULL);
+  redis_ok(&R.redis, "ACL SETUSER default -evalsha -eval");
+  TH_LOOP_UNTIL(R.base, metrics(R.c).record_dropped >= N, 10000);
+  sluice_client_metrics m = metrics(R.c);
   TH_ASSERT_EQ(m.record_dropped, N);
   TH_ASSERT_EQ(m.replay_pushes, 0);
   TH_ASSERT_EQ(m.record_entries, 0);
   sluice_dq_free(dq);
-  one_finish(&r, base, c);
+  one_finish();
 }
 
 /* A re-assertion the new node refused for now goes again while the
  * connection stays up (not at a reconnect that never comes), and the
  * permit is restored once the node takes writes. */
 static void test_restart_reassert_refused_for_now(void) {
-  th_redis r;
-  sluice_client *c;
-  struct event_base *base = one_start(&r, NULL, &c);
-  sluice_sem *s = one_permit(c, 10000, 0, 0);
+  one_start(NULL);
+  sluice_sem *s = one_permit(R.c, 10000, 0, 0);
   lost_result l = {0};
-  acq_result a = take_watched(base, s, &l);
-  uint64_t reconnects = metrics(c).reconnects;
-  th_redis_respawn(&r, NULL);
-  refuse_writes(&r, 1);
-  TH_LOOP_UNTIL(base, failed(c, "sem_reassert") >= 2, 5000); /* refused, then again */
-  TH_ASSERT_CMP(failed(c, "sem_reassert"), >=, 2);
-  TH_ASSERT_EQ(metrics(c).permits_restored, 0);
-  refuse_writes(&r, 0);
-  TH_LOOP_UNTIL(base, metrics(c).permits_restored >= 1, 3000);
-  TH_ASSERT_EQ(metrics(c).permits_restored, 1);
-  TH_ASSERT_EQ(metrics(c).reconnects, reconnects + 1);
-  TH_ASSERT_EQ(th_redis_int(&r, "ZCARD sluice:sem:{t}:holders"), 1);
+  acq_result a = take_watched(R.base, s, &l);
+  uint64_t reconnects = restart_refusing("sem_reassert", 5000);
+  TH_ASSERT_EQ(metrics(R.c).permits_restored, 0);
+  refuse_writes(&R.redis, 0);
+  TH_LOOP_UNTIL(R.base, metrics(R.c).permits_restored >= 1, 3000);
+  TH_ASSERT_EQ(metrics(R.c).permits_restored, 1);
+  TH_ASSERT_EQ(metrics(R.c).reconnects, reconnects + 1);
+  TH_ASSERT_EQ(th_redis_int(&R.redis, "ZCARD sluice:sem:{t}:holders"), 1);
   TH_ASSERT_EQ(l.done, 0);
-  one_sem_finish(&r, base, c, s, a.permit);
+  one_sem_finish(s, a.permit);
 }
 
 /* local_handoff: a permit whose re-assertion is still due (it failed: the
@@ -1060,31 +1044,29 @@ static void test_restart_reassert_refused_for_now(void) {
  * queued on the restarted Redis until the hand-off. */
 static void test_restart_handoff_carries_reassert(void) {
   enum { OTHER_MS = 1500 };
-  th_redis r;
-  sluice_client *c;
-  struct event_base *base = one_start(&r, NULL, &c);
+  one_start(NULL);
   sluice_sem_options o;
   sluice_sem_options_init(&o);
   o.permits = 1;
   o.ttl_ms = 6000;
   o.local_handoff = 1;
-  sluice_sem *s = sem_test_new_opts(c, "t", &o);
-  acq_result a = sem_try(base, s), w = {0};
+  sluice_sem *s = sem_test_new_opts(R.c, "t", &o);
+  acq_result a = sem_try(R.base, s), w = {0};
   TH_ASSERT_EQ(a.status, SLUICE_OK);
   TH_ASSERT_EQ(sluice_sem_acquire(s, 30000, acq_cb, &w, NULL), SLUICE_OK);
-  TH_LOOP_UNTIL(base, s->nwaiting == 1, 5000);
+  TH_LOOP_UNTIL(R.base, s->nwaiting == 1, 5000);
   TH_ASSERT_EQ(s->nwaiting, 1);
-  th_redis_respawn(&r, NULL);
+  th_redis_respawn(&R.redis, NULL);
   int64_t other_until = dqt_unix_ms() + OTHER_MS;
   char other[96];
   snprintf(other, sizeof other, "ZADD sluice:sem:{t}:holders %llu other",
            (unsigned long long)other_until);
-  TH_ASSERT_EQ(th_redis_int(&r, other), 1);
-  redis_ok(&r, "ACL SETUSER default resetkeys ~sluice:sem:{t}:[hqbmw]*");
-  TH_LOOP_UNTIL(base, failed(c, "sem_reassert") >= 1 && s->nwaiting == 1, 5000);
+  TH_ASSERT_EQ(th_redis_int(&R.redis, other), 1);
+  redis_ok(&R.redis, "ACL SETUSER default resetkeys ~sluice:sem:{t}:[hqbmw]*");
+  TH_LOOP_UNTIL(R.base, failed(R.c, "sem_reassert") >= 1 && s->nwaiting == 1, 5000);
   TH_ASSERT_EQ(s->nwaiting, 1);
   TH_ASSERT_EQ(sluice_permit_release(a.permit, NULL, NULL), SLUICE_OK);
-  TH_ASSERT(th_loop_until(base, &w.done, 3000));
+  TH_ASSERT(th_loop_until(R.base, &w.done, 3000));
   TH_ASSERT_EQ(w.status, SLUICE_OK);
   sluice_sem_metrics sm;
   sluice_sem_get_metrics(s, &sm);
@@ -1092,19 +1074,19 @@ static void test_restart_handoff_carries_reassert(void) {
   lost_result l = {0};
   sluice_permit_set_lost_cb(w.permit, lost_cb, &l);
   /* The other lease ends: room for the restore. */
-  TH_LOOP_UNTIL(base, l.done || dqt_unix_ms() > other_until + 50, OTHER_MS + 1000);
-  redis_ok(&r, "ACL SETUSER default allkeys");
-  TH_LOOP_UNTIL(base, metrics(c).permits_restored >= 1 || l.done, 6000);
+  TH_LOOP_UNTIL(R.base, l.done || dqt_unix_ms() > other_until + 50, OTHER_MS + 1000);
+  redis_ok(&R.redis, "ACL SETUSER default allkeys");
+  TH_LOOP_UNTIL(R.base, metrics(R.c).permits_restored >= 1 || l.done, 6000);
   TH_ASSERT_EQ(l.done, 0);
-  TH_ASSERT_EQ(metrics(c).permits_restored, 1);
+  TH_ASSERT_EQ(metrics(R.c).permits_restored, 1);
   char held[160];
   snprintf(held, sizeof held, "ZSCORE sluice:sem:{t}:holders %s", sluice_permit_id(w.permit));
-  redisReply *score = th_redis_command(&r, held);
+  redisReply *score = th_redis_command(&R.redis, held);
   TH_ASSERT(score && score->type == REDIS_REPLY_STRING);
   freeReplyObject(score);
   sluice_permit_release(w.permit, NULL, NULL);
   sluice_sem_free(s);
-  one_finish(&r, base, c);
+  one_finish();
 }
 
 /* The node changes again while a re-assertion is in flight (a cluster's
@@ -1112,25 +1094,16 @@ static void test_restart_handoff_carries_reassert(void) {
  * are paused on the restarted Redis): another re-assertion follows once
  * the first is answered, rather than being dropped. */
 static void test_restart_reassert_while_in_flight(void) {
-  th_redis r;
-  sluice_client *c;
-  struct event_base *base = one_start(&r, NULL, &c);
-  sluice_sem *w = sem_test_new(c, "w", 1, 30000, 0); /* loads the script */
-  TH_ASSERT_EQ(sem_try(base, w).status, SLUICE_OK);
-  sluice_sem_free(w);
-  sluice_sem *s = one_permit(c, 10000, 0, 0);
-  acq_result a = sem_try(base, s);
-  TH_ASSERT_EQ(a.status, SLUICE_OK);
-  th_redis_respawn(&r, NULL);
-  redis_ok(&r, "CLIENT PAUSE 1000 WRITE");
-  TH_LOOP_UNTIL(base, a.permit->reassert.batch != NULL, 2000);
+  acq_result a;
+  sluice_sem *s = one_held_paused(10000, 0, 0, 1000, &a);
+  TH_LOOP_UNTIL(R.base, a.permit->reassert.batch != NULL, 2000);
   TH_ASSERT(a.permit->reassert.batch != NULL);
-  sluice__guard_home_node_changed(&c->home, -1, -1);
-  TH_LOOP_UNTIL(base, answered(c, "sem_reassert") >= 2, 5000);
-  TH_ASSERT_EQ(answered(c, "sem_reassert"), 2);
-  TH_ASSERT_EQ(metrics(c).permits_restored, 1); /* the second finds it held */
+  sluice__guard_home_node_changed(&R.c->home, -1, -1);
+  TH_LOOP_UNTIL(R.base, answered(R.c, "sem_reassert") >= 2, 5000);
+  TH_ASSERT_EQ(answered(R.c, "sem_reassert"), 2);
+  TH_ASSERT_EQ(metrics(R.c).permits_restored, 1); /* the second finds it held */
   TH_ASSERT_EQ(sluice_permit_lost(a.permit), 0);
-  one_sem_finish(&r, base, c, s, a.permit);
+  one_sem_finish(s, a.permit);
 }
 
 int main(int argc, char **argv) {

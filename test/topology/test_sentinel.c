@@ -41,11 +41,47 @@ static sluice_client *start_client(struct event_base **base) {
   return sem_test_client_at(*base, url, 1000);
 }
 
+/* start, and a new loop; o is set for a client of the sentinels' url (the
+ * case changes what it needs before th_client_with). */
+static struct event_base *start_options(sluice_client_options *o) {
+  start();
+  th_client_options(o, url);
+  return event_base_new();
+}
+
+/* start_client, with a permit of the one-permit semaphore `name` (lease
+ * ttl_ms) held (*h) and a waiter of the same handle blocked behind it (*w,
+ * for wait_ms). */
+static sluice_sem *start_held(struct event_base **base, sluice_client **c, const char *name,
+                              unsigned ttl_ms, unsigned wait_ms, acq_result *h, acq_result *w) {
+  *c = start_client(base);
+  sluice_sem *s = sem_test_new(*c, name, 1, ttl_ms, 0);
+  *h = sem_hold_with_waiter(*base, s, s, wait_ms, w);
+  return s;
+}
+
 /* The end of a case: its client closed (the loop drained), the loop freed,
  * the topology stopped. */
 static void finish(struct event_base *base, sluice_client *c) {
   th_free_client_and_loop(base, c, 5000);
   th_sentinel_stop(&topo);
+}
+
+/* finish for a case that ends holding permit p of s: released, s freed. */
+static void finish_sem(struct event_base *base, sluice_client *c, sluice_sem *s, sluice_permit *p) {
+  sluice_permit_release(p, NULL, NULL);
+  sluice_sem_free(s);
+  finish(base, c);
+}
+
+/* Queue `name` on c, and its consumer *con, which acks what it gets and
+ * counts it into *delivered. */
+static sluice_dq *counted_queue(sluice_client *c, const char *name, int *delivered,
+                                sluice_dq_consumer **con) {
+  sluice_dq *dq = dqt_queue(c, name);
+  *con = NULL;
+  TH_ASSERT_EQ(sluice_dq_consumer_new(c, name, NULL, dqt_ack_counted, delivered, con), SLUICE_OK);
+  return dq;
 }
 
 static void on_check(sluice_limiter *lim, int status, const sluice_rl_result *res, void *ud) {
@@ -74,10 +110,9 @@ static void test_primitives(void) {
   TH_ASSERT(th_loop_until(base, &ok, 3000));
   TH_ASSERT_EQ(ok, 1);
 
-  sluice_dq *dq = dqt_queue(c, "q");
   int delivered = 0;
-  sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "q", NULL, dqt_ack_counted, &delivered, &con), SLUICE_OK);
+  sluice_dq_consumer *con;
+  sluice_dq *dq = counted_queue(c, "q", &delivered, &con);
   dqt_push p;
   TH_ASSERT_EQ(dqt_push_wait(base, dq, "m", "m", 50, &p), SLUICE_OK);
   TH_ASSERT(th_loop_until(base, &delivered, 3000));
@@ -111,14 +146,12 @@ static void test_primitives(void) {
  * go on against the new master, which the client finds by itself. */
 static void test_failover(void) {
   struct event_base *base;
-  sluice_client *c = start_client(&base);
-  sluice_sem *s = sem_test_new(c, "f", 1, 2000, 0);
-  acq_result w;
-  acq_result h = sem_hold_with_waiter(base, s, s, 20000, &w);
-  sluice_dq *dq = dqt_queue(c, "fq");
+  sluice_client *c;
+  acq_result h, w;
+  sluice_sem *s = start_held(&base, &c, "f", 2000, 20000, &h, &w);
   int delivered = 0;
-  sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "fq", NULL, dqt_ack_counted, &delivered, &con), SLUICE_OK);
+  sluice_dq_consumer *con;
+  sluice_dq *dq = counted_queue(c, "fq", &delivered, &con);
   th_loop_for(base, 200);
   th_node *old = th_sentinel_master(&topo);
   int old_port = old->port;
@@ -154,11 +187,9 @@ static void test_failover(void) {
   TH_ASSERT(r && r->type == REDIS_REPLY_INTEGER && r->integer >= 1);
   freeReplyObject(r);
   redisFree(m);
-  sluice_permit_release(w.permit, NULL, NULL);
   sluice_dq_consumer_free(con);
   sluice_dq_free(dq);
-  sluice_sem_free(s);
-  finish(base, c);
+  finish_sem(base, c, s, w.permit);
 }
 
 typedef struct changes {
@@ -255,10 +286,8 @@ static void test_bad_input(void) {
  * report not replicated within wait_timeout_ms. (With the ack on, the
  * default, such a grant is given back: test_sem_replicas.) */
 static void test_wait_replicas(void) {
-  start();
-  struct event_base *base = event_base_new();
   sluice_client_options o;
-  th_client_options(&o, url);
+  struct event_base *base = start_options(&o);
   o.op_timeout_ms = 4000;
   o.wait_replicas = 1;
   o.wait_timeout_ms = 1000; /* generous: the replica may lag on a loaded machine */
@@ -277,9 +306,7 @@ static void test_wait_replicas(void) {
   sluice_client_get_stats(c, &st);
   TH_ASSERT_CMP(st.writes_not_replicated, >=, 1);
   sluice_permit_release(a.permit, NULL, NULL);
-  sluice_permit_release(b.permit, NULL, NULL);
-  sluice_sem_free(s);
-  finish(base, c);
+  finish_sem(base, c, s, b.permit);
 }
 
 static void on_release(sluice_sem *sem, int status, void *ud) { *(int *)ud = 1; }
@@ -451,6 +478,17 @@ static long long client_running(redisContext *m, const char *cmd) {
   return id;
 }
 
+/* A connection to master m once the client's blocked waiter runs BRPOP
+ * there (within 5 s). */
+static redisContext *connect_blocked(struct event_base *base, const th_node *m) {
+  redisContext *mc = th_node_connect(m);
+  TH_ASSERT(mc != NULL);
+  uint64_t end = th_now_ms() + 5000;
+  while (client_running(mc, "brpop") < 0 && th_now_ms() < end) th_loop_for(base, 20);
+  TH_ASSERT(client_running(mc, "brpop") >= 0);
+  return mc;
+}
+
 /* Drops the master's connections to the client under test: all but the
  * sentinels' (named "sentinel-..."), the replica's and m's own. How many
  * went. */
@@ -481,15 +519,10 @@ static int kill_client_connections(redisContext *m) {
  * gets its permit at the end all the same. */
 static void test_re_resolve(void) {
   struct event_base *base;
-  sluice_client *c = start_client(&base);
-  sluice_sem *s = sem_test_new(c, "u", 1, 10000, 0);
-  acq_result w;
-  acq_result h = sem_hold_with_waiter(base, s, s, 30000, &w);
-  redisContext *m = th_node_connect(th_sentinel_master(&topo));
-  TH_ASSERT(m != NULL);
-  uint64_t end = th_now_ms() + 5000;
-  while (client_running(m, "brpop") < 0 && th_now_ms() < end) th_loop_for(base, 20);
-  TH_ASSERT(client_running(m, "brpop") >= 0);
+  sluice_client *c;
+  acq_result h, w;
+  sluice_sem *s = start_held(&base, &c, "u", 10000, 30000, &h, &w);
+  redisContext *m = connect_blocked(base, th_sentinel_master(&topo));
 
   static const char *const refusals[] = {"READONLY You cannot write against a read only replica.",
                                          "LOADING Redis is loading the dataset in memory",
@@ -516,7 +549,7 @@ static void test_re_resolve(void) {
   /* -UNBLOCKED: a failover unblocks the blocked clients with it. */
   unsigned long asked = sluice__sentinel_answers(sentinel_link(c));
   int unblocked = 0; /* 0 when caught between two BRPOPs: again */
-  end = th_now_ms() + 5000;
+  uint64_t end = th_now_ms() + 5000;
   while (!unblocked && th_now_ms() < end) {
     long long blk = client_running(m, "brpop");
     redisReply *r = blk >= 0 ? redisCommand(m, "CLIENT UNBLOCK %lld ERROR", blk) : NULL;
@@ -539,9 +572,7 @@ static void test_re_resolve(void) {
   TH_ASSERT_EQ(w.status, SLUICE_OK);
   TH_ASSERT_EQ(sluice__sentinel_count(sentinel_link(c)), 3);
   assert_no_duplicates(sentinel_link(c));
-  sluice_permit_release(w.permit, NULL, NULL);
-  sluice_sem_free(s);
-  finish(base, c);
+  finish_sem(base, c, s, w.permit);
 }
 
 static void on_lost_count(sluice_permit *p, int reason, void *ud) { ++*(int *)ud; }
@@ -566,10 +597,9 @@ static void test_kill_master(void) {
   sluice_permit_set_lost_cb(h.permit, on_lost_count, &lost);
   acq_result w = {0};
   TH_ASSERT_EQ(sluice_sem_acquire(ws, 30000, acq_cb, &w, NULL), SLUICE_OK);
-  sluice_dq *dq = dqt_queue(c, "kq");
   int delivered = 0;
-  sluice_dq_consumer *con = NULL;
-  TH_ASSERT_EQ(sluice_dq_consumer_new(c, "kq", NULL, dqt_ack_counted, &delivered, &con), SLUICE_OK);
+  sluice_dq_consumer *con;
+  sluice_dq *dq = counted_queue(c, "kq", &delivered, &con);
   th_loop_for(base, 200);
   th_node *old = th_sentinel_master(&topo);
   TH_ASSERT(old != NULL);
@@ -607,10 +637,8 @@ static void test_kill_master(void) {
  * node's. An acquire started once the replica is promoted, with a timeout
  * that ends before the backoff would, gets the permit. */
 static void test_switch_ends_backoff(void) {
-  start();
-  struct event_base *base = event_base_new();
   sluice_client_options o;
-  th_client_options(&o, url);
+  struct event_base *base = start_options(&o);
   o.reconnect_min_ms = 60000;
   o.reconnect_max_ms = 60000;
   sluice_client *c = th_client_with(base, &o);
@@ -632,9 +660,7 @@ static void test_switch_ends_backoff(void) {
   TH_ASSERT(th_loop_until(base, &w.done, timeout + 2000));
   TH_ASSERT_EQ(w.status, SLUICE_OK);
   th_note("kill to grant: %llu ms\n", (unsigned long long)(th_now_ms() - t0));
-  sluice_permit_release(w.permit, NULL, NULL);
-  sluice_sem_free(s);
-  finish(base, c);
+  finish_sem(base, c, s, w.permit);
 }
 
 /* The client hears a switch from whichever sentinel announces it: with the
@@ -668,9 +694,7 @@ static void test_switch_heard_from_any(void) {
   first->paused = 0;
   a = sem_try(base, s);
   TH_ASSERT_EQ(a.status, SLUICE_OK);
-  sluice_permit_release(a.permit, NULL, NULL);
-  sluice_sem_free(s);
-  finish(base, c);
+  finish_sem(base, c, s, a.permit);
 }
 
 /* A sentinel failing the master over that still names it (the promotion
@@ -704,9 +728,7 @@ static void test_failover_under_way_waits(void) {
   TH_ASSERT(th_loop_until(base, &a.done, 9000));
   TH_ASSERT_EQ(a.status, SLUICE_OK);
   TH_ASSERT(th_sentinel_master(&topo) == rep);
-  sluice_permit_release(a.permit, NULL, NULL);
-  sluice_sem_free(s);
-  finish(base, c);
+  finish_sem(base, c, s, a.permit);
 }
 
 /* A sentinel behind the last switch it announced is not taken: the
@@ -769,11 +791,9 @@ static void count_blocking_downs(sluice_client *c, int level, const char *msg, v
  * 2 s), though every attempt of the command connection re-announces the
  * same address: a handful of attempts in 3 s, not one every 25-50 ms. */
 static void test_dead_master_backoff(void) {
-  start();
-  TH_ASSERT_EQ(th_sentinel_replica_stop(&topo), 0);
-  struct event_base *base = event_base_new();
   sluice_client_options o;
-  th_client_options(&o, url);
+  struct event_base *base = start_options(&o);
+  TH_ASSERT_EQ(th_sentinel_replica_stop(&topo), 0);
   o.op_timeout_ms = 1000;
   sluice_client *c = th_client_with(base, &o);
   sluice_sem *s = sem_test_new(c, "dm", 1, 30000, 0);
@@ -781,11 +801,7 @@ static void test_dead_master_backoff(void) {
   acq_result h = sem_hold_with_waiter(base, s, s, 60000, &w);
   th_node *m = th_sentinel_master(&topo);
   TH_ASSERT(m != NULL);
-  redisContext *mc = th_node_connect(m);
-  TH_ASSERT(mc != NULL);
-  uint64_t end = th_now_ms() + 5000;
-  while (client_running(mc, "brpop") < 0 && th_now_ms() < end) th_loop_for(base, 20);
-  TH_ASSERT(client_running(mc, "brpop") >= 0);
+  redisContext *mc = connect_blocked(base, m);
   redisFree(mc);
   int downs = 0;
   sluice_client_set_log_cb(c, count_blocking_downs, &downs);
@@ -795,9 +811,7 @@ static void test_dead_master_backoff(void) {
   th_note("blocking connection attempts failed in 3 s: %d\n", downs);
   TH_ASSERT_CMP(downs, >=, 1);
   TH_ASSERT_CMP(downs, <=, 12);
-  sluice_permit_release(h.permit, NULL, NULL);
-  sluice_sem_free(s);
-  finish(base, c);
+  finish_sem(base, c, s, h.permit);
 }
 
 /* A holder that takes the permit, holds it 50 ms, releases and asks again,

@@ -97,6 +97,13 @@ static void expect_value(const th_node *n, const char *key, const char *value) {
 
 static th_cluster cl; /* 32 KB of slot map: not on the case's stack */
 
+/* Stop the cluster, timed; no process of it may be left. */
+static void cluster_stopped(void) {
+  th_cluster_stop(&cl);
+  step("cluster stop");
+  TH_ASSERT_EQ(th_topology_live_processes(), 0);
+}
+
 /* Our CRC16 against CLUSTER KEYSLOT for plain, tagged, odd-brace and
  * binary keys (pipelined on one connection). */
 static void check_keyslots(const th_node *n) {
@@ -221,9 +228,7 @@ static void test_cluster(void) {
   for (int i = 0; i < cl.n; i++)
     if (&cl.node[i] != nm) expect_moved(&cl.node[i], "{mig}:24", nm);
 
-  th_cluster_stop(&cl);
-  step("cluster stop");
-  TH_ASSERT_EQ(th_topology_live_processes(), 0);
+  cluster_stopped();
 }
 
 /* Automatic failovers: a paused master (rejoining as a replica when
@@ -253,9 +258,7 @@ static void test_cluster_auto_failover(void) {
   TH_ASSERT_EQ(k->pid, 0);
   step("SIGKILL master %s: %s promoted, cluster ok", k->addr, nm->addr);
   TH_ASSERT(th_cluster_master_for_key(&cl, "killed") == nm);
-  th_cluster_stop(&cl);
-  step("cluster stop");
-  TH_ASSERT_EQ(th_topology_live_processes(), 0);
+  cluster_stopped();
 }
 
 /* Two replicas per master: after a manual failover the other replica
@@ -276,12 +279,17 @@ static void test_cluster_two_replicas(void) {
   for (int i = 0; i < cl.n; i++) reps += cl.node[i].master == ni;
   TH_ASSERT_EQ(reps, 2);
   TH_ASSERT_EQ(m->master, ni);
-  th_cluster_stop(&cl);
-  step("cluster stop");
-  TH_ASSERT_EQ(th_topology_live_processes(), 0);
+  cluster_stopped();
 }
 
 static th_sentinel sn;
+
+/* Stop the Sentinel set, timed; no process of it may be left. */
+static void sentinel_stopped(void) {
+  th_sentinel_stop(&sn);
+  step("sentinel stop");
+  TH_ASSERT_EQ(th_topology_live_processes(), 0);
+}
 
 /* SET then WAIT 1 on the same connection (WAIT counts the replicas that
  * acknowledged this connection's writes): the replicas that have it. */
@@ -321,9 +329,7 @@ static void test_sentinel(void) {
   /* And back: the topology is ready for another failover. */
   TH_ASSERT(th_sentinel_failover(&sn) == m);
   step("SENTINEL FAILOVER back -> %s", m->addr);
-  th_sentinel_stop(&sn);
-  step("sentinel stop");
-  TH_ASSERT_EQ(th_topology_live_processes(), 0);
+  sentinel_stopped();
 }
 
 static void test_sentinel_auto_failover(void) {
@@ -355,9 +361,7 @@ static void test_sentinel_auto_failover(void) {
   TH_ASSERT_EQ(nm->pid, 0);
   step("SIGKILL master %s: sentinels promoted %s", nm->addr, k->addr);
   TH_ASSERT_STR_EQ(role(k, buf, sizeof buf), "master");
-  th_sentinel_stop(&sn);
-  step("sentinel stop");
-  TH_ASSERT_EQ(th_topology_live_processes(), 0);
+  sentinel_stopped();
 }
 
 /* A case that dies without stopping its topology leaves no server: they

@@ -18,22 +18,8 @@ typedef struct keys_fx {
   struct event_base *base;
   sluice_client *c;
   agent_keys *t;
+  agent_rule r; /* "per-key", one permit: the rule of the cap cases */
 } keys_fx;
-
-static keys_fx fx_open(unsigned max, unsigned idle_s) {
-  keys_fx fx;
-  fx.base = event_base_new();
-  TH_ASSERT(fx.base != NULL);
-  fx.c = th_client(fx.base, NOWHERE, 0);
-  fx.t = agent_keys_new(fx.base, fx.c, max, idle_s);
-  TH_ASSERT(fx.t != NULL);
-  return fx;
-}
-
-static void fx_close(keys_fx *fx) {
-  agent_keys_free(fx->t);
-  th_free_client_and_loop(fx->base, fx->c, 5000);
-}
 
 /* A concurrency rule keyed by address, as the rule file makes it. */
 static agent_rule keyed_rule(const char *name, unsigned permits) {
@@ -48,6 +34,22 @@ static agent_rule keyed_rule(const char *name, unsigned permits) {
   r.key[0].kind = AGENT_KEY_ADDR;
   r.key[0].prefix_bits = -1;
   return r;
+}
+
+static keys_fx fx_open(unsigned max, unsigned idle_s) {
+  keys_fx fx;
+  fx.base = event_base_new();
+  TH_ASSERT(fx.base != NULL);
+  fx.c = th_client(fx.base, NOWHERE, 0);
+  fx.t = agent_keys_new(fx.base, fx.c, max, idle_s);
+  TH_ASSERT(fx.t != NULL);
+  fx.r = keyed_rule("per-key", 1);
+  return fx;
+}
+
+static void fx_close(keys_fx *fx) {
+  agent_keys_free(fx->t);
+  th_free_client_and_loop(fx->base, fx->c, 5000);
 }
 
 static agent_keys_stats stats_of(const keys_fx *fx) {
@@ -85,23 +87,22 @@ static void test_names_and_sharing(void) {
 
 static void test_cap_evicts_longest_idle(void) {
   keys_fx fx = fx_open(2, 60);
-  agent_rule r = keyed_rule("per-key", 1);
-  agent_key_sem *a = agent_keys_get(fx.t, &r, "a"), *b = agent_keys_get(fx.t, &r, "b");
+  agent_key_sem *a = agent_keys_get(fx.t, &fx.r, "a"), *b = agent_keys_get(fx.t, &fx.r, "b");
   TH_ASSERT(a && b);
-  TH_ASSERT(agent_keys_get(fx.t, &r, "c") == NULL); /* both in use: refused */
+  TH_ASSERT(agent_keys_get(fx.t, &fx.r, "c") == NULL); /* both in use: refused */
   TH_ASSERT_EQ(stats_of(&fx).refused, 1);
   agent_key_sem_put(a);
-  agent_key_sem *c = agent_keys_get(fx.t, &r, "c"); /* takes a's place */
+  agent_key_sem *c = agent_keys_get(fx.t, &fx.r, "c"); /* takes a's place */
   TH_ASSERT(c != NULL);
   TH_ASSERT_EQ(stats_of(&fx).evicted, 1);
-  TH_ASSERT(agent_keys_get(fx.t, &r, "a") == NULL);
+  TH_ASSERT(agent_keys_get(fx.t, &fx.r, "a") == NULL);
   TH_ASSERT_EQ(stats_of(&fx).refused, 2);
   /* b then c idle: d takes b's place, and c is found again as it was. */
   agent_key_sem_put(b);
   agent_key_sem_put(c);
-  agent_key_sem *d = agent_keys_get(fx.t, &r, "d");
+  agent_key_sem *d = agent_keys_get(fx.t, &fx.r, "d");
   TH_ASSERT(d != NULL);
-  TH_ASSERT(agent_keys_get(fx.t, &r, "c") == c);
+  TH_ASSERT(agent_keys_get(fx.t, &fx.r, "c") == c);
   agent_keys_stats s = stats_of(&fx);
   TH_ASSERT(s.evicted == 2 && s.live == 2 && s.max == 2);
   agent_key_sem_put(c);
@@ -111,15 +112,14 @@ static void test_cap_evicts_longest_idle(void) {
 
 static void test_idle_freed_in_use_kept(void) {
   keys_fx fx = fx_open(4, 1);
-  agent_rule r = keyed_rule("per-key", 1);
-  agent_key_sem *idle = agent_keys_get(fx.t, &r, "idle");
-  agent_key_sem *busy = agent_keys_get(fx.t, &r, "busy");
+  agent_key_sem *idle = agent_keys_get(fx.t, &fx.r, "idle");
+  agent_key_sem *busy = agent_keys_get(fx.t, &fx.r, "busy");
   TH_ASSERT(idle && busy);
   agent_key_sem_put(idle);
   TH_LOOP_UNTIL(fx.base, stats_of(&fx).live == 1, 5000);
   agent_keys_stats s = stats_of(&fx);
   TH_ASSERT(s.live == 1 && s.freed_idle == 1 && s.evicted == 0);
-  TH_ASSERT(agent_keys_get(fx.t, &r, "busy") == busy); /* still the same handle */
+  TH_ASSERT(agent_keys_get(fx.t, &fx.r, "busy") == busy); /* still the same handle */
   agent_key_sem_put(busy);
   agent_key_sem_put(busy);
   fx_close(&fx);
@@ -127,8 +127,7 @@ static void test_idle_freed_in_use_kept(void) {
 
 static void test_in_use_freed_at_stop(void) {
   keys_fx fx = fx_open(4, 60);
-  agent_rule r = keyed_rule("per-key", 1);
-  TH_ASSERT(agent_keys_get(fx.t, &r, "a") && agent_keys_get(fx.t, &r, "b"));
+  TH_ASSERT(agent_keys_get(fx.t, &fx.r, "a") && agent_keys_get(fx.t, &fx.r, "b"));
   fx_close(&fx);
 }
 

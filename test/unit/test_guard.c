@@ -118,6 +118,12 @@ static void fobj_free(fobj *o) {
 /* Complete one pending operation on the next loop turn. */
 static void fobj_reply_soon(fobj *o) { event_active(o->done, 0, 0); }
 
+/* One reply to o, and the loop run until it has nothing left to do. */
+static void reply_and_drain(fobj *o) {
+  fobj_reply_soon(o);
+  TH_ASSERT(th_loop_drain(base, 1000));
+}
+
 static void setup(void) {
   base = event_base_new();
   TH_ASSERT(base != NULL);
@@ -177,9 +183,7 @@ static void test_free_inside_own_callback(void) {
   setup();
   fstate st;
   int calls = 0;
-  fobj *o = fobj_new(&st, 2, free_then_touch, &calls);
-  fobj_reply_soon(o);
-  TH_ASSERT(th_loop_drain(base, 1000));
+  reply_and_drain(fobj_new(&st, 2, free_then_touch, &calls));
   /* The first callback freed it: the other operation was cancelled. */
   TH_ASSERT_EQ(st.ok, 1);
   TH_ASSERT_EQ(st.canceled, 1);
@@ -210,9 +214,7 @@ static void test_free_inside_nested_callback(void) {
   setup();
   fstate st;
   int outer_done = 0;
-  fobj *o = fobj_new(&st, 1, nested_cb, &outer_done);
-  fobj_reply_soon(o);
-  TH_ASSERT(th_loop_drain(base, 1000));
+  reply_and_drain(fobj_new(&st, 1, nested_cb, &outer_done));
   TH_ASSERT_EQ(outer_done, 1);
   TH_ASSERT_EQ(st.ok, 2);
   TH_ASSERT_EQ(st.destroyed, 1);
@@ -321,22 +323,34 @@ static void settle_cb(evutil_socket_t fd, short what, void *arg) {
   sluice__guard_poke(&o->g);
 }
 
+/* An object with pending operations that owes more (o->owed), each
+ * settled by *settle, an event the case activates and frees. */
+static fobj *fobj_owing(fstate *st, int pending, int owed, struct event **settle) {
+  fobj *o = fobj_new(st, pending, NULL, NULL);
+  o->owed = owed;
+  *settle = event_new(base, -1, 0, settle_cb, o);
+  return o;
+}
+
+/* One debt settled from the loop, and the loop run dry. */
+static void settle_one(struct event *settle) {
+  event_active(settle, 0, 0);
+  TH_ASSERT(th_loop_drain(base, 1000));
+}
+
 static void test_poke_after_last_owed(void) {
   setup();
   fstate st;
-  fobj *o = fobj_new(&st, 1, NULL, NULL);
-  o->owed = 2;
-  struct event *settle = event_new(base, -1, 0, settle_cb, o);
+  struct event *settle;
+  fobj *o = fobj_owing(&st, 1, 2, &settle);
   sluice__guard_poke(&o->g); /* not freed: nothing happens */
   fobj_free(o);
   TH_ASSERT(th_loop_drain(base, 1000));
   TH_ASSERT_EQ(st.canceled, 1);
   TH_ASSERT_EQ(st.destroyed, 0); /* still owed */
-  event_active(settle, 0, 0);
-  TH_ASSERT(th_loop_drain(base, 1000));
+  settle_one(settle);
   TH_ASSERT_EQ(st.destroyed, 0); /* one left */
-  event_active(settle, 0, 0);
-  TH_ASSERT(th_loop_drain(base, 1000));
+  settle_one(settle);
   TH_ASSERT_EQ(st.destroyed, 1);
   TH_ASSERT_EQ(st.cancels, 1); /* cancel ran once */
   TH_ASSERT_EQ(empties, 1);
@@ -349,16 +363,15 @@ static void test_poke_after_last_owed(void) {
 static void test_cancel_starts_work(void) {
   setup();
   fstate st;
-  fobj *o = fobj_new(&st, 0, NULL, NULL);
+  struct event *settle;
+  fobj *o = fobj_owing(&st, 0, 0, &settle);
   o->cancel_starts = 1;
-  struct event *settle = event_new(base, -1, 0, settle_cb, o);
   fobj_free(o);
   TH_ASSERT_EQ(st.cancels, 1);
   TH_ASSERT_EQ(st.destroyed, 0); /* its work is in flight */
   TH_ASSERT(th_loop_drain(base, 1000));
   TH_ASSERT_EQ(st.destroyed, 0);
-  event_active(settle, 0, 0);
-  TH_ASSERT(th_loop_drain(base, 1000));
+  settle_one(settle);
   TH_ASSERT_EQ(st.destroyed, 1);
   TH_ASSERT_EQ(st.cancels, 1);
   event_free(settle);
