@@ -47,7 +47,8 @@
 #                                where building them from source takes
 #                                about 12 minutes of both cores); Redis 8.0
 #                                runs under the hiredis 1.x ASan build
-#                                (h1asan below), as Debian 13 pairs them
+#                                (h1asan below), as Debian 13 pairs them;
+#                                the liveness tests apart (servers_liveness)
 #   asan      build-ci-asan      every suite, the topology variants
 #                                (cluster-suites, sentinel-suites) included,
 #                                under ASan + UBSan; then a 15 s soak
@@ -60,8 +61,8 @@
 #                                but the topology variants, the suite redis
 #                                on Redis 8.0 (the suites that start
 #                                sentinels on the PATH's Redis 7.0)
-#   clang     build-ci-clang     compile only, to stay warning-free on clang;
-#                                then the URL, SPOP and HTTP fuzzers (libFuzzer,
+#   clang     build-ci-clang     compile only, to stay warning-free on clang
+#   fuzz      build-ci-clang     the URL, SPOP and HTTP fuzzers (libFuzzer,
 #                                test/fuzz/) for SLUICE_FUZZ_S seconds
 #                                (default 60) each, one case each
 #   valgrind  build-ci           meson test --setup valgrind --suite
@@ -70,22 +71,23 @@
 #                                ASan watches every suite); then, on the
 #                                hiredis 1.x build, the tests of what differs
 #                                between the versions (h1_sensitive below)
-# Wall time, not coverage, is what --full saves. What waits on timers runs
-# beside what keeps the cores busy, each in a lane of its own (a background
-# subshell with its own log, printed when the lane ends, and its own
-# tally): lanes "wait" (partition, soak) and "servers" (Valkey 8.1) from
-# the start; lane "asan" (the ASan run) once its build is done; lane "h1"
-# (the hiredis 1.x ASan run) once its builds are done. The foreground
-# meanwhile builds (ASan, hiredis 1.x, deb, clang) and fuzzers, under nice,
-# so the lanes' tests get the cores first; once the ASan lanes end it runs,
-# not niced, valgrind (memcheck suite, then the hiredis 1.x build's part),
-# with only the wait lane's tail beside it: beside the ASan lanes,
-# valgrind's cases ran out of their own timeouts in rehearsals. The
-# servers lane runs its tests while the ASan lanes still run their
-# serial suites, one test at a time and mostly waiting on failovers (the
-# cores were 60-95 % idle then in a rehearsal); beside the ASan lanes'
-# parallel runs its timing cases had missed their bounds. The suites that
-# mostly wait on failovers (the topology variants, cluster, sentinel,
+# Wall time, not coverage, is what --full saves: in a rehearsal the cores
+# were 45-78 % idle from the twelfth minute on, the tests mostly waiting on
+# failovers and timers. What waits runs beside what keeps the cores busy,
+# each in a lane of its own (a background subshell with its own log,
+# printed when the lane ends, and its own tally): lanes "wait" (partition,
+# soak) and "servers" (Valkey 8.1 but its liveness tests) from the start;
+# lane "asan" (the ASan run) once its build is done; lane "h1" (the
+# hiredis 1.x ASan run) once its builds are done. The foreground meanwhile
+# builds (ASan, hiredis 1.x, deb, clang) under nice, so the lanes' tests
+# get the cores first, then runs Valkey 8.1's liveness tests; once the
+# ASan lanes end it runs, not niced, valgrind (memcheck suite, then the
+# hiredis 1.x build's part) beside lane "fuzz" (the fuzzers, niced). Each
+# of these places answers a failure seen in rehearsals: beside the ASan
+# lanes' parallel runs, the other servers' timing cases missed their
+# bounds and valgrind's cases their own timeouts; beside the builds, the
+# liveness tests' tool cases (a shell per message) were late. The suites
+# that mostly wait on failovers (the topology variants, cluster, sentinel,
 # topology, acl, replay, proxies: each test alone) run first in each ASan
 # lane. The suite liveness (tests that bound how late work is taken while
 # processes die or crowd) runs one test at a time under a lock
@@ -372,12 +374,18 @@ pass_clang() {
   banner "clang: build-ci-clang (compile only, --werror)"
   if CC=clang build clang build-ci-clang -Dbuildtype=debugoptimized; then
     count --label clang --step "clang --werror build" --ok
-    run_fuzz fuzz-url build-ci-clang/test/fuzz/fuzz_url test/fuzz/url "${SLUICE_FUZZ_S:-60}"
-    run_fuzz fuzz-spop build-ci-clang/test/fuzz/fuzz_spop test/fuzz/spop "${SLUICE_FUZZ_S:-60}"
-    run_fuzz fuzz-http build-ci-clang/test/fuzz/fuzz_http test/fuzz/http "${SLUICE_FUZZ_S:-60}"
   else
     count --label clang --step "clang --werror build" --failed
   fi
+}
+
+# The fuzzers of the clang build (libFuzzer: a clang that lacks it fails
+# here, one case each).
+pass_fuzz() {
+  banner "fuzz: build-ci-clang/test/fuzz (libFuzzer, ${SLUICE_FUZZ_S:-60} s each)"
+  run_fuzz fuzz-url build-ci-clang/test/fuzz/fuzz_url test/fuzz/url "${SLUICE_FUZZ_S:-60}"
+  run_fuzz fuzz-spop build-ci-clang/test/fuzz/fuzz_spop test/fuzz/spop "${SLUICE_FUZZ_S:-60}"
+  run_fuzz fuzz-http build-ci-clang/test/fuzz/fuzz_http test/fuzz/http "${SLUICE_FUZZ_S:-60}"
 }
 
 pass_format() {
@@ -473,15 +481,22 @@ pass_servers_fetch() {
   for i in "${!server_matrix[@]}"; do server_dir[${server_matrix[$i]}]=${dirs[$i]}; done
 }
 
-# The suite redis on the plain build against Valkey 8.1 (the liveness
-# tests alone, under the timing lock, then the rest).
-pass_servers() {
-  local s=valkey-8.1
-  banner "servers: build-ci, the suite redis on $s"
-  need_gcc servers || return
+# The suite redis on the plain build against Valkey 8.1: pass servers
+# runs all but its liveness tests (in a lane, from the start), pass
+# servers_liveness those, alone under the timing lock once the builds are
+# done (beside the builds, the tool cases' lateness passed its bounds).
+pass_servers() { servers_run run_tests "" --suite redis --no-suite liveness; }
+pass_servers_liveness() {
+  servers_run run_alone -liveness --suite liveness "${no_topo_variants[@]}"
+}
+# servers_run RUNNER LABEL_SUFFIX [meson test options...]
+servers_run() {
+  local s=valkey-8.1 runner=$1 suffix=$2
+  shift 2
+  banner "servers$suffix: build-ci, the suite redis on $s"
+  need_gcc "servers$suffix" || return
   [ -n "${server_dir[$s]:-}" ] || { echo "  ($s not unpacked)"; return; }
-  SLUICE_SERVER_DIR=${server_dir[$s]} run_alone "$s-liveness" build-ci --suite liveness "${no_topo_variants[@]}"
-  SLUICE_SERVER_DIR=${server_dir[$s]} run_tests "$s" build-ci --suite redis --no-suite liveness
+  SLUICE_SERVER_DIR=${server_dir[$s]} "$runner" "$s$suffix" build-ci "$@"
 }
 
 # lane NAME PASS...: the passes in a background subshell; its output goes
@@ -543,18 +558,22 @@ run_passes() {
 }
 
 if [ $full = 1 ]; then
-  run_passes gcc abi format subproject servers_fetch
+  run_passes gcc abi format subproject
   lane wait partition soak
+  run_passes servers_fetch
   lane servers servers
   run_passes asan_build
   lane asan asan
   run_passes hiredis1
   lane h1 h1asan
-  run_passes deb clang
-  # Once the ASan lanes end, not under nice: valgrind (which slows what it
-  # runs 5-10 times: beside the ASan lanes its cases' own timeouts ran out).
+  run_passes deb clang servers_liveness
+  # Once the ASan lanes end: valgrind, not under nice (it slows what it
+  # runs 5-10 times: beside the ASan lanes its cases' own timeouts ran
+  # out), with the fuzzers beside it under nice (busy on one core, where
+  # valgrind's cases mostly wait on timers).
   wait_lane asan
   wait_lane h1
+  lane fuzz fuzz
   nice=()
   [ "$valgrind" = yes ] && run_passes valgrind valgrind_h1
   join_lanes
