@@ -42,19 +42,18 @@ typedef struct sluice__guard sluice__guard;
 typedef struct sluice__guard_home sluice__guard_home;
 struct sluice__hist;
 
+/* What kind of object a view shows: each primitive defines its own
+ * (sem/sem.h...) and the metrics exposition (inspect/) knows them; core/
+ * only carries the pointer, so a new kind changes nothing here. */
+typedef struct sluice__obj_kind {
+  const char *name; /* the handles gauge's label ("sem", ...) */
+} sluice__obj_kind;
+
 /* What a walk over the client's objects (the metrics exposition) sees of
  * one: its public handle, the labels it is known by and its latency
  * histogram. Borrowed from the object; valid until it is freed. */
-typedef enum sluice__obj_kind {
-  SLUICE__OBJ_SEM,
-  SLUICE__OBJ_LIMITER,
-  SLUICE__OBJ_DQ,
-  SLUICE__OBJ_DQ_CONSUMER,
-  SLUICE__OBJ_KINDS
-} sluice__obj_kind;
-
 typedef struct sluice__obj_view {
-  sluice__obj_kind kind;
+  const sluice__obj_kind *kind;
   const void *handle; /* sluice_sem *, sluice_limiter *, ... */
   const char *name;
   const char *algo;                /* limiters: the algorithm's name; else NULL */

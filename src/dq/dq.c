@@ -440,6 +440,8 @@ static void dq_node_changed(sluice__guard *g, int lo, int hi) {
   sluice__dq_sched_poke(sluice__container_of(g, sluice_dq, guard)->sched);
 }
 
+const sluice__obj_kind sluice__dq_obj = {"dq"};
+
 static const sluice__guard_ops dq_guard_ops = {.quiesce = dq_quiesce,
                                                .cancel = dq_cancel,
                                                .idle = dq_idle,
@@ -467,7 +469,7 @@ int sluice_dq_new(sluice_client *c, const char *name, const sluice_dq_options *o
     return SLUICE_ENOMEM;
   }
   sluice__handle_attach(c, &dq->guard, &dq_guard_ops,
-                        &(sluice__obj_view){SLUICE__OBJ_DQ, dq, dq->name, NULL, NULL});
+                        &(sluice__obj_view){&sluice__dq_obj, dq, dq->name, NULL, NULL});
   *out = dq;
   return SLUICE_OK;
 }

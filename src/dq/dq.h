@@ -34,5 +34,7 @@ sluice__dq_sched **sluice__dq_sched_of(sluice_dq *dq);
 /* The client-wide cap on messages pushed, not answered
  * (max_pending_pushes). */
 extern const sluice__cap_def sluice__dq_pushes_cap;
+/* What the guards' views of a queue and of a consumer show (core/guard.h). */
+extern const struct sluice__obj_kind sluice__dq_obj, sluice__dq_consumer_obj;
 
 #endif

@@ -445,6 +445,8 @@ static void consumer_node_changed(sluice__guard *g, int lo, int hi) {
 }
 
 /* Inside free, stopping the takes is all (nothing of that calls back). */
+const sluice__obj_kind sluice__dq_consumer_obj = {"dq_consumer"};
+
 static const sluice__guard_ops consumer_guard_ops = {.quiesce = consumer_cancel,
                                                      .cancel = consumer_cancel,
                                                      .idle = consumer_idle,
@@ -503,7 +505,7 @@ int sluice_dq_consumer_new(sluice_client *c, const char *name,
   }
   sluice__handle_attach(
       c, &con->guard, &consumer_guard_ops,
-      &(sluice__obj_view){SLUICE__OBJ_DQ_CONSUMER, con, con->name, NULL, &con->lateness});
+      &(sluice__obj_view){&sluice__dq_consumer_obj, con, con->name, NULL, &con->lateness});
   update_listen(con);
   event_active(con->kick, 0, 0); /* first take from the loop */
   *out = con;

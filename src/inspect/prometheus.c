@@ -27,6 +27,9 @@
 #include "base/promtext.h"
 #include "core/engine.h"
 #include "core/guard.h"
+#include "dq/dq.h"
+#include "limiter/limiter.h"
+#include "sem/sem.h"
 
 #define MAX_FIELDS 32
 #define LE_MIN_LOG2 4  /* 16 µs: a round trip on a unix socket */
@@ -197,8 +200,8 @@ static const group_desc step_group = GROUP(
     "Redis steps from the call to their completion (every status).");
 
 typedef struct obj_desc {
+  const sluice__obj_kind *kind; /* its name labels the handles gauge */
   group_desc group;
-  const char *kind; /* label of the handles gauge */
   void (*get)(const void *handle, void *out);
 } obj_desc;
 
@@ -211,19 +214,29 @@ static void get_consumer(const void *h, void *out) {
   v->in_flight = sluice_dq_consumer_in_flight(h);
 }
 
-static const obj_desc objs[SLUICE__OBJ_KINDS] = {
-    [SLUICE__OBJ_SEM] = {GROUP("sluice_sem_", sem_fields, "wait_seconds",
-                               "Blocking acquires that were granted, from the call to the grant."),
-                         "sem", get_sem},
-    [SLUICE__OBJ_LIMITER] = {GROUP("sluice_limiter_", limiter_fields, "wait_seconds",
-                                   "Waits that were allowed, from the call to the answer."),
-                             "limiter", get_limiter},
-    [SLUICE__OBJ_DQ] = {GROUP("sluice_dq_", dq_fields, NULL, NULL), "dq", get_dq},
-    [SLUICE__OBJ_DQ_CONSUMER] = {GROUP("sluice_dq_consumer_", consumer_fields, "lateness_seconds",
-                                       "From a message's due time to its delivery (Redis clock, "
-                                       "ms resolution)."),
-                                 "dq_consumer", get_consumer},
+static const obj_desc objs[] = {
+    {&sluice__sem_obj,
+     GROUP("sluice_sem_", sem_fields, "wait_seconds",
+           "Blocking acquires that were granted, from the call to the grant."),
+     get_sem},
+    {&sluice__limiter_obj,
+     GROUP("sluice_limiter_", limiter_fields, "wait_seconds",
+           "Waits that were allowed, from the call to the answer."),
+     get_limiter},
+    {&sluice__dq_obj, GROUP("sluice_dq_", dq_fields, NULL, NULL), get_dq},
+    {&sluice__dq_consumer_obj,
+     GROUP("sluice_dq_consumer_", consumer_fields, "lateness_seconds",
+           "From a message's due time to its delivery (Redis clock, ms resolution)."),
+     get_consumer},
 };
+#define NOBJS (sizeof objs / sizeof objs[0])
+
+/* A view's place in objs; NOBJS for a kind this exposition does not know. */
+static size_t obj_index(const sluice__obj_kind *kind) {
+  size_t i = 0;
+  while (i < NOBJS && objs[i].kind != kind) i++;
+  return i;
+}
 
 typedef union obj_metrics {
   sluice_sem_metrics sem;
@@ -428,8 +441,8 @@ enum {
   G_CONNECTION,
   G_STATUS,
   G_STEP,
-  G_OBJ, /* one per sluice__obj_kind from here */
-  G_HANDLES = G_OBJ + SLUICE__OBJ_KINDS,
+  G_OBJ, /* one per objs[] entry from here */
+  G_HANDLES = G_OBJ + NOBJS,
   G_COUNT
 };
 
@@ -457,21 +470,22 @@ static int collect_client(group *gs, const sluice_client *c) {
 }
 
 static int collect_objects(group *gs, const sluice_client *c) {
-  uint64_t handles[SLUICE__OBJ_KINDS] = {0};
+  uint64_t handles[NOBJS] = {0};
   int rc = SLUICE_OK;
   const sluice__link *l = sluice__client_objects(c)->guards.head;
   for (; !rc && l; l = l->next) {
     const sluice__guard *g = sluice__container_of(l, sluice__guard, link);
     const sluice__obj_view view = g->view;
+    size_t k = obj_index(view.kind);
     obj_metrics m;
-    if (!view.handle || g->freeing) continue;
-    objs[view.kind].get(view.handle, &m);
-    rc = add_struct(&gs[G_OBJ + view.kind], make_labels("name", view.name, "algorithm", view.algo),
-                    &m, view.hist);
-    handles[view.kind]++;
+    if (!view.handle || g->freeing || k == NOBJS) continue;
+    objs[k].get(view.handle, &m);
+    rc = add_struct(&gs[G_OBJ + k], make_labels("name", view.name, "algorithm", view.algo), &m,
+                    view.hist);
+    handles[k]++;
   }
-  for (int k = 0; !rc && k < SLUICE__OBJ_KINDS; k++)
-    rc = add_value(&gs[G_HANDLES], "kind", objs[k].kind, handles[k]);
+  for (size_t k = 0; !rc && k < NOBJS; k++)
+    rc = add_value(&gs[G_HANDLES], "kind", objs[k].kind->name, handles[k]);
   return rc;
 }
 
@@ -481,7 +495,7 @@ static void groups_init(group *gs) {
   gs[G_CONNECTION].d = &connection_group;
   gs[G_STATUS].d = &status_group;
   gs[G_STEP].d = &step_group;
-  for (int k = 0; k < SLUICE__OBJ_KINDS; k++) gs[G_OBJ + k].d = &objs[k].group;
+  for (size_t k = 0; k < NOBJS; k++) gs[G_OBJ + k].d = &objs[k].group;
   gs[G_HANDLES].d = &handle_group;
 }
 

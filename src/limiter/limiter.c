@@ -491,6 +491,8 @@ static void lim_destroy(sluice__guard *g) {
   sluice__free(lim);
 }
 
+const sluice__obj_kind sluice__limiter_obj = {"limiter"};
+
 static const sluice__guard_ops lim_guard_ops = {
     .quiesce = lim_quiesce, .cancel = lim_cancel, .idle = lim_idle, .destroy = lim_destroy};
 
@@ -561,7 +563,7 @@ int sluice_limiter_new(sluice_client *c, const char *name, const sluice_limiter_
                        lim->opts.op_timeout_ms);
   sluice__batcher_clock(&lim->checks, reply_time);
   sluice__handle_attach(c, &lim->guard, &lim_guard_ops,
-                        &(sluice__obj_view){SLUICE__OBJ_LIMITER, lim, lim->name,
+                        &(sluice__obj_view){&sluice__limiter_obj, lim, lim->name,
                                             sluice_rl_algo_name(opts->algo), &lim->wait_hist});
   *out = lim;
   return SLUICE_OK;

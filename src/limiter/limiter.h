@@ -15,6 +15,8 @@
  * (limiter_waits_max; core/engine.h). */
 struct sluice__cap_def;
 extern const struct sluice__cap_def sluice__rl_waits_cap;
+/* What its guard's view shows (core/guard.h). */
+extern const struct sluice__obj_kind sluice__limiter_obj;
 
 /* ---- map ----------------------------------------------------------------- */
 

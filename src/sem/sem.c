@@ -178,6 +178,8 @@ static void sem_node_changed(sluice__guard *g, int lo, int hi) {
   sluice__acquire_resume(sem);
 }
 
+const sluice__obj_kind sluice__sem_obj = {"sem"};
+
 static const sluice__guard_ops sem_guard_ops = {.quiesce = sem_quiesce,
                                                 .cancel = sem_cancel,
                                                 .idle = sem_idle,
@@ -243,7 +245,7 @@ int sluice_sem_new(sluice_client *c, const char *name, const sluice_sem_options 
   sem->route = sluice__client_route(c, sem->keys[0]);
   sluice__handle_attach(
       c, &sem->guard, &sem_guard_ops,
-      &(sluice__obj_view){SLUICE__OBJ_SEM, sem, sem->name, NULL, &sem->wait_hist});
+      &(sluice__obj_view){&sluice__sem_obj, sem, sem->name, NULL, &sem->wait_hist});
   *out = sem;
   return SLUICE_OK;
 }

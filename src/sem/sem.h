@@ -183,5 +183,7 @@ void sluice__permits_cancel_all(sluice_sem *sem);
 
 /* The client-wide cap on acquires pending (sem_pending_max). */
 extern const sluice__cap_def sluice__sem_pending_cap;
+/* What its guard's view shows (core/guard.h). */
+extern const struct sluice__obj_kind sluice__sem_obj;
 
 #endif

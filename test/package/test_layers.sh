@@ -2,8 +2,9 @@
 # The layers of src/ (src/README.md): a file includes private headers only
 # from its own folder and the folders above it in this order, so core/
 # never reaches up into a primitive; core/ calls no primitive's public
-# functions or scripts either, nor names a primitive's client-wide cap or
-# write kind (each primitive defines its own descriptors: core/engine.h).
+# functions or scripts either, nor names a primitive's client-wide cap,
+# write kind or object kind (each primitive defines its own descriptors:
+# core/engine.h, core/guard.h).
 # TAP: one case per folder, and those two.
 src=${1:-$(dirname "$0")/../../src}
 order="base net core sem limiter dq inspect cli"
@@ -38,19 +39,19 @@ else
 fi
 n=$((n + 1))
 # The option and metrics fields the primitives' descriptors name (an
-# offsetof may be split over lines), and enumerators naming a cap or write
-# kind, as core/ had them before the descriptors.
+# offsetof may be split over lines), and enumerators naming a cap, write
+# kind or object kind, as core/ had them before the descriptors.
 fields=$(for p in $primitives; do find "$src/$p" -name '*.[ch]' -exec cat {} +; done |
   tr '\n' ' ' |
   grep -oE 'offsetof\( *sluice_client_(options|metrics) *, *[a-z_0-9]+ *\)' |
   sed 's/.*, *\([a-z_0-9]*\) *)$/\1/' | sort -u)
-pattern='SLUICE__(CAP|WRITE)_[A-Z_]+|SLUICE__NCAPS'
+pattern='SLUICE__(CAP|WRITE|OBJ)_[A-Z_]+|SLUICE__NCAPS'
 for f in $fields; do pattern="$pattern|$f"; done
 names=$(grep -rnwE "$pattern" "$src/core")
 if [ -z "$names" ]; then
-  echo "ok $n - core/ names no primitive's cap or write kind ($(echo "$fields" | wc -w) fields)"
+  echo "ok $n - core/ names no primitive's cap, write or object kind ($(echo "$fields" | wc -w) fields)"
 else
-  echo "not ok $n - core/ names a primitive's cap or write kind"
+  echo "not ok $n - core/ names a primitive's cap, write or object kind"
   echo "$names" | sed 's/^/# /'
   failed=1
 fi
