@@ -837,6 +837,40 @@ static void cluster_node_extra(const char *conf, const char **extra) {
   extra[6] = NULL;
 }
 
+/* Every master's replicas acknowledge a write of its own, as
+ * th_redis_start_pair waits for one: a replica just synced acknowledges
+ * its master's offset only a moment later (after a diskless sync Redis 7
+ * streams nothing to it before its first acknowledgement), and a test's
+ * first WAIT, 200 ms in test_cluster's pause_master, ran out under CI's
+ * load on a cluster that had only just come up. 0, or -1 after timeout_ms
+ * per master. */
+static int replicas_acked(th_cluster *cl, int replicas, unsigned timeout_ms) {
+  for (int i = 0; i < cl->n; i++) {
+    if (cl->node[i].master >= 0) continue; /* a replica */
+    char key[32];
+    int j = 0;
+    do snprintf(key, sizeof key, "th:synced:%d", j++); /* a key on this master */
+    while (th_cluster_master_for_key(cl, key) != &cl->node[i] && j < 100000);
+    redisContext *c = th_node_connect(&cl->node[i]);
+    if (!c) return -1;
+    long long acked = 0;
+    uint64_t end = th_now_ms() + timeout_ms;
+    while (acked < replicas && th_now_ms() < end) {
+      freeReplyObject(redisCommand(c, "SET %s 1", key));
+      redisReply *r = redisCommand(c, "WAIT %d 100", replicas);
+      acked = r && r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+      if (r) freeReplyObject(r);
+    }
+    freeReplyObject(redisCommand(c, "DEL %s", key));
+    redisFree(c);
+    if (acked < replicas) {
+      say("%s: %lld of %d replicas acknowledged a write", cl->node[i].addr, acked, replicas);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 static int cluster_start_once(th_cluster *cl, int masters, int replicas_per_master) {
   memset(cl, 0, sizeof *cl);
   for (int s = 0; s < TH_CLUSTER_SLOTS; s++) cl->slot_owner[s] = -1;
@@ -882,6 +916,7 @@ static int cluster_start_once(th_cluster *cl, int masters, int replicas_per_mast
     goto fail;
   }
   if (cluster_wait(cl, 60000, "cluster start", shape_ok, NULL) != 0) goto fail;
+  if (replicas_per_master > 0 && replicas_acked(cl, replicas_per_master, 10000) != 0) goto fail;
   return 0;
 fail:
   th_cluster_stop(cl);
