@@ -11,8 +11,8 @@
 #   topo      build-ci           a look at the topology variants: the
 #                                semaphore suite on a Redis Cluster and behind
 #                                Sentinel (sem@cluster, sem@sentinel)
-# --full runs the whole matrix, what CI runs (.ci/run), in about 36 minutes
-# on 2 cores (2138 s in a rehearsal on a fresh clone) instead of the
+# --full runs the whole matrix, what CI runs (.ci/run), in about 28 minutes
+# on 2 cores (1681 s in a rehearsal on a fresh clone) instead of the
 # hour (3718 s) that running every pass in turn took:
 #   gcc       build-ci           the plain build (--werror) and the quick
 #                                suite; the other suites' plain run on Redis
