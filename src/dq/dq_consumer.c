@@ -444,9 +444,9 @@ static void consumer_node_changed(sluice__guard *g, int lo, int hi) {
   consumer_resume(g);
 }
 
-/* Inside free, stopping the takes is all (nothing of that calls back). */
 const sluice__obj_kind sluice__dq_consumer_obj = {"dq_consumer"};
 
+/* Inside free, stopping the takes is all (nothing of that calls back). */
 static const sluice__guard_ops consumer_guard_ops = {.quiesce = consumer_cancel,
                                                      .cancel = consumer_cancel,
                                                      .idle = consumer_idle,
