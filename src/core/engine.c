@@ -261,7 +261,12 @@ static void wait_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
   if (reply && reply->type == REDIS_REPLY_ERROR) /* e.g. the ACL refuses WAIT: say it once */
     sluice__log(c, w->conn->replicas_short ? SLUICE_LOG_DEBUG : SLUICE_LOG_ERROR,
                 "WAIT failed (%s): writes are reported as not replicated", reply->str);
-  if (reply) w->conn->replicas_short = !enough; /* else the conn may be gone */
+  if (reply) { /* else the conn may be gone */
+    w->conn->replicas_short = !enough;
+    /* A master seen with replicas that none acknowledges may be cut off
+     * from them, and replaced: the topology looks for news of a failover. */
+    sluice__topo_doubt(c->topo, n == 0 && w->conn->had_replicas);
+  }
   for (size_t i = 0; i < w->n; i++) {
     sluice__op *op = w->ops[i];
     op->in_hiredis--;

@@ -26,6 +26,28 @@
 /* How long a sentinel that alone sees the master down is asked again
  * before the next one is: the waits summed, the steps' sum at least. */
 #define SDOWN_PATIENCE_MS 2500
+/* In doubt (sluice__sentinel_doubt): how often each sentinel is asked, how
+ * long a connection to one may take, and how long its answer. A sentinel
+ * that keeps answering is asked less and less often, down to once per
+ * CENSUS_QUIET_MS (a replica that died leaves its master in doubt for
+ * good); one that cannot be reached is tried again and again, since the
+ * end of a partition is what the census listens for. */
+#define CENSUS_EVERY_MS 250
+#define CENSUS_CONNECT_MS 300
+#define CENSUS_ANSWER_MS 500
+#define CENSUS_QUIET_MS 4000
+
+/* A connection of the census to one sentinel. */
+typedef struct census_probe {
+  sluice__sentinel *s;
+  sluice__endpoint ep;
+  sluice__conn conn;
+  int due;           /* answers due to the last question (two each) */
+  uint64_t asked_ms; /* when it was asked */
+  unsigned every_ms; /* how soon after that it is asked again */
+  char named[256];   /* the address its last answer named ("": none) */
+  int named_port;
+} census_probe;
 
 typedef struct sentinel_addr {
   char *host; /* owned; lives as long as the link */
@@ -64,7 +86,11 @@ struct sluice__sentinel {
   unsigned refusal_said; /* a bit per watch whose SUBSCRIBE was refused, logged */
   int have;              /* an address was ever given */
   int switched;          /* moved, no connection attempt since: the drops are ours */
-  char err[384];         /* room for a connection's errstr and more */
+  int doubt;             /* the master does not confirm writes: census running */
+  census_probe census[WATCH_MAX];
+  int ncensus;                /* probes started */
+  struct event *census_timer; /* each CENSUS_EVERY_MS while in doubt */
+  char err[384];              /* room for a connection's errstr and more */
 };
 
 static void point_at(sluice__sentinel *s, sluice__endpoint *ep, int i) {
@@ -285,20 +311,27 @@ static void master_cb(redisAsyncContext *ac, void *r, void *privdata) {
   sluice__conn_fail(&s->query, s->err); /* try the next sentinel */
 }
 
+/* SENTINEL get-master-addr-by-name's answer into named (size 256) and
+ * *port; 0 when it names no address. */
+static int read_named(const redisReply *reply, char *named, int *port) {
+  long p = 0;
+  if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+      reply->element[0]->type == REDIS_REPLY_STRING &&
+      reply->element[1]->type == REDIS_REPLY_STRING && reply->element[0]->len < 256)
+    p = strtol(reply->element[1]->str, NULL, 10);
+  if (p <= 0 || p >= 65536) return 0;
+  memcpy(named, reply->element[0]->str, reply->element[0]->len + 1);
+  *port = (int)p;
+  return 1;
+}
+
 static void addr_cb(redisAsyncContext *ac, void *r, void *privdata) {
   sluice__sentinel *s = privdata;
   redisReply *reply = r;
   if (s->asking != 1) return;
   s->asking = 0;
   if (!reply) return;
-  long port = 0;
-  if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
-      reply->element[0]->type == REDIS_REPLY_STRING &&
-      reply->element[1]->type == REDIS_REPLY_STRING && reply->element[0]->len < sizeof s->named)
-    port = strtol(reply->element[1]->str, NULL, 10);
-  if (port > 0 && port < 65536) {
-    memcpy(s->named, reply->element[0]->str, reply->element[0]->len + 1);
-    s->named_port = (int)port;
+  if (read_named(reply, s->named, &s->named_port)) {
     s->asking = 2; /* SENTINEL MASTER's answer decides */
     return;
   }
@@ -425,15 +458,132 @@ static void watch_down(sluice__conn *conn, int status, void *ud) {
   sluice__conn_retry_slowly(conn);
 }
 
+/* ---- in doubt: a census of the sentinels ------------------------------- */
+
+/* A sentinel of the census names an address under a configuration newer
+ * than any we took, with the master up for it: that failover happened, and
+ * it is taken as a switch heard (the sentinel we ask, cut off with the old
+ * master, may name it for as long as the partition lasts). */
+static void census_heard(census_probe *p, const master_view *v) {
+  sluice__sentinel *s = p->s;
+  if (!v->seen || v->failing || v->odown || v->sdown || !s->epoch_known || v->epoch <= s->epoch)
+    return;
+  s->epoch = v->epoch;
+  s->want_newer = s->behind = 0;
+  const sluice__endpoint *d = s->cfg.data;
+  if (d->host && strcmp(d->host, p->named) == 0 && d->port == p->named_port) return;
+  char what[400];
+  snprintf(what, sizeof what, "sentinel %s:%d names %s:%d under a newer configuration (epoch %llu)",
+           p->ep.host, p->ep.port, p->named, p->named_port, v->epoch);
+  s->cfg.note(SLUICE_LOG_INFO, what, s->cfg.userdata);
+  set_address(s, p->named, strlen(p->named), p->named_port);
+}
+
+static void census_addr_cb(redisAsyncContext *ac, void *r, void *privdata) {
+  census_probe *p = privdata;
+  p->due--;
+  if (!r || !read_named(r, p->named, &p->named_port)) p->named[0] = '\0';
+}
+
+static void census_view_cb(redisAsyncContext *ac, void *r, void *privdata) {
+  census_probe *p = privdata;
+  p->due--;
+  if (!r || !p->named[0] || !p->s->doubt) return;
+  master_view v;
+  read_view(r, &v);
+  census_heard(p, &v);
+}
+
+static void census_ask(census_probe *p, uint64_t now) {
+  const char *addr[3] = {"SENTINEL", "get-master-addr-by-name", p->s->names->master_name};
+  const char *view[3] = {"SENTINEL", "master", p->s->names->master_name};
+  if (p->conn.state != SLUICE_CONN_UP) return;
+  if (p->due) { /* unanswered too long: a silent link, connect again */
+    if (now - p->asked_ms >= CENSUS_ANSWER_MS)
+      sluice__conn_fail(&p->conn, "sentinel: no answer to the census");
+    return;
+  }
+  if (now - p->asked_ms < p->every_ms) return;
+  if (sluice__conn_send(&p->conn, census_addr_cb, p, 3, addr, NULL) != REDIS_OK) return;
+  p->due++;
+  if (sluice__conn_send(&p->conn, census_view_cb, p, 3, view, NULL) == REDIS_OK) p->due++;
+  p->asked_ms = now;
+  p->every_ms = p->every_ms ? p->every_ms * 2 : CENSUS_EVERY_MS;
+  if (p->every_ms > CENSUS_QUIET_MS) p->every_ms = CENSUS_QUIET_MS;
+}
+
+/* (Re)connected: asked at once. */
+static void census_up(sluice__conn *conn, void *ud) {
+  census_probe *p = ud;
+  p->every_ms = 0;
+  census_ask(p, sluice__mono_ms());
+}
+
+static sluice__conn_config link_config(sluice__sentinel *s, sluice__endpoint *ep,
+                                       void (*up)(sluice__conn *, void *),
+                                       void (*down)(sluice__conn *, int, void *), void *ud);
+
+static void census_stop(sluice__sentinel *s) {
+  for (int i = 0; i < s->ncensus; i++) sluice__conn_shutdown(&s->census[i].conn);
+  s->ncensus = 0;
+}
+
+/* From the loop (a timer): the probes go (doubt ended, or the address
+ * changed, which starts doubt over with the new master), start, or ask. */
+static void census_tick(evutil_socket_t fd, short what, void *arg) {
+  sluice__sentinel *s = arg;
+  if (!s->doubt) {
+    census_stop(s);
+    return;
+  }
+  uint64_t now = sluice__mono_ms();
+  for (int i = 0; i < s->nknown && s->ncensus < WATCH_MAX; i++) {
+    int probed = 0;
+    for (int k = 0; k < s->ncensus && !probed; k++)
+      probed = s->census[k].ep.host == s->known[i].host;
+    if (probed) continue;
+    census_probe *p = &s->census[s->ncensus];
+    memset(p, 0, sizeof *p);
+    p->s = s;
+    point_at(s, &p->ep, i);
+    sluice__conn_config cfg = link_config(s, &p->ep, census_up, NULL, p);
+    if (cfg.net.connect_timeout_ms > CENSUS_CONNECT_MS)
+      cfg.net.connect_timeout_ms = CENSUS_CONNECT_MS;
+    cfg.net.reconnect_min_ms = cfg.net.reconnect_max_ms = CENSUS_EVERY_MS / 2;
+    if (sluice__conn_init(&p->conn, s->base, &cfg) != 0) break;
+    s->ncensus++;
+    sluice__conn_start(&p->conn);
+  }
+  for (int i = 0; i < s->ncensus; i++) census_ask(&s->census[i], now);
+  sluice__timer_in(s->census_timer, CENSUS_EVERY_MS);
+}
+
+void sluice__sentinel_doubt(sluice__sentinel *s, int on) {
+  if (s->doubt == !!on) return;
+  s->doubt = !!on;
+  if (on)
+    s->cfg.note(SLUICE_LOG_DEBUG, "the master does not confirm writes: asking every sentinel",
+                s->cfg.userdata);
+  evtimer_del(s->census_timer);
+  sluice__timer_in(s->census_timer, 0); /* probes start or stop from the loop */
+}
+
 /* ---- life cycle ---------------------------------------------------------- */
+
+static sluice__conn_config link_config(sluice__sentinel *s, sluice__endpoint *ep,
+                                       void (*up)(sluice__conn *, void *),
+                                       void (*down)(sluice__conn *, int, void *), void *ud) {
+  ep->username = s->names->sentinel_username;
+  ep->password = s->names->sentinel_password;
+  sluice__conn_config cfg = {.net = s->cfg.net, .on_up = up, .on_down = down, .userdata = ud};
+  cfg.net.endpoint = ep;
+  return cfg;
+}
 
 static int link_init(sluice__sentinel *s, struct event_base *base, sluice__conn *conn,
                      sluice__endpoint *ep, void (*up)(sluice__conn *, void *),
                      void (*down)(sluice__conn *, int, void *)) {
-  ep->username = s->names->sentinel_username;
-  ep->password = s->names->sentinel_password;
-  sluice__conn_config cfg = {.net = s->cfg.net, .on_up = up, .on_down = down, .userdata = s};
-  cfg.net.endpoint = ep;
+  sluice__conn_config cfg = link_config(s, ep, up, down, s);
   return sluice__conn_init(conn, base, &cfg);
 }
 
@@ -473,10 +623,12 @@ sluice__sentinel *sluice__sentinel_new(struct event_base *base,
   s->base = base;
   s->ask_timer = evtimer_new(base, ask_timeout_cb, s);
   s->again_timer = evtimer_new(base, again_cb, s);
-  if (!s->ask_timer || !s->again_timer ||
+  s->census_timer = evtimer_new(base, census_tick, s);
+  if (!s->ask_timer || !s->again_timer || !s->census_timer ||
       link_init(s, base, &s->query, &s->qep, query_up, query_down) != 0) {
     if (s->ask_timer) event_free(s->ask_timer);
     if (s->again_timer) event_free(s->again_timer);
+    if (s->census_timer) event_free(s->census_timer);
     forget_all(s);
     sluice__free(s);
     return NULL;
@@ -491,8 +643,10 @@ void sluice__sentinel_free(sluice__sentinel *s) {
   s->asking = 0;
   sluice__conn_shutdown(&s->query);
   for (int w = 0; w < s->nwatch; w++) sluice__conn_shutdown(&s->watch[w]);
+  census_stop(s);
   event_free(s->ask_timer);
   event_free(s->again_timer);
+  event_free(s->census_timer);
   forget_all(s);
   sluice__free(s);
 }

@@ -31,6 +31,14 @@
  *    master restarted empty, which names itself master until a sentinel
  *    turns it into a replica. A sentinel whose ACL rule refuses the
  *    subscription is logged once (WARN) and retried slowly.
+ *  - While the master does not confirm writes (a WAIT counted too few
+ *    replicas: cut off from them, and perhaps from the majority of the
+ *    sentinels with the one we ask), every known sentinel (up to five) is
+ *    asked four times a second on a connection of its own with a short
+ *    connect timeout. A partition leaves the watches' connections to the
+ *    majority's sentinels silent until TCP's backoff sends their
+ *    +switch-master again, seconds after the partition's end; a census
+ *    hears the newer configuration within a round trip of it.
  *  - The data connections ask for the address before every (re)connect
  *    (sluice__sentinel_address); they verify with ROLE in their handshake
  *    that it is a master, and a failed or lost connection asks again.
@@ -67,6 +75,9 @@ int sluice__sentinel_address(sluice__sentinel *s);
  * next connect. Not for the drops a switch itself causes: until the next
  * connection attempt, the new address stands. */
 void sluice__sentinel_stale(sluice__sentinel *s);
+/* The master stopped confirming writes (on 1) or confirms them again (on
+ * 0): while in doubt, every known sentinel is asked (see sentinel.c). */
+void sluice__sentinel_doubt(sluice__sentinel *s, int on);
 /* The last sentinel error ("" if none). */
 const char *sluice__sentinel_error(const sluice__sentinel *s);
 

@@ -43,6 +43,7 @@ int sluice__topo_address(sluice__topo *t, int route, const char **host, int *por
 }
 
 void sluice__topo_stale(sluice__topo *t) { t->ops->stale(t); }
+void sluice__topo_doubt(sluice__topo *t, int on) { t->ops->doubt(t, on); }
 void sluice__topo_peer_up(sluice__topo *t, const sluice__conn *peer) { t->ops->peer_up(t, peer); }
 const char *sluice__topo_error(const sluice__topo *t) { return t->ops->error(t); }
 int sluice__topo_node_route(const sluice__topo *t, unsigned i) { return t->ops->node_route(t, i); }

@@ -106,6 +106,7 @@ typedef struct sluice__topo_ops {
                  sluice__topo_decision *d);
   int (*address)(sluice__topo *t, int route, const char **host, int *port);
   void (*stale)(sluice__topo *t);
+  void (*doubt)(sluice__topo *t, int on);
   void (*peer_up)(sluice__topo *t, const sluice__conn *peer);
   const char *(*error)(const sluice__topo *t);
   int (*node_route)(const sluice__topo *t, unsigned i);
@@ -158,6 +159,10 @@ void sluice__topo_decide(sluice__topo *t, sluice__conn *from, const redisReply *
 int sluice__topo_address(sluice__topo *t, int route, const char **host, int *port);
 /* A data connection failed: look for the master or map again. */
 void sluice__topo_stale(sluice__topo *t);
+/* on 1: the node stopped confirming writes (its WAIT counted too few
+ * replicas: cut off from them, it may be being replaced), so look for
+ * news of a failover actively until on 0 (a WAIT counted enough again). */
+void sluice__topo_doubt(sluice__topo *t, int on);
 /* peer, a connection of the user's own (the blocker's), finished its
  * handshake: its node is back, so the topology's connection to the same
  * address, if waiting out a reconnect backoff, tries again now

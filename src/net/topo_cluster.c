@@ -105,6 +105,11 @@ static int cluster_address(sluice__topo *t, int route, const char **host, int *p
 }
 
 static void cluster_stale(sluice__topo *t) { sluice__cluster_refresh(((topo_cluster *)t)->cl); }
+
+/* Nothing to look for: a deposed master learns its demotion from the
+ * cluster's gossip as soon as a partition ends, and its answers (MOVED)
+ * then redirect us. */
+static void cluster_doubt(sluice__topo *t, int on) {}
 static void cluster_peer_up(sluice__topo *t, const sluice__conn *peer) {
   sluice__cluster_peer_up(cl_of(t), peer);
 }
@@ -136,6 +141,7 @@ static const sluice__topo_ops cluster_ops = {
     .decide = cluster_decide,
     .address = cluster_address,
     .stale = cluster_stale,
+    .doubt = cluster_doubt,
     .peer_up = cluster_peer_up,
     .error = cluster_error,
     .node_route = cluster_node_route,

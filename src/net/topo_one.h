@@ -15,6 +15,7 @@ typedef struct sluice__topo_one sluice__topo_one;
 typedef struct sluice__topo_finder {
   int (*ready)(sluice__topo_one *o);               /* 1: the address may be used now */
   void (*stale)(sluice__topo_one *o);              /* a connection failed: look again */
+  void (*doubt)(sluice__topo_one *o, int on);      /* sluice__topo_doubt */
   const char *(*error)(const sluice__topo_one *o); /* why none was found ("") */
   void (*stop)(sluice__topo_one *o);               /* before draining: no more lookups */
   void (*free)(sluice__topo_one *o);

@@ -21,6 +21,10 @@ static void stale(sluice__topo_one *o) {
   if (of(o)->link) sluice__sentinel_stale(of(o)->link);
 }
 
+static void doubt(sluice__topo_one *o, int on) {
+  if (of(o)->link) sluice__sentinel_doubt(of(o)->link, on);
+}
+
 static const char *error(const sluice__topo_one *o) {
   const topo_sentinel *s = (const topo_sentinel *)o;
   return s->link ? sluice__sentinel_error(s->link) : "";
@@ -32,7 +36,7 @@ static void stop(sluice__topo_one *o) {
   of(o)->link = NULL;
 }
 
-static const sluice__topo_finder sentinel_finder = {ready, stale, error, stop, stop};
+static const sluice__topo_finder sentinel_finder = {ready, stale, doubt, error, stop, stop};
 
 /* The sentinels named a new master: connections to the old one go now
  * (it may accept writes for seconds and lose them), and one waiting out the

@@ -109,6 +109,10 @@ static void one_stale(sluice__topo *t) {
   if (of(t)->finder) of(t)->finder->stale(of(t));
 }
 
+static void one_doubt(sluice__topo *t, int on) {
+  if (of(t)->finder) of(t)->finder->doubt(of(t), on);
+}
+
 static void one_peer_up(sluice__topo *t, const sluice__conn *peer) {
   if (sluice__conn_same_node(peer, &of(t)->conn)) sluice__conn_retry_early(&of(t)->conn);
 }
@@ -138,6 +142,7 @@ static const sluice__topo_ops one_ops = {
     .decide = one_decide,
     .address = one_address,
     .stale = one_stale,
+    .doubt = one_doubt,
     .peer_up = one_peer_up,
     .error = one_error,
     .node_route = one_node_route,
