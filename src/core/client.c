@@ -131,7 +131,11 @@ static void note_down(sluice_client *c, const sluice__conn *conn, const char *w)
 static void data_down(sluice__conn *conn, int status, void *ud) {
   sluice_client *c = ud;
   char w[128];
-  where(conn, w, sizeof w);
+  /* A lost connection is named by the node it reached: after a Sentinel
+   * switch the endpoint names the new master already. */
+  if (conn->was_up && conn->ups && !conn->cfg.net.endpoint->unix_path)
+    snprintf(w, sizeof w, "%.127s", conn->up_addr);
+  else where(conn, w, sizeof w);
   note_down(c, conn, w); /* first: the steps failed below report it */
   /* Steps that waited for a first connection that failed were never sent. */
   if (sluice__topo_routing(c->topo) != SLUICE_TOPO_WAIT)
