@@ -36,12 +36,12 @@ netns=$root/test/partition/netns.sh
 
 build=$root/build-ci keep='' scenarios=()
 declare -A asserted=(
-  [cut]="no_overlap,fence_guards,fence_order,no_lost"
-  [cut-long]="no_overlap,fence_guards,fence_order,no_lost"
+  [cut]="no_overlap,fence_guards,fence_order,no_lost,regrant_1s"
+  [cut-long]="no_overlap,fence_guards,fence_order,no_lost,regrant_1s"
   [isolate]="fence_guards,fence_order,no_lost,no_dup,regrant_1s"
   [slow]="no_overlap,fence_guards,fence_order,no_lost"
-  [cut@cluster]="no_overlap,fence_guards,fence_order,no_lost"
-  [cut-long@cluster]="no_overlap,fence_guards,fence_order,no_lost"
+  [cut@cluster]="no_overlap,fence_guards,fence_order,no_lost,regrant_1s"
+  [cut-long@cluster]="no_overlap,fence_guards,fence_order,no_lost,regrant_1s"
   [isolate@cluster]="fence_guards,fence_order,no_lost,no_dup,regrant_1s"
   [slow@cluster]="fence_order,no_lost"
 )
