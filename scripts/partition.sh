@@ -36,14 +36,14 @@ netns=$root/test/partition/netns.sh
 
 build=$root/build-ci keep='' scenarios=()
 declare -A asserted=(
-  [cut]="no_overlap,fence_guards,fence_order,no_lost,regrant_1s"
-  [cut-long]="no_overlap,fence_guards,fence_order,no_lost,regrant_1s"
-  [isolate]="fence_guards,fence_order,no_lost,no_dup,regrant_1s"
-  [slow]="no_overlap,fence_guards,fence_order,no_lost"
-  [cut@cluster]="no_overlap,fence_guards,fence_order,no_lost,regrant_1s"
-  [cut-long@cluster]="no_overlap,fence_guards,fence_order,no_lost,regrant_1s"
-  [isolate@cluster]="fence_guards,fence_order,no_lost,no_dup,regrant_1s"
-  [slow@cluster]="fence_order,no_lost"
+  [cut]="no_overlap,fence_guards,fence_order,no_lost,regrant_1s,clean_exit"
+  [cut-long]="no_overlap,fence_guards,fence_order,no_lost,regrant_1s,clean_exit"
+  [isolate]="fence_guards,fence_order,no_lost,no_dup,regrant_1s,clean_exit"
+  [slow]="no_overlap,fence_guards,fence_order,no_lost,clean_exit"
+  [cut@cluster]="no_overlap,fence_guards,fence_order,no_lost,regrant_1s,clean_exit"
+  [cut-long@cluster]="no_overlap,fence_guards,fence_order,no_lost,regrant_1s,clean_exit"
+  [isolate@cluster]="fence_guards,fence_order,no_lost,no_dup,regrant_1s,clean_exit"
+  [slow@cluster]="fence_order,no_lost,clean_exit"
 )
 while [ $# -gt 0 ]; do
   case $1 in
@@ -162,7 +162,7 @@ fault() { # fault SCENARIO: make the fault, wait it out, heal; logged
 }
 fault_secs() { case $1 in cut) echo 8 ;; cut-long) echo 16 ;; isolate) echo 4 ;; slow) echo 6 ;; esac; }
 
-nprops=7
+nprops=8
 tap_plan $((nprops * ${#scenarios[@]}))
 first=1
 for s in "${scenarios[@]}"; do
@@ -178,8 +178,10 @@ for s in "${scenarios[@]}"; do
     wait_clients $((AFTER + 20))
     clients=()
     "$netns" down "$run"
+    outputs=()
+    for n in c1 c2 c3; do outputs+=(--output "$dir/$n.out"); done
     python3 "$root/test/partition/check.py" --scenario "$s" --assert "${asserted[$s]}" \
-      --tap-first "$first" "$dir"/c?.log "$dir/runner.log" || tap_status=1
+      --tap-first "$first" "${outputs[@]}" "$dir"/c?.log "$dir/runner.log" || tap_status=1
     echo "# $s: failovers: $("${topo}_failovers"); $((SECONDS - t0)) s"
   else
     clients=()

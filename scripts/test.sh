@@ -31,10 +31,11 @@
 #                                lintian, installed, a program built with
 #                                pkg-config and run, the tool run, removed
 #                                (before the lanes below run tests)
-#   partition build-ci           scripts/partition.sh: a Sentinel set and a
-#                                cluster, and client processes, in network
-#                                namespaces under cuts and a slow lossy link;
-#                                one case per scenario and property
+#   partition build-ci-asan      scripts/partition.sh: a Sentinel set and a
+#                                cluster, and client processes (built with
+#                                ASan+UBSan), in network namespaces under
+#                                cuts and a slow lossy link; one case per
+#                                scenario and property
 #   soak      build-ci           test/soak for SLUICE_SOAK_S seconds (default
 #                                60): every primitive under injected Redis
 #                                faults (scripts/soak.sh); one case; then
@@ -343,10 +344,15 @@ pass_soak() {
 
 # Sentinel and Cluster under network partitions in network namespaces
 # (root; about 5 minutes): see docs/testing.md.
+# The clients are the ASan+UBSan build's: a report fails clean_exit.
 pass_partition() {
-  banner "partition: scripts/partition.sh (namespaces, iptables, NFQUEUE)"
-  need_gcc partition &&
-    run_script partition timeout --kill-after=10 900 scripts/partition.sh --build build-ci
+  banner "partition: scripts/partition.sh (namespaces, iptables, NFQUEUE; clients under ASan)"
+  if [ $asan_ok != 1 ]; then
+    count --label partition --step "the ASan build" --failed
+    return
+  fi
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    run_script partition timeout --kill-after=10 900 scripts/partition.sh --build build-ci-asan
 }
 
 asan_ok=0 h1asan_ok=0 h1_pcdir=
@@ -558,11 +564,10 @@ run_passes() {
 }
 
 if [ $full = 1 ]; then
-  run_passes gcc abi format subproject
-  lane wait partition soak
-  run_passes servers_fetch
+  run_passes gcc abi format subproject servers_fetch
   lane servers servers
   run_passes asan_build
+  lane wait partition soak
   lane asan asan
   run_passes hiredis1
   lane h1 h1asan

@@ -15,8 +15,12 @@ written by test/partition/driver.c and scripts/partition.sh) and report:
                 when none was) is granted within 1 s
   stall_3s      the permit never went ungranted for more than 3 s while
                 someone wanted it
+  clean_exit    every client that started logged its exit, and no client's
+                output (--output FILE, its stdout and stderr) holds a
+                sanitizer's or valgrind's report
 
-  check.py [--scenario NAME] [--assert P,P,...] [--tap-first N] LOG...
+  check.py [--scenario NAME] [--assert P,P,...] [--tap-first N]
+           [--output FILE]... LOG...
 
 Prints a summary; with --tap-first, one TAP case per property numbered from
 N ("# TODO not yet asserted" on those not in --assert). Exits 1 if an
@@ -24,10 +28,15 @@ asserted property fails.
 """
 import argparse
 import collections
+import re
 import sys
 
 PROPS = ['no_overlap', 'fence_guards', 'fence_order', 'no_lost', 'no_dup', 'regrant_1s',
-         'stall_3s']
+         'stall_3s', 'clean_exit']
+# What ASan, LSan, UBSan and valgrind print when they find something.
+REPORT = re.compile(r'ERROR: (Address|Leak)Sanitizer|runtime error:|'
+                    r'==\d+== (Invalid|Conditional jump|Use of uninitialised)|'
+                    r'ERROR SUMMARY: [1-9]')
 REGRANT_US = 1_000_000
 STALL_US = 3_000_000
 
@@ -165,6 +174,18 @@ def regrants(events, holds):
     return out
 
 
+def exits(events, outputs):
+    """(clients that started but logged no exit, outputs with a report)."""
+    started = {p for _, p, ev, _ in events if ev == 'start'}
+    ended = {p for _, p, ev, _ in events if ev == 'exit'}
+    reported = []
+    for path in outputs:
+        with open(path, errors='replace') as f:
+            if any(REPORT.search(line) for line in f):
+                reported.append(path)
+    return sorted(started - ended), reported
+
+
 def ms(us):
     return 'none' if us is None else '%.0f ms' % (us / 1000)
 
@@ -174,6 +195,7 @@ def main():
     ap.add_argument('--scenario', default='run')
     ap.add_argument('--assert', dest='asserted', default='')
     ap.add_argument('--tap-first', type=int)
+    ap.add_argument('--output', action='append', default=[])
     ap.add_argument('logs', nargs='+')
     args = ap.parse_args()
     asserted = [p for p in args.asserted.split(',') if p]
@@ -188,6 +210,7 @@ def main():
     npushed, ndelivered, lost, dups = queue_figures(events)
     stall, stall_at = longest_stall(events, holds)
     heals = regrants(events, holds)
+    unended, reported = exits(events, args.output)
     t0 = events[0][0] if events else 0
     refused = sum(1 for e in events if e[2] == 'fence' and len(e[3]) >= 3 and e[3][2] == 'refused')
     lost_cbs = sum(1 for e in events if e[2] == 'lost')
@@ -213,6 +236,8 @@ def main():
                ', '.join('%s %s' % (c, ms(v)) for c, v in sorted(firsts.items()))))
     print('# %s: longest ungranted while wanted: %s%s' %
           (s, ms(stall), ' at +%.1f s' % ((stall_at - t0) / 1e6) if stall_at else ''))
+    for path in reported:
+        print('# %s: a report in %s' % (s, path))
 
     results = {
         'no_overlap': (pairs == 0, '%d overlapping holds' % pairs),
@@ -226,6 +251,9 @@ def main():
                        ms(worst_regrant if worst_regrant != float('inf') else None)),
         'stall_3s': (stall <= STALL_US and bool(holds),
                      'longest ungranted while wanted: %s' % ms(stall)),
+        'clean_exit': (not unended and not reported,
+                       '%d clients without an exit (%s), %d outputs with a report' %
+                       (len(unended), ' '.join(unended) or 'none', len(reported))),
     }
     failed = False
     if args.tap_first is not None:

@@ -57,7 +57,7 @@ def run(paths, asserted):
 
 def main():
     n = 0
-    print('1..%d' % (len(EXPECT) + 4))
+    print('1..%d' % (len(EXPECT) + 6))
     with tempfile.TemporaryDirectory() as d:
         c3 = [(2.12, 'grant p5 15'), (2.15, 'fence p5 15 accepted'), (2.3, 'release p5')]
         c0 = [(0.5, 'fence p0 20 accepted')]
@@ -87,6 +87,20 @@ def main():
         print('%s %d - a clean run: exit 0' % ('ok' if out.returncode == 0 else 'not ok', n))
         if out.returncode != 0:
             print('\n'.join('#   ' + line for line in out.stdout.splitlines()))
+        n += 1
+        c4 = write(d, 'c4', [(0.1, 'start sem')])
+        out = run(clean + [c4], 'clean_exit')
+        print('%s %d - a client that started and logged no exit fails clean_exit' %
+              ('ok' if out.returncode == 1 and '1 clients without an exit (c4)' in out.stdout
+               else 'not ok', n))
+        n += 1
+        report = os.path.join(d, 'c1.out')
+        with open(report, 'w') as f:
+            f.write('==4242==ERROR: AddressSanitizer: heap-use-after-free on address 0x1\n')
+        out = run(clean + ['--output', report], 'clean_exit')
+        print('%s %d - a sanitizer report in an output fails clean_exit' %
+              ('ok' if out.returncode == 1 and '1 outputs with a report' in out.stdout
+               else 'not ok', n))
 
 
 if __name__ == '__main__':
