@@ -5,7 +5,7 @@
 # names the properties).
 #
 #   scripts/partition.sh [--build DIR] [--scenario NAME]... [--assert S:P,P]...
-#                        [--keep DIR]
+#                        [--keep DIR] [--wrap 'CMD ARGS']
 #
 # Scenarios, on a Sentinel set (test/partition/sentinel_set.sh) and, as
 # NAME@cluster, on a Redis Cluster (cluster_set.sh); all eight by default,
@@ -23,7 +23,8 @@
 # default: those the library promises (docs/failures.md, "Partitions") and
 # that held in every run. --build: the
 # meson build holding test/partition/ (default build-ci). --keep DIR: keep
-# the logs there.
+# the logs there. --wrap: run each client under CMD ARGS (split on spaces),
+# e.g. valgrind; its reports fail clean_exit.
 # Needs root, ip, iptables, redis-server, redis-cli and (for slow) the
 # nfq_delay stand-in for netem (libnetfilter-queue); without them it skips,
 # or fails under CI=true.
@@ -34,7 +35,7 @@ netns=$root/test/partition/netns.sh
 # shellcheck source=scripts/tap.sh disable=SC1091
 . "$root/scripts/tap.sh"
 
-build=$root/build-ci keep='' scenarios=()
+build=$root/build-ci keep='' scenarios=() wrap=()
 declare -A asserted=(
   [cut]="no_overlap,fence_guards,fence_order,no_lost,regrant_1s,clean_exit"
   [cut-long]="no_overlap,fence_guards,fence_order,no_lost,regrant_1s,clean_exit"
@@ -55,7 +56,8 @@ while [ $# -gt 0 ]; do
       shift 2
       ;;
     --keep) keep=$2; shift 2 ;;
-    -h | --help) sed -n '2,28s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    --wrap) read -ra wrap <<<"$2"; shift 2 ;;
+    -h | --help) sed -n '2,30s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "partition.sh: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -129,7 +131,7 @@ start_clients() {
   for n in c1 c2 c3; do
     local s=$secs
     [ "$n" = c2 ] && s=$((secs + 6))
-    bg "$n" "$driver" --url "$("${topo}_url")" --name "$n" --log "$dir/$n.log" --fence "$fence" \
+    bg "$n" "${wrap[@]}" "$driver" --url "$("${topo}_url")" --name "$n" --log "$dir/$n.log" --fence "$fence" \
       --modes "${modes[$n]}" --seconds "$s"
     clients+=("$last_pid")
   done

@@ -66,6 +66,10 @@
 #   fuzz      build-ci-clang     the URL, SPOP and HTTP fuzzers (libFuzzer,
 #                                test/fuzz/) for SLUICE_FUZZ_S seconds
 #                                (default 60) each, one case each
+#   partition_valgrind build-ci  scripts/partition.sh's cut and cut@cluster
+#                                with the clients under valgrind (safety
+#                                and clean_exit asserted), after the
+#                                fuzzers in their lane
 #   valgrind  build-ci           meson test --setup valgrind --suite
 #                                memcheck: the tests where memory changes
 #                                hands (test/meson.build says which and why;
@@ -76,14 +80,16 @@
 # were 45-78 % idle from the twelfth minute on, the tests mostly waiting on
 # failovers and timers. What waits runs beside what keeps the cores busy,
 # each in a lane of its own (a background subshell with its own log,
-# printed when the lane ends, and its own tally): lanes "wait" (partition,
-# soak) and "servers" (Valkey 8.1 but its liveness tests) from the start;
+# printed when the lane ends, and its own tally): lanes "servers" (Valkey
+# 8.1 but its liveness tests) from the start and "wait" (partition, soak)
+# once the ASan build is there;
 # lane "asan" (the ASan run) once its build is done; lane "h1" (the
 # hiredis 1.x ASan run) once its builds are done. The foreground meanwhile
 # builds (ASan, hiredis 1.x, deb, clang) under nice, so the lanes' tests
 # get the cores first, then runs Valkey 8.1's liveness tests; once the
 # ASan lanes end it runs, not niced, valgrind (memcheck suite, then the
-# hiredis 1.x build's part) beside lane "fuzz" (the fuzzers, niced). Each
+# hiredis 1.x build's part) beside lane "fuzz" (the fuzzers, niced, then
+# two partition scenarios with the clients under valgrind). Each
 # of these places answers a failure seen in rehearsals: beside the ASan
 # lanes' parallel runs, the other servers' timing cases missed their
 # bounds and valgrind's cases their own timeouts; beside the builds, the
@@ -458,6 +464,19 @@ pass_valgrind() {
   [ $full = 1 ] || pass_valgrind_h1
 }
 
+# Two partition scenarios again, the clients under valgrind: the paths of
+# a switch (the census of sentinels, replay, re-assertion) on Sentinel and
+# on Cluster. Safety and a clean exit are asserted; timing is valgrind's.
+pass_partition_valgrind() {
+  local safe=no_overlap,fence_guards,fence_order,no_lost,clean_exit
+  banner "partition-valgrind: cut and cut@cluster, the clients under valgrind"
+  need_gcc partition-valgrind &&
+    run_script partition-valgrind timeout --kill-after=10 300 scripts/partition.sh \
+      --build build-ci --scenario cut --scenario cut@cluster --assert cut:none \
+      --assert "cut:$safe" --assert cut@cluster:none --assert "cut@cluster:$safe" \
+      --wrap "valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite"
+}
+
 # Against hiredis 1.x, where TLS lives too (when this run built it): the
 # tests of what differs between the versions (h1_sensitive).
 pass_valgrind_h1() {
@@ -578,7 +597,11 @@ if [ $full = 1 ]; then
   # valgrind's cases mostly wait on timers).
   wait_lane asan
   wait_lane h1
-  lane fuzz fuzz
+  if [ "$valgrind" = yes ]; then
+    lane fuzz fuzz partition_valgrind
+  else
+    lane fuzz fuzz
+  fi
   nice=()
   [ "$valgrind" = yes ] && run_passes valgrind valgrind_h1
   join_lanes
