@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include <sluice/client.h>
+
 #include "lua_scripts.h"
 
 /* CPU for redis-server and CPU for the client side. */
@@ -101,6 +103,12 @@ uint64_t bench_now_us(void);
 /* SLUICE_BENCH_REPLAY_OFF=1: clients made with replay_off, to compare the
  * normal path's cost with and without the record of unreplicated writes. */
 int bench_replay_off(void);
+
+/* SLUICE_BENCH_REPLICA_ACK_OFF=1: clients made with
+ * sluice_client_set_replica_ack(c, 0), to measure what waiting for a
+ * replica's acknowledgement of grants and renewals costs (bench/run.sh
+ * --replica gives the server one). */
+void bench_replica_ack(sluice_client *c);
 
 /* CPU time (user + system, getrusage) spent over a phase, per operation:
  *   bench_cpu c = bench_cpu_start();  ... run ops ...

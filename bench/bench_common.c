@@ -71,6 +71,11 @@ int bench_replay_off(void) {
   return v && *v == '1';
 }
 
+void bench_replica_ack(sluice_client *c) {
+  const char *v = getenv("SLUICE_BENCH_REPLICA_ACK_OFF");
+  if (v && *v == '1') (void)sluice_client_set_replica_ack(c, 0);
+}
+
 /* ---- CPU time ------------------------------------------------------------ */
 
 static uint64_t rusage_us(int who) {

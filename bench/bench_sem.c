@@ -101,6 +101,7 @@ static sluice_client *new_client(void) {
     fprintf(stderr, "bench_sem: cannot connect to %s\n", rs.url);
     exit(1);
   }
+  bench_replica_ack(c);
   return c;
 }
 
@@ -671,6 +672,7 @@ static sluice_client *client_at(const char *url) {
     fprintf(stderr, "bench_sem: cannot connect to %s\n", url);
     exit(1);
   }
+  bench_replica_ack(c);
   return c;
 }
 

@@ -2,14 +2,16 @@
 # Build every benchmark (release, build-bench/) and run them one after the
 # other against one private redis-server, printing their tables.
 #
-#   bench/run.sh [--no-node] [--no-cluster] [--redis HOST:PORT]
+#   bench/run.sh [--no-node] [--no-cluster] [--replica] [--redis HOST:PORT]
 #                [--results DIR] [bench_NAME... | gateway]
 #
 # The server is pinned to the first CPU, and each benchmark pins itself to
 # the second (see bench/README.md). A private 3-master Redis Cluster (no
 # replicas, bench/topology.sh, also on the first CPU) runs beside it for the
 # benchmarks' cluster sections (SLUICE_BENCH_CLUSTER=host:port,...);
-# --no-cluster skips it. With node and npm on PATH the Node peer libraries
+# --no-cluster skips it. --replica gives the private server a replica
+# (also on the first CPU): grants and renewals then wait for its
+# acknowledgement (docs/failures.md, "Partitions"). With node and npm on PATH the Node peer libraries
 # of bench/node/package.json are installed first (--no-node skips them;
 # scripts/deps.sh --bench installs Node.js). --redis shares a scratch server
 # of yours instead (benchmarks write keys to it; only the private server is
@@ -27,6 +29,7 @@ cd "$(dirname "$0")/.."
 
 node=1
 cluster=1
+replica=0
 shared=
 results=
 only=()
@@ -34,6 +37,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --no-node) node=0; shift ;;
     --no-cluster) cluster=0; shift ;;
+    --replica) replica=1; shift ;;
     --redis)
       [ $# -ge 2 ] || { echo "run.sh: --redis needs HOST:PORT" >&2; exit 2; }
       shared=$2
@@ -42,7 +46,7 @@ while [ $# -gt 0 ]; do
       [ $# -ge 2 ] || { echo "run.sh: --results needs DIR" >&2; exit 2; }
       results=$2
       shift 2 ;;
-    -h | --help) sed -n '2,24s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,27s/^# \{0,1\}//p' "$0"; exit 0 ;;
     -*) echo "run.sh: unknown argument: $1" >&2; exit 2 ;;
     *) only+=("$1"); shift ;;
   esac
@@ -102,9 +106,14 @@ fi
 read -r cpu0 cpu1 < <(python3 -c 'import os; c = sorted(os.sched_getaffinity(0)); print(c[0], c[1] if len(c) > 1 else "")')
 
 server_pid=
+replica_pid=
 tmp=
 cluster_dir=
 cleanup() {
+  if [ -n "$replica_pid" ]; then
+    kill "$replica_pid" 2>/dev/null || true
+    wait "$replica_pid" 2>/dev/null || true
+  fi
   if [ -n "$server_pid" ]; then
     kill "$server_pid" 2>/dev/null || true
     wait "$server_pid" 2>/dev/null || true
@@ -131,6 +140,20 @@ if [ -z "$shared" ]; then
   done
   shared=127.0.0.1:$port
   echo "run.sh: private redis-server at $shared${pin:+ on CPU $cpu0}; $(redis-server --version | cut -d' ' -f3)"
+  if [ "$replica" = 1 ]; then
+    rport=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    mkdir -p "$tmp/replica"
+    "${pin[@]}" redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
+      --replicaof 127.0.0.1 "$port" --dir "$tmp/replica" --logfile "$tmp/replica/redis.log" \
+      --daemonize no </dev/null >/dev/null 2>&1 &
+    replica_pid=$!
+    for _ in $(seq 1000); do
+      redis-cli -p "$port" info replication 2>/dev/null | grep -q 'slave0:.*state=online' && break
+      kill -0 "$replica_pid" 2>/dev/null || { cat "$tmp/replica/redis.log" >&2; replica_pid=; exit 1; }
+      sleep 0.01
+    done
+    echo "run.sh: its replica at 127.0.0.1:$rport${pin:+ on CPU $cpu0}"
+  fi
 fi
 export SLUICE_BENCH_REDIS=$shared
 host=${shared%:*}
