@@ -528,8 +528,9 @@ static void census_stop(sluice__sentinel *s) {
   s->ncensus = 0;
 }
 
-/* From the loop (a timer): the probes go (doubt ended, or the address
- * changed, which starts doubt over with the new master), start, or ask. */
+/* From the loop (a timer): while in doubt, a probe starts for each known
+ * sentinel not probed yet (up to WATCH_MAX) and each one up is asked; once
+ * doubt ends, the probes go. */
 static void census_tick(evutil_socket_t fd, short what, void *arg) {
   sluice__sentinel *s = arg;
   if (!s->doubt) {
