@@ -52,6 +52,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+[ "$replica" = 0 ] || [ -z "$shared" ] ||
+  { echo "run.sh: --replica is for the private server, not --redis" >&2; exit 2; }
+
 gateway=0
 if [ ${#only[@]} -gt 0 ] && printf '%s\n' "${only[@]}" | grep -qx gateway; then
   gateway=1

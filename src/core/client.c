@@ -133,7 +133,7 @@ static void data_down(sluice__conn *conn, int status, void *ud) {
   char w[128];
   /* A lost connection is named by the node it reached: after a Sentinel
    * switch the endpoint names the new master already. */
-  if (conn->was_up && conn->ups && !conn->cfg.net.endpoint->unix_path)
+  if (conn->was_up && !conn->cfg.net.endpoint->unix_path)
     snprintf(w, sizeof w, "%.127s", conn->up_addr);
   else where(conn, w, sizeof w);
   note_down(c, conn, w); /* first: the steps failed below report it */

@@ -264,8 +264,10 @@ static void wait_reply_cb(redisAsyncContext *ac, void *r, void *privdata) {
   if (reply) { /* else the conn may be gone */
     w->conn->replicas_short = !enough;
     /* A master seen with replicas that none acknowledges may be cut off
-     * from them, and replaced: the topology looks for news of a failover. */
-    sluice__topo_doubt(c->topo, n == 0 && w->conn->had_replicas);
+     * from them, and replaced: the topology looks for news of a failover.
+     * A refused WAIT (an ACL rule) says nothing either way. */
+    if (reply->type == REDIS_REPLY_INTEGER)
+      sluice__topo_doubt(c->topo, n == 0 && w->conn->had_replicas);
   }
   for (size_t i = 0; i < w->n; i++) {
     sluice__op *op = w->ops[i];

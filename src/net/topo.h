@@ -159,9 +159,9 @@ void sluice__topo_decide(sluice__topo *t, sluice__conn *from, const redisReply *
 int sluice__topo_address(sluice__topo *t, int route, const char **host, int *port);
 /* A data connection failed: look for the master or map again. */
 void sluice__topo_stale(sluice__topo *t);
-/* on 1: the node stopped confirming writes (its WAIT counted too few
- * replicas: cut off from them, it may be being replaced), so look for
- * news of a failover actively until on 0 (a WAIT counted enough again). */
+/* on 1: the node stopped confirming writes (no replica acknowledged its
+ * WAIT: cut off from them, it may be being replaced), so look for news of
+ * a failover actively until on 0 (a replica acknowledged one again). */
 void sluice__topo_doubt(sluice__topo *t, int on);
 /* peer, a connection of the user's own (the blocker's), finished its
  * handshake: its node is back, so the topology's connection to the same
