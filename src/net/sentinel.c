@@ -36,16 +36,18 @@
 #define CENSUS_CONNECT_MS 300
 #define CENSUS_ANSWER_MS 500
 #define CENSUS_QUIET_MS 4000
+/* Room for an address a sentinel names. */
+#define NAMED_MAX 256
 
 /* A connection of the census to one sentinel. */
 typedef struct census_probe {
   sluice__sentinel *s;
   sluice__endpoint ep;
   sluice__conn conn;
-  int due;           /* answers due to the last question (two each) */
-  uint64_t asked_ms; /* when it was asked */
-  unsigned every_ms; /* how soon after that it is asked again */
-  char named[256];   /* the address its last answer named ("": none) */
+  int due;               /* answers due to the last question (two each) */
+  uint64_t asked_ms;     /* when it was asked */
+  unsigned every_ms;     /* how soon after that it is asked again */
+  char named[NAMED_MAX]; /* the address its last answer named ("": none) */
   int named_port;
 } census_probe;
 
@@ -72,7 +74,7 @@ struct sluice__sentinel {
   int fresh;                 /* the address was given since it went stale */
   int asking;                /* 0, or which of a question's two answers is due */
   /* The address the sentinel asked now named (its first answer). */
-  char named[256];
+  char named[NAMED_MAX];
   int named_port;
   /* The newest configuration seen: the highest config epoch a sentinel we
    * took an address from reported; after a switch heard, only a newer one
@@ -89,6 +91,7 @@ struct sluice__sentinel {
   int doubt;             /* the master does not confirm writes: census running */
   census_probe census[WATCH_MAX];
   int ncensus;                /* probes started */
+  unsigned long census_asked; /* questions the census sent, for tests */
   struct event *census_timer; /* each CENSUS_EVERY_MS while in doubt */
   char err[384];              /* room for a connection's errstr and more */
 };
@@ -311,13 +314,13 @@ static void master_cb(redisAsyncContext *ac, void *r, void *privdata) {
   sluice__conn_fail(&s->query, s->err); /* try the next sentinel */
 }
 
-/* SENTINEL get-master-addr-by-name's answer into named (size 256) and
- * *port; 0 when it names no address. */
+/* SENTINEL get-master-addr-by-name's answer into named (NAMED_MAX bytes)
+ * and *port; 0 when it names no address. */
 static int read_named(const redisReply *reply, char *named, int *port) {
   long p = 0;
   if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
       reply->element[0]->type == REDIS_REPLY_STRING &&
-      reply->element[1]->type == REDIS_REPLY_STRING && reply->element[0]->len < 256)
+      reply->element[1]->type == REDIS_REPLY_STRING && reply->element[0]->len < NAMED_MAX)
     p = strtol(reply->element[1]->str, NULL, 10);
   if (p <= 0 || p >= 65536) return 0;
   memcpy(named, reply->element[0]->str, reply->element[0]->len + 1);
@@ -508,6 +511,7 @@ static void census_ask(census_probe *p, uint64_t now) {
   p->due++;
   if (sluice__conn_send(&p->conn, census_view_cb, p, 3, view, NULL) == REDIS_OK) p->due++;
   p->asked_ms = now;
+  p->s->census_asked++;
   p->every_ms = p->every_ms ? p->every_ms * 2 : CENSUS_EVERY_MS;
   if (p->every_ms > CENSUS_QUIET_MS) p->every_ms = CENSUS_QUIET_MS;
 }
@@ -676,3 +680,8 @@ const char *sluice__sentinel_at(const sluice__sentinel *s, int i, int *port) {
 }
 
 unsigned long sluice__sentinel_answers(const sluice__sentinel *s) { return s->answers; }
+
+int sluice__sentinel_census(const sluice__sentinel *s, unsigned long *asked) {
+  if (asked) *asked = s->census_asked;
+  return s->ncensus;
+}

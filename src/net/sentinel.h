@@ -31,11 +31,12 @@
  *    master restarted empty, which names itself master until a sentinel
  *    turns it into a replica. A sentinel whose ACL rule refuses the
  *    subscription is logged once (WARN) and retried slowly.
- *  - While the master does not confirm writes (a WAIT counted too few
- *    replicas: cut off from them, and perhaps from the majority of the
+ *  - While the master does not confirm writes (a WAIT that no replica
+ *    acknowledged: cut off from them, and perhaps from the majority of the
  *    sentinels with the one we ask), every known sentinel (up to five) is
- *    asked four times a second on a connection of its own with a short
- *    connect timeout. A partition leaves the watches' connections to the
+ *    asked on a connection of its own with a short connect timeout: up to
+ *    four times a second, less often while it keeps answering, and one
+ *    that cannot be reached is connected to again every 125 ms. A partition leaves the watches' connections to the
  *    majority's sentinels silent until TCP's backoff sends their
  *    +switch-master again, seconds after the partition's end; a census
  *    hears the newer configuration within a round trip of it.
@@ -89,6 +90,10 @@ int sluice__sentinel_learn(sluice__sentinel *s, const char *host, size_t hlen, i
 int sluice__sentinel_count(const sluice__sentinel *s);
 const char *sluice__sentinel_at(const sluice__sentinel *s, int i, int *port);
 unsigned long sluice__sentinel_answers(const sluice__sentinel *s);
+/* The census (sluice__sentinel_doubt), exposed for tests: its connections
+ * now (0 once doubt ended), and in *asked (if not NULL) the questions it
+ * sent since the link began. */
+int sluice__sentinel_census(const sluice__sentinel *s, unsigned long *asked);
 /* The wait before asking again a sentinel that said to wait (exposed for
  * tests): *step, 0 before the first, doubles from 100 ms up to 1 s; the
  * wait is drawn from [*step / 2, *step] (sluice__jittered). */

@@ -944,6 +944,51 @@ static void test_pause_churn(void) {
   finish(base, wc);
 }
 
+/* Runs the loop until the census has n connections; 1, or 0 after ms. */
+static int until_census(struct event_base *base, sluice_client *c, int n, unsigned ms) {
+  uint64_t end = th_now_ms() + ms;
+  while (sluice__sentinel_census(sentinel_link(c), NULL) != n && th_now_ms() < end)
+    th_loop_for(base, 20);
+  return sluice__sentinel_census(sentinel_link(c), NULL) == n;
+}
+
+/* A master whose replica is gone confirms nothing: the client asks every
+ * sentinel on connections of its own, switches nowhere (they all name the
+ * same master), asks less and less often, and once a replica acknowledges
+ * a grant again the census ends and its connections close. */
+static void test_census_in_doubt(void) {
+  struct event_base *base;
+  sluice_client *c = start_client(&base);
+  changes b = {0};
+  sluice_client_set_log_cb(c, count_changes, &b);
+  sluice_sem *s = sem_test_new(c, "census", 2, 5000, 0);
+  acq_result a = sem_hold(base, s);
+  sluice_permit_release(a.permit, NULL, NULL);
+  TH_ASSERT_EQ(sluice__sentinel_census(sentinel_link(c), NULL), 0);
+  TH_ASSERT_EQ(th_sentinel_replica_stop(&topo), 0);
+  a = sem_try(base, s);
+  TH_ASSERT_EQ(a.status, SLUICE_ENOREPLICA);
+  TH_ASSERT(until_census(base, c, 3, 2000)); /* one per sentinel */
+  unsigned long before, after;
+  th_loop_for(base, 500); /* each asked once, at least */
+  sluice__sentinel_census(sentinel_link(c), &before);
+  TH_ASSERT_CMP(before, >=, 3);
+  th_loop_for(base, 3000);
+  sluice__sentinel_census(sentinel_link(c), &after);
+  /* Every 250 ms for 3 s would be 36 questions; doubling waits, at most
+   * about 4 each. */
+  TH_ASSERT_CMP(after - before, <=, 15);
+  TH_ASSERT_EQ(b.changes, 0);
+  TH_ASSERT_EQ(th_sentinel_replica_restart(&topo), 0);
+  uint64_t end = th_now_ms() + 10000;
+  do a = sem_try(base, s);
+  while (a.status != SLUICE_OK && th_now_ms() < end);
+  TH_ASSERT_EQ(a.status, SLUICE_OK);
+  TH_ASSERT(until_census(base, c, 0, 1000));
+  TH_ASSERT_EQ(b.changes, 0);
+  finish_sem(base, c, s, a.permit);
+}
+
 /* The tool on this topology's URL (th_tool). */
 static int tool(char *out, size_t size, const char *args) { return th_tool(url, out, size, args); }
 
@@ -980,5 +1025,6 @@ static const th_case cases[] = {
     TH_CASE(failover_under_way_waits, 90),
     TH_CASE(behind_refused, 120),
     TH_CASE(dead_master_backoff, 60),
+    TH_CASE(census_in_doubt, 90),
 };
 TH_TOPOLOGY_MAIN(cases)
