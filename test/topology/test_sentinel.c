@@ -204,16 +204,26 @@ static void count_changes(sluice_client *c, int level, const char *msg, void *ud
   if (getenv("DBG")) fprintf(stderr, "LOG %s\n", msg);
 }
 
+/* start_client (*base, *c) logging into *b, and semaphore `name` of
+ * `permits`, one of them granted (so confirmed) and released. */
+static sluice_sem *start_counted(struct event_base **base, sluice_client **c, changes *b,
+                                 const char *name, unsigned permits) {
+  *c = start_client(base);
+  sluice_client_set_log_cb(*c, count_changes, b);
+  sluice_sem *s = sem_test_new(*c, name, permits, 5000, 0);
+  acq_result a = sem_hold(*base, s);
+  sluice_permit_release(a.permit, NULL, NULL);
+  return s;
+}
+
 /* SENTINEL FAILOVER: the client reports once that another node serves
  * every key, before it is connected to the new master. */
 static void test_node_change(void) {
   struct event_base *base;
-  sluice_client *c = start_client(&base);
+  sluice_client *c;
   changes b = {0};
-  sluice_client_set_log_cb(c, count_changes, &b);
-  sluice_sem *s = sem_test_new(c, "n", 1, 5000, 0);
-  acq_result a = sem_hold(base, s);
-  sluice_permit_release(a.permit, NULL, NULL);
+  sluice_sem *s = start_counted(&base, &c, &b, "n", 1);
+  acq_result a;
   th_loop_for(base, 50);
   TH_ASSERT_EQ(b.changes, 0);
   TH_ASSERT(th_sentinel_failover(&topo) != NULL);
@@ -958,12 +968,10 @@ static int until_census(struct event_base *base, sluice_client *c, int n, unsign
  * a grant again the census ends and its connections close. */
 static void test_census_in_doubt(void) {
   struct event_base *base;
-  sluice_client *c = start_client(&base);
+  sluice_client *c;
   changes b = {0};
-  sluice_client_set_log_cb(c, count_changes, &b);
-  sluice_sem *s = sem_test_new(c, "census", 2, 5000, 0);
-  acq_result a = sem_hold(base, s);
-  sluice_permit_release(a.permit, NULL, NULL);
+  sluice_sem *s = start_counted(&base, &c, &b, "census", 2);
+  acq_result a;
   TH_ASSERT_EQ(sluice__sentinel_census(sentinel_link(c), NULL), 0);
   TH_ASSERT_EQ(th_sentinel_replica_stop(&topo), 0);
   a = sem_try(base, s);
